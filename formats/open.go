@@ -1,0 +1,75 @@
+package formats
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+)
+
+// Opener is a file format that Open can detect.
+type Opener struct {
+	// Name is the format name ("gguf", "safetensors").
+	Name string
+	// Priority orders detection: lower values are tried first.
+	Priority int
+	// Match reports whether the file at path, whose first bytes are head,
+	// is in this format.
+	Match func(path string, head []byte) bool
+	// Open opens the file (and any shards it belongs to).
+	Open func(path string) (Model, error)
+}
+
+var (
+	openersMu sync.Mutex
+	openers   []Opener
+)
+
+// Register adds a format to Open's detection; format packages call it from init.
+func Register(o Opener) {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	openers = append(openers, o)
+	sort.SliceStable(openers, func(i, j int) bool { return openers[i].Priority < openers[j].Priority })
+}
+
+// HeadSize is the number of leading bytes given to Opener.Match.
+const HeadSize = 4096
+
+// Open detects the format of path and opens it. Shards of a split GGUF or a
+// sharded safetensors checkpoint are opened together from any one of them
+// (or from the index.json). The format packages must be linked in (import
+// sdtool/formats/gguf and sdtool/formats/safetensors).
+func Open(path string) (Model, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	var head []byte
+	if !st.IsDir() {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		head = make([]byte, HeadSize)
+		n, err := io.ReadFull(f, head)
+		f.Close()
+		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		head = head[:n]
+	}
+	openersMu.Lock()
+	list := append([]Opener(nil), openers...)
+	openersMu.Unlock()
+	for _, o := range list {
+		if o.Match(path, head) {
+			return o.Open(path)
+		}
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("%s: is a directory with no recognised model layout: %w", path, ErrFormat)
+	}
+	return nil, fmt.Errorf("%s: not a GGUF or safetensors file: %w", path, ErrFormat)
+}

@@ -1,0 +1,114 @@
+// Package quant holds sdtool's codecs for every tensor type: float
+// conversions and ggml's block quantizers and dequantizers, with and without
+// importance weights, plus row-parallel helpers.
+package quant
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// Codec encodes and decodes rows of one tensor type. A row holds a whole
+// number of blocks of the type.
+type Codec struct {
+	// Type is the tensor type.
+	Type formats.DType
+	// Quantize encodes src into dst (exactly RowBytes(len(src)) bytes).
+	// weights is nil for ggml's unweighted (reference) path, or one
+	// importance value per element of src for the weighted path. It must
+	// not allocate and must be safe for concurrent use.
+	Quantize func(dst []byte, src []float32, weights []float32)
+	// Dequantize decodes src (a whole number of blocks) into dst.
+	Dequantize func(dst []float32, src []byte)
+	// UsesWeights reports whether weights change the output (false for q8_0, mxfp4, ...).
+	UsesWeights bool
+	// NeedsWeights reports a type that ggml refuses to quantize without an importance matrix.
+	NeedsWeights bool
+	// Experimental marks a codec whose bytes are not checked against ggml.
+	Experimental bool
+	// Native marks a codec provided by the linked ggml through cgo.
+	Native bool
+}
+
+var (
+	mu     sync.RWMutex
+	codecs = map[formats.DType]Codec{}
+)
+
+// Register adds or replaces the codec of c.Type. Quantize or Dequantize may
+// be nil when the type cannot be encoded or decoded. A Go codec is never
+// replaced by a native one for the same direction.
+func Register(c Codec) {
+	mu.Lock()
+	defer mu.Unlock()
+	old, ok := codecs[c.Type]
+	if ok && c.Native {
+		if old.Quantize != nil && !old.Native {
+			c.Quantize, c.UsesWeights, c.NeedsWeights = old.Quantize, old.UsesWeights, old.NeedsWeights
+			c.Native = old.Native
+		}
+		if old.Dequantize != nil {
+			c.Dequantize = old.Dequantize
+		}
+	}
+	codecs[c.Type] = c
+}
+
+// Lookup returns the codec of t.
+func Lookup(t formats.DType) (Codec, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	c, ok := codecs[t]
+	return c, ok
+}
+
+// CanQuantize reports whether rows of type t can be encoded in this binary.
+func CanQuantize(t formats.DType) bool {
+	c, ok := Lookup(t)
+	return ok && c.Quantize != nil
+}
+
+// CanDequantize reports whether rows of type t can be decoded to floats.
+func CanDequantize(t formats.DType) bool {
+	c, ok := Lookup(t)
+	return ok && c.Dequantize != nil
+}
+
+// Registered lists the types that have a codec, in id order.
+func Registered() []formats.DType {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]formats.DType, 0, len(codecs))
+	for t := range codecs {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// ErrNoCodec is wrapped by errors about types that cannot be encoded or decoded.
+var ErrNoCodec = fmt.Errorf("no codec")
+
+// Encoder returns the quantizer of t or an error that says why there is none.
+func Encoder(t formats.DType) (Codec, error) {
+	c, ok := Lookup(t)
+	if !ok || c.Quantize == nil {
+		if t.IsGGML() && t.Quantized() && t.InLinkedGGML() {
+			return Codec{}, fmt.Errorf("quantizing to %s needs ggml: this binary was built without cgo (%w)", t, ErrNoCodec)
+		}
+		return Codec{}, fmt.Errorf("cannot quantize to %s (%w)", t, ErrNoCodec)
+	}
+	return c, nil
+}
+
+// Decoder returns the dequantizer of t or an error that says why there is none.
+func Decoder(t formats.DType) (Codec, error) {
+	c, ok := Lookup(t)
+	if !ok || c.Dequantize == nil {
+		return Codec{}, fmt.Errorf("cannot decode %s to floats (%w)", t, ErrNoCodec)
+	}
+	return c, nil
+}
