@@ -236,3 +236,19 @@ func readFull(m Model, t *Tensor, p []byte, off int64) error {
 	}
 	return fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
 }
+
+// TensorWriter streams tensor data into an output whose header has already
+// been computed from the tensor descriptors: data is written in header order,
+// and the writer adds any padding between tensors itself.
+type TensorWriter interface {
+	// Write appends data of the current tensor (crossing into the next
+	// tensor when the current one is complete).
+	Write(p []byte) (int, error)
+	// Close checks that every tensor's data was written and writes any
+	// trailing padding; it does not close the underlying file.
+	Close() error
+	// Layout returns the output tensors with their final offsets and sizes.
+	Layout() []Tensor
+	// Size returns the total number of bytes the output will have.
+	Size() int64
+}
