@@ -1,0 +1,9 @@
+//go:build cgo
+
+package quant
+
+import "github.com/sdtool/sdtool/native"
+
+func init() {
+	ggmlQuantize = native.QuantizeChunkInto
+}
