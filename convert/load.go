@@ -1,0 +1,202 @@
+package convert
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// Component names an sd-cli input flag and the name prefix sd.cpp gives its tensors.
+type Component struct {
+	// Flag is the command-line flag ("model", "clip_l", ...).
+	Flag string
+	// Prefix is prepended to every tensor name that does not already start with it.
+	Prefix string
+}
+
+// Components lists sd-cli's convert inputs in the order sd.cpp loads them,
+// plus --llm, an sdtool extension that sd-cli's convert mode ignores.
+var Components = []Component{
+	{"model", ""},
+	{"clip_l", "text_encoders.clip_l.transformer."},
+	{"clip_g", "text_encoders.clip_g.transformer."},
+	{"t5xxl", "text_encoders.t5xxl.transformer."},
+	{"diffusion-model", "model.diffusion_model."},
+	{"vae", "vae."},
+	{"llm", "text_encoders.llm."},
+}
+
+// unusedPrefixes are the names sd.cpp treats as unused: a tensor whose name
+// starts with one of them is dropped.
+var unusedPrefixes = []string{
+	"betas", "alphas_cumprod_prev", "sqrt_alphas_cumprod", "sqrt_one_minus_alphas_cumprod",
+	"log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod", "sqrt_recipm1_alphas_cumprod",
+	"posterior_variance", "posterior_log_variance_clipped", "posterior_mean_coef1", "posterior_mean_coef2",
+	"cond_stage_model.transformer.text_model.embeddings.position_ids",
+	"cond_stage_model.1.model.text_model.embeddings.position_ids",
+	"cond_stage_model.transformer.vision_model.embeddings.position_ids", "cond_stage_model.model.logit_scale",
+	"conditioner.embedders.0.transformer.text_model.embeddings.position_ids", "conditioner.embedders.0.model.logit_scale",
+	"conditioner.embedders.1.model.logit_scale", "model.diffusion_model.time_embedding.cond_proj.weight",
+	"unet.time_embedding.cond_proj.weight", "model_ema.decay", "model_ema.num_updates", "model_ema.diffusion_model",
+	"embedding_manager", "denoiser.sigmas", "text_encoders.t5xxl.transformer.encoder.embed_tokens.weight", "ztsnr",
+	"edm_vpred.sigma_min", "text_encoders.llm.output.weight", "text_encoders.llm.lm_head.",
+}
+
+// Unused reports whether sd.cpp drops a tensor of this name.
+func Unused(name string) bool {
+	for _, p := range unusedPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Source is one tensor as sd.cpp's loader holds it before export.
+type Source struct {
+	// Name is the export name: prefixed (and converted with --convert-name).
+	Name string
+	// Model is the opened file the data comes from.
+	Model formats.Model
+	// Tensor is the stored tensor.
+	Tensor formats.Tensor
+	// Storage is sd.cpp's in-memory type: F64→F32, I64→I32, F8→F16, others as stored.
+	Storage formats.DType
+	// Shape is the export shape in PyTorch order: 5-D folded to 4-D, 0-D as [1],
+	// an int8_tensorwise [out,1] weight_scale as [out].
+	Shape []int64
+	// Folded records a shape change, for logging.
+	Folded string
+	// Int8Tensorwise marks a ComfyUI int8_tensorwise weight, never converted.
+	Int8Tensorwise bool
+}
+
+// RowLength returns the innermost dimension of the export shape.
+func (s *Source) RowLength() int64 { return s.Shape[len(s.Shape)-1] }
+
+// Load lists the tensors of the inputs (one model per component, in
+// Components order; nil entries are skipped) the way sd.cpp builds its tensor
+// map: safetensors tensors in byte-wise name order per file, GGUF in file
+// order, U8 tensors skipped, unused tensors dropped, prefixes added, and a
+// repeated name replacing the earlier tensor in the earlier position. It
+// returns warnings for everything it skipped.
+func Load(inputs map[string]formats.Model) ([]Source, []string, error) {
+	var out []Source
+	var warnings []string
+	index := map[string]int{}
+	for _, c := range Components {
+		m := inputs[c.Flag]
+		if m == nil {
+			continue
+		}
+		for _, t := range orderedTensors(m) {
+			if Unused(t.Name) {
+				warnings = append(warnings, fmt.Sprintf("%s: tensor %q: unused by sd.cpp, dropped", t.File, t.Name))
+				continue
+			}
+			src, skip, err := newSource(m, t, c.Prefix)
+			if err != nil {
+				return nil, warnings, err
+			}
+			if skip != "" {
+				warnings = append(warnings, fmt.Sprintf("%s: tensor %q: %s", t.File, t.Name, skip))
+				continue
+			}
+			if Unused(src.Name) {
+				warnings = append(warnings, fmt.Sprintf("%s: tensor %q: %q is unused by sd.cpp, dropped", t.File, t.Name, src.Name))
+				continue
+			}
+			if i, dup := index[src.Name]; dup {
+				warnings = append(warnings, fmt.Sprintf("%s: tensor %q replaces the earlier %q from %s", t.File, t.Name, src.Name, out[i].Tensor.File))
+				out[i] = src
+				continue
+			}
+			index[src.Name] = len(out)
+			out = append(out, src)
+		}
+	}
+	markInt8Tensorwise(out)
+	return out, warnings, nil
+}
+
+// orderedTensors returns m's tensors in sd.cpp's load order: safetensors
+// headers are parsed into a sorted map, so names come out in byte order per
+// file (shards in order of first appearance in the sorted weight map);
+// other formats keep file order.
+func orderedTensors(m formats.Model) []formats.Tensor {
+	list := append([]formats.Tensor(nil), m.Tensors()...)
+	if m.Info().Format != "safetensors" {
+		return list
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	firstSeen := map[string]int{}
+	for i, t := range list {
+		if _, ok := firstSeen[t.File]; !ok {
+			firstSeen[t.File] = i
+		}
+	}
+	sort.SliceStable(list, func(i, j int) bool { return firstSeen[list[i].File] < firstSeen[list[j].File] })
+	return list
+}
+
+func newSource(m formats.Model, t formats.Tensor, prefix string) (Source, string, error) {
+	s := Source{Model: m, Tensor: t, Name: t.Name, Storage: t.Type}
+	if !strings.HasPrefix(s.Name, prefix) {
+		s.Name = prefix + s.Name
+	}
+	switch t.Type {
+	case formats.U8:
+		return s, "U8 tensor skipped (sd.cpp does not load U8)", nil
+	case formats.F64:
+		s.Storage = formats.F32
+	case formats.I64:
+		s.Storage = formats.I32
+	case formats.F8_E4M3, formats.F8_E5M2:
+		s.Storage = formats.F16
+	case formats.F32, formats.F16, formats.BF16, formats.I32, formats.I8:
+	default:
+		if !t.Type.IsGGML() {
+			return s, "", fmt.Errorf("%s: tensor %q: dtype %s is not supported by sd.cpp's loader", t.File, t.Name, t.Type)
+		}
+	}
+	shape := append([]int64(nil), t.Shape...)
+	switch {
+	case len(shape) == 0:
+		shape = []int64{1}
+	case len(shape) == 5:
+		shape = []int64{shape[0] * shape[1], shape[2], shape[3], shape[4]}
+		s.Folded = fmt.Sprintf("5-D shape %v folded to %v as sd.cpp does", t.Shape, shape)
+	case len(shape) > 5:
+		return s, "", fmt.Errorf("%s: tensor %q: %d dimensions (sd.cpp supports at most 5)", t.File, t.Name, len(shape))
+	}
+	s.Shape = shape
+	return s, "", nil
+}
+
+// markInt8Tensorwise flags ComfyUI int8_tensorwise modules: an I8 `.weight`
+// with a `.weight_scale` beside it. The weight is never converted and a
+// per-row [out,1] scale is stored 1-D, as sd.cpp does.
+func markInt8Tensorwise(list []Source) {
+	byName := map[string]int{}
+	for i := range list {
+		byName[list[i].Name] = i
+	}
+	for i := range list {
+		s := &list[i]
+		if s.Storage != formats.I8 || !strings.HasSuffix(s.Name, ".weight") {
+			continue
+		}
+		j, ok := byName[s.Name+"_scale"]
+		if !ok {
+			continue
+		}
+		s.Int8Tensorwise = true
+		sc := &list[j]
+		if len(sc.Shape) == 2 && sc.Shape[1] == 1 {
+			sc.Folded = fmt.Sprintf("int8_tensorwise scale %v stored 1-D", sc.Shape)
+			sc.Shape = []int64{sc.Shape[0]}
+		}
+	}
+}
