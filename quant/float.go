@@ -1,0 +1,116 @@
+package quant
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// This file holds the scalar and row conversions between float32 and the
+// 16-bit floats ggml stores (f16, bf16). They match ggml bit for bit,
+// including its NaN handling, so that an f16 or bf16 tensor written by sdtool
+// has the bytes ggml_quantize_chunk would write.
+
+// F16ToF32 widens an IEEE half to float32. Every non-NaN value is exact. A
+// NaN keeps its sign and payload and gets the quiet bit, which is what ggml's
+// arithmetic conversion produces on x86 and arm64.
+func F16ToF32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	man := uint32(h & 0x3ff)
+	switch {
+	case exp == 0x1f && man == 0:
+		return math.Float32frombits(sign | 0x7f800000)
+	case exp == 0x1f:
+		return math.Float32frombits(sign | 0x7fc00000 | man<<13)
+	case exp != 0:
+		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
+	case man == 0:
+		return math.Float32frombits(sign)
+	default:
+		// A subnormal half is man * 2^-24, exact in float32.
+		return math.Float32frombits(sign | math.Float32bits(float32(man)*0x1p-24))
+	}
+}
+
+// F32ToF16 rounds a float32 to the nearest IEEE half, ties to even, as
+// ggml_fp32_to_fp16 does: values beyond the half range become ±Inf, and
+// every NaN becomes sign|0x7E00.
+func F32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	a := b & 0x7fffffff
+	switch {
+	case a > 0x7f800000: // NaN
+		return sign | 0x7e00
+	case a >= 0x477ff000: // 65520 and up round to Inf (65504 has an odd mantissa)
+		return sign | 0x7c00
+	case a >= 0x38800000: // a normal half (2^-14 and up)
+		a -= 112 << 23 // rebias the exponent from 127 to 15
+		a += 0xfff + (a>>13)&1
+		return sign | uint16(a>>13)
+	default:
+		// Subnormal or zero: adding 0.5 leaves the value's bits counted in
+		// units of 2^-24 (the ulp of 0.5), rounded to nearest even by the
+		// FPU. A result of 0x400 is the smallest normal, which is right.
+		v := math.Float32frombits(a) + 0.5
+		return sign | uint16(math.Float32bits(v)-0x3f000000)
+	}
+}
+
+// BF16ToF32 widens a bfloat16 to float32 exactly (NaNs keep their bits).
+func BF16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// F32ToBF16 rounds a float32 to bfloat16, ties to even, as
+// ggml_fp32_to_bf16 does: a NaN keeps its top 16 bits with the quiet bit
+// (0x40) set; finite values that round past the largest bfloat16 become Inf.
+func F32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+}
+
+// F32ToF16Row encodes min(len(src), len(dst)/2) floats as little-endian
+// halves with F32ToF16 and returns how many it encoded.
+func F32ToF16Row(dst []byte, src []float32) int {
+	n := min(len(src), len(dst)/2)
+	dst, src = dst[:2*n], src[:n]
+	for i, f := range src {
+		binary.LittleEndian.PutUint16(dst[2*i:], F32ToF16(f))
+	}
+	return n
+}
+
+// F16ToF32Row decodes min(len(dst), len(src)/2) little-endian halves with
+// F16ToF32 and returns how many it decoded.
+func F16ToF32Row(dst []float32, src []byte) int {
+	n := min(len(dst), len(src)/2)
+	dst, src = dst[:n], src[:2*n]
+	for i := range dst {
+		dst[i] = F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+	}
+	return n
+}
+
+// F32ToBF16Row encodes min(len(src), len(dst)/2) floats as little-endian
+// bfloat16 with F32ToBF16 and returns how many it encoded.
+func F32ToBF16Row(dst []byte, src []float32) int {
+	n := min(len(src), len(dst)/2)
+	dst, src = dst[:2*n], src[:n]
+	for i, f := range src {
+		binary.LittleEndian.PutUint16(dst[2*i:], F32ToBF16(f))
+	}
+	return n
+}
+
+// BF16ToF32Row decodes min(len(dst), len(src)/2) little-endian bfloat16
+// values and returns how many it decoded.
+func BF16ToF32Row(dst []float32, src []byte) int {
+	n := min(len(dst), len(src)/2)
+	dst, src = dst[:n], src[:2*n]
+	for i := range dst {
+		dst[i] = BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+	}
+	return n
+}
