@@ -1,0 +1,575 @@
+// Package safetensors reads and writes Hugging Face safetensors files: a
+// validating reader that reads only the header and fetches tensor data on
+// demand, sharded checkpoints (index.json or NAME-0000k-of-0000n names), and a
+// streaming writer whose header is computed from the tensor descriptors.
+package safetensors
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// MaxHeaderSize is the largest header length accepted, as in the Hugging Face reader.
+const MaxHeaderSize = 100_000_000
+
+// metadataKey is the reserved top-level key that holds string metadata.
+const metadataKey = "__metadata__"
+
+// ErrInvalid is wrapped by every *Error: the file breaks the safetensors rules.
+var ErrInvalid = errors.New("invalid safetensors file")
+
+// Error is a violation of the safetensors format found in one file; it
+// unwraps to ErrInvalid.
+type Error struct {
+	// File is the path or name of the file.
+	File string
+	// Tensor is the tensor concerned, or "" when the problem is not about one tensor.
+	Tensor string
+	// Msg says what is wrong.
+	Msg string
+}
+
+// Error formats the problem as "FILE: tensor "NAME": MSG".
+func (e *Error) Error() string {
+	if e.Tensor != "" {
+		return fmt.Sprintf("%s: tensor %q: %s", e.File, e.Tensor, e.Msg)
+	}
+	return e.File + ": " + e.Msg
+}
+
+// Unwrap returns ErrInvalid.
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+// File is an opened safetensors file: its header is parsed and validated,
+// and tensor data is read on demand with ReadAt.
+type File struct {
+	path    string
+	r       io.ReaderAt
+	closer  io.Closer
+	size    int64
+	info    formats.Info
+	tensors []formats.Tensor
+	meta    formats.Metadata
+}
+
+var _ formats.Model = (*File)(nil)
+
+// Open opens and validates the safetensors file at path. It reads the
+// 8-byte length and the header only; the file stays open for ReadTensorAt
+// until Close.
+func Open(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.IsDir() {
+		f.Close()
+		return nil, &Error{File: path, Msg: "is a directory"}
+	}
+	sf, err := Parse(f, st.Size(), path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	sf.closer = f
+	return sf, nil
+}
+
+// Parse validates the safetensors data of size bytes in r; name is used as
+// the file's path in errors and tensor descriptors. The returned File reads
+// tensor data from r, which must stay valid until the File is no longer used;
+// Close does not close r.
+func Parse(r io.ReaderAt, size int64, name string) (*File, error) {
+	if size < 8 {
+		return nil, &Error{File: name, Msg: fmt.Sprintf("file has %d bytes, too short for the 8-byte header length", size)}
+	}
+	var lenBuf [8]byte
+	if err := readFullAt(r, lenBuf[:], 0); err != nil {
+		return nil, fmt.Errorf("%s: reading the header length: %w", name, err)
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n > MaxHeaderSize {
+		return nil, &Error{File: name, Msg: fmt.Sprintf("header length %d exceeds the limit of %d bytes", n, MaxHeaderSize)}
+	}
+	if int64(n) > size-8 {
+		return nil, &Error{File: name, Msg: fmt.Sprintf("header length %d runs past the end of the file (%d bytes)", n, size)}
+	}
+	// Allocation is bounded by both the limit and the real file size checked above.
+	header := make([]byte, n)
+	if err := readFullAt(r, header, 8); err != nil {
+		return nil, fmt.Errorf("%s: reading the %d-byte header: %w", name, n, err)
+	}
+	dataStart := 8 + int64(n)
+	f := &File{
+		path: name,
+		r:    r,
+		size: size,
+		info: formats.Info{Format: "safetensors", DataOffset: dataStart, Files: []string{name}},
+	}
+	p := headerParser{file: name, dataSize: size - dataStart}
+	if err := p.parse(header); err != nil {
+		return nil, err
+	}
+	for i := range p.entries {
+		e := &p.entries[i]
+		f.tensors = append(f.tensors, formats.Tensor{
+			Name:   e.name,
+			Type:   e.dtype,
+			Shape:  e.shape,
+			File:   name,
+			Offset: dataStart + e.begin,
+			Size:   e.end - e.begin,
+		})
+	}
+	f.meta = p.meta
+	end, err := p.checkLayout()
+	if err != nil {
+		return nil, err
+	}
+	if trailing := size - dataStart - end; trailing > 0 {
+		f.info.Warnings = append(f.info.Warnings, fmt.Sprintf(
+			"%s: %d bytes after the end of the tensor data (the Hugging Face reader rejects trailing bytes)", name, trailing))
+	}
+	f.info.Warnings = append(f.info.Warnings, p.warnings...)
+	return f, nil
+}
+
+// readFullAt fills p from r at off. A ReaderAt may return io.EOF along with a
+// complete read, so only a short read is an error.
+func readFullAt(r io.ReaderAt, p []byte, off int64) error {
+	n, err := r.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Path returns the path (or name) the file was opened with.
+func (f *File) Path() string { return f.path }
+
+// Info describes the file: format "safetensors", the data offset 8+N, warnings.
+func (f *File) Info() formats.Info {
+	info := f.info
+	info.Files = slices.Clone(info.Files)
+	info.Warnings = slices.Clone(info.Warnings)
+	return info
+}
+
+// Tensors lists the tensors in header (JSON) order; callers must not modify it.
+func (f *File) Tensors() []formats.Tensor { return f.tensors }
+
+// Metadata returns the __metadata__ entries as strings, in header order.
+func (f *File) Metadata() formats.Metadata { return f.meta }
+
+// Size returns the file size in bytes.
+func (f *File) Size() int64 { return f.size }
+
+// ReadTensorAt reads len(p) bytes of t's data starting off bytes into the tensor.
+func (f *File) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
+	if t.File != f.path {
+		return 0, fmt.Errorf("%s: tensor %q belongs to %s", f.path, t.Name, t.File)
+	}
+	if off < 0 || off > t.Size || int64(len(p)) > t.Size-off {
+		return 0, fmt.Errorf("%s: tensor %q: read [%d, %d) outside its %d bytes", f.path, t.Name, off, off+int64(len(p)), t.Size)
+	}
+	n, err := f.r.ReadAt(p, t.Offset+off)
+	if n == len(p) {
+		// ReaderAt may return io.EOF with a full read at the end of the file.
+		return n, nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, fmt.Errorf("%s: tensor %q: %w", f.path, t.Name, err)
+}
+
+// Close closes the underlying file when the File was made by Open.
+func (f *File) Close() error {
+	if f.closer == nil {
+		return nil
+	}
+	err := f.closer.Close()
+	f.closer = nil
+	return err
+}
+
+// entry is one tensor of the header as parsed, offsets relative to the data section.
+type entry struct {
+	name       string
+	dtype      formats.DType
+	shape      []int64
+	begin, end int64
+}
+
+// headerParser walks the header JSON token by token, which keeps the key
+// order and lets it see duplicate keys that unmarshalling into a map hides.
+type headerParser struct {
+	file     string
+	dataSize int64 // bytes after the header
+	dec      *json.Decoder
+	entries  []entry
+	meta     formats.Metadata
+	warnings []string
+}
+
+func (p *headerParser) errf(tensor, format string, args ...any) error {
+	return &Error{File: p.file, Tensor: tensor, Msg: fmt.Sprintf(format, args...)}
+}
+
+// token returns the next JSON token, turning decoder errors into *Error.
+func (p *headerParser) token() (json.Token, error) {
+	tok, err := p.dec.Token()
+	if err == nil {
+		return tok, nil
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return nil, p.errf("", "invalid JSON in header at byte %d: %v", se.Offset, se)
+	}
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return nil, p.errf("", "invalid JSON in header: unexpected end of the header")
+	}
+	return nil, p.errf("", "invalid JSON in header: %v", err)
+}
+
+func (p *headerParser) parse(header []byte) error {
+	if !utf8.Valid(header) {
+		i := 0
+		for i < len(header) {
+			r, sz := utf8.DecodeRune(header[i:])
+			if r == utf8.RuneError && sz <= 1 {
+				break
+			}
+			i += sz
+		}
+		return p.errf("", "header is not valid UTF-8 (at byte %d)", i)
+	}
+	trimmed := bytes.TrimLeft(header, " \t\r\n")
+	if len(trimmed) == 0 {
+		return p.errf("", "header is empty")
+	}
+	if trimmed[0] != '{' {
+		return p.errf("", "header is not a JSON object (it starts with %q)", clip(trimmed, 16))
+	}
+	if len(trimmed) != len(header) {
+		p.warnings = append(p.warnings, fmt.Sprintf("%s: header has whitespace before '{' (the Hugging Face reader rejects it)", p.file))
+	}
+	p.dec = json.NewDecoder(bytes.NewReader(header))
+	p.dec.UseNumber()
+	if _, err := p.token(); err != nil { // the '{' checked above
+		return err
+	}
+	seen := map[string]struct{}{}
+	for p.dec.More() {
+		tok, err := p.token()
+		if err != nil {
+			return err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return p.errf("", "invalid JSON in header: object key is %v", tok)
+		}
+		if _, dup := seen[key]; dup {
+			if key == metadataKey {
+				return p.errf("", "duplicate key %q in header", key)
+			}
+			return p.errf(key, "duplicate key in header")
+		}
+		seen[key] = struct{}{}
+		if key == metadataKey {
+			if err := p.parseMetadata(); err != nil {
+				return err
+			}
+			continue
+		}
+		e, err := p.parseEntry(key)
+		if err != nil {
+			return err
+		}
+		p.entries = append(p.entries, e)
+	}
+	if _, err := p.token(); err != nil { // '}'
+		return err
+	}
+	// Only (padding) whitespace may follow the object.
+	if tok, err := p.dec.Token(); err != io.EOF {
+		if err != nil {
+			return p.errf("", "invalid data after the header object at byte %d", p.dec.InputOffset())
+		}
+		return p.errf("", "unexpected %s after the header object", describe(tok))
+	}
+	return nil
+}
+
+func (p *headerParser) parseMetadata() error {
+	tok, err := p.token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return p.errf("", "%s is %s, not an object of strings", metadataKey, describe(tok))
+	}
+	seen := map[string]struct{}{}
+	for p.dec.More() {
+		tok, err := p.token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string) // the decoder only returns strings as object keys
+		if _, dup := seen[key]; dup {
+			return p.errf("", "duplicate key %q in %s", key, metadataKey)
+		}
+		seen[key] = struct{}{}
+		tok, err = p.token()
+		if err != nil {
+			return err
+		}
+		v, ok := tok.(string)
+		if !ok {
+			return p.errf("", "%s value of %q is %s, not a string", metadataKey, key, describe(tok))
+		}
+		p.meta = append(p.meta, formats.KV{Key: key, Type: formats.TypeString, Value: v})
+	}
+	_, err = p.token() // '}'
+	return err
+}
+
+func (p *headerParser) parseEntry(name string) (entry, error) {
+	e := entry{name: name}
+	tok, err := p.token()
+	if err != nil {
+		return e, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return e, p.errf(name, "entry is %s, not an object", describe(tok))
+	}
+	var haveDtype, haveShape, haveOffsets bool
+	var offsets []int64
+	for p.dec.More() {
+		tok, err := p.token()
+		if err != nil {
+			return e, err
+		}
+		field, _ := tok.(string) // the decoder only returns strings as object keys
+		var dup bool
+		switch field {
+		case "dtype":
+			dup, haveDtype = haveDtype, true
+		case "shape":
+			dup, haveShape = haveShape, true
+		case "data_offsets":
+			dup, haveOffsets = haveOffsets, true
+		default:
+			return e, p.errf(name, "unknown field %q", field)
+		}
+		if dup {
+			return e, p.errf(name, "duplicate field %q", field)
+		}
+		switch field {
+		case "dtype":
+			tok, err := p.token()
+			if err != nil {
+				return e, err
+			}
+			s, ok := tok.(string)
+			if !ok {
+				return e, p.errf(name, "dtype is %s, not a string", describe(tok))
+			}
+			dt, ok := formats.FromSafetensors(s)
+			if !ok {
+				return e, p.errf(name, "unknown dtype %q", s)
+			}
+			e.dtype = dt
+		case "shape":
+			e.shape, err = p.intArray(name, field, -1)
+			if err != nil {
+				return e, err
+			}
+		case "data_offsets":
+			offsets, err = p.intArray(name, field, 2)
+			if err != nil {
+				return e, err
+			}
+		}
+	}
+	if _, err := p.token(); err != nil { // '}'
+		return e, err
+	}
+	var missing []string
+	if !haveDtype {
+		missing = append(missing, "dtype")
+	}
+	if !haveShape {
+		missing = append(missing, "shape")
+	}
+	if !haveOffsets {
+		missing = append(missing, "data_offsets")
+	}
+	if len(missing) > 0 {
+		return e, p.errf(name, "missing field %s", strings.Join(missing, ", "))
+	}
+	e.begin, e.end = offsets[0], offsets[1]
+	if e.end < e.begin {
+		return e, p.errf(name, "data_offsets [%d, %d) are reversed", e.begin, e.end)
+	}
+	want, err := e.dtype.Bytes(e.shape)
+	if err != nil {
+		if n, nerr := formats.Elements(e.shape); nerr == nil {
+			if info := e.dtype.Info(); info.BlockSize > 1 && n%int64(info.BlockSize) != 0 {
+				return e, p.errf(name, "%s %v: %d elements are not a whole number of bytes (%s packs %d elements in %d bytes)",
+					dtypeName(e.dtype), e.shape, n, dtypeName(e.dtype), info.BlockSize, info.BlockBytes)
+			}
+		}
+		return e, p.errf(name, "%s %v: %v", dtypeName(e.dtype), e.shape, err)
+	}
+	if got := e.end - e.begin; got != want {
+		return e, p.errf(name, "data_offsets [%d, %d) hold %d bytes, but %s %v needs %d",
+			e.begin, e.end, got, dtypeName(e.dtype), e.shape, want)
+	}
+	if e.end > p.dataSize {
+		return e, p.errf(name, "data_offsets [%d, %d) run past the end of the file (the data section has %d bytes)",
+			e.begin, e.end, p.dataSize)
+	}
+	return e, nil
+}
+
+// intArray reads a JSON array of non-negative integers; want is the exact
+// length required, or -1 for any length.
+func (p *headerParser) intArray(tensor, field string, want int) ([]int64, error) {
+	what := field + " must be an array of non-negative integers"
+	if want >= 0 {
+		what = fmt.Sprintf("%s must be %d non-negative integers", field, want)
+	}
+	tok, err := p.token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '[' {
+		return nil, p.errf(tensor, "%s, got %s", what, describe(tok))
+	}
+	out := []int64{} // non-nil: a scalar's shape is [], not absent
+	for p.dec.More() {
+		tok, err := p.token()
+		if err != nil {
+			return nil, err
+		}
+		num, ok := tok.(json.Number)
+		if !ok {
+			return nil, p.errf(tensor, "%s, got %s", what, describe(tok))
+		}
+		v, err := strconv.ParseUint(string(num), 10, 63)
+		if err != nil {
+			return nil, p.errf(tensor, "%s, got %s", what, clip([]byte(num), 32))
+		}
+		if want >= 0 && len(out) == want {
+			return nil, p.errf(tensor, "%s, got more", what)
+		}
+		out = append(out, int64(v))
+	}
+	if _, err := p.token(); err != nil { // ']'
+		return nil, err
+	}
+	if want >= 0 && len(out) != want {
+		return nil, p.errf(tensor, "%s, got %d", what, len(out))
+	}
+	return out, nil
+}
+
+// checkLayout sorts the entries by offset and checks that they tile the data
+// section from 0 with no gap or overlap; it returns the end of the last one.
+func (p *headerParser) checkLayout() (int64, error) {
+	order := make([]*entry, len(p.entries))
+	for i := range p.entries {
+		order[i] = &p.entries[i]
+	}
+	slices.SortStableFunc(order, func(a, b *entry) int {
+		if a.begin != b.begin {
+			return cmpInt(a.begin, b.begin)
+		}
+		return cmpInt(a.end, b.end)
+	})
+	var end int64
+	var prev *entry
+	for _, e := range order {
+		switch {
+		case e.begin > end && prev == nil:
+			return 0, p.errf(e.name, "data starts at byte %d of the data section; the first tensor must start at 0", e.begin)
+		case e.begin > end:
+			return 0, p.errf(e.name, "gap of %d bytes between tensor %q [%d, %d) and this tensor [%d, %d)",
+				e.begin-end, prev.name, prev.begin, prev.end, e.begin, e.end)
+		case e.begin < end:
+			return 0, p.errf(e.name, "data_offsets [%d, %d) overlap tensor %q [%d, %d)",
+				e.begin, e.end, prev.name, prev.begin, prev.end)
+		}
+		end = e.end
+		prev = e
+	}
+	return end, nil
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func dtypeName(t formats.DType) string {
+	if s, ok := t.SafetensorsName(); ok {
+		return s
+	}
+	return t.String()
+}
+
+// describe names a JSON token for error messages.
+func describe(tok json.Token) string {
+	switch v := tok.(type) {
+	case json.Delim:
+		switch v {
+		case '{':
+			return "an object"
+		case '[':
+			return "an array"
+		}
+		return fmt.Sprintf("%q", string(v))
+	case string:
+		return fmt.Sprintf("the string %q", clip([]byte(v), 32))
+	case json.Number:
+		return "the number " + clip([]byte(v), 32)
+	case bool:
+		return fmt.Sprintf("%v", v)
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%v", tok)
+}
+
+// clip shortens b for an error message.
+func clip(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "..."
+}
