@@ -1,0 +1,179 @@
+package convrot
+
+import (
+	"fmt"
+	"math"
+)
+
+// MinScale is the smallest scale sdtool writes (ComfyUI kitchen's floor), so
+// that an all-zero row or tensor never divides by zero; its codes are all 0
+// and it dequantizes to exact zeros.
+const MinScale = 1e-30
+
+// Int8Max is the largest INT8 code magnitude; -128 is never written so that
+// the code range is symmetric.
+const Int8Max = 127
+
+// Int8Rows quantizes and dequantizes rows of one [out, in] weight to INT8
+// with one F32 scale per row, rotating each group of GroupSize columns by
+// H_GroupSize first when GroupSize is not 0. Its methods take chunks of
+// whole rows, keep no state and are safe for concurrent use, so a pipeline
+// can stream any row range with bounded memory.
+type Int8Rows struct {
+	// In is the row length (the input features of the layer).
+	In int
+	// GroupSize is the rotation group size, or 0 for plain per-row INT8.
+	GroupSize int
+}
+
+// NewInt8Rows checks the row length and group size (0 for no rotation; else a
+// power of four that divides in) and returns the quantizer.
+func NewInt8Rows(in, groupSize int) (Int8Rows, error) {
+	if in <= 0 {
+		return Int8Rows{}, fmt.Errorf("convrot: row length %d is not positive", in)
+	}
+	if groupSize != 0 {
+		if err := CheckGroupSize(groupSize); err != nil {
+			return Int8Rows{}, err
+		}
+		if in%groupSize != 0 {
+			return Int8Rows{}, fmt.Errorf("convrot: row length %d is not divisible by the group size %d", in, groupSize)
+		}
+	}
+	return Int8Rows{In: in, GroupSize: groupSize}, nil
+}
+
+// rows checks that the buffers hold the same whole number of rows and returns it.
+func (q Int8Rows) rows(floats, codes, scales int) (int, error) {
+	if q.In <= 0 {
+		return 0, fmt.Errorf("convrot: row length %d is not positive", q.In)
+	}
+	if floats%q.In != 0 {
+		return 0, fmt.Errorf("convrot: %d values are not a whole number of rows of %d", floats, q.In)
+	}
+	n := floats / q.In
+	if codes != floats || scales != n {
+		return 0, fmt.Errorf("convrot: %d rows of %d need %d codes and %d scales, got %d and %d",
+			n, q.In, floats, n, codes, scales)
+	}
+	return n, nil
+}
+
+// Quantize encodes whole rows of rows (n·In values) into codes (n·In bytes,
+// two's-complement I8 as stored in safetensors) and scales (n values). The
+// rotation is done in place, so rows holds the rotated weights afterwards. A
+// row with a NaN or an infinity (before or after rotation) is refused with an
+// error that gives its index within the chunk.
+func (q Int8Rows) Quantize(codes []byte, scales []float32, rows []float32) error {
+	n, err := q.rows(len(rows), len(codes), len(scales))
+	if err != nil {
+		return err
+	}
+	for r := 0; r < n; r++ {
+		row := rows[r*q.In : (r+1)*q.In : (r+1)*q.In]
+		if q.GroupSize != 0 {
+			if err := Rotate(row, q.GroupSize); err != nil {
+				return err
+			}
+		}
+		amax, ok := absMax(row)
+		if !ok {
+			return fmt.Errorf("convrot: row %d holds a NaN or infinite value", r)
+		}
+		s := RowScale(amax)
+		scales[r] = s
+		encodeInt8(codes[r*q.In:(r+1)*q.In:(r+1)*q.In], row, s)
+	}
+	return nil
+}
+
+// Scales computes only the per-row scales of rows (rotating them in place),
+// for a writer that emits the weight_scale tensor separately from the codes.
+// The scales equal those Quantize returns.
+func (q Int8Rows) Scales(scales []float32, rows []float32) error {
+	n, err := q.rows(len(rows), len(rows), len(scales))
+	if err != nil {
+		return err
+	}
+	for r := 0; r < n; r++ {
+		row := rows[r*q.In : (r+1)*q.In : (r+1)*q.In]
+		if q.GroupSize != 0 {
+			if err := Rotate(row, q.GroupSize); err != nil {
+				return err
+			}
+		}
+		amax, ok := absMax(row)
+		if !ok {
+			return fmt.Errorf("convrot: row %d holds a NaN or infinite value", r)
+		}
+		scales[r] = RowScale(amax)
+	}
+	return nil
+}
+
+// Dequantize decodes whole rows: dst = codes·scale per row in float32, then
+// the rotation again (H·H = I) when GroupSize is not 0.
+func (q Int8Rows) Dequantize(dst []float32, codes []byte, scales []float32) error {
+	n, err := q.rows(len(dst), len(codes), len(scales))
+	if err != nil {
+		return err
+	}
+	for r := 0; r < n; r++ {
+		row := dst[r*q.In : (r+1)*q.In : (r+1)*q.In]
+		src := codes[r*q.In : (r+1)*q.In : (r+1)*q.In]
+		s := scales[r]
+		for i, c := range src {
+			row[i] = float32(int8(c)) * s
+		}
+		if q.GroupSize != 0 {
+			if err := Rotate(row, q.GroupSize); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RowScale returns the INT8 scale of a row whose largest magnitude is amax:
+// amax/127 in float32, floored at MinScale.
+func RowScale(amax float32) float32 {
+	s := amax / Int8Max
+	if !(s >= MinScale) {
+		s = MinScale
+	}
+	return s
+}
+
+// absMax returns the largest |x| of row and false when row holds a NaN or an
+// infinity. It compares the bit patterns without the sign, which orders
+// finite floats like their magnitudes and puts Inf and NaN above them all.
+func absMax(row []float32) (float32, bool) {
+	var m uint32
+	for _, v := range row {
+		b := math.Float32bits(v) &^ (1 << 31)
+		if b > m {
+			m = b
+		}
+	}
+	return math.Float32frombits(m), m < 0x7f800000
+}
+
+// roundMagic is 1.5·2^23: adding it to a float32 of magnitude below 2^22
+// leaves a value whose unit in the last place is 1, so the addition rounds
+// to an integer, half to even, as IEEE round-to-nearest does.
+const roundMagic = 12582912
+
+// encodeInt8 writes clamp(roundHalfEven(x/s), -127, 127) for each x.
+func encodeInt8(dst []byte, row []float32, s float32) {
+	dst = dst[:len(row)]
+	for i, v := range row {
+		// |v/s| is at most about 127 (s >= amax/127), far below 2^22.
+		r := float32(float32(v/s+roundMagic) - roundMagic)
+		if r > Int8Max {
+			r = Int8Max
+		} else if r < -Int8Max {
+			r = -Int8Max
+		}
+		dst[i] = byte(int8(r))
+	}
+}
