@@ -1,0 +1,54 @@
+package quant
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// The k-quants (q2_K ... q6_K) and iq4_xs encode super-blocks of 256
+// elements. Each codec has ggml's two algorithms: without importance weights
+// the quantize_row_*_ref search, with them the quantize_*_impl search that
+// weighs each element's error by its importance (ggml_quantize_chunk picks
+// the same way). Every block is encoded from fixed-size arrays on the stack,
+// so the codecs allocate nothing and share no mutable state.
+
+func init() {
+	for _, c := range []Codec{
+		{Type: formats.Q2_K, Quantize: quantizeQ2K, Dequantize: dequantizeQ2K, UsesWeights: true},
+		{Type: formats.Q3_K, Quantize: quantizeQ3K, Dequantize: dequantizeQ3K, UsesWeights: true},
+		{Type: formats.Q4_K, Quantize: quantizeQ4K, Dequantize: dequantizeQ4K, UsesWeights: true},
+		{Type: formats.Q5_K, Quantize: quantizeQ5K, Dequantize: dequantizeQ5K, UsesWeights: true},
+		{Type: formats.Q6_K, Quantize: quantizeQ6K, Dequantize: dequantizeQ6K, UsesWeights: true},
+		{Type: formats.IQ4_XS, Quantize: quantizeIQ4XS, Dequantize: dequantizeIQ4XS, UsesWeights: true},
+	} {
+		Register(c)
+	}
+}
+
+// sqrt32 is sqrtf; the compiler turns this pattern into one SQRTSS, and the
+// result is the correctly rounded float32 square root either way.
+func sqrt32(f float32) float32 { return float32(math.Sqrt(float64(f))) }
+
+// putF16 stores f as a little-endian IEEE half, rounded as ggml rounds it,
+// and returns the value the half decodes to.
+func putF16(dst []byte, f float32) float32 {
+	h := F32ToF16(f)
+	binary.LittleEndian.PutUint16(dst, h)
+	return F16ToF32(h)
+}
+
+// getF16 decodes the little-endian half at the start of src.
+func getF16(src []byte) float32 { return F16ToF32(binary.LittleEndian.Uint16(src)) }
+
+// blocks256 returns how many whole super-blocks src holds and checks that
+// dst and weights (when given) cover them, so that a caller's mistake fails
+// with a message instead of an index panic deep inside a block.
+func blocks256(t formats.DType, dst []byte, src, weights []float32) int {
+	nb := len(src) / qkBlock
+	if len(src)%qkBlock != 0 || len(dst) < nb*t.Info().BlockBytes || (weights != nil && len(weights) < len(src)) {
+		panic("quant: " + t.String() + ": source, destination and weights do not describe whole blocks")
+	}
+	return nb
+}

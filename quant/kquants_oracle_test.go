@@ -1,0 +1,27 @@
+//go:build cgo
+
+package quant
+
+import (
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// The k-quant and iq4_xs codecs against the linked ggml, both paths, on the
+// shared inputs: bytes of ggml_quantize_chunk and float bits of its to_float.
+
+func TestQ2KMatchesGGML(t *testing.T)   { checkAgainstGGML(t, formats.Q2_K) }
+func TestQ3KMatchesGGML(t *testing.T)   { checkAgainstGGML(t, formats.Q3_K) }
+func TestQ4KMatchesGGML(t *testing.T)   { checkAgainstGGML(t, formats.Q4_K) }
+func TestQ5KMatchesGGML(t *testing.T)   { checkAgainstGGML(t, formats.Q5_K) }
+func TestQ6KMatchesGGML(t *testing.T)   { checkAgainstGGML(t, formats.Q6_K) }
+func TestIQ4XSMatchesGGML(t *testing.T) { checkAgainstGGML(t, formats.IQ4_XS) }
+
+// Random block bytes, including scales no quantizer writes, must decode to
+// ggml's floats.
+func TestKQuantDequantRandomMatchesGGML(t *testing.T) {
+	for _, typ := range []formats.DType{formats.Q2_K, formats.Q3_K, formats.Q4_K, formats.Q5_K, formats.Q6_K, formats.IQ4_XS} {
+		t.Run(typ.String(), func(t *testing.T) { checkDequantRandom(t, typ) })
+	}
+}

@@ -1,0 +1,368 @@
+package quant
+
+import "math"
+
+// This file holds the scale searches that ggml's k-quants share
+// (make_qx_quants, make_q3_quants, make_qkx2/qkx3_quants, make_qp_quants in
+// ggml-quants.c), rewritten so that every float32 operation happens in the
+// same order and with the same rounding as ggml compiled without fused
+// multiply-adds. Products that feed an addition are wrapped in float32(...):
+// the Go spec guarantees that an explicit conversion rounds, so the compiler
+// may not fuse them (it would on arm64). No accumulator is widened to
+// float64, because ggml accumulates these sums in float.
+
+// groupMaxEps is ggml's GROUP_MAX_EPS: groups whose largest magnitude is
+// below it are treated as all zero.
+const groupMaxEps = float32(1e-15)
+
+// qkBlock is ggml's QK_K, the super-block size of the k-quants.
+const qkBlock = 256
+
+// nearestInt rounds like ggml's nearest_int: adding 1.5*2^23 leaves the
+// rounded integer in the low mantissa bits (ties to even). Outside
+// |f| <= 2^22 the result is ggml's garbage, reproduced on purpose.
+func nearestInt(f float32) int32 {
+	v := f + 12582912
+	return int32(math.Float32bits(v)&0x007fffff) - 0x00400000
+}
+
+// abs32 is fabsf: it clears the sign bit, NaN included.
+func abs32(f float32) float32 {
+	return math.Float32frombits(math.Float32bits(f) &^ 0x80000000)
+}
+
+// clampInt32 limits v to [lo, hi] the way ggml's MAX(lo, MIN(hi, v)) does.
+func clampInt32(v, lo, hi int32) int32 {
+	return max(lo, min(hi, v))
+}
+
+// makeQxQuants is ggml's make_qx_quants with rmse_type 1, the only variant
+// the k-quants use: a symmetric scale for levels -nmax..nmax-1, chosen among
+// 19 candidate scales by weighted least squares. The weight of element i is
+// qw[i], or x[i]^2 when qw is nil. L receives the levels plus nmax.
+func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
+	n := len(x)
+	L = L[:n]
+	var w2 [32]float32 // per-element weights
+	w := w2[:n]
+	if qw != nil {
+		copy(w, qw[:n])
+	} else {
+		for i, v := range x {
+			w[i] = float32(v * v)
+		}
+	}
+	var vmax, amax float32
+	for _, v := range x {
+		if ax := abs32(v); ax > amax {
+			amax, vmax = ax, v
+		}
+	}
+	if amax < groupMaxEps {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0
+	}
+	fn := float32(nmax)
+	iscale := float32(-nmax) / vmax
+	var sumlx, suml2 float32
+	for i, v := range x {
+		l := clampInt32(nearestInt(iscale*v), -nmax, nmax-1)
+		L[i] = int8(l + nmax)
+		fl := float32(l)
+		wi := w[i]
+		sumlx += float32(float32(wi*v) * fl)
+		suml2 += float32(float32(wi*fl) * fl)
+	}
+	scale := float32(0)
+	if suml2 != 0 {
+		scale = sumlx / suml2
+	}
+	best := scale * sumlx
+	var laux [32]int8
+	la := laux[:n]
+	for is := int32(-9); is <= 9; is++ {
+		if is == 0 {
+			continue
+		}
+		iscale = -(fn + float32(0.1)*float32(is)) / vmax
+		sumlx, suml2 = 0, 0
+		for i, v := range x {
+			l := clampInt32(nearestInt(iscale*v), -nmax, nmax-1)
+			la[i] = int8(l + nmax)
+			fl := float32(l)
+			wi := w[i]
+			sumlx += float32(float32(wi*v) * fl)
+			suml2 += float32(float32(wi*fl) * fl)
+		}
+		if suml2 > 0 && float32(sumlx*sumlx) > float32(best*suml2) {
+			copy(L, la)
+			scale = sumlx / suml2
+			best = scale * sumlx
+		}
+	}
+	return scale
+}
+
+// makeQ3Quants is ggml's make_q3_quants with do_rmse set (q3_K's reference
+// path): levels -nmax..nmax-1 from the largest magnitude, then up to five
+// passes that move single elements to a better level, weighted by x^2. L
+// receives the levels plus nmax (or zeros for an all-zero group).
+func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
+	n := len(x)
+	L = L[:n]
+	var vmax, amax float32
+	for _, v := range x {
+		if ax := abs32(v); ax > amax {
+			amax, vmax = ax, v
+		}
+	}
+	if amax < groupMaxEps {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0
+	}
+	iscale := float32(-nmax) / vmax
+	var sumlx, suml2 float32
+	for i, v := range x {
+		l := clampInt32(nearestInt(iscale*v), -nmax, nmax-1)
+		L[i] = int8(l)
+		fl := float32(l)
+		w := float32(v * v)
+		sumlx += float32(float32(w*v) * fl)
+		suml2 += float32(float32(w*fl) * fl)
+	}
+	for range 5 {
+		changed := false
+		for i, v := range x {
+			w := float32(v * v)
+			li := float32(L[i])
+			slx := sumlx - float32(float32(w*v)*li)
+			if slx > 0 {
+				sl2 := suml2 - float32(float32(w*li)*li)
+				nl := clampInt32(nearestInt(float32(v*sl2)/slx), -nmax, nmax-1)
+				if nl != int32(L[i]) {
+					fl := float32(nl)
+					slx += float32(float32(w*v) * fl)
+					sl2 += float32(float32(w*fl) * fl)
+					if sl2 > 0 && float32(float32(slx*slx)*suml2) > float32(float32(sumlx*sumlx)*sl2) {
+						L[i] = int8(nl)
+						sumlx, suml2 = slx, sl2
+						changed = true
+					}
+				}
+			}
+		}
+		if !changed {
+			break
+		}
+	}
+	for i := range L {
+		L[i] += int8(nmax)
+	}
+	if suml2 > 0 {
+		return sumlx / suml2
+	}
+	return 0
+}
+
+// makeQkxQuants is ggml's make_qkx2_quants (and, with weights always given,
+// make_qkx3_quants, whose only difference is a max <= min test that cannot
+// differ from max == min here): an asymmetric scale and offset for levels
+// 0..nmax, searched over nstep+1 candidate scales starting from
+// (rmin+nmax)/(max-min) in steps of rdelta, each refined by weighted least
+// squares and kept when its weighted error (absolute with useMad, squared
+// otherwise) is smaller. It returns the scale and the offset to subtract
+// (ggml's the_min, never negative).
+func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
+	n := len(x)
+	weights = weights[:n]
+	L = L[:n]
+	vmin, vmax := x[0], x[0]
+	sumW := weights[0]
+	sumX := float32(sumW * x[0])
+	for i := 1; i < n; i++ {
+		v := x[i]
+		if v < vmin {
+			vmin = v
+		}
+		if v > vmax {
+			vmax = v
+		}
+		w := weights[i]
+		sumW += w
+		sumX += float32(w * v)
+	}
+	if vmin > 0 {
+		vmin = 0
+	}
+	if vmax == vmin {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0, -vmin
+	}
+	// ggml recomputes x[i]-min for every candidate; it only changes when a
+	// candidate wins, so it is kept in xm and refreshed then.
+	var xm2 [32]float32
+	xm := xm2[:n]
+	for i, v := range x {
+		xm[i] = v - vmin
+	}
+	span := vmax - vmin
+	fn := float32(nmax)
+	iscale := fn / span
+	scale = 1 / iscale
+	var bestErr float32
+	for i, v := range x {
+		l := clampInt32(nearestInt(iscale*xm[i]), 0, nmax)
+		L[i] = uint8(l)
+		diff := float32(scale*float32(l)) + vmin - v
+		if useMad {
+			diff = abs32(diff)
+		} else {
+			diff = float32(diff * diff)
+		}
+		bestErr += float32(weights[i] * diff)
+	}
+	if nstep < 1 {
+		return scale, -vmin
+	}
+	var laux2 [32]uint8
+	laux := laux2[:n]
+	for is := 0; is <= nstep; is++ {
+		iscale = (rmin + float32(rdelta*float32(is)) + fn) / span
+		var sumL, sumL2, sumXL float32
+		for i, v := range xm {
+			l := clampInt32(nearestInt(iscale*v), 0, nmax)
+			laux[i] = uint8(l)
+			fl := float32(l)
+			wl := float32(weights[i] * fl)
+			sumL += wl
+			sumL2 += float32(wl * fl)
+			sumXL += float32(wl * x[i])
+		}
+		D := float32(sumW*sumL2) - float32(sumL*sumL)
+		if D > 0 {
+			thisScale := (float32(sumW*sumXL) - float32(sumX*sumL)) / D
+			thisMin := (float32(sumL2*sumX) - float32(sumL*sumXL)) / D
+			if thisMin > 0 {
+				thisMin = 0
+				thisScale = sumXL / sumL2
+			}
+			var curErr float32
+			for i, v := range x {
+				diff := float32(thisScale*float32(laux[i])) + thisMin - v
+				if useMad {
+					diff = abs32(diff)
+				} else {
+					diff = float32(diff * diff)
+				}
+				curErr += float32(weights[i] * diff)
+			}
+			if curErr < bestErr {
+				copy(L, laux)
+				bestErr = curErr
+				scale, vmin = thisScale, thisMin
+				// ggml's later candidates use the new min, both in x-min
+				// and in max-min.
+				for i, v := range x {
+					xm[i] = v - vmin
+				}
+				span = vmax - vmin
+			}
+		}
+	}
+	return scale, -vmin
+}
+
+// makeQpQuants is ggml's make_qp_quants: it quantizes the non-negative
+// sub-block scales x to levels 0..nmax under the weights qw (a coarse search
+// over nine scales, then up to five single-element refinement passes) and
+// returns the super-block scale. Level arithmetic follows ggml's int and
+// uint8_t conversions exactly, including the wrap of a negative level.
+func makeQpQuants(nmax int32, x []float32, L []uint8, qw []float32) float32 {
+	n := len(x)
+	L = L[:n]
+	qw = qw[:n]
+	var vmax float32
+	for _, v := range x {
+		if !(vmax > v) { // ggml's MAX(max, x[i]) keeps x[i] when the test fails
+			vmax = v
+		}
+	}
+	if vmax < groupMaxEps {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0
+	}
+	fn := float32(nmax)
+	iscale := fn / vmax
+	for i, v := range x {
+		L[i] = uint8(nearestInt(iscale * v))
+	}
+	scale := 1 / iscale
+	var bestMSE float32
+	for i, v := range x {
+		diff := v - float32(scale*float32(L[i]))
+		bestMSE += float32(float32(qw[i]*diff) * diff)
+	}
+	for is := int32(-4); is <= 4; is++ {
+		if is == 0 {
+			continue
+		}
+		iscaleIs := (float32(float32(0.1)*float32(is)) + fn) / vmax
+		scaleIs := 1 / iscaleIs
+		var mse float32
+		for i, v := range x {
+			l := min(nmax, nearestInt(iscaleIs*v))
+			diff := v - float32(scaleIs*float32(l))
+			mse += float32(float32(qw[i]*diff) * diff)
+		}
+		if mse < bestMSE {
+			bestMSE = mse
+			iscale = iscaleIs
+		}
+	}
+	var sumlx, suml2 float32
+	for i, v := range x {
+		l := min(nmax, nearestInt(iscale*v))
+		L[i] = uint8(l)
+		fl := float32(l)
+		w := qw[i]
+		sumlx += float32(float32(w*v) * fl)
+		suml2 += float32(float32(w*fl) * fl)
+	}
+	for range 5 {
+		changed := false
+		for i, v := range x {
+			w := qw[i]
+			li := float32(L[i])
+			slx := sumlx - float32(float32(w*v)*li)
+			sl2 := suml2 - float32(float32(w*li)*li)
+			if slx > 0 && sl2 > 0 {
+				nl := min(nmax, nearestInt(float32(v*sl2)/slx))
+				if nl != int32(L[i]) {
+					fl := float32(nl)
+					slx += float32(float32(w*v) * fl)
+					sl2 += float32(float32(w*fl) * fl)
+					if float32(float32(slx*slx)*suml2) > float32(float32(sumlx*sumlx)*sl2) {
+						L[i] = uint8(nl)
+						sumlx, suml2 = slx, sl2
+						changed = true
+					}
+				}
+			}
+		}
+		if !changed {
+			break
+		}
+	}
+	if suml2 > 0 {
+		return sumlx / suml2
+	}
+	return 0
+}
