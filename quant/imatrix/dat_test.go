@@ -71,10 +71,14 @@ func TestDatMalformed(t *testing.T) {
 		vals  []float32
 	}{{"a.weight", 1, []float32{1, 2}}}, false)
 	cases := map[string][]byte{
-		"empty":          {},
-		"zero entries":   {0, 0, 0, 0},
-		"huge name":      append([]byte{1, 0, 0, 0}, 0xff, 0xff, 0xff, 0x7f),
-		"huge nval":      func() []byte { b := append([]byte(nil), good...); binary.LittleEndian.PutUint32(b[4+4+8+4:], 1<<30); return b }(),
+		"empty":        {},
+		"zero entries": {0, 0, 0, 0},
+		"huge name":    append([]byte{1, 0, 0, 0}, 0xff, 0xff, 0xff, 0x7f),
+		"huge nval": func() []byte {
+			b := append([]byte(nil), good...)
+			binary.LittleEndian.PutUint32(b[4+4+8+4:], 1<<30)
+			return b
+		}(),
 		"truncated vals": good[:len(good)-2],
 	}
 	for name, data := range cases {
@@ -141,5 +145,51 @@ func TestGoldenDatFiles(t *testing.T) {
 		if name == "sd15-sdcli.imatrix.dat" && len(m.Entries) != 256 {
 			t.Errorf("%s: %d entries, want 256", name, len(m.Entries))
 		}
+	}
+}
+
+func TestGGUFRoundTrip(t *testing.T) {
+	m := &Matrix{Datasets: []string{"prompts.txt"}, ChunkCount: 3, ChunkSize: 1,
+		Entries: []*Entry{
+			{Name: "b.weight", NCall: 3, Sum2: []float32{1, 2, 3, 4}, Counts: []float32{3}},
+			{Name: "a.weight", NCall: 2, Sum2: []float32{0.5, 0.25, 1, 1, 2, 2}, Counts: []float32{2, 1}},
+		}}
+	path := filepath.Join(t.TempDir(), "im.gguf")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := WriteGGUF(f, m)
+	f.Close()
+	if err != nil || len(long) != 0 {
+		t.Fatal(err, long)
+	}
+	back, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.ChunkCount != 3 || back.ChunkSize != 1 || len(back.Datasets) != 1 || back.Datasets[0] != "prompts.txt" {
+		t.Errorf("metadata: %+v", back)
+	}
+	if got := back.Names(); len(got) != 2 || back.Entries[0].Name != "a.weight" {
+		t.Errorf("names %v (entries must be sorted)", got)
+	}
+	a, _ := back.Lookup("a.weight")
+	if mean := a.Mean(); mean[0] != 0.25 || mean[3] != 1 || mean[5] != 2 {
+		t.Errorf("mean per expert: %v", mean)
+	}
+	b, _ := back.Lookup("b.weight")
+	if b.NCall != 3 || b.Stored()[3] != 4 {
+		t.Errorf("b: ncall %d stored %v", b.NCall, b.Stored())
+	}
+	// Open also reads the legacy format.
+	dat := filepath.Join(t.TempDir(), "im.dat")
+	g, _ := os.Create(dat)
+	if err := WriteDat(g, back); err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	if d, err := Open(dat); err != nil || len(d.Entries) != 2 {
+		t.Errorf("Open(.dat): %v", err)
 	}
 }
