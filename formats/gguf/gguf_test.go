@@ -64,7 +64,7 @@ func testTensors() []formats.Tensor {
 		{Name: "k.weight", Type: formats.Q4_K, Shape: []int64{1, 256}},
 		{Name: "scalar", Type: formats.F32, Shape: nil},
 		{Name: "five", Type: formats.F16, Shape: []int64{2, 1, 3, 1, 2}},
-		{Name: "empty", Type: formats.BF16, Shape: []int64{0, 8}},
+		{Name: "empty", Type: formats.BF16, Shape: []int64{8, 0}},
 		{Name: "col", Type: formats.I32, Shape: []int64{7, 1}},
 		{Name: "last", Type: formats.Q8_0, Shape: []int64{32}},
 	}
@@ -236,6 +236,7 @@ func TestWriterErrors(t *testing.T) {
 		{"unknown type", []formats.Tensor{{Name: "x", Type: formats.DType(4), Shape: []int64{4}}}, nil, nil, `tensor "x": type type(4) is not a ggml type`},
 		{"row", []formats.Tensor{{Name: "q", Type: formats.Q4_K, Shape: []int64{2, 128}}}, nil, nil, `tensor "q": row of 128 elements`},
 		{"size", []formats.Tensor{{Name: "s", Type: formats.F16, Shape: []int64{4}, Size: 4}}, nil, nil, `tensor "s": size 4`},
+		{"zero dim", []formats.Tensor{{Name: "z", Type: formats.F32, Shape: []int64{0, 4}}}, nil, nil, `tensor "z": shape [0 4] has a zero outside the row dim`},
 		{"dims", []formats.Tensor{{Name: "d", Type: formats.F32, Shape: []int64{1, 1, 1, 1, 1, 1, 1, 1, 1}}}, nil, nil, "9 dims"},
 		{"dup key", ok, formats.Metadata{{Key: "k", Type: formats.TypeUint8, Value: uint8(1)}, {Key: "k", Type: formats.TypeUint8, Value: uint8(1)}}, nil, `duplicate metadata key "k"`},
 		{"empty key", ok, formats.Metadata{{Key: "", Type: formats.TypeUint8, Value: uint8(1)}}, nil, "empty metadata key"},

@@ -48,12 +48,15 @@ func (h *hb) data(n int) []byte {
 
 func kvU32(h *hb, key string, v uint32) *hb { return h.str(key).u32(uint32(formats.TypeUint32)).u32(v) }
 
-func TestMalformed(t *testing.T) {
-	cases := []struct {
-		name string
-		file []byte
-		want string
-	}{
+// malformedCase is a file the reader must refuse with an error containing want.
+type malformedCase struct {
+	name string
+	file []byte
+	want string
+}
+
+func malformedCases() []malformedCase {
+	return []malformedCase{
 		{"empty", nil, "truncated at offset 0 while reading magic"},
 		{"magic", []byte("GGML\x03\x00\x00\x00"), `not a GGUF file (magic "GGML")`},
 		{"v0", (&hb{}).raw([]byte("GGUF")...).u32(0).u64(0).u64(0).b, "bad GGUF version 0"},
@@ -89,7 +92,10 @@ func TestMalformed(t *testing.T) {
 		{"overlap", head(2, 0).info("a", formats.F32, 0, 16).info("b", formats.F32, 32, 4).data(64), `tensor "b": data [`},
 		{"truncated infos", head(1, 0).str("w").u32(2).u64(4).b, `file truncated at offset 45 while reading dimensions of tensor "w"`},
 	}
-	for _, c := range cases {
+}
+
+func TestMalformed(t *testing.T) {
+	for _, c := range malformedCases() {
 		_, err := parseBytes(c.file)
 		if err == nil {
 			t.Errorf("%s: accepted", c.name)
@@ -192,6 +198,16 @@ func TestWarnings(t *testing.T) {
 	}
 	if !f.Packed() {
 		t.Error("packed file reported as not packed")
+	}
+}
+
+func TestZeroDimWarning(t *testing.T) {
+	f, err := parseBytes(head(1, 0).info("z", formats.F32, 0, 4, 0).data(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := f.Info().Warnings; len(w) != 1 || !strings.Contains(w[0], `tensor "z": dimension 1 is zero`) {
+		t.Errorf("warnings %q", w)
 	}
 }
 

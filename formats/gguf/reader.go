@@ -508,6 +508,12 @@ func (p *parser) tensorInfos(g *File, n int64) error {
 		if off > math.MaxInt64 || int64(off)%g.alignment != 0 {
 			return p.tensorErrorf(name, "offset %d is not a multiple of the alignment %d", off, g.alignment)
 		}
+		for j := 1; j < len(ne); j++ {
+			if ne[j] == 0 {
+				p.warn = append(p.warn, fmt.Sprintf("tensor %q: dimension %d is zero, which crashes ggml's reader", name, j))
+				break
+			}
+		}
 		g.byName[name] = int(i)
 		g.tensors = append(g.tensors, formats.Tensor{
 			Name: name, Type: dt, Shape: shape, File: g.path, Offset: int64(off), Size: size,

@@ -109,6 +109,13 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 			return nil, fmt.Errorf("gguf writer: tensor %q: size %d, but %s %v takes %d bytes", t.Name, t.Size, t.Type, t.Shape, size)
 		}
 		ne := storedDims(t.Shape, opts.TrimDims)
+		for j := 1; j < len(ne); j++ {
+			if ne[j] == 0 {
+				// ggml's reader divides by ne[1..3] when it checks the element
+				// count, and dies of SIGFPE on a zero there.
+				return nil, fmt.Errorf("gguf writer: tensor %q: shape %v has a zero outside the row dim, which crashes ggml's reader", t.Name, t.Shape)
+			}
+		}
 		b = appendString(b, t.Name)
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(ne)))
 		for _, d := range ne {
