@@ -91,7 +91,7 @@ func Build(sources []Source, opts Options) (*Result, error) {
 		out.Producer = p
 		n, err := out.Bytes()
 		if err != nil {
-			return nil, fmt.Errorf("%s: tensor %q: %v", s.Tensor.File, s.Tensor.Name, err)
+			return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
 		}
 		row.BytesOut = n
 		res.Plan.Outputs = append(res.Plan.Outputs, out)
@@ -141,11 +141,11 @@ func producer(s *Source, to formats.DType, weights []float32) (pipeline.Producer
 	}
 	dec, err := quant.Decoder(from)
 	if err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %v", s.Tensor.File, s.Tensor.Name, err)
+		return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
 	}
 	enc, err := quant.Encoder(to)
 	if err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %v", s.Tensor.File, s.Tensor.Name, err)
+		return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
 	}
 	return pipeline.Convert(s.Model, s.Tensor, to, pipeline.DecodeWith(dec.Dequantize),
 		pipeline.EncodeWith(to, enc.Quantize, weights)), nil
