@@ -102,3 +102,61 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
+
+func TestDryRunWritesNothing(t *testing.T) {
+	dir := goldenDir(t)
+	out := filepath.Join(t.TempDir(), "x.gguf")
+	cfg := &Config{Inputs: map[string]string{"model": filepath.Join(dir, "input.safetensors")}, Output: out, Type: "q4_K", DryRun: true}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("dry run wrote %s", out)
+	}
+	var b bytes.Buffer
+	if err := WritePlan(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	for _, want := range []string{
+		"model.diffusion_model.blocks.0.attn.to_q.weight", "q4_K",
+		"row of 320 is not a multiple of the q4_K block size 256",
+		"5-D shape [8 4 1 2 2] folded to [32 1 2 2]", "ComfyUI int8_tensorwise weight", "bits per weight",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	dir := goldenDir(t)
+	in := filepath.Join(dir, "input.safetensors")
+	tmp := t.TempDir()
+	cases := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.gguf"), Type: "q8_K"}, "cannot be written"},
+		{Config{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.gguf"), Type: "fp8_e4m3"}, "quantize"},
+		{Config{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.gguf"), Rules: "x(=q4_K"}, "pattern"},
+		{Config{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.safetensors"), Type: "q4_K"}, "safetensors cannot hold"},
+		{Config{Inputs: map[string]string{"model": in}, Output: in, Force: true}, "input"},
+		{Config{Inputs: map[string]string{"model": filepath.Join(tmp, "missing.safetensors")}, Output: filepath.Join(tmp, "a.gguf")}, "missing.safetensors"},
+		{Config{Output: filepath.Join(tmp, "a.gguf")}, "no input"},
+	}
+	for _, c := range cases {
+		_, err := Run(context.Background(), &c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: err = %v, want %q", c.cfg, err, c.want)
+		}
+		if _, err := os.Stat(filepath.Join(tmp, "a.gguf")); err == nil {
+			t.Errorf("%+v left an output", c.cfg)
+		}
+	}
+	entries, _ := os.ReadDir(tmp)
+	if len(entries) != 0 {
+		t.Errorf("files left behind: %v", entries)
+	}
+}
