@@ -3,8 +3,10 @@ package safetensors
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -53,15 +55,19 @@ func OpenModel(path string) (formats.Model, error) {
 // weight_map entry must be in its shard and every shard tensor in the map.
 func OpenSharded(path string) (*formats.Sharded, error) {
 	if IsIndex(path) {
-		return openIndex(path)
+		return openIndex(path, path)
 	}
 	base := filepath.Base(path)
 	stem, _, n, ok := parseShardName(base)
 	if !ok {
 		return nil, fmt.Errorf("%s: not an index.json or a NAME-0000k-of-0000n.safetensors shard name", path)
 	}
-	if idx := findIndex(path); idx != "" {
-		return openIndex(idx)
+	idx, err := findIndex(path)
+	if err != nil {
+		return nil, err
+	}
+	if idx != "" {
+		return openIndex(idx, path)
 	}
 	dir := filepath.Dir(path)
 	m := shardName.FindStringSubmatch(base)
@@ -98,8 +104,10 @@ func parseShardName(base string) (stem string, k, n int, ok bool) {
 }
 
 // findIndex looks beside shard for an index.json that lists it: first
-// NAME.safetensors.index.json, then any other *.index.json in the folder.
-func findIndex(shard string) string {
+// NAME.safetensors.index.json, whose errors are reported, then any other
+// *.index.json in the folder, skipped when unreadable. It returns "" when
+// there is none.
+func findIndex(shard string) (string, error) {
 	dir, base := filepath.Split(shard)
 	stem, _, _, _ := parseShardName(base)
 	first := filepath.Join(dir, stem+".safetensors.index.json")
@@ -111,18 +119,21 @@ func findIndex(shard string) string {
 			}
 		}
 	}
-	for _, c := range candidates {
+	for i, c := range candidates {
 		idx, err := readIndex(c)
 		if err != nil {
-			continue // not a readable safetensors index: fall back to the shard numbering
+			if i == 0 && !errors.Is(err, fs.ErrNotExist) {
+				return "", err // the shards' own index is broken: say so rather than guess
+			}
+			continue
 		}
 		for _, e := range idx.entries {
 			if filepath.Clean(e.file) == base {
-				return c
+				return c, nil
 			}
 		}
 	}
-	return ""
+	return "", nil
 }
 
 type indexEntry struct {
@@ -150,6 +161,11 @@ func readIndex(path string) (*index, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	bad := func(format string, args ...any) error {
+		for i, a := range args {
+			if a == io.EOF || a == io.ErrUnexpectedEOF {
+				args[i] = "unexpected end of the JSON"
+			}
+		}
 		return fmt.Errorf("%s: invalid index: %s", path, fmt.Sprintf(format, args...))
 	}
 	tok, err := dec.Token()
@@ -220,7 +236,9 @@ func readIndex(path string) (*index, error) {
 	return idx, nil
 }
 
-func openIndex(path string) (*formats.Sharded, error) {
+// openIndex opens the shards listed by the index at path; opened is the path
+// the caller asked for (the index or one shard), which the model reports.
+func openIndex(path, opened string) (*formats.Sharded, error) {
 	idx, err := readIndex(path)
 	if err != nil {
 		return nil, err
@@ -252,7 +270,7 @@ func openIndex(path string) (*formats.Sharded, error) {
 		closeParts(parts)
 		return nil, err
 	}
-	return joinParts(path, parts)
+	return joinParts(opened, parts)
 }
 
 // checkIndex cross-checks the weight_map against the shards' own headers.

@@ -1,0 +1,112 @@
+package safetensors
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// FuzzParse checks that Parse never panics, and that whatever it accepts
+// obeys the format's invariants and survives a rewrite unchanged.
+func FuzzParse(f *testing.F) {
+	seeds := [][]formats.Tensor{
+		nil,
+		{{Name: "w", Type: formats.F32, Shape: []int64{2, 3}}},
+		{{Name: "a", Type: formats.F16, Shape: []int64{4}}, {Name: "s", Type: formats.BF16, Shape: []int64{}}, {Name: "e", Type: formats.F8_E4M3, Shape: []int64{0, 3}}},
+		{{Name: "f4", Type: formats.F4, Shape: []int64{2, 2}}, {Name: "f6", Type: formats.F6_E3M2, Shape: []int64{4}}, {Name: "i", Type: formats.I64, Shape: []int64{1}}},
+	}
+	for i, ts := range seeds {
+		var meta map[string]string
+		if i%2 == 1 {
+			meta = map[string]string{"format": "pt", "k": "v"}
+		}
+		b, _ := writeAll(f, ts, meta, &WriterOptions{NoPadding: i == 3})
+		f.Add(b)
+	}
+	f.Add(raw(`{"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}`, []byte{1, 2, 3, 4, 5}))
+	f.Add(raw(`{"x":{"dtype":"U8","shape":[2],"data_offsets":[10,8]}}`, make([]byte, 10)))
+	f.Add(raw(`{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":{}}`, make([]byte, 4)))
+	f.Add(raw(`{"__metadata__":{"a":1}}`, nil))
+	f.Add(raw(`{"t":{"dtype":"F64","shape":[1000000000000,1000000000],"data_offsets":[0,8]}}`, nil))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{'})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := parseBytes(data, "fuzz.safetensors")
+		if err != nil {
+			return
+		}
+		ts := file.Tensors()
+		start := file.Info().DataOffset
+		var total int64
+		for i := range ts {
+			tn := &ts[i]
+			if tn.Offset < start || tn.Offset+tn.Size > int64(len(data)) {
+				t.Fatalf("tensor %q [%d, +%d) outside the data of a %d-byte file", tn.Name, tn.Offset, tn.Size, len(data))
+			}
+			want, err := tn.Type.Bytes(tn.Shape)
+			if err != nil || want != tn.Size {
+				t.Fatalf("tensor %q: size %d, type and shape give %d (%v)", tn.Name, tn.Size, want, err)
+			}
+			got, err := formats.ReadTensor(file, tn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data[tn.Offset:tn.Offset+tn.Size]) {
+				t.Fatalf("tensor %q: ReadTensor differs from the file", tn.Name)
+			}
+			total += tn.Size
+		}
+		// Contiguity: the tensors tile the data section exactly up to its end.
+		if extra := int64(len(data)) - start - total; extra < 0 || (extra > 0) != hasTrailingWarning(file) {
+			t.Fatalf("%d bytes beyond the tensors, warnings %q", extra, file.Info().Warnings)
+		}
+
+		// Rewrite in offset order (the writer packs in the given order) and read back.
+		order := slices.Clone(ts)
+		slices.SortStableFunc(order, func(a, b formats.Tensor) int { return cmpInt(a.Offset, b.Offset) })
+		meta := map[string]string{}
+		for _, kv := range file.Metadata() {
+			meta[kv.Key] = kv.Value.(string)
+		}
+		var buf bytes.Buffer
+		w, err := NewWriter(&buf, order, meta, nil)
+		if err != nil {
+			t.Fatalf("rewrite: %v", err)
+		}
+		for i := range order {
+			if _, err := w.Write(data[order[i].Offset : order[i].Offset+order[i].Size]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		again, err := parseBytes(buf.Bytes(), "fuzz.safetensors")
+		if err != nil {
+			t.Fatalf("rewrite does not parse: %v", err)
+		}
+		if !slices.EqualFunc(again.Tensors(), order, func(a, b formats.Tensor) bool {
+			return a.Name == b.Name && a.Type == b.Type && slices.Equal(a.Shape, b.Shape) && a.Size == b.Size
+		}) {
+			t.Fatalf("rewrite changed the tensors")
+		}
+		if len(again.Metadata()) != len(meta) {
+			t.Fatalf("rewrite changed the metadata")
+		}
+		for _, kv := range again.Metadata() {
+			if v, ok := meta[kv.Key]; !ok || v != kv.Value {
+				t.Fatalf("rewrite changed metadata %q", kv.Key)
+			}
+		}
+	})
+}
+
+func hasTrailingWarning(f *File) bool {
+	for _, w := range f.Info().Warnings {
+		if bytes.Contains([]byte(w), []byte("after the end of the tensor data")) {
+			return true
+		}
+	}
+	return false
+}
