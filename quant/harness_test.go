@@ -158,3 +158,47 @@ func testWeights(seed uint64, n int) []weightSet {
 	}
 	return []weightSet{{"ref", nil}, {"ones", ones}, {"random", pos}, {"zeros", zeros}}
 }
+
+// testSpecialRowSets returns rows holding NaN and ±Inf: single NaNs and Infs
+// among Gaussian values, a NaN first in its block (it starts the running
+// maximum of some quantizers), whole blocks of NaN or Inf, and Inf next to
+// NaN. They are kept apart from testRowSets because some of ggml's
+// quantizers assert (and abort the process) on such input.
+func testSpecialRowSets(seed uint64, block int) []rowSet {
+	r := rand.New(rand.NewPCG(seed, uint64(block)^0xbad))
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	block = max(block, 32) // the unit of the patterns below
+	n := 8 * block
+	rows := 6
+	data := make([]float32, n*rows)
+	gaussRow(r, data)
+	for row := range rows {
+		x := data[row*n : (row+1)*n]
+		for b := 0; b < n; b += block {
+			blk := x[b : b+block]
+			switch (row*8 + b/block) % 9 {
+			case 0:
+				blk[r.IntN(block)] = nan
+			case 1:
+				blk[0] = nan
+			case 2:
+				blk[r.IntN(block)] = inf
+			case 3:
+				blk[r.IntN(block)] = -inf
+			case 4:
+				for i := range blk {
+					blk[i] = nan
+				}
+			case 5:
+				for i := range blk {
+					blk[i] = inf
+				}
+			case 6:
+				blk[0], blk[1] = inf, nan
+			case 7:
+				blk[block-1] = nan
+			}
+		}
+	}
+	return []rowSet{{name: "nan-inf", nPerRow: n, data: data}}
+}

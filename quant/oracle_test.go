@@ -152,3 +152,51 @@ func checkDequantRandom(t *testing.T, typ formats.DType) {
 		}
 	}
 }
+
+// checkSpecialsAgainstGGML is checkAgainstGGML on rows with NaN and ±Inf,
+// for codecs whose ggml counterpart survives such input: it pins down that
+// our output is exactly what ggml's arithmetic gives. Dequantized NaNs
+// must be NaN on both sides (payloads are not compared).
+func checkSpecialsAgainstGGML(t *testing.T, typ formats.DType) {
+	t.Helper()
+	c, err := Encoder(typ)
+	if err != nil {
+		t.Fatalf("%s: %v", typ, err)
+	}
+	for _, rs := range testSpecialRowSets(harnessSeed, typ.Info().BlockSize) {
+		for _, ws := range testWeights(harnessSeed, rs.nPerRow) {
+			if ws.vec == nil && c.NeedsWeights {
+				continue
+			}
+			t.Run(rs.name+"/"+ws.name, func(t *testing.T) {
+				want, err := native.QuantizeChunk(typ, rs.data, rs.nPerRow, ws.vec)
+				if err != nil {
+					t.Fatalf("ggml: %v", err)
+				}
+				got := make([]byte, len(want))
+				if err := QuantizeRows(typ, got, rs.data, rs.nPerRow, ws.vec, 1); err != nil {
+					t.Fatal(err)
+				}
+				if i := firstDiffBlock(got, want, typ.Info().BlockBytes); i >= 0 {
+					reportBlock(t, typ, rs, ws, got, want, i)
+				}
+				gotF := make([]float32, len(rs.data))
+				if err := DequantizeRows(typ, gotF, want, 1); err != nil {
+					t.Fatal(err)
+				}
+				wantF := rs.data
+				if typ != formats.F32 {
+					if wantF, err = native.Dequantize(typ, want, len(rs.data)); err != nil {
+						t.Fatalf("ggml: %v", err)
+					}
+				}
+				for i := range gotF {
+					g, w := gotF[i], wantF[i]
+					if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+						t.Fatalf("dequantize element %d: got %g, ggml %g", i, g, w)
+					}
+				}
+			})
+		}
+	}
+}
