@@ -1,0 +1,409 @@
+package pipeline
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxMemory is the default budget of chunk buffers in flight.
+	DefaultMaxMemory = 1 << 30
+	// DefaultChunkBytes is the default largest chunk (output plus producer
+	// scratch); smaller budgets get smaller chunks (an eighth of the budget).
+	DefaultChunkBytes = 4 << 20
+	// minChunkBytes keeps chunks from becoming so small that per-chunk
+	// overhead dominates, unless the budget itself is smaller.
+	minChunkBytes = 64 << 10
+	// writeBufferBytes buffers the writer's small header and padding writes;
+	// chunks larger than this go to the file directly.
+	writeBufferBytes = 1 << 20
+)
+
+// NewWriterFunc makes the output's TensorWriter for the planned tensor
+// descriptors, writing to w (the header may be written at once or lazily).
+type NewWriterFunc func(w io.Writer, tensors []formats.Tensor) (formats.TensorWriter, error)
+
+// Options configures Run.
+type Options struct {
+	// OutPath is the output file; it is written as OutPath+".partial" and renamed when complete.
+	OutPath string
+	// NewWriter makes the format writer (GGUF, safetensors) for the plan's tensors.
+	NewWriter NewWriterFunc
+	// Threads is the number of producer workers; 0 means runtime.NumCPU().
+	Threads int
+	// MaxMemory bounds the bytes of chunk buffers in flight; 0 means DefaultMaxMemory.
+	// Each worker's scratch buffers (at most one chunk's worth) come on top.
+	MaxMemory int64
+	// ChunkBytes is the target chunk size; 0 picks min(DefaultChunkBytes, MaxMemory/8).
+	ChunkBytes int64
+	// Force allows replacing an existing OutPath (never an input).
+	Force bool
+	// Inputs are the paths of every input file; OutPath (and its .partial) must not be one of them.
+	Inputs []string
+	// Progress, when set, is called with the data bytes written so far and the total.
+	Progress func(done, total int64)
+	// Logger receives per-tensor Debug records and warnings; nil discards them.
+	Logger *slog.Logger
+}
+
+// chunk is one unit of work: rows [first, first+n) of one output.
+type chunk struct {
+	out    *Output
+	index  int // output index
+	first  int64
+	n      int64
+	last   bool // last chunk of its output
+	buf    []byte
+	pooled bool // buf came from the pool of chunkBytes buffers
+	tokens int  // budget slots held
+	err    error
+	done   chan struct{}
+}
+
+// layout is the prepared plan: chunking parameters per output.
+type layout struct {
+	rows      []int64
+	rowBytes  []int64
+	perChunk  []int64 // rows per chunk
+	total     int64
+	chunkSize int64
+	slots     int
+}
+
+func (o *Options) normalise() error {
+	if o.OutPath == "" {
+		return errors.New("no output path")
+	}
+	if o.NewWriter == nil {
+		return errors.New("no output writer")
+	}
+	if o.Threads <= 0 {
+		o.Threads = runtime.NumCPU()
+	}
+	if o.MaxMemory <= 0 {
+		o.MaxMemory = DefaultMaxMemory
+	}
+	if o.ChunkBytes <= 0 {
+		o.ChunkBytes = min(int64(DefaultChunkBytes), max(o.MaxMemory/8, minChunkBytes))
+	}
+	o.ChunkBytes = min(o.ChunkBytes, o.MaxMemory)
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// prepare validates the plan, lets producers check their outputs and sizes
+// the chunks. Chunk sizes depend on the budget, not on the thread count.
+func prepare(plan *Plan, o *Options) (*layout, error) {
+	if err := plan.Validate(); err != nil {
+		return nil, err
+	}
+	l := &layout{
+		rows:      make([]int64, len(plan.Outputs)),
+		rowBytes:  make([]int64, len(plan.Outputs)),
+		perChunk:  make([]int64, len(plan.Outputs)),
+		chunkSize: o.ChunkBytes,
+		slots:     int(max(1, o.MaxMemory/o.ChunkBytes)),
+	}
+	var errs []error
+	for i := range plan.Outputs {
+		out := &plan.Outputs[i]
+		rows, rb, err := out.Rows()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("tensor %q: %v", out.Name, err))
+			continue
+		}
+		if rb > math.MaxInt {
+			errs = append(errs, fmt.Errorf("tensor %q: a row of %d bytes is too large for this platform", out.Name, rb))
+			continue
+		}
+		var scratch int64
+		if rows > 0 {
+			if p, ok := out.Producer.(Preparer); ok {
+				if scratch, err = p.Prepare(out); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
+		}
+		l.rows[i], l.rowBytes[i] = rows, rb
+		l.perChunk[i] = max(1, o.ChunkBytes/max(1, rb+scratch))
+		l.total += rows * rb
+	}
+	return l, errors.Join(errs...)
+}
+
+// Run writes the plan's outputs to opts.OutPath: producers run on
+// opts.Threads workers, at most opts.MaxMemory of chunks are in flight, and
+// a single writer writes the chunks in header order, so the output is the
+// same for any thread count. The output appears only when complete; on any
+// error or cancellation the partial file is removed and the error says what
+// happened.
+func Run(ctx context.Context, plan *Plan, opts Options) error {
+	if err := opts.normalise(); err != nil {
+		return err
+	}
+	out := opts.OutPath
+	l, err := prepare(plan, &opts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", out, err)
+	}
+	tensors, err := plan.Tensors()
+	if err != nil {
+		return fmt.Errorf("%s: %w", out, err)
+	}
+	if ctx.Err() != nil {
+		return interrupted(out, ctx, "nothing written")
+	}
+	if err := checkOutput(out, opts.Inputs, opts.Force); err != nil {
+		return err
+	}
+	f, err := createPartial(out, opts.Logger)
+	if err != nil {
+		return err
+	}
+	err = write(ctx, f, plan, tensors, l, &opts)
+	if err == nil {
+		err = publish(f, out, opts.Logger)
+		if err == nil {
+			return nil
+		}
+	}
+	return failed(ctx, f, out, err)
+}
+
+// write streams the plan into f through the format writer and checks the
+// resulting size; it does not close f.
+func write(ctx context.Context, f *os.File, plan *Plan, tensors []formats.Tensor, l *layout, o *Options) error {
+	bw := bufio.NewWriterSize(f, writeBufferBytes)
+	tw, err := o.NewWriter(bw, tensors)
+	if err != nil {
+		return err
+	}
+	// The chunks are cut from the plan's sizes, so a writer that disagrees
+	// about any tensor would misplace every byte after it.
+	lay := tw.Layout()
+	if len(lay) != len(tensors) {
+		return fmt.Errorf("the writer lays out %d tensors, the plan has %d", len(lay), len(tensors))
+	}
+	for i := range lay {
+		if lay[i].Size != tensors[i].Size || lay[i].Name != tensors[i].Name {
+			return fmt.Errorf("tensor %q: the writer lays out %q with %d bytes, the plan has %d",
+				tensors[i].Name, lay[i].Name, lay[i].Size, tensors[i].Size)
+		}
+	}
+	if err := execute(ctx, plan, l, o, tw); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	if st, err := f.Stat(); err == nil && st.Size() != tw.Size() {
+		return fmt.Errorf("wrote %d bytes, the writer announced %d", st.Size(), tw.Size())
+	}
+	return nil
+}
+
+// execute runs the worker pool and writes every chunk in order to tw.
+func execute(parent context.Context, plan *Plan, l *layout, o *Options, tw formats.TensorWriter) error {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+
+	sem := make(chan struct{}, l.slots)
+	pool := make(chan []byte, l.slots)
+	jobs := make(chan *chunk)
+	order := make(chan *chunk, l.slots)
+
+	var wg sync.WaitGroup
+	for range o.Threads {
+		wg.Go(func() { work(ctx, cancel, jobs, l.chunkSize) })
+	}
+	var complete bool
+	wg.Go(func() {
+		defer close(order)
+		defer close(jobs)
+		complete = dispatch(ctx, plan, l, sem, pool, jobs, order)
+	})
+	err := drain(ctx, l, o, tw, sem, pool, order)
+	if err == nil && !complete {
+		// order was closed early: the dispatcher saw the cancellation.
+		err = context.Cause(ctx)
+	}
+	cancel(err)
+	wg.Wait()
+	if err == nil {
+		// A cancellation that arrives after the last chunk was written does not spoil a complete output.
+		return nil
+	}
+	if parent.Err() != nil {
+		return parent.Err()
+	}
+	return err
+}
+
+// dispatch cuts the outputs into chunks in header order, reserves budget and
+// a buffer for each and hands them to the writer and, in the same order, to
+// the workers. It reports whether every chunk was handed out.
+func dispatch(ctx context.Context, plan *Plan, l *layout, sem chan struct{}, pool chan []byte, jobs, order chan<- *chunk) bool {
+	for i := range plan.Outputs {
+		out := &plan.Outputs[i]
+		rows, rb, per := l.rows[i], l.rowBytes[i], l.perChunk[i]
+		if rows == 0 {
+			c := &chunk{out: out, index: i, last: true, done: make(chan struct{})}
+			close(c.done)
+			select {
+			case order <- c:
+			case <-ctx.Done():
+				return false
+			}
+			continue
+		}
+		for first := int64(0); first < rows; first += per {
+			n := min(per, rows-first)
+			size := n * rb
+			c := &chunk{out: out, index: i, first: first, n: n, last: first+n == rows, done: make(chan struct{})}
+			// A chunk larger than a slot (one row over the chunk size) takes
+			// as many slots as it covers, up to the whole budget.
+			c.tokens = int(min(int64(l.slots), (size+l.chunkSize-1)/l.chunkSize))
+			for range c.tokens {
+				select {
+				case sem <- struct{}{}:
+				case <-ctx.Done():
+					return false
+				}
+			}
+			if size <= l.chunkSize {
+				select {
+				case c.buf = <-pool:
+				default:
+					c.buf = make([]byte, l.chunkSize)
+				}
+				c.buf, c.pooled = c.buf[:size], true
+			} else {
+				c.buf = make([]byte, size)
+			}
+			select {
+			case order <- c:
+			case <-ctx.Done():
+				return false
+			}
+			select {
+			case jobs <- c:
+			case <-ctx.Done():
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// work runs producers for chunks until jobs is closed; the first error
+// cancels the whole run.
+func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chunk, chunkSize int64) {
+	var s Scratch
+	for c := range jobs {
+		if ctx.Err() == nil {
+			c.err = c.out.Producer.Produce(ctx, c.buf, c.first, c.n, &s)
+			if c.err == nil {
+				c.err = ctx.Err()
+			}
+			if c.err != nil {
+				c.err = nameTensor(c.out.Name, c.err)
+				cancel(c.err)
+			}
+		} else {
+			c.err = context.Cause(ctx)
+		}
+		close(c.done)
+		if !c.pooled {
+			// Drop the scratch an oversized row grew, so that memory falls back to the budget.
+			s.trim(chunkSize)
+		}
+	}
+}
+
+// drain writes the chunks in order as they complete.
+func drain(ctx context.Context, l *layout, o *Options, tw formats.TensorWriter,
+	sem chan struct{}, pool chan []byte, order <-chan *chunk) error {
+	var done int64
+	if o.Progress != nil {
+		o.Progress(0, l.total)
+	}
+	start := time.Now()
+	for c := range order {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		if c.err != nil {
+			return c.err
+		}
+		if len(c.buf) > 0 {
+			n, err := tw.Write(c.buf)
+			if err == nil && n != len(c.buf) {
+				err = io.ErrShortWrite
+			}
+			if err != nil {
+				return err
+			}
+			done += int64(n)
+		}
+		if c.pooled {
+			pool <- c.buf[:cap(c.buf)]
+		}
+		c.buf = nil
+		for range c.tokens {
+			<-sem
+		}
+		if o.Progress != nil && c.n > 0 {
+			o.Progress(done, l.total)
+		}
+		if c.last {
+			logTensor(o.Logger, c.out, l.rows[c.index]*l.rowBytes[c.index], time.Since(start))
+			start = time.Now()
+		}
+	}
+	return nil
+}
+
+func logTensor(log *slog.Logger, o *Output, bytes int64, d time.Duration) {
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	attrs := []any{"tensor", o.Name, "type", o.Type.String(), "shape", o.Shape, "bytes", bytes, "elapsed", d.Round(time.Microsecond)}
+	if o.Source != nil {
+		attrs = append(attrs, "source", o.Source.Name, "source_type", o.Source.Type.String())
+	}
+	log.Debug("wrote tensor", attrs...)
+}
+
+// trim drops scratch buffers larger than limit bytes.
+func (s *Scratch) trim(limit int64) {
+	for i, b := range s.bytes {
+		if int64(cap(b)) > limit {
+			s.bytes[i] = nil
+		}
+	}
+	for i, f := range s.floats {
+		if 4*int64(cap(f)) > limit {
+			s.floats[i] = nil
+		}
+	}
+}

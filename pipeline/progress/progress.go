@@ -1,0 +1,84 @@
+// Package progress renders a pipeline's progress callback as a terminal
+// progress bar (bytes, rate and ETA) when stderr is a terminal, and stays
+// silent otherwise, so logs and pipes never receive control characters.
+package progress
+
+import (
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+// Bar is a byte progress bar fed by pipeline.Options.Progress.
+type Bar struct {
+	mu  sync.Mutex
+	bar *progressbar.ProgressBar // nil when silent
+}
+
+// New returns a bar of total bytes on stderr labelled description, or a
+// silent bar when stderr is not a terminal.
+func New(description string, total int64) *Bar {
+	return NewTo(os.Stderr, term.IsTerminal(int(os.Stderr.Fd())), description, total)
+}
+
+// NewTo returns a bar of total bytes that renders on w when enabled is true
+// and is silent otherwise.
+func NewTo(w io.Writer, enabled bool, description string, total int64) *Bar {
+	if !enabled {
+		return &Bar{}
+	}
+	// progressbar divides by its maximum; an empty output still gets a bar.
+	return &Bar{bar: progressbar.NewOptions64(max(total, 1),
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(description),
+		progressbar.OptionShowBytes(true),
+		progressbar.OptionShowTotalBytes(true),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionFullWidth(),
+		progressbar.OptionSetRenderBlankState(true),
+		progressbar.OptionOnCompletion(func() { io.WriteString(w, "\n") }),
+	)}
+}
+
+// Enabled reports whether the bar renders anything.
+func (b *Bar) Enabled() bool { return b.bar != nil }
+
+// Update records done of total bytes; it has the signature of
+// pipeline.Options.Progress.
+func (b *Bar) Update(done, total int64) {
+	if b.bar == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if total > 0 && b.bar.GetMax64() != total {
+		b.bar.ChangeMax64(total)
+	}
+	_ = b.bar.Set64(done) // rendering errors must not fail the conversion
+}
+
+// Finish completes the bar (a no-op when silent).
+func (b *Bar) Finish() {
+	if b.bar == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_ = b.bar.Finish()
+}
+
+// Abandon leaves the bar where it stopped, ending the line, after an error.
+func (b *Bar) Abandon() {
+	if b.bar == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_ = b.bar.Exit()
+}
