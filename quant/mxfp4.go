@@ -1,0 +1,88 @@
+package quant
+
+import (
+	"math"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// mxfp4 (OCP microscaling FP4): blocks of 32 E2M1 values sharing one E8M0
+// exponent. Block: e (u8), qs[16] (byte j: element j low, j+16 high). ggml
+// stores the E2M1 levels doubled as integers (mxfp4Values) and halves the
+// scale to match. ggml ignores importance weights for mxfp4.
+//
+// The exponent is floor(log2(amax)) - 2 + 127 computed in float32, as ggml
+// does with log2f: an Inf amax gives exponent 0 (the x86 conversion of an
+// out-of-range float), and a NaN element is skipped by the maximum and
+// encodes as code 0, since no level compares nearer.
+
+const mxfp4Bytes = 17
+
+// mxfp4Values is ggml's kvalues_mxfp4: the E2M1 values times two.
+var mxfp4Values = [16]int8{0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+
+func init() {
+	Register(Codec{Type: formats.MXFP4, Quantize: quantizeMXFP4, Dequantize: dequantizeMXFP4})
+}
+
+// e8m0Half is 2^(e-128), half the E8M0 value, as ggml builds it from bits
+// (codes 0 and 1 are float32 subnormals; 0xFF is not treated as NaN).
+func e8m0Half(e uint8) float32 {
+	if e < 2 {
+		return math.Float32frombits(0x00200000 << e)
+	}
+	return math.Float32frombits(uint32(e-1) << 23)
+}
+
+// log2f is log2 rounded to float32.
+func log2f(f float32) float32 { return float32(math.Log2(float64(f))) }
+
+func quantizeMXFP4(dst []byte, src, _ []float32) {
+	nb := len(src) / 32
+	dst = dst[:nb*mxfp4Bytes]
+	for i := range nb {
+		y, x := (*[mxfp4Bytes]byte)(dst[i*mxfp4Bytes:]), (*[32]float32)(src[i*32:])
+		var amax float32
+		for _, v := range x {
+			if a := cFabs(v); amax < a {
+				amax = a
+			}
+		}
+		var e uint8
+		if amax > 0 {
+			e = uint8(cCvtt(float32(math.Floor(float64(log2f(amax)))) - 2 + 127))
+		}
+		d := e8m0Half(e)
+		y[0] = e
+		for j := range 16 {
+			y[1+j] = mxfp4Nearest(x[j], d) | mxfp4Nearest(x[j+16], d)<<4
+		}
+	}
+}
+
+// mxfp4Nearest is ggml's best_index_mxfp4: the first level with the
+// smallest |level·d - x|.
+func mxfp4Nearest(x, d float32) uint8 {
+	best := uint8(0)
+	bestErr := cFabs(float32(float32(mxfp4Values[0])*d) - x)
+	for i := 1; i < 16; i++ {
+		if err := cFabs(float32(float32(mxfp4Values[i])*d) - x); err < bestErr {
+			best, bestErr = uint8(i), err
+		}
+	}
+	return best
+}
+
+func dequantizeMXFP4(dst []float32, src []byte) {
+	nb := len(dst) / 32
+	src = src[:nb*mxfp4Bytes]
+	for i := range nb {
+		x, y := (*[mxfp4Bytes]byte)(src[i*mxfp4Bytes:]), (*[32]float32)(dst[i*32:])
+		d := e8m0Half(x[0])
+		for j := range 16 {
+			q := x[1+j]
+			y[j] = float32(mxfp4Values[q&15]) * d
+			y[j+16] = float32(mxfp4Values[q>>4]) * d
+		}
+	}
+}
