@@ -167,13 +167,9 @@ const roundMagic = 12582912
 func encodeInt8(dst []byte, row []float32, s float32) {
 	dst = dst[:len(row)]
 	for i, v := range row {
-		// |v/s| is at most about 127 (s >= amax/127), far below 2^22.
-		r := float32(float32(v/s+roundMagic) - roundMagic)
-		if r > Int8Max {
-			r = Int8Max
-		} else if r < -Int8Max {
-			r = -Int8Max
-		}
-		dst[i] = byte(int8(r))
+		// |v/s| is at most about 127 (s >= amax/127), far below 2^22, and
+		// the conversion to int32 of an integral float is exact.
+		r := int32(float32(float32(v/s+roundMagic) - roundMagic))
+		dst[i] = byte(int8(min(max(r, -Int8Max), Int8Max)))
 	}
 }

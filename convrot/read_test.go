@@ -1,0 +1,341 @@
+package convrot
+
+import (
+	"errors"
+	"io"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/quant"
+)
+
+// memModel is a formats.Model held in memory.
+type memModel struct {
+	tensors []formats.Tensor
+	data    map[string][]byte
+	meta    formats.Metadata
+}
+
+func newMemModel() *memModel { return &memModel{data: map[string][]byte{}} }
+
+func (m *memModel) Path() string { return "mem.safetensors" }
+func (m *memModel) Info() formats.Info {
+	return formats.Info{Format: "safetensors", Files: []string{m.Path()}}
+}
+func (m *memModel) Tensors() []formats.Tensor  { return m.tensors }
+func (m *memModel) Metadata() formats.Metadata { return m.meta }
+func (m *memModel) Close() error               { return nil }
+func (m *memModel) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
+	d := m.data[t.Name]
+	if off >= int64(len(d)) {
+		return 0, io.EOF
+	}
+	n := copy(p, d[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// add appends a tensor; data's length must match the type and shape.
+func (m *memModel) add(name string, typ formats.DType, shape []int64, data []byte) {
+	m.tensors = append(m.tensors, formats.Tensor{Name: name, Type: typ, Shape: shape, File: m.Path(), Size: int64(len(data))})
+	m.data[name] = data
+}
+
+// addPlan writes a module the way the quantize command will: the plan's
+// three tensors with the bytes Plan.Encode gives.
+func (m *memModel) addPlan(t *testing.T, p Plan, w []float32) {
+	weight, scale, err := p.Encode(append([]float32(nil), w...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.add(p.Weight.Name, p.Weight.Type, p.Weight.Shape, weight)
+	m.add(p.Scale.Name, p.Scale.Type, p.Scale.Shape, scale)
+	m.add(p.MarkerTensor.Name, p.MarkerTensor.Type, p.MarkerTensor.Shape, p.Marker)
+}
+
+func f32bytes(v ...float32) []byte { return PutScales(nil, v) }
+
+func plan(t *testing.T, name string, out, in int64, opt Options) Plan {
+	p, err := PlanModule(formats.Tensor{Name: name, Type: formats.BF16, Shape: []int64{out, in}}, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestDetectAndDecode writes one module of every type plus ordinary tensors,
+// detects the modules and checks that the row decoder gives exactly what
+// Int8Rows.Dequantize / FP8.Decode give for the stored codes, and that the
+// result is close to the original weights.
+func TestDetectAndDecode(t *testing.T) {
+	m := newMemModel()
+	m.add("blocks.0.norm.weight", formats.F32, []int64{4}, f32bytes(1, 2, 3, 4))
+	const out, in = 6, 512
+	ws := map[string][]float32{}
+	opts := []struct {
+		name string
+		opt  Options
+		in   int64
+	}{
+		{"blocks.0.attn.qkv", Options{Type: Int8Convrot}, in},
+		{"blocks.0.attn.proj", Options{Type: Int8}, in},
+		{"blocks.0.mlp.fc1", Options{Type: FP8E4M3}, in},
+		{"blocks.0.mlp.fc2", Options{Type: FP8E5M2}, in},
+		{"blocks.0.small", Options{Type: Int8Convrot}, 320}, // falls back to plain int8
+	}
+	for i, o := range opts {
+		w := gaussianWithOutliers(out, int(o.in), uint64(i), 40)
+		ws[o.name] = w
+		m.addPlan(t, plan(t, o.name+".weight", out, o.in, o.opt), w)
+		m.add(o.name+".bias", formats.F32, []int64{out}, make([]byte, 4*out))
+	}
+	mods, err := Detect(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mods) != len(opts) {
+		t.Fatalf("Detect found %d modules, want %d", len(mods), len(opts))
+	}
+	for i, mod := range mods {
+		o := opts[i]
+		if mod.Name != o.name || mod.Source != SourceMarker {
+			t.Fatalf("module %d = %q from %s, want %q from the marker", i, mod.Name, mod.Source, o.name)
+		}
+		wantAux := []string{o.name + ".weight_scale", o.name + MarkerSuffix}
+		if got := mod.Aux(); strings.Join(got, ",") != strings.Join(wantAux, ",") {
+			t.Errorf("%s: Aux() = %v, want %v", o.name, got, wantAux)
+		}
+		d, err := NewDecoder(m, mod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Decode rows 1..4 (a chunk not starting at 0).
+		got := make([]float32, 3*o.in)
+		if err := d.ReadRows(m, 1, 3, got); err != nil {
+			t.Fatal(err)
+		}
+		raw := m.data[mod.Weight.Name][1*o.in : 4*o.in]
+		scales := make([]float32, mod.Scale.Elements())
+		if err := quant.DecodeFloats(formats.F32, scales, m.data[mod.Scale.Name]); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, len(got))
+		switch mod.Config.Format {
+		case FormatInt8:
+			g := 0
+			if mod.Config.Convrot {
+				g = mod.Config.GroupSize
+			}
+			q, _ := NewInt8Rows(int(o.in), g)
+			if err := q.Dequantize(want, raw, scales[1:4]); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			typ, _ := formatType(mod.Config.Format)
+			if err := (FP8{Type: typ, Scale: scales[0]}).Decode(want, raw); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for j := range want {
+			if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+				t.Fatalf("%s: decoded[%d] = %v, want %v", o.name, j, got[j], want[j])
+			}
+		}
+		orig := ws[o.name][1*o.in : 4*o.in]
+		var e, n float64
+		for j := range orig {
+			e += (float64(orig[j]) - float64(got[j])) * (float64(orig[j]) - float64(got[j]))
+			n += float64(orig[j]) * float64(orig[j])
+		}
+		if rel := math.Sqrt(e / n); rel > 0.1 {
+			t.Errorf("%s: relative error %g after a round trip", o.name, rel)
+		}
+	}
+	if !mods[0].Config.Convrot || mods[4].Config.Convrot {
+		t.Errorf("convrot flags: %v %v", mods[0].Config, mods[4].Config)
+	}
+}
+
+// TestDetectLegacyAndMetadata covers the two older layouts: a
+// _quantization_metadata header and the scaled_fp8 marker tensor.
+func TestDetectLegacyAndMetadata(t *testing.T) {
+	m := newMemModel()
+	m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
+		Value: `{"format_version": "1.0", "layers": {"a": {"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 4}}}`}}
+	m.add("a.weight", formats.I8, []int64{1, 4}, []byte{127, 0, 0, 0})
+	m.add("a.weight_scale", formats.F32, []int64{1, 1}, f32bytes(2))
+	m.add("scaled_fp8", formats.F8_E4M3, []int64{0}, nil)
+	m.add("b.weight", formats.F8_E4M3, []int64{2, 2}, []byte{0x38, 0x30, 0xB8, 0})
+	m.add("b.scale_weight", formats.F32, []int64{}, f32bytes(3))
+	m.add("b.scale_input", formats.F32, []int64{}, f32bytes(1))
+	// A high-precision weight with a dummy scale is not a module.
+	m.add("c.weight", formats.BF16, []int64{1, 2}, make([]byte, 4))
+	m.add("c.scale_weight", formats.F32, []int64{1}, f32bytes(1))
+	mods, err := Detect(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mods) != 2 || mods[0].Name != "a" || mods[1].Name != "b" {
+		t.Fatalf("modules: %+v", mods)
+	}
+	if mods[0].Source != SourceMetadata || mods[1].Source != SourceScaledFP8 || mods[1].Config.Format != FormatFP8E4M3 {
+		t.Errorf("sources: %s %s %s", mods[0].Source, mods[1].Source, mods[1].Config.Format)
+	}
+	if got := mods[1].Aux(); len(got) != 2 || got[0] != "b.scale_weight" || got[1] != "b.scale_input" {
+		t.Errorf("legacy Aux() = %v", got)
+	}
+	// a: codes (127,0,0,0)·2 rotated by H4: (254,0,0,0)·H4 = (127,127,127,-127).
+	d, err := NewDecoder(m, mods[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 4)
+	if err := d.ReadRows(m, 0, 1, got); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 127 || got[1] != 127 || got[2] != 127 || got[3] != -127 {
+		t.Errorf("a decoded to %v, want [127 127 127 -127]", got)
+	}
+	// b: e4m3 (1, 0.5, -1, 0)·3.
+	d, err = NewDecoder(m, mods[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.ReadRows(m, 0, 2, got); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 3 || got[1] != 1.5 || got[2] != -3 || got[3] != 0 {
+		t.Errorf("b decoded to %v, want [3 1.5 -3 0]", got)
+	}
+}
+
+// TestDecodeTensorwiseInt8 reads an INT8 module with one scale for the
+// whole tensor (int8_tensorwise without per-row scales).
+func TestDecodeTensorwiseInt8(t *testing.T) {
+	m := newMemModel()
+	m.add("t.weight", formats.I8, []int64{2, 2}, []byte{1, 0xFF, 127, 0x81})
+	m.add("t.weight_scale", formats.BF16, []int64{}, []byte{0x00, 0x3F}) // bf16 0.5
+	m.add("t.comfy_quant", formats.U8, []int64{29}, []byte(`{"format": "int8_tensorwise"}`))
+	mods, err := Detect(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDecoder(m, mods[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]float32, 4)
+	if err := d.ReadRows(m, 0, 2, got); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != 0.5 || got[1] != -0.5 || got[2] != 63.5 || got[3] != -63.5 {
+		t.Errorf("decoded %v, want [0.5 -0.5 63.5 -63.5]", got)
+	}
+	if err := d.ReadRows(m, 1, 2, make([]float32, 4)); err == nil {
+		t.Error("ReadRows past the last row succeeded")
+	}
+	if err := d.Decode(make([]float32, 3), 0, make([]byte, 3)); err == nil {
+		t.Error("Decode of a partial row succeeded")
+	}
+}
+
+func TestDetectErrors(t *testing.T) {
+	marker := func(s string) []byte { return []byte(s) }
+	conv := `{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 16}`
+	for _, c := range []struct {
+		name  string
+		build func(m *memModel)
+		msg   string
+	}{
+		{"malformed marker", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{5}, marker(`{"for`))
+		}, `tensor "a.comfy_quant": invalid comfy_quant marker`},
+		{"marker not U8", func(m *memModel) {
+			m.add("a.comfy_quant", formats.F32, []int64{1}, f32bytes(1))
+		}, "must be U8"},
+		{"marker 2-D", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{1, 29}, marker(`{"format": "int8_tensorwise"}`))
+		}, "must be 1-D"},
+		{"unsupported format", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{19}, marker(`{"format": "nvfp4"}`))
+		}, "unsupported comfy_quant format"},
+		{"no weight", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
+		}, `no tensor "a.weight"`},
+		{"weight dtype", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{27}, marker(`{"format": "float8_e4m3fn"}`))
+			m.add("a.weight", formats.I8, []int64{2, 2}, make([]byte, 4))
+			m.add("a.weight_scale", formats.F32, []int64{}, f32bytes(1))
+		}, "needs f8_e4m3 weights, not i8"},
+		{"no scale", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
+			m.add("a.weight", formats.I8, []int64{2, 2}, make([]byte, 4))
+		}, `no tensor "a.weight_scale"`},
+		{"convrot scalar scale", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{int64(len(conv))}, marker(conv))
+			m.add("a.weight", formats.I8, []int64{2, 16}, make([]byte, 32))
+			m.add("a.weight_scale", formats.F32, []int64{}, f32bytes(1))
+		}, "convrot needs a scale per row"},
+		{"scale rows", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
+			m.add("a.weight", formats.I8, []int64{2, 16}, make([]byte, 32))
+			m.add("a.weight_scale", formats.F32, []int64{3, 1}, f32bytes(1, 1, 1))
+		}, "scale shape [3 1]"},
+		{"scale dtype", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
+			m.add("a.weight", formats.I8, []int64{2, 16}, make([]byte, 32))
+			m.add("a.weight_scale", formats.I32, []int64{2, 1}, make([]byte, 8))
+		}, "scale type i32"},
+		{"group does not divide", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{int64(len(conv))}, marker(conv))
+			m.add("a.weight", formats.I8, []int64{2, 20}, make([]byte, 40))
+			m.add("a.weight_scale", formats.F32, []int64{2, 1}, f32bytes(1, 1))
+		}, "row length 20 is not divisible by convrot_groupsize 16"},
+		{"weight 1-D", func(m *memModel) {
+			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
+			m.add("a.weight", formats.I8, []int64{16}, make([]byte, 16))
+		}, "not a 2-D"},
+		{"bad metadata", func(m *memModel) {
+			m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString, Value: `{"layers": [`}}
+		}, `metadata "_quantization_metadata"`},
+		{"bad metadata layer", func(m *memModel) {
+			m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
+				Value: `{"layers": {"a": {"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 512}}}`}}
+		}, `layer "a"`},
+	} {
+		m := newMemModel()
+		c.build(m)
+		_, err := Detect(m)
+		if err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: Detect = %v, want an error containing %q", c.name, err, c.msg)
+		}
+	}
+	// The unsupported-format error can be told apart.
+	m := newMemModel()
+	m.add("a.comfy_quant", formats.U8, []int64{19}, []byte(`{"format": "nvfp4"}`))
+	if _, err := Detect(m); !errors.Is(err, ErrUnsupportedFormat) {
+		t.Errorf("nvfp4: %v, want ErrUnsupportedFormat", err)
+	}
+	// A .weight.comfy_quant key is ignored, as ComfyUI ignores it.
+	m = newMemModel()
+	m.add("a.weight.comfy_quant", formats.U8, []int64{5}, []byte(`{"for`))
+	if mods, err := Detect(m); err != nil || len(mods) != 0 {
+		t.Errorf(".weight.comfy_quant: %v, %v", mods, err)
+	}
+	// A NaN scale is refused when the decoder is made.
+	m = newMemModel()
+	m.add("a.comfy_quant", formats.U8, []int64{29}, []byte(`{"format": "int8_tensorwise"}`))
+	m.add("a.weight", formats.I8, []int64{1, 4}, make([]byte, 4))
+	m.add("a.weight_scale", formats.F32, []int64{1, 1}, f32bytes(float32(math.NaN())))
+	mods, err := Detect(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewDecoder(m, mods[0]); err == nil || !strings.Contains(err.Error(), "a.weight_scale") {
+		t.Errorf("NaN scale: %v", err)
+	}
+}
