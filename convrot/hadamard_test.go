@@ -231,7 +231,7 @@ func rotate64(x []float64, g int) {
 // the memory traffic of the hot loop.
 func TestRotateFloat32Accuracy(t *testing.T) {
 	const rows, in, g = 32, 3072, 256
-	w := gaussianWithOutliers(rows, in, 7)
+	w := gaussianWithOutliers(rows, in, 7, 40)
 	var worst float64
 	changed := 0
 	q, _ := NewInt8Rows(in, g)
@@ -280,9 +280,9 @@ func norm2(x []float32) float64 {
 }
 
 // gaussianWithOutliers returns rows×in N(0, 0.02²) weights where 8 input
-// columns carry values 40 times larger, the outlier channels that hurt
+// columns carry values factor times larger, the outlier channels that hurt
 // per-row INT8 in real diffusion models.
-func gaussianWithOutliers(rows, in int, seed uint64) []float32 {
+func gaussianWithOutliers(rows, in int, seed uint64, factor float32) []float32 {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	w := make([]float32, rows*in)
 	for i := range w {
@@ -294,7 +294,7 @@ func gaussianWithOutliers(rows, in int, seed uint64) []float32 {
 	}
 	for r := 0; r < rows; r++ {
 		for _, c := range cols {
-			w[r*in+c] *= 40
+			w[r*in+c] *= factor
 		}
 	}
 	return w
