@@ -55,6 +55,19 @@ type QuantConfig struct {
 	Unknown []string
 }
 
+// String describes c for listings: "int8_tensorwise convrot G=256",
+// "float8_e4m3fn full_precision_matrix_mult".
+func (c QuantConfig) String() string {
+	s := c.Format
+	if c.Convrot {
+		s += " convrot G=" + strconv.Itoa(c.GroupSize)
+	}
+	if c.FullPrecisionMatMul {
+		s += " full_precision_matrix_mult"
+	}
+	return s
+}
+
 // MarshalQuantConfig returns the marker bytes of c, formatted the way
 // Python's json.dumps writes them with its default separators (", " and
 // ": "), which is what ComfyUI and convert_to_quant store: keys in the order

@@ -155,3 +155,15 @@ func TestParseQuantConfigRejects(t *testing.T) {
 		t.Errorf("oversized marker: %v", err)
 	}
 }
+
+func TestQuantConfigString(t *testing.T) {
+	for c, want := range map[*QuantConfig]string{
+		{Format: FormatInt8, Convrot: true, GroupSize: 256}: "int8_tensorwise convrot G=256",
+		{Format: FormatInt8}: "int8_tensorwise",
+		{Format: FormatFP8E5M2, FullPrecisionMatMul: true}: "float8_e5m2 full_precision_matrix_mult",
+	} {
+		if got := c.String(); got != want {
+			t.Errorf("%+v.String() = %q, want %q", *c, got, want)
+		}
+	}
+}

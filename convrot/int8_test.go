@@ -2,6 +2,7 @@ package convrot
 
 import (
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -298,4 +299,37 @@ func reconstructionError(t testing.TB, w []float32, rows, in, g int) float64 {
 		n += float64(w[i]) * float64(w[i])
 	}
 	return math.Sqrt(e / n)
+}
+
+// TestEncodeInt8MatchesRoundToEven checks the float32 rounding trick of the
+// encoder against math.RoundToEven on random quotients and on exact ties.
+func TestEncodeInt8MatchesRoundToEven(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	row := make([]float32, 4096)
+	for i := range row {
+		switch i % 4 {
+		case 0:
+			row[i] = float32(rng.IntN(255)-127) + 0.5 // exact ties (scale 1)
+		case 1:
+			row[i] = float32(rng.NormFloat64() * 40)
+		case 2:
+			row[i] = float32(rng.IntN(255) - 127) // exact integers
+		default:
+			row[i] = float32((rng.Float64()*2 - 1) * 127.4)
+		}
+	}
+	for _, s := range []float32{1, 0.5, 3, float32(1) / 3, 1e-20} {
+		x := make([]float32, len(row))
+		for i, v := range row {
+			x[i] = v * s // quotients x/s stay within ±127.5
+		}
+		codes := make([]byte, len(x))
+		encodeInt8(codes, x, s)
+		for i, v := range x {
+			want := math.Max(-127, math.Min(127, math.RoundToEven(float64(v/s))))
+			if int8(codes[i]) != int8(want) {
+				t.Fatalf("s=%v: code of %v/%v = %d, want %v", s, v, s, int8(codes[i]), want)
+			}
+		}
+	}
 }

@@ -18,8 +18,9 @@ const (
 	// SourceMetadata is the safetensors __metadata__ entry
 	// "_quantization_metadata" ({"format_version": ..., "layers": {...}}).
 	SourceMetadata = "_quantization_metadata"
-	// SourceScaledFP8 is the legacy layout: a "scaled_fp8" tensor in the file
-	// and <m>.scale_weight (and <m>.scale_input) beside FP8 weights.
+	// SourceScaledFP8 is the legacy layout: a tensor named "scaled_fp8" in
+	// the file (a writer that dequantizes drops it too) and <m>.scale_weight
+	// (and <m>.scale_input) beside FP8 weights.
 	SourceScaledFP8 = "scaled_fp8"
 )
 
