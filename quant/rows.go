@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -40,12 +41,31 @@ func QuantizeRows(t formats.DType, dst []byte, src []float32, nPerRow int, weigh
 		return fmt.Errorf("quantize %s: this type needs an importance matrix", t)
 	}
 	rowBytes := int(rb)
-	run := func(r0, r1 int) {
-		for r := r0; r < r1; r++ {
-			c.Quantize(dst[r*rowBytes:(r+1)*rowBytes], src[r*nPerRow:(r+1)*nPerRow], weights)
-		}
+	workers = effectiveWorkers(workers, nrows)
+	if workers == 1 {
+		return quantizeSpan(c, dst, src, weights, nPerRow, rowBytes, 0, nrows)
 	}
-	return parallel(t, "quantize", nrows, workers, run)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	wg.Add(workers)
+	for w := range workers {
+		go func(w, r0, r1 int) {
+			defer wg.Done()
+			errs[w] = quantizeSpan(c, dst, src, weights, nPerRow, rowBytes, r0, r1)
+		}(w, nrows*w/workers, nrows*(w+1)/workers)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// quantizeSpan encodes rows [r0, r1). It is a plain function, not a
+// closure, so that the single-worker path allocates nothing.
+func quantizeSpan(c Codec, dst []byte, src, weights []float32, nPerRow, rowBytes, r0, r1 int) (err error) {
+	defer recoverCodec(&err, "quantize", c.Type, r0, r1)
+	for r := r0; r < r1; r++ {
+		c.Quantize(dst[r*rowBytes:(r+1)*rowBytes], src[r*nPerRow:(r+1)*nPerRow], weights)
+	}
+	return nil
 }
 
 // DequantizeRows decodes src, a whole number of blocks of type t, into dst,
@@ -70,51 +90,43 @@ func DequantizeRows(t formats.DType, dst []float32, src []byte, workers int) err
 	// Hand out groups of blocks so that tiny chunks do not dominate.
 	const group = 64
 	ngroups := (nblocks + group - 1) / group
-	run := func(g0, g1 int) {
-		b0, b1 := g0*group, min(g1*group, nblocks)
-		c.Dequantize(dst[b0*bs:b1*bs], src[b0*bb:b1*bb])
-	}
-	return parallel(t, "dequantize", ngroups, workers, run)
-}
-
-// parallel runs fn over [0, n) split into at most workers contiguous
-// chunks. A panic inside a codec (a bug, never expected on valid input)
-// becomes an error instead of taking the process down.
-func parallel(t formats.DType, op string, n, workers int, fn func(i0, i1 int)) error {
-	if n == 0 {
-		return nil
-	}
-	if workers < 1 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	workers = min(workers, n)
-	guarded := func(i0, i1 int) (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("%s %s: codec failed on chunk [%d, %d): %v", op, t, i0, i1, r)
-			}
-		}()
-		fn(i0, i1)
-		return nil
-	}
-	if workers == 1 {
-		return guarded(0, n)
+	workers = effectiveWorkers(workers, ngroups)
+	if workers <= 1 {
+		return dequantizeSpan(c, dst, src, bs, bb, 0, nblocks)
 	}
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
+	wg.Add(workers)
 	for w := range workers {
-		i0, i1 := n*w/workers, n*(w+1)/workers
-		wg.Add(1)
-		go func() {
+		go func(w, b0, b1 int) {
 			defer wg.Done()
-			errs[w] = guarded(i0, i1)
-		}()
+			errs[w] = dequantizeSpan(c, dst, src, bs, bb, b0, b1)
+		}(w, min(ngroups*w/workers*group, nblocks), min(ngroups*(w+1)/workers*group, nblocks))
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
+	return errors.Join(errs...)
+}
+
+// dequantizeSpan decodes blocks [b0, b1).
+func dequantizeSpan(c Codec, dst []float32, src []byte, bs, bb, b0, b1 int) (err error) {
+	defer recoverCodec(&err, "dequantize", c.Type, b0, b1)
+	c.Dequantize(dst[b0*bs:b1*bs], src[b0*bb:b1*bb])
 	return nil
+}
+
+// effectiveWorkers resolves a worker count: below 1 means GOMAXPROCS, and
+// never more workers than units of work.
+func effectiveWorkers(workers, units int) int {
+	if workers < 1 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	return max(1, min(workers, units))
+}
+
+// recoverCodec turns a panic inside a codec (a bug, never expected on
+// validated input) into an error instead of taking the process down.
+func recoverCodec(err *error, op string, t formats.DType, i0, i1 int) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%s %s: codec failed on [%d, %d): %v", op, t, i0, i1, r)
+	}
 }

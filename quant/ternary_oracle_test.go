@@ -3,6 +3,7 @@
 package quant
 
 import (
+	"math"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
@@ -23,4 +24,24 @@ func TestDequantRandomSmall(t *testing.T) {
 	for _, typ := range []formats.DType{formats.IQ4_NL, formats.MXFP4, formats.TQ1_0, formats.TQ2_0} {
 		t.Run(typ.String(), func(t *testing.T) { checkDequantRandom(t, typ) })
 	}
+}
+
+// TestMXFP4ExponentEdges puts the block maximum just below, at and just
+// above every power of two in the float32 range, where floor(log2f(amax))
+// is decided by the last bit of log2f's rounding.
+func TestMXFP4ExponentEdges(t *testing.T) {
+	var x []float32
+	for k := -149; k < 128; k++ {
+		p := float32(math.Ldexp(1, k))
+		for _, v := range []float32{math.Nextafter32(p, 0), p, math.Nextafter32(p, 2*p), p * 1.5} {
+			blk := make([]float32, 32)
+			for i := range blk {
+				blk[i] = v * float32(i%7) / 7
+			}
+			blk[k&31] = -v
+			x = append(x, blk...)
+		}
+	}
+	rs := rowSet{name: "pow2-edges", nPerRow: 32, data: x}
+	compareWithGGML(t, formats.MXFP4, rs, weightSet{name: "ref"})
 }
