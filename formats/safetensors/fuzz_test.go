@@ -8,8 +8,9 @@ import (
 	"github.com/sdtool/sdtool/formats"
 )
 
-// FuzzParse checks that Parse never panics, and that whatever it accepts
-// obeys the format's invariants and survives a rewrite unchanged.
+// FuzzParse checks that Parse never panics, that it agrees with the same
+// parser run on json.Decoder's tokens, and that whatever it accepts obeys
+// the format's invariants and survives a rewrite unchanged.
 func FuzzParse(f *testing.F) {
 	seeds := [][]formats.Tensor{
 		nil,
@@ -32,6 +33,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(raw(`{"t":{"dtype":"F64","shape":[1000000000000,1000000000],"data_offsets":[0,8]}}`, nil))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{'})
 	f.Fuzz(func(t *testing.T, data []byte) {
+		checkSameAsDecoder(t, data)
 		file, err := parseBytes(data, "fuzz.safetensors")
 		if err != nil {
 			return

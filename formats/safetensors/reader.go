@@ -96,6 +96,11 @@ func Open(path string) (*File, error) {
 // tensor data from r, which must stay valid until the File is no longer used;
 // Close does not close r.
 func Parse(r io.ReaderAt, size int64, name string) (*File, error) {
+	return parse(r, size, name, nil)
+}
+
+// parse is Parse with a choice of JSON tokenizer (nil: the fast one).
+func parse(r io.ReaderAt, size int64, name string, newTokens func([]byte) tokenSource) (*File, error) {
 	if size < 8 {
 		return nil, &Error{File: name, Msg: fmt.Sprintf("file has %d bytes, too short for the 8-byte header length", size)}
 	}
@@ -122,7 +127,7 @@ func Parse(r io.ReaderAt, size int64, name string) (*File, error) {
 		size: size,
 		info: formats.Info{Format: "safetensors", DataOffset: dataStart, Files: []string{name}},
 	}
-	p := headerParser{file: name, dataSize: size - dataStart}
+	p := headerParser{file: name, dataSize: size - dataStart, newTokens: newTokens}
 	if err := p.parse(header); err != nil {
 		return nil, err
 	}
@@ -225,10 +230,13 @@ type entry struct {
 type headerParser struct {
 	file     string
 	dataSize int64 // bytes after the header
-	dec      *json.Decoder
-	entries  []entry
-	meta     formats.Metadata
-	warnings []string
+	// newTokens makes the token source for the header; nil means the fast
+	// tokenizer (tests substitute json.Decoder as an oracle).
+	newTokens func([]byte) tokenSource
+	dec       tokenSource
+	entries   []entry
+	meta      formats.Metadata
+	warnings  []string
 }
 
 func (p *headerParser) errf(tensor, format string, args ...any) error {
@@ -244,6 +252,10 @@ func (p *headerParser) token() (json.Token, error) {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return nil, p.errf("", "invalid JSON in header at byte %d: %v", se.Offset, se)
+	}
+	var ze *jsonSyntaxError
+	if errors.As(err, &ze) {
+		return nil, p.errf("", "invalid JSON in header at byte %d: %v", ze.Offset, ze)
 	}
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
 		return nil, p.errf("", "invalid JSON in header: unexpected end of the header")
@@ -273,8 +285,11 @@ func (p *headerParser) parse(header []byte) error {
 	if len(trimmed) != len(header) {
 		p.warnings = append(p.warnings, fmt.Sprintf("%s: header has whitespace before '{' (the Hugging Face reader rejects it)", p.file))
 	}
-	p.dec = json.NewDecoder(bytes.NewReader(header))
-	p.dec.UseNumber()
+	if p.newTokens != nil {
+		p.dec = p.newTokens(header)
+	} else {
+		p.dec = newTokenizer(header)
+	}
 	if _, err := p.token(); err != nil { // the '{' checked above
 		return err
 	}
@@ -313,7 +328,7 @@ func (p *headerParser) parse(header []byte) error {
 	// Only (padding) whitespace may follow the object.
 	if tok, err := p.dec.Token(); err != io.EOF {
 		if err != nil {
-			return p.errf("", "invalid data after the header object at byte %d", p.dec.InputOffset())
+			return p.errf("", "invalid data after the header object: %v", err)
 		}
 		return p.errf("", "unexpected %s after the header object", describe(tok))
 	}
@@ -455,18 +470,20 @@ func (p *headerParser) parseEntry(name string) (entry, error) {
 // intArray reads a JSON array of non-negative integers; want is the exact
 // length required, or -1 for any length.
 func (p *headerParser) intArray(tensor, field string, want int) ([]int64, error) {
-	what := field + " must be an array of non-negative integers"
-	if want >= 0 {
-		what = fmt.Sprintf("%s must be %d non-negative integers", field, want)
+	bad := func(got string) error {
+		if want >= 0 {
+			return p.errf(tensor, "%s must be %d non-negative integers, got %s", field, want, got)
+		}
+		return p.errf(tensor, "%s must be an array of non-negative integers, got %s", field, got)
 	}
 	tok, err := p.token()
 	if err != nil {
 		return nil, err
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '[' {
-		return nil, p.errf(tensor, "%s, got %s", what, describe(tok))
+		return nil, bad(describe(tok))
 	}
-	out := []int64{} // non-nil: a scalar's shape is [], not absent
+	out := make([]int64, 0, 4) // non-nil: a scalar's shape is [], not absent
 	for p.dec.More() {
 		tok, err := p.token()
 		if err != nil {
@@ -474,14 +491,14 @@ func (p *headerParser) intArray(tensor, field string, want int) ([]int64, error)
 		}
 		num, ok := tok.(json.Number)
 		if !ok {
-			return nil, p.errf(tensor, "%s, got %s", what, describe(tok))
+			return nil, bad(describe(tok))
 		}
 		v, err := strconv.ParseUint(string(num), 10, 63)
 		if err != nil {
-			return nil, p.errf(tensor, "%s, got %s", what, clip([]byte(num), 32))
+			return nil, bad(clip([]byte(num), 32))
 		}
 		if want >= 0 && len(out) == want {
-			return nil, p.errf(tensor, "%s, got more", what)
+			return nil, bad("more")
 		}
 		out = append(out, int64(v))
 	}
@@ -489,7 +506,7 @@ func (p *headerParser) intArray(tensor, field string, want int) ([]int64, error)
 		return nil, err
 	}
 	if want >= 0 && len(out) != want {
-		return nil, p.errf(tensor, "%s, got %d", what, len(out))
+		return nil, bad(strconv.Itoa(len(out)))
 	}
 	return out, nil
 }

@@ -1,0 +1,151 @@
+package safetensors
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// decoderTokens is the oracle for tokenizer: encoding/json's own decoder.
+func decoderTokens(b []byte) tokenSource {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d
+}
+
+// tokenTrace records More and Token results until the first top-level value
+// is complete or an error occurs; then it records only whether the rest is
+// whitespace (json.Decoder reads a stream of values, a header is one).
+func tokenTrace(src tokenSource) []string {
+	var out []string
+	depth := 0
+	for i := 0; i < 10000; i++ {
+		more := src.More()
+		tok, err := src.Token()
+		if err != nil {
+			if err == io.EOF && i == 0 {
+				return append(out, "empty")
+			}
+			return append(out, "error")
+		}
+		out = append(out, fmt.Sprintf("%v %T %v", more, tok, tok))
+		if d, ok := tok.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+		if depth == 0 {
+			if _, err := src.Token(); err == io.EOF {
+				return append(out, "eof")
+			}
+			return append(out, "trailing")
+		}
+	}
+	return append(out, "too long")
+}
+
+func TestTokenizerMatchesDecoder(t *testing.T) {
+	inputs := []string{
+		`{}`, ` { } `, `[]`, `[1,2,3]`, `{"a":1,"b":[true,false,null],"c":{"d":"e"}}`,
+		`"str"`, `123`, `-0.5e+10`, `1E3`, `0`, `-`, `01`, `1.`, `.5`, `1e`, `+1`, `-a`,
+		`{"a":"\u00e9\n\t\"\\\/"}`, `{"a":"\ud83d\ude00"}`, `{"a":"\ud800"}`, `{"a":"\x"}`, `{"a":"\u12"}`,
+		"{\"a\":\"\x01\"}", `{"a" 1}`, `{"a":1,}`, `[1,]`, `[,1]`, `{,}`, `{"a":1 "b":2}`, `{1:2}`,
+		`{"a":tru}`, `{"a":truex}`, `nul`, `{"a":[1 2]}`, `{"a":1}}`, `{"a":1}]`, `[1}`, `{"a":[}`, `{"a"`,
+		`{"a":`, `{"a":"`, `{"a":"\`, `{} x`, `{}{}`, "{}\x00", `{"a":1}   `, `[[[[]]]]`, `[{}, {"x": [ ] } ]`,
+		"", "   ", `{"k":"v","k":"w"}`, `{"__metadata__":{"format":"pt"},"t":{"dtype":"F32","shape":[],"data_offsets":[0,4]}}`,
+	}
+	for _, in := range inputs {
+		got := tokenTrace(newTokenizer([]byte(in)))
+		want := tokenTrace(decoderTokens([]byte(in)))
+		if !slices.Equal(got, want) {
+			t.Errorf("%q:\n got %q\nwant %q", in, got, want)
+		}
+	}
+}
+
+// FuzzTokenizer checks the tokenizer against json.Decoder on valid UTF-8.
+func FuzzTokenizer(f *testing.F) {
+	for _, s := range []string{`{"a":[1,-2.5e3,"x\n",true,null,{}]}`, `{"a" 1}`, `[1,]`, `{"\u00e9":"\ud800"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !utf8.Valid(b) {
+			return // the caller of tokenizer rejects invalid UTF-8 first
+		}
+		got := tokenTrace(newTokenizer(b))
+		want := tokenTrace(decoderTokens(b))
+		if !slices.Equal(got, want) {
+			t.Fatalf("%q:\n got %q\nwant %q", b, got, want)
+		}
+	})
+}
+
+// checkSameAsDecoder parses b with both tokenizers and fails if they disagree.
+func checkSameAsDecoder(t *testing.T, b []byte) {
+	t.Helper()
+	f1, err1 := parseBytes(b, "x.safetensors")
+	f2, err2 := parse(bytes.NewReader(b), int64(len(b)), "x.safetensors", decoderTokens)
+	if (err1 == nil) != (err2 == nil) {
+		t.Fatalf("tokenizer: %v; json.Decoder: %v", err1, err2)
+	}
+	if err1 != nil {
+		return
+	}
+	if !equalTensors(f1.Tensors(), f2.Tensors()) || !slices.Equal(f1.Metadata(), f2.Metadata()) ||
+		!reflect.DeepEqual(f1.Info(), f2.Info()) {
+		t.Fatalf("results differ:\n%+v %+v\n%+v %+v", f1.Tensors(), f1.Metadata(), f2.Tensors(), f2.Metadata())
+	}
+}
+
+func TestParseMatchesDecoder(t *testing.T) {
+	var tensors []formats.Tensor
+	for i := range 50 {
+		tensors = append(tensors, formats.Tensor{Name: fmt.Sprintf("t.%d\n\"é", i), Type: formats.BF16, Shape: []int64{int64(i), 3}})
+	}
+	b, _ := writeAll(t, tensors, map[string]string{"a": "b\\c"}, nil)
+	checkSameAsDecoder(t, b)
+}
+
+// BenchmarkParseHeader compares the header parser on the fast tokenizer
+// with the same parser on json.Decoder, on a 2,500-tensor header (SDXL size).
+func BenchmarkParseHeader(b *testing.B) {
+	var tensors []formats.Tensor
+	for i := range 2500 {
+		tensors = append(tensors, formats.Tensor{
+			Name:  fmt.Sprintf("model.diffusion_model.output_blocks.%d.1.transformer_blocks.%d.attn1.to_k.weight", i/10, i%10),
+			Type:  formats.F16,
+			Shape: []int64{640, 640},
+		})
+	}
+	w, err := NewWriter(nil, tensors, map[string]string{"format": "pt"}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hdr := w.HeaderBytes()
+	size := w.Size()
+	// The data section is not read: a ReaderAt over the header that claims the full size.
+	r := bytes.NewReader(hdr)
+	for _, c := range []struct {
+		name string
+		src  func([]byte) tokenSource
+	}{{"tokenizer", nil}, {"json.Decoder", decoderTokens}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(hdr)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := parse(r, size, "bench.safetensors", c.src); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
