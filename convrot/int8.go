@@ -1,6 +1,7 @@
 package convrot
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 )
@@ -43,7 +44,8 @@ func NewInt8Rows(in, groupSize int) (Int8Rows, error) {
 	return Int8Rows{In: in, GroupSize: groupSize}, nil
 }
 
-// rows checks that the buffers hold the same whole number of rows and returns it.
+// rows checks that the buffers hold the same whole number of rows and
+// returns it; scales < 0 skips the scale count check.
 func (q Int8Rows) rows(floats, codes, scales int) (int, error) {
 	if q.In <= 0 {
 		return 0, fmt.Errorf("convrot: row length %d is not positive", q.In)
@@ -52,7 +54,7 @@ func (q Int8Rows) rows(floats, codes, scales int) (int, error) {
 		return 0, fmt.Errorf("convrot: %d values are not a whole number of rows of %d", floats, q.In)
 	}
 	n := floats / q.In
-	if codes != floats || scales != n {
+	if codes != floats || scales >= 0 && scales != n {
 		return 0, fmt.Errorf("convrot: %d rows of %d need %d codes and %d scales, got %d and %d",
 			n, q.In, floats, n, codes, scales)
 	}
@@ -60,28 +62,29 @@ func (q Int8Rows) rows(floats, codes, scales int) (int, error) {
 }
 
 // Quantize encodes whole rows of rows (n·In values) into codes (n·In bytes,
-// two's-complement I8 as stored in safetensors) and scales (n values). The
-// rotation is done in place, so rows holds the rotated weights afterwards. A
-// row with a NaN or an infinity (before or after rotation) is refused with an
-// error that gives its index within the chunk.
+// two's-complement I8 as stored in safetensors) and scales (n values; nil
+// when the caller writes the scales separately, see ScaleBytes). The
+// rotation is done in place, so rows holds the rotated weights afterwards.
+// A row with a NaN or an infinity (before or after rotation) is refused with
+// an error that gives its index within the chunk.
 func (q Int8Rows) Quantize(codes []byte, scales []float32, rows []float32) error {
-	n, err := q.rows(len(rows), len(codes), len(scales))
+	ns := len(scales)
+	if scales == nil {
+		ns = -1
+	}
+	n, err := q.rows(len(rows), len(codes), ns)
 	if err != nil {
 		return err
 	}
 	for r := 0; r < n; r++ {
 		row := rows[r*q.In : (r+1)*q.In : (r+1)*q.In]
-		if q.GroupSize != 0 {
-			if err := Rotate(row, q.GroupSize); err != nil {
-				return err
-			}
+		s, err := q.rowScale(row, r)
+		if err != nil {
+			return err
 		}
-		amax, ok := absMax(row)
-		if !ok {
-			return fmt.Errorf("convrot: row %d holds a NaN or infinite value", r)
+		if scales != nil {
+			scales[r] = s
 		}
-		s := RowScale(amax)
-		scales[r] = s
 		encodeInt8(codes[r*q.In:(r+1)*q.In:(r+1)*q.In], row, s)
 	}
 	return nil
@@ -96,19 +99,41 @@ func (q Int8Rows) Scales(scales []float32, rows []float32) error {
 		return err
 	}
 	for r := 0; r < n; r++ {
-		row := rows[r*q.In : (r+1)*q.In : (r+1)*q.In]
-		if q.GroupSize != 0 {
-			if err := Rotate(row, q.GroupSize); err != nil {
-				return err
-			}
+		if scales[r], err = q.rowScale(rows[r*q.In:(r+1)*q.In:(r+1)*q.In], r); err != nil {
+			return err
 		}
-		amax, ok := absMax(row)
-		if !ok {
-			return fmt.Errorf("convrot: row %d holds a NaN or infinite value", r)
-		}
-		scales[r] = RowScale(amax)
 	}
 	return nil
+}
+
+// ScaleBytes is Scales writing the scales as little-endian F32 values into
+// dst (4 bytes per row): the bytes of those rows of the weight_scale tensor.
+func (q Int8Rows) ScaleBytes(dst []byte, rows []float32) error {
+	if q.In <= 0 || len(rows)%q.In != 0 || len(dst) != 4*(len(rows)/q.In) {
+		return fmt.Errorf("convrot: %d bytes of scales for %d values in rows of %d", len(dst), len(rows), q.In)
+	}
+	for r := 0; r < len(dst)/4; r++ {
+		s, err := q.rowScale(rows[r*q.In:(r+1)*q.In:(r+1)*q.In], r)
+		if err != nil {
+			return err
+		}
+		binary.LittleEndian.PutUint32(dst[4*r:], math.Float32bits(s))
+	}
+	return nil
+}
+
+// rowScale rotates one row in place (when GroupSize is set) and returns its scale.
+func (q Int8Rows) rowScale(row []float32, r int) (float32, error) {
+	if q.GroupSize != 0 {
+		if err := Rotate(row, q.GroupSize); err != nil {
+			return 0, err
+		}
+	}
+	amax, ok := absMax(row)
+	if !ok {
+		return 0, fmt.Errorf("convrot: row %d holds a NaN or infinite value", r)
+	}
+	return RowScale(amax), nil
 }
 
 // Dequantize decodes whole rows: dst = codes·scale per row in float32, then

@@ -220,6 +220,27 @@ func TestInt8ScalesMatchQuantize(t *testing.T) {
 			t.Errorf("row %d: Quantize scale %v, Scales %v", i, s1[i], s2[i])
 		}
 	}
+	sb := make([]byte, 4*rows)
+	if err := q.ScaleBytes(sb, append([]float32(nil), w...)); err != nil {
+		t.Fatal(err)
+	}
+	if string(sb) != string(PutScales(nil, s1)) {
+		t.Error("ScaleBytes differs from PutScales(Quantize's scales)")
+	}
+	if err := q.ScaleBytes(sb[:4], append([]float32(nil), w...)); err == nil {
+		t.Error("ScaleBytes with a short buffer succeeded")
+	}
+	// Codes alone (nil scales) are the same codes.
+	c1, c2 := make([]byte, rows*in), make([]byte, rows*in)
+	if err := q.Quantize(c1, s1, append([]float32(nil), w...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Quantize(c2, nil, append([]float32(nil), w...)); err != nil {
+		t.Fatal(err)
+	}
+	if string(c1) != string(c2) {
+		t.Error("Quantize with nil scales gives other codes")
+	}
 }
 
 func TestInt8Errors(t *testing.T) {
