@@ -15,6 +15,14 @@ import "math"
 // below it are treated as all zero.
 const groupMaxEps = float32(1e-15)
 
+// roundMagic is 1.5*2^23: for |v| < 2^22, (v+roundMagic)-roundMagic is v
+// rounded to the nearest integer, ties to even, exactly as nearestInt
+// rounds; roundLimit keeps products safely inside that range.
+const (
+	roundMagic = float32(12582912)
+	roundLimit = float32(4e6)
+)
+
 // qkBlock is ggml's QK_K, the super-block size of the k-quants.
 const qkBlock = 256
 
@@ -39,7 +47,8 @@ func clampInt32(v, lo, hi int32) int32 {
 // makeQxQuants is ggml's make_qx_quants with rmse_type 1, the only variant
 // the k-quants use: a symmetric scale for levels -nmax..nmax-1, chosen among
 // 19 candidate scales by weighted least squares. The weight of element i is
-// qw[i], or x[i]^2 when qw is nil. L receives the levels plus nmax.
+// qw[i], or x[i]^2 when qw is nil. L receives the levels plus nmax. x holds
+// at most 32 elements.
 func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 	n := len(x)
 	L = L[:n]
@@ -65,44 +74,70 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 		return 0
 	}
 	fn := float32(nmax)
+	// best holds the winning candidate's levels, lf the current one's.
+	var best2, lf2 [32]float32
+	best, lf := best2[:n], lf2[:n]
 	iscale := float32(-nmax) / vmax
-	var sumlx, suml2 float32
-	for i, v := range x {
-		l := clampInt32(nearestInt(iscale*v), -nmax, nmax-1)
-		L[i] = int8(l + nmax)
-		fl := float32(l)
-		wi := w[i]
-		sumlx += float32(float32(wi*v) * fl)
-		suml2 += float32(float32(wi*fl) * fl)
-	}
+	sumlx, suml2 := qxSums(x, w, best, iscale, amax, nmax)
 	scale := float32(0)
 	if suml2 != 0 {
 		scale = sumlx / suml2
 	}
-	best := scale * sumlx
-	var laux [32]int8
-	la := laux[:n]
+	bestS := scale * sumlx
 	for is := int32(-9); is <= 9; is++ {
 		if is == 0 {
 			continue
 		}
 		iscale = -(fn + float32(0.1)*float32(is)) / vmax
-		sumlx, suml2 = 0, 0
-		for i, v := range x {
-			l := clampInt32(nearestInt(iscale*v), -nmax, nmax-1)
-			la[i] = int8(l + nmax)
-			fl := float32(l)
-			wi := w[i]
-			sumlx += float32(float32(wi*v) * fl)
-			suml2 += float32(float32(wi*fl) * fl)
-		}
-		if suml2 > 0 && float32(sumlx*sumlx) > float32(best*suml2) {
-			copy(L, la)
+		sumlx, suml2 = qxSums(x, w, lf, iscale, amax, nmax)
+		if suml2 > 0 && float32(sumlx*sumlx) > float32(bestS*suml2) {
+			copy(best, lf)
 			scale = sumlx / suml2
-			best = scale * sumlx
+			bestS = scale * sumlx
 		}
 	}
+	for i, r := range best {
+		L[i] = int8(int32(r) + nmax)
+	}
 	return scale
+}
+
+// qxSums returns one make_qx_quants candidate's weighted sums of l*x and
+// l^2 for l = clamp(round(iscale*x), -nmax, nmax-1), and stores the levels
+// in lf. When every |iscale*x| is within 2^22 (amax bounds |x|), adding and
+// removing 1.5*2^23 rounds exactly as nearestInt does, so the levels stay
+// in float registers; otherwise nearestInt's own arithmetic is used. It is
+// a separate function so that its accumulators stay in registers.
+//
+//go:noinline
+func qxSums(x, w, lf []float32, iscale, amax float32, nmax int32) (sumlx, suml2 float32) {
+	n := len(x)
+	w, lf = w[:n], lf[:n]
+	if float32(abs32(iscale)*amax) < roundLimit {
+		lo, hi := float32(-nmax), float32(nmax-1)
+		for i, v := range x {
+			r := float32(float32(iscale*v)+roundMagic) - roundMagic
+			if r < lo {
+				r = lo
+			}
+			if r > hi {
+				r = hi
+			}
+			lf[i] = r
+			wi := w[i]
+			sumlx += float32(float32(wi*v) * r)
+			suml2 += float32(float32(wi*r) * r)
+		}
+		return sumlx, suml2
+	}
+	for i, v := range x {
+		r := float32(clampInt32(nearestInt(iscale*v), -nmax, nmax-1))
+		lf[i] = r
+		wi := w[i]
+		sumlx += float32(float32(wi*v) * r)
+		suml2 += float32(float32(wi*r) * r)
+	}
+	return sumlx, suml2
 }
 
 // makeQ3Quants is ggml's make_q3_quants with do_rmse set (q3_K's reference
@@ -175,7 +210,7 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 // (rmin+nmax)/(max-min) in steps of rdelta, each refined by weighted least
 // squares and kept when its weighted error (absolute with useMad, squared
 // otherwise) is smaller. It returns the scale and the offset to subtract
-// (ggml's the_min, never negative).
+// (ggml's the_min, never negative). x holds at most 32 elements.
 func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
 	n := len(x)
 	weights = weights[:n]
@@ -205,11 +240,14 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 		return 0, -vmin
 	}
 	// ggml recomputes x[i]-min for every candidate; it only changes when a
-	// candidate wins, so it is kept in xm and refreshed then.
+	// candidate wins, so it is kept in xm (with its largest magnitude) and
+	// refreshed then.
 	var xm2 [32]float32
 	xm := xm2[:n]
+	var xmMax float32
 	for i, v := range x {
 		xm[i] = v - vmin
+		xmMax = max(xmMax, abs32(xm[i]))
 	}
 	span := vmax - vmin
 	fn := float32(nmax)
@@ -230,52 +268,126 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 	if nstep < 1 {
 		return scale, -vmin
 	}
-	var laux2 [32]uint8
-	laux := laux2[:n]
+	// lf holds a candidate's levels as floats, the form its sums use.
+	var lf2 [32]float32
+	lf := lf2[:n]
+	havePrev := false
 	for is := 0; is <= nstep; is++ {
 		iscale = (rmin + float32(rdelta*float32(is)) + fn) / span
-		var sumL, sumL2, sumXL float32
-		for i, v := range xm {
-			l := clampInt32(nearestInt(iscale*v), 0, nmax)
-			laux[i] = uint8(l)
-			fl := float32(l)
-			wl := float32(weights[i] * fl)
-			sumL += wl
-			sumL2 += float32(wl * fl)
-			sumXL += float32(wl * x[i])
+		changed := qkxLevels(xm, lf, iscale, xmMax, nmax)
+		// The sums, and so the refined scale, offset and error, depend only
+		// on the levels. A candidate with the previous candidate's levels
+		// either repeats a loser against the same best error or ties the
+		// winner it repeats, so ggml's state after it is unchanged.
+		if !changed && havePrev {
+			continue
 		}
+		havePrev = true
+		sumL, sumL2, sumXL := qkxSums(x, weights, lf)
 		D := float32(sumW*sumL2) - float32(sumL*sumL)
-		if D > 0 {
-			thisScale := (float32(sumW*sumXL) - float32(sumX*sumL)) / D
-			thisMin := (float32(sumL2*sumX) - float32(sumL*sumXL)) / D
-			if thisMin > 0 {
-				thisMin = 0
-				thisScale = sumXL / sumL2
+		if !(D > 0) {
+			continue
+		}
+		thisScale := (float32(sumW*sumXL) - float32(sumX*sumL)) / D
+		thisMin := (float32(sumL2*sumX) - float32(sumL*sumXL)) / D
+		if thisMin > 0 {
+			thisMin = 0
+			thisScale = sumXL / sumL2
+		}
+		curErr := qkxError(x, weights, lf, thisScale, thisMin, useMad)
+		if curErr < bestErr {
+			for i, r := range lf {
+				L[i] = uint8(r)
 			}
-			var curErr float32
+			bestErr = curErr
+			scale, vmin = thisScale, thisMin
+			// ggml's later candidates use the new min, both in x-min and
+			// in max-min.
+			xmMax = 0
 			for i, v := range x {
-				diff := float32(thisScale*float32(laux[i])) + thisMin - v
-				if useMad {
-					diff = abs32(diff)
-				} else {
-					diff = float32(diff * diff)
-				}
-				curErr += float32(weights[i] * diff)
+				xm[i] = v - vmin
+				xmMax = max(xmMax, abs32(xm[i]))
 			}
-			if curErr < bestErr {
-				copy(L, laux)
-				bestErr = curErr
-				scale, vmin = thisScale, thisMin
-				// ggml's later candidates use the new min, both in x-min
-				// and in max-min.
-				for i, v := range x {
-					xm[i] = v - vmin
-				}
-				span = vmax - vmin
-			}
+			span = vmax - vmin
 		}
 	}
 	return scale, -vmin
+}
+
+// The candidate loops of makeQkxQuants live in these small functions so
+// that their accumulators stay in registers (inlined into the search, the
+// register allocator spilled them, putting a store and a load into every
+// step of the dependency chain).
+
+// qkxLevels stores in lf one candidate's levels clamp(round(iscale*xm), 0,
+// nmax), as floats, and reports whether any of them differs from what lf
+// held. When every |iscale*xm| is within 2^22 (xmMax bounds |xm|), adding
+// and removing 1.5*2^23 rounds exactly as nearestInt does, so the levels
+// never leave float registers; otherwise nearestInt's own arithmetic runs.
+//
+//go:noinline
+func qkxLevels(xm, lf []float32, iscale, xmMax float32, nmax int32) (changed bool) {
+	lf = lf[:len(xm)]
+	var diff uint32
+	if float32(abs32(iscale)*xmMax) < roundLimit {
+		fn := float32(nmax)
+		for i, v := range xm {
+			r := float32(float32(iscale*v)+roundMagic) - roundMagic
+			if r < 0 {
+				r = 0
+			}
+			if r > fn {
+				r = fn
+			}
+			diff |= math.Float32bits(r) ^ math.Float32bits(lf[i])
+			lf[i] = r
+		}
+		return diff != 0
+	}
+	for i, v := range xm {
+		r := float32(clampInt32(nearestInt(iscale*v), 0, nmax))
+		diff |= math.Float32bits(r) ^ math.Float32bits(lf[i])
+		lf[i] = r
+	}
+	return diff != 0
+}
+
+// qkxSums returns a candidate's weighted sums of l, l^2 and l*x in ggml's
+// order.
+//
+//go:noinline
+func qkxSums(x, w, lf []float32) (sumL, sumL2, sumXL float32) {
+	n := len(x)
+	w, lf = w[:n], lf[:n]
+	for i, r := range lf {
+		wl := float32(w[i] * r)
+		sumL += wl
+		sumL2 += float32(wl * r)
+		sumXL += float32(wl * x[i])
+	}
+	return sumL, sumL2, sumXL
+}
+
+// qkxError is a candidate's weighted error: absolute with useMad, squared
+// otherwise.
+//
+//go:noinline
+func qkxError(x, w, lf []float32, scale, vmin float32, useMad bool) float32 {
+	n := len(x)
+	w, lf = w[:n], lf[:n]
+	var e float32
+	if useMad {
+		for i, v := range x {
+			diff := float32(scale*lf[i]) + vmin - v
+			e += float32(w[i] * abs32(diff))
+		}
+		return e
+	}
+	for i, v := range x {
+		diff := float32(scale*lf[i]) + vmin - v
+		e += float32(w[i] * float32(diff*diff))
+	}
+	return e
 }
 
 // makeQpQuants is ggml's make_qp_quants: it quantizes the non-negative
