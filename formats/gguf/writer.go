@@ -51,7 +51,8 @@ var _ formats.TensorWriter = (*Writer)(nil)
 // NewWriter validates the descriptors and metadata and computes the header
 // and layout. Only the tensors' Name, Type and Shape are used (a non-zero
 // Size must match the computed one). Nothing is written to w before the
-// first Write or Close.
+// first Write or Close, so w may be nil when only Header, Layout and Size
+// are wanted (for a writer that fills the data at fixed offsets itself).
 func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opts *WriterOptions) (*Writer, error) {
 	if opts == nil {
 		opts = &WriterOptions{}
