@@ -29,6 +29,11 @@ const (
 	// writeBufferBytes buffers the writer's small header and padding writes;
 	// chunks larger than this go to the file directly.
 	writeBufferBytes = 1 << 20
+	// slotsPerThread chunks in flight per worker keep every worker busy
+	// while the writer waits for a slow chunk; more would only add memory
+	// (each fresh buffer costs page faults) without adding speed.
+	slotsPerThread = 4
+	minSlots       = 8
 )
 
 // NewWriterFunc makes the output's TensorWriter for the planned tensor
@@ -45,6 +50,8 @@ type Options struct {
 	Threads int
 	// MaxMemory bounds the bytes of chunk buffers in flight; 0 means DefaultMaxMemory.
 	// Each worker's scratch buffers (at most one chunk's worth) come on top.
+	// The engine keeps no more than a few chunks per thread in flight, so
+	// a large budget is an upper bound, not a target.
 	MaxMemory int64
 	// ChunkBytes is the target chunk size; 0 picks min(DefaultChunkBytes, MaxMemory/8).
 	ChunkBytes int64
@@ -116,7 +123,7 @@ func prepare(plan *Plan, o *Options) (*layout, error) {
 		rowBytes:  make([]int64, len(plan.Outputs)),
 		perChunk:  make([]int64, len(plan.Outputs)),
 		chunkSize: o.ChunkBytes,
-		slots:     int(max(1, o.MaxMemory/o.ChunkBytes)),
+		slots:     int(max(1, min(o.MaxMemory/o.ChunkBytes, int64(max(minSlots, slotsPerThread*o.Threads))))),
 	}
 	var errs []error
 	for i := range plan.Outputs {
@@ -319,7 +326,7 @@ func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chun
 	var s Scratch
 	for c := range jobs {
 		if ctx.Err() == nil {
-			c.err = c.out.Producer.Produce(ctx, c.buf, c.first, c.n, &s)
+			c.err = produce(ctx, c, &s)
 			if c.err == nil {
 				c.err = ctx.Err()
 			}
@@ -336,6 +343,18 @@ func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chun
 			s.trim(chunkSize)
 		}
 	}
+}
+
+// produce runs the chunk's producer, turning a panic (a codec bug on an
+// unexpected shape) into an error so that the partial output is still
+// removed and the process exits cleanly.
+func produce(ctx context.Context, c *chunk, s *Scratch) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("rows [%d, %d): producer panicked: %v", c.first, c.first+c.n, r)
+		}
+	}()
+	return c.out.Producer.Produce(ctx, c.buf, c.first, c.n, s)
 }
 
 // drain writes the chunks in order as they complete.

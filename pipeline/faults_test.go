@@ -318,3 +318,14 @@ func unmount(t *testing.T, dir string) {
 		t.Errorf("umount %s: %v %s", dir, err, out)
 	}
 }
+
+func TestProducerPanic(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.fake")
+	plan := &Plan{Outputs: []Output{{Name: "p", Type: formats.F32, Shape: []int64{16, 4}, Producer: ProducerFunc(
+		func(_ context.Context, dst []byte, _, _ int64, _ *Scratch) error { _ = dst[len(dst)]; return nil })}}}
+	err := Run(context.Background(), plan, Options{OutPath: out, NewWriter: newFakeWriter})
+	if err == nil || !strings.Contains(err.Error(), `tensor "p"`) || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("error %v", err)
+	}
+	noPartial(t, out)
+}

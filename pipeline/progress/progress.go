@@ -31,15 +31,21 @@ func NewTo(w io.Writer, enabled bool, description string, total int64) *Bar {
 	if !enabled {
 		return &Bar{}
 	}
+	return newBar(w, description, total, 100*time.Millisecond)
+}
+
+// newBar renders at most once per throttle (zero in tests, to see every update).
+func newBar(w io.Writer, description string, total int64, throttle time.Duration) *Bar {
 	// progressbar divides by its maximum; an empty output still gets a bar.
 	return &Bar{bar: progressbar.NewOptions64(max(total, 1),
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetDescription(description),
 		progressbar.OptionShowBytes(true),
 		progressbar.OptionShowTotalBytes(true),
+		progressbar.OptionShowCount(),
 		progressbar.OptionSetPredictTime(true),
 		progressbar.OptionSetElapsedTime(true),
-		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionThrottle(throttle),
 		progressbar.OptionFullWidth(),
 		progressbar.OptionSetRenderBlankState(true),
 		progressbar.OptionOnCompletion(func() { io.WriteString(w, "\n") }),

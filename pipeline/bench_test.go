@@ -1,0 +1,105 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// benchDir is where benchmarks put their files: $SDTOOL_BENCH_DIR, else
+// /dev/shm (so that a disk's speed does not hide the pipeline's), else a
+// temporary directory.
+func benchDir(b *testing.B) string {
+	if d := os.Getenv("SDTOOL_BENCH_DIR"); d != "" {
+		return d
+	}
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		d, err := os.MkdirTemp("/dev/shm", "sdtool-bench")
+		if err == nil {
+			b.Cleanup(func() { os.RemoveAll(d) })
+			return d
+		}
+	}
+	return b.TempDir()
+}
+
+// BenchmarkCopyThroughput copies a ~256 MB F16 file (64 tensors of 4 MiB)
+// through the pipeline (Copy producers, ordered writes, fsync, rename) and,
+// in the same iteration, with a plain io.Copy plus fsync of the same bytes;
+// "ratio" is the pipeline's speed over the copy's (target: at least 0.8).
+func BenchmarkCopyThroughput(b *testing.B) {
+	dir := benchDir(b)
+	const ntensors, rows, cols = 64, 512, 4096
+	const tsize = rows * cols * 2
+	in := filepath.Join(dir, "in.raw")
+	f, err := os.Create(in)
+	if err != nil {
+		b.Fatal(err)
+	}
+	block := f16Data(tsize/2, 5)
+	for range ntensors {
+		if _, err := f.Write(block); err != nil {
+			b.Fatal(err)
+		}
+	}
+	m := &fileModel{f: f}
+	var plan Plan
+	for i := range int64(ntensors) {
+		t := formats.Tensor{Name: fmt.Sprintf("t%d", i), Type: formats.F16, Shape: []int64{rows, cols}, File: in, Offset: i * tsize, Size: tsize}
+		m.tensors = append(m.tensors, t)
+		plan.Outputs = append(plan.Outputs, Output{Name: t.Name, Type: t.Type, Shape: t.Shape, Producer: Copy(m, t)})
+	}
+	total := int64(ntensors * tsize)
+	b.SetBytes(total)
+	var tPipe, tCopy time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		out := filepath.Join(dir, "out.fake")
+		start := time.Now()
+		if err := Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Force: true, Inputs: []string{in}}); err != nil {
+			b.Fatal(err)
+		}
+		tPipe += time.Since(start)
+
+		start = time.Now()
+		if err := plainCopy(in, filepath.Join(dir, "copy.raw")); err != nil {
+			b.Fatal(err)
+		}
+		tCopy += time.Since(start)
+	}
+	b.StopTimer()
+	mb := float64(total) * float64(b.N) / 1e6
+	b.ReportMetric(mb/tPipe.Seconds(), "pipeline_MB/s")
+	b.ReportMetric(mb/tCopy.Seconds(), "copy_MB/s")
+	b.ReportMetric(tCopy.Seconds()/tPipe.Seconds(), "ratio")
+	f.Close()
+}
+
+// plainCopy is the baseline: io.Copy from one file to another and fsync,
+// the same durability the pipeline gives.
+func plainCopy(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

@@ -1,0 +1,113 @@
+package pipeline
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+const memChildEnv = "SDTOOL_PIPELINE_MEMCHILD"
+
+// TestPeakMemoryIndependentOfSize converts sparse F16 inputs of 64 MiB and
+// 512 MiB in child processes with a 16 MiB budget and checks that their peak
+// resident memory differs by less than a constant: memory must not grow
+// with the model.
+func TestPeakMemoryIndependentOfSize(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("peak RSS is read from /proc/self/status")
+	}
+	if testing.Short() {
+		t.Skip("spawns two conversions of sparse files")
+	}
+	dir := t.TempDir()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		// tmpfs: no disk writes, and file pages do not count toward the process's RSS.
+		if d, err := os.MkdirTemp("/dev/shm", "sdtool-memtest"); err == nil {
+			dir = d
+			t.Cleanup(func() { os.RemoveAll(d) })
+		}
+	}
+	peak := map[int]int64{}
+	for _, mib := range []int{64, 512} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryChild$", "-test.v")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", memChildEnv, mib, dir), "GOMAXPROCS=2")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child for %d MiB: %v\n%s", mib, err, out)
+		}
+		sc := bufio.NewScanner(strings.NewReader(string(out)))
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "VMHWM_KB="); ok {
+				peak[mib], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		if peak[mib] == 0 {
+			t.Fatalf("child for %d MiB printed no peak:\n%s", mib, out)
+		}
+	}
+	small, big := peak[64]>>10, peak[512]>>10
+	t.Logf("peak RSS: %d MiB for 64 MiB in, %d MiB for 512 MiB in (budget 16 MiB)", small, big)
+	if big-small >= 32 {
+		t.Errorf("peak RSS grew by %d MiB with the input (%d -> %d MiB)", big-small, small, big)
+	}
+	if big > 160 {
+		t.Errorf("peak RSS %d MiB for a 16 MiB budget", big)
+	}
+}
+
+// TestMemoryChild is the body of the child processes of
+// TestPeakMemoryIndependentOfSize; it does nothing in a normal test run.
+func TestMemoryChild(t *testing.T) {
+	spec := os.Getenv(memChildEnv)
+	if spec == "" {
+		t.Skip("runs only as a child of TestPeakMemoryIndependentOfSize")
+	}
+	sizeStr, dir, _ := strings.Cut(spec, ":")
+	mib, err := strconv.ParseInt(sizeStr, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dir, fmt.Sprintf("in-%d.raw", mib))
+	out := filepath.Join(dir, fmt.Sprintf("out-%d.fake", mib))
+	f, err := os.Create(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(mib << 20); err != nil { // sparse: reads return zeros without disk I/O
+		t.Fatal(err)
+	}
+	defer os.Remove(in)
+	defer os.Remove(out)
+	// 8 MiB tensors of F16 [1024, 4096].
+	const rows, cols = 1024, 4096
+	const tsize = rows * cols * 2
+	m := &fileModel{f: f}
+	var plan Plan
+	for off := int64(0); off+tsize <= mib<<20; off += tsize {
+		tt := formats.Tensor{Name: fmt.Sprintf("t%d", off/tsize), Type: formats.F16, Shape: []int64{rows, cols}, File: in, Offset: off, Size: tsize}
+		m.tensors = append(m.tensors, tt)
+		plan.Outputs = append(plan.Outputs, Output{Name: tt.Name, Type: toyType, Shape: tt.Shape, Producer: Convert(m, tt, toyType, decodeF16, encodeToy)})
+	}
+	err = Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Threads: 2, MaxMemory: 16 << 20, Inputs: []string{in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			fmt.Printf("VMHWM_KB=%s\n", strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+}
