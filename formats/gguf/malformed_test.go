@@ -119,6 +119,10 @@ func TestHugeCountsFailFast(t *testing.T) {
 		head(0, 1).str("k").u32(uint32(formats.TypeString)).u64(1 << 62).b,
 		head(0, 1).str("k").u32(uint32(formats.TypeArray)).u32(uint32(formats.TypeUint8)).u64(1 << 62).raw(make([]byte, 100)...).b,
 		head(0, 1).str("k").u32(uint32(formats.TypeArray)).u32(uint32(formats.TypeString)).u64(1 << 59).raw(make([]byte, 100)...).b,
+		// A tensor count that fits a large (sparse) file: nothing of its
+		// size may be reserved before the infos are actually read.
+		append(head(1<<20, 0).b, make([]byte, 30<<20)...),
+		head(0, 1<<20).raw(make([]byte, 30<<20)...).b,
 		// Counts that do fit the (claimed) file size but not the real data:
 		// the size bound must come from the real size.
 		head(1000, 1000).raw(make([]byte, 1000)...).b,
@@ -231,5 +235,25 @@ func TestDeepNesting(t *testing.T) {
 	h.u32(uint32(formats.TypeUint8)).u64(0)
 	if _, err := parseBytes(h.b); err == nil || !strings.Contains(err.Error(), "nested more than") {
 		t.Errorf("deep nesting: %v", err)
+	}
+}
+
+// prefixZeros reads as b followed by zeros up to any size: a huge file
+// without the disk space.
+type prefixZeros []byte
+
+func (z prefixZeros) ReadAt(p []byte, off int64) (int, error) {
+	clear(p)
+	if off < int64(len(z)) {
+		copy(p, z[off:])
+	}
+	return len(p), nil
+}
+
+func TestArrayLimit(t *testing.T) {
+	b := head(0, 1).str("k").u32(uint32(formats.TypeArray)).u32(uint32(formats.TypeUint32)).u64(1 << 29).b
+	_, err := Parse(prefixZeros(b), 1<<40, "big.gguf")
+	if err == nil || !strings.Contains(err.Error(), `big.gguf: metadata key "k": array of 536870912 u32 values is larger than the limit`) {
+		t.Errorf("2 GiB array: %v", err)
 	}
 }

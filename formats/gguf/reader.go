@@ -18,8 +18,17 @@ import (
 // reader allocate a large part of a multi-gigabyte file.
 const maxString = 1 << 28
 
+// maxArrayBytes bounds the data of one fixed-size metadata array (real
+// tokenizer arrays take a few MB).
+const maxArrayBytes = 1 << 30
+
 // headerBuffer is the bufio size for the sequential header read.
 const headerBuffer = 64 << 10
+
+// capHint bounds a preallocation from a count read from the file: counts
+// are only checked against the bytes left, and a forged count in a large
+// file could otherwise reserve many times the file size up front.
+func capHint(n int64) int { return int(min(n, 1<<12)) }
 
 // FormatError describes a problem in a GGUF file; it unwraps to ErrFormat.
 type FormatError struct {
@@ -236,8 +245,8 @@ func (p *parser) header(g *File) error {
 }
 
 func (p *parser) metadata(g *File, n int64) error {
-	g.meta = make(formats.Metadata, 0, n)
-	seen := make(map[string]int, n)
+	g.meta = make(formats.Metadata, 0, capHint(n))
+	seen := make(map[string]int, capHint(n))
 	for i := range n {
 		key, err := p.str(fmt.Sprintf("key of metadata entry %d", i))
 		if err != nil {
@@ -336,7 +345,7 @@ func (p *parser) array(key string, depth int) (formats.Array, error) {
 	case formats.TypeString:
 		// Grow by append: the bound above allows 8 bytes per string, but a
 		// Go string header is 16.
-		out := make([]string, 0, min(n, 1<<16))
+		out := make([]string, 0, capHint(n))
 		for i := range n {
 			s, err := p.str(fmt.Sprintf("element %d of %q", i, key))
 			if err != nil {
@@ -346,7 +355,7 @@ func (p *parser) array(key string, depth int) (formats.Array, error) {
 		}
 		a.Values = out
 	case formats.TypeArray:
-		out := make([]formats.Array, 0, min(n, 1<<12))
+		out := make([]formats.Array, 0, capHint(n))
 		for range n {
 			sub, err := p.array(key, depth+1)
 			if err != nil {
@@ -364,6 +373,16 @@ func (p *parser) array(key string, depth int) (formats.Array, error) {
 // fixedArray reads n values of a fixed-size type in chunks.
 func (p *parser) fixedArray(key string, t formats.ValueType, n int64) (any, error) {
 	sz := valueSize(t)
+	if n*int64(sz) > maxArrayBytes {
+		return nil, p.errorf("metadata key %q: array of %d %s values is larger than the limit of %d bytes", key, n, t, maxArrayBytes)
+	}
+	if t == formats.TypeUint8 {
+		v := make([]uint8, n)
+		if err := p.full(v, fmt.Sprintf("array %q", key)); err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
 	var chunk [4096]byte
 	per := len(chunk) / sz
 	decode := func(put func(i int64, b []byte)) error {
@@ -384,9 +403,6 @@ func (p *parser) fixedArray(key string, t formats.ValueType, n int64) (any, erro
 	var out any
 	var put func(i int64, b []byte)
 	switch t {
-	case formats.TypeUint8:
-		v := make([]uint8, n)
-		out, put = v, func(i int64, b []byte) { v[i] = b[0] }
 	case formats.TypeInt8:
 		v := make([]int8, n)
 		out, put = v, func(i int64, b []byte) { v[i] = int8(b[0]) }
@@ -445,9 +461,9 @@ func (p *parser) alignment(g *File) error {
 }
 
 func (p *parser) tensorInfos(g *File, n int64) error {
-	g.tensors = make([]formats.Tensor, 0, n)
-	g.ndims = make([]int, 0, n)
-	g.ne = make([][]int64, 0, n)
+	g.tensors = make([]formats.Tensor, 0, capHint(n))
+	g.ndims = make([]int, 0, capHint(n))
+	g.ne = make([][]int64, 0, capHint(n))
 	for i := range n {
 		name, err := p.str(fmt.Sprintf("name of tensor %d", i))
 		if err != nil {
