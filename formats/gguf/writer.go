@@ -49,7 +49,9 @@ type Writer struct {
 var _ formats.TensorWriter = (*Writer)(nil)
 
 // NewWriter validates the descriptors and metadata and computes the header
-// and layout. Only the tensors' Name, Type and Shape are used (a non-zero
+// and layout. Names of 64 bytes or more, more than 4 dims and nested arrays
+// are written as given (some readers refuse them; ggml does), but a zero in
+// an outer dim is refused because it crashes ggml's reader. Only the tensors' Name, Type and Shape are used (a non-zero
 // Size must match the computed one). Nothing is written to w before the
 // first Write or Close, so w may be nil when only Header, Layout and Size
 // are wanted (for a writer that fills the data at fixed offsets itself).
