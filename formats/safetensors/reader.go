@@ -131,6 +131,7 @@ func parse(r io.ReaderAt, size int64, name string, newTokens func([]byte) tokenS
 	if err := p.parse(header); err != nil {
 		return nil, err
 	}
+	f.tensors = make([]formats.Tensor, 0, len(p.entries))
 	for i := range p.entries {
 		e := &p.entries[i]
 		f.tensors = append(f.tensors, formats.Tensor{

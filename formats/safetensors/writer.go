@@ -42,7 +42,7 @@ var _ formats.TensorWriter = (*Writer)(nil)
 // NewWriter computes the header for tensors (only Name, Type and Shape are
 // used; offsets and sizes are computed) and metadata meta (written in key
 // order as __metadata__, omitted when empty). Nothing is written to w until
-// the first Write or Close.
+// the first Write or Close; w may be nil when only the layout is wanted.
 func NewWriter(w io.Writer, tensors []formats.Tensor, meta map[string]string, opts *WriterOptions) (*Writer, error) {
 	var o WriterOptions
 	if opts != nil {
@@ -221,6 +221,10 @@ func (w *Writer) writeHeader() error {
 		return nil
 	}
 	w.started = true
+	if w.w == nil {
+		w.err = fmt.Errorf("%s: the writer has no output (made for its layout only)", w.name)
+		return w.err
+	}
 	if _, err := w.w.Write(w.header); err != nil {
 		w.err = fmt.Errorf("%s: writing the header: %w", w.name, err)
 		return w.err

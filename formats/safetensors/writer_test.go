@@ -315,3 +315,16 @@ func TestGoldenRewrite(t *testing.T) {
 		})
 	}
 }
+
+func TestWriterLayoutOnly(t *testing.T) {
+	w, err := NewWriter(nil, []formats.Tensor{{Name: "a", Type: formats.U8, Shape: []int64{1}}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Size() != w.DataOffset()+1 {
+		t.Errorf("Size %d, DataOffset %d", w.Size(), w.DataOffset())
+	}
+	if _, err := w.Write([]byte{1}); err == nil || !strings.Contains(err.Error(), "no output") {
+		t.Errorf("Write with a nil writer: %v", err)
+	}
+}
