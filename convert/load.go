@@ -76,15 +76,29 @@ type Source struct {
 // RowLength returns the innermost dimension of the export shape.
 func (s *Source) RowLength() int64 { return s.Shape[len(s.Shape)-1] }
 
+// Skipped is an input tensor that is not in the output.
+type Skipped struct {
+	// File and Tensor name the input tensor.
+	File, Tensor string
+	// Reason says why.
+	Reason string
+	// Unused marks tensors sd.cpp drops by design (schedule buffers, EMA
+	// counters, position ids): expected, not a problem.
+	Unused bool
+}
+
+// String returns "file: tensor "name": reason".
+func (s Skipped) String() string { return fmt.Sprintf("%s: tensor %q: %s", s.File, s.Tensor, s.Reason) }
+
 // Load lists the tensors of the inputs (one model per component, in
 // Components order; nil entries are skipped) the way sd.cpp builds its tensor
 // map: safetensors tensors in byte-wise name order per file, GGUF in file
 // order, U8 tensors skipped, unused tensors dropped, prefixes added, and a
 // repeated name replacing the earlier tensor in the earlier position. It
-// returns warnings for everything it skipped.
-func Load(inputs map[string]formats.Model) ([]Source, []string, error) {
+// reports everything it skipped.
+func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 	var out []Source
-	var warnings []string
+	var warnings []Skipped
 	index := map[string]int{}
 	for _, c := range Components {
 		m := inputs[c.Flag]
@@ -93,7 +107,7 @@ func Load(inputs map[string]formats.Model) ([]Source, []string, error) {
 		}
 		for _, t := range orderedTensors(m) {
 			if Unused(t.Name) {
-				warnings = append(warnings, fmt.Sprintf("%s: tensor %q: unused by sd.cpp, dropped", t.File, t.Name))
+				warnings = append(warnings, Skipped{t.File, t.Name, "unused by sd.cpp, dropped", true})
 				continue
 			}
 			src, skip, err := newSource(m, t, c.Prefix)
@@ -101,15 +115,15 @@ func Load(inputs map[string]formats.Model) ([]Source, []string, error) {
 				return nil, warnings, err
 			}
 			if skip != "" {
-				warnings = append(warnings, fmt.Sprintf("%s: tensor %q: %s", t.File, t.Name, skip))
+				warnings = append(warnings, Skipped{t.File, t.Name, skip, false})
 				continue
 			}
 			if Unused(src.Name) {
-				warnings = append(warnings, fmt.Sprintf("%s: tensor %q: %q is unused by sd.cpp, dropped", t.File, t.Name, src.Name))
+				warnings = append(warnings, Skipped{t.File, t.Name, fmt.Sprintf("%q is unused by sd.cpp, dropped", src.Name), true})
 				continue
 			}
 			if i, dup := index[src.Name]; dup {
-				warnings = append(warnings, fmt.Sprintf("%s: tensor %q replaces the earlier %q from %s", t.File, t.Name, src.Name, out[i].Tensor.File))
+				warnings = append(warnings, Skipped{out[i].Tensor.File, out[i].Tensor.Name, fmt.Sprintf("replaced by %q from %s (same name %q)", t.Name, t.File, src.Name), false})
 				out[i] = src
 				continue
 			}

@@ -117,7 +117,11 @@ func Prepare(cfg *Config) (*Result, []formats.Model, error) {
 		return nil, nil, err
 	}
 	for _, w := range warnings {
-		log.Warn(w)
+		if w.Unused {
+			log.Info(w.String())
+		} else {
+			log.Warn(w.String())
+		}
 	}
 	res, err := Build(sources, opts)
 	if err != nil {
