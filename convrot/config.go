@@ -96,11 +96,12 @@ func MarshalQuantConfig(c QuantConfig) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// knownFormats are the formats this package decodes.
+var knownFormats = map[string]struct{}{FormatInt8: {}, FormatFP8E4M3: {}, FormatFP8E5M2: {}}
+
 // validate checks the combination of fields.
 func (c QuantConfig) validate() error {
-	switch c.Format {
-	case FormatInt8, FormatFP8E4M3, FormatFP8E5M2:
-	default:
+	if _, ok := knownFormats[c.Format]; !ok {
 		return fmt.Errorf("%w %q", ErrUnsupportedFormat, c.Format)
 	}
 	if c.Convrot {
@@ -122,7 +123,8 @@ func (c QuantConfig) validate() error {
 //
 //   - the data is one UTF-8 JSON object (at most MaxMarkerSize bytes);
 //   - "format" is a string; formats other than FormatInt8, FormatFP8E4M3 and
-//     FormatFP8E5M2 give an error wrapping ErrUnsupportedFormat;
+//     FormatFP8E5M2 give an error wrapping ErrUnsupportedFormat together
+//     with a config that holds only Format, so that a listing can name it;
 //   - "convrot" and "full_precision_matrix_mult" are booleans;
 //   - "convrot_groupsize" is an integer literal (256, not 256.0 or "256"),
 //     defaults to 256 when convrot is true, must then be a power of four, and
@@ -169,6 +171,10 @@ func ParseQuantConfig(data []byte) (QuantConfig, error) {
 	}
 	if err := json.Unmarshal(raw, &c.Format); err != nil {
 		return QuantConfig{}, fmt.Errorf("%w: \"format\" is %s, not a string", ErrConfig, short(raw))
+	}
+	if _, ok := knownFormats[c.Format]; !ok {
+		// Other formats give other meanings to the remaining keys.
+		return QuantConfig{Format: c.Format}, fmt.Errorf("%w %q", ErrUnsupportedFormat, c.Format)
 	}
 	if c.Convrot, err = boolKey(lookup, "convrot"); err != nil {
 		return QuantConfig{}, err

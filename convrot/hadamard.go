@@ -43,6 +43,12 @@ func CheckGroupSize(g int) error {
 // (h-d, h-c, h-b, h-a), which is (a,b,c,d)·H4. The product by 0.5 is exact
 // (short of subnormals), and explicit conversions keep the compiler from
 // fusing it into a multiply-add.
+//
+// It computes in float32, the precision of the data: against the same
+// transform in float64 the error is under 1e-4 of half an INT8 step on
+// Gaussian weights with outliers (G = 256), and no code changed in the
+// measurement (TestRotateFloat32Accuracy), while float32 halves the memory
+// traffic and needs no scratch buffer.
 func Rotate(row []float32, g int) error {
 	if err := CheckGroupSize(g); err != nil {
 		return err

@@ -3,6 +3,7 @@ package convrot
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -41,14 +42,19 @@ type Module struct {
 	// InputScale is the optional activation scale (.input_scale or the
 	// legacy .scale_input); its Name is empty when there is none.
 	InputScale formats.Tensor
+	// Unsupported reports a well-formed marker whose format this package
+	// cannot decode (nvfp4, mxfp8, convrot_w4a4, ...): only Name,
+	// Config.Format, Source and Marker are set, and a writer can copy the
+	// module's tensors unchanged or refuse it.
+	Unsupported bool
 }
 
 // Aux returns the names of the module's tensors other than the weight
 // (scale, marker, input scale): a writer that dequantizes the module to
-// floats drops them.
+// floats drops them. For an unsupported module it is the marker alone.
 func (m *Module) Aux() []string {
-	out := []string{m.Scale.Name}
-	for _, t := range []formats.Tensor{m.Marker, m.InputScale} {
+	var out []string
+	for _, t := range []formats.Tensor{m.Scale, m.Marker, m.InputScale} {
 		if t.Name != "" {
 			out = append(out, t.Name)
 		}
@@ -64,8 +70,8 @@ func (m *Module) Aux() []string {
 // weight is FP8 (a high-precision weight with a dummy scale_weight is left
 // alone, unlike ComfyUI's converter). Each module is checked: weight dtype
 // and shape, scale dtype and shape, group size against the row length. A
-// marker naming a format this package cannot decode gives an error that
-// wraps ErrUnsupportedFormat.
+// well-formed marker naming a format this package cannot decode gives a
+// module marked Unsupported, not an error, so that a listing can show it.
 func Detect(m formats.Model) ([]Module, error) {
 	tensors := m.Tensors()
 	byName := make(map[string]int, len(tensors))
@@ -96,6 +102,11 @@ func Detect(m formats.Model) ([]Module, error) {
 			continue
 		}
 		c, err := readMarker(m, t)
+		if errors.Is(err, ErrUnsupportedFormat) {
+			seen[name] = true
+			mods = append(mods, Module{Name: name, Config: c, Source: SourceMarker, Marker: *t, Unsupported: true})
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -114,6 +125,11 @@ func Detect(m formats.Model) ([]Module, error) {
 				continue
 			}
 			c, err := ParseQuantConfig(layers[name])
+			if errors.Is(err, ErrUnsupportedFormat) {
+				seen[name] = true
+				mods = append(mods, Module{Name: name, Config: c, Source: SourceMetadata, Unsupported: true})
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: metadata %q: layer %q: %w", m.Path(), SourceMetadata, name, err)
 			}
@@ -148,7 +164,17 @@ func Detect(m formats.Model) ([]Module, error) {
 		}
 	}
 
-	sort.SliceStable(mods, func(i, j int) bool { return byName[mods[i].Weight.Name] < byName[mods[j].Weight.Name] })
+	// File order of the weight; an unsupported module without one sorts by
+	// its marker, or last.
+	pos := func(mod *Module) int {
+		for _, n := range []string{mod.Name + ".weight", mod.Marker.Name} {
+			if i, ok := byName[n]; ok {
+				return i
+			}
+		}
+		return len(tensors)
+	}
+	sort.SliceStable(mods, func(i, j int) bool { return pos(&mods[i]) < pos(&mods[j]) })
 	return mods, nil
 }
 
@@ -170,7 +196,7 @@ func readMarker(m formats.Model, t *formats.Tensor) (QuantConfig, error) {
 	}
 	c, err := ParseQuantConfig(data)
 	if err != nil {
-		return QuantConfig{}, fmt.Errorf("%s: tensor %q: %w", file, t.Name, err)
+		return c, fmt.Errorf("%s: tensor %q: %w", file, t.Name, err)
 	}
 	return c, nil
 }
@@ -277,6 +303,9 @@ type Decoder struct {
 
 // NewDecoder reads mod's scale tensor from m and returns its decoder.
 func NewDecoder(m formats.Model, mod Module) (*Decoder, error) {
+	if mod.Unsupported || mod.Scale.Name == "" || len(mod.Weight.Shape) != 2 {
+		return nil, fmt.Errorf("%s: module %q: cannot decode format %q (%w)", m.Path(), mod.Name, mod.Config.Format, ErrUnsupportedFormat)
+	}
 	file := fileOf(m, &mod.Scale)
 	raw, err := formats.ReadTensor(m, &mod.Scale)
 	if err != nil {

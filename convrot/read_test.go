@@ -260,9 +260,6 @@ func TestDetectErrors(t *testing.T) {
 		{"marker 2-D", func(m *memModel) {
 			m.add("a.comfy_quant", formats.U8, []int64{1, 29}, marker(`{"format": "int8_tensorwise"}`))
 		}, "must be 1-D"},
-		{"unsupported format", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{19}, marker(`{"format": "nvfp4"}`))
-		}, "unsupported comfy_quant format"},
 		{"no weight", func(m *memModel) {
 			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
 		}, `no tensor "a.weight"`},
@@ -314,14 +311,8 @@ func TestDetectErrors(t *testing.T) {
 			t.Errorf("%s: Detect = %v, want an error containing %q", c.name, err, c.msg)
 		}
 	}
-	// The unsupported-format error can be told apart.
-	m := newMemModel()
-	m.add("a.comfy_quant", formats.U8, []int64{19}, []byte(`{"format": "nvfp4"}`))
-	if _, err := Detect(m); !errors.Is(err, ErrUnsupportedFormat) {
-		t.Errorf("nvfp4: %v, want ErrUnsupportedFormat", err)
-	}
 	// A .weight.comfy_quant key is ignored, as ComfyUI ignores it.
-	m = newMemModel()
+	m := newMemModel()
 	m.add("a.weight.comfy_quant", formats.U8, []int64{5}, []byte(`{"for`))
 	if mods, err := Detect(m); err != nil || len(mods) != 0 {
 		t.Errorf(".weight.comfy_quant: %v, %v", mods, err)
@@ -337,5 +328,39 @@ func TestDetectErrors(t *testing.T) {
 	}
 	if _, err := NewDecoder(m, mods[0]); err == nil || !strings.Contains(err.Error(), "a.weight_scale") {
 		t.Errorf("NaN scale: %v", err)
+	}
+}
+
+// TestDetectUnsupported: modules in formats this package cannot decode are
+// listed (in file order) and marked, and the decoder refuses them.
+func TestDetectUnsupported(t *testing.T) {
+	m := newMemModel()
+	m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
+		Value: `{"layers": {"z": {"format": "mxfp8"}}}`}}
+	m.add("a.weight", formats.U8, []int64{2, 8}, make([]byte, 16))
+	m.add("a.weight_scale", formats.F8_E4M3, []int64{2, 1}, make([]byte, 2))
+	m.add("a.weight_scale_2", formats.F32, []int64{}, f32bytes(1))
+	m.add("a.comfy_quant", formats.U8, []int64{19}, []byte(`{"format": "nvfp4"}`))
+	m.add("b.comfy_quant", formats.U8, []int64{29}, []byte(`{"format": "int8_tensorwise"}`))
+	m.add("b.weight", formats.I8, []int64{1, 4}, make([]byte, 4))
+	m.add("b.weight_scale", formats.F32, []int64{1, 1}, f32bytes(1))
+	mods, err := Detect(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mods) != 3 || mods[0].Name != "a" || mods[1].Name != "b" || mods[2].Name != "z" {
+		t.Fatalf("modules %+v, want a, b, z", mods)
+	}
+	if !mods[0].Unsupported || mods[0].Config.Format != "nvfp4" || mods[1].Unsupported || !mods[2].Unsupported || mods[2].Source != SourceMetadata {
+		t.Errorf("unsupported flags/formats: %+v", mods)
+	}
+	if got := mods[0].Aux(); len(got) != 1 || got[0] != "a.comfy_quant" {
+		t.Errorf("Aux of an unsupported module = %v, want the marker", got)
+	}
+	if _, err := NewDecoder(m, mods[0]); !errors.Is(err, ErrUnsupportedFormat) || !strings.Contains(err.Error(), "nvfp4") {
+		t.Errorf("NewDecoder(nvfp4) = %v, want ErrUnsupportedFormat naming it", err)
+	}
+	if _, err := ParseQuantConfig([]byte(`{"format": "convrot_w4a4", "convrot_groupsize": 512}`)); !errors.Is(err, ErrUnsupportedFormat) {
+		t.Errorf("convrot_w4a4 with its own keys: %v, want ErrUnsupportedFormat first", err)
 	}
 }
