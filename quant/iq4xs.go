@@ -75,7 +75,7 @@ func quantizeBlockIQ4XS(y *[iq4XSBytes]byte, x, qw *[qkBlock]float32) {
 		if qw != nil {
 			wb := (*[32]float32)(qw[32*ib:])
 			for j, v := range xb {
-				weight[j] = wb[j] * sqrt32(sigma2+float32(v*v))
+				weight[j] = wb[j] * cSqrtf(sigma2+float32(v*v))
 			}
 		} else {
 			for j, v := range xb {
@@ -84,7 +84,7 @@ func quantizeBlockIQ4XS(y *[iq4XSBytes]byte, x, qw *[qkBlock]float32) {
 		}
 		var amax, vmax float32
 		for _, v := range xb {
-			if ax := abs32(v); ax > amax {
+			if ax := cFabs(v); ax > amax {
 				amax, vmax = ax, v
 			}
 		}
@@ -118,7 +118,7 @@ func quantizeBlockIQ4XS(y *[iq4XSBytes]byte, x, qw *[qkBlock]float32) {
 			}
 		}
 		scales[ib] = d
-		if a := abs32(d); a > amaxScale {
+		if a := cFabs(d); a > amaxScale {
 			amaxScale, maxScale = a, d
 		}
 	}
@@ -132,7 +132,7 @@ func quantizeBlockIQ4XS(y *[iq4XSBytes]byte, x, qw *[qkBlock]float32) {
 	sl := (*[4]byte)(y[4:8])
 	qs := (*[128]byte)(y[8:])
 	for ib := range 8 {
-		l := clampInt32(nearestInt(id*scales[ib]), -32, 31)
+		l := clampInt32(cNearestInt(id*scales[ib]), -32, 31)
 		dl := d * float32(l)
 		var idl float32
 		if dl != 0 {
@@ -163,7 +163,7 @@ func dequantizeIQ4XS(dst []float32, src []byte) {
 	for i := range nb {
 		b := (*[iq4XSBytes]byte)(src[i*iq4XSBytes:])
 		y := (*[qkBlock]float32)(dst[i*qkBlock:])
-		d := getF16(b[0:])
+		d := half(b[0:])
 		sh := binary.LittleEndian.Uint16(b[2:4])
 		for ib := range 8 {
 			ls := int32(b[4+ib/2]>>(4*(ib%2))&0xf) | int32(sh>>(2*ib)&3)<<4

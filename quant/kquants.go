@@ -1,11 +1,6 @@
 package quant
 
-import (
-	"encoding/binary"
-	"math"
-
-	"github.com/sdtool/sdtool/formats"
-)
+import "github.com/sdtool/sdtool/formats"
 
 // The k-quants (q2_K ... q6_K) and iq4_xs encode super-blocks of 256
 // elements. Each codec has ggml's two algorithms: without importance weights
@@ -27,20 +22,12 @@ func init() {
 	}
 }
 
-// sqrt32 is sqrtf; the compiler turns this pattern into one SQRTSS, and the
-// result is the correctly rounded float32 square root either way.
-func sqrt32(f float32) float32 { return float32(math.Sqrt(float64(f))) }
-
 // putF16 stores f as a little-endian IEEE half, rounded as ggml rounds it,
-// and returns the value the half decodes to.
+// and returns the value the half decodes to (ggml requantizes with it).
 func putF16(dst []byte, f float32) float32 {
-	h := F32ToF16(f)
-	binary.LittleEndian.PutUint16(dst, h)
-	return F16ToF32(h)
+	putHalf(dst, f)
+	return half(dst)
 }
-
-// getF16 decodes the little-endian half at the start of src.
-func getF16(src []byte) float32 { return F16ToF32(binary.LittleEndian.Uint16(src)) }
 
 // blocks256 returns how many whole super-blocks src holds and checks that
 // dst and weights (when given) cover them, so that a caller's mistake fails

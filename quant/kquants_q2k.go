@@ -47,7 +47,7 @@ func quantizeBlockQ2KRef(y *[q2KBytes]byte, x *[qkBlock]float32) {
 	for j := range 16 {
 		xb := (*[16]float32)(x[16*j:])
 		for l, v := range xb {
-			weights[l] = abs32(v)
+			weights[l] = cFabs(v)
 		}
 		scales[j], mins[j] = makeQkxQuants(3, xb[:], weights[:], L[16*j:16*j+16], -0.5, 0.1, 15, true)
 		if scales[j] > maxScale {
@@ -62,7 +62,7 @@ func quantizeBlockQ2KRef(y *[q2KBytes]byte, x *[qkBlock]float32) {
 	if maxScale > 0 {
 		iscale := 15 / maxScale
 		for j := range sc {
-			sc[j] = uint8(nearestInt(iscale * scales[j]))
+			sc[j] = uint8(cNearestInt(iscale * scales[j]))
 		}
 		d = putF16(y[80:82], maxScale/15)
 	} else {
@@ -72,7 +72,7 @@ func quantizeBlockQ2KRef(y *[q2KBytes]byte, x *[qkBlock]float32) {
 	if maxMin > 0 {
 		iscale := 15 / maxMin
 		for j := range sc {
-			sc[j] |= uint8(nearestInt(iscale*mins[j]) << 4)
+			sc[j] |= uint8(cNearestInt(iscale*mins[j]) << 4)
 		}
 		dmin = putF16(y[82:84], maxMin/15)
 	} else {
@@ -98,7 +98,7 @@ func quantizeBlockQ2KImpl(y *[q2KBytes]byte, x, qw *[qkBlock]float32) {
 		xb := (*[16]float32)(x[16*j:])
 		wb := (*[16]float32)(qw[16*j:])
 		for l, v := range xb {
-			weight[l] = wb[l] * sqrt32(sigma2+float32(v*v))
+			weight[l] = wb[l] * cSqrtf(sigma2+float32(v*v))
 		}
 		var s float32
 		for _, w := range weight {
@@ -132,7 +132,7 @@ func requantQ2K(L *[qkBlock]uint8, x *[qkBlock]float32, sc *[16]byte, d, dmin fl
 		xb := (*[16]float32)(x[16*j:])
 		lb := (*[16]uint8)(L[16*j:])
 		for i, v := range xb {
-			lb[i] = uint8(clampInt32(nearestInt((v+m)/dl), 0, 3))
+			lb[i] = uint8(clampInt32(cNearestInt((v+m)/dl), 0, 3))
 		}
 	}
 }
@@ -142,7 +142,7 @@ func dequantizeQ2K(dst []float32, src []byte) {
 	for i := range nb {
 		b := (*[q2KBytes]byte)(src[i*q2KBytes:])
 		y := (*[qkBlock]float32)(dst[i*qkBlock:])
-		d, dmin := getF16(b[80:]), getF16(b[82:])
+		d, dmin := half(b[80:]), half(b[82:])
 		sc := (*[16]byte)(b[0:16])
 		// Sub-block s covers elements 16*s..16*s+15; its levels sit in byte
 		// 32*(s/8) + 16*(s%2) + l at bit 2*((s/2)%4).

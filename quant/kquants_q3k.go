@@ -25,14 +25,14 @@ func quantizeQ3K(dst []byte, src, weights []float32) {
 			var maxScale, amax float32
 			for j := range 16 {
 				scales[j] = makeQ3Quants(4, x[16*j:16*j+16], L[16*j:16*j+16])
-				if s := abs32(scales[j]); s > amax {
+				if s := cFabs(scales[j]); s > amax {
 					amax, maxScale = s, scales[j]
 				}
 			}
 			if maxScale != 0 {
 				iscale := -32 / maxScale
 				for j := range 16 {
-					l := int8(nearestInt(iscale * scales[j]))
+					l := int8(cNearestInt(iscale * scales[j]))
 					putScaleQ3K(sc, j, uint8(max(-32, min(31, l))+32))
 				}
 				d = putF16(y[108:110], 1/iscale)
@@ -55,7 +55,7 @@ func quantizeQ3K(dst []byte, src, weights []float32) {
 				xb := (*[16]float32)(x[16*j:])
 				wb := (*[16]float32)(qw[16*j:])
 				for l, v := range xb {
-					weight[l] = wb[l] * sqrt32(sigma2+float32(v*v))
+					weight[l] = wb[l] * cSqrtf(sigma2+float32(v*v))
 				}
 				var s float32
 				for _, w := range weight {
@@ -79,7 +79,7 @@ func quantizeQ3K(dst []byte, src, weights []float32) {
 			xb := (*[16]float32)(x[16*j:])
 			lb := (*[16]int8)(L[16*j:])
 			for ii, v := range xb {
-				lb[ii] = int8(clampInt32(nearestInt(v/dl), -4, 3) + 4)
+				lb[ii] = int8(clampInt32(cNearestInt(v/dl), -4, 3) + 4)
 			}
 		}
 		hm := (*[32]byte)(y[0:32])
@@ -123,7 +123,7 @@ func dequantizeQ3K(dst []float32, src []byte) {
 	for i := range nb {
 		b := (*[q3KBytes]byte)(src[i*q3KBytes:])
 		y := (*[qkBlock]float32)(dst[i*qkBlock:])
-		d := getF16(b[108:])
+		d := half(b[108:])
 		sc := (*[12]byte)(b[96:108])
 		hm := (*[32]byte)(b[0:32])
 		for s := range 16 {

@@ -50,7 +50,7 @@ func requantK4(L *[qkBlock]uint8, x *[qkBlock]float32, q *[12]byte, d, dmin floa
 		xb := (*[32]float32)(x[32*j:])
 		lb := (*[32]uint8)(L[32*j:])
 		for i, v := range xb {
-			lb[i] = uint8(clampInt32(nearestInt((v+dm)/dl), 0, nmax))
+			lb[i] = uint8(clampInt32(cNearestInt((v+dm)/dl), 0, nmax))
 		}
 	}
 }
@@ -76,8 +76,8 @@ func scalesK4Ref(scales, mins *[8]float32, ls, lm *[8]uint8) (d, dmin float32) {
 		invMin = 63 / maxMin
 	}
 	for j := range 8 {
-		ls[j] = min(63, uint8(nearestInt(invScale*scales[j])))
-		lm[j] = min(63, uint8(nearestInt(invMin*mins[j])))
+		ls[j] = min(63, uint8(cNearestInt(invScale*scales[j])))
+		lm[j] = min(63, uint8(cNearestInt(invMin*mins[j])))
 	}
 	return maxScale / 63, maxMin / 63
 }
@@ -92,9 +92,9 @@ func searchK4Ref(x *[qkBlock]float32, L *[qkBlock]uint8, scales, mins *[8]float3
 		for _, v := range xb {
 			sumX2 += float32(v * v)
 		}
-		avX := sqrt32(sumX2 / 32)
+		avX := cSqrtf(sumX2 / 32)
 		for l, v := range xb {
-			weights[l] = avX + abs32(v)
+			weights[l] = avX + cFabs(v)
 		}
 		scales[j], mins[j] = makeQkxQuants(nmax, xb[:], weights[:], L[32*j:32*j+32], rmin, rdelta, nstep, false)
 	}
@@ -116,7 +116,7 @@ func searchK4Impl(x, qw *[qkBlock]float32, L *[qkBlock]uint8, ls, lm *[8]uint8, 
 		wb := (*[32]float32)(qw[32*j:])
 		var sumW float32
 		for l, v := range xb {
-			w := wb[l] * sqrt32(sigma2+float32(v*v))
+			w := wb[l] * cSqrtf(sigma2+float32(v*v))
 			weights[l] = w
 		}
 		for _, w := range weights {
@@ -167,7 +167,7 @@ func dequantizeQ4K(dst []float32, src []byte) {
 	for i := range nb {
 		b := (*[q4KBytes]byte)(src[i*q4KBytes:])
 		y := (*[qkBlock]float32)(dst[i*qkBlock:])
-		d, dmin := getF16(b[0:]), getF16(b[2:])
+		d, dmin := half(b[0:]), half(b[2:])
 		q := (*[12]byte)(b[4:16])
 		for j := 0; j < 4; j++ {
 			sc, m := scaleMinK4(2*j, q)
@@ -240,7 +240,7 @@ func dequantizeQ5K(dst []float32, src []byte) {
 	for i := range nb {
 		b := (*[q5KBytes]byte)(src[i*q5KBytes:])
 		y := (*[qkBlock]float32)(dst[i*qkBlock:])
-		d, dmin := getF16(b[0:]), getF16(b[2:])
+		d, dmin := half(b[0:]), half(b[2:])
 		q := (*[12]byte)(b[4:16])
 		qh := (*[32]byte)(b[16:48])
 		u1, u2 := uint8(1), uint8(2)

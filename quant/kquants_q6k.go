@@ -36,7 +36,7 @@ func quantizeBlockQ6K(y *[q6KBytes]byte, x, qw *[qkBlock]float32) {
 		}
 		s := makeQxQuants(32, x[16*ib:16*ib+16], L[16*ib:16*ib+16], w)
 		scales[ib] = s
-		if a := abs32(s); a > maxAbs {
+		if a := cFabs(s); a > maxAbs {
 			maxAbs, maxScale = a, s
 		}
 	}
@@ -48,7 +48,7 @@ func quantizeBlockQ6K(y *[q6KBytes]byte, x, qw *[qkBlock]float32) {
 	d := putF16(y[208:210], 1/iscale)
 	sc := (*[16]byte)(y[192:208])
 	for ib := range sc {
-		sc[ib] = uint8(int8(min(127, nearestInt(iscale*scales[ib]))))
+		sc[ib] = uint8(int8(min(127, cNearestInt(iscale*scales[ib]))))
 	}
 	for j, s := range sc {
 		dl := d * float32(int8(s))
@@ -58,7 +58,7 @@ func quantizeBlockQ6K(y *[q6KBytes]byte, x, qw *[qkBlock]float32) {
 		xb := (*[16]float32)(x[16*j:])
 		lb := (*[16]int8)(L[16*j:])
 		for ii, v := range xb {
-			lb[ii] = int8(clampInt32(nearestInt(v/dl), -32, 31) + 32)
+			lb[ii] = int8(clampInt32(cNearestInt(v/dl), -32, 31) + 32)
 		}
 	}
 	for j := 0; j < qkBlock; j += 128 {
@@ -82,7 +82,7 @@ func dequantizeQ6K(dst []float32, src []byte) {
 	for i := range nb {
 		b := (*[q6KBytes]byte)(src[i*q6KBytes:])
 		y := (*[qkBlock]float32)(dst[i*qkBlock:])
-		d := getF16(b[208:])
+		d := half(b[208:])
 		for n := 0; n < 2; n++ {
 			ql := (*[64]byte)(b[64*n:])
 			qh := (*[32]byte)(b[128+32*n:])

@@ -16,7 +16,7 @@ import "math"
 const groupMaxEps = float32(1e-15)
 
 // roundMagic is 1.5*2^23: for |v| < 2^22, (v+roundMagic)-roundMagic is v
-// rounded to the nearest integer, ties to even, exactly as nearestInt
+// rounded to the nearest integer, ties to even, exactly as cNearestInt
 // rounds; roundLimit keeps products safely inside that range.
 const (
 	roundMagic = float32(12582912)
@@ -25,19 +25,6 @@ const (
 
 // qkBlock is ggml's QK_K, the super-block size of the k-quants.
 const qkBlock = 256
-
-// nearestInt rounds like ggml's nearest_int: adding 1.5*2^23 leaves the
-// rounded integer in the low mantissa bits (ties to even). Outside
-// |f| <= 2^22 the result is ggml's garbage, reproduced on purpose.
-func nearestInt(f float32) int32 {
-	v := f + 12582912
-	return int32(math.Float32bits(v)&0x007fffff) - 0x00400000
-}
-
-// abs32 is fabsf: it clears the sign bit, NaN included.
-func abs32(f float32) float32 {
-	return math.Float32frombits(math.Float32bits(f) &^ 0x80000000)
-}
 
 // clampInt32 limits v to [lo, hi] the way ggml's MAX(lo, MIN(hi, v)) does.
 func clampInt32(v, lo, hi int32) int32 {
@@ -63,7 +50,7 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 	}
 	var vmax, amax float32
 	for _, v := range x {
-		if ax := abs32(v); ax > amax {
+		if ax := cFabs(v); ax > amax {
 			amax, vmax = ax, v
 		}
 	}
@@ -105,15 +92,15 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 // qxSums returns one make_qx_quants candidate's weighted sums of l*x and
 // l^2 for l = clamp(round(iscale*x), -nmax, nmax-1), and stores the levels
 // in lf. When every |iscale*x| is within 2^22 (amax bounds |x|), adding and
-// removing 1.5*2^23 rounds exactly as nearestInt does, so the levels stay
-// in float registers; otherwise nearestInt's own arithmetic is used. It is
+// removing 1.5*2^23 rounds exactly as cNearestInt does, so the levels stay
+// in float registers; otherwise cNearestInt's own arithmetic is used. It is
 // a separate function so that its accumulators stay in registers.
 //
 //go:noinline
 func qxSums(x, w, lf []float32, iscale, amax float32, nmax int32) (sumlx, suml2 float32) {
 	n := len(x)
 	w, lf = w[:n], lf[:n]
-	if float32(abs32(iscale)*amax) < roundLimit {
+	if float32(cFabs(iscale)*amax) < roundLimit {
 		lo, hi := float32(-nmax), float32(nmax-1)
 		for i, v := range x {
 			r := float32(float32(iscale*v)+roundMagic) - roundMagic
@@ -131,7 +118,7 @@ func qxSums(x, w, lf []float32, iscale, amax float32, nmax int32) (sumlx, suml2 
 		return sumlx, suml2
 	}
 	for i, v := range x {
-		r := float32(clampInt32(nearestInt(iscale*v), -nmax, nmax-1))
+		r := float32(clampInt32(cNearestInt(iscale*v), -nmax, nmax-1))
 		lf[i] = r
 		wi := w[i]
 		sumlx += float32(float32(wi*v) * r)
@@ -149,7 +136,7 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 	L = L[:n]
 	var vmax, amax float32
 	for _, v := range x {
-		if ax := abs32(v); ax > amax {
+		if ax := cFabs(v); ax > amax {
 			amax, vmax = ax, v
 		}
 	}
@@ -162,7 +149,7 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 	iscale := float32(-nmax) / vmax
 	var sumlx, suml2 float32
 	for i, v := range x {
-		l := clampInt32(nearestInt(iscale*v), -nmax, nmax-1)
+		l := clampInt32(cNearestInt(iscale*v), -nmax, nmax-1)
 		L[i] = int8(l)
 		fl := float32(l)
 		w := float32(v * v)
@@ -177,7 +164,7 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 			slx := sumlx - float32(float32(w*v)*li)
 			if slx > 0 {
 				sl2 := suml2 - float32(float32(w*li)*li)
-				nl := clampInt32(nearestInt(float32(v*sl2)/slx), -nmax, nmax-1)
+				nl := clampInt32(cNearestInt(float32(v*sl2)/slx), -nmax, nmax-1)
 				if nl != int32(L[i]) {
 					fl := float32(nl)
 					slx += float32(float32(w*v) * fl)
@@ -247,7 +234,7 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 	var xmMax float32
 	for i, v := range x {
 		xm[i] = v - vmin
-		xmMax = max(xmMax, abs32(xm[i]))
+		xmMax = max(xmMax, cFabs(xm[i]))
 	}
 	span := vmax - vmin
 	fn := float32(nmax)
@@ -255,11 +242,11 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 	scale = 1 / iscale
 	var bestErr float32
 	for i, v := range x {
-		l := clampInt32(nearestInt(iscale*xm[i]), 0, nmax)
+		l := clampInt32(cNearestInt(iscale*xm[i]), 0, nmax)
 		L[i] = uint8(l)
 		diff := float32(scale*float32(l)) + vmin - v
 		if useMad {
-			diff = abs32(diff)
+			diff = cFabs(diff)
 		} else {
 			diff = float32(diff * diff)
 		}
@@ -306,7 +293,7 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 			xmMax = 0
 			for i, v := range x {
 				xm[i] = v - vmin
-				xmMax = max(xmMax, abs32(xm[i]))
+				xmMax = max(xmMax, cFabs(xm[i]))
 			}
 			span = vmax - vmin
 		}
@@ -322,14 +309,14 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 // qkxLevels stores in lf one candidate's levels clamp(round(iscale*xm), 0,
 // nmax), as floats, and reports whether any of them differs from what lf
 // held. When every |iscale*xm| is within 2^22 (xmMax bounds |xm|), adding
-// and removing 1.5*2^23 rounds exactly as nearestInt does, so the levels
-// never leave float registers; otherwise nearestInt's own arithmetic runs.
+// and removing 1.5*2^23 rounds exactly as cNearestInt does, so the levels
+// never leave float registers; otherwise cNearestInt's own arithmetic runs.
 //
 //go:noinline
 func qkxLevels(xm, lf []float32, iscale, xmMax float32, nmax int32) (changed bool) {
 	lf = lf[:len(xm)]
 	var diff uint32
-	if float32(abs32(iscale)*xmMax) < roundLimit {
+	if float32(cFabs(iscale)*xmMax) < roundLimit {
 		fn := float32(nmax)
 		for i, v := range xm {
 			r := float32(float32(iscale*v)+roundMagic) - roundMagic
@@ -345,7 +332,7 @@ func qkxLevels(xm, lf []float32, iscale, xmMax float32, nmax int32) (changed boo
 		return diff != 0
 	}
 	for i, v := range xm {
-		r := float32(clampInt32(nearestInt(iscale*v), 0, nmax))
+		r := float32(clampInt32(cNearestInt(iscale*v), 0, nmax))
 		diff |= math.Float32bits(r) ^ math.Float32bits(lf[i])
 		lf[i] = r
 	}
@@ -379,7 +366,7 @@ func qkxError(x, w, lf []float32, scale, vmin float32, useMad bool) float32 {
 	if useMad {
 		for i, v := range x {
 			diff := float32(scale*lf[i]) + vmin - v
-			e += float32(w[i] * abs32(diff))
+			e += float32(w[i] * cFabs(diff))
 		}
 		return e
 	}
@@ -414,7 +401,7 @@ func makeQpQuants(nmax int32, x []float32, L []uint8, qw []float32) float32 {
 	fn := float32(nmax)
 	iscale := fn / vmax
 	for i, v := range x {
-		L[i] = uint8(nearestInt(iscale * v))
+		L[i] = uint8(cNearestInt(iscale * v))
 	}
 	scale := 1 / iscale
 	var bestMSE float32
@@ -430,7 +417,7 @@ func makeQpQuants(nmax int32, x []float32, L []uint8, qw []float32) float32 {
 		scaleIs := 1 / iscaleIs
 		var mse float32
 		for i, v := range x {
-			l := min(nmax, nearestInt(iscaleIs*v))
+			l := min(nmax, cNearestInt(iscaleIs*v))
 			diff := v - float32(scaleIs*float32(l))
 			mse += float32(float32(qw[i]*diff) * diff)
 		}
@@ -441,7 +428,7 @@ func makeQpQuants(nmax int32, x []float32, L []uint8, qw []float32) float32 {
 	}
 	var sumlx, suml2 float32
 	for i, v := range x {
-		l := min(nmax, nearestInt(iscale*v))
+		l := min(nmax, cNearestInt(iscale*v))
 		L[i] = uint8(l)
 		fl := float32(l)
 		w := qw[i]
@@ -456,7 +443,7 @@ func makeQpQuants(nmax int32, x []float32, L []uint8, qw []float32) float32 {
 			slx := sumlx - float32(float32(w*v)*li)
 			sl2 := suml2 - float32(float32(w*li)*li)
 			if slx > 0 && sl2 > 0 {
-				nl := min(nmax, nearestInt(float32(v*sl2)/slx))
+				nl := min(nmax, cNearestInt(float32(v*sl2)/slx))
 				if nl != int32(L[i]) {
 					fl := float32(nl)
 					slx += float32(float32(w*v) * fl)

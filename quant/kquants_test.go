@@ -1,0 +1,291 @@
+package quant
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// kquantTypes are the codecs of kquants*.go and iq4xs.go.
+var kquantTypes = []formats.DType{formats.Q2_K, formats.Q3_K, formats.Q4_K, formats.Q5_K, formats.Q6_K, formats.IQ4_XS}
+
+// kquantGoldenInput is a fixed input for the golden digests: 8 rows of 512
+// Gaussian values (a few large), and an importance vector over four decades.
+func kquantGoldenInput() (src []float32, nPerRow int, weights []float32) {
+	const n, rows = 512, 8
+	r := rand.New(rand.NewPCG(0x6b71, 0x7561))
+	src = make([]float32, n*rows)
+	for i := range src {
+		v := r.NormFloat64()
+		if i%97 == 0 {
+			v *= 12
+		}
+		src[i] = float32(v)
+	}
+	weights = make([]float32, n)
+	for i := range weights {
+		weights[i] = float32(math.Pow(10, 4*r.Float64()-2))
+	}
+	return src, n, weights
+}
+
+// kquantGolden holds the SHA-256 of ggml_quantize_chunk's bytes for
+// kquantGoldenInput, without ("ref") and with the importance vector
+// ("imatrix"). TestKQuantGoldenIsGGML (cgo) checks them against the linked
+// ggml; here they let a build without cgo, or on a platform where Go may
+// fuse multiply-adds, prove that it still writes ggml's bytes.
+var kquantGolden = map[string]string{
+	"q2_K/ref":       "0850fbf72452cb1fb33457c62aca84a38706dc3853cc889f367a7bf44fb9abc2",
+	"q2_K/imatrix":   "9f432be9832ab30828dd210f01289bb86d6dff46ebc34626f4e73050f15c4986",
+	"q3_K/ref":       "9f129201d936b4444d6a03b30ba105312edfc01730a05b1d5a1822ec5afe3379",
+	"q3_K/imatrix":   "ae5081d8a59d7e539f667c8317cc984d331a61fdde1a32900893bccec11caf00",
+	"q4_K/ref":       "1cb97dc21242719213375ec54147a796c1434512a0142c354c4a44117e8dd64f",
+	"q4_K/imatrix":   "fa6ad26f9a13d8d32684285b6a04abf8a351f39164f26f42dc13b0d6150ab730",
+	"q5_K/ref":       "69bf0d8fc759a46f43467577a9075f089596ea0e37820e69a8b28406c431c02f",
+	"q5_K/imatrix":   "297b799dae3eff074c93a02a64c435d3705d72ca0782c61b88e3793d1b1cdb4c",
+	"q6_K/ref":       "2610453c6329c7a2cf684ee539b3eeb72a5a91e611932823d23c8fa29256c323",
+	"q6_K/imatrix":   "0586258e6f727a28d431ce368e377786145b1ee9038cb7326003baa7f2f22858",
+	"iq4_xs/ref":     "100dce4095786002ccfcede98114dd5c86ba5524d3a5ac0a1680498c77d2058b",
+	"iq4_xs/imatrix": "d714fa8dce0e0ea7371c9f6ca0adde6173555bfaf769d32177c6db5a0ddf4605",
+}
+
+func digest(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func TestKQuantGolden(t *testing.T) {
+	src, n, w := kquantGoldenInput()
+	for _, typ := range kquantTypes {
+		rb, _ := typ.RowBytes(int64(n))
+		for _, path := range []string{"ref", "imatrix"} {
+			weights := w
+			if path == "ref" {
+				weights = nil
+			}
+			dst := make([]byte, int(rb)*len(src)/n)
+			if err := QuantizeRows(typ, dst, src, n, weights, 1); err != nil {
+				t.Fatal(err)
+			}
+			key := typ.String() + "/" + path
+			if got := digest(dst); got != kquantGolden[key] {
+				t.Errorf("%s: digest %s, want ggml's %s", key, got, kquantGolden[key])
+			}
+		}
+	}
+}
+
+// rmse returns the root-mean-square difference of a and b.
+func rmse(a, b []float32) float64 {
+	var s float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		s += d * d
+	}
+	return math.Sqrt(s / float64(len(a)))
+}
+
+// roundTrip quantizes src as typ (rows of n) and decodes it again.
+func roundTrip(t *testing.T, typ formats.DType, src []float32, n int, weights []float32) []float32 {
+	t.Helper()
+	rb, err := typ.RowBytes(int64(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := make([]byte, int(rb)*len(src)/n)
+	if err := QuantizeRows(typ, q, src, n, weights, 2); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]float32, len(src))
+	if err := DequantizeRows(typ, back, q, 2); err != nil {
+		t.Fatal(err)
+	}
+	return back
+}
+
+// On N(0,1) data the round-trip error must grow as the bits shrink
+// (q8_0 < q6_K < q5_K < q4_K < q3_K < q2_K) and sit in the usual band for
+// each type, on both paths; iq4_xs (4.25 bits) lies between q5_K and q3_K.
+func TestKQuantRoundTripErrorOrder(t *testing.T) {
+	const n, rows = 4096, 8
+	r := rand.New(rand.NewPCG(11, 12))
+	src := make([]float32, n*rows)
+	for i := range src {
+		src[i] = float32(r.NormFloat64())
+	}
+	ones := make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	// RMSE bands for unit Gaussians around what ggml's codecs give (about
+	// 0.004, 0.018, 0.036, 0.071, 0.15, 0.28 and 0.077 for iq4_xs).
+	bands := map[formats.DType][2]float64{
+		formats.Q8_0: {0.002, 0.008}, formats.Q6_K: {0.012, 0.024}, formats.Q5_K: {0.025, 0.05},
+		formats.Q4_K: {0.05, 0.1}, formats.Q3_K: {0.1, 0.2}, formats.Q2_K: {0.2, 0.4},
+		formats.IQ4_XS: {0.05, 0.1},
+	}
+	order := []formats.DType{formats.Q8_0, formats.Q6_K, formats.Q5_K, formats.Q4_K, formats.Q3_K, formats.Q2_K}
+	if !CanQuantize(formats.Q8_0) {
+		order = order[1:]
+	}
+	for _, ws := range []weightSet{{"ref", nil}, {"ones", ones}} {
+		errs := map[formats.DType]float64{}
+		for _, typ := range append(order, formats.IQ4_XS) {
+			errs[typ] = rmse(src, roundTrip(t, typ, src, n, ws.vec))
+			if b := bands[typ]; errs[typ] < b[0] || errs[typ] > b[1] {
+				t.Errorf("%s/%s: rmse %.4f outside [%g, %g]", typ, ws.name, errs[typ], b[0], b[1])
+			}
+		}
+		for i := 1; i < len(order); i++ {
+			if a, b := order[i-1], order[i]; !(errs[a] < errs[b]) {
+				t.Errorf("%s: rmse of %s (%.4f) is not below %s (%.4f)", ws.name, a, errs[a], b, errs[b])
+			}
+		}
+		if e := errs[formats.IQ4_XS]; !(e > errs[formats.Q5_K] && e < errs[formats.Q3_K]) {
+			t.Errorf("%s: iq4_xs rmse %.4f not between q5_K %.4f and q3_K %.4f", ws.name, e, errs[formats.Q5_K], errs[formats.Q3_K])
+		}
+	}
+}
+
+// The weighted path must spend its precision where the importance is: with
+// importance spanning four decades, the importance-weighted error is lower
+// than the unweighted path's.
+func TestKQuantWeightsLowerWeightedError(t *testing.T) {
+	const n, rows = 2048, 8
+	r := rand.New(rand.NewPCG(13, 14))
+	src := make([]float32, n*rows)
+	for i := range src {
+		src[i] = float32(r.NormFloat64())
+	}
+	w := make([]float32, n)
+	for i := range w {
+		w[i] = float32(math.Pow(10, 4*r.Float64()-2))
+	}
+	werr := func(back []float32) float64 {
+		var s float64
+		for i := range back {
+			d := float64(back[i]) - float64(src[i])
+			s += float64(w[i%n]) * d * d
+		}
+		return s
+	}
+	for _, typ := range kquantTypes {
+		plain, weighted := werr(roundTrip(t, typ, src, n, nil)), werr(roundTrip(t, typ, src, n, w))
+		if !(weighted < plain) {
+			t.Errorf("%s: weighted error %.4g with importance, %.4g without", typ, weighted, plain)
+		}
+	}
+}
+
+// All-zero rows decode to zeros on both paths (q6_K's levels are offset by
+// -32, so like ggml it gives -0).
+func TestKQuantZeroRows(t *testing.T) {
+	src := make([]float32, 1024)
+	ones := make([]float32, 1024)
+	for i := range ones {
+		ones[i] = 1
+	}
+	for _, typ := range kquantTypes {
+		for _, w := range [][]float32{nil, ones} {
+			for i, v := range roundTrip(t, typ, src, 1024, w) {
+				if v != 0 {
+					t.Fatalf("%s: element %d of a zero row decodes to %g", typ, i, v)
+				}
+			}
+		}
+	}
+}
+
+// Super-blocks are independent: a block encodes the same inside a row as
+// alone, so NaN, Inf or outliers elsewhere cannot leak into it.
+func TestKQuantBlocksIndependent(t *testing.T) {
+	const n = 1024
+	r := rand.New(rand.NewPCG(15, 16))
+	src := make([]float32, n)
+	for i := range src {
+		src[i] = float32(r.NormFloat64())
+	}
+	src[3] = float32(math.NaN())
+	src[300] = float32(math.Inf(-1))
+	src[600] = 1e30
+	w := make([]float32, n)
+	for i := range w {
+		w[i] = float32(r.Float64())
+	}
+	for _, typ := range kquantTypes {
+		c, _ := Lookup(typ)
+		bb := typ.Info().BlockBytes
+		for _, weights := range [][]float32{nil, w} {
+			whole := make([]byte, 4*bb)
+			c.Quantize(whole, src, weights)
+			for b := range 4 {
+				one := make([]byte, bb)
+				var wb []float32
+				if weights != nil {
+					wb = weights[b*256 : (b+1)*256]
+				}
+				c.Quantize(one, src[b*256:(b+1)*256], wb)
+				if string(one) != string(whole[b*bb:(b+1)*bb]) {
+					t.Errorf("%s (weights %v): block %d differs alone and in its row", typ, weights != nil, b)
+				}
+			}
+		}
+	}
+}
+
+// The codecs keep no shared state: concurrent calls give the bytes of a
+// single call (run with -race to check for data races too).
+func TestKQuantConcurrent(t *testing.T) {
+	src, n, w := kquantGoldenInput()
+	for _, typ := range kquantTypes {
+		c, _ := Lookup(typ)
+		rb, _ := typ.RowBytes(int64(n))
+		rows := len(src) / n
+		encode := func(dst []byte) {
+			for r := range rows {
+				c.Quantize(dst[r*int(rb):(r+1)*int(rb)], src[r*n:(r+1)*n], w)
+			}
+		}
+		want := make([]byte, int(rb)*rows)
+		encode(want)
+		var wg sync.WaitGroup
+		got := make([][]byte, 4)
+		for g := range got {
+			got[g] = make([]byte, len(want))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				encode(got[g])
+			}()
+		}
+		wg.Wait()
+		for g := range got {
+			if string(got[g]) != string(want) {
+				t.Errorf("%s: goroutine %d wrote different bytes", typ, g)
+			}
+		}
+	}
+}
+
+// Weights change the output (UsesWeights is true for every k-quant).
+func TestKQuantWeightsMatter(t *testing.T) {
+	src, n, w := kquantGoldenInput()
+	for _, typ := range kquantTypes {
+		c, _ := Lookup(typ)
+		if !c.UsesWeights {
+			t.Errorf("%s: UsesWeights is false", typ)
+		}
+		rb, _ := typ.RowBytes(int64(n))
+		a, b := make([]byte, rb), make([]byte, rb)
+		c.Quantize(a, src[:n], nil)
+		c.Quantize(b, src[:n], w)
+		if string(a) == string(b) {
+			t.Errorf("%s: importance weights did not change the bytes", typ)
+		}
+	}
+}
