@@ -190,7 +190,8 @@ func TestIQGridHandBlocks(t *testing.T) {
 		g0 := iq1sGrid[0]
 		expectValues(t, formats.IQ1_M, got, map[int]float32{
 			32 + 24: 3 * (float32(int8(g)) - 0.125), 32 + 31: 3 * (float32(int8(g>>56)) - 0.125),
-			32: 5 * (float32(int8(g0)) + 0.125),
+			32: 5 * (float32(int8(g0)) + 0.125), 32 + 8: 5 * (float32(int8(g0)) + 0.125),
+			32 + 16: 3 * (float32(int8(g0)) + 0.125),
 		})
 	})
 }
