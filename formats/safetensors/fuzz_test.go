@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -111,4 +112,21 @@ func hasTrailingWarning(f *File) bool {
 		}
 	}
 	return false
+}
+
+// FuzzTokenizer checks the tokenizer against json.Decoder on valid UTF-8.
+func FuzzTokenizer(f *testing.F) {
+	for _, s := range []string{`{"a":[1,-2.5e3,"x\n",true,null,{}]}`, `{"a" 1}`, `[1,]`, `{"\u00e9":"\ud800"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !utf8.Valid(b) {
+			return // the caller of tokenizer rejects invalid UTF-8 first
+		}
+		got := tokenTrace(newTokenizer(b))
+		want := tokenTrace(decoderTokens(b))
+		if !slices.Equal(got, want) {
+			t.Fatalf("%q:\n got %q\nwant %q", b, got, want)
+		}
+	})
 }

@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"slices"
 	"testing"
-	"unicode/utf8"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -70,23 +69,6 @@ func TestTokenizerMatchesDecoder(t *testing.T) {
 			t.Errorf("%q:\n got %q\nwant %q", in, got, want)
 		}
 	}
-}
-
-// FuzzTokenizer checks the tokenizer against json.Decoder on valid UTF-8.
-func FuzzTokenizer(f *testing.F) {
-	for _, s := range []string{`{"a":[1,-2.5e3,"x\n",true,null,{}]}`, `{"a" 1}`, `[1,]`, `{"\u00e9":"\ud800"}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if !utf8.Valid(b) {
-			return // the caller of tokenizer rejects invalid UTF-8 first
-		}
-		got := tokenTrace(newTokenizer(b))
-		want := tokenTrace(decoderTokens(b))
-		if !slices.Equal(got, want) {
-			t.Fatalf("%q:\n got %q\nwant %q", b, got, want)
-		}
-	})
 }
 
 // checkSameAsDecoder parses b with both tokenizers and fails if they disagree.

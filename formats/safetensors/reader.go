@@ -189,7 +189,9 @@ func (f *File) Metadata() formats.Metadata { return f.meta }
 // Size returns the file size in bytes.
 func (f *File) Size() int64 { return f.size }
 
-// ReadTensorAt reads len(p) bytes of t's data starting off bytes into the tensor.
+// ReadTensorAt reads len(p) bytes of t's data starting off bytes into the
+// tensor; it is safe for concurrent use when the underlying ReaderAt is (an
+// *os.File is).
 func (f *File) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
 	if t.File != f.path {
 		return 0, fmt.Errorf("%s: tensor %q belongs to %s", f.path, t.Name, t.File)
