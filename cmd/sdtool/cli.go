@@ -1,0 +1,247 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// version is the release version; release builds set it with
+// -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+func init() {
+	// --version only: -v means verbose everywhere.
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
+}
+
+// subcommand is a registered subcommand with the examples its help shows.
+type subcommand struct {
+	cmd      *cli.Command
+	examples []string
+}
+
+// subcommands holds what each subcommand file registers from init.
+var subcommands []subcommand
+
+// register adds a subcommand. Every example is a complete command line,
+// run as written by the test in this package from a copy of the repository's
+// testdata (so examples must work there, and may write files).
+func register(cmd *cli.Command, examples ...string) {
+	subcommands = append(subcommands, subcommand{cmd: cmd, examples: examples})
+}
+
+func verboseFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log details (debug level) to stderr"}
+}
+
+// newApp builds the application writing to stdout and stderr.
+func newApp(stdout, stderr io.Writer) *cli.App {
+	app := &cli.App{
+		Name:    "sdtool",
+		Usage:   "inspect, convert and quantize diffusion-model weights",
+		Version: version,
+		Writer:  stdout, ErrWriter: stderr,
+		Flags:                     []cli.Flag{verboseFlag()},
+		DisableSliceFlagSeparator: true,
+		// Errors are printed once, by run, as "sdtool: message".
+		ExitErrHandler: func(*cli.Context, error) {},
+		OnUsageError:   usageError,
+		Before:         func(c *cli.Context) error { setupLogging(c, stderr); return nil },
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return fmt.Errorf("unknown command %q (see sdtool help)", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
+		},
+	}
+	list := append([]subcommand(nil), subcommands...)
+	sort.Slice(list, func(i, j int) bool { return list[i].cmd.Name < list[j].cmd.Name })
+	for _, sc := range list {
+		// Copy so that building several apps (tests) never stacks flags twice.
+		c := *sc.cmd
+		c.Flags = append(append([]cli.Flag(nil), c.Flags...), verboseFlag())
+		c.OnUsageError = usageError
+		before := c.Before
+		c.Before = func(ctx *cli.Context) error {
+			setupLogging(ctx, stderr)
+			if before != nil {
+				return before(ctx)
+			}
+			return nil
+		}
+		if len(sc.examples) > 0 {
+			c.CustomHelpTemplate = cli.CommandHelpTemplate + examplesSection(sc.examples)
+		}
+		app.Commands = append(app.Commands, &c)
+	}
+	return app
+}
+
+// examplesHeader starts the examples section of a subcommand's help; each
+// example follows on its own line as "   $ sdtool ...".
+const examplesHeader = "EXAMPLES:"
+
+func examplesSection(examples []string) string {
+	var b strings.Builder
+	b.WriteString("\n" + examplesHeader + "\n")
+	for _, e := range examples {
+		// The help is a text/template: keep any "{{" literal.
+		b.WriteString("   $ " + strings.ReplaceAll(e, "{{", `{{"{{"}}`) + "\n")
+	}
+	return b.String()
+}
+
+func usageError(_ *cli.Context, err error, _ bool) error { return err }
+
+func setupLogging(c *cli.Context, stderr io.Writer) {
+	level := slog.LevelWarn
+	// -v may be given globally or to the subcommand: each context of the
+	// lineage answers for its own flag set first.
+	for _, cc := range c.Lineage() {
+		if cc.Bool("verbose") {
+			level = slog.LevelDebug
+		}
+	}
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+}
+
+// run runs the command line args (args[0] is the program name) and returns
+// the exit status: 0, or 1 after printing "sdtool: <message>" on one line.
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	if err := app.Run(normalizeArgs(app, args)); err != nil {
+		fmt.Fprintf(stderr, "sdtool: %s\n", oneLine(err))
+		return 1
+	}
+	return 0
+}
+
+func oneLine(err error) string {
+	var ec cli.ExitCoder
+	msg := err.Error()
+	if errors.As(err, &ec) && msg == "" {
+		msg = fmt.Sprintf("exit status %d", ec.ExitCode())
+	}
+	return strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", "; ")), " ")
+}
+
+// normalizeArgs lets flags follow positional arguments, which urfave/cli v2
+// does not: the global flags before the subcommand are kept, and the
+// subcommand's own arguments are reordered by reorderArgs using that
+// subcommand's flag definitions (recursively for nested subcommands).
+func normalizeArgs(app *cli.App, args []string) []string {
+	if len(args) == 0 {
+		return args
+	}
+	out := []string{args[0]}
+	rest := args[1:]
+	flags := append([]cli.Flag{cli.HelpFlag, cli.VersionFlag}, app.Flags...)
+	cmds := app.Commands
+	for {
+		// Skip the flags that precede the (sub)command name.
+		i := 0
+		for i < len(rest) && rest[i] != "--" && isFlag(rest[i]) {
+			if takesValue(flags, rest[i]) && !strings.Contains(rest[i], "=") {
+				i++
+			}
+			i++
+		}
+		if i >= len(rest) || rest[i] == "--" {
+			return append(out, rest...)
+		}
+		out = append(out, rest[:i]...)
+		cmd := findCommand(cmds, rest[i])
+		if cmd == nil {
+			return append(out, rest[i:]...)
+		}
+		out = append(out, rest[i])
+		rest = rest[i+1:]
+		if len(cmd.Subcommands) == 0 {
+			return append(out, reorderArgs(append([]cli.Flag{cli.HelpFlag}, cmd.Flags...), rest)...)
+		}
+		flags = append([]cli.Flag{cli.HelpFlag}, cmd.Flags...)
+		cmds = cmd.Subcommands
+	}
+}
+
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+// negativeNumber matches arguments such as -1, -0.5 or -1e-3, which are
+// values, never flags.
+var negativeNumber = regexp.MustCompile(`^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$`)
+
+func isFlag(a string) bool {
+	return len(a) > 1 && a[0] == '-' && !negativeNumber.MatchString(a)
+}
+
+// flagName returns the name of a flag argument without dashes and value.
+func flagName(a string) string {
+	name := strings.TrimLeft(a, "-")
+	if i := strings.IndexByte(name, '='); i >= 0 {
+		name = name[:i]
+	}
+	return name
+}
+
+// takesValue reports whether the flag argument a names a flag that
+// consumes the next argument. Unknown flags are assumed to take none, so
+// that the parser reports them.
+func takesValue(flags []cli.Flag, a string) bool {
+	name := flagName(a)
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n != name {
+				continue
+			}
+			if d, ok := f.(cli.DocGenerationFlag); ok {
+				return d.TakesValue()
+			}
+			return false
+		}
+	}
+	return false
+}
+
+// reorderArgs moves every flag (with its value) in front of the positional
+// arguments, keeping the order within each, so that "IN -o OUT --type q4_K"
+// parses like "-o OUT --type q4_K IN". "--" ends the flags: everything after
+// it is positional. Flag values are taken as given, so "--seed -1" works,
+// and a lone negative number that is not a defined flag is positional.
+func reorderArgs(flags []cli.Flag, args []string) []string {
+	var fl, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !isFlag(a) || a == "-" {
+			pos = append(pos, a)
+			continue
+		}
+		fl = append(fl, a)
+		if takesValue(flags, a) && !strings.Contains(a, "=") && i+1 < len(args) {
+			i++
+			fl = append(fl, args[i])
+		}
+	}
+	if len(pos) == 0 {
+		return fl
+	}
+	// "--" keeps positionals that look like flags (or negative numbers) positional.
+	return append(append(fl, "--"), pos...)
+}

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+// TestMain lets the test binary act as sdtool itself, so that documented
+// command lines run through a real process without a separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("SDTOOL_TEST_AS_MAIN") == "1" {
+		os.Exit(run(os.Args, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func runApp(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(append([]string{"sdtool"}, args...), &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestReorderArgs(t *testing.T) {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "output", Aliases: []string{"o"}},
+		&cli.StringFlag{Name: "type"},
+		&cli.IntFlag{Name: "seed"},
+		&cli.Float64Flag{Name: "scale"},
+		&cli.BoolFlag{Name: "json"},
+		&cli.StringSliceFlag{Name: "filter"},
+	}
+	cases := []struct{ in, want []string }{
+		{[]string{"IN", "-o", "OUT", "--type", "q4_K"}, []string{"-o", "OUT", "--type", "q4_K", "--", "IN"}},
+		{[]string{"FILE", "--json"}, []string{"--json", "--", "FILE"}},
+		{[]string{"--json"}, []string{"--json"}},
+		{[]string{"A", "--seed", "-1", "B"}, []string{"--seed", "-1", "--", "A", "B"}},
+		{[]string{"A", "--scale=-0.5"}, []string{"--scale=-0.5", "--", "A"}},
+		{[]string{"-3", "A"}, []string{"--", "-3", "A"}},
+		{[]string{"A", "--", "--json", "-o"}, []string{"--", "A", "--json", "-o"}},
+		{[]string{"A", "--filter", "a{1,2},b", "--filter", "-x"}, []string{"--filter", "a{1,2},b", "--filter", "-x", "--", "A"}},
+		{[]string{"A", "-o"}, []string{"-o", "--", "A"}}, // a missing value is left for the parser to report
+		{[]string{"A", "-", "--unknown", "B"}, []string{"--unknown", "--", "A", "-", "B"}},
+	}
+	for _, c := range cases {
+		if got := reorderArgs(flags, c.in); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("reorderArgs(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestNormalizeArgs(t *testing.T) {
+	app := newApp(&bytes.Buffer{}, &bytes.Buffer{})
+	cases := []struct{ in, want []string }{
+		{[]string{"sdtool", "inspect", "F", "--json"}, []string{"sdtool", "inspect", "--json", "--", "F"}},
+		{[]string{"sdtool", "-v", "inspect", "F", "-v"}, []string{"sdtool", "-v", "inspect", "-v", "--", "F"}},
+		{[]string{"sdtool", "help", "inspect"}, []string{"sdtool", "help", "inspect"}},
+		{[]string{"sdtool", "--version"}, []string{"sdtool", "--version"}},
+		{[]string{"sdtool"}, []string{"sdtool"}},
+	}
+	for _, c := range cases {
+		if got := normalizeArgs(app, c.in); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("normalizeArgs(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+const tiny = "../../testdata/tiny-sd1.safetensors"
+
+func TestFlagsAfterArgumentsAndCommas(t *testing.T) {
+	// A regex with a comma must reach the filter whole, and the flags after
+	// the file must be parsed.
+	code, out, errOut := runApp(t, "inspect", tiny, "--filter", `^model\.diffusion_model\.out\.[0-9]{1,2}\.weight$`, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var s struct {
+		Filter  []string `json:"filter"`
+		Tensors []struct {
+			Name string `json:"name"`
+		} `json:"tensors"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("--json output does not parse: %v", err)
+	}
+	if len(s.Filter) != 1 || !strings.Contains(s.Filter[0], "{1,2}") {
+		t.Errorf("filter split or lost: %q", s.Filter)
+	}
+	if len(s.Tensors) != 2 {
+		t.Errorf("%d tensors match, want out.0.weight and out.2.weight: %v", len(s.Tensors), s.Tensors)
+	}
+}
+
+func TestJSONSeveralFilesIsArray(t *testing.T) {
+	code, out, errOut := runApp(t, "inspect", "--json", "--no-tensors", tiny, tiny)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 2 {
+		t.Fatalf("want an array of 2 objects: %v", err)
+	}
+	if list[0]["architecture"].(map[string]any)["name"] != "sd1" {
+		t.Errorf("architecture = %v", list[0]["architecture"])
+	}
+	if n := len(list[0]["tensors"].([]any)); n != 0 {
+		t.Errorf("--no-tensors still lists %d tensors", n)
+	}
+}
+
+func TestErrorsAreOneLine(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.safetensors")
+	os.WriteFile(bad, []byte("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"), 0o644)
+	for _, args := range [][]string{
+		{"inspect", filepath.Join(dir, "missing.gguf")},
+		{"inspect", bad},
+		{"inspect"},
+		{"inspect", tiny, "--filter", "("},
+		{"inspect", "--bogus", tiny},
+		{"nosuchcommand"},
+	} {
+		code, _, errOut := runApp(t, args...)
+		if code != 1 {
+			t.Errorf("%q: exit %d, want 1", args, code)
+		}
+		if !strings.HasPrefix(errOut, "sdtool: ") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%q: stderr %q is not one \"sdtool: \" line", args, errOut)
+		}
+	}
+}
+
+func TestVersionAndVerbose(t *testing.T) {
+	code, out, _ := runApp(t, "--version")
+	if code != 0 || !strings.Contains(out, "sdtool version") {
+		t.Errorf("--version: exit %d, %q", code, out)
+	}
+	// -v is verbose, not version: with it inspect still runs and logs at debug level.
+	code, out, errOut := runApp(t, "inspect", tiny, "--no-tensors", "-v")
+	if code != 0 || !strings.Contains(out, "architecture:") || !strings.Contains(errOut, "level=DEBUG") {
+		t.Errorf("-v: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, _, errOut = runApp(t, "-v", "inspect", tiny, "--no-tensors")
+	if code != 0 || !strings.Contains(errOut, "level=DEBUG") {
+		t.Errorf("global -v: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// helpExamples returns the example command lines of a subcommand's --help.
+func helpExamples(t *testing.T, name string) []string {
+	code, out, errOut := runApp(t, name, "--help")
+	if code != 0 {
+		t.Fatalf("%s --help: exit %d: %s", name, code, errOut)
+	}
+	_, after, ok := strings.Cut(out, "\n"+examplesHeader+"\n")
+	if !ok {
+		return nil
+	}
+	var ex []string
+	for _, line := range strings.Split(after, "\n") {
+		if e, ok := strings.CutPrefix(line, "   $ "); ok {
+			ex = append(ex, e)
+		}
+	}
+	return ex
+}
+
+// readmeCommands returns the command lines of README.md's code blocks
+// (lines joined at trailing backslashes, comments and "$ " prompts removed).
+func readmeCommands(t *testing.T) []string {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []string
+	in := false
+	pending := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "```") {
+			in = !in
+			continue
+		}
+		if !in {
+			continue
+		}
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		line = strings.TrimPrefix(line, "$ ")
+		if s, ok := strings.CutSuffix(line, "\\"); ok {
+			pending += s
+			continue
+		}
+		cmds = append(cmds, pending+line)
+		pending = ""
+	}
+	return cmds
+}
+
+// goToolchain matches command lines that run the Go toolchain itself
+// (tests, vet, builds): .ci/run runs those; running them here would recurse.
+var goToolchain = regexp.MustCompile(`^([A-Z_]+=("[^"]*"|\S*) +)*go +(test|vet|build|install|generate|mod)\b`)
+
+func TestReadmeStartsWithRunAndTest(t *testing.T) {
+	cmds := readmeCommands(t)
+	if len(cmds) < 2 || !strings.HasPrefix(cmds[0], "go run ./cmd/sdtool ") || cmds[1] != "go test ./..." {
+		t.Fatalf("README must start with a go run ./cmd/sdtool command and then go test ./...; has %q", cmds[:min(2, len(cmds))])
+	}
+	ci, err := os.ReadFile("../../.ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(cmds[1]) + `$`).Match(ci) {
+		t.Errorf(".ci/run does not run the README's test command %q on a line of its own", cmds[1])
+	}
+}
+
+// TestDocumentedCommands runs every command line of the README and every
+// example of every subcommand's help, exactly as written, through bash
+// with sdtool (and "go run ./cmd/sdtool") standing for this binary, in a
+// scratch copy of testdata. README lines run in order, twice (a
+// conversion must be repeatable); each subcommand's examples run in order
+// in a fresh copy. Lines that run the Go toolchain itself are left to .ci/run.
+func TestDocumentedCommands(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not found")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	wrapper := "#!/bin/sh\nSDTOOL_TEST_AS_MAIN=1 exec " + shellQuote(exe) + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "sdtool"), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// "go run [flags] ./cmd/sdtool ARGS" becomes "sdtool ARGS"; any other
+	// use of go in a documented line is a mistake in this test's scope.
+	prelude := `go() {
+  if [ "$1" = run ]; then
+    shift
+    while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
+    case "$1" in ./cmd/sdtool|github.com/sdtool/sdtool/cmd/sdtool) shift; sdtool "$@"; return;; esac
+  fi
+  echo "documented line runs go $*: not supported by this test" >&2; return 99
+}
+`
+	runLines := func(t *testing.T, lines []string) {
+		dir := t.TempDir()
+		copyDir(t, "../../testdata", filepath.Join(dir, "testdata"))
+		for _, line := range lines {
+			cmd := exec.Command(bash, "-c", prelude+line)
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("%s: %v\n%s", line, err, out)
+			}
+		}
+	}
+
+	var readme []string
+	for _, c := range readmeCommands(t) {
+		if goToolchain.MatchString(c) {
+			t.Logf("left to .ci/run: %s", c)
+			continue
+		}
+		readme = append(readme, c)
+	}
+	if len(readme) == 0 {
+		t.Fatal("no runnable command lines in README.md")
+	}
+	t.Run("README", func(t *testing.T) { runLines(t, append(readme, readme...)) })
+
+	app := newApp(&bytes.Buffer{}, &bytes.Buffer{})
+	for _, c := range app.Commands {
+		ex := helpExamples(t, c.Name)
+		if len(ex) == 0 {
+			t.Errorf("sdtool %s --help shows no examples", c.Name)
+			continue
+		}
+		for _, e := range ex {
+			if !strings.HasPrefix(e, "sdtool "+c.Name+" ") {
+				t.Errorf("sdtool %s example %q does not start with \"sdtool %s \"", c.Name, e, c.Name)
+			}
+		}
+		t.Run(c.Name, func(t *testing.T) { runLines(t, ex) })
+	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,338 @@
+// Package inspect summarises checkpoints: format facts, metadata, parameter
+// and byte counts per type, the detected architecture and components,
+// ComfyUI quantized modules, names too long for some readers, and the tensor
+// table. It reads headers only (plus the few bytes of comfy_quant markers).
+package inspect
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// Name-length limits of the readers that load GGUF files.
+const (
+	// GGMLMaxName: stock ggml refuses names of this many bytes or more.
+	GGMLMaxName = 64
+	// ComfyGGUFMaxName is the longest name ComfyUI-GGUF accepts.
+	ComfyGGUFMaxName = 127
+	// SDCppMaxName is the longest name stable-diffusion.cpp accepts (it builds ggml with GGML_MAX_NAME 160).
+	SDCppMaxName = 159
+)
+
+// maxComfyQuantBytes bounds how much of a comfy_quant marker is read.
+const maxComfyQuantBytes = 1 << 16
+
+// Options selects what a Summary holds.
+type Options struct {
+	// Filters keep only tensors whose name matches one of them in Tensors
+	// (all tensors when empty). Counts and detection always cover the whole file.
+	Filters []*regexp.Regexp
+	// NoTensors leaves Tensors empty.
+	NoTensors bool
+}
+
+// Summary describes one model. Its JSON form is documented in
+// docs/inspect-json.md; field names are stable.
+type Summary struct {
+	Path         string          `json:"path"`
+	Format       string          `json:"format"`
+	Version      int             `json:"version"`
+	Alignment    int             `json:"alignment"`
+	DataOffset   int64           `json:"data_offset"`
+	Files        []string        `json:"files"`
+	Warnings     []string        `json:"warnings"`
+	Metadata     []MetaEntry     `json:"metadata"`
+	TensorCount  int             `json:"tensor_count"`
+	ParamCount   int64           `json:"param_count"`
+	TotalBytes   int64           `json:"total_bytes"`
+	Types        []TypeStat      `json:"types"`
+	Architecture Architecture    `json:"architecture"`
+	ComfyQuant   []ComfyQuant    `json:"comfy_quant"`
+	LongNames    LongNames       `json:"long_names"`
+	Filter       []string        `json:"filter"`
+	Matched      int             `json:"matched_tensors"`
+	Tensors      []TensorSummary `json:"tensors"`
+}
+
+// MetaEntry is one metadata key and value.
+type MetaEntry struct {
+	Key string `json:"key"`
+	// Type is the value type: u8, i8, u16, i16, u32, i32, f32, bool,
+	// string, array, u64, i64, f64.
+	Type string `json:"type"`
+	// ElemType is the element type of arrays ("" otherwise).
+	ElemType string `json:"elem_type,omitempty"`
+	// Count is the number of elements of arrays (0 otherwise).
+	Count int `json:"count,omitempty"`
+	// Value is the value: a number, bool, string, or an array of them.
+	// Non-finite floats are the strings "NaN", "+Inf", "-Inf".
+	Value any `json:"value"`
+}
+
+// TypeStat counts the tensors of one type.
+type TypeStat struct {
+	Type    string  `json:"type"`
+	Tensors int     `json:"tensors"`
+	Params  int64   `json:"params"`
+	Bytes   int64   `json:"bytes"`
+	Percent float64 `json:"percent"`
+}
+
+// ComfyQuant is a ComfyUI quantized module: a "<module>.comfy_quant" U8
+// tensor holding JSON.
+type ComfyQuant struct {
+	Module string `json:"module"`
+	// Format is the JSON's "format" field ("int8_tensorwise", "float8_e4m3fn", ...); "" when absent.
+	Format string `json:"format"`
+	// JSON is the marker's text.
+	JSON string `json:"json"`
+	// Error says why the marker could not be read or parsed ("" when fine).
+	Error string `json:"error,omitempty"`
+}
+
+// LongNames counts tensor names that some GGUF readers refuse.
+type LongNames struct {
+	// Count is the number of names of GGMLMaxName (64) bytes or more.
+	Count int `json:"count"`
+	// OverComfyGGUF counts names longer than 127 bytes.
+	OverComfyGGUF int `json:"over_comfyui_gguf"`
+	// OverSDCpp counts names longer than 159 bytes.
+	OverSDCpp int `json:"over_sdcpp"`
+	// Longest is the length in bytes of the longest name.
+	Longest int `json:"longest"`
+	// Names lists the names of 64 bytes or more.
+	Names []string `json:"names"`
+}
+
+// TensorSummary is one row of the tensor table.
+type TensorSummary struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// Shape is in PyTorch order (outermost first).
+	Shape  []int64 `json:"shape"`
+	Params int64   `json:"params"`
+	Size   int64   `json:"size"`
+	// Offset is the absolute byte offset in File.
+	Offset int64  `json:"offset"`
+	File   string `json:"file"`
+}
+
+// Summarize builds the summary of an opened model.
+func Summarize(m formats.Model, opts Options) (*Summary, error) {
+	info := m.Info()
+	tensors := m.Tensors()
+	s := &Summary{
+		Path:       m.Path(),
+		Format:     info.Format,
+		Version:    info.Version,
+		Alignment:  info.Alignment,
+		DataOffset: info.DataOffset,
+		Files:      append([]string{}, info.Files...),
+		Warnings:   append([]string{}, info.Warnings...),
+		Metadata:   []MetaEntry{},
+		Types:      []TypeStat{},
+		ComfyQuant: []ComfyQuant{},
+		Filter:     []string{},
+		Tensors:    []TensorSummary{},
+	}
+	s.LongNames.Names = []string{}
+	for _, kv := range m.Metadata() {
+		s.Metadata = append(s.Metadata, metaEntry(kv))
+	}
+	for _, re := range opts.Filters {
+		s.Filter = append(s.Filter, re.String())
+	}
+	byType := map[formats.DType]*TypeStat{}
+	for i := range tensors {
+		t := &tensors[i]
+		n := t.Elements()
+		s.TensorCount++
+		s.ParamCount += n
+		s.TotalBytes += t.Size
+		st := byType[t.Type]
+		if st == nil {
+			st = &TypeStat{Type: t.Type.String()}
+			byType[t.Type] = st
+		}
+		st.Tensors++
+		st.Params += n
+		st.Bytes += t.Size
+		if l := len(t.Name); l >= GGMLMaxName {
+			s.LongNames.Count++
+			s.LongNames.Names = append(s.LongNames.Names, t.Name)
+			if l > ComfyGGUFMaxName {
+				s.LongNames.OverComfyGGUF++
+			}
+			if l > SDCppMaxName {
+				s.LongNames.OverSDCpp++
+			}
+		}
+		s.LongNames.Longest = max(s.LongNames.Longest, len(t.Name))
+		if strings.HasSuffix(t.Name, ".comfy_quant") {
+			s.ComfyQuant = append(s.ComfyQuant, readComfyQuant(m, t))
+		}
+		if matchAny(opts.Filters, t.Name) {
+			s.Matched++
+			if !opts.NoTensors {
+				s.Tensors = append(s.Tensors, TensorSummary{
+					Name: t.Name, Type: t.Type.String(), Shape: append([]int64{}, t.Shape...),
+					Params: n, Size: t.Size, Offset: t.Offset, File: t.File,
+				})
+			}
+		}
+	}
+	for _, st := range byType {
+		if s.TotalBytes > 0 {
+			st.Percent = math.Round(float64(st.Bytes)*10000/float64(s.TotalBytes)) / 100
+		}
+		s.Types = append(s.Types, *st)
+	}
+	sort.Slice(s.Types, func(i, j int) bool {
+		if s.Types[i].Bytes != s.Types[j].Bytes {
+			return s.Types[i].Bytes > s.Types[j].Bytes
+		}
+		return s.Types[i].Type < s.Types[j].Type
+	})
+	s.Architecture = Detect(tensors)
+	return s, nil
+}
+
+func matchAny(res []*regexp.Regexp, name string) bool {
+	if len(res) == 0 {
+		return true
+	}
+	for _, re := range res {
+		if re.MatchString(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// readComfyQuant reads and parses a comfy_quant marker tensor.
+func readComfyQuant(m formats.Model, t *formats.Tensor) ComfyQuant {
+	q := ComfyQuant{Module: strings.TrimSuffix(t.Name, ".comfy_quant")}
+	if t.Type != formats.U8 && t.Type != formats.I8 {
+		q.Error = fmt.Sprintf("stored as %s, not U8", t.Type)
+		return q
+	}
+	if t.Size > maxComfyQuantBytes {
+		q.Error = fmt.Sprintf("%d bytes, more than a marker holds", t.Size)
+		return q
+	}
+	data, err := formats.ReadTensor(m, t)
+	if err != nil {
+		q.Error = err.Error()
+		return q
+	}
+	q.JSON = string(data)
+	var obj map[string]any
+	if err := json.Unmarshal(data, &obj); err != nil {
+		q.Error = "invalid JSON: " + err.Error()
+		return q
+	}
+	if f, ok := obj["format"].(string); ok {
+		q.Format = f
+	}
+	return q
+}
+
+func metaEntry(kv formats.KV) MetaEntry {
+	e := MetaEntry{Key: kv.Key, Type: kv.Type.String(), Value: jsonValue(kv.Value)}
+	if a, ok := kv.Value.(formats.Array); ok {
+		e.Type = formats.TypeArray.String()
+		e.ElemType = a.Elem.String()
+		e.Count = a.Len()
+	}
+	return e
+}
+
+// jsonValue turns a metadata value into something every JSON encoder
+// writes as a number, string, bool or array: byte slices would otherwise
+// become base64 and non-finite floats would fail.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case float32:
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return jsonFloat(float64(x))
+		}
+		return x
+	case float64:
+		return jsonFloat(x)
+	case formats.Array:
+		return jsonValue(x.Values)
+	case []uint8:
+		out := make([]uint16, len(x))
+		for i, b := range x {
+			out[i] = uint16(b)
+		}
+		return out
+	case []int8:
+		out := make([]int16, len(x))
+		for i, b := range x {
+			out[i] = int16(b)
+		}
+		return out
+	case []float32:
+		if finite32(x) {
+			return x
+		}
+		out := make([]any, len(x))
+		for i, f := range x {
+			out[i] = jsonFloat(float64(f))
+		}
+		return out
+	case []float64:
+		if finite64(x) {
+			return x
+		}
+		out := make([]any, len(x))
+		for i, f := range x {
+			out[i] = jsonFloat(f)
+		}
+		return out
+	case []formats.Array:
+		out := make([]any, len(x))
+		for i, a := range x {
+			out[i] = jsonValue(a)
+		}
+		return out
+	}
+	return v
+}
+
+func finite32(x []float32) bool {
+	for _, f := range x {
+		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func finite64(x []float64) bool {
+	for _, f := range x {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func jsonFloat(f float64) any {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "+Inf"
+	case math.IsInf(f, -1):
+		return "-Inf"
+	}
+	return f
+}
