@@ -353,3 +353,25 @@ func TestLooksLikeHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestReadAfterShrink reads from a file that was truncated after Open: the
+// read fails with an error naming the file and tensor instead of short data.
+func TestReadAfterShrink(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shrink.safetensors")
+	b := raw(`{"x":{"dtype":"U8","shape":[16],"data_offsets":[0,16]}}`, make([]byte, 16))
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Truncate(path, int64(len(b)-4)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = formats.ReadTensor(f, &f.Tensors()[0])
+	if err == nil || !strings.Contains(err.Error(), path+`: tensor "x"`) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("err = %v", err)
+	}
+}

@@ -236,3 +236,15 @@ func TestShardNames(t *testing.T) {
 		}
 	}
 }
+
+func TestShardCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	paths, _, _ := shardSet(t, dir, "model")
+	if err := os.WriteFile(paths[1], []byte("not a safetensors file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenModel(paths[0])
+	if err == nil || !strings.Contains(err.Error(), paths[1]+": ") {
+		t.Errorf("err = %v, want one naming %s", err, paths[1])
+	}
+}
