@@ -32,7 +32,8 @@ func benchDir(b *testing.B) string {
 // BenchmarkCopyThroughput copies a ~256 MB F16 file (64 tensors of 4 MiB)
 // through the pipeline (Copy producers, ordered writes, fsync, rename) and,
 // in the same iteration, with a plain io.Copy plus fsync of the same bytes;
-// "ratio" is the pipeline's speed over the copy's (target: at least 0.8).
+// "ratio" is the pipeline's speed over the copy's (target: at least 0.8),
+// "best_ratio" the same for the fastest iteration of each.
 func BenchmarkCopyThroughput(b *testing.B) {
 	dir := benchDir(b)
 	const ntensors, rows, cols = 64, 512, 4096
@@ -58,6 +59,7 @@ func BenchmarkCopyThroughput(b *testing.B) {
 	total := int64(ntensors * tsize)
 	b.SetBytes(total)
 	var tPipe, tCopy time.Duration
+	bestPipe, bestCopy := time.Duration(1<<62), time.Duration(1<<62)
 	b.ResetTimer()
 	for b.Loop() {
 		out := filepath.Join(dir, "out.fake")
@@ -65,19 +67,24 @@ func BenchmarkCopyThroughput(b *testing.B) {
 		if err := Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Force: true, Inputs: []string{in}}); err != nil {
 			b.Fatal(err)
 		}
-		tPipe += time.Since(start)
+		d := time.Since(start)
+		tPipe, bestPipe = tPipe+d, min(bestPipe, d)
 
 		start = time.Now()
 		if err := plainCopy(in, filepath.Join(dir, "copy.raw")); err != nil {
 			b.Fatal(err)
 		}
-		tCopy += time.Since(start)
+		d = time.Since(start)
+		tCopy, bestCopy = tCopy+d, min(bestCopy, d)
 	}
 	b.StopTimer()
 	mb := float64(total) * float64(b.N) / 1e6
 	b.ReportMetric(mb/tPipe.Seconds(), "pipeline_MB/s")
 	b.ReportMetric(mb/tCopy.Seconds(), "copy_MB/s")
 	b.ReportMetric(tCopy.Seconds()/tPipe.Seconds(), "ratio")
+	// On a shared machine noise only ever adds time, so the best runs
+	// compare the two more fairly than the totals.
+	b.ReportMetric(bestCopy.Seconds()/bestPipe.Seconds(), "best_ratio")
 	f.Close()
 }
 

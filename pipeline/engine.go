@@ -53,11 +53,14 @@ type Options struct {
 	// The engine keeps no more than a few chunks per thread in flight, so
 	// a large budget is an upper bound, not a target.
 	MaxMemory int64
-	// ChunkBytes is the target chunk size; 0 picks min(DefaultChunkBytes, MaxMemory/8).
+	// ChunkBytes is the largest chunk (output bytes plus the producer's scratch);
+	// 0 picks min(DefaultChunkBytes, MaxMemory/8), at least 64 KiB. A row
+	// larger than a chunk makes a chunk of its own.
 	ChunkBytes int64
 	// Force allows replacing an existing OutPath (never an input).
 	Force bool
-	// Inputs are the paths of every input file; OutPath (and its .partial) must not be one of them.
+	// Inputs are the paths of every input file (all shards: formats.Info.Files);
+	// OutPath and its .partial must not be one of them.
 	Inputs []string
 	// Progress, when set, is called with the data bytes written so far and the total.
 	Progress func(done, total int64)
@@ -141,7 +144,7 @@ func prepare(plan *Plan, o *Options) (*layout, error) {
 		if rows > 0 {
 			if p, ok := out.Producer.(Preparer); ok {
 				if scratch, err = p.Prepare(out); err != nil {
-					errs = append(errs, err)
+					errs = append(errs, nameTensor(out.Name, err))
 					continue
 				}
 			}
@@ -156,9 +159,19 @@ func prepare(plan *Plan, o *Options) (*layout, error) {
 // Run writes the plan's outputs to opts.OutPath: producers run on
 // opts.Threads workers, at most opts.MaxMemory of chunks are in flight, and
 // a single writer writes the chunks in header order, so the output is the
-// same for any thread count. The output appears only when complete; on any
-// error or cancellation the partial file is removed and the error says what
-// happened.
+// same for any thread count.
+//
+// The plan and every producer's Prepare are checked before anything is
+// created. The data goes to OutPath+".partial", created exclusively; a
+// .partial left by a crashed run is replaced (it can never be a valid
+// output, and keeping it would block every later run). A complete output is
+// fsynced and renamed over OutPath, and the directory is fsynced. OutPath is
+// refused when it exists without Force, and always when it or its .partial
+// is one of opts.Inputs (by path or, through links, as the same file); the
+// inputs are only stat'ed here, never opened. On any error or cancellation
+// the partial file is removed and the error, prefixed with OutPath, says
+// what happened: it wraps ErrInterrupted (and the context's cause) when ctx
+// was cancelled, and says "no space left on device" when the disk is full.
 func Run(ctx context.Context, plan *Plan, opts Options) error {
 	if err := opts.normalise(); err != nil {
 		return err

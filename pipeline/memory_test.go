@@ -59,7 +59,7 @@ func TestPeakMemoryIndependentOfSize(t *testing.T) {
 	if big-small >= 32 {
 		t.Errorf("peak RSS grew by %d MiB with the input (%d -> %d MiB)", big-small, small, big)
 	}
-	if big > 160 {
+	if big > 96 {
 		t.Errorf("peak RSS %d MiB for a 16 MiB budget", big)
 	}
 }

@@ -443,3 +443,36 @@ func TestSummary(t *testing.T) {
 		t.Error("summary of an impossible shape succeeded")
 	}
 }
+
+func TestConvertSteadyStateAllocs(t *testing.T) {
+	m := newMemModel("in")
+	src := m.add("w", formats.F16, []int64{64, 256}, f16Data(64*256, 8))
+	p := Convert(m, src, toyType, decodeF16, encodeToy)
+	o := Output{Name: "w", Type: toyType, Shape: src.Shape}
+	if _, err := p.(Preparer).Prepare(&o); err != nil {
+		t.Fatal(err)
+	}
+	_, rb, _ := o.Rows()
+	var s Scratch
+	dst := make([]byte, 8*rb)
+	row := int64(0)
+	allocs := testing.AllocsPerRun(20, func() {
+		if err := p.Produce(context.Background(), dst, row, 8, &s); err != nil {
+			t.Fatal(err)
+		}
+		row = (row + 8) % 64
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per chunk in steady state", allocs)
+	}
+	c := Copy(m, src)
+	raw := make([]byte, 8*512)
+	allocs = testing.AllocsPerRun(20, func() {
+		if err := c.Produce(context.Background(), raw, 8, 8, &s); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("copy: %v allocations per chunk", allocs)
+	}
+}

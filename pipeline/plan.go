@@ -4,6 +4,14 @@
 // pool within a memory budget, writes them strictly in header order through a
 // formats.TensorWriter, and publishes the result atomically (OUT.partial,
 // fsync, rename).
+//
+// A command builds Outputs from opened models with Copy (raw bytes) or
+// Convert (decode to float32, encode), or with its own Producer; prints
+// Plan.Summary for --dry-run; and otherwise calls Run with a context from
+// SignalContext, a NewWriter for its format and, for a terminal, the Update
+// method of a progress.Bar (package pipeline/progress) as Options.Progress.
+// Inputs are read with ReadAt into bounded buffers, never mapped or read
+// whole, so peak memory does not grow with the model.
 package pipeline
 
 import (
