@@ -217,6 +217,7 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 		sumW += w
 		sumX += float32(w * v)
 	}
+	xlo := vmin // the smallest element, before the offset is capped at 0
 	if vmin > 0 {
 		vmin = 0
 	}
@@ -227,15 +228,27 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 		return 0, -vmin
 	}
 	// ggml recomputes x[i]-min for every candidate; it only changes when a
-	// candidate wins, so it is kept in xm (with its largest magnitude) and
-	// refreshed then.
+	// candidate wins, so it is kept in xm and refreshed then. Rounding is
+	// monotone, so |x[i]-min| is at most the larger of |xlo-min| and
+	// |max-min|; a NaN (which the running min and max skip) makes the
+	// bound NaN, which sends every candidate down the exact path.
 	var xm2 [32]float32
 	xm := xm2[:n]
-	var xmMax float32
 	for i, v := range x {
 		xm[i] = v - vmin
-		xmMax = max(xmMax, cFabs(xm[i]))
 	}
+	nanIn := sumX != sumX
+	xmBound := func() float32 {
+		a, b := cFabs(vmax-vmin), cFabs(xlo-vmin)
+		if b > a {
+			a = b
+		}
+		if nanIn {
+			return float32(math.NaN())
+		}
+		return a
+	}
+	xmMax := xmBound()
 	span := vmax - vmin
 	fn := float32(nmax)
 	iscale := fn / span
@@ -255,13 +268,15 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 	if nstep < 1 {
 		return scale, -vmin
 	}
-	// lf holds a candidate's levels as floats, the form its sums use.
+	// lb holds a candidate's levels as bits (see qkxLevels), lf as the
+	// floats its sums use.
 	var lf2 [32]float32
-	lf := lf2[:n]
+	var lb2 [32]uint32
+	lf, lb := lf2[:n], lb2[:n]
 	havePrev := false
 	for is := 0; is <= nstep; is++ {
 		iscale = (rmin + float32(rdelta*float32(is)) + fn) / span
-		changed := qkxLevels(xm, lf, iscale, xmMax, nmax)
+		changed := qkxLevels(xm, lb, iscale, xmMax, nmax)
 		// The sums, and so the refined scale, offset and error, depend only
 		// on the levels. A candidate with the previous candidate's levels
 		// either repeats a loser against the same best error or ties the
@@ -270,7 +285,7 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 			continue
 		}
 		havePrev = true
-		sumL, sumL2, sumXL := qkxSums(x, weights, lf)
+		sumL, sumL2, sumXL := qkxSums(x, weights, lf, lb)
 		D := float32(sumW*sumL2) - float32(sumL*sumL)
 		if !(D > 0) {
 			continue
@@ -290,12 +305,11 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 			scale, vmin = thisScale, thisMin
 			// ggml's later candidates use the new min, both in x-min and
 			// in max-min.
-			xmMax = 0
 			for i, v := range x {
 				xm[i] = v - vmin
-				xmMax = max(xmMax, cFabs(xm[i]))
 			}
 			span = vmax - vmin
+			xmMax = xmBound()
 		}
 	}
 	return scale, -vmin
@@ -306,47 +320,49 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 // register allocator spilled them, putting a store and a load into every
 // step of the dependency chain).
 
-// qkxLevels stores in lf one candidate's levels clamp(round(iscale*xm), 0,
-// nmax), as floats, and reports whether any of them differs from what lf
-// held. When every |iscale*xm| is within 2^22 (xmMax bounds |xm|), adding
-// and removing 1.5*2^23 rounds exactly as cNearestInt does, so the levels
-// never leave float registers; otherwise cNearestInt's own arithmetic runs.
+// magicBits are the bits of roundMagic; in its binade, the bits of
+// v+roundMagic are magicBits plus v rounded to an integer.
+const magicBits = 0x4b400000
+
+// qkxLevels computes one candidate's levels clamp(round(iscale*xm), 0,
+// nmax) and stores each as the bits of level+roundMagic in lb, reporting
+// whether any differs from what lb held. When every |iscale*xm| is within
+// 2^22 (xmMax bounds |xm|), adding 1.5*2^23 rounds exactly as cNearestInt
+// does and the clamp is an integer min/max on the bits, without branches;
+// otherwise cNearestInt's own arithmetic runs.
 //
 //go:noinline
-func qkxLevels(xm, lf []float32, iscale, xmMax float32, nmax int32) (changed bool) {
-	lf = lf[:len(xm)]
+func qkxLevels(xm []float32, lb []uint32, iscale, xmMax float32, nmax int32) (changed bool) {
+	lb = lb[:len(xm)]
 	var diff uint32
 	if float32(cFabs(iscale)*xmMax) < roundLimit {
-		fn := float32(nmax)
+		hi := magicBits + uint32(nmax)
 		for i, v := range xm {
-			r := float32(float32(iscale*v)+roundMagic) - roundMagic
-			if r < 0 {
-				r = 0
-			}
-			if r > fn {
-				r = fn
-			}
-			diff |= math.Float32bits(r) ^ math.Float32bits(lf[i])
-			lf[i] = r
+			b := math.Float32bits(float32(iscale*v) + roundMagic)
+			b = min(max(b, magicBits), hi)
+			diff |= b ^ lb[i]
+			lb[i] = b
 		}
 		return diff != 0
 	}
 	for i, v := range xm {
-		r := float32(clampInt32(cNearestInt(iscale*v), 0, nmax))
-		diff |= math.Float32bits(r) ^ math.Float32bits(lf[i])
-		lf[i] = r
+		b := magicBits + uint32(clampInt32(cNearestInt(iscale*v), 0, nmax))
+		diff |= b ^ lb[i]
+		lb[i] = b
 	}
 	return diff != 0
 }
 
-// qkxSums returns a candidate's weighted sums of l, l^2 and l*x in ggml's
-// order.
+// qkxSums turns the levels in lb into floats in lf and returns their
+// weighted sums of l, l^2 and l*x in ggml's order.
 //
 //go:noinline
-func qkxSums(x, w, lf []float32) (sumL, sumL2, sumXL float32) {
+func qkxSums(x, w, lf []float32, lb []uint32) (sumL, sumL2, sumXL float32) {
 	n := len(x)
-	w, lf = w[:n], lf[:n]
-	for i, r := range lf {
+	w, lf, lb = w[:n], lf[:n], lb[:n]
+	for i, b := range lb {
+		r := math.Float32frombits(b) - roundMagic
+		lf[i] = r
 		wl := float32(w[i] * r)
 		sumL += wl
 		sumL2 += float32(wl * r)
