@@ -39,8 +39,10 @@ func clampInt32(v, lo, hi int32) int32 {
 func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 	n := len(x)
 	L = L[:n]
-	var w2 [32]float32 // per-element weights
-	w := w2[:n]
+	// w and wx are each element's weight and weight times x; ggml forms
+	// w*x[i] (then times the level) the same way for every candidate.
+	var w2, wx2 [32]float32
+	w, wx := w2[:n], wx2[:n]
 	if qw != nil {
 		copy(w, qw[:n])
 	} else {
@@ -49,10 +51,13 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 		}
 	}
 	var vmax, amax float32
-	for _, v := range x {
+	nanIn := false
+	for i, v := range x {
 		if ax := cFabs(v); ax > amax {
 			amax, vmax = ax, v
 		}
+		nanIn = nanIn || v != v
+		wx[i] = float32(w[i] * v)
 	}
 	if amax < groupMaxEps {
 		for i := range L {
@@ -60,69 +65,109 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 		}
 		return 0
 	}
+	if nanIn {
+		amax = float32(math.NaN()) // every candidate takes the exact path
+	}
 	fn := float32(nmax)
-	// best holds the winning candidate's levels, lf the current one's.
-	var best2, lf2 [32]float32
-	best, lf := best2[:n], lf2[:n]
+	// best holds the winning candidate's levels, la and lb the current
+	// pair's, all as the bits of level+roundMagic (see qxLevels2).
+	var best2, la2, lb2 [32]uint32
+	best, la, lb := best2[:n], la2[:n], lb2[:n]
 	iscale := float32(-nmax) / vmax
-	sumlx, suml2 := qxSums(x, w, best, iscale, amax, nmax)
+	qxLevels2(x, la, best, iscale, iscale, amax, nmax, roundMagic)
+	sumlx, suml2 := qxSums(w, wx, best)
+	copy(lb, best)
 	scale := float32(0)
 	if suml2 != 0 {
 		scale = sumlx / suml2
 	}
 	bestS := scale * sumlx
-	for is := int32(-9); is <= 9; is++ {
-		if is == 0 {
-			continue
-		}
-		iscale = -(fn + float32(0.1)*float32(is)) / vmax
-		sumlx, suml2 = qxSums(x, w, lf, iscale, amax, nmax)
+	// The 18 candidates -9..-1, 1..9 go in pairs: their levels do not
+	// depend on each other, so computing two at once is exact. A candidate
+	// with the previous candidate's levels has its sums: it either repeats a
+	// comparison that failed against the same best or re-wins with the state
+	// it would set, so it is skipped.
+	try := func(lv []uint32) {
+		sumlx, suml2 := qxSums(w, wx, lv)
 		if suml2 > 0 && float32(sumlx*sumlx) > float32(bestS*suml2) {
-			copy(best, lf)
+			copy(best, lv)
 			scale = sumlx / suml2
 			bestS = scale * sumlx
 		}
 	}
-	for i, r := range best {
-		L[i] = int8(int32(r) + nmax)
+	for is := int32(-9); is <= 9; is += 2 {
+		if is == -1 {
+			is = 0 // -1 pairs with 1, skipping 0
+		}
+		a, b := is, is+1
+		if a == 0 {
+			a = -1
+		}
+		ia := -(fn + float32(0.1)*float32(a)) / vmax
+		ib := -(fn + float32(0.1)*float32(b)) / vmax
+		changedA, changedB := qxLevels2(x, la, lb, ia, ib, amax, nmax, roundMagic)
+		if changedA {
+			try(la)
+		}
+		if changedB {
+			try(lb)
+		}
+	}
+	for i, b := range best {
+		L[i] = int8(int32(b-magicBits) + nmax)
 	}
 	return scale
 }
 
-// qxSums returns one make_qx_quants candidate's weighted sums of l*x and
-// l^2 for l = clamp(round(iscale*x), -nmax, nmax-1), and stores the levels
-// in lf. When every |iscale*x| is within 2^22 (amax bounds |x|), adding and
-// removing 1.5*2^23 rounds exactly as cNearestInt does, so the levels stay
-// in float registers; otherwise cNearestInt's own arithmetic is used. It is
-// a separate function so that its accumulators stay in registers.
+// qxLevels2 computes the levels clamp(round(iscale*x), -nmax, nmax-1) of
+// two make_qx_quants candidates, ia into la and ib into lb, each stored as
+// the bits of level+roundMagic. It reports whether la changed from the
+// previous candidate (the old contents of lb) and whether lb differs from
+// la. When every |iscale*x| is within 2^22 (amax bounds |x|; NaN forces the
+// other path), adding 1.5*2^23 rounds exactly as cNearestInt does and the
+// clamp is an integer min/max on the bits; otherwise cNearestInt's own
+// arithmetic runs. magic is roundMagic, passed in so that it stays in a
+// register.
 //
 //go:noinline
-func qxSums(x, w, lf []float32, iscale, amax float32, nmax int32) (sumlx, suml2 float32) {
+func qxLevels2(x []float32, la, lb []uint32, ia, ib, amax float32, nmax int32, magic float32) (changedA, changedB bool) {
 	n := len(x)
-	w, lf = w[:n], lf[:n]
-	if float32(cFabs(iscale)*amax) < roundLimit {
-		lo, hi := float32(-nmax), float32(nmax-1)
+	la, lb = la[:n], lb[:n]
+	var da, db uint32
+	if float32(max(cFabs(ia), cFabs(ib))*amax) < roundLimit {
+		lo, hi := magicBits-uint32(nmax), magicBits+uint32(nmax-1)
 		for i, v := range x {
-			r := float32(float32(iscale*v)+roundMagic) - roundMagic
-			if r < lo {
-				r = lo
-			}
-			if r > hi {
-				r = hi
-			}
-			lf[i] = r
-			wi := w[i]
-			sumlx += float32(float32(wi*v) * r)
-			suml2 += float32(float32(wi*r) * r)
+			a := math.Float32bits(float32(ia*v) + magic)
+			b := math.Float32bits(float32(ib*v) + magic)
+			a = min(max(a, lo), hi)
+			b = min(max(b, lo), hi)
+			da |= a ^ lb[i]
+			db |= a ^ b
+			la[i], lb[i] = a, b
 		}
-		return sumlx, suml2
+		return da != 0, db != 0
 	}
 	for i, v := range x {
-		r := float32(clampInt32(cNearestInt(iscale*v), -nmax, nmax-1))
-		lf[i] = r
-		wi := w[i]
-		sumlx += float32(float32(wi*v) * r)
-		suml2 += float32(float32(wi*r) * r)
+		a := uint32(magicBits + clampInt32(cNearestInt(ia*v), -nmax, nmax-1))
+		b := uint32(magicBits + clampInt32(cNearestInt(ib*v), -nmax, nmax-1))
+		da |= a ^ lb[i]
+		db |= a ^ b
+		la[i], lb[i] = a, b
+	}
+	return da != 0, db != 0
+}
+
+// qxSums returns a candidate's weighted sums of l*x and l^2 in ggml's order,
+// (w*x)*l and (w*l)*l, for the levels in lb.
+//
+//go:noinline
+func qxSums(w, wx []float32, lb []uint32) (sumlx, suml2 float32) {
+	n := len(lb)
+	w, wx = w[:n], wx[:n]
+	for i, b := range lb {
+		r := math.Float32frombits(b) - roundMagic
+		sumlx += float32(wx[i] * r)
+		suml2 += float32(float32(w[i]*r) * r)
 	}
 	return sumlx, suml2
 }
