@@ -121,7 +121,6 @@ var rules = []rule{
 	{"sd3", KindDiffusion, "", []cond{has(`^joint_blocks\.\d+\.context_block\.`), has(`^joint_blocks\.\d+\.x_block\.`)}},
 	{"sd3", KindDiffusion, "diffusers", []cond{has(`^transformer_blocks\.\d+\.ff_context\.`), has(`^pos_embed\.proj\.weight$`),
 		lacks(`^single_transformer_blocks\.`), lacks(`\.img_mod\.`)}},
-	{"flux", KindDiffusion, "", []cond{has(`^double_blocks\.\d+\.img_attn\.`), has(`^single_blocks\.\d+\.`)}},
 	{"flux", KindDiffusion, "dev", []cond{has(`^double_blocks\.\d+\.img_attn\.`), has(`^single_blocks\.\d+\.`), has(`^guidance_in\.`)}},
 	{"flux", KindDiffusion, "schnell", []cond{has(`^double_blocks\.\d+\.img_attn\.`), has(`^single_blocks\.\d+\.`),
 		lacks(`^guidance_in\.`), lacks(`^distilled_guidance_layer\.`), lacks(`^double_stream_modulation_img\.`)}},
@@ -141,7 +140,7 @@ var rules = []rule{
 	{"clip_l", KindTextEncoder, "", []cond{has(hfClipLayer), shape(hfClipTok, -1, 768)}},
 	{"clip_h", KindTextEncoder, "", []cond{has(hfClipLayer), shape(hfClipTok, -1, 1024)}},
 	{"clip_g", KindTextEncoder, "", []cond{has(hfClipLayer), shape(hfClipTok, -1, 1280)}},
-	{"clip", KindTextEncoder, "open_clip", []cond{has(ocClipLayer), has(ocClipTok)}},
+	{"clip", KindTextEncoder, "open_clip", []cond{has(ocClipLayer)}},
 	{"clip_l", KindTextEncoder, "open_clip", []cond{has(ocClipLayer), shape(ocClipTok, -1, 768)}},
 	{"clip_h", KindTextEncoder, "open_clip", []cond{has(ocClipLayer), shape(ocClipTok, -1, 1024)}},
 	{"clip_g", KindTextEncoder, "open_clip", []cond{has(ocClipLayer), shape(ocClipTok, -1, 1280)}},
@@ -221,7 +220,7 @@ func Detect(tensors []formats.Tensor) Architecture {
 		}
 		g.tensors = append(g.tensors, &tensors[i])
 	}
-	var arch Architecture
+	arch := Architecture{Components: []Component{}}
 	for _, g := range groups {
 		found := detectGroup(g)
 		if len(found) == 0 {
