@@ -176,6 +176,32 @@ var prefixes = []*regexp.Regexp{
 	regexp.MustCompile(`^unet\.`),
 }
 
+// prefixHints name a text encoder by its prefix when the tensors alone
+// give only the family (a narrow test model, a CLIP whose width is not
+// one of the known ones): the prefixes themselves are the convention that
+// stable-diffusion.cpp and the LDM/SGM checkpoints follow.
+var prefixHints = []struct {
+	re      *regexp.Regexp
+	generic string
+	name    string
+}{
+	{regexp.MustCompile(`^text_encoders\.clip_l\.`), "clip", "clip_l"},
+	{regexp.MustCompile(`^text_encoders\.clip_g\.`), "clip", "clip_g"},
+	{regexp.MustCompile(`^cond_stage_model\.transformer\.$`), "clip", "clip_l"},
+	{regexp.MustCompile(`^conditioner\.embedders\.0\.transformer\.$`), "clip", "clip_l"},
+	{regexp.MustCompile(`^conditioner\.embedders\.1\.model\.$`), "clip", "clip_g"},
+	{regexp.MustCompile(`^text_encoders\.t5xxl\.`), "t5", "t5xxl"},
+}
+
+func hintedName(prefix, name string) string {
+	for _, h := range prefixHints {
+		if h.generic == name && h.re.MatchString(prefix) {
+			return h.name
+		}
+	}
+	return name
+}
+
 // prefixOf returns the component prefix of name ("" when none applies).
 func prefixOf(name string) string {
 	for _, re := range prefixes {
@@ -234,7 +260,7 @@ func Detect(tensors []formats.Tensor) Architecture {
 		}
 		for _, r := range found {
 			arch.Components = append(arch.Components, Component{
-				Name: r.name, Kind: r.kind, Variant: r.variant, Prefix: g.prefix,
+				Name: hintedName(g.prefix, r.name), Kind: r.kind, Variant: r.variant, Prefix: g.prefix,
 				Tensors: len(g.tensors), Params: params, Bytes: bytes,
 			})
 		}

@@ -82,7 +82,7 @@ func TestDetect(t *testing.T) {
 		{"tiny sd1 (narrow, still sd1 by structure)", synthTensors(t, synth.TinySD1), "sd1", []comp{
 			{"sd1", KindDiffusion, "", "model.diffusion_model."},
 			{"vae", KindVAE, "4ch", "first_stage_model."},
-			{"clip", KindTextEncoder, "", "cond_stage_model.transformer."}}},
+			{"clip_l", KindTextEncoder, "", "cond_stage_model.transformer."}}},
 		{"sdxl base checkpoint", synthTensors(t, synth.Spec{Arch: "sdxl"}), "sdxl", []comp{
 			{"sdxl", KindDiffusion, "", "model.diffusion_model."},
 			{"vae", KindVAE, "4ch", "first_stage_model."},
@@ -134,6 +134,10 @@ func TestDetect(t *testing.T) {
 		{"flux vae alone", vae16, "vae", []comp{{"vae", KindVAE, "16ch", ""}}},
 		{"wan vae", ts("encoder.downsamples.0.residual.0.gamma", s(96, 1, 1, 1), "decoder.upsamples.0.residual.2.weight", s(384, 384, 3, 3, 3)), "vae", []comp{
 			{"vae", KindVAE, "wan", ""}}},
+		{"narrow clip named by its prefix", prefixed("text_encoders.clip_g.transformer.", ts("text_model.encoder.layers.0.mlp.fc1.weight", s(256, 64))), "clip_g", []comp{
+			{"clip_g", KindTextEncoder, "", "text_encoders.clip_g.transformer."}}},
+		{"narrow clip without a hint", ts("text_model.encoder.layers.0.mlp.fc1.weight", s(256, 64)), "clip", []comp{
+			{"clip", KindTextEncoder, "", ""}}},
 		{"unknown", ts("foo.weight", s(3, 3), "bar.bias", s(3)), "unknown", nil},
 	}
 	for _, c := range cases {

@@ -90,8 +90,8 @@ func WriteText(w io.Writer, s *Summary) error {
 		}
 	}
 	if ln := s.LongNames; ln.Count > 0 {
-		p("  long names: %d names of %d bytes or more (longest %d); stock ggml refuses names of %d bytes or more; sd.cpp accepts up to %d, ComfyUI-GGUF %d",
-			ln.Count, GGMLMaxName, ln.Longest, GGMLMaxName, SDCppMaxName, ComfyGGUFMaxName)
+		p("  long names: %s of %d bytes or more (longest %d); stock ggml refuses names of %d bytes or more; sd.cpp accepts up to %d, ComfyUI-GGUF %d",
+			plural(ln.Count, "name"), GGMLMaxName, ln.Longest, GGMLMaxName, SDCppMaxName, ComfyGGUFMaxName)
 		if ln.OverComfyGGUF > 0 || ln.OverSDCpp > 0 {
 			p(" (%d over ComfyUI-GGUF's limit, %d over sd.cpp's)", ln.OverComfyGGUF, ln.OverSDCpp)
 		}

@@ -155,6 +155,19 @@ func TestVersionAndVerbose(t *testing.T) {
 	}
 }
 
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"--help"}, {}, {"help", "inspect"}, {"inspect", "--help"}, {"inspect", "-h"}} {
+		code, out, errOut := runApp(t, args...)
+		if code != 0 || !strings.Contains(out, "USAGE:") {
+			t.Errorf("%q: exit %d, stderr %q, stdout %q", args, code, errOut, out)
+		}
+	}
+	_, out, _ := runApp(t, "help")
+	if !strings.Contains(out, "--version") || strings.Contains(out, "--version, -v") {
+		t.Errorf("the version flag must be --version only:\n%s", out)
+	}
+}
+
 // helpExamples returns the example command lines of a subcommand's --help.
 func helpExamples(t *testing.T, name string) []string {
 	code, out, errOut := runApp(t, name, "--help")
