@@ -2,6 +2,7 @@ package quant
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -17,30 +18,58 @@ const iq4XSBytes = 136
 // iq4_xs.
 var iq4nlValues = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
+// iq4nlFloats are the iq4_nl levels as floats; iq4nlSearch holds levels
+// 1..14 padded with +Inf to 16 entries for the search in bestIndexIQ4.
+var (
+	iq4nlFloats [16]float32
+	iq4nlSearch [16]float32
+)
+
+func init() {
+	for i, v := range iq4nlValues {
+		iq4nlFloats[i] = float32(v)
+	}
+	for i := range iq4nlSearch {
+		iq4nlSearch[i] = float32(math.Inf(1))
+	}
+	for i := 1; i <= 14; i++ {
+		iq4nlSearch[i-1] = float32(iq4nlValues[i])
+	}
+}
+
 // bestIndexIQ4 is ggml's best_index_int8 on the iq4_nl levels: the nearest
-// level to x, found by bisection; ties and NaN resolve as ggml's do.
+// level to x, ties and NaN resolved as ggml's do. ggml bisects to the first
+// level above x; counting the levels 1..14 at or below x finds the same one
+// (for x strictly inside the range), here with a branch-free search, and the
+// final choice is ggml's own float comparison.
 func bestIndexIQ4(x float32) uint8 {
-	v := &iq4nlValues
-	if x <= float32(v[0]) {
+	if x <= -127 {
 		return 0
 	}
-	if x >= float32(v[15]) {
+	if !(x < 113) { // x >= 113, or NaN, which ggml's bisection takes to 15
 		return 15
 	}
-	ml, mu := 0, 15
-	for mu-ml > 1 {
-		mav := (ml + mu) / 2
-		if x < float32(v[mav&15]) {
-			mu = mav
-		} else {
-			ml = mav
-		}
+	t := &iq4nlSearch
+	b := 0
+	if t[b+7] <= x {
+		b += 8
 	}
-	mu &= 15
-	if x-float32(v[(mu-1)&15]) < float32(v[mu])-x {
-		return uint8(mu - 1)
+	if t[(b+3)&15] <= x {
+		b += 4
 	}
-	return uint8(mu)
+	if t[(b+1)&15] <= x {
+		b += 2
+	}
+	if t[b&15] <= x {
+		b++
+	}
+	// b levels among 1..14 are <= x, so level b+1 is the first above it.
+	f := &iq4nlFloats
+	lo, hi := f[b&15], f[(b+1)&15]
+	if x-lo < hi-x {
+		return uint8(b)
+	}
+	return uint8(b + 1)
 }
 
 func quantizeIQ4XS(dst []byte, src, weights []float32) {

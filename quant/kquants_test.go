@@ -289,3 +289,53 @@ func TestKQuantWeightsMatter(t *testing.T) {
 		}
 	}
 }
+
+// bisectIQ4 is ggml's best_index_int8 on the iq4_nl levels, transcribed
+// literally, as the reference for bestIndexIQ4's branch-free search.
+func bisectIQ4(x float32) uint8 {
+	v := iq4nlValues
+	if x <= float32(v[0]) {
+		return 0
+	}
+	if x >= float32(v[15]) {
+		return 15
+	}
+	ml, mu := 0, 15
+	for mu-ml > 1 {
+		mav := (ml + mu) / 2
+		if x < float32(v[mav]) {
+			mu = mav
+		} else {
+			ml = mav
+		}
+	}
+	if x-float32(v[mu-1]) < float32(v[mu])-x {
+		return uint8(mu - 1)
+	}
+	return uint8(mu)
+}
+
+func TestBestIndexIQ4MatchesBisection(t *testing.T) {
+	var xs []float32
+	// Every level and midpoint with its float neighbours, the extremes and
+	// NaN, then random values in and around the range and random bits.
+	for i, v := range iq4nlValues {
+		pts := []float32{float32(v)}
+		if i < 15 {
+			pts = append(pts, (float32(v)+float32(iq4nlValues[i+1]))/2)
+		}
+		for _, p := range pts {
+			xs = append(xs, p, math.Nextafter32(p, -1000), math.Nextafter32(p, 1000))
+		}
+	}
+	xs = append(xs, 0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e30, -1e30)
+	r := rand.New(rand.NewPCG(17, 18))
+	for range 200000 {
+		xs = append(xs, float32(300*r.Float64()-150), math.Float32frombits(r.Uint32()))
+	}
+	for _, x := range xs {
+		if got, want := bestIndexIQ4(x), bisectIQ4(x); got != want {
+			t.Fatalf("bestIndexIQ4(%v = %#08x) = %d, ggml's bisection gives %d", x, math.Float32bits(x), got, want)
+		}
+	}
+}
