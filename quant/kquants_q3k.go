@@ -82,15 +82,19 @@ func quantizeQ3K(dst []byte, src, weights []float32) {
 				lb[ii] = int8(clampInt32(cNearestInt(v/dl), -4, 3) + 4)
 			}
 		}
+		// Every level is in 0..7 here, so ggml's "if L > 3, set the hmask
+		// bit and subtract 4" is bit 2 and the low two bits, without the
+		// unpredictable branch.
 		hm := (*[32]byte)(y[0:32])
 		*hm = [32]byte{}
 		var U [qkBlock]uint8
-		for j, l := range L {
-			if l > 3 {
-				hm[j%32] |= 1 << (j / 32)
-				l -= 4
+		for b := range 8 {
+			lb := (*[32]int8)(L[32*b:])
+			ub := (*[32]uint8)(U[32*b:])
+			for j, l := range lb {
+				hm[j] |= (uint8(l) >> 2 & 1) << b
+				ub[j] = uint8(l) & 3
 			}
-			U[j] = uint8(l)
 		}
 		pack2bit((*[64]byte)(y[32:96]), &U)
 	}
