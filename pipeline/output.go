@@ -150,14 +150,24 @@ func syncDir(dir string) error {
 // Run returns: what happened, wrapped with the output path.
 func failed(ctx context.Context, f *os.File, out string, err error) error {
 	partial := out + PartialSuffix
-	_ = f.Close() // the write already failed; a close error adds nothing.
-	var rmErr error
-	if _, statErr := os.Lstat(partial); statErr == nil {
-		rmErr = os.Remove(partial)
+	// Remove the partial file only if it is still ours: another run that
+	// replaced it (see createPartial) owns the file at that path now. When f
+	// is already closed (publish failed at the rename), it was checked just
+	// before.
+	ours := true
+	if a, err := f.Stat(); err == nil {
+		if b, err := os.Lstat(partial); err == nil && !os.SameFile(a, b) {
+			ours = false
+		}
 	}
+	_ = f.Close() // the run already failed; a close error adds nothing.
 	note := "partial output removed"
-	if rmErr != nil {
-		note = fmt.Sprintf("could not remove %s: %v", partial, rmErr)
+	if !ours {
+		note = "partial file left to the process that replaced it"
+	} else if _, err := os.Lstat(partial); err == nil {
+		if err := os.Remove(partial); err != nil {
+			note = fmt.Sprintf("could not remove %s: %v", partial, err)
+		}
 	}
 	if ctx.Err() != nil {
 		return interrupted(out, ctx, note)
