@@ -476,3 +476,36 @@ func TestConvertSteadyStateAllocs(t *testing.T) {
 		t.Errorf("copy: %v allocations per chunk", allocs)
 	}
 }
+
+// TestProducersRunInParallel holds the first chunks at a barrier that opens
+// only when Threads of them run at once, so a serialised engine fails (after
+// a timeout) instead of passing slowly.
+func TestProducersRunInParallel(t *testing.T) {
+	const threads = 4
+	var mu sync.Mutex
+	arrived := 0
+	open := make(chan struct{})
+	prod := ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *Scratch) error {
+		mu.Lock()
+		arrived++
+		if arrived == threads {
+			close(open)
+		}
+		mu.Unlock()
+		select {
+		case <-open:
+			return nil
+		case <-time.After(10 * time.Second):
+			return errors.New("producers did not run concurrently")
+		}
+	})
+	// Chunks spread over two tensors: parallelism must cross tensor boundaries.
+	plan := &Plan{Outputs: []Output{
+		{Name: "a", Type: formats.F32, Shape: []int64{2, 256}, Producer: prod},
+		{Name: "b", Type: formats.F32, Shape: []int64{6, 256}, Producer: prod},
+	}}
+	out := filepath.Join(t.TempDir(), "out.fake")
+	if err := run(t, context.Background(), plan, Options{OutPath: out, Threads: threads, ChunkBytes: 1024, MaxMemory: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+}
