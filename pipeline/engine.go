@@ -398,7 +398,12 @@ func drain(ctx context.Context, l *layout, o *Options, tw formats.TensorWriter,
 			done += int64(n)
 		}
 		if c.pooled {
-			pool <- c.buf[:cap(c.buf)]
+			// Never more pooled buffers exist than slots, so this does not
+			// drop any; the default only guards that invariant.
+			select {
+			case pool <- c.buf[:cap(c.buf)]:
+			default:
+			}
 		}
 		c.buf = nil
 		for range c.tokens {
