@@ -271,12 +271,12 @@ func F32ToF16(f float32) uint16 {
 		}
 		return sign | uint16(h)
 	}
-	h := uint32(e)<<10 | mant>>13
-	rem := mant & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && h&1 == 1) {
-		h++ // a carry into the exponent is the correct rounding (up to infinity)
-	}
-	return sign | uint16(h)
+	// Rebias the exponent in place and round to nearest even without a
+	// branch (the rounding bit is random in generated data); a carry into
+	// the exponent is the correct rounding, up to infinity.
+	v := b&0x7fffffff - 112<<23
+	v += 0x0fff + (v>>13)&1
+	return sign | uint16(v>>13)
 }
 
 // F32ToBF16 converts to bfloat16, rounding to nearest even (NaN stays NaN).

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -335,5 +336,49 @@ func TestUnknownArchAndDType(t *testing.T) {
 	}
 	if _, err := Tensors(Spec{Arch: "sd1", DType: formats.Q4_K}); err == nil {
 		t.Error("q4_K accepted as a synth dtype")
+	}
+}
+
+// Generation streams: producing a large model allocates a bounded amount,
+// independent of its size.
+func TestWriteBoundedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	spec := Spec{Arch: "sdxl", Scale: 0.25, Depth: 3, DType: formats.F16}
+	desc, _ := Descriptors(spec)
+	var total int64
+	for _, d := range desc {
+		total += d.Size
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if err := WriteTo(io.Discard, "safetensors", spec); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	if total < 50<<20 || alloc > 8<<20 {
+		t.Errorf("writing %d bytes allocated %d bytes", total, alloc)
+	}
+}
+
+func BenchmarkWriteTo(b *testing.B) {
+	for _, dt := range []formats.DType{formats.F32, formats.F16, formats.BF16} {
+		b.Run(dt.String(), func(b *testing.B) {
+			spec := Spec{Arch: "sd1", Scale: 0.25, DType: dt}
+			desc, _ := Descriptors(spec)
+			var total int64
+			for _, d := range desc {
+				total += d.Size
+			}
+			b.SetBytes(total)
+			for i := 0; i < b.N; i++ {
+				if err := WriteTo(io.Discard, "safetensors", spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
