@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/pipeline/progress"
+	"github.com/sdtool/sdtool/quantize"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:      "quantize",
+		Usage:     "quantize a model to a ggml type or mix (GGUF) or to ComfyUI INT8/FP8 (safetensors), like llama-quantize",
+		ArgsUsage: "IN -o OUT --type TYPE",
+		Description: "Reads IN (GGUF, split GGUF, safetensors, a sharded index or shard; ComfyUI int8/fp8 layers are\n" +
+			"dequantized exactly, ggml-quantized tensors only with --allow-requantize) and writes OUT. The output\n" +
+			"format follows --type, and OUT must have its extension:\n\n" +
+			quantize.TypeTableText("   ") + "\n" +
+			"Mix names are case-insensitive (Q4_K means Q4_K_M, as in llama.cpp); a lower-case ggml name such as\n" +
+			"q4_K is that type alone. Every mix quantizes only 2-D .weight tensors; norms, 1-D and small tensors\n" +
+			"and each architecture's embeddings and in/out layers stay F16, BF16 or F32. A row that the type's\n" +
+			"block does not divide gets the closest type that fits (q4_K -> q5_0, q6_K -> q8_0, ...), shown by\n" +
+			"--dry-run. --tensor-type REGEX=TYPE (repeatable) overrides eligible tensors, the last matching rule\n" +
+			"winning (llama.cpp); --tensor-type-rules \"REGEX=TYPE,...\" does the same with sd.cpp's first-match\n" +
+			"rule. --imatrix files (.dat or GGUF) give importance weights as llama.cpp uses them (sums over\n" +
+			"counts; several files weighted by their counts); without one, ggml's unweighted quantizers run.\n" +
+			"GGUF outputs keep every dim, get general.architecture (ComfyUI-GGUF's name), general.file_type,\n" +
+			"general.quantization_version=2, quantize.imatrix.* and comfy.gguf.orig_shape.* for folded (>4-D)\n" +
+			"or --reshape-conv tensors. The plan says which of sd.cpp, ComfyUI-GGUF and ggml can load the\n" +
+			"output (types, name lengths, dims); --strict refuses when a --target cannot.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf, or .safetensors for int8_convrot, int8, fp8_e4m3, fp8_e5m2)"},
+			&cli.StringFlag{Name: "type", Usage: "`TYPE` or mix from the table above"},
+			&cli.BoolFlag{Name: "pure", Usage: "give every eligible tensor the base type (no mix upgrades)"},
+			&cli.StringSliceFlag{Name: "tensor-type", Usage: "`REGEX=TYPE` for matching eligible tensors (repeatable; the last match wins)"},
+			&cli.StringFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"` as sd.cpp reads them (the first match wins); not with --tensor-type"},
+			&cli.StringSliceFlag{Name: "imatrix", Usage: "importance matrix `FILE` (.dat or GGUF; repeatable)"},
+			&cli.BoolFlag{Name: "allow-requantize", Usage: "accept ggml-quantized inputs (dequantized first; quality suffers)"},
+			&cli.BoolFlag{Name: "reshape-conv", Usage: "sd1/sdxl: store tensors as rows of 256 so k-quants apply (ComfyUI-GGUF only; sd.cpp cannot load it)"},
+			&cli.StringSliceFlag{Name: "target", Usage: "`CONSUMER` to check: sdcpp, comfyui, ggml or all (repeatable or comma-separated; default all)"},
+			&cli.BoolFlag{Name: "strict", Usage: "refuse an output that a --target cannot load"},
+			&cli.IntFlag{Name: "convrot-group-size", Value: 256, Usage: "rotation group `G` for int8_convrot (a power of 4); layers whose input width G does not divide get plain int8"},
+			&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string written into the output's metadata (repeatable)"},
+			&cli.StringFlag{Name: "metadata-preset", Value: "default", Usage: "`PRESET`: default (architecture, file type, imatrix keys, input GGUF keys) or none"},
+			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "worker `N` (default: all cores)"},
+			&cli.Int64Flag{Name: "max-memory", Usage: "`BYTES` of chunks in flight (default 1 GiB)"},
+			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, reasons, consumers) and write nothing"},
+		},
+		Action: runQuantize,
+	},
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q8_0.gguf --type q8_0 --tensor-type 'attn2\\.to_[kv]=f16' --metadata general.name=tiny",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
+	)
+}
+
+func runQuantize(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return fmt.Errorf("quantize: want one input model, got %d arguments (see sdtool quantize --help)", c.NArg())
+	}
+	opts := &quantize.Options{
+		Input:           c.Args().First(),
+		Output:          c.String("output"),
+		Type:            c.String("type"),
+		Pure:            c.Bool("pure"),
+		TensorTypes:     c.StringSlice("tensor-type"),
+		TensorTypeRules: c.String("tensor-type-rules"),
+		Imatrix:         c.StringSlice("imatrix"),
+		AllowRequantize: c.Bool("allow-requantize"),
+		ReshapeConv:     c.Bool("reshape-conv"),
+		Targets:         c.StringSlice("target"),
+		Strict:          c.Bool("strict"),
+		GroupSize:       c.Int("convrot-group-size"),
+		Metadata:        c.StringSlice("metadata"),
+		MetadataPreset:  c.String("metadata-preset"),
+		Threads:         c.Int("threads"),
+		MaxMemory:       c.Int64("max-memory"),
+		Force:           c.Bool("force"),
+		DryRun:          c.Bool("dry-run"),
+		Log:             slog.Default(),
+	}
+	if opts.DryRun {
+		res, err := quantize.Run(c.Context, opts)
+		if err != nil {
+			return err
+		}
+		return quantize.WritePlan(c.App.Writer, res)
+	}
+	ctx, stop := pipeline.SignalContext()
+	defer stop()
+	bar := progress.New("quantize", 0)
+	opts.Progress = bar.Update
+	res, err := quantize.Run(ctx, opts)
+	if err != nil {
+		bar.Abandon()
+		return err
+	}
+	bar.Finish()
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", opts.Output)
+	quantize.WriteSummary(c.App.ErrWriter, res)
+	return nil
+}

@@ -1,0 +1,406 @@
+package inspect
+
+import (
+	"fmt"
+	"github.com/bytedance/sonic"
+	"io"
+	"math"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quantize/dequant"
+)
+
+// DiffOptions tunes Diff.
+type DiffOptions struct {
+	// Filters keeps only tensors whose name matches one of them (none: all).
+	Filters []*regexp.Regexp
+	// Threads compares that many tensors at once (0: all cores).
+	Threads int
+	// ChunkElements bounds the elements decoded at once per tensor and
+	// side (0: 1 Mi), which bounds memory whatever the model size.
+	ChunkElements int64
+}
+
+// TensorDiff compares one tensor present in both models. Error measures
+// are nil where they are undefined: RelError when A is all zeros and B is
+// not, Cosine when either side is all zeros, SNRdB when the two are equal.
+type TensorDiff struct {
+	Name     string  `json:"name"`
+	TypeA    string  `json:"type_a"`
+	TypeB    string  `json:"type_b"`
+	ShapeA   []int64 `json:"shape_a"`
+	ShapeB   []int64 `json:"shape_b"`
+	Elements int64   `json:"elements"`
+	// ShapeChanged and TypeChanged flag differences of the stored forms
+	// (B's comfy.gguf.orig_shape counts as its shape).
+	ShapeChanged bool `json:"shape_changed"`
+	TypeChanged  bool `json:"type_changed"`
+	// RelError is ‖a−b‖/‖a‖.
+	RelError *float64 `json:"rel_error"`
+	// Cosine is a·b/(‖a‖‖b‖).
+	Cosine *float64 `json:"cosine"`
+	// SNRdB is 10·log10(‖a‖²/‖a−b‖²).
+	SNRdB *float64 `json:"snr_db"`
+	// MaxAbsDiff is the largest |a−b|.
+	MaxAbsDiff float64 `json:"max_abs_diff"`
+	// NormA and NormB are the L2 norms.
+	NormA float64 `json:"norm_a"`
+	NormB float64 `json:"norm_b"`
+	// NonFinite counts positions where a or b is NaN or infinite (left out of the measures).
+	NonFinite int64 `json:"non_finite"`
+	// Identical reports that every value is equal.
+	Identical bool `json:"identical"`
+}
+
+// DiffSkip is a tensor in both models that could not be compared.
+type DiffSkip struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// DiffTotals sums the compared tensors: the error over all elements as one vector.
+type DiffTotals struct {
+	Compared     int      `json:"compared"`
+	Identical    int      `json:"identical"`
+	Elements     int64    `json:"elements"`
+	ShapeChanges int      `json:"shape_changes"`
+	TypeChanges  int      `json:"type_changes"`
+	RelError     *float64 `json:"rel_error"`
+	Cosine       *float64 `json:"cosine"`
+	SNRdB        *float64 `json:"snr_db"`
+	// Worst names the tensor with the largest relative error ("" when none).
+	Worst string `json:"worst"`
+}
+
+// DiffReport is the comparison of two models, as `sdtool diff` prints it.
+type DiffReport struct {
+	A string `json:"a"`
+	B string `json:"b"`
+	// Filter holds the --filter regexps.
+	Filter []string `json:"filter"`
+	// Missing are tensors of A absent from B; Extra tensors of B absent from A.
+	Missing []string `json:"missing"`
+	Extra   []string `json:"extra"`
+	// Tensors are the compared tensors, worst (largest relative error) first.
+	Tensors []TensorDiff `json:"tensors"`
+	// Skipped are tensors in both that could not be compared.
+	Skipped []DiffSkip `json:"skipped"`
+	Totals  DiffTotals `json:"totals"`
+}
+
+// sums accumulates the statistics of one tensor (or all), in float64.
+type sums struct {
+	aa, bb, ab, dd, maxAbs float64
+	nonFinite, diffCount   int64
+}
+
+func (s *sums) add(o sums) {
+	s.aa += o.aa
+	s.bb += o.bb
+	s.ab += o.ab
+	s.dd += o.dd
+	s.maxAbs = max(s.maxAbs, o.maxAbs)
+	s.nonFinite += o.nonFinite
+	s.diffCount += o.diffCount
+}
+
+func (s *sums) accumulate(a, b []float32) {
+	for i, x := range a {
+		y := b[i]
+		fx, fy := float64(x), float64(y)
+		if math.IsNaN(fx) || math.IsInf(fx, 0) || math.IsNaN(fy) || math.IsInf(fy, 0) {
+			if !(math.IsNaN(fx) && math.IsNaN(fy)) && x != y {
+				s.diffCount++
+			}
+			s.nonFinite++
+			continue
+		}
+		d := fx - fy
+		if d != 0 {
+			s.diffCount++
+		}
+		s.aa += fx * fx
+		s.bb += fy * fy
+		s.ab += fx * fy
+		s.dd += d * d
+		s.maxAbs = max(s.maxAbs, math.Abs(d))
+	}
+}
+
+func ptr(v float64) *float64 { return &v }
+
+// measures returns relative error, cosine and SNR, nil where undefined.
+func (s *sums) measures() (rel, cos, snr *float64) {
+	switch {
+	case s.aa > 0:
+		rel = ptr(math.Sqrt(s.dd / s.aa))
+	case s.dd == 0:
+		rel = ptr(0)
+	}
+	if s.aa > 0 && s.bb > 0 {
+		cos = ptr(s.ab / math.Sqrt(s.aa*s.bb))
+	}
+	if s.dd > 0 {
+		snr = ptr(10 * math.Log10(s.aa/s.dd))
+		if math.IsInf(*snr, 0) {
+			snr = nil
+		}
+	}
+	return
+}
+
+// logicalShape returns a tensor's torch shape: its
+// comfy.gguf.orig_shape.<name> when the model records one, else its shape.
+func logicalShape(meta formats.Metadata, name string, shape []int64) []int64 {
+	kv, ok := meta.Get("comfy.gguf.orig_shape." + name)
+	if !ok {
+		return shape
+	}
+	a, ok := kv.Value.(formats.Array)
+	if !ok {
+		return shape
+	}
+	v, ok := a.Values.([]int32)
+	if !ok {
+		return shape
+	}
+	out := make([]int64, len(v))
+	for i, d := range v {
+		out[i] = int64(d)
+	}
+	return out
+}
+
+// Diff compares models a and b tensor by tensor: names only in one of
+// them, shape and type changes, and for every tensor in both the error of
+// b against a, with both dequantized to float32 on the fly (any format
+// and type, ComfyUI comfy_quant layers decoded through their scales) and
+// streamed in chunks, so memory does not grow with the model.
+func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
+	da, err := dequant.Open(a)
+	if err != nil {
+		return nil, err
+	}
+	db, err := dequant.Open(b)
+	if err != nil {
+		return nil, err
+	}
+	r := &DiffReport{A: a.Path(), B: b.Path(), Missing: []string{}, Extra: []string{}, Tensors: []TensorDiff{}, Skipped: []DiffSkip{}, Filter: []string{}}
+	for _, f := range opts.Filters {
+		r.Filter = append(r.Filter, f.String())
+	}
+	keep := func(name string) bool {
+		if len(opts.Filters) == 0 {
+			return true
+		}
+		for _, f := range opts.Filters {
+			if f.MatchString(name) {
+				return true
+			}
+		}
+		return false
+	}
+	type pair struct{ a, b *dequant.Source }
+	var pairs []pair
+	for _, s := range da.Sources {
+		if !keep(s.Name) {
+			continue
+		}
+		if t, ok := db.Lookup(s.Name); ok {
+			pairs = append(pairs, pair{s, t})
+		} else {
+			r.Missing = append(r.Missing, s.Name)
+		}
+	}
+	for _, s := range db.Sources {
+		if _, ok := da.Lookup(s.Name); !ok && keep(s.Name) {
+			r.Extra = append(r.Extra, s.Name)
+		}
+	}
+	chunk := opts.ChunkElements
+	if chunk <= 0 {
+		chunk = 1 << 20
+	}
+	threads := opts.Threads
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	results := make([]TensorDiff, len(pairs))
+	sumsOf := make([]sums, len(pairs))
+	errs := make([]string, len(pairs))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(threads, max(len(pairs), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var sa, sb pipeline.Scratch
+			for i := range next {
+				p := pairs[i]
+				d := TensorDiff{
+					Name: p.a.Name, TypeA: p.a.TypeName(), TypeB: p.b.TypeName(),
+					ShapeA: logicalShape(a.Metadata(), p.a.Name, p.a.Shape()),
+					ShapeB: logicalShape(b.Metadata(), p.b.Name, p.b.Shape()),
+				}
+				d.ShapeChanged = !slices.Equal(d.ShapeA, d.ShapeB)
+				d.TypeChanged = d.TypeA != d.TypeB
+				results[i] = d
+				n := p.a.Elements()
+				if n != p.b.Elements() {
+					errs[i] = fmt.Sprintf("element counts differ: %v has %d, %v has %d", d.ShapeA, n, d.ShapeB, p.b.Elements())
+					continue
+				}
+				var s sums
+				for first := int64(0); first < n; first += chunk {
+					k := min(chunk, n-first)
+					fa, fb := sa.Float32s(0, int(k)), sb.Float32s(0, int(k))
+					if err := p.a.Read(fa, first, &sa); err != nil {
+						errs[i] = err.Error()
+						break
+					}
+					if err := p.b.Read(fb, first, &sb); err != nil {
+						errs[i] = err.Error()
+						break
+					}
+					s.accumulate(fa, fb)
+				}
+				results[i].Elements = n
+				sumsOf[i] = s
+			}
+		}()
+	}
+	for i := range pairs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+
+	var total sums
+	for i, d := range results {
+		if errs[i] != "" {
+			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: errs[i]})
+			continue
+		}
+		s := sumsOf[i]
+		d.RelError, d.Cosine, d.SNRdB = s.measures()
+		d.MaxAbsDiff, d.NormA, d.NormB, d.NonFinite = s.maxAbs, math.Sqrt(s.aa), math.Sqrt(s.bb), s.nonFinite
+		d.Identical = s.diffCount == 0
+		r.Tensors = append(r.Tensors, d)
+		total.add(s)
+		r.Totals.Elements += d.Elements
+		if d.Identical {
+			r.Totals.Identical++
+		}
+		if d.ShapeChanged {
+			r.Totals.ShapeChanges++
+		}
+		if d.TypeChanged {
+			r.Totals.TypeChanges++
+		}
+	}
+	sort.SliceStable(r.Tensors, func(i, j int) bool {
+		ri, rj := relKey(r.Tensors[i]), relKey(r.Tensors[j])
+		if ri != rj {
+			return ri > rj
+		}
+		return r.Tensors[i].Name < r.Tensors[j].Name
+	})
+	r.Totals.Compared = len(r.Tensors)
+	r.Totals.RelError, r.Totals.Cosine, r.Totals.SNRdB = total.measures()
+	if len(r.Tensors) > 0 && !r.Tensors[0].Identical {
+		r.Totals.Worst = r.Tensors[0].Name
+	}
+	return r, nil
+}
+
+// relKey orders tensors worst first: an undefined relative error (A zero,
+// B not) is the worst, then non-finite mismatches rank by the error itself.
+func relKey(d TensorDiff) float64 {
+	if d.RelError == nil {
+		return math.Inf(1)
+	}
+	return *d.RelError
+}
+
+// WriteDiffJSON writes the report as the JSON documented in docs/diff-json.md.
+func WriteDiffJSON(w io.Writer, r *DiffReport) error {
+	b, err := sonic.ConfigStd.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+func fmtMeasure(v *float64, format, undefined string) string {
+	if v == nil {
+		return undefined
+	}
+	return fmt.Sprintf(format, *v)
+}
+
+// WriteDiffText prints the report: missing and extra names, skipped
+// tensors, a table of compared tensors worst first, and the totals.
+func WriteDiffText(w io.Writer, r *DiffReport) error {
+	fmt.Fprintf(w, "A: %s\nB: %s\n", r.A, r.B)
+	list := func(title string, names []string) {
+		if len(names) == 0 {
+			return
+		}
+		fmt.Fprintf(w, "%s (%d):\n", title, len(names))
+		for _, n := range names {
+			fmt.Fprintf(w, "  %s\n", n)
+		}
+	}
+	list("only in A", r.Missing)
+	list("only in B", r.Extra)
+	if len(r.Skipped) > 0 {
+		fmt.Fprintf(w, "not compared (%d):\n", len(r.Skipped))
+		for _, s := range r.Skipped {
+			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Reason)
+		}
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENSOR\tTYPE A\tTYPE B\tSHAPE\tREL ERROR\tCOSINE\tSNR dB\tMAX |A-B|")
+	for _, d := range r.Tensors {
+		shape := fmt.Sprint(d.ShapeA)
+		if d.ShapeChanged {
+			shape = fmt.Sprintf("%v -> %v", d.ShapeA, d.ShapeB)
+		}
+		types := d.TypeB
+		if !d.TypeChanged {
+			types = "="
+		}
+		snr := fmtMeasure(d.SNRdB, "%.2f", "inf")
+		if d.Identical {
+			snr = "identical"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4g\n", d.Name, d.TypeA, types, shape,
+			fmtMeasure(d.RelError, "%.6f", "undefined"), fmtMeasure(d.Cosine, "%.6f", "-"), snr, d.MaxAbsDiff)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	t := r.Totals
+	fmt.Fprintf(w, "\n%d tensors compared (%d identical, %d shape changes, %d type changes), %d elements; %d only in A, %d only in B, %d not compared\n",
+		t.Compared, t.Identical, t.ShapeChanges, t.TypeChanges, t.Elements, len(r.Missing), len(r.Extra), len(r.Skipped))
+	fmt.Fprintf(w, "overall: relative error %s, cosine %s, SNR %s dB\n",
+		fmtMeasure(t.RelError, "%.6f", "undefined"), fmtMeasure(t.Cosine, "%.6f", "-"), fmtMeasure(t.SNRdB, "%.2f", "inf"))
+	if t.Worst != "" {
+		fmt.Fprintf(w, "worst: %s\n", t.Worst)
+	}
+	return nil
+}
+
+// HasDifferences reports whether the models differ in names or values.
+func (r *DiffReport) HasDifferences() bool {
+	return len(r.Missing) > 0 || len(r.Extra) > 0 || len(r.Skipped) > 0 || r.Totals.Identical != r.Totals.Compared
+}

@@ -1,0 +1,237 @@
+// Package dequant reads any tensor of an opened model as float32 values, in
+// element ranges and bounded memory: plain float and integer dtypes, ggml
+// block types with a registered dequantizer, and ComfyUI quantized linear
+// layers (comfy_quant INT8 with or without convrot, FP8 with a scale),
+// which it decodes exactly through package convrot. `sdtool quantize` reads
+// its inputs through it and `sdtool diff` compares two models with it.
+package dequant
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/sdtool/sdtool/convrot"
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/quant"
+)
+
+// Scratch hands out reusable buffers by slot; *pipeline.Scratch implements it.
+type Scratch interface {
+	// Bytes returns a buffer of n bytes in the given slot.
+	Bytes(slot, n int) []byte
+	// Float32s returns a buffer of n float32 values in the given slot.
+	Float32s(slot, n int) []float32
+}
+
+// Slots used by Read; callers keep their own buffers in other slots.
+const (
+	rawSlot   = 7
+	floatSlot = 7
+)
+
+// Source is one logical tensor of a model, readable as float32 values.
+type Source struct {
+	// Name is the tensor's name (a module's weight name for ComfyUI modules).
+	Name string
+	// Tensor is the stored tensor (for a module, its I8 or F8 weight).
+	Tensor formats.Tensor
+	// Module is the ComfyUI quantized module the weight belongs to, nil for
+	// plain tensors.
+	Module *convrot.Module
+
+	m         formats.Model
+	dec       *convrot.Decoder // modules
+	codec     quant.Codec      // plain tensors
+	unit      int64            // elements decoded together (block size, or a module row)
+	unitBytes int64
+	err       error // why the tensor cannot be decoded, reported by Read
+}
+
+// Model is a model's tensors as Sources, with the auxiliary tensors of
+// quantized modules (scales, markers) left out.
+type Model struct {
+	// Sources lists the tensors in file order.
+	Sources []*Source
+	// Aux lists the names of the module tensors that are not Sources
+	// (weight_scale, comfy_quant, input_scale, scaled_fp8).
+	Aux []string
+	// Modules lists the ComfyUI quantized modules found (Unsupported ones included).
+	Modules []convrot.Module
+
+	byName map[string]*Source
+}
+
+// Open lists m's tensors as Sources. ComfyUI quantized modules are found
+// with convrot.Detect: their weight becomes one Source decoded through the
+// module's scales, and their other tensors are listed in Aux. A module in a
+// format convrot cannot decode, or a tensor type with no dequantizer, gives
+// a Source whose Read fails with the reason.
+func Open(m formats.Model) (*Model, error) {
+	mods, err := convrot.Detect(m)
+	if err != nil {
+		return nil, err
+	}
+	out := &Model{Modules: mods, byName: map[string]*Source{}}
+	aux := map[string]bool{}
+	modByWeight := map[string]*convrot.Module{}
+	for i := range mods {
+		mod := &mods[i]
+		for _, a := range mod.Aux() {
+			aux[a] = true
+		}
+		if mod.Source == convrot.SourceScaledFP8 {
+			aux["scaled_fp8"] = true
+		}
+		if mod.Weight.Name != "" {
+			modByWeight[mod.Weight.Name] = mod
+		} else if mod.Unsupported {
+			modByWeight[mod.Name+".weight"] = mod
+		}
+	}
+	for _, t := range m.Tensors() {
+		if aux[t.Name] {
+			out.Aux = append(out.Aux, t.Name)
+			continue
+		}
+		s := &Source{Name: t.Name, Tensor: t, m: m}
+		if mod, ok := modByWeight[t.Name]; ok {
+			s.Module = mod
+			s.unit, s.unitBytes = 1, 1
+			if len(t.Shape) == 2 {
+				s.unit, s.unitBytes = t.Shape[1], t.Shape[1]
+			}
+			if s.dec, err = convrot.NewDecoder(m, *mod); err != nil {
+				s.err = err
+			}
+		} else {
+			info := t.Type.Info()
+			s.unit, s.unitBytes = int64(max(info.BlockSize, 1)), int64(info.BlockBytes)
+			if s.codec, err = quant.Decoder(t.Type); err != nil {
+				s.err = fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
+			} else if t.Type == formats.F6_E2M3 || t.Type == formats.F6_E3M2 {
+				s.err = fmt.Errorf("%s: tensor %q: the bit packing of %s is not defined", t.File, t.Name, t.Type)
+			}
+		}
+		out.Sources = append(out.Sources, s)
+		out.byName[s.Name] = s
+	}
+	return out, nil
+}
+
+// Lookup returns the Source of a tensor name.
+func (d *Model) Lookup(name string) (*Source, bool) {
+	s, ok := d.byName[name]
+	return s, ok
+}
+
+// Elements returns the number of elements of the tensor.
+func (s *Source) Elements() int64 { return s.Tensor.Elements() }
+
+// Shape returns the tensor's shape in PyTorch order.
+func (s *Source) Shape() []int64 { return s.Tensor.Shape }
+
+// TypeName names the stored type: the ggml or safetensors type name, or
+// the module's format ("int8_convrot", "int8", "fp8_e4m3", "fp8_e5m2").
+func (s *Source) TypeName() string {
+	if s.Module == nil {
+		return s.Tensor.Type.String()
+	}
+	return ModuleType(s.Module.Config)
+}
+
+// ModuleType names a ComfyUI quantization the way `sdtool quantize --type` does.
+func ModuleType(c convrot.QuantConfig) string {
+	switch c.Format {
+	case convrot.FormatInt8:
+		if c.Convrot {
+			return convrot.Int8Convrot.String()
+		}
+		return convrot.Int8.String()
+	case convrot.FormatFP8E4M3:
+		return convrot.FP8E4M3.String()
+	case convrot.FormatFP8E5M2:
+		return convrot.FP8E5M2.String()
+	}
+	return c.Format
+}
+
+// Quantized reports a lossy stored form: a ggml block type or a ComfyUI module.
+func (s *Source) Quantized() bool { return s.Module != nil || s.Tensor.Type.Quantized() }
+
+// Float reports whether the stored values are floating point (plain float
+// dtypes, block types, modules), as opposed to integers and booleans.
+func (s *Source) Float() bool {
+	return s.Module != nil || s.Tensor.Type.Info().Float || s.Tensor.Type.Quantized()
+}
+
+// Err returns why the tensor cannot be decoded, nil when it can.
+func (s *Source) Err() error { return s.err }
+
+// RawBytes returns the bytes of stored data that Read needs for n elements
+// starting anywhere: at most two partial units more than n elements take.
+func (s *Source) RawBytes(n int64) int64 {
+	units := (n+s.unit-1)/s.unit + 1
+	return units * s.unitBytes
+}
+
+// Read decodes elements [first, first+len(dst)) of the tensor, in storage
+// (row-major) order, into dst. Ranges need not fall on block or row
+// boundaries: the covering blocks are decoded into a scratch buffer and the
+// range copied out. Buffers come from scratch slot 7; it is safe to call
+// concurrently with different scratches.
+func (s *Source) Read(dst []float32, first int64, scratch Scratch) error {
+	if s.err != nil {
+		return s.err
+	}
+	n := int64(len(dst))
+	total := s.Elements()
+	if first < 0 || first+n > total {
+		return fmt.Errorf("%s: tensor %q: elements [%d, %d) out of range (%d elements)", s.Tensor.File, s.Name, first, first+n, total)
+	}
+	if n == 0 {
+		return nil
+	}
+	u0 := first / s.unit
+	u1 := (first + n + s.unit - 1) / s.unit
+	raw := scratch.Bytes(rawSlot, int((u1-u0)*s.unitBytes))
+	if err := readAt(s.m, &s.Tensor, raw, u0*s.unitBytes); err != nil {
+		return err
+	}
+	out := dst
+	aligned := u0*s.unit == first && u1*s.unit == first+n
+	if !aligned {
+		out = scratch.Float32s(floatSlot, int((u1-u0)*s.unit))
+	}
+	if s.dec != nil {
+		if err := s.dec.Decode(out, u0, raw); err != nil {
+			return fmt.Errorf("%s: %w", s.Tensor.File, err)
+		}
+	} else if err := quant.DequantizeRows(s.Tensor.Type, out, raw, 1); err != nil {
+		return fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Name, err)
+	}
+	if !aligned {
+		copy(dst, out[first-u0*s.unit:])
+	}
+	return nil
+}
+
+// readAt fills p from t's data at byte offset off, looping over short reads.
+func readAt(m formats.Model, t *formats.Tensor, p []byte, off int64) error {
+	if off < 0 || off+int64(len(p)) > t.Size {
+		return fmt.Errorf("%s: tensor %q: read [%d, %d) past its %d bytes", t.File, t.Name, off, off+int64(len(p)), t.Size)
+	}
+	for len(p) > 0 {
+		n, err := m.ReadTensorAt(t, p, off)
+		p, off = p[n:], off+int64(n)
+		if len(p) == 0 {
+			return nil
+		}
+		if err == nil && n == 0 || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
+		}
+	}
+	return nil
+}

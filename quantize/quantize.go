@@ -1,0 +1,750 @@
+// Package quantize builds and runs the plan of `sdtool quantize`, the
+// llama-quantize-style command: one model in (GGUF, safetensors, sharded),
+// one file out, GGUF for ggml types and llama.cpp mixes tuned for image
+// models (package quant/mix), or ComfyUI comfy_quant safetensors for the
+// INT8 and FP8 types (package convrot). It handles requantization, user
+// type rules, importance matrices with llama.cpp's arithmetic, the metadata
+// ComfyUI-GGUF expects, shapes (no trimming, 5-D folding, --reshape-conv)
+// and a report of which consumers can load the output.
+package quantize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/sdtool/sdtool/convert"
+	"github.com/sdtool/sdtool/convrot"
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/inspect"
+	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/mix"
+	"github.com/sdtool/sdtool/quantize/dequant"
+)
+
+// Options is one `sdtool quantize` invocation.
+type Options struct {
+	// Input is the model to read (GGUF, split GGUF, safetensors, sharded index or shard).
+	Input string
+	// Output is the file to write: .gguf for ggml types and mixes,
+	// .safetensors for int8_convrot, int8, fp8_e4m3 and fp8_e5m2.
+	Output string
+	// Type is a TypeTable value.
+	Type string
+	// Pure gives every eligible tensor the base type, with no mix upgrades.
+	Pure bool
+	// TensorTypes are --tensor-type REGEX=TYPE rules: the last matching one wins.
+	TensorTypes []string
+	// TensorTypeRules is --tensor-type-rules, sd.cpp's "REGEX=TYPE,..." where the first match wins.
+	TensorTypeRules string
+	// Imatrix lists importance matrix files (.dat or GGUF).
+	Imatrix []string
+	// AllowRequantize accepts inputs with ggml-quantized tensors (dequantized first).
+	AllowRequantize bool
+	// ReshapeConv reshapes sd1/sdxl tensors into rows of 256 as ComfyUI-GGUF does.
+	ReshapeConv bool
+	// Targets are the consumers to check (sdcpp, comfyui, ggml); empty means all.
+	Targets []string
+	// Strict refuses an output that one of the targets cannot load.
+	Strict bool
+	// GroupSize is the convrot rotation group size (0: 256).
+	GroupSize int
+	// Metadata are KEY=VALUE strings written into the output's metadata.
+	Metadata []string
+	// MetadataPreset is "" or "default" (automatic keys) or "none".
+	MetadataPreset string
+	// Threads, MaxMemory and Force are passed to the pipeline.
+	Threads   int
+	MaxMemory int64
+	Force     bool
+	// DryRun plans without writing.
+	DryRun bool
+	// Progress receives the bytes written and the total.
+	Progress func(done, total int64)
+	// Log receives warnings and per-tensor records; nil discards them.
+	Log *slog.Logger
+}
+
+// Row is one output tensor of the plan, as --dry-run shows it.
+type Row struct {
+	// Name is the output tensor name.
+	Name string `json:"name"`
+	// From names the stored source type ("f16", "q4_K", "int8_convrot");
+	// empty for tensors with no single source (weight_scale, comfy_quant).
+	From string `json:"from"`
+	// To is the output type.
+	To formats.DType `json:"-"`
+	// Shape is the output shape (PyTorch order); SourceShape the input's.
+	Shape       []int64 `json:"shape"`
+	SourceShape []int64 `json:"source_shape,omitempty"`
+	// BytesIn and BytesOut are the stored sizes before and after.
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
+	// Reason says why the type was chosen.
+	Reason string `json:"reason"`
+	// Module is the ComfyUI type of a module weight ("int8_convrot", ...), or "".
+	Module string `json:"module,omitempty"`
+	// Reshaped marks a tensor stored with another shape (comfy.gguf.orig_shape).
+	Reshaped bool `json:"reshaped,omitempty"`
+	// Imatrix marks a tensor quantized with an importance vector.
+	Imatrix bool `json:"imatrix,omitempty"`
+}
+
+// Result is a prepared quantization.
+type Result struct {
+	// Type is the --type as given; Format is "gguf" or "safetensors".
+	Type, Format string
+	// FType is the mix (GGUF outputs).
+	FType mix.FType
+	// Arch is the detected architecture, ComfyArch its ComfyUI-GGUF name ("" for none).
+	Arch, ComfyArch string
+	// Rows describes every output tensor in order.
+	Rows []Row
+	// Plan is the pipeline plan.
+	Plan *pipeline.Plan
+	// Metadata is the GGUF metadata to write (GGUF outputs).
+	Metadata formats.Metadata
+	// STMetadata is the safetensors metadata to write (safetensors outputs).
+	STMetadata map[string]string
+	// Consumers says which targets can load the output.
+	Consumers []Consumer
+	// ImatrixMissing lists tensors that could use importance weights but have no entry;
+	// ImatrixUnused lists entries that matched no quantized tensor.
+	ImatrixMissing, ImatrixUnused []string
+	// Warnings are the problems that did not stop the plan.
+	Warnings []string
+	// Inputs are every input file (all shards).
+	Inputs []string
+}
+
+func (r *Result) reshaped() int {
+	n := 0
+	for _, row := range r.Rows {
+		if row.Reshaped {
+			n++
+		}
+	}
+	return n
+}
+
+// ErrRequantize is wrapped by the error for quantized inputs without AllowRequantize.
+var ErrRequantize = errors.New("input is already quantized")
+
+// OrigShapePrefix is the ComfyUI-GGUF metadata key prefix of a tensor's torch shape.
+const OrigShapePrefix = "comfy.gguf.orig_shape."
+
+// Prepare opens the input and builds the plan; every problem in the
+// arguments is found here, before anything is written. The caller closes
+// the returned model.
+func Prepare(opts *Options) (*Result, formats.Model, error) {
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Input == "" {
+		return nil, nil, errors.New("no input model")
+	}
+	if opts.Output == "" {
+		return nil, nil, errors.New("no output: give -o OUT.gguf (or OUT.safetensors for the ComfyUI types)")
+	}
+	if opts.Type == "" {
+		return nil, nil, errors.New("no --type (see sdtool quantize --help for the table)")
+	}
+	res := &Result{Type: opts.Type}
+	ct, convrotErr := convrot.ParseType(opts.Type)
+	var ft mix.FType
+	if convrotErr == nil {
+		res.Format = "safetensors"
+	} else {
+		var err error
+		if ft, err = mix.Parse(opts.Type); err != nil {
+			return nil, nil, fmt.Errorf("--type: %v", err)
+		}
+		res.Format, res.FType = "gguf", ft
+	}
+	if ext := strings.ToLower(filepath.Ext(opts.Output)); ext != "."+res.Format {
+		return nil, nil, fmt.Errorf("%s: --type %s writes %s: the output must end in .%s, not %q", opts.Output, opts.Type, res.Format, res.Format, ext)
+	}
+	switch opts.MetadataPreset {
+	case "", "default", "none":
+	default:
+		return nil, nil, fmt.Errorf("--metadata-preset %q: want default or none", opts.MetadataPreset)
+	}
+	userMeta, err := parseMetadata(opts.Metadata)
+	if err != nil {
+		return nil, nil, err
+	}
+	targets, err := ParseTargets(opts.Targets)
+	if err != nil {
+		return nil, nil, err
+	}
+	override, err := parseOverrides(opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if res.Format == "safetensors" {
+		switch {
+		case opts.Pure || override != nil:
+			return nil, nil, fmt.Errorf("--pure, --tensor-type and --tensor-type-rules apply to GGUF types, not %s", ct)
+		case len(opts.Imatrix) > 0:
+			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types: %s does not use importance weights", ct)
+		case opts.ReshapeConv:
+			return nil, nil, fmt.Errorf("--reshape-conv applies to GGUF outputs only")
+		}
+	}
+	var imp *Importance
+	if len(opts.Imatrix) > 0 {
+		if imp, err = LoadImportance(opts.Imatrix); err != nil {
+			return nil, nil, fmt.Errorf("--imatrix: %w", err)
+		}
+	}
+
+	m, err := formats.Open(opts.Input)
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (*Result, formats.Model, error) {
+		m.Close()
+		return nil, nil, err
+	}
+	res.Inputs = append(append([]string{}, m.Info().Files...), m.Path())
+	for _, w := range m.Info().Warnings {
+		log.Warn(w)
+		res.Warnings = append(res.Warnings, w)
+	}
+	dm, err := dequant.Open(m)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkRequantize(opts, dm, log, res); err != nil {
+		return fail(err)
+	}
+	arch := inspect.Detect(m.Tensors())
+	res.Arch = arch.Name
+	res.ComfyArch = mix.ComfyArch[arch.Name]
+	planArch := res.ComfyArch
+	if planArch == "" {
+		planArch = arch.Name
+	}
+	b := &builder{opts: opts, res: res, dm: dm, m: m, log: log, imp: imp, arch: planArch}
+	if res.Format == "safetensors" {
+		err = b.planConvrot(ct)
+	} else {
+		err = b.planGGUF(ft, override)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if err := res.Plan.Validate(); err != nil {
+		return fail(fmt.Errorf("%s: %w", opts.Output, err))
+	}
+	b.metadata(userMeta)
+	res.Consumers = checkConsumers(res, targets)
+	for _, c := range res.Consumers {
+		if !c.OK {
+			msg := fmt.Sprintf("%s cannot load %s: %s", c.Name, opts.Output, strings.Join(c.Problems, "; "))
+			if opts.Strict {
+				return fail(fmt.Errorf("--strict: %s", msg))
+			}
+			log.Warn(msg)
+		}
+	}
+	return res, m, nil
+}
+
+// Run quantizes as opts says; with DryRun it only plans. It returns the plan.
+func Run(ctx context.Context, opts *Options) (*Result, error) {
+	res, m, err := Prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	if opts.DryRun {
+		return res, nil
+	}
+	var nw pipeline.NewWriterFunc
+	if res.Format == "safetensors" {
+		nw = func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
+			return safetensors.NewWriter(w, ts, res.STMetadata, nil)
+		}
+	} else {
+		nw = func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
+			// Full n_dims (no trimming), alignment 32 and end padding, as ggml writes.
+			return gguf.NewWriter(w, ts, res.Metadata, &gguf.WriterOptions{PadEnd: true})
+		}
+	}
+	err = pipeline.Run(ctx, res.Plan, pipeline.Options{
+		OutPath: opts.Output, NewWriter: nw, Threads: opts.Threads, MaxMemory: opts.MaxMemory,
+		Force: opts.Force, Inputs: res.Inputs, Progress: opts.Progress, Logger: opts.Log,
+	})
+	return res, err
+}
+
+// checkRequantize refuses ggml-quantized inputs unless allowed, and warns
+// about what is dequantized.
+func checkRequantize(opts *Options, dm *dequant.Model, log *slog.Logger, res *Result) error {
+	var q []string
+	modules := 0
+	for _, s := range dm.Sources {
+		if s.Module != nil {
+			modules++
+		} else if s.Tensor.Type.Quantized() {
+			q = append(q, s.Name)
+		}
+	}
+	if len(q) > 0 {
+		if !opts.AllowRequantize {
+			return fmt.Errorf("%s: %d tensors are already quantized (tensor %q is %s): %w; requantizing loses quality, pass --allow-requantize to dequantize and quantize again",
+				opts.Input, len(q), q[0], firstType(dm, q[0]), ErrRequantize)
+		}
+		w := fmt.Sprintf("requantizing %d quantized tensors of %s: they are dequantized first, and quality suffers compared with quantizing the original weights", len(q), opts.Input)
+		log.Warn(w)
+		res.Warnings = append(res.Warnings, w)
+	}
+	if modules > 0 {
+		w := fmt.Sprintf("%d ComfyUI quantized layers of %s are dequantized exactly (codes times scales, rotation undone) before quantizing", modules, opts.Input)
+		log.Warn(w)
+		res.Warnings = append(res.Warnings, w)
+	}
+	return nil
+}
+
+func firstType(dm *dequant.Model, name string) string {
+	s, _ := dm.Lookup(name)
+	return s.TypeName()
+}
+
+// parseOverrides builds the user type rule: --tensor-type (last match
+// wins, llama.cpp) or --tensor-type-rules (first match wins, sd.cpp); nil
+// when there are none.
+func parseOverrides(opts *Options) (mix.Override, error) {
+	if len(opts.TensorTypes) > 0 && opts.TensorTypeRules != "" {
+		return nil, errors.New("--tensor-type (llama.cpp: last match wins) and --tensor-type-rules (sd.cpp: first match wins) cannot be combined")
+	}
+	if opts.TensorTypeRules != "" {
+		rules, err := convert.ParseRules(opts.TensorTypeRules)
+		if err != nil {
+			return nil, fmt.Errorf("--tensor-type-rules: %v", err)
+		}
+		return func(name string) (formats.DType, bool) {
+			for _, r := range rules {
+				if r.Re.MatchString(name) {
+					return r.Type, true
+				}
+			}
+			return 0, false
+		}, nil
+	}
+	if len(opts.TensorTypes) == 0 {
+		return nil, nil
+	}
+	type rule struct {
+		re *regexp.Regexp
+		t  formats.DType
+	}
+	var rules []rule
+	for _, s := range opts.TensorTypes {
+		pat, typ, ok := strings.Cut(s, "=")
+		if !ok || pat == "" {
+			return nil, fmt.Errorf("--tensor-type %q: want REGEX=TYPE", s)
+		}
+		t, ok := formats.ParseType(typ)
+		if !ok || !t.IsGGML() {
+			return nil, fmt.Errorf("--tensor-type %q: unknown ggml type %q", s, typ)
+		}
+		if err := convert.CheckWritable(t); err != nil {
+			return nil, fmt.Errorf("--tensor-type %q: %v", s, err)
+		}
+		re, err := convert.CompilePattern(pat)
+		if err != nil {
+			return nil, fmt.Errorf("--tensor-type %q: %v", s, err)
+		}
+		rules = append(rules, rule{re, t})
+	}
+	return func(name string) (formats.DType, bool) {
+		for i := len(rules) - 1; i >= 0; i-- {
+			if rules[i].re.MatchString(name) {
+				return rules[i].t, true
+			}
+		}
+		return 0, false
+	}, nil
+}
+
+// parseMetadata reads --metadata KEY=VALUE items.
+func parseMetadata(items []string) ([][2]string, error) {
+	var out [][2]string
+	seen := map[string]bool{}
+	for _, s := range items {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--metadata %q: want KEY=VALUE", s)
+		}
+		if seen[k] {
+			return nil, fmt.Errorf("--metadata: key %q given twice", k)
+		}
+		if strings.HasPrefix(k, OrigShapePrefix) || k == "general.alignment" {
+			return nil, fmt.Errorf("--metadata: key %q is written by sdtool itself", k)
+		}
+		seen[k] = true
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
+}
+
+// builder accumulates the plan.
+type builder struct {
+	opts *Options
+	res  *Result
+	dm   *dequant.Model
+	m    formats.Model
+	log  *slog.Logger
+	imp  *Importance
+	arch string
+	// origShape records tensors stored with another shape, in output order.
+	origShape []struct {
+		name  string
+		shape []int64
+	}
+}
+
+// fold returns the shape a tensor with more than 4 dims is stored with:
+// leading dims multiplied together down to 4, as sd.cpp folds 5-D
+// kernels, so that ggml's reader accepts it; the torch shape goes into
+// comfy.gguf.orig_shape.
+func fold(shape []int64) ([]int64, bool) {
+	if len(shape) <= 4 {
+		return shape, false
+	}
+	lead := int64(1)
+	for _, d := range shape[:len(shape)-3] {
+		lead *= d
+	}
+	return append([]int64{lead}, shape[len(shape)-3:]...), true
+}
+
+// planGGUF plans a GGUF output with mix f.
+func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
+	srcs := b.dm.Sources
+	inputs := make([]mix.Input, len(srcs))
+	folded := make([]bool, len(srcs))
+	for i, s := range srcs {
+		typ := s.Tensor.Type
+		if s.Module != nil {
+			// Decoded exactly to floats: plan it as an F32 weight.
+			typ = formats.F32
+		}
+		shape, fo := fold(s.Shape())
+		folded[i] = fo
+		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
+	}
+	choices, err := mix.Plan(f, inputs, mix.Options{Arch: b.arch, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
+	if err != nil {
+		return err
+	}
+	if b.opts.ReshapeConv && b.arch != "sd1" && b.arch != "sdxl" {
+		return fmt.Errorf("--reshape-conv applies to sd1/sdxl models; %s is %q", b.opts.Input, b.res.Arch)
+	}
+	if b.opts.ReshapeConv {
+		w := "--reshape-conv: conv kernels are stored as rows of 256 with comfy.gguf.orig_shape (ComfyUI-GGUF's layout); stable-diffusion.cpp cannot load the result"
+		b.log.Warn(w)
+		b.res.Warnings = append(b.res.Warnings, w)
+	}
+	plan := &pipeline.Plan{}
+	used := map[string]bool{}
+	for i, s := range srcs {
+		c := choices[i]
+		t := c.Type
+		if s.Module != nil && !c.Quantized && !t.Info().Float {
+			t = formats.F16
+		}
+		if err := s.Err(); err != nil {
+			return err
+		}
+		row := Row{Name: s.Name, From: s.TypeName(), To: t, Shape: c.Shape, BytesIn: s.Tensor.Size, Reason: c.Reason}
+		if s.Module != nil {
+			row.Module = s.TypeName()
+		}
+		if folded[i] || c.Reshaped {
+			row.SourceShape, row.Reshaped = s.Shape(), true
+			b.origShape = append(b.origShape, struct {
+				name  string
+				shape []int64
+			}{s.Name, s.Shape()})
+			if folded[i] && !c.Reshaped {
+				row.Reason += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
+			}
+		}
+		st := s.Tensor
+		out := pipeline.Output{Name: s.Name, Type: t, Shape: c.Shape, Source: &st}
+		if t == s.Tensor.Type && s.Module == nil && (!row.Reshaped || t.Info().BlockSize == 1) {
+			out.Producer = pipeline.Copy(b.m, s.Tensor)
+			row.Reason = withCopied(row.Reason)
+		} else {
+			codec, err := quant.Encoder(t)
+			if err != nil {
+				return fmt.Errorf("tensor %q: %w", s.Name, err)
+			}
+			if !s.Float() {
+				return fmt.Errorf("%s: tensor %q: cannot convert %s to %s", s.Tensor.File, s.Name, s.TypeName(), t)
+			}
+			var weights []float32
+			rowLen := c.Shape[len(c.Shape)-1]
+			if t.Quantized() && b.imp != nil && codec.UsesWeights {
+				v, ok, err := b.imp.Vector(s.Name, rowLen)
+				switch {
+				case err != nil && row.Reshaped:
+					w := fmt.Sprintf("tensor %q: %v (reshaped to rows of %d): quantized without it", s.Name, err, rowLen)
+					b.log.Warn(w)
+					b.res.Warnings = append(b.res.Warnings, w)
+					used[s.Name] = true
+				case err != nil:
+					return fmt.Errorf("%s: tensor %q: %v", b.opts.Input, s.Name, err)
+				case ok:
+					weights, row.Imatrix, used[s.Name] = v, true, true
+				default:
+					b.res.ImatrixMissing = append(b.res.ImatrixMissing, s.Name)
+				}
+			}
+			if weights == nil && codec.NeedsWeights {
+				return fmt.Errorf("tensor %q: %s needs an importance matrix entry for it (give --imatrix, or another type with --tensor-type)", s.Name, t)
+			}
+			out.Producer = &floatProducer{src: s, encode: ggmlEncoder(t, codec.Quantize, weights)}
+		}
+		if row.BytesOut, err = out.Bytes(); err != nil {
+			return fmt.Errorf("tensor %q: %v", s.Name, err)
+		}
+		plan.Outputs = append(plan.Outputs, out)
+		b.res.Rows = append(b.res.Rows, row)
+	}
+	b.res.Plan = plan
+	if b.imp != nil {
+		for _, name := range b.imp.Order {
+			if !used[name] {
+				b.res.ImatrixUnused = append(b.res.ImatrixUnused, name)
+			}
+		}
+		if n := len(b.res.ImatrixMissing); n > 0 {
+			b.log.Warn("tensors without an imatrix entry are quantized without importance weights", "count", n, "first", b.res.ImatrixMissing[0])
+		}
+		if n := len(b.res.ImatrixUnused); n > 0 {
+			b.log.Warn("imatrix entries matched no quantized tensor", "count", n, "first", b.res.ImatrixUnused[0])
+		}
+	}
+	return nil
+}
+
+// planConvrot plans a ComfyUI safetensors output: every eligible linear
+// weight (what a Q8_0 mix would quantize: 2-D, named .weight, not a norm,
+// not on the architecture's keep list) becomes a comfy_quant module; other
+// float tensors get the mix's high-precision type, the rest are copied.
+func (b *builder) planConvrot(ct convrot.Type) error {
+	srcs := b.dm.Sources
+	inputs := make([]mix.Input, len(srcs))
+	for i, s := range srcs {
+		typ := s.Tensor.Type
+		if s.Module != nil {
+			typ = formats.F32
+		}
+		if len(s.Shape()) > 4 {
+			return fmt.Errorf("%s: tensor %q: %d-D tensors are not supported in the ComfyUI safetensors output", s.Tensor.File, s.Name, len(s.Shape()))
+		}
+		inputs[i] = mix.Input{Name: s.Name, Shape: s.Shape(), Source: typ}
+	}
+	q8, _ := mix.Parse("q8_0")
+	choices, err := mix.Plan(q8, inputs, mix.Options{Arch: b.arch, Pure: true})
+	if err != nil {
+		return err
+	}
+	plan := &pipeline.Plan{}
+	for i, s := range srcs {
+		c := choices[i]
+		if err := s.Err(); err != nil {
+			return err
+		}
+		st := s.Tensor
+		if c.Quantized && strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) == 2 {
+			p, err := convrot.PlanModule(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: ct, GroupSize: b.opts.GroupSize})
+			if err != nil {
+				return err
+			}
+			outs, err := convrotOutputs(p, s)
+			if err != nil {
+				return err
+			}
+			reason := "linear weight: " + ct.String()
+			if ct == convrot.Int8Convrot && p.Config.Convrot {
+				reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
+			}
+			module := dequant.ModuleType(p.Config)
+			if p.Note != "" {
+				reason += "; " + p.Note
+				b.log.Info("plain int8 fallback", "tensor", s.Name, "note", p.Note)
+			}
+			for j, o := range outs {
+				row := Row{Name: o.Name, To: o.Type, Shape: o.Shape, Reason: reason}
+				if j == 0 {
+					row.From, row.BytesIn, row.Module = s.TypeName(), s.Tensor.Size, module
+				} else {
+					row.Reason = "part of module " + p.Module
+				}
+				if row.BytesOut, err = o.Bytes(); err != nil {
+					return fmt.Errorf("tensor %q: %v", o.Name, err)
+				}
+				b.res.Rows = append(b.res.Rows, row)
+			}
+			plan.Outputs = append(plan.Outputs, outs...)
+			continue
+		}
+		t := c.Type
+		if t.Quantized() || (s.Module != nil && !t.Info().Float) {
+			t = formats.F16
+		}
+		if _, ok := t.SafetensorsName(); !ok {
+			return fmt.Errorf("%s: tensor %q: %s has no safetensors dtype", s.Tensor.File, s.Name, t)
+		}
+		row := Row{Name: s.Name, From: s.TypeName(), To: t, Shape: s.Shape(), BytesIn: s.Tensor.Size, Reason: c.Reason}
+		out := pipeline.Output{Name: s.Name, Type: t, Shape: s.Shape(), Source: &st}
+		if t == s.Tensor.Type && s.Module == nil {
+			out.Producer = pipeline.Copy(b.m, s.Tensor)
+			row.Reason = withCopied(row.Reason)
+		} else {
+			codec, err := quant.Encoder(t)
+			if err != nil {
+				return fmt.Errorf("tensor %q: %w", s.Name, err)
+			}
+			out.Producer = &floatProducer{src: s, encode: ggmlEncoder(t, codec.Quantize, nil)}
+		}
+		if row.BytesOut, err = out.Bytes(); err != nil {
+			return fmt.Errorf("tensor %q: %v", s.Name, err)
+		}
+		plan.Outputs = append(plan.Outputs, out)
+		b.res.Rows = append(b.res.Rows, row)
+	}
+	b.res.Plan = plan
+	return nil
+}
+
+// metadata computes the output metadata. GGUF (default preset):
+// general.architecture first (when ComfyUI-GGUF has a name for the
+// model), the input's GGUF keys except those recomputed here,
+// general.quantization_version 2, general.file_type, quantize.imatrix.*,
+// then --metadata, then comfy.gguf.orig_shape.* for every tensor stored
+// with another shape (also with preset none: loaders need them).
+// Safetensors: the input's safetensors metadata (default preset) and
+// --metadata.
+func (b *builder) metadata(user [][2]string) {
+	preset := b.opts.MetadataPreset != "none"
+	inMeta := b.m.Metadata()
+	if b.res.Format == "safetensors" {
+		meta := map[string]string{}
+		if preset && b.m.Info().Format == "safetensors" {
+			for _, kv := range inMeta {
+				if s, ok := kv.Value.(string); ok && kv.Key != convrot.SourceMetadata {
+					meta[kv.Key] = s
+				}
+			}
+		}
+		for _, kv := range user {
+			meta[kv[0]] = kv[1]
+		}
+		b.res.STMetadata = meta
+		return
+	}
+	var meta formats.Metadata
+	set := func(kv formats.KV) {
+		for i := range meta {
+			if meta[i].Key == kv.Key {
+				meta[i] = kv
+				return
+			}
+		}
+		meta = append(meta, kv)
+	}
+	u32 := func(k string, v uint32) formats.KV { return formats.KV{Key: k, Type: formats.TypeUint32, Value: v} }
+	str := func(k, v string) formats.KV { return formats.KV{Key: k, Type: formats.TypeString, Value: v} }
+	reshaped := map[string]bool{}
+	for _, o := range b.origShape {
+		reshaped[o.name] = true
+	}
+	if preset {
+		if b.res.ComfyArch != "" {
+			set(str("general.architecture", b.res.ComfyArch))
+		} else {
+			w := fmt.Sprintf("no general.architecture written: ComfyUI-GGUF has no name for architecture %q", b.res.Arch)
+			if b.res.Arch == "" {
+				w = "no general.architecture written: the architecture was not recognised"
+			}
+			b.log.Warn(w)
+			b.res.Warnings = append(b.res.Warnings, w)
+		}
+		if b.m.Info().Format == "gguf" {
+			for _, kv := range inMeta {
+				k := kv.Key
+				if k == "general.architecture" || k == "general.file_type" || k == "general.quantization_version" ||
+					k == "general.alignment" || strings.HasPrefix(k, "split.") || strings.HasPrefix(k, "quantize.imatrix.") {
+					continue
+				}
+				if name, ok := strings.CutPrefix(k, OrigShapePrefix); ok && reshaped[name] {
+					continue
+				}
+				set(kv)
+			}
+		}
+		set(u32("general.quantization_version", 2))
+		set(u32("general.file_type", b.res.FType.ID))
+		if b.imp != nil {
+			set(str("quantize.imatrix.file", b.imp.File()))
+			set(str("quantize.imatrix.dataset", b.imp.Dataset()))
+			set(formats.KV{Key: "quantize.imatrix.entries_count", Type: formats.TypeInt32, Value: int32(len(b.imp.Entries))})
+			set(formats.KV{Key: "quantize.imatrix.chunks_count", Type: formats.TypeInt32, Value: int32(b.imp.Chunks)})
+		}
+	} else if b.m.Info().Format == "gguf" {
+		// Keep the input's orig_shape records of tensors whose stored shape is kept.
+		for _, kv := range inMeta {
+			if name, ok := strings.CutPrefix(kv.Key, OrigShapePrefix); ok && !reshaped[name] {
+				set(kv)
+			}
+		}
+	}
+	for _, kv := range user {
+		set(str(kv[0], kv[1]))
+	}
+	for _, o := range b.origShape {
+		key := OrigShapePrefix + o.name
+		shape := o.shape
+		// A tensor that was already reshaped in the input keeps its true torch shape.
+		if kv, ok := inMeta.Get(key); ok {
+			if a, ok := kv.Value.(formats.Array); ok {
+				if v, ok := a.Values.([]int32); ok {
+					shape = make([]int64, len(v))
+					for i, d := range v {
+						shape[i] = int64(d)
+					}
+				}
+			}
+		}
+		dims := make([]int32, len(shape))
+		for i, d := range shape {
+			dims[i] = int32(d)
+		}
+		set(formats.KV{Key: key, Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeInt32, Values: dims}})
+	}
+	b.res.Metadata = meta
+}
+
+// withCopied notes in a reason that the bytes are copied unchanged.
+func withCopied(reason string) string {
+	if strings.HasSuffix(reason, "copied") {
+		return reason
+	}
+	return reason + "; copied"
+}

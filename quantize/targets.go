@@ -1,0 +1,168 @@
+package quantize
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/inspect"
+)
+
+// Consumer names for --target.
+const (
+	TargetSDCpp   = "sdcpp"
+	TargetComfyUI = "comfyui"
+	TargetGGML    = "ggml"
+)
+
+// AllTargets lists the consumers --target accepts, in report order.
+var AllTargets = []string{TargetSDCpp, TargetComfyUI, TargetGGML}
+
+// comfyTypes are the types ComfyUI-GGUF has dequantizers for.
+var comfyTypes = map[formats.DType]bool{
+	formats.F32: true, formats.F16: true, formats.BF16: true, formats.Q8_0: true, formats.Q5_1: true,
+	formats.Q5_0: true, formats.Q4_1: true, formats.Q4_0: true, formats.Q6_K: true, formats.Q5_K: true,
+	formats.Q4_K: true, formats.Q3_K: true, formats.Q2_K: true, formats.IQ4_NL: true, formats.IQ4_XS: true,
+}
+
+// Consumer says whether one program can load the output, and why not.
+type Consumer struct {
+	// Name is "sdcpp", "comfyui" or "ggml".
+	Name string `json:"name"`
+	// OK reports that nothing found stops the consumer from loading the file.
+	OK bool `json:"ok"`
+	// Problems lists what stops it (empty when OK).
+	Problems []string `json:"problems,omitempty"`
+	// Notes lists what works but deserves a word (compatibility modes).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// ParseTargets reads --target values (repeatable, comma-separated; "all"
+// or none means every consumer).
+func ParseTargets(values []string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range values {
+		for _, t := range strings.Split(v, ",") {
+			t = strings.ToLower(strings.TrimSpace(t))
+			switch t {
+			case "":
+				continue
+			case "all":
+				for _, a := range AllTargets {
+					seen[a] = true
+				}
+				continue
+			case TargetSDCpp, TargetComfyUI, TargetGGML:
+				seen[t] = true
+			default:
+				return nil, fmt.Errorf("--target %q: want sdcpp, comfyui, ggml or all", t)
+			}
+		}
+	}
+	for _, a := range AllTargets {
+		if seen[a] || len(seen) == 0 {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// checkConsumers evaluates the planned output for each target.
+func checkConsumers(r *Result, targets []string) []Consumer {
+	var out []Consumer
+	for _, name := range targets {
+		c := Consumer{Name: name}
+		if r.Format == "safetensors" {
+			checkSafetensors(r, &c)
+		} else {
+			checkGGUF(r, &c)
+		}
+		c.OK = len(c.Problems) == 0
+		out = append(out, c)
+	}
+	return out
+}
+
+func checkGGUF(r *Result, c *Consumer) {
+	maxName := map[string]int{TargetGGML: inspect.GGMLMaxName - 1, TargetSDCpp: inspect.SDCppMaxName, TargetComfyUI: inspect.ComfyGGUFMaxName}[c.Name]
+	var long, longest, deep int
+	bad := map[formats.DType]int{}
+	for _, row := range r.Rows {
+		if n := len(row.Name); n > maxName {
+			long++
+			longest = max(longest, n)
+		}
+		if len(row.Shape) > 4 {
+			deep++
+		}
+		if c.Name == TargetComfyUI && !comfyTypes[row.To] && row.To.Quantized() {
+			bad[row.To]++
+		}
+		if c.Name != TargetComfyUI && !row.To.InLinkedGGML() {
+			bad[row.To]++
+		}
+	}
+	if long > 0 {
+		c.Problems = append(c.Problems, fmt.Sprintf("%d tensor names longer than %d bytes (longest %d)", long, maxName, longest))
+	}
+	if deep > 0 && c.Name != TargetComfyUI {
+		c.Problems = append(c.Problems, fmt.Sprintf("%d tensors with more than 4 dims", deep))
+	}
+	if len(bad) > 0 {
+		var parts []string
+		for _, t := range sortedTypes(bad) {
+			parts = append(parts, fmt.Sprintf("%s (%d tensors)", t, bad[t]))
+		}
+		what := "types it cannot dequantize: "
+		if c.Name != TargetComfyUI {
+			what = "types newer than the linked ggml: "
+		}
+		c.Problems = append(c.Problems, what+strings.Join(parts, ", "))
+	}
+	switch c.Name {
+	case TargetSDCpp:
+		if n := r.reshaped(); n > 0 {
+			c.Problems = append(c.Problems, fmt.Sprintf("%d tensors reshaped by --reshape-conv (sd.cpp expects the original shapes)", n))
+		}
+	case TargetComfyUI:
+		if r.ComfyArch == "" {
+			c.Notes = append(c.Notes, "no general.architecture: ComfyUI-GGUF detects the model from its tensor names (compatibility mode)")
+		}
+	}
+}
+
+func checkSafetensors(r *Result, c *Consumer) {
+	switch c.Name {
+	case TargetGGML:
+		c.Problems = append(c.Problems, "the output is safetensors, not GGUF")
+	case TargetComfyUI:
+		c.Notes = append(c.Notes, "comfy_quant layers ("+r.Type+")")
+	case TargetSDCpp:
+		rotated, fp8 := 0, 0
+		for _, row := range r.Rows {
+			switch row.Module {
+			case "int8_convrot":
+				rotated++
+			case "fp8_e4m3", "fp8_e5m2":
+				fp8++
+			}
+		}
+		if rotated > 0 {
+			c.Problems = append(c.Problems, fmt.Sprintf("%d layers use the convrot rotation, which sd.cpp does not apply to activations", rotated))
+		}
+		if fp8 > 0 {
+			c.Problems = append(c.Problems, fmt.Sprintf("%d FP8 layers with a tensor-wise weight_scale, which sd.cpp does not apply", fp8))
+		}
+	}
+}
+
+func sortedTypes(m map[formats.DType]int) []formats.DType {
+	out := make([]formats.DType, 0, len(m))
+	for t := range m {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
