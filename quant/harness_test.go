@@ -106,6 +106,29 @@ func testRowSets(seed uint64, block int) []rowSet {
 			dst[i] = v
 		}
 	})
+	// Signed zeros: ±0 compare equal, so which one a minimum or maximum
+	// search keeps (and stores as the f16 offset) depends on their order.
+	add("signed-zeros", n, 2, func(_ int, dst []float32) {
+		negZero := float32(math.Copysign(0, -1))
+		for i := range dst {
+			switch r.IntN(4) {
+			case 0:
+				dst[i] = 0
+			case 1:
+				dst[i] = negZero
+			case 2:
+				dst[i] = float32(math.Abs(r.NormFloat64()))
+			default:
+				dst[i] = -float32(math.Abs(r.NormFloat64()))
+			}
+			if i/32%3 == 1 && dst[i] < 0 { // some blocks with no negative values
+				dst[i] = -dst[i]
+			}
+			if i/32%3 == 2 && dst[i] > 0 { // and some with no positive ones
+				dst[i] = -dst[i]
+			}
+		}
+	})
 	// Each block of a row is a different kind, so that block boundaries and
 	// per-block special cases are exercised inside one row.
 	add("mixed", roundUp(8*block, block), 4, func(_ int, dst []float32) {
