@@ -313,49 +313,91 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 	if nstep < 1 {
 		return scale, -vmin
 	}
-	// lb holds a candidate's levels as bits (see qkxLevels), lf as the
-	// floats its sums use.
-	var lf2 [32]float32
-	var lb2 [32]uint32
-	lf, lb := lf2[:n], lb2[:n]
+	// Candidates are evaluated two at a time, A = is and B = is+1, so that
+	// the latency-bound sums of two candidates overlap. That speculates that
+	// A does not win: a winning A changes min, which B's levels depend on,
+	// so B is then dropped and the next pair starts at it. la/lb hold the
+	// pair's levels as bits (see qkxLevels2), fa/fb as the floats the sums
+	// use; after a pair, lb holds the last candidate evaluated.
+	var la2, lb2 [32]uint32
+	var fa2, fb2 [32]float32
+	la, lb, fa, fb := la2[:n], lb2[:n], fa2[:n], fb2[:n]
+	// fit turns a candidate's sums into ggml's refined scale and offset; ok
+	// is false when the normal equations are singular (D <= 0).
+	fit := func(sumL, sumL2, sumXL float32) (s, m float32, ok bool) {
+		D := float32(sumW*sumL2) - float32(sumL*sumL)
+		if !(D > 0) {
+			return 0, 0, false
+		}
+		s = (float32(sumW*sumXL) - float32(sumX*sumL)) / D
+		m = (float32(sumL2*sumX) - float32(sumL*sumXL)) / D
+		if m > 0 {
+			m = 0
+			s = sumXL / sumL2
+		}
+		return s, m, true
+	}
+	win := func(lf []float32, err, s, m float32) {
+		for i, r := range lf {
+			L[i] = uint8(r)
+		}
+		bestErr = err
+		scale, vmin = s, m
+		// ggml's later candidates use the new min, both in x-min and in
+		// max-min.
+		for i, v := range x {
+			xm[i] = v - vmin
+		}
+		span = vmax - vmin
+		xmMax = xmBound()
+	}
 	havePrev := false
-	for is := 0; is <= nstep; is++ {
-		iscale = (rmin + float32(rdelta*float32(is)) + fn) / span
-		changed := qkxLevels(xm, lb, iscale, xmMax, nmax)
+	for is := 0; is <= nstep; {
+		hasB := is < nstep
+		ia := (rmin + float32(rdelta*float32(is)) + fn) / span
+		ib := ia
+		if hasB {
+			ib = (rmin + float32(rdelta*float32(is+1)) + fn) / span
+		}
+		changedA, changedB := qkxLevels2(xm, la, lb, ia, ib, xmMax, nmax)
 		// The sums, and so the refined scale, offset and error, depend only
 		// on the levels. A candidate with the previous candidate's levels
 		// either repeats a loser against the same best error or ties the
-		// winner it repeats, so ggml's state after it is unchanged.
-		if !changed && havePrev {
-			continue
-		}
+		// winner it repeats, so ggml's state after it is unchanged: skip it.
+		needA := changedA || !havePrev
+		needB := hasB && changedB
 		havePrev = true
-		sumL, sumL2, sumXL := qkxSums(x, weights, lf, lb)
-		D := float32(sumW*sumL2) - float32(sumL*sumL)
-		if !(D > 0) {
+		var sa, ma, sb, mb float32
+		var okA, okB bool
+		switch {
+		case needA && needB:
+			l1, l2, xl, m1, m2, yl := qkxSums2(x, weights, fa, fb, la, lb)
+			sa, ma, okA = fit(l1, l2, xl)
+			sb, mb, okB = fit(m1, m2, yl)
+		case needA:
+			sa, ma, okA = fit(qkxSums(x, weights, fa, la))
+		case needB:
+			sb, mb, okB = fit(qkxSums(x, weights, fb, lb))
+		}
+		var ea, eb float32
+		switch {
+		case okA && okB:
+			ea, eb = qkxError2(x, weights, fa, fb, sa, ma, sb, mb, useMad)
+		case okA:
+			ea = qkxError(x, weights, fa, sa, ma, useMad)
+		case okB:
+			eb = qkxError(x, weights, fb, sb, mb, useMad)
+		}
+		if okA && ea < bestErr {
+			win(fa, ea, sa, ma)
+			copy(lb, la) // A is now the previous candidate
+			is++
 			continue
 		}
-		thisScale := (float32(sumW*sumXL) - float32(sumX*sumL)) / D
-		thisMin := (float32(sumL2*sumX) - float32(sumL*sumXL)) / D
-		if thisMin > 0 {
-			thisMin = 0
-			thisScale = sumXL / sumL2
+		if okB && eb < bestErr {
+			win(fb, eb, sb, mb)
 		}
-		curErr := qkxError(x, weights, lf, thisScale, thisMin, useMad)
-		if curErr < bestErr {
-			for i, r := range lf {
-				L[i] = uint8(r)
-			}
-			bestErr = curErr
-			scale, vmin = thisScale, thisMin
-			// ggml's later candidates use the new min, both in x-min and
-			// in max-min.
-			for i, v := range x {
-				xm[i] = v - vmin
-			}
-			span = vmax - vmin
-			xmMax = xmBound()
-		}
+		is += 2
 	}
 	return scale, -vmin
 }
@@ -369,33 +411,88 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 // v+roundMagic are magicBits plus v rounded to an integer.
 const magicBits = 0x4b400000
 
-// qkxLevels computes one candidate's levels clamp(round(iscale*xm), 0,
-// nmax) and stores each as the bits of level+roundMagic in lb, reporting
-// whether any differs from what lb held. When every |iscale*xm| is within
-// 2^22 (xmMax bounds |xm|), adding 1.5*2^23 rounds exactly as cNearestInt
-// does and the clamp is an integer min/max on the bits, without branches;
-// otherwise cNearestInt's own arithmetic runs.
+// qkxLevels2 computes the levels clamp(round(iscale*xm), 0, nmax) of two
+// candidates, ia into la and ib into lb, each stored as the bits of
+// level+roundMagic. It reports whether la changed from the previous
+// candidate (the old contents of lb) and whether lb differs from la. When
+// every |iscale*xm| is within 2^22 (xmMax bounds |xm|), adding 1.5*2^23
+// rounds exactly as cNearestInt does and the clamp is an integer min/max on
+// the bits, without branches; otherwise cNearestInt's own arithmetic runs.
 //
 //go:noinline
-func qkxLevels(xm []float32, lb []uint32, iscale, xmMax float32, nmax int32) (changed bool) {
-	lb = lb[:len(xm)]
-	var diff uint32
-	if float32(cFabs(iscale)*xmMax) < roundLimit {
+func qkxLevels2(xm []float32, la, lb []uint32, ia, ib, xmMax float32, nmax int32) (changedA, changedB bool) {
+	n := len(xm)
+	la, lb = la[:n], lb[:n]
+	var da, db uint32
+	if float32(max(cFabs(ia), cFabs(ib))*xmMax) < roundLimit {
 		hi := magicBits + uint32(nmax)
 		for i, v := range xm {
-			b := math.Float32bits(float32(iscale*v) + roundMagic)
+			a := math.Float32bits(float32(ia*v) + roundMagic)
+			b := math.Float32bits(float32(ib*v) + roundMagic)
+			a = min(max(a, magicBits), hi)
 			b = min(max(b, magicBits), hi)
-			diff |= b ^ lb[i]
-			lb[i] = b
+			da |= a ^ lb[i]
+			db |= a ^ b
+			la[i], lb[i] = a, b
 		}
-		return diff != 0
+		return da != 0, db != 0
 	}
 	for i, v := range xm {
-		b := magicBits + uint32(clampInt32(cNearestInt(iscale*v), 0, nmax))
-		diff |= b ^ lb[i]
-		lb[i] = b
+		a := magicBits + uint32(clampInt32(cNearestInt(ia*v), 0, nmax))
+		b := magicBits + uint32(clampInt32(cNearestInt(ib*v), 0, nmax))
+		da |= a ^ lb[i]
+		db |= a ^ b
+		la[i], lb[i] = a, b
 	}
-	return diff != 0
+	return da != 0, db != 0
+}
+
+// qkxSums2 is qkxSums for two candidates at once, so that their six
+// dependency chains overlap.
+//
+//go:noinline
+func qkxSums2(x, w, fa, fb []float32, la, lb []uint32) (aL, aL2, aXL, bL, bL2, bXL float32) {
+	n := len(x)
+	w, fa, fb, la, lb = w[:n], fa[:n], fb[:n], la[:n], lb[:n]
+	for i, v := range x {
+		ra := math.Float32frombits(la[i]) - roundMagic
+		rb := math.Float32frombits(lb[i]) - roundMagic
+		fa[i], fb[i] = ra, rb
+		wi := w[i]
+		wa := float32(wi * ra)
+		wb := float32(wi * rb)
+		aL += wa
+		bL += wb
+		aL2 += float32(wa * ra)
+		bL2 += float32(wb * rb)
+		aXL += float32(wa * v)
+		bXL += float32(wb * v)
+	}
+	return aL, aL2, aXL, bL, bL2, bXL
+}
+
+// qkxError2 is qkxError for two candidates at once.
+//
+//go:noinline
+func qkxError2(x, w, fa, fb []float32, sa, ma, sb, mb float32, useMad bool) (ea, eb float32) {
+	n := len(x)
+	w, fa, fb = w[:n], fa[:n], fb[:n]
+	if useMad {
+		for i, v := range x {
+			da := float32(sa*fa[i]) + ma - v
+			db := float32(sb*fb[i]) + mb - v
+			ea += float32(w[i] * cFabs(da))
+			eb += float32(w[i] * cFabs(db))
+		}
+		return ea, eb
+	}
+	for i, v := range x {
+		da := float32(sa*fa[i]) + ma - v
+		db := float32(sb*fb[i]) + mb - v
+		ea += float32(w[i] * float32(da*da))
+		eb += float32(w[i] * float32(db*db))
+	}
+	return ea, eb
 }
 
 // qkxSums turns the levels in lb into floats in lf and returns their
