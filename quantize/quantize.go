@@ -145,6 +145,29 @@ const OrigShapePrefix = "comfy.gguf.orig_shape."
 // arguments is found here, before anything is written. The caller closes
 // the returned model.
 func Prepare(opts *Options) (*Result, formats.Model, error) {
+	return prepareWith(opts, func() (formats.Model, error) { return formats.Open(opts.Input) })
+}
+
+// PrepareModel is Prepare for a model that is already open (opts.Input
+// only names it in messages, and is m.Path() when empty); the caller keeps
+// m open while the plan runs and closes it.
+func PrepareModel(opts *Options, m formats.Model) (*Result, error) {
+	o := *opts
+	if o.Input == "" {
+		o.Input = m.Path()
+	}
+	res, _, err := prepareWith(&o, func() (formats.Model, error) { return keepOpen{m}, nil })
+	return res, err
+}
+
+// keepOpen is a model whose Close is left to its owner.
+type keepOpen struct{ formats.Model }
+
+// Close does nothing: PrepareModel's caller closes the model.
+func (keepOpen) Close() error { return nil }
+
+// prepareWith checks the options, then opens the model and plans.
+func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, formats.Model, error) {
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -165,7 +188,7 @@ func Prepare(opts *Options) (*Result, formats.Model, error) {
 		res.Format = "safetensors"
 	} else {
 		var err error
-		if ft, err = mix.Parse(opts.Type); err != nil {
+		if ft, err = parseFType(opts.Type); err != nil {
 			return nil, nil, fmt.Errorf("--type: %v", err)
 		}
 		res.Format, res.FType = "gguf", ft
@@ -206,8 +229,7 @@ func Prepare(opts *Options) (*Result, formats.Model, error) {
 			return nil, nil, fmt.Errorf("--imatrix: %w", err)
 		}
 	}
-
-	m, err := formats.Open(opts.Input)
+	m, err := open()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -352,10 +374,12 @@ func parseOverrides(opts *Options) (mix.Override, error) {
 	}
 	var rules []rule
 	for _, s := range opts.TensorTypes {
-		pat, typ, ok := strings.Cut(s, "=")
-		if !ok || pat == "" {
+		// Split at the last '=': type names have none, patterns may.
+		i := strings.LastIndexByte(s, '=')
+		if i <= 0 {
 			return nil, fmt.Errorf("--tensor-type %q: want REGEX=TYPE", s)
 		}
+		pat, typ := s[:i], s[i+1:]
 		t, ok := formats.ParseType(typ)
 		if !ok || !t.IsGGML() {
 			return nil, fmt.Errorf("--tensor-type %q: unknown ggml type %q", s, typ)
@@ -747,4 +771,25 @@ func withCopied(reason string) string {
 		return reason
 	}
 	return reason + "; copied"
+}
+
+// parseFType is mix.Parse, except that a ggml type name spelt exactly as
+// ggml spells it with lower-case letters (q3_K, q4_K, q5_K) is that plain
+// type, as the type table documents, while Q4_K and q4_k stay llama.cpp's
+// alias of the Q4_K_M mix.
+func parseFType(name string) (mix.FType, error) {
+	if t, ok := formats.TypeByName(name); ok && name != strings.ToUpper(name) && t.Quantized() {
+		switch t {
+		case formats.Q3_K, formats.Q4_K, formats.Q5_K:
+			f := mix.FType{Name: strings.ToUpper(name), ID: mix.GuessedFType, Base: t}
+			for _, m := range mix.FTypes {
+				if m.Base == t {
+					f.ID = m.ID
+					break
+				}
+			}
+			return f, nil
+		}
+	}
+	return mix.Parse(name)
 }
