@@ -133,8 +133,11 @@ func SanitizeGridBlock(x, w, xs, ws []float32) ([]float32, []float32) {
 			for _, v := range w[g : g+32] {
 				gmax = max(gmax, v)
 			}
-			_, e := math.Frexp(float64(gmax)) // gmax = f * 2^e, f in [0.5, 1)
-			s := float32(math.Ldexp(1, 1-e))  // gmax*s in [1, 2)
+			s := float32(1)
+			if gmax < gridWeightLo || gmax > gridWeightHi {
+				_, e := math.Frexp(float64(gmax)) // gmax = f * 2^e, f in [0.5, 1)
+				s = float32(math.Ldexp(1, 1-e))   // gmax*s in [1, 2)
+			}
 			for i := g; i < g+32; i++ {
 				ws[i] = w[i] * s
 			}
