@@ -22,6 +22,9 @@ var iqGridTypes = []formats.DType{
 // importance vectors, and without one where ggml allows it) and requires
 // ggml's float bits exactly.
 func TestIQGridDequantValidBlocks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("ggml's grid search tables take tens of CPU seconds to build")
+	}
 	const n, rows = 512, 6
 	r := rand.New(rand.NewPCG(harnessSeed, 0x1901))
 	src := make([]float32, n*rows)
@@ -121,5 +124,70 @@ func compareIQDequant(t *testing.T, typ formats.DType, src []byte, nanEqual bool
 	}
 	if nonzero < n/2 {
 		t.Fatalf("%s: only %d of %d decoded values are nonzero; the test data is degenerate", typ, nonzero, n)
+	}
+}
+
+// FuzzIQGridDequant decodes arbitrary bytes as every grid type and compares
+// with ggml (NaN matching any NaN): the decoders must neither panic nor
+// differ on any input.
+func FuzzIQGridDequant(f *testing.F) {
+	f.Add(make([]byte, 110))
+	f.Add([]byte("\x00\x3c" + string(make([]byte, 120))))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, typ := range iqGridTypes {
+			bb := typ.Info().BlockBytes
+			src := data[:len(data)/bb*bb]
+			if len(src) == 0 {
+				continue
+			}
+			n := len(src) / bb * 256
+			got := make([]float32, n)
+			if err := DequantizeRows(typ, got, src, 1); err != nil {
+				t.Fatal(err)
+			}
+			want, err := native.Dequantize(typ, src, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if g, w := got[i], want[i]; math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+					t.Fatalf("%s element %d: got %g, ggml %g", typ, i, g, w)
+				}
+			}
+		}
+	})
+}
+
+// BenchmarkDequantizeIQGrid decodes 64 blocks of each grid type with the Go
+// dequantizer and with ggml's to_float, single-threaded; MB/s counts the
+// float32 output.
+func BenchmarkDequantizeIQGrid(b *testing.B) {
+	const blocks = 64
+	for _, typ := range iqGridTypes {
+		bb := typ.Info().BlockBytes
+		r := rand.New(rand.NewPCG(1, uint64(typ)))
+		src := make([]byte, blocks*bb)
+		for i := range src {
+			src[i] = byte(r.Uint32())
+		}
+		for k := range blocks {
+			binary.LittleEndian.PutUint16(src[k*bb:], 0x3c00)
+		}
+		dst := make([]float32, blocks*256)
+		c, _ := Lookup(typ)
+		b.Run(typ.String()+"/go", func(b *testing.B) {
+			b.SetBytes(int64(4 * len(dst)))
+			for b.Loop() {
+				c.Dequantize(dst, src)
+			}
+		})
+		b.Run(typ.String()+"/ggml", func(b *testing.B) {
+			b.SetBytes(int64(4 * len(dst)))
+			for b.Loop() {
+				if _, err := native.Dequantize(typ, src, len(dst)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
