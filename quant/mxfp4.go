@@ -43,9 +43,14 @@ func quantizeMXFP4(dst []byte, src, _ []float32) {
 	for i := range nb {
 		y, x := (*[mxfp4Bytes]byte)(dst[i*mxfp4Bytes:]), (*[32]float32)(src[i*32:])
 		var amax float32
-		for _, v := range x {
-			if a := cFabs(v); amax < a {
-				amax = a
+		if m := absMaxBits(x); m <= 0x7f800000 {
+			amax = math.Float32frombits(m)
+		} else {
+			// A NaN: ggml's "amax < |v|" skips it.
+			for _, v := range x {
+				if a := cFabs(v); amax < a {
+					amax = a
+				}
 			}
 		}
 		var e uint8
@@ -54,14 +59,20 @@ func quantizeMXFP4(dst []byte, src, _ []float32) {
 		}
 		d := e8m0Half(e)
 		y[0] = e
+		// The products level·d are the same for every element: form them
+		// once (the same roundings ggml performs per comparison).
+		var lv [16]float32
+		for k, q := range mxfp4Values {
+			lv[k] = float32(q) * d
+		}
 		for j := range 16 {
-			y[1+j] = mxfp4Nearest(x[j], d) | mxfp4Nearest(x[j+16], d)<<4
+			y[1+j] = mxfp4NearestLevel(x[j], &lv) | mxfp4NearestLevel(x[j+16], &lv)<<4
 		}
 	}
 }
 
 // mxfp4Nearest is ggml's best_index_mxfp4: the first level with the
-// smallest |level·d - x|.
+// smallest |level·d - x|. (nvfp4 shares it.)
 func mxfp4Nearest(x, d float32) uint8 {
 	best := uint8(0)
 	bestErr := cFabs(float32(float32(mxfp4Values[0])*d) - x)
@@ -71,6 +82,21 @@ func mxfp4Nearest(x, d float32) uint8 {
 		}
 	}
 	return best
+}
+
+// mxfp4NearestLevel is mxfp4Nearest with the products level·d formed in
+// advance in lv: the first index with the smallest |lv[i] - x|. Levels of the other sign (and its zero) can never
+// be nearer than level 0, so only level 0 and the seven levels of x's sign
+// are compared, as keys (error bits << 4 | index) whose minimum is the
+// first minimum, without branches.
+func mxfp4NearestLevel(x float32, lv *[16]float32) uint8 {
+	base := int(math.Float32bits(x)>>31) << 3 // 0 for x >= +0, 8 for x <= -0
+	best := uint64(math.Float32bits(cFabs(lv[0]-x))) << 4
+	for i := 1; i < 8; i++ {
+		k := base + i
+		best = min(best, uint64(math.Float32bits(cFabs(lv[k&15]-x)))<<4|uint64(k))
+	}
+	return uint8(best & 15)
 }
 
 func dequantizeMXFP4(dst []float32, src []byte) {
