@@ -131,10 +131,25 @@ func quantizeNVFP4(dst []byte, src, _ []float32) {
 			d := ue4m3Half[u]
 			b[s] = u
 			for j := range 8 {
-				b[4+8*s+j] = mxfp4Nearest(x[j], d) | mxfp4Nearest(x[j+8], d)<<4
+				b[4+8*s+j] = nvfp4Nearest(x[j], d) | nvfp4Nearest(x[j+8], d)<<4
 			}
 		}
 	}
+}
+
+// nvfp4Nearest is ggml's best_index_mxfp4, which nvfp4 shares with mxfp4:
+// the first E2M1 level with the smallest |level·d - x|, the product rounded
+// to float32 before the subtraction (no fused multiply-add). It is kept
+// apart from mxfp4's copy so that either can be optimised on its own.
+func nvfp4Nearest(x, d float32) uint8 {
+	best := uint8(0)
+	bestErr := cFabs(float32(float32(mxfp4Values[0])*d) - x)
+	for i := 1; i < 16; i++ {
+		if err := cFabs(float32(float32(mxfp4Values[i])*d) - x); err < bestErr {
+			best, bestErr = uint8(i), err
+		}
+	}
+	return best
 }
 
 func dequantizeNVFP4(dst []float32, src []byte) {
