@@ -1,0 +1,145 @@
+// Package names converts tensor names the way stable-diffusion.cpp's
+// --convert-name does, and detects the model version that conversion depends
+// on.
+//
+// stable-diffusion.cpp (sd.cpp) accepts weights in many naming schemes
+// (original LDM/BFL checkpoints, diffusers folders and single files, open_clip,
+// llama.cpp-style GGUF, kohya/peft LoRAs) and maps every name onto one internal
+// scheme before it builds its graphs. Convert reproduces the name that sd.cpp's
+// convert_tensor_name returns for a name and version, DetectVersion reproduces
+// its get_sd_version, and ConvertAll converts a whole tensor list and refuses
+// collisions. The mappings are tables of data (see tables.go); the functions
+// only walk them.
+//
+// The behaviour follows sd.cpp's src/name_conversion.cpp and
+// src/model_loader.cpp (2026, the streaming-convert era). Where sd.cpp fuses
+// or splits tensors at load time (q/k/v into qkv, open_clip's in_proj into
+// q/k/v), the converter alone only renames: Convert returns exactly what
+// sd.cpp's name converter returns, for example "...img_attn.qkv.weight.1" for
+// a Flux diffusers to_k.
+package names
+
+import "fmt"
+
+// Version is a model version as sd.cpp's SDVersion distinguishes them; the
+// name conversion depends on its family.
+type Version int
+
+// Model versions. Unknown is sd.cpp's VERSION_COUNT: no family matched, and
+// only the version-independent rules apply. Other stands for the families
+// sd.cpp recognises by a marker tensor but whose diffusion-model and VAE
+// renames this package does not model (Wan, Qwen-Image, Z-Image, Hunyuan,
+// Anima, ...); it converts like Unknown.
+const (
+	Unknown Version = iota
+	SD1
+	SD1Inpaint
+	SD1Pix2Pix
+	SD1TinyUNet
+	SDXS512DS
+	SD2
+	SD2Inpaint
+	SD2TinyUNet
+	SDXS09
+	SDXL
+	SDXLInpaint
+	SDXLPix2Pix
+	SDXLVega
+	SDXLSSD1B
+	SVD
+	SD3
+	Flux
+	FluxFill
+	FluxControls
+	Flex2
+	ChromaRadiance
+	OvisImage
+	Flux2
+	Flux2Klein
+	LongCat
+	Other
+	numVersions
+)
+
+var versionNames = [numVersions]string{
+	Unknown:        "unknown",
+	SD1:            "sd1",
+	SD1Inpaint:     "sd1-inpaint",
+	SD1Pix2Pix:     "sd1-pix2pix",
+	SD1TinyUNet:    "sd1-tiny-unet",
+	SDXS512DS:      "sdxs-512-ds",
+	SD2:            "sd2",
+	SD2Inpaint:     "sd2-inpaint",
+	SD2TinyUNet:    "sd2-tiny-unet",
+	SDXS09:         "sdxs-09",
+	SDXL:           "sdxl",
+	SDXLInpaint:    "sdxl-inpaint",
+	SDXLPix2Pix:    "sdxl-pix2pix",
+	SDXLVega:       "sdxl-vega",
+	SDXLSSD1B:      "sdxl-ssd1b",
+	SVD:            "svd",
+	SD3:            "sd3",
+	Flux:           "flux",
+	FluxFill:       "flux-fill",
+	FluxControls:   "flux-controls",
+	Flex2:          "flex-2",
+	ChromaRadiance: "chroma-radiance",
+	OvisImage:      "ovis-image",
+	Flux2:          "flux2",
+	Flux2Klein:     "flux2-klein",
+	LongCat:        "longcat",
+	Other:          "other",
+}
+
+// String returns the version's short name ("sd1", "sdxl-inpaint", "flux").
+func (v Version) String() string {
+	if v >= 0 && v < numVersions {
+		return versionNames[v]
+	}
+	return fmt.Sprintf("version(%d)", int(v))
+}
+
+// ParseVersion returns the version whose String is s.
+func ParseVersion(s string) (Version, error) {
+	for v, n := range versionNames {
+		if n == s {
+			return Version(v), nil
+		}
+	}
+	return Unknown, fmt.Errorf("names: unknown model version %q", s)
+}
+
+// IsSD1 reports whether v is in the SD 1.x family (sd.cpp's sd_version_is_sd1).
+func (v Version) IsSD1() bool {
+	return v == SD1 || v == SD1Inpaint || v == SD1Pix2Pix || v == SD1TinyUNet || v == SDXS512DS
+}
+
+// IsSD2 reports whether v is in the SD 2.x family.
+func (v Version) IsSD2() bool {
+	return v == SD2 || v == SD2Inpaint || v == SD2TinyUNet || v == SDXS09
+}
+
+// IsSDXL reports whether v is in the SDXL family.
+func (v Version) IsSDXL() bool {
+	return v == SDXL || v == SDXLInpaint || v == SDXLPix2Pix || v == SDXLVega || v == SDXLSSD1B
+}
+
+// IsUNet reports whether v is a UNet model (SD 1.x, 2.x or XL); several
+// prefixes and the LoRA separator rule depend on it.
+func (v Version) IsUNet() bool { return v.IsSD1() || v.IsSD2() || v.IsSDXL() }
+
+// IsFlux reports whether v is in the Flux.1 family (sd.cpp's sd_version_is_flux).
+func (v Version) IsFlux() bool {
+	return v == Flux || v == FluxFill || v == FluxControls || v == Flex2 || v == ChromaRadiance || v == OvisImage
+}
+
+// IsFlux2 reports whether v is in the Flux.2 family.
+func (v Version) IsFlux2() bool { return v == Flux2 || v == Flux2Klein }
+
+// usesFluxDiT reports whether the diffusion model's diffusers names are
+// renamed with the Flux table (Flux.1, Flux.2 and LongCat share it in sd.cpp).
+func (v Version) usesFluxDiT() bool { return v.IsFlux() || v.IsFlux2() || v == LongCat }
+
+// usesTAE reports whether sd.cpp stores this version's VAE under "tae."
+// rather than "first_stage_model." (the SDXS models ship a tiny autoencoder).
+func (v Version) usesTAE() bool { return v == SDXS512DS || v == SDXS09 }
