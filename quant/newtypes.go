@@ -123,7 +123,7 @@ func quantizeNVFP4(dst []byte, src, _ []float32) {
 			x := src[i*nvfp4Elems+16*s : i*nvfp4Elems+16*s+16]
 			amax := float32(0)
 			for _, v := range x {
-				if a := cFabs(v); amax < a {
+				if a := abs32(v); amax < a {
 					amax = a
 				}
 			}
@@ -137,15 +137,18 @@ func quantizeNVFP4(dst []byte, src, _ []float32) {
 	}
 }
 
+// abs32 is fabsf: the magnitude of v with the sign bit cleared.
+func abs32(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
+
 // nvfp4Nearest is ggml's best_index_mxfp4, which nvfp4 shares with mxfp4:
 // the first E2M1 level with the smallest |level·d - x|, the product rounded
 // to float32 before the subtraction (no fused multiply-add). It is kept
 // apart from mxfp4's copy so that either can be optimised on its own.
 func nvfp4Nearest(x, d float32) uint8 {
 	best := uint8(0)
-	bestErr := cFabs(float32(float32(mxfp4Values[0])*d) - x)
+	bestErr := abs32(float32(float32(mxfp4Values[0])*d) - x)
 	for i := 1; i < 16; i++ {
-		if err := cFabs(float32(float32(mxfp4Values[i])*d) - x); err < bestErr {
+		if err := abs32(float32(float32(mxfp4Values[i])*d) - x); err < bestErr {
 			best, bestErr = uint8(i), err
 		}
 	}
@@ -177,7 +180,7 @@ func quantizeQ1_0(dst []byte, src, _ []float32) {
 		b := dst[i*q1_0Bytes : (i+1)*q1_0Bytes]
 		sum := float32(0)
 		for _, v := range x {
-			sum += cFabs(v)
+			sum += abs32(v)
 		}
 		binary.LittleEndian.PutUint16(b, F32ToF16(sum/q1_0Elems))
 		clear(b[2:])
