@@ -31,6 +31,10 @@ func clampInt32(v, lo, hi int32) int32 {
 	return max(lo, min(hi, v))
 }
 
+// qxSteps are make_qx_quants' candidate offsets is, in ggml's order: the
+// scale -(nmax+0.1*is)/max for is = -9..9 without 0.
+var qxSteps = [18]float32{-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+
 // makeQxQuants is ggml's make_qx_quants with rmse_type 1, the only variant
 // the k-quants use: a symmetric scale for levels -nmax..nmax-1, chosen among
 // 19 candidate scales by weighted least squares. The weight of element i is
@@ -82,11 +86,11 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 		scale = sumlx / suml2
 	}
 	bestS := scale * sumlx
-	// The 18 candidates -9..-1, 1..9 go in pairs: their levels do not
-	// depend on each other, so computing two at once is exact. A candidate
-	// with the previous candidate's levels has its sums: it either repeats a
-	// comparison that failed against the same best or re-wins with the state
-	// it would set, so it is skipped.
+	// The candidates go in pairs: their levels do not depend on each other,
+	// so computing two at once is exact. A candidate with the previous
+	// candidate's levels has its sums: it either repeats a comparison that
+	// failed against the same best or re-wins with the state it would set,
+	// so it is skipped.
 	try := func(lv []uint32) {
 		sumlx, suml2 := qxSums(w, wx, lv)
 		if suml2 > 0 && float32(sumlx*sumlx) > float32(bestS*suml2) {
@@ -95,16 +99,9 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 			bestS = scale * sumlx
 		}
 	}
-	for is := int32(-9); is <= 9; is += 2 {
-		if is == -1 {
-			is = 0 // -1 pairs with 1, skipping 0
-		}
-		a, b := is, is+1
-		if a == 0 {
-			a = -1
-		}
-		ia := -(fn + float32(0.1)*float32(a)) / vmax
-		ib := -(fn + float32(0.1)*float32(b)) / vmax
+	for k := 0; k < len(qxSteps); k += 2 {
+		ia := -(fn + float32(float32(0.1)*qxSteps[k])) / vmax
+		ib := -(fn + float32(float32(0.1)*qxSteps[k+1])) / vmax
 		changedA, changedB := qxLevels2(x, la, lb, ia, ib, amax, nmax, roundMagic)
 		if changedA {
 			try(la)
