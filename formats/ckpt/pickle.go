@@ -179,7 +179,11 @@ type source struct {
 }
 
 func newSource(r io.Reader, start, limit int64) *source {
-	return &source{r: bufio.NewReaderSize(r, 64<<10), pos: start, limit: limit}
+	size := int64(64 << 10)
+	if rem := limit - start; rem < size {
+		size = max(rem, 16) // small pickles (legacy headers, Match) need no large buffer
+	}
+	return &source{r: bufio.NewReaderSize(r, int(size)), pos: start, limit: limit}
 }
 
 func (s *source) readByte() (byte, error) {

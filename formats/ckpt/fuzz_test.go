@@ -1,0 +1,97 @@
+package ckpt
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+func pickleSeeds() [][]byte {
+	seeds := [][]byte{
+		wrapped(sample, false),
+		wrapped(sample, true),
+		one(f32x6),
+		one(tspec{class: "FloatStorage", key: "r", numel: 8, size: []int64{2}, legacy: true, view: []any{"v", int64(4), int64(4)}}),
+		newPickle(2).stateDict([]tspec{{name: "f8", key: "0", numel: 6, size: []int64{2, 2}, v3dtype: "float8_e4m3fn"}}).stop(),
+		legacyMagicPickle(),
+		[]byte("\x80\x02ccollections\nOrderedDict\n]((K\x01K\x02t\x85R."),
+		[]byte("\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00\x8c\x01a\x94\x8c\x01b\x94\x93."),
+		[]byte("L119547037146038801333356L\n."),
+		[]byte("\x80\x02cos\nsystem\n."),
+		nested(70),
+	}
+	return seeds
+}
+
+// FuzzUnpickle runs the restricted unpickler and the tensor collection on
+// arbitrary streams: no panic, lengths never trusted beyond the input, and
+// every tensor it accepts lies inside its storage with a size that matches
+// its type and shape.
+func FuzzUnpickle(f *testing.F) {
+	for _, s := range pickleSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		src := newSource(bytes.NewReader(data), 0, int64(len(data)))
+		v, storages, err := unpickle(src)
+		if src.pos > int64(len(data)) {
+			t.Fatalf("consumed %d of %d bytes", src.pos, len(data))
+		}
+		if err != nil {
+			return
+		}
+		for k, s := range storages {
+			if s.key != k || s.numel < 0 {
+				t.Fatalf("storage %q: %+v", k, s)
+			}
+		}
+		const spanOff, spanSize = 1000, 4096
+		file := &File{path: "fuzz.ckpt", size: spanOff + spanSize}
+		err = file.build(v, func(string) storageSpan { return storageSpan{off: spanOff, size: spanSize} })
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, tn := range file.Tensors() {
+			if seen[tn.Name] {
+				t.Fatalf("tensor %q listed twice", tn.Name)
+			}
+			seen[tn.Name] = true
+			want, err := tn.Type.Bytes(tn.Shape)
+			if err != nil || want != tn.Size {
+				t.Fatalf("tensor %q: size %d, type %s and shape %v give %d (%v)", tn.Name, tn.Size, tn.Type, tn.Shape, want, err)
+			}
+			if tn.Offset < spanOff || tn.Offset+tn.Size > spanOff+spanSize {
+				t.Fatalf("tensor %q: [%d, +%d) outside its storage", tn.Name, tn.Offset, tn.Size)
+			}
+		}
+	})
+}
+
+// FuzzParse opens arbitrary files as checkpoints: no panic, and every
+// tensor accepted can be read in full from inside the file.
+func FuzzParse(f *testing.F) {
+	data, elem := storagesFor(sample)
+	f.Add(buildZip(f, "archive", wrapped(sample, false), data))
+	f.Add(buildLegacy(wrapped(sample, true), keysOf(sample), data, elem))
+	f.Add([]byte("PK\x03\x04"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		file, err := Parse(bytes.NewReader(b), int64(len(b)), "fuzz.ckpt")
+		if err != nil {
+			return
+		}
+		for _, tn := range file.Tensors() {
+			if tn.Offset < 0 || tn.Size < 0 || tn.Offset+tn.Size > int64(len(b)) {
+				t.Fatalf("tensor %q [%d, +%d) outside a %d-byte file", tn.Name, tn.Offset, tn.Size, len(b))
+			}
+			got, err := formats.ReadTensor(file, &tn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, b[tn.Offset:tn.Offset+tn.Size]) {
+				t.Fatalf("tensor %q: ReadTensor differs from the file", tn.Name)
+			}
+		}
+	})
+}
