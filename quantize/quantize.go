@@ -276,7 +276,12 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 			if opts.Strict {
 				return fail(fmt.Errorf("--strict: %s", msg))
 			}
-			log.Warn(msg)
+			// The summary lists every consumer; warn only about the ones asked for.
+			if len(opts.Targets) > 0 {
+				log.Warn(msg)
+			} else {
+				log.Info(msg)
+			}
 		}
 	}
 	return res, m, nil
