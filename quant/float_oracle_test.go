@@ -3,6 +3,7 @@
 package quant
 
 import (
+	"encoding/binary"
 	"math"
 	"testing"
 
@@ -28,9 +29,14 @@ func sweepFloats() []float32 {
 func TestF16MatchesGGML(t *testing.T) {
 	src := sweepFloats()
 	want := native.FP32ToFP16Row(src)
+	row := make([]byte, 2*len(src))
+	F32ToF16Row(row, src)
 	for i, f := range src {
 		if got := F32ToF16(f); got != want[i] {
 			t.Fatalf("f32 %g (%#08x): got %#04x, ggml %#04x", f, math.Float32bits(f), got, want[i])
+		}
+		if got := binary.LittleEndian.Uint16(row[2*i:]); got != want[i] {
+			t.Fatalf("row element %d, f32 %g (%#08x): got %#04x, ggml %#04x", i, f, math.Float32bits(f), got, want[i])
 		}
 	}
 	all := make([]uint16, 1<<16)
@@ -48,9 +54,14 @@ func TestF16MatchesGGML(t *testing.T) {
 func TestBF16MatchesGGML(t *testing.T) {
 	src := sweepFloats()
 	want := native.FP32ToBF16RowRef(src)
+	row := make([]byte, 2*len(src))
+	F32ToBF16Row(row, src)
 	for i, f := range src {
 		if got := F32ToBF16(f); got != want[i] {
 			t.Fatalf("f32 %g (%#08x): got %#04x, ggml %#04x", f, math.Float32bits(f), got, want[i])
+		}
+		if got := binary.LittleEndian.Uint16(row[2*i:]); got != want[i] {
+			t.Fatalf("row element %d, f32 %g (%#08x): got %#04x, ggml %#04x", i, f, math.Float32bits(f), got, want[i])
 		}
 	}
 	all := make([]uint16, 1<<16)
