@@ -1,0 +1,195 @@
+package merge
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quant"
+)
+
+// ParseFloatDType parses the --dtype of a recipe merge: "" (none), f32, f16 or bf16.
+func ParseFloatDType(s string) (t formats.DType, set bool, err error) {
+	switch strings.ToLower(s) {
+	case "":
+		return 0, false, nil
+	case "f32":
+		return formats.F32, true, nil
+	case "f16":
+		return formats.F16, true, nil
+	case "bf16":
+		return formats.BF16, true, nil
+	}
+	return 0, false, fmt.Errorf("--dtype %q: want f32, f16 or bf16", s)
+}
+
+// picked is one selected tensor of a recipe source.
+type picked struct {
+	src    int
+	file   string
+	tensor formats.Tensor
+	out    string
+}
+
+// PlanRecipe opens the recipe's sources, applies its rules and plans the
+// output out (.safetensors or .gguf by extension). dtype ("", f32, f16,
+// bf16) asks for ggml-quantized tensors to be decoded to that type; every
+// other tensor is copied byte for byte. Every problem of the recipe is
+// reported here, before anything is created; on error no input stays open.
+func PlanRecipe(r *Recipe, out, dtype string) (_ *Plan, err error) {
+	format, err := outputFormat(out)
+	if err != nil {
+		return nil, err
+	}
+	dt, dtSet, err := ParseFloatDType(dtype)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Sources) == 0 {
+		return nil, fmt.Errorf("%s: no sources", r.File)
+	}
+	p := &Plan{Output: out, Format: format}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	var errs errList
+	models := make([]formats.Model, len(r.Sources))
+	for i := range r.Sources {
+		path := r.resolve(&r.Sources[i])
+		m, err := formats.Open(path)
+		if err != nil {
+			errs.add(fmt.Errorf("%s: sources[%d]: %w", r.File, i, err))
+			continue
+		}
+		models[i] = m
+		p.addInput(m)
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+
+	// Select, name and check for conflicts on the output names.
+	var sel []picked
+	byOut := map[string]int{}
+	for i := range r.Sources {
+		s := &r.Sources[i]
+		n := 0
+		for _, t := range models[i].Tensors() {
+			if !s.Selects(t.Name) {
+				continue
+			}
+			n++
+			pk := picked{src: i, file: models[i].Path(), tensor: t, out: s.OutputName(t.Name)}
+			if pk.out == "" {
+				errs.add(fmt.Errorf("%s: sources[%d] (%s): tensor %q gets an empty output name", r.File, i, pk.file, t.Name))
+				continue
+			}
+			if j, dup := byOut[pk.out]; dup {
+				errs.add(conflict(pk, sel[j]))
+				continue
+			}
+			byOut[pk.out] = len(sel)
+			sel = append(sel, pk)
+		}
+		if n == 0 {
+			errs.add(fmt.Errorf("%s: sources[%d] (%s) selects no tensor: none of its %d tensors matches include %q without matching exclude %q",
+				r.File, i, models[i].Path(), len(models[i].Tensors()), s.Include, s.Exclude))
+		}
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+
+	// Types: what the output format can hold, decided up front.
+	var noGGML, quantized []string
+	for _, pk := range sel {
+		t := pk.tensor
+		e := Entry{Name: pk.out, Type: t.Type, Shape: t.Shape, File: pk.file, Source: t.Name, How: "copy"}
+		var prod pipeline.Producer
+		switch {
+		case t.Type.Quantized() && dtSet:
+			dec, err := quant.Decoder(t.Type)
+			if err != nil {
+				errs.add(fmt.Errorf("%s: tensor %q: %w", pk.file, t.Name, err))
+				continue
+			}
+			enc, err := quant.Encoder(dt)
+			if err != nil {
+				errs.add(err)
+				continue
+			}
+			e.Type, e.How = dt, "dequantize "+t.Type.String()
+			prod = pipeline.Convert(models[pk.src], t, dt, pipeline.DecodeWith(dec.Dequantize), pipeline.EncodeWith(dt, enc.Quantize, nil))
+		case t.Type.Quantized() && format == "safetensors":
+			quantized = append(quantized, fmt.Sprintf("%q (%s, from %s)", t.Name, t.Type, pk.file))
+			continue
+		case !storable(format, t.Type):
+			noGGML = append(noGGML, fmt.Sprintf("%q (%s, from %s)", t.Name, t.Type, pk.file))
+			continue
+		default:
+			prod = pipeline.Copy(models[pk.src], t)
+		}
+		src := t
+		p.Entries = append(p.Entries, e)
+		p.Pipeline.Outputs = append(p.Pipeline.Outputs, pipeline.Output{
+			Name: e.Name, Type: e.Type, Shape: e.Shape, Producer: prod, Source: &src,
+		})
+	}
+	if len(quantized) > 0 {
+		errs.add(fmt.Errorf("%s: %d ggml-quantized tensors cannot be copied into safetensors (pass --dtype f16, bf16 or f32 to dequantize them): %s",
+			out, len(quantized), listSome(quantized)))
+	}
+	if len(noGGML) > 0 {
+		errs.add(fmt.Errorf("%s: %d tensors have types with no ggml type and cannot be written to GGUF: %s",
+			out, len(noGGML), listSome(noGGML)))
+	}
+	if err := errs.err(); err != nil {
+		return nil, err
+	}
+	p.Metadata = r.Metadata
+	p.GGUFMetadata = stringMetadata(r.Metadata)
+	if err := p.checkHeader(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// conflict names the tensor and both files that select it.
+func conflict(a, b picked) error {
+	desc := func(x picked) string {
+		if x.tensor.Name == x.out {
+			return fmt.Sprintf("sources[%d] %s", x.src, x.file)
+		}
+		return fmt.Sprintf("sources[%d] %s (as %q)", x.src, x.file, x.tensor.Name)
+	}
+	return fmt.Errorf("output tensor %q is selected twice: by %s and by %s", a.out, desc(b), desc(a))
+}
+
+// listSome lists up to ten items and counts the rest.
+func listSome(items []string) string {
+	const show = 10
+	if len(items) <= show {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:show], ", ") + fmt.Sprintf(", and %d more", len(items)-show)
+}
+
+// checkHeader builds the output header without writing it, so that what the
+// writer refuses (zero outer dims in GGUF, bad metadata) is an error of the
+// plan rather than of a started run.
+func (p *Plan) checkHeader() error {
+	if err := p.Pipeline.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", p.Output, err)
+	}
+	ts, err := p.Pipeline.Tensors()
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.Output, err)
+	}
+	if _, err := p.newWriter()(nil, ts); err != nil {
+		return fmt.Errorf("%s: %w", p.Output, err)
+	}
+	return nil
+}
