@@ -22,6 +22,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// skipShort skips tests that quantize grid types: ggml builds its search
+// tables for each type on first use, tens of CPU seconds in all.
+func skipShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs ggml's grid search tables")
+	}
+}
+
 // gaussRows returns rows of n N(0, 1) values times scale, with an outlier
 // about one element in 64.
 func gaussRows(seed uint64, n, rows int, scale float32) []float32 {
@@ -75,6 +83,7 @@ func roundTripError(t *testing.T, typ formats.DType, x []float32, n int, w []flo
 }
 
 func TestRoundTrip(t *testing.T) {
+	skipShort(t)
 	const n = 1024
 	x := gaussRows(1, n, 4, 0.02)
 	ones := make([]float32, n)
@@ -124,6 +133,7 @@ func TestRoundTrip(t *testing.T) {
 // importance values spanning four decades and for none (with ones standing
 // in where ggml needs a vector).
 func TestTransparent(t *testing.T) {
+	skipShort(t)
 	const n = 512
 	x := gaussRows(2, n, 3, 1)
 	r := rand.New(rand.NewPCG(3, 4))
@@ -167,6 +177,7 @@ func TestTransparent(t *testing.T) {
 // decoded values must be finite wherever the input magnitude is
 // representable.
 func TestExtremeInputs(t *testing.T) {
+	skipShort(t)
 	base := gaussRows(5, 256, 1, 1)
 	type tc struct {
 		name   string
