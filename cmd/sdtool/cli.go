@@ -234,7 +234,12 @@ func reorderArgs(flags []cli.Flag, args []string) []string {
 			continue
 		}
 		fl = append(fl, a)
-		if takesValue(flags, a) && !strings.Contains(a, "=") && i+1 < len(args) {
+		if takesValue(flags, a) && !strings.Contains(a, "=") {
+			if i+1 == len(args) {
+				// The value is missing: end with the flag alone so that the
+				// parser reports it (before a "--" it would take that as its value).
+				return fl
+			}
 			i++
 			fl = append(fl, args[i])
 		}

@@ -48,7 +48,7 @@ func TestReorderArgs(t *testing.T) {
 		{[]string{"-3", "A"}, []string{"--", "-3", "A"}},
 		{[]string{"A", "--", "--json", "-o"}, []string{"--", "A", "--json", "-o"}},
 		{[]string{"A", "--filter", "a{1,2},b", "--filter", "-x"}, []string{"--filter", "a{1,2},b", "--filter", "-x", "--", "A"}},
-		{[]string{"A", "-o"}, []string{"-o", "--", "A"}}, // a missing value is left for the parser to report
+		{[]string{"A", "-o"}, []string{"-o"}}, // a missing value is left for the parser to report
 		{[]string{"A", "-", "--unknown", "B"}, []string{"--unknown", "--", "A", "-", "B"}},
 	}
 	for _, c := range cases {
@@ -127,6 +127,7 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"inspect"},
 		{"inspect", tiny, "--filter", "("},
 		{"inspect", "--bogus", tiny},
+		{"inspect", tiny, "--filter"},
 		{"nosuchcommand"},
 	} {
 		code, _, errOut := runApp(t, args...)
