@@ -259,10 +259,21 @@ type unpickler struct {
 	src   *source
 	stack []any
 	marks []int
-	memo  map[uint64]any
-	op    int64 // position of the current opcode, for errors
+	// The memo: indices are dense in practice (the pickler counts up), so
+	// they live in a slice; a far-off index goes to sparse, so that one
+	// crafted LONG_BINPUT cannot make the slice huge.
+	memo    []memoEntry
+	sparse  map[uint64]any
+	nmemo   int // entries defined, which MEMOIZE uses as its index
+	globals map[[2]string]*pyGlobal
+	op      int64 // position of the current opcode, for errors
 	// storages holds the first reference to each storage key.
 	storages map[string]*storageRef
+}
+
+type memoEntry struct {
+	v   any
+	set bool
 }
 
 // pickleError locates a problem in the stream.
@@ -329,7 +340,7 @@ const (
 // unpickle runs one pickle (up to and including STOP) from src. It returns
 // the value and the storages its persistent ids refer to, by key.
 func unpickle(src *source) (any, map[string]*storageRef, error) {
-	u := &unpickler{src: src, memo: map[uint64]any{}, storages: map[string]*storageRef{}}
+	u := &unpickler{src: src, storages: map[string]*storageRef{}}
 	v, err := u.run()
 	if err != nil {
 		return nil, nil, &pickleError{pos: u.op, msg: err.Error()}
@@ -386,15 +397,38 @@ func (u *unpickler) put(idx uint64) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := u.memo[idx]; !ok && len(u.memo) >= maxMemo {
+	if idx < uint64(len(u.memo)) {
+		if !u.memo[idx].set {
+			u.nmemo++
+		}
+		u.memo[idx] = memoEntry{v, true}
+		return nil
+	}
+	if _, ok := u.sparse[idx]; ok {
+		u.sparse[idx] = v
+		return nil
+	}
+	if u.nmemo >= maxMemo {
 		return fmt.Errorf("more than %d memo entries", maxMemo)
 	}
-	u.memo[idx] = v
+	u.nmemo++
+	if idx < uint64(2*len(u.memo)+1024) {
+		u.memo = append(u.memo, make([]memoEntry, int(idx)+1-len(u.memo))...)
+		u.memo[idx] = memoEntry{v, true}
+		return nil
+	}
+	if u.sparse == nil {
+		u.sparse = map[uint64]any{}
+	}
+	u.sparse[idx] = v
 	return nil
 }
 
 func (u *unpickler) get(idx uint64) error {
-	v, ok := u.memo[idx]
+	if idx < uint64(len(u.memo)) && u.memo[idx].set {
+		return u.push(u.memo[idx].v)
+	}
+	v, ok := u.sparse[idx]
 	if !ok {
 		return fmt.Errorf("memo entry %d is not defined", idx)
 	}
@@ -542,7 +576,7 @@ func (u *unpickler) run() (any, error) {
 				err = u.put(i)
 			}
 		case opMemoize:
-			err = u.put(uint64(len(u.memo)))
+			err = u.put(uint64(u.nmemo))
 		case opBinGet:
 			var i uint64
 			if i, err = s.uint(1); err == nil {
@@ -750,9 +784,17 @@ func decodeLong(b []byte) any {
 }
 
 func (u *unpickler) global(module, name string) error {
-	g, err := resolveGlobal(module, name)
-	if err != nil {
-		return err
+	k := [2]string{module, name}
+	g := u.globals[k]
+	if g == nil {
+		var err error
+		if g, err = resolveGlobal(module, name); err != nil {
+			return err
+		}
+		if u.globals == nil {
+			u.globals = map[[2]string]*pyGlobal{}
+		}
+		u.globals[k] = g // allowed globals are immutable, so one value serves every use
 	}
 	return u.push(g)
 }
