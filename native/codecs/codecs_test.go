@@ -286,3 +286,24 @@ func TestPreconditions(t *testing.T) {
 		t.Error("QuantizeRows accepted a 128-element iq3_s row")
 	}
 }
+
+// TestNoAllocation checks that quantizing a row allocates nothing once the
+// codec is warm (iq3_xxs: its tables are the quickest to build).
+func TestNoAllocation(t *testing.T) {
+	skipShort(t)
+	c, err := quant.Encoder(formats.IQ3_XXS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := gaussRows(6, 1024, 1, 1)
+	w := make([]float32, len(x))
+	for i := range w {
+		w[i] = 1 + float32(i%7)
+	}
+	x[10] = float32(math.NaN()) // take the sanitizing path too
+	dst := make([]byte, 4*98)
+	c.Quantize(dst, x, w)
+	if n := testing.AllocsPerRun(20, func() { c.Quantize(dst, x, w) }); n != 0 {
+		t.Errorf("%v allocations per row", n)
+	}
+}
