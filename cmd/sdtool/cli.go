@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"runtime/debug"
 	"sort"
 	"strings"
 
@@ -19,6 +20,31 @@ var version = "dev"
 func init() {
 	// --version only: -v means verbose everywhere.
 	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
+}
+
+// versionString is version, plus the VCS revision the binary was built
+// from when the build recorded one.
+func versionString() string {
+	v := version
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		v += " (" + rev[:min(12, len(rev))] + dirty + ")"
+	}
+	return v
 }
 
 // subcommand is a registered subcommand with the examples its help shows.
@@ -46,7 +72,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	app := &cli.App{
 		Name:    "sdtool",
 		Usage:   "inspect, convert and quantize diffusion-model weights",
-		Version: version,
+		Version: versionString(),
 		Writer:  stdout, ErrWriter: stderr,
 		Flags:                     []cli.Flag{verboseFlag()},
 		DisableSliceFlagSeparator: true,
