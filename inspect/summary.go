@@ -40,24 +40,42 @@ type Options struct {
 // Summary describes one model. Its JSON form is documented in
 // docs/inspect-json.md; field names are stable.
 type Summary struct {
-	Path         string          `json:"path"`
-	Format       string          `json:"format"`
-	Version      int             `json:"version"`
-	Alignment    int             `json:"alignment"`
-	DataOffset   int64           `json:"data_offset"`
-	Files        []string        `json:"files"`
-	Warnings     []string        `json:"warnings"`
-	Metadata     []MetaEntry     `json:"metadata"`
-	TensorCount  int             `json:"tensor_count"`
-	ParamCount   int64           `json:"param_count"`
-	TotalBytes   int64           `json:"total_bytes"`
-	Types        []TypeStat      `json:"types"`
-	Architecture Architecture    `json:"architecture"`
-	ComfyQuant   []ComfyQuant    `json:"comfy_quant"`
-	LongNames    LongNames       `json:"long_names"`
-	Filter       []string        `json:"filter"`
-	Matched      int             `json:"matched_tensors"`
-	Tensors      []TensorSummary `json:"tensors"`
+	// Path is the path the model was opened from.
+	Path string `json:"path"`
+	// Format is "gguf" or "safetensors".
+	Format string `json:"format"`
+	// Version is the GGUF version (0 for safetensors).
+	Version int `json:"version"`
+	// Alignment is the GGUF data alignment (0 for safetensors).
+	Alignment int `json:"alignment"`
+	// DataOffset is the absolute offset of the first file's data section.
+	DataOffset int64 `json:"data_offset"`
+	// Files lists the files of the model in shard order.
+	Files []string `json:"files"`
+	// Warnings lists problems that did not stop reading.
+	Warnings []string `json:"warnings"`
+	// Metadata holds the metadata entries in file order.
+	Metadata []MetaEntry `json:"metadata"`
+	// TensorCount is the number of tensors.
+	TensorCount int `json:"tensor_count"`
+	// ParamCount is the total element count.
+	ParamCount int64 `json:"param_count"`
+	// TotalBytes is the total tensor data size.
+	TotalBytes int64 `json:"total_bytes"`
+	// Types counts tensors per type, largest first.
+	Types []TypeStat `json:"types"`
+	// Architecture is the detected architecture and its components.
+	Architecture Architecture `json:"architecture"`
+	// ComfyQuant lists the ComfyUI quantized modules.
+	ComfyQuant []ComfyQuant `json:"comfy_quant"`
+	// LongNames counts names that some GGUF readers refuse.
+	LongNames LongNames `json:"long_names"`
+	// Filter holds the filter regexps given.
+	Filter []string `json:"filter"`
+	// Matched is the number of tensors matching the filters.
+	Matched int `json:"matched_tensors"`
+	// Tensors lists the matching tensors (none with Options.NoTensors).
+	Tensors []TensorSummary `json:"tensors"`
 }
 
 // MetaEntry is one metadata key and value.
@@ -77,16 +95,20 @@ type MetaEntry struct {
 
 // TypeStat counts the tensors of one type.
 type TypeStat struct {
-	Type    string  `json:"type"`
-	Tensors int     `json:"tensors"`
-	Params  int64   `json:"params"`
-	Bytes   int64   `json:"bytes"`
+	// Type is the type's name ("f16", "q4_K").
+	Type string `json:"type"`
+	// Tensors, Params and Bytes count the tensors of the type, their elements and data size.
+	Tensors int   `json:"tensors"`
+	Params  int64 `json:"params"`
+	Bytes   int64 `json:"bytes"`
+	// Percent is Bytes as a percentage of all tensor data, two decimals.
 	Percent float64 `json:"percent"`
 }
 
 // ComfyQuant is a ComfyUI quantized module: a "<module>.comfy_quant" U8
 // tensor holding JSON.
 type ComfyQuant struct {
+	// Module is the module name (the tensor name without ".comfy_quant").
 	Module string `json:"module"`
 	// Format is the JSON's "format" field ("int8_tensorwise", "float8_e4m3fn", ...); "" when absent.
 	Format string `json:"format"`
@@ -112,15 +134,20 @@ type LongNames struct {
 
 // TensorSummary is one row of the tensor table.
 type TensorSummary struct {
+	// Name is the tensor's name.
 	Name string `json:"name"`
+	// Type is the type's name.
 	Type string `json:"type"`
 	// Shape is in PyTorch order (outermost first).
-	Shape  []int64 `json:"shape"`
-	Params int64   `json:"params"`
-	Size   int64   `json:"size"`
+	Shape []int64 `json:"shape"`
+	// Params is the element count.
+	Params int64 `json:"params"`
+	// Size is the data size in bytes.
+	Size int64 `json:"size"`
 	// Offset is the absolute byte offset in File.
-	Offset int64  `json:"offset"`
-	File   string `json:"file"`
+	Offset int64 `json:"offset"`
+	// File is the file holding the data.
+	File string `json:"file"`
 }
 
 // Summarize builds the summary of an opened model.
