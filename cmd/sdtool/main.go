@@ -14,8 +14,8 @@ import (
 	// File formats that formats.Open detects.
 	_ "github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
-	// ggml-backed codecs (with cgo).
-	_ "github.com/sdtool/sdtool/native"
+	// ggml-backed quantizers for the grid IQ types (with cgo; empty without).
+	_ "github.com/sdtool/sdtool/native/codecs"
 )
 
 func main() {
