@@ -195,7 +195,7 @@ func (f *File) parseZip() error {
 	if e := entries[root+"byteorder"]; e != nil {
 		b, err := readEntry(e, 16)
 		if err != nil {
-			return f.errf("", "reading %s: %v", e.Name, err)
+			return f.errf("", "reading %s: %v", printable(e.Name), err)
 		}
 		if bo := strings.TrimSpace(string(b)); bo != "little" {
 			return f.errf("", "byte order %q is not supported (only little-endian checkpoints)", bo)
@@ -208,11 +208,11 @@ func (f *File) parseZip() error {
 	}
 	data, err := readEntry(pkl, MaxPickleSize)
 	if err != nil {
-		return f.errf("", "reading %s: %v", pkl.Name, err)
+		return f.errf("", "reading %s: %v", printable(pkl.Name), err)
 	}
 	v, _, err := unpickle(newSource(bytes.NewReader(data), 0, int64(len(data))))
 	if err != nil {
-		return f.errf("", "%s: %v", pkl.Name, err)
+		return f.errf("", "%s: %v", printable(pkl.Name), err)
 	}
 	spans := map[string]storageSpan{}
 	resolve := func(key string) storageSpan {
@@ -236,8 +236,9 @@ func (f *File) parseZip() error {
 }
 
 // zipSpan locates the bytes of one stored (uncompressed) zip entry.
-func (f *File) zipSpan(entries map[string]*zip.File, name string) storageSpan {
-	e := entries[name]
+func (f *File) zipSpan(entries map[string]*zip.File, entry string) storageSpan {
+	e := entries[entry]
+	name := printable(entry)
 	if e == nil {
 		return storageSpan{err: fmt.Sprintf("storage record %s is missing from the archive", name)}
 	}

@@ -180,3 +180,9 @@ func TestReadBounds(t *testing.T) {
 		t.Errorf("read of a shrunk file: %v", err)
 	}
 }
+
+// TestGlobalNameQuoted: a global with raw bytes in its name is quoted in the error.
+func TestGlobalNameQuoted(t *testing.T) {
+	_, err := parseBytes(t, buildZip(t, "archive", []byte("\x80\x02cos\x01\nsys\xfftem\n."), nil), "bad.ckpt")
+	wantErr(t, err, `global "os\x01.sys\xfftem" is not allowed`)
+}

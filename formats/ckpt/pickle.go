@@ -163,7 +163,18 @@ func resolveGlobal(module, name string) (*pyGlobal, error) {
 			return g, nil
 		}
 	}
-	return nil, fmt.Errorf("global %s.%s is not allowed (only tensor rebuilding is supported; nothing in the file is executed)", module, name)
+	return nil, fmt.Errorf("global %s is not allowed (only tensor rebuilding is supported; nothing in the file is executed)", printable(module+"."+name))
+}
+
+// printable returns s as it is when it is plain printable ASCII (every real
+// module and name is), else quoted, so that errors never carry raw bytes.
+func printable(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] >= 0x7f {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // errTruncated is wrapped when the stream ends inside an opcode.
