@@ -156,28 +156,6 @@ func (s *sums) measures() (rel, cos, snr *float64) {
 	return
 }
 
-// logicalShape returns a tensor's torch shape: its
-// comfy.gguf.orig_shape.<name> when the model records one, else its shape.
-func logicalShape(meta formats.Metadata, name string, shape []int64) []int64 {
-	kv, ok := meta.Get("comfy.gguf.orig_shape." + name)
-	if !ok {
-		return shape
-	}
-	a, ok := kv.Value.(formats.Array)
-	if !ok {
-		return shape
-	}
-	v, ok := a.Values.([]int32)
-	if !ok {
-		return shape
-	}
-	out := make([]int64, len(v))
-	for i, d := range v {
-		out[i] = int64(d)
-	}
-	return out
-}
-
 // Diff compares models a and b tensor by tensor: names only in one of
 // them, shape and type changes, and for every tensor in both the error of
 // b against a, with both dequantized to float32 on the fly (any format
@@ -246,8 +224,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 				p := pairs[i]
 				d := TensorDiff{
 					Name: p.a.Name, TypeA: p.a.TypeName(), TypeB: p.b.TypeName(),
-					ShapeA: logicalShape(a.Metadata(), p.a.Name, p.a.Shape()),
-					ShapeB: logicalShape(b.Metadata(), p.b.Name, p.b.Shape()),
+					ShapeA: p.a.Shape(), ShapeB: p.b.Shape(),
 				}
 				d.ShapeChanged = !slices.Equal(d.ShapeA, d.ShapeB)
 				d.TypeChanged = d.TypeA != d.TypeB

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/sdtool/sdtool/convert"
@@ -139,7 +140,7 @@ func (r *Result) reshaped() int {
 var ErrRequantize = errors.New("input is already quantized")
 
 // OrigShapePrefix is the ComfyUI-GGUF metadata key prefix of a tensor's torch shape.
-const OrigShapePrefix = "comfy.gguf.orig_shape."
+const OrigShapePrefix = dequant.OrigShapePrefix
 
 // Prepare opens the input and builds the plan; every problem in the
 // arguments is found here, before anything is written. The caller closes
@@ -514,7 +515,9 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		}
 		st := s.Tensor
 		out := pipeline.Output{Name: s.Name, Type: t, Shape: c.Shape, Source: &st}
-		if t == s.Tensor.Type && s.Module == nil && (!row.Reshaped || t.Info().BlockSize == 1) {
+		// Raw bytes can be copied when the type is kept and the rows are the
+		// same (any shape for one-element blocks).
+		if t == s.Tensor.Type && s.Module == nil && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
 			out.Producer = pipeline.Copy(b.m, s.Tensor)
 			row.Reason = withCopied(row.Reason)
 		} else {
@@ -700,10 +703,6 @@ func (b *builder) metadata(user [][2]string) {
 	}
 	u32 := func(k string, v uint32) formats.KV { return formats.KV{Key: k, Type: formats.TypeUint32, Value: v} }
 	str := func(k, v string) formats.KV { return formats.KV{Key: k, Type: formats.TypeString, Value: v} }
-	reshaped := map[string]bool{}
-	for _, o := range b.origShape {
-		reshaped[o.name] = true
-	}
 	if preset {
 		if b.res.ComfyArch != "" {
 			set(str("general.architecture", b.res.ComfyArch))
@@ -722,7 +721,8 @@ func (b *builder) metadata(user [][2]string) {
 					k == "general.alignment" || strings.HasPrefix(k, "split.") || strings.HasPrefix(k, "quantize.imatrix.") {
 					continue
 				}
-				if name, ok := strings.CutPrefix(k, OrigShapePrefix); ok && reshaped[name] {
+				if strings.HasPrefix(k, OrigShapePrefix) {
+					// Recomputed below: sources are read with their recorded torch shapes.
 					continue
 				}
 				set(kv)
@@ -736,33 +736,14 @@ func (b *builder) metadata(user [][2]string) {
 			set(formats.KV{Key: "quantize.imatrix.entries_count", Type: formats.TypeInt32, Value: int32(len(b.imp.Entries))})
 			set(formats.KV{Key: "quantize.imatrix.chunks_count", Type: formats.TypeInt32, Value: int32(b.imp.Chunks)})
 		}
-	} else if b.m.Info().Format == "gguf" {
-		// Keep the input's orig_shape records of tensors whose stored shape is kept.
-		for _, kv := range inMeta {
-			if name, ok := strings.CutPrefix(kv.Key, OrigShapePrefix); ok && !reshaped[name] {
-				set(kv)
-			}
-		}
 	}
 	for _, kv := range user {
 		set(str(kv[0], kv[1]))
 	}
 	for _, o := range b.origShape {
 		key := OrigShapePrefix + o.name
-		shape := o.shape
-		// A tensor that was already reshaped in the input keeps its true torch shape.
-		if kv, ok := inMeta.Get(key); ok {
-			if a, ok := kv.Value.(formats.Array); ok {
-				if v, ok := a.Values.([]int32); ok {
-					shape = make([]int64, len(v))
-					for i, d := range v {
-						shape[i] = int64(d)
-					}
-				}
-			}
-		}
-		dims := make([]int32, len(shape))
-		for i, d := range shape {
+		dims := make([]int32, len(o.shape))
+		for i, d := range o.shape {
 			dims[i] = int32(d)
 		}
 		set(formats.KV{Key: key, Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeInt32, Values: dims}})

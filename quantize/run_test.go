@@ -398,3 +398,73 @@ func TestImportanceErrors(t *testing.T) {
 		t.Errorf("combined mean %v %v %v, want 3.25", v, ok, err)
 	}
 }
+
+// TestReshapeConvRoundTrip quantizes the tiny SD1 model with
+// --reshape-conv (conv kernels stored as rows of 256 with
+// comfy.gguf.orig_shape), checks it with Diff (which honours orig_shape),
+// then requantizes that file without the flag: the kernels get their torch
+// shapes back and need no orig_shape.
+func TestReshapeConvRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	rs := filepath.Join(dir, "rs.gguf")
+	var logs bytes.Buffer
+	res := run(t, Options{Input: tinyPath, Output: rs, Type: "Q4_K_M", ReshapeConv: true, Log: logTo(&logs)})
+	if !strings.Contains(logs.String(), "cannot load") {
+		t.Error("no warning that sd.cpp cannot load --reshape-conv output")
+	}
+	n := res.reshaped()
+	if n == 0 {
+		t.Fatal("nothing reshaped")
+	}
+	g := mustOpen(t, rs)
+	var conv string
+	for _, row := range res.Rows {
+		if row.Reshaped && len(row.SourceShape) == 4 {
+			conv = row.Name
+			break
+		}
+	}
+	if ts := find(t, g, conv); len(ts.Shape) != 2 || ts.Shape[1] != 256 {
+		t.Errorf("%s stored as %v", conv, ts.Shape)
+	}
+	if _, ok := g.Metadata().Get(OrigShapePrefix + conv); !ok {
+		t.Errorf("no orig_shape for %s", conv)
+	}
+	d, err := inspect.Diff(mustOpen(t, tinyPath), g, inspect.DiffOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Totals.ShapeChanges != 0 || len(d.Skipped) != 0 || *d.Totals.RelError > 0.05 {
+		t.Errorf("reshaped file: %d shape changes, %d skipped, error %v", d.Totals.ShapeChanges, len(d.Skipped), *d.Totals.RelError)
+	}
+	back := filepath.Join(dir, "back.gguf")
+	br := run(t, Options{Input: rs, Output: back, Type: "Q8_0", AllowRequantize: true, Targets: []string{"sdcpp"}, Strict: true})
+	if br.reshaped() != 0 {
+		t.Errorf("%d tensors still reshaped", br.reshaped())
+	}
+	bg := mustOpen(t, back)
+	if ts := find(t, bg, conv); len(ts.Shape) != 4 {
+		t.Errorf("%s back as %v, want its 4-D torch shape", conv, ts.Shape)
+	}
+	for _, kv := range bg.Metadata() {
+		if strings.HasPrefix(kv.Key, OrigShapePrefix) {
+			t.Errorf("stale %s", kv.Key)
+		}
+	}
+}
+
+// TestQuantizeInterrupted checks that a cancelled run leaves no output and
+// no partial file.
+func TestQuantizeInterrupted(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "x.gguf")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, &Options{Input: tinyPath, Output: out, Type: "Q4_K_M"}); !errors.Is(err, pipeline.ErrInterrupted) {
+		t.Errorf("cancelled run: %v", err)
+	}
+	for _, p := range []string{out, out + pipeline.PartialSuffix} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s exists", p)
+		}
+	}
+}

@@ -38,6 +38,11 @@ type Source struct {
 	// Module is the ComfyUI quantized module the weight belongs to, nil for
 	// plain tensors.
 	Module *convrot.Module
+	// OrigShape is the torch shape a GGUF records for the tensor in
+	// comfy.gguf.orig_shape.<name> (ComfyUI-GGUF's reshaped conv kernels,
+	// folded 5-D tensors), nil when there is none or it does not hold the
+	// same number of elements.
+	OrigShape []int64
 
 	m         formats.Model
 	dec       *convrot.Decoder // modules
@@ -93,7 +98,7 @@ func Open(m formats.Model) (*Model, error) {
 			out.Aux = append(out.Aux, t.Name)
 			continue
 		}
-		s := &Source{Name: t.Name, Tensor: t, m: m}
+		s := &Source{Name: t.Name, Tensor: t, m: m, OrigShape: origShape(m.Metadata(), t)}
 		if mod, ok := modByWeight[t.Name]; ok {
 			s.Module = mod
 			s.unit, s.unitBytes = 1, 1
@@ -127,8 +132,43 @@ func (d *Model) Lookup(name string) (*Source, bool) {
 // Elements returns the number of elements of the tensor.
 func (s *Source) Elements() int64 { return s.Tensor.Elements() }
 
-// Shape returns the tensor's shape in PyTorch order.
-func (s *Source) Shape() []int64 { return s.Tensor.Shape }
+// Shape returns the tensor's logical shape in PyTorch order: OrigShape
+// when the file records one, else the stored shape. The elements are in
+// the same order either way.
+func (s *Source) Shape() []int64 {
+	if s.OrigShape != nil {
+		return s.OrigShape
+	}
+	return s.Tensor.Shape
+}
+
+// OrigShapePrefix is the GGUF metadata key prefix under which ComfyUI-GGUF
+// records a tensor's torch shape (an ARRAY of INT32).
+const OrigShapePrefix = "comfy.gguf.orig_shape."
+
+// origShape reads t's comfy.gguf.orig_shape entry.
+func origShape(meta formats.Metadata, t formats.Tensor) []int64 {
+	kv, ok := meta.Get(OrigShapePrefix + t.Name)
+	if !ok {
+		return nil
+	}
+	a, ok := kv.Value.(formats.Array)
+	if !ok {
+		return nil
+	}
+	v, ok := a.Values.([]int32)
+	if !ok {
+		return nil
+	}
+	out := make([]int64, len(v))
+	for i, d := range v {
+		out[i] = int64(d)
+	}
+	if n, err := formats.Elements(out); err != nil || n != t.Elements() {
+		return nil
+	}
+	return out
+}
 
 // TypeName names the stored type: the ggml or safetensors type name, or
 // the module's format ("int8_convrot", "int8", "fp8_e4m3", "fp8_e5m2").
