@@ -14,8 +14,8 @@ import (
 
 // statChunk is the number of elements the statistics pass of slerp and TIES
 // reads at once: a fixed size, so the sums (and hence the output) do not
-// depend on the pipeline's chunking.
-const statChunk = 1 << 18
+// depend on the pipeline's chunking (a variable so that tests can vary it).
+var statChunk int64 = 1 << 18
 
 // combo produces one merged tensor: it reads A and the peers (B, then C) as
 // float32 through package dequant, combines them element-wise and encodes
