@@ -22,6 +22,8 @@ import (
 	"github.com/sdtool/sdtool/convert"
 	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
+	// PyTorch .ckpt/.pt inputs (restricted unpickler).
+	_ "github.com/sdtool/sdtool/formats/ckpt"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/inspect"
@@ -439,6 +441,9 @@ type builder struct {
 	log  *slog.Logger
 	imp  *Importance
 	arch string
+	// imatrixKey maps a tensor name to the name an imatrix may hold it
+	// under when there is no exact entry (nil: exact names only).
+	imatrixKey func(string) string
 	// origShape records tensors stored with another shape, in output order.
 	origShape []struct {
 		name  string
@@ -531,17 +536,25 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 			var weights []float32
 			rowLen := c.Shape[len(c.Shape)-1]
 			if t.Quantized() && b.imp != nil && codec.UsesWeights {
-				v, ok, err := b.imp.Vector(s.Name, rowLen)
+				key := s.Name
+				v, ok, err := b.imp.Vector(key, rowLen)
+				if !ok && b.imatrixKey != nil {
+					// sd.cpp stores its entries under converted names.
+					if k := b.imatrixKey(s.Name); k != s.Name {
+						key = k
+						v, ok, err = b.imp.Vector(key, rowLen)
+					}
+				}
 				switch {
 				case err != nil && row.Reshaped:
 					w := fmt.Sprintf("tensor %q: %v (reshaped to rows of %d): quantized without it", s.Name, err, rowLen)
 					b.log.Warn(w)
 					b.res.Warnings = append(b.res.Warnings, w)
-					used[s.Name] = true
+					used[key] = true
 				case err != nil:
 					return fmt.Errorf("%s: tensor %q: %v", b.opts.Input, s.Name, err)
 				case ok:
-					weights, row.Imatrix, used[s.Name] = v, true, true
+					weights, row.Imatrix, used[key] = v, true, true
 				default:
 					b.res.ImatrixMissing = append(b.res.ImatrixMissing, s.Name)
 				}
