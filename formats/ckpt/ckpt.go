@@ -16,7 +16,9 @@
 // their leaf key, in pickle order, as stable-diffusion.cpp does. Every
 // tensor must be contiguous; its Offset is the absolute file offset of its
 // bytes, so ReadTensorAt is a plain ReadAt on the file and data is read only
-// on demand.
+// on demand. Element types are the storages' own (DoubleStorage is F64,
+// LongStorage is I64, float8 tensors of newer torch are F8_*); narrowing
+// them as stable-diffusion.cpp does is left to the caller.
 package ckpt
 
 import (

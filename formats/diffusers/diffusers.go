@@ -37,6 +37,9 @@ type Component struct {
 	Prefix string
 	// Required makes a missing component an error.
 	Required bool
+	// Optional components are skipped silently when missing; the others
+	// (neither Required nor Optional) with a warning, as sd.cpp warns.
+	Optional bool
 }
 
 // Components lists the sub-models read, in output order, with sd.cpp's
@@ -46,7 +49,7 @@ var Components = []Component{
 	{Dir: "unet", Stem: "diffusion_pytorch_model", Prefix: "unet.", Required: true},
 	{Dir: "vae", Stem: "diffusion_pytorch_model", Prefix: "vae."},
 	{Dir: "text_encoder", Stem: "model", Prefix: "te."},
-	{Dir: "text_encoder_2", Stem: "model", Prefix: "te.1."},
+	{Dir: "text_encoder_2", Stem: "model", Prefix: "te.1.", Optional: true},
 }
 
 // binStem is the file stem transformers uses for .bin weights
@@ -160,6 +163,9 @@ func Open(dir string) (*Model, error) {
 				m.Close()
 				return nil, fmt.Errorf("%s: %s is missing (an SD/SDXL diffusers folder needs its UNet; transformer-based layouts such as SD3 and Flux are not supported): %w",
 					dir, filepath.Join(c.Dir, c.Stem+".safetensors"), ErrFormat)
+			}
+			if !c.Optional {
+				m.info.Warnings = append(m.info.Warnings, fmt.Sprintf("%s: no %s weights (%s)", dir, c.Dir, filepath.Join(c.Dir, c.Stem+".safetensors")))
 			}
 			continue
 		}
