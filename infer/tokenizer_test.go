@@ -84,11 +84,11 @@ func TestEncodeTiny(t *testing.T) {
 		{"  A\tPHOTO \n\n of a CAT  ", []int{320, 518, 512, 320, 514}},
 		{"", nil},
 		{"   ", nil},
-		{"cat!!", []int{514, 0, 256}}, // "cat</w>" then "!" "!</w>"
-		{"12", []int{16 + 256, 17 + 256}},                                  // digits are split one by one
+		{"cat!!", []int{514, 0, 256}},     // "cat</w>" then "!" "!</w>"
+		{"12", []int{16 + 256, 17 + 256}}, // digits are split one by one
 		{"it's", []int{'i' - '!', 't' - '!' + 256, '\'' - '!', 's' - '!' + 256}},
-		{"é", []int{127, 358}},                // bytes C3 A9, both printable Latin-1
-		{"\x01", []int{189 + 256}},            // a control byte maps above U+0100
+		{"é", []int{127, 358}},     // bytes C3 A9, both printable Latin-1
+		{"\x01", []int{189 + 256}}, // a control byte maps above U+0100
 		{"a<|endoftext|>cat", []int{320, 520, 514}},
 		{"<|startoftext|>", []int{519}},
 		{"cats", []int{513, 't' - '!', 's' - '!' + 256}}, // (ca, t) has no merge: only (ca, t</w>) does
