@@ -223,17 +223,6 @@ func (s *source) read(n int64) ([]byte, error) {
 	return b, nil
 }
 
-func (s *source) skip(n int64) error {
-	if n < 0 || n > s.limit-s.pos {
-		return errTruncated
-	}
-	if _, err := s.r.Discard(int(n)); err != nil {
-		return errTruncated
-	}
-	s.pos += n
-	return nil
-}
-
 func (s *source) line() (string, error) {
 	var b []byte
 	for {
@@ -408,15 +397,17 @@ func (u *unpickler) put(idx uint64) error {
 	if err != nil {
 		return err
 	}
+	// An index stays where it was first stored, even once the dense part
+	// has grown past it, so that it is never counted twice.
+	if _, ok := u.sparse[idx]; ok {
+		u.sparse[idx] = v
+		return nil
+	}
 	if idx < uint64(len(u.memo)) {
 		if !u.memo[idx].set {
 			u.nmemo++
 		}
 		u.memo[idx] = memoEntry{v, true}
-		return nil
-	}
-	if _, ok := u.sparse[idx]; ok {
-		u.sparse[idx] = v
 		return nil
 	}
 	if u.nmemo >= maxMemo {

@@ -2,6 +2,7 @@ package ckpt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"reflect"
 	"testing"
@@ -11,7 +12,7 @@ func load(t *testing.T, b []byte) any {
 	t.Helper()
 	v, _, err := unpickle(newSource(bytes.NewReader(b), 0, int64(len(b))))
 	if err != nil {
-		t.Fatalf("%q: %v", b, err)
+		t.Fatalf("%d-byte stream: %v", len(b), err)
 	}
 	return v
 }
@@ -88,5 +89,25 @@ func TestSourcePosition(t *testing.T) {
 	}
 	if src.pos != int64(len(b)-4) {
 		t.Errorf("position %d, want %d", src.pos, len(b)-4)
+	}
+}
+
+// TestMemoCount: MEMOIZE numbers entries by how many are defined, also when
+// an index first stored far off (sparse) is later covered by the dense part.
+// CPython loads the same stream as (7, 8).
+func TestMemoCount(t *testing.T) {
+	put := func(p []byte, i uint32) []byte { return binary.LittleEndian.AppendUint32(append(p, 'r'), i) }
+	get := func(p []byte, i uint32) []byte { return binary.LittleEndian.AppendUint32(append(p, 'j'), i) }
+	p := put([]byte("\x80\x02K\x09"), 3000) // sparse: far beyond the empty dense part
+	for i := range uint32(3200) {
+		if i != 3000 {
+			p = put(p, i) // the dense part grows past 3000
+		}
+	}
+	p = put(append(p, "0K\x07"...), 3000) // overwrite: still 3200 entries
+	p = append(p, "0K\x08\x940"...)       // MEMOIZE stores at 3200
+	p = append(get(get(p, 3000), 3200), "\x86."...)
+	if got := load(t, p); !reflect.DeepEqual(got, pyTuple{int64(7), int64(8)}) {
+		t.Errorf("got %#v", got)
 	}
 }
