@@ -361,3 +361,24 @@ func TestRecipeShardedInput(t *testing.T) {
 		t.Errorf("sharded: %q", names)
 	}
 }
+
+// A read error during the run (an input truncated after planning) removes
+// the partial output.
+func TestRecipeReadErrorLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	src := write(t, filepath.Join(dir, "a.safetensors"), nil, tF32("w", []int64{1024}, ramp(1024, 1)))
+	r := recipeFile(t, dir, `{"sources": [{"path": "a.safetensors", "include": ["."]}]}`)
+	out := filepath.Join(dir, "o.safetensors")
+	p, err := PlanRecipe(r, out, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	st, _ := os.Stat(src)
+	if err := os.Truncate(src, st.Size()-100); err != nil {
+		t.Fatal(err)
+	}
+	err = p.Run(context.Background(), Options{Threads: 1})
+	wantErr(t, err, "o.safetensors", `tensor "w"`)
+	noOutput(t, out)
+}

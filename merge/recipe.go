@@ -25,7 +25,8 @@ type Recipe struct {
 	Metadata map[string]string
 }
 
-// Source is one input file of a recipe and its selection rules.
+// Source is one input file of a recipe and its selection rules; its
+// patterns are compiled by ParseRecipe, so Sources come from a parsed Recipe.
 type Source struct {
 	// Path is the input file as written in the recipe.
 	Path string

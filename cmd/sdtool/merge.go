@@ -79,7 +79,11 @@ func runMerge(c *cli.Context) error {
 	case recipe != "":
 		for _, f := range []string{"a", "b", "c", "alpha", "alpha-rules", "density", "drop-p", "seed", "allow-missing"} {
 			if c.IsSet(f) {
-				return fmt.Errorf("merge: --%s is for arithmetic merges (--method), not --recipe", f)
+				dash := "--"
+				if len(f) == 1 {
+					dash = "-"
+				}
+				return fmt.Errorf("merge: %s%s is for arithmetic merges (--method), not --recipe", dash, f)
 			}
 		}
 		r, err := merge.LoadRecipe(recipe)

@@ -1,0 +1,28 @@
+package merge
+
+import "testing"
+
+// FuzzParseRecipe checks that no input makes the recipe parser panic, and
+// that what it accepts satisfies the rules it enforces.
+func FuzzParseRecipe(f *testing.F) {
+	f.Add([]byte(issueRecipe))
+	f.Add([]byte(`{"sources": [{"path": "a", "include": ["x"], "rename": [["a(\\d)", "$1"]], "prefix": "p", "strip_prefix": "s"}], "metadata": {"k": "v"}}`))
+	f.Add([]byte(`{"sources": [{"path": "a", "include": []}]}`))
+	f.Add([]byte(`[1, {"a": null}, "x", true, 1e400]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := ParseRecipe("fuzz.json", data)
+		if err != nil {
+			return
+		}
+		if len(r.Sources) == 0 {
+			t.Fatal("accepted a recipe without sources")
+		}
+		for i, s := range r.Sources {
+			if s.Path == "" || len(s.Include) == 0 || len(s.include) != len(s.Include) || len(s.exclude) != len(s.Exclude) {
+				t.Fatalf("source %d accepted incomplete: %+v", i, s)
+			}
+			_ = s.Selects("x.weight")
+			_ = s.OutputName("x.weight")
+		}
+	})
+}
