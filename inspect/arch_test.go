@@ -138,6 +138,10 @@ func TestDetect(t *testing.T) {
 			{"clip_g", KindTextEncoder, "", "text_encoders.clip_g.transformer."}}},
 		{"narrow clip without a hint", ts("text_model.encoder.layers.0.mlp.fc1.weight", s(256, 64)), "clip", []comp{
 			{"clip", KindTextEncoder, "", ""}}},
+		{"synth t5xxl", synthTensors(t, synth.Spec{Arch: "t5xxl"}), "t5xxl", []comp{{"t5xxl", KindTextEncoder, "", ""}}},
+		{"synth clip_l", synthTensors(t, synth.Spec{Arch: "clip_l"}), "clip_l", []comp{{"clip_l", KindTextEncoder, "", ""}}},
+		{"synth vae", synthTensors(t, synth.Spec{Arch: "vae"}), "vae", []comp{{"vae", KindVAE, "4ch", ""}}},
+		{"synth sd1 unet", synthTensors(t, synth.Spec{Arch: "sd1_unet"}), "sd1", []comp{{"sd1", KindDiffusion, "", ""}}},
 		{"unknown", ts("foo.weight", s(3, 3), "bar.bias", s(3)), "unknown", nil},
 	}
 	for _, c := range cases {

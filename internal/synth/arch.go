@@ -57,6 +57,13 @@ type wanConfig struct {
 	Dim, FFN, Layers, HeadDim, In, Out, TextDim, FreqDim int
 }
 
+// t5Config describes a T5 v1.1 encoder (T5EncoderModel naming).
+type t5Config struct {
+	Model, FF, Layers, Vocab, Heads, Buckets int
+}
+
+var t5xxl = t5Config{Model: 4096, FF: 10240, Layers: 24, Vocab: 32128, Heads: 64, Buckets: 32}
+
 // component is one part of a checkpoint: a name prefix and a builder.
 type component struct {
 	prefix string
@@ -130,6 +137,32 @@ var archs = map[string]archDef{
 		doc: "Flux.1-dev diffusion model as released (no prefix)",
 		parts: func(s scaler) []component {
 			return []component{{"", "diffusion", s.flux(fluxDev).build}}
+		},
+	},
+	"sd1_unet": {
+		doc: "SD 1.x UNet alone, unprefixed (a --diffusion-model file)",
+		parts: func(s scaler) []component {
+			unet := s.unet(sd1UNet)
+			unet.ctx = s.clip(clipL, "text").Hidden
+			return []component{{"", "diffusion", unet.build}}
+		},
+	},
+	"vae": {
+		doc: "SD/SDXL VAE alone, unprefixed (a --vae file)",
+		parts: func(s scaler) []component {
+			return []component{{"", "vae", s.vae(sd1VAE).build}}
+		},
+	},
+	"clip_l": {
+		doc: "CLIP-L text encoder alone (Hugging Face CLIPTextModel names under text_model.)",
+		parts: func(s scaler) []component {
+			return []component{{"text_model.", "text", s.clip(clipL, "text").buildHF}}
+		},
+	},
+	"t5xxl": {
+		doc: "T5-XXL v1.1 encoder alone (T5EncoderModel names: shared., encoder.block.N.)",
+		parts: func(s scaler) []component {
+			return []component{{"", "text", s.t5(t5xxl).build}}
 		},
 	},
 	"wan": {
@@ -229,6 +262,17 @@ func (s scaler) clip(c clipConfig, kind string) clipConfig {
 	// embedding keeps roughly its share of the parameters.
 	f := s.scale(kind)
 	c.Vocab = max(64, 1<<int(math.Round(math.Log2(float64(c.Vocab)*f*f))))
+	return c
+}
+
+func (s scaler) t5(c t5Config) t5Config {
+	c.Layers = s.depth(c.Layers)
+	if f := s.scale("text"); f != 1 {
+		c.Model = s.width(c.Model, "text")
+		c.FF = s.width(c.FF, "text")
+		c.Heads = max(1, s.width(c.Heads, "text"))
+		c.Vocab = max(64, 1<<int(math.Round(math.Log2(float64(c.Vocab)*f*f))))
+	}
 	return c
 }
 
@@ -487,6 +531,26 @@ func (c clipConfig) buildOpenCLIP(b *builder) {
 	b.norm("ln_final", c.Hidden)
 	b.add("text_projection", InitWeight, c.Hidden, c.Hidden)
 	b.add("logit_scale", InitOne)
+}
+
+// build expands a T5 encoder; block 0 holds the relative attention bias.
+func (c t5Config) build(b *builder) {
+	b.add("shared.weight", InitWeight, c.Vocab, c.Model)
+	for i := 0; i < c.Layers; i++ {
+		p := "encoder.block." + itoa(i) + ".layer."
+		for _, n := range []string{"q", "k", "v", "o"} {
+			b.linear(p+"0.SelfAttention."+n, c.Model, c.Model, false)
+		}
+		if i == 0 {
+			b.add(p+"0.SelfAttention.relative_attention_bias.weight", InitWeight, c.Buckets, c.Heads)
+		}
+		b.add(p+"0.layer_norm.weight", InitOne, c.Model)
+		b.linear(p+"1.DenseReluDense.wi_0", c.FF, c.Model, false)
+		b.linear(p+"1.DenseReluDense.wi_1", c.FF, c.Model, false)
+		b.linear(p+"1.DenseReluDense.wo", c.Model, c.FF, false)
+		b.add(p+"1.layer_norm.weight", InitOne, c.Model)
+	}
+	b.add("encoder.final_layer_norm.weight", InitOne, c.Model)
 }
 
 // build expands the Flux DiT (BFL reference naming).

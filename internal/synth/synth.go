@@ -1,6 +1,6 @@
 // Package synth generates synthetic checkpoints with the real tensor names
 // and shapes of diffusion-model architectures (Stable Diffusion 1.x, SDXL,
-// Flux, Wan) at a chosen scale, filled with deterministic pseudo-random
+// Flux, Wan, and the SD1 UNet, VAE, CLIP-L and T5-XXL alone) at a chosen scale, filled with deterministic pseudo-random
 // data. Tests and benchmarks use it to get realistic files of any size; the
 // data is produced on the fly, so multi-gigabyte outputs take bounded memory.
 package synth
@@ -17,7 +17,8 @@ import (
 
 // Spec selects what to generate.
 type Spec struct {
-	// Arch is an architecture name from Archs ("sd1", "sdxl", "flux", "wan").
+	// Arch is an architecture name from Archs ("sd1", "sdxl", "flux", "wan",
+	// "sd1_unet", "vae", "clip_l", "t5xxl").
 	Arch string
 	// Scale multiplies the widths of the diffusion model (0 or 1: real
 	// size). Scaled widths are rounded to the nearest power of two, at

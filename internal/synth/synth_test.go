@@ -32,6 +32,10 @@ func TestFullSizeParams(t *testing.T) {
 		{"sdxl", "conditioner.embedders.1.", 694_659_840 + 1}, // + logit_scale
 		{"flux", "", 11_901_408_320},
 		{"wan", "", 1_418_996_800},
+		{"sd1_unet", "", 859_520_964},
+		{"vae", "", 83_653_863},
+		{"clip_l", "", 123_060_480},
+		{"t5xxl", "", 4_762_310_656},
 	}
 	for _, c := range cases {
 		ts, err := Tensors(Spec{Arch: c.arch})
