@@ -286,6 +286,9 @@ type condRef struct{ r, c int }
 var (
 	uniqRE   []*regexp.Regexp
 	uniqRefs [][]condRef
+	// uniqLit is the literal text an anchored regexp's match must start
+	// with: a cheap test that rejects most names before the regexp runs.
+	uniqLit []string
 )
 
 func init() {
@@ -298,6 +301,11 @@ func init() {
 				idx[c.re.String()] = k
 				uniqRE = append(uniqRE, c.re)
 				uniqRefs = append(uniqRefs, nil)
+				lit := ""
+				if strings.HasPrefix(c.re.String(), "^") {
+					lit, _ = c.re.LiteralPrefix()
+				}
+				uniqLit = append(uniqLit, lit)
 			}
 			uniqRefs[k] = append(uniqRefs[k], condRef{i, j})
 		}
@@ -315,7 +323,7 @@ func detectGroup(g *group) []*rule {
 	for _, t := range g.tensors {
 		name := strings.TrimPrefix(t.Name, g.prefix)
 		for k, re := range uniqRE {
-			if !re.MatchString(name) {
+			if !strings.HasPrefix(name, uniqLit[k]) || !re.MatchString(name) {
 				continue
 			}
 			for _, ref := range uniqRefs[k] {

@@ -306,3 +306,11 @@ func sampleName(re string) (string, bool) {
 	}
 	return string(b), true
 }
+
+func BenchmarkDetectSDXL(b *testing.B) {
+	d, _ := synth.Descriptors(synth.Spec{Arch: "sdxl"})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		Detect(d)
+	}
+}
