@@ -95,7 +95,7 @@ func quantizeBlockIQ4XS(y *[iq4XSBytes]byte, x, qw *[qkBlock]float32) {
 	for _, v := range x {
 		sigma2 += float32(v * v)
 	}
-	sigma2 *= 2.0 / qkBlock
+	sigma2 = float32(sigma2 * (2.0 / qkBlock)) // rounded, so that it cannot fuse into sigma2+x^2
 	var scales [8]float32
 	var weight [32]float32
 	var maxScale, amaxScale float32
@@ -104,7 +104,7 @@ func quantizeBlockIQ4XS(y *[iq4XSBytes]byte, x, qw *[qkBlock]float32) {
 		if qw != nil {
 			wb := (*[32]float32)(qw[32*ib:])
 			for j, v := range xb {
-				weight[j] = wb[j] * cSqrtf(sigma2+float32(v*v))
+				weight[j] = float32(wb[j] * cSqrtf(sigma2+float32(v*v)))
 			}
 		} else {
 			for j, v := range xb {
@@ -161,7 +161,7 @@ func quantizeBlockIQ4XS(y *[iq4XSBytes]byte, x, qw *[qkBlock]float32) {
 	sl := (*[4]byte)(y[4:8])
 	qs := (*[128]byte)(y[8:])
 	for ib := range 8 {
-		l := clampInt32(cNearestInt(id*scales[ib]), -32, 31)
+		l := clampInt32(cNearestInt(float32(id*scales[ib])), -32, 31)
 		dl := d * float32(l)
 		var idl float32
 		if dl != 0 {

@@ -62,7 +62,7 @@ func quantizeBlockQ2KRef(y *[q2KBytes]byte, x *[qkBlock]float32) {
 	if maxScale > 0 {
 		iscale := 15 / maxScale
 		for j := range sc {
-			sc[j] = uint8(cNearestInt(iscale * scales[j]))
+			sc[j] = uint8(cNearestInt(float32(iscale * scales[j])))
 		}
 		d = putF16(y[80:82], maxScale/15)
 	} else {
@@ -72,7 +72,7 @@ func quantizeBlockQ2KRef(y *[q2KBytes]byte, x *[qkBlock]float32) {
 	if maxMin > 0 {
 		iscale := 15 / maxMin
 		for j := range sc {
-			sc[j] |= uint8(cNearestInt(iscale*mins[j]) << 4)
+			sc[j] |= uint8(cNearestInt(float32(iscale*mins[j])) << 4)
 		}
 		dmin = putF16(y[82:84], maxMin/15)
 	} else {
@@ -93,12 +93,12 @@ func quantizeBlockQ2KImpl(y *[q2KBytes]byte, x, qw *[qkBlock]float32) {
 	for _, v := range x {
 		sumX2 += float32(v * v)
 	}
-	sigma2 := sumX2 / qkBlock
+	sigma2 := float32(sumX2 / qkBlock) // rounded: the compiler may turn /256 into a fusable *2^-8
 	for j := range 16 {
 		xb := (*[16]float32)(x[16*j:])
 		wb := (*[16]float32)(qw[16*j:])
 		for l, v := range xb {
-			weight[l] = wb[l] * cSqrtf(sigma2+float32(v*v))
+			weight[l] = float32(wb[l] * cSqrtf(sigma2+float32(v*v)))
 		}
 		var s float32
 		for _, w := range weight {
@@ -128,7 +128,7 @@ func requantQ2K(L *[qkBlock]uint8, x *[qkBlock]float32, sc *[16]byte, d, dmin fl
 		if dl == 0 {
 			continue
 		}
-		m := dmin * float32(s>>4)
+		m := float32(dmin * float32(s>>4))
 		xb := (*[16]float32)(x[16*j:])
 		lb := (*[16]uint8)(L[16*j:])
 		for i, v := range xb {
@@ -147,7 +147,7 @@ func dequantizeQ2K(dst []float32, src []byte) {
 		// Sub-block s covers elements 16*s..16*s+15; its levels sit in byte
 		// 32*(s/8) + 16*(s%2) + l at bit 2*((s/2)%4).
 		for s := range 16 {
-			dl, ml := d*float32(sc[s]&0xf), dmin*float32(sc[s]>>4)
+			dl, ml := d*float32(sc[s]&0xf), float32(dmin*float32(sc[s]>>4))
 			q := (*[16]byte)(b[16+32*(s/8)+16*(s%2):])
 			shift := uint(2 * ((s / 2) % 4))
 			o := (*[16]float32)(y[16*s:])

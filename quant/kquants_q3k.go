@@ -32,7 +32,7 @@ func quantizeQ3K(dst []byte, src, weights []float32) {
 			if maxScale != 0 {
 				iscale := -32 / maxScale
 				for j := range 16 {
-					l := int8(cNearestInt(iscale * scales[j]))
+					l := int8(cNearestInt(float32(iscale * scales[j])))
 					putScaleQ3K(sc, j, uint8(max(-32, min(31, l))+32))
 				}
 				d = putF16(y[108:110], 1/iscale)
@@ -48,14 +48,14 @@ func quantizeQ3K(dst []byte, src, weights []float32) {
 			for _, v := range x {
 				sumX2 += float32(v * v)
 			}
-			sigma2 := 2 * sumX2 / qkBlock
+			sigma2 := float32(2 * sumX2 / qkBlock) // rounded: /256 may become a fusable *2^-8
 			var weight [16]float32
 			var sw, scales [16]float32
 			for j := range 16 {
 				xb := (*[16]float32)(x[16*j:])
 				wb := (*[16]float32)(qw[16*j:])
 				for l, v := range xb {
-					weight[l] = wb[l] * cSqrtf(sigma2+float32(v*v))
+					weight[l] = float32(wb[l] * cSqrtf(sigma2+float32(v*v)))
 				}
 				var s float32
 				for _, w := range weight {

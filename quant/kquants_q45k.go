@@ -46,7 +46,7 @@ func requantK4(L *[qkBlock]uint8, x *[qkBlock]float32, q *[12]byte, d, dmin floa
 		if dl == 0 {
 			continue
 		}
-		dm := dmin * float32(m)
+		dm := float32(dmin * float32(m))
 		xb := (*[32]float32)(x[32*j:])
 		lb := (*[32]uint8)(L[32*j:])
 		for i, v := range xb {
@@ -76,8 +76,8 @@ func scalesK4Ref(scales, mins *[8]float32, ls, lm *[8]uint8) (d, dmin float32) {
 		invMin = 63 / maxMin
 	}
 	for j := range 8 {
-		ls[j] = min(63, uint8(cNearestInt(invScale*scales[j])))
-		lm[j] = min(63, uint8(cNearestInt(invMin*mins[j])))
+		ls[j] = min(63, uint8(cNearestInt(float32(invScale*scales[j]))))
+		lm[j] = min(63, uint8(cNearestInt(float32(invMin*mins[j]))))
 	}
 	return maxScale / 63, maxMin / 63
 }
@@ -108,7 +108,7 @@ func searchK4Impl(x, qw *[qkBlock]float32, L *[qkBlock]uint8, ls, lm *[8]uint8, 
 	for _, v := range x {
 		sumX2 += float32(v * v)
 	}
-	sigma2 := 2 * sumX2 / qkBlock
+	sigma2 := float32(2 * sumX2 / qkBlock) // rounded: /256 may become a fusable *2^-8
 	var weights [32]float32
 	var sw, scales, mins [8]float32
 	for j := range 8 {
@@ -116,7 +116,7 @@ func searchK4Impl(x, qw *[qkBlock]float32, L *[qkBlock]uint8, ls, lm *[8]uint8, 
 		wb := (*[32]float32)(qw[32*j:])
 		var sumW float32
 		for l, v := range xb {
-			w := wb[l] * cSqrtf(sigma2+float32(v*v))
+			w := float32(wb[l] * cSqrtf(sigma2+float32(v*v)))
 			weights[l] = w
 		}
 		for _, w := range weights {
@@ -171,9 +171,9 @@ func dequantizeQ4K(dst []float32, src []byte) {
 		q := (*[12]byte)(b[4:16])
 		for j := 0; j < 4; j++ {
 			sc, m := scaleMinK4(2*j, q)
-			d1, m1 := d*float32(sc), dmin*float32(m)
+			d1, m1 := d*float32(sc), float32(dmin*float32(m))
 			sc, m = scaleMinK4(2*j+1, q)
-			d2, m2 := d*float32(sc), dmin*float32(m)
+			d2, m2 := d*float32(sc), float32(dmin*float32(m))
 			qs := (*[32]byte)(b[16+32*j:])
 			lo := (*[32]float32)(y[64*j:])
 			hi := (*[32]float32)(y[64*j+32:])
@@ -246,9 +246,9 @@ func dequantizeQ5K(dst []float32, src []byte) {
 		u1, u2 := uint8(1), uint8(2)
 		for j := 0; j < 4; j++ {
 			sc, m := scaleMinK4(2*j, q)
-			d1, m1 := d*float32(sc), dmin*float32(m)
+			d1, m1 := d*float32(sc), float32(dmin*float32(m))
 			sc, m = scaleMinK4(2*j+1, q)
-			d2, m2 := d*float32(sc), dmin*float32(m)
+			d2, m2 := d*float32(sc), float32(dmin*float32(m))
 			qs := (*[32]byte)(b[48+32*j:])
 			lo := (*[32]float32)(y[64*j:])
 			hi := (*[32]float32)(y[64*j+32:])

@@ -48,7 +48,7 @@ func quantizeBlockQ6K(y *[q6KBytes]byte, x, qw *[qkBlock]float32) {
 	d := putF16(y[208:210], 1/iscale)
 	sc := (*[16]byte)(y[192:208])
 	for ib := range sc {
-		sc[ib] = uint8(int8(min(127, cNearestInt(iscale*scales[ib]))))
+		sc[ib] = uint8(int8(min(127, cNearestInt(float32(iscale*scales[ib])))))
 	}
 	for j, s := range sc {
 		dl := d * float32(int8(s))

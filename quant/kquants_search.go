@@ -145,8 +145,8 @@ func qxLevels2(x []float32, la, lb []uint32, ia, ib, amax float32, nmax int32, m
 		return da != 0, db != 0
 	}
 	for i, v := range x {
-		a := uint32(magicBits + clampInt32(cNearestInt(ia*v), -nmax, nmax-1))
-		b := uint32(magicBits + clampInt32(cNearestInt(ib*v), -nmax, nmax-1))
+		a := uint32(magicBits + clampInt32(cNearestInt(float32(ia*v)), -nmax, nmax-1))
+		b := uint32(magicBits + clampInt32(cNearestInt(float32(ib*v)), -nmax, nmax-1))
 		da |= a ^ lb[i]
 		db |= a ^ b
 		la[i], lb[i] = a, b
@@ -191,7 +191,7 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 	iscale := float32(-nmax) / vmax
 	var sumlx, suml2 float32
 	for i, v := range x {
-		l := clampInt32(cNearestInt(iscale*v), -nmax, nmax-1)
+		l := clampInt32(cNearestInt(float32(iscale*v)), -nmax, nmax-1)
 		L[i] = int8(l)
 		fl := float32(l)
 		w := float32(v * v)
@@ -297,7 +297,7 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 	scale = 1 / iscale
 	var bestErr float32
 	for i, v := range x {
-		l := clampInt32(cNearestInt(iscale*xm[i]), 0, nmax)
+		l := clampInt32(cNearestInt(float32(iscale*xm[i])), 0, nmax)
 		L[i] = uint8(l)
 		diff := float32(scale*float32(l)) + vmin - v
 		if useMad {
@@ -435,8 +435,8 @@ func qkxLevels2(xm []float32, la, lb []uint32, ia, ib, xmMax float32, nmax int32
 		return da != 0, db != 0
 	}
 	for i, v := range xm {
-		a := magicBits + uint32(clampInt32(cNearestInt(ia*v), 0, nmax))
-		b := magicBits + uint32(clampInt32(cNearestInt(ib*v), 0, nmax))
+		a := magicBits + uint32(clampInt32(cNearestInt(float32(ia*v)), 0, nmax))
+		b := magicBits + uint32(clampInt32(cNearestInt(float32(ib*v)), 0, nmax))
 		da |= a ^ lb[i]
 		db |= a ^ b
 		la[i], lb[i] = a, b
@@ -556,7 +556,7 @@ func makeQpQuants(nmax int32, x []float32, L []uint8, qw []float32) float32 {
 	fn := float32(nmax)
 	iscale := fn / vmax
 	for i, v := range x {
-		L[i] = uint8(cNearestInt(iscale * v))
+		L[i] = uint8(cNearestInt(float32(iscale * v)))
 	}
 	scale := 1 / iscale
 	var bestMSE float32
@@ -572,7 +572,7 @@ func makeQpQuants(nmax int32, x []float32, L []uint8, qw []float32) float32 {
 		scaleIs := 1 / iscaleIs
 		var mse float32
 		for i, v := range x {
-			l := min(nmax, cNearestInt(iscaleIs*v))
+			l := min(nmax, cNearestInt(float32(iscaleIs*v)))
 			diff := v - float32(scaleIs*float32(l))
 			mse += float32(float32(qw[i]*diff) * diff)
 		}
@@ -583,7 +583,7 @@ func makeQpQuants(nmax int32, x []float32, L []uint8, qw []float32) float32 {
 	}
 	var sumlx, suml2 float32
 	for i, v := range x {
-		l := min(nmax, cNearestInt(iscale*v))
+		l := min(nmax, cNearestInt(float32(iscale*v)))
 		L[i] = uint8(l)
 		fl := float32(l)
 		w := qw[i]

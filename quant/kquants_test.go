@@ -15,21 +15,30 @@ import (
 var kquantTypes = []formats.DType{formats.Q2_K, formats.Q3_K, formats.Q4_K, formats.Q5_K, formats.Q6_K, formats.IQ4_XS}
 
 // kquantGoldenInput is a fixed input for the golden digests: 8 rows of 512
-// Gaussian values (a few large), and an importance vector over four decades.
+// roughly Gaussian values (a few twelve times larger) and an importance
+// vector spanning 1/64..64. It is built from integer randomness with exact
+// float operations only (math/rand's NormFloat64 and math.Pow may round
+// differently across platforms), so it is the same everywhere.
 func kquantGoldenInput() (src []float32, nPerRow int, weights []float32) {
 	const n, rows = 512, 8
 	r := rand.New(rand.NewPCG(0x6b71, 0x7561))
 	src = make([]float32, n*rows)
 	for i := range src {
-		v := r.NormFloat64()
+		// A sum of 12 uniform 20-bit integers minus its mean (Irwin-Hall,
+		// variance 1 in units of 2^20) is exact in float32.
+		var s int32
+		for range 12 {
+			s += int32(r.Uint32() >> 12)
+		}
+		v := float32(s-6<<20) * 0x1p-20
 		if i%97 == 0 {
 			v *= 12
 		}
-		src[i] = float32(v)
+		src[i] = v
 	}
 	weights = make([]float32, n)
 	for i := range weights {
-		weights[i] = float32(math.Pow(10, 4*r.Float64()-2))
+		weights[i] = float32(1+r.IntN(4096)) / 64
 	}
 	return src, n, weights
 }
@@ -40,18 +49,18 @@ func kquantGoldenInput() (src []float32, nPerRow int, weights []float32) {
 // ggml; here they let a build without cgo, or on a platform where Go may
 // fuse multiply-adds, prove that it still writes ggml's bytes.
 var kquantGolden = map[string]string{
-	"q2_K/ref":       "0850fbf72452cb1fb33457c62aca84a38706dc3853cc889f367a7bf44fb9abc2",
-	"q2_K/imatrix":   "9f432be9832ab30828dd210f01289bb86d6dff46ebc34626f4e73050f15c4986",
-	"q3_K/ref":       "9f129201d936b4444d6a03b30ba105312edfc01730a05b1d5a1822ec5afe3379",
-	"q3_K/imatrix":   "ae5081d8a59d7e539f667c8317cc984d331a61fdde1a32900893bccec11caf00",
-	"q4_K/ref":       "1cb97dc21242719213375ec54147a796c1434512a0142c354c4a44117e8dd64f",
-	"q4_K/imatrix":   "fa6ad26f9a13d8d32684285b6a04abf8a351f39164f26f42dc13b0d6150ab730",
-	"q5_K/ref":       "69bf0d8fc759a46f43467577a9075f089596ea0e37820e69a8b28406c431c02f",
-	"q5_K/imatrix":   "297b799dae3eff074c93a02a64c435d3705d72ca0782c61b88e3793d1b1cdb4c",
-	"q6_K/ref":       "2610453c6329c7a2cf684ee539b3eeb72a5a91e611932823d23c8fa29256c323",
-	"q6_K/imatrix":   "0586258e6f727a28d431ce368e377786145b1ee9038cb7326003baa7f2f22858",
-	"iq4_xs/ref":     "100dce4095786002ccfcede98114dd5c86ba5524d3a5ac0a1680498c77d2058b",
-	"iq4_xs/imatrix": "d714fa8dce0e0ea7371c9f6ca0adde6173555bfaf769d32177c6db5a0ddf4605",
+	"q2_K/ref":       "f148c7c872bec736758a328a738ccf3bb6e77bc0fcf98ee8a8740363b23b75c6",
+	"q2_K/imatrix":   "cdd0141c0efbddb0dcbd9b5e29320f433a7fc7319430218d737e7bc5ea8c71e1",
+	"q3_K/ref":       "bf1e3fb22df764deb5491f4d4be2f7245b35fdcf5f157f5a9620d50068690afd",
+	"q3_K/imatrix":   "a8f1814e4f172e163e22e11bfca957fdc50f526267fab8164b43eb4f7d81cdf6",
+	"q4_K/ref":       "b5e8b0e937b999354416586f7ff1641210071fc7c558295617016815089dfa96",
+	"q4_K/imatrix":   "d9ab2b1e6b6524ac73de3048bdb7e5989b193aa17439fb46113898707dd9d019",
+	"q5_K/ref":       "8e9b22d5b906de14508ade797172c2019e74bb3addc35a687b196f88b0c99020",
+	"q5_K/imatrix":   "d2a1863631035d801576a478acd9e5d0ee08af815760490cb3322d07b6c19f54",
+	"q6_K/ref":       "173a948d5caef19b9c2e09910224fc1177d15a87ad3a903d8e89e0662a37a849",
+	"q6_K/imatrix":   "725cd0beddc8ba7e3876a2a36ebd549c9455d62108f4e4e790318c600ca6c219",
+	"iq4_xs/ref":     "e44557e10eb0b005014c9655f7327a81c6a6316e99e0701a4eef9f18f3b0b7d8",
+	"iq4_xs/imatrix": "68ae651e6ef4e8d5ac0aef7534fe44c640c41572246ca71c4b3d442992718b23",
 }
 
 func digest(b []byte) string {
