@@ -105,12 +105,17 @@ func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 		if m == nil {
 			continue
 		}
+		prefix := c.Prefix
+		if m.Info().Format == "diffusers" {
+			// sd.cpp names diffusers components itself (unet., vae., te.) and ignores the flag's prefix.
+			prefix = ""
+		}
 		for _, t := range orderedTensors(m) {
 			if Unused(t.Name) {
 				warnings = append(warnings, Skipped{t.File, t.Name, "unused by sd.cpp, dropped", true})
 				continue
 			}
-			src, skip, err := newSource(m, t, c.Prefix)
+			src, skip, err := newSource(m, t, prefix)
 			if err != nil {
 				return nil, warnings, err
 			}
@@ -141,10 +146,32 @@ func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 // other formats keep file order.
 func orderedTensors(m formats.Model) []formats.Tensor {
 	list := append([]formats.Tensor(nil), m.Tensors()...)
-	if m.Info().Format != "safetensors" {
-		return list
+	switch m.Info().Format {
+	case "safetensors":
+		// One sorted weight map; shards in order of first appearance in it.
+		sort.SliceStable(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+		groupByFile(list)
+	case "diffusers":
+		// Components in load order (unet, vae, te, te.1), each file sorted
+		// like any safetensors file.
+		groupByFile(list)
+		for start := 0; start < len(list); {
+			end := start
+			for end < len(list) && list[end].File == list[start].File {
+				end++
+			}
+			if strings.HasSuffix(list[start].File, ".safetensors") {
+				seg := list[start:end]
+				sort.SliceStable(seg, func(i, j int) bool { return seg[i].Name < seg[j].Name })
+			}
+			start = end
+		}
 	}
-	sort.SliceStable(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	return list
+}
+
+// groupByFile stable-sorts tensors by the first position of their file.
+func groupByFile(list []formats.Tensor) {
 	firstSeen := map[string]int{}
 	for i, t := range list {
 		if _, ok := firstSeen[t.File]; !ok {
@@ -152,7 +179,6 @@ func orderedTensors(m formats.Model) []formats.Tensor {
 		}
 	}
 	sort.SliceStable(list, func(i, j int) bool { return firstSeen[list[i].File] < firstSeen[list[j].File] })
-	return list
 }
 
 func newSource(m formats.Model, t formats.Tensor, prefix string) (Source, string, error) {
