@@ -25,6 +25,9 @@ const (
 	SDCppMaxName = 159
 )
 
+// MaxGGMLDims is the most dims ggml's GGUF reader accepts.
+const MaxGGMLDims = 4
+
 // maxComfyQuantBytes bounds how much of a comfy_quant marker is read.
 const maxComfyQuantBytes = 1 << 16
 
@@ -70,6 +73,8 @@ type Summary struct {
 	ComfyQuant []ComfyQuant `json:"comfy_quant"`
 	// LongNames counts names that some GGUF readers refuse.
 	LongNames LongNames `json:"long_names"`
+	// HighRank lists tensors with more than 4 dims, which ggml's GGUF reader refuses.
+	HighRank []string `json:"high_rank_tensors"`
 	// Filter holds the filter regexps given.
 	Filter []string `json:"filter"`
 	// Matched is the number of tensors matching the filters.
@@ -166,6 +171,7 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		Types:      []TypeStat{},
 		ComfyQuant: []ComfyQuant{},
 		Filter:     []string{},
+		HighRank:   []string{},
 		Tensors:    []TensorSummary{},
 	}
 	s.LongNames.Names = []string{}
@@ -201,6 +207,9 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 			}
 		}
 		s.LongNames.Longest = max(s.LongNames.Longest, len(t.Name))
+		if len(t.Shape) > MaxGGMLDims {
+			s.HighRank = append(s.HighRank, t.Name)
+		}
 		if strings.HasSuffix(t.Name, ".comfy_quant") {
 			s.ComfyQuant = append(s.ComfyQuant, readComfyQuant(m, t))
 		}

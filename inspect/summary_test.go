@@ -59,6 +59,7 @@ func newFake() *fakeModel {
 			mk("broken.comfy_quant", formats.U8, 3),
 			mk(long, formats.F16, 4, 4),
 			mk(strings.Repeat("y", 70), formats.F16, 2),
+			mk("patch_embedding.weight", formats.F16, 8, 4, 1, 2, 2),
 		},
 		meta: formats.Metadata{
 			{Key: "general.architecture", Type: formats.TypeString, Value: "flux"},
@@ -81,7 +82,10 @@ func TestSummarize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.TensorCount != 7 || s.Architecture.Name != "flux" || s.Version != 3 || s.Alignment != 32 {
+	if len(s.HighRank) != 1 || s.HighRank[0] != "patch_embedding.weight" {
+		t.Errorf("high-rank tensors %q", s.HighRank)
+	}
+	if s.TensorCount != 8 || s.Architecture.Name != "flux" || s.Version != 3 || s.Alignment != 32 {
 		t.Errorf("count %d arch %q version %d alignment %d", s.TensorCount, s.Architecture.Name, s.Version, s.Alignment)
 	}
 	var params, bytes int64
@@ -119,17 +123,17 @@ func TestSummarize(t *testing.T) {
 	if ln := s.LongNames; ln.Count != 2 || ln.OverComfyGGUF != 1 || ln.OverSDCpp != 0 || ln.Longest != 149 {
 		t.Errorf("long names %+v", ln)
 	}
-	if len(s.Tensors) != 7 || s.Tensors[0].Shape[1] != 256 || s.Tensors[0].Size != 768*144 {
+	if len(s.Tensors) != 8 || s.Tensors[0].Shape[1] != 256 || s.Tensors[0].Size != 768*144 {
 		t.Errorf("tensor table %+v", s.Tensors[:1])
 	}
 
 	// Filters narrow the table only.
 	s2, _ := Summarize(m, Options{Filters: []*regexp.Regexp{regexp.MustCompile(`^single_`), regexp.MustCompile(`qkv\.bias$`)}})
-	if s2.Matched != 2 || len(s2.Tensors) != 2 || s2.TensorCount != 7 {
+	if s2.Matched != 2 || len(s2.Tensors) != 2 || s2.TensorCount != 8 {
 		t.Errorf("filtered: matched %d listed %d count %d", s2.Matched, len(s2.Tensors), s2.TensorCount)
 	}
 	s3, _ := Summarize(m, Options{NoTensors: true})
-	if len(s3.Tensors) != 0 || s3.Matched != 7 {
+	if len(s3.Tensors) != 0 || s3.Matched != 8 {
 		t.Errorf("--no-tensors lists %d", len(s3.Tensors))
 	}
 }
@@ -157,6 +161,7 @@ func TestWriteText(t *testing.T) {
 		"7 bytes after the last tensor",
 		"double_blocks.0.img_attn.qkv.weight",
 		"q4_K  [768, 256]",
+		"more than 4 dims: 1 tensor (patch_embedding.weight); ggml's GGUF reader refuses them",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text output lacks %q:\n%s", want, out)

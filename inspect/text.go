@@ -97,6 +97,10 @@ func WriteText(w io.Writer, s *Summary) error {
 		}
 		p("\n")
 	}
+	if len(s.HighRank) > 0 {
+		p("  more than %d dims: %s (%s); ggml's GGUF reader refuses them, sd.cpp folds 5-D to 4-D, ComfyUI-GGUF reads them\n",
+			MaxGGMLDims, plural(len(s.HighRank), "tensor"), strings.Join(firstN(s.HighRank, 3), ", "))
+	}
 	if len(s.Metadata) > 0 {
 		p("  metadata (%d):\n", len(s.Metadata))
 		for _, e := range s.Metadata {
@@ -192,6 +196,13 @@ func shortValue(e MetaEntry) string {
 		out += fmt.Sprintf(", ... (%d more)", n-ShortArray)
 	}
 	return out + "]"
+}
+
+func firstN(list []string, n int) []string {
+	if len(list) <= n {
+		return list
+	}
+	return append(list[:n:n], fmt.Sprintf("... (%d more)", len(list)-n))
 }
 
 func truncate(s string, n int) string {
