@@ -1,10 +1,17 @@
 package quant
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 
@@ -347,4 +354,50 @@ func TestBestIndexIQ4MatchesBisection(t *testing.T) {
 			t.Fatalf("bestIndexIQ4(%v = %#08x) = %d, ggml's bisection gives %d", x, math.Float32bits(x), got, want)
 		}
 	}
+}
+
+// TestKQuantNoFusedMultiplyAdd cross-compiles this package for arm64, where
+// Go may fuse a*b+c into one instruction, and fails on any fused
+// multiply-add in a function of the k-quant codec files: ggml's bytes come
+// from unfused arithmetic. Products reach additions in non-obvious ways
+// (through inlined helpers, across statements, or from x/256 rewritten as
+// x*2^-8), so this looks at the machine code. It needs the go command and
+// runs only when SDTOOL_FMA_CHECK is set.
+func TestKQuantNoFusedMultiplyAdd(t *testing.T) {
+	if os.Getenv("SDTOOL_FMA_CHECK") == "" {
+		t.Skip("set SDTOOL_FMA_CHECK=1 to check the arm64 code for fused multiply-adds")
+	}
+	bin := filepath.Join(t.TempDir(), "quant-arm64.test")
+	build := exec.Command("go", "test", "-c", "-o", bin, ".")
+	build.Env = append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("cross-compiling for arm64: %v\n%s", err, out)
+	}
+	dump, err := exec.Command("go", "tool", "objdump", bin).Output()
+	if err != nil {
+		t.Fatalf("objdump: %v", err)
+	}
+	codecFile := regexp.MustCompile(`/(kquants[a-z0-9_]*|iq4xs)\.go$`)
+	fused := regexp.MustCompile(`\bF(N?MADD|N?MSUB)[SD]\b`)
+	var fn string
+	inCodec, found := false, 0
+	sc := bufio.NewScanner(bytes.NewReader(dump))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "TEXT "); ok {
+			f := strings.Fields(rest)
+			fn = f[0]
+			inCodec = len(f) > 1 && codecFile.MatchString(f[1]) && !strings.HasSuffix(f[1], "_test.go")
+			continue
+		}
+		if inCodec && fused.MatchString(line) {
+			found++
+			t.Errorf("%s: %s", fn, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("no fused multiply-adds in the k-quant codecs (%d found)", found)
 }
