@@ -49,7 +49,7 @@ func TestPhiloxStructure(t *testing.T) {
 	if again := g.Randn(4); again[0] != first[0] {
 		t.Fatal("Seed does not reset the offset")
 	}
-	if x, y := NewPhilox(1).Randn(1)[0], NewPhilox(1|1<<32).Randn(1)[0]; x == y {
+	if x, y := NewPhilox(1).Randn(1)[0], NewPhilox(1 | 1<<32).Randn(1)[0]; x == y {
 		t.Fatal("the seed's high word is ignored")
 	}
 	// Moments of a large draw: mean 0, variance 1 (4 sigma bounds for 1<<16 samples).
