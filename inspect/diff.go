@@ -32,12 +32,16 @@ type DiffOptions struct {
 // are nil where they are undefined: RelError when A is all zeros and B is
 // not, Cosine when either side is all zeros, SNRdB when the two are equal.
 type TensorDiff struct {
-	Name     string  `json:"name"`
-	TypeA    string  `json:"type_a"`
-	TypeB    string  `json:"type_b"`
-	ShapeA   []int64 `json:"shape_a"`
-	ShapeB   []int64 `json:"shape_b"`
-	Elements int64   `json:"elements"`
+	// Name is the tensor name.
+	Name string `json:"name"`
+	// TypeA and TypeB name the stored types (dequant.Source.TypeName).
+	TypeA string `json:"type_a"`
+	TypeB string `json:"type_b"`
+	// ShapeA and ShapeB are the logical shapes (orig_shape when recorded).
+	ShapeA []int64 `json:"shape_a"`
+	ShapeB []int64 `json:"shape_b"`
+	// Elements is the element count.
+	Elements int64 `json:"elements"`
 	// ShapeChanged and TypeChanged flag differences of the stored forms
 	// (B's comfy.gguf.orig_shape counts as its shape).
 	ShapeChanged bool `json:"shape_changed"`
@@ -61,26 +65,33 @@ type TensorDiff struct {
 
 // DiffSkip is a tensor in both models that could not be compared.
 type DiffSkip struct {
-	Name   string `json:"name"`
+	// Name is the tensor name.
+	Name string `json:"name"`
+	// Reason says why it was not compared.
 	Reason string `json:"reason"`
 }
 
 // DiffTotals sums the compared tensors: the error over all elements as one vector.
 type DiffTotals struct {
-	Compared     int      `json:"compared"`
-	Identical    int      `json:"identical"`
-	Elements     int64    `json:"elements"`
-	ShapeChanges int      `json:"shape_changes"`
-	TypeChanges  int      `json:"type_changes"`
-	RelError     *float64 `json:"rel_error"`
-	Cosine       *float64 `json:"cosine"`
-	SNRdB        *float64 `json:"snr_db"`
+	// Compared and Identical count the compared tensors and the identical ones.
+	Compared  int `json:"compared"`
+	Identical int `json:"identical"`
+	// Elements counts the compared elements.
+	Elements int64 `json:"elements"`
+	// ShapeChanges and TypeChanges count compared tensors whose shape or type differ.
+	ShapeChanges int `json:"shape_changes"`
+	TypeChanges  int `json:"type_changes"`
+	// RelError, Cosine and SNRdB are the measures over all compared elements.
+	RelError *float64 `json:"rel_error"`
+	Cosine   *float64 `json:"cosine"`
+	SNRdB    *float64 `json:"snr_db"`
 	// Worst names the tensor with the largest relative error ("" when none).
 	Worst string `json:"worst"`
 }
 
 // DiffReport is the comparison of two models, as `sdtool diff` prints it.
 type DiffReport struct {
+	// A and B are the paths of the models compared.
 	A string `json:"a"`
 	B string `json:"b"`
 	// Filter holds the --filter regexps.
@@ -92,7 +103,8 @@ type DiffReport struct {
 	Tensors []TensorDiff `json:"tensors"`
 	// Skipped are tensors in both that could not be compared.
 	Skipped []DiffSkip `json:"skipped"`
-	Totals  DiffTotals `json:"totals"`
+	// Totals sums the comparison.
+	Totals DiffTotals `json:"totals"`
 }
 
 // sums accumulates the statistics of one tensor (or all), in float64.

@@ -2,7 +2,6 @@ package quantize
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -165,5 +164,3 @@ func find(t *testing.T, m formats.Model, name string) formats.Tensor {
 	}
 	return ts
 }
-
-var _ = fmt.Sprint
