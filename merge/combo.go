@@ -17,6 +17,14 @@ import (
 // depend on the pipeline's chunking (a variable so that tests can vary it).
 var statChunk int64 = 1 << 18
 
+// statScratch recycles the buffers of statistics passes between tensors:
+// fresh multi-megabyte buffers per tensor would leave garbage that the
+// collector lets grow to the size of the live heap.
+var statScratch = sync.Pool{New: func() any { return new(pipeline.Scratch) }}
+
+// histPool recycles TIES's 512 KiB histograms for the same reason.
+var histPool = sync.Pool{New: func() any { h := make([]int64, 1<<16); return &h }}
+
 // combo produces one merged tensor: it reads A and the peers (B, then C) as
 // float32 through package dequant, combines them element-wise and encodes
 // the result. Slerp and TIES first stream the whole tensor once (twice for
@@ -133,7 +141,8 @@ func (c *combo) stats(ctx context.Context) error {
 // stream reads the whole tensor from A and the peers in statChunk pieces
 // and calls f on each piece; f gets the index of the piece's first element.
 func (c *combo) stream(ctx context.Context, f func(first int64, a []float32, xs [][]float32)) error {
-	var s pipeline.Scratch
+	s := statScratch.Get().(*pipeline.Scratch)
+	defer statScratch.Put(s)
 	total := c.a.Elements()
 	xs := make([][]float32, len(c.peers))
 	for first := int64(0); first < total; first += statChunk {
@@ -142,12 +151,12 @@ func (c *combo) stream(ctx context.Context, f func(first int64, a []float32, xs 
 		}
 		n := int(min(statChunk, total-first))
 		a := s.Float32s(0, n)
-		if err := c.a.Read(a, first, &s); err != nil {
+		if err := c.a.Read(a, first, s); err != nil {
 			return err
 		}
 		for i, p := range c.peers {
 			xs[i] = s.Float32s(1+i, n)
-			if err := p.Read(xs[i], first, &s); err != nil {
+			if err := p.Read(xs[i], first, s); err != nil {
 				return err
 			}
 		}
@@ -208,7 +217,10 @@ func (c *combo) tiesStats(ctx context.Context) error {
 	k := min(max(int64(math.Ceil(c.density*float64(n))), 1), n)
 	hist := make([][]int64, len(c.peers))
 	for i := range hist {
-		hist[i] = make([]int64, 1<<16)
+		h := histPool.Get().(*[]int64)
+		defer histPool.Put(h)
+		hist[i] = *h
+		clear(hist[i])
 	}
 	err := c.stream(ctx, func(_ int64, a []float32, xs [][]float32) {
 		for j, x := range xs {
