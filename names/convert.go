@@ -1,6 +1,7 @@
 package names
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 )
@@ -14,11 +15,20 @@ func Convert(name string, v Version) string { return convert(name, v, true) }
 // convert is Convert; fast false disables the guards that let rule lists be
 // skipped, so tests can check that the skips never change a result.
 func convert(name string, v Version, fast bool) string {
-	if strings.HasPrefix(name, "ip_adapter.") || strings.HasPrefix(name, "image_proj.") {
+	if name == "" {
+		return name
+	}
+	// Most checks below are prefix tests; the first byte rules out most of
+	// them at once.
+	first := name[0]
+	if first == 'i' && strings.HasPrefix(name, "ip_adapter.") || first == 'i' && strings.HasPrefix(name, "image_proj.") {
 		return convertIPAdapter(name, v)
 	}
 
-	name, lora := loraPreprocess(name, v)
+	lora := false
+	if first == 'l' {
+		name, lora = loraPreprocess(name, v)
+	}
 
 	top := topOther
 	switch {
@@ -27,31 +37,20 @@ func convert(name string, v Version, fast bool) string {
 	case v.IsFlux():
 		top = topFlux
 	}
-	name, _ = top.apply(name)
-
-	if strings.HasPrefix(name, diffusionPrefix) {
-		name = diffusionPrefix + convertDiffusion(name[len(diffusionPrefix):], v, fast)
-	} else if lora && hasAnyPrefix(name, loraUNetHeads) {
-		// A LoRA may name diffusers UNet modules without any prefix.
-		name = diffusionPrefix + convertDiffusion(name, v, fast)
-	}
-
-	for _, p := range condPrefixes {
-		if strings.HasPrefix(name, p) {
-			name = p + convertTextEncoder(name[len(p):], fast)
-			break
+	// Each part converts the name after its prefix. Names already in
+	// sd.cpp's form come back as they are, without allocating; a name whose
+	// top-level prefix is renamed is built together with its part's edits.
+	to, rest, renamed := top.match(name)
+	switch {
+	case renamed && to == diffusionPrefix:
+		name = convertDiffusion("", rest, v, fast)
+	case renamed && to == firstStagePrefix:
+		name = convertFirstStage("", rest, v, fast)
+	default:
+		if renamed {
+			name = to + rest
 		}
-	}
-
-	for _, p := range firstStagePrefixes {
-		if strings.HasPrefix(name, p) {
-			rest := convertVAE(name[len(p):], fast)
-			if v.usesTAE() {
-				p = "tae."
-			}
-			name = p + rest
-			break
-		}
+		name = convertPart(name, v, lora, fast)
 	}
 
 	// ControlNet .pth files wrap the model in "control_model.".
@@ -60,11 +59,69 @@ func convert(name string, v Version, fast bool) string {
 		name = convertControlNetSDXL(name, fast)
 	}
 
-	name = genericRules.apply(name, fast)
+	name = genericRules.runString(name, fast)
 	if lora {
 		name = "lora." + name
 	}
 	return name
+}
+
+// convertPart finds the part of a name that has its final top-level prefix
+// and converts it.
+func convertPart(name string, v Version, lora, fast bool) string {
+	if rest, ok := strings.CutPrefix(name, diffusionPrefix); ok {
+		return convertDiffusion(name, rest, v, fast)
+	}
+	if lora && hasAnyPrefix(name, loraUNetHeads) {
+		// A LoRA may name diffusers UNet modules without any prefix.
+		return convertDiffusion("", name, v, fast)
+	}
+	switch firstByte(name) {
+	case 'c', 't':
+		for _, p := range condPrefixes {
+			if rest, ok := strings.CutPrefix(name, p); ok {
+				if r := convertTextEncoder(rest, fast); r != rest {
+					return p + r
+				}
+				return name
+			}
+		}
+	case 'f', 'v':
+		// sd.cpp also accepts "vae." here, but the top-level renames have
+		// turned every "vae." into "first_stage_model." by now.
+		if rest, ok := strings.CutPrefix(name, firstStagePrefix); ok {
+			return convertFirstStage(name, rest, v, fast)
+		}
+	}
+	return name
+}
+
+// convertFirstStage converts a VAE name, full (or "" when not built yet),
+// whose part after "first_stage_model." is rest.
+func convertFirstStage(full, rest string, v Version, fast bool) string {
+	if v.usesTAE() {
+		// SDXS keeps its tiny autoencoder under "tae.".
+		return convertVAE("", "tae.", rest, fast)
+	}
+	return convertVAE(full, firstStagePrefix, rest, fast)
+}
+
+// firstByte returns s's first byte, 0 for "" (a LoRA name can be empty once
+// its wrapper is stripped).
+func firstByte(s string) byte {
+	if s == "" {
+		return 0
+	}
+	return s[0]
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, g := range subs {
+		if strings.Contains(s, g) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {
@@ -76,31 +133,72 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 	return false
 }
 
-// convertDiffusion renames the part of a diffusion-model name after
-// "model.diffusion_model." from the diffusers layout to the original one.
-func convertDiffusion(s string, v Version, fast bool) string {
+// convertDiffusion renames a diffusion-model name, full (or "" when not
+// built yet), whose part after "model.diffusion_model." is rest, from the
+// diffusers layout to the original one.
+func convertDiffusion(full, rest string, v Version, fast bool) string {
+	var t *prefixTable
 	switch {
 	case v.IsSD1(), v.IsSD2():
-		return sd1UNet.convert(s, fast)
+		return sd1UNet.convert(full, diffusionPrefix, rest, fast)
 	case v.IsSDXL():
-		return sdxlUNet.convert(s, fast)
+		return sdxlUNet.convert(full, diffusionPrefix, rest, fast)
 	case v == SD3:
-		return sd3DiT.apply(s)
+		t = sd3DiT
 	case v.usesFluxDiT():
-		return fluxDiT.apply(s)
+		t = fluxDiT
+	default:
+		if full == "" {
+			return diffusionPrefix + rest
+		}
+		return full
 	}
-	return s
+	if r := t.apply(rest); r != rest || full == "" {
+		return diffusionPrefix + r
+	}
+	return full
 }
 
-func (u *unetRules) convert(s string, fast bool) string {
-	if to, ok := u.stem[s]; ok {
-		return to
+// convert renames full, which is prefix+rest, converting rest.
+func (u *unetRules) convert(full, prefix, rest string, fast bool) string {
+	// The stem names start with time_embedding., conv_ or add_embedding.
+	if rest != "" && (rest[0] == 't' || rest[0] == 'c' || rest[0] == 'a' || !fast) {
+		if to, ok := u.stem[rest]; ok {
+			return prefix + to
+		}
 	}
-	if strings.Contains(s, "resnets") {
-		s = unetResnet.apply(s, fast)
+	resnet := strings.Contains(rest, "resnets")
+	if !fast {
+		s := rest
+		if resnet {
+			s = unetResnet.apply(s)
+		}
+		s = unetTail.apply(u.blocks.apply(s))
+		return prefix + s
 	}
-	s = u.blocks.apply(s, fast)
-	return unetTail.apply(s, fast)
+	var e editor
+	e.load(prefix, rest)
+	if resnet {
+		e.run(&unetResnet)
+	}
+	e.run(&u.blocks)
+	e.run(&unetTail)
+	return e.result(full)
+}
+
+// runString applies r to s, through an editor when fast.
+func (r *substRules) runString(s string, fast bool) string {
+	if !fast {
+		return r.apply(s)
+	}
+	// Most names fail a "contains" guard; test it before copying the name.
+	if !r.blocks && len(r.guards) > 0 && !containsAny(s, r.guards) {
+		return s
+	}
+	var e editor
+	e.load("", s)
+	e.run(r)
+	return e.result(s)
 }
 
 // convertTextEncoder renames the part of a text-encoder name after its
@@ -108,12 +206,12 @@ func (u *unetRules) convert(s string, fast bool) string {
 func convertTextEncoder(s string, fast bool) string {
 	switch {
 	case strings.Contains(s, "t5xxl"):
-		return t5Rules.apply(s, fast)
+		return t5Rules.runString(s, fast)
 	case strings.Contains(s, "llm.visual"):
-		return llmVisionRules.apply(s, fast)
+		return llmVisionRules.runString(s, fast)
 	case strings.Contains(s, "llm"):
-		s = llmRules.apply(s, fast)
-		s = lladaRules.apply(s, fast)
+		s = llmRules.runString(s, fast)
+		s = lladaRules.runString(s, fast)
 		for _, suf := range bareExpertSuffixes {
 			if strings.HasSuffix(s, suf) {
 				return s + ".weight"
@@ -135,29 +233,45 @@ func convertTextEncoder(s string, fast bool) string {
 			}
 		}
 	}
-	return clipProjections.apply(s, fast)
+	return clipProjections.runString(s, fast)
 }
 
-// convertVAE renames the part of a VAE name after its prefix from the
-// diffusers layout to LDM's.
-func convertVAE(s string, fast bool) string {
-	s, _ = vaeOuterPrefixes.apply(s)
-	hadAttentions := strings.Contains(s, "attentions")
-	s = vaeBase.apply(s, fast)
-	s = vaeBlockRules.apply(s, fast)
+// convertVAE renames full, which is prefix+rest, converting rest from the
+// diffusers VAE layout to LDM's.
+func convertVAE(full, prefix, rest string, fast bool) string {
+	if r, ok := vaeOuterPrefixes.apply(rest); ok {
+		rest, full = r, ""
+	}
+	hadAttentions := strings.Contains(rest, "attentions")
+	if !fast {
+		s := vaeBlockRules.apply(vaeBase.apply(rest))
+		if hadAttentions {
+			s = vaeAttnOld.apply(s)
+		}
+		if strings.Contains(s, "mid.attn_1.") {
+			s = vaeAttnNew.apply(s)
+		}
+		return prefix + s
+	}
+	var e editor
+	e.load(prefix, rest)
+	e.run(&vaeBase)
+	e.run(&vaeBlockRules)
 	if hadAttentions {
-		s = vaeAttnOld.apply(s, fast)
+		e.run(&vaeAttnOld)
 	}
-	if strings.Contains(s, "mid.attn_1.") {
-		s = vaeAttnNew.apply(s, fast)
+	if bytes.Contains(e.text(), midAttn) {
+		e.run(&vaeAttnNew)
 	}
-	return s
+	return e.result(full)
 }
+
+var midAttn = []byte("mid.attn_1.")
 
 // convertControlNetSDXL renames a bare diffusers SDXL ControlNet (or UNet)
 // name: the shared encoder like the UNet, then the ControlNet-only parts.
 func convertControlNetSDXL(s string, fast bool) string {
-	s = sdxlUNet.convert(s, fast)
+	s = sdxlUNet.convert(s, "", s, fast)
 	if to, ok := controlNetPrefixes.apply(s); ok {
 		return to
 	}

@@ -370,11 +370,7 @@ func contains(s, sub string) bool {
 }
 
 func TestTablesWellFormed(t *testing.T) {
-	for name, r := range map[string]*substRules{
-		"sd1 blocks": &sd1UNet.blocks, "sdxl blocks": &sdxlUNet.blocks, "unet tail": &unetTail,
-		"vae blocks": &vaeBlockRules, "vae new attn": &vaeAttnNew, "clip projections": &clipProjections,
-		"llada": &lladaRules, "generic": &genericRules,
-	} {
+	for name, r := range substLists {
 		if err := r.validate(); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}

@@ -1,6 +1,9 @@
 package names
 
-import "strconv"
+import (
+	"bytes"
+	"strconv"
+)
 
 // This file holds the naming knowledge as data: which prefixes, substrings
 // and whole names sd.cpp renames, per part of the model. The block layouts
@@ -77,12 +80,12 @@ var (
 // The three parts of a model, recognised by prefix after the top-level
 // renames, in sd.cpp's order. The rest of the name is converted by the part's
 // own rules and the prefix is put back.
-const diffusionPrefix = "model.diffusion_model."
-
-var (
-	condPrefixes       = []string{"cond_stage_model.1.", "cond_stage_model.", "conditioner.embedders.", "text_encoders."}
-	firstStagePrefixes = []string{"first_stage_model.", "vae."}
+const (
+	diffusionPrefix  = "model.diffusion_model."
+	firstStagePrefix = "first_stage_model."
 )
+
+var condPrefixes = []string{"cond_stage_model.1.", "cond_stage_model.", "conditioner.embedders.", "text_encoders."}
 
 // --- UNet (diffusers -> LDM), SD 1.x/2.x and SDXL ---
 
@@ -158,6 +161,36 @@ var unetTail = substRules{rules: []pair{
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
+// diffusersBlock is the guard of the UNet and VAE block renames: it reports
+// whether s contains "down_block", "up_block" or "mid_block" (a "_block"
+// after n, p or d), or SDXL's "output_blocks.2.1.conv.". One scan for
+// "_block" replaces a search per head, and original names, which only have
+// input_, output_, middle_ and transformer_blocks, fail it at once.
+func diffusersBlock(b []byte) bool {
+	for i := 0; ; {
+		j := bytes.Index(b[i:], blockWord)
+		if j < 0 {
+			return false
+		}
+		j += i
+		if j > 0 {
+			switch b[j-1] {
+			case 'n', 'p', 'd':
+				return true
+			}
+		}
+		if j >= 6 && bytes.HasPrefix(b[j-6:], sdxlFixup) {
+			return true
+		}
+		i = j + len(blockWord)
+	}
+}
+
+var (
+	blockWord = []byte("_block")
+	sdxlFixup = []byte("output_blocks.2.1.conv.")
+)
+
 // blocks expands a layout into the ordered block renames.
 func (l unetLayout) blocks() substRules {
 	var r []pair
@@ -190,7 +223,7 @@ func (l unetLayout) blocks() substRules {
 	add("mid_block.attentions.0.", "middle_block.1.")
 	add("mid_block.resnets.0.", "middle_block.0.")
 	add("mid_block.resnets.1.", "middle_block.2.")
-	return substRules{rules: r, guards: []string{"down_blocks.", "up_blocks.", "mid_block.", "output_blocks.2.1.conv."}}
+	return substRules{rules: r, blocks: true}
 }
 
 // unetRules is the whole diffusers -> LDM conversion of one UNet flavour.
@@ -267,7 +300,7 @@ func vaeBlocks() substRules {
 	}
 	add("mid_block.resnets.0.", "mid.block_1.")
 	add("mid_block.resnets.1.", "mid.block_2.")
-	return substRules{rules: r, guards: []string{"down_blocks.", "up_blocks.", "mid_block.resnets."}}
+	return substRules{rules: r, blocks: true}
 }
 
 var vaeBlockRules = vaeBlocks()
@@ -646,4 +679,19 @@ var loraKeepWords = []string{
 	"add_out_proj", "ff_context", "norm_added_q", "norm_added_v", "to_add_out", "txt_mod",
 	"img_mod", "txt_mlp", "img_mlp", "proj_mlp", "wi_0", "wi_1", "norm1_context", "x_embedder",
 	"cross_attn", "output_proj", "token_refiner",
+}
+
+// substLists are all rename lists, for their set-up and checks.
+var substLists = map[string]*substRules{
+	"unet resnet": &unetResnet, "unet tail": &unetTail, "sd1 blocks": &sd1UNet.blocks,
+	"sdxl blocks": &sdxlUNet.blocks, "vae base": &vaeBase, "vae blocks": &vaeBlockRules,
+	"vae old attention": &vaeAttnOld, "vae new attention": &vaeAttnNew,
+	"clip projections": &clipProjections, "t5": &t5Rules, "llm": &llmRules,
+	"llm vision": &llmVisionRules, "llada": &lladaRules, "generic": &genericRules,
+}
+
+func init() {
+	for _, r := range substLists {
+		r.prepare()
+	}
 }
