@@ -21,9 +21,10 @@ import (
 
 // benchEnv selects the synthetic inputs of BenchmarkMergePeakRSS as
 // comma-separated ARCH:SCALE items. The default, sd1 at 0.2 and 0.5, gives
-// inputs of 80 and 394 MiB (F16); "sdxl:0.6" gives two 4 GiB inputs:
+// inputs of 80 and 394 MiB (F16); "sdxl:0.6" gives two 4 GiB inputs, and
+// SDTOOL_MERGE_BENCH_DIR puts the files on a disk instead of /dev/shm:
 //
-//	SDTOOL_MERGE_BENCH=sd1:0.2,sdxl:0.6 go test ./merge -run '^$' -bench PeakRSS -benchtime 1x
+//	SDTOOL_MERGE_BENCH=sd1:0.2,sdxl:0.6 SDTOOL_MERGE_BENCH_DIR=/var/tmp go test ./merge -run '^$' -bench PeakRSS -benchtime 1x -timeout 1h
 const benchEnv = "SDTOOL_MERGE_BENCH"
 
 // childEnv carries one measurement to the child process: METHOD:ARCH:SCALE:DIR.
@@ -40,7 +41,9 @@ func BenchmarkMergePeakRSS(b *testing.B) {
 		specs = "sd1:0.2,sd1:0.5"
 	}
 	dir := b.TempDir()
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+	if d := os.Getenv(benchEnv + "_DIR"); d != "" {
+		dir = d // large runs: a disk with room for two inputs and the output
+	} else if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		// tmpfs: no disk in the measurement; ReadAt'd pages are not the process's RSS.
 		if d, err := os.MkdirTemp("/dev/shm", "sdtool-mergebench"); err == nil {
 			dir = d
