@@ -71,7 +71,7 @@ func cNearestInt(f float32) int32 {
 func cSqrtf(f float32) float32 { return float32(math.Sqrt(float64(f))) }
 
 // putHalf stores f as a little-endian f16 the way GGML_FP32_TO_FP16 does.
-func putHalf(dst []byte, f float32) { binary.LittleEndian.PutUint16(dst, F32ToF16(f)) }
+func putHalf(dst []byte, f float32) { binary.LittleEndian.PutUint16(dst, f32ToF16Fast(f)) }
 
 // half reads a little-endian f16 as GGML_FP16_TO_FP32 does.
 func half(src []byte) float32 { return F16ToF32(binary.LittleEndian.Uint16(src)) }
