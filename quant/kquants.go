@@ -29,9 +29,10 @@ func putF16(dst []byte, f float32) float32 {
 	return half(dst)
 }
 
-// blocks256 returns how many whole super-blocks src holds and checks that
-// dst and weights (when given) cover them, so that a caller's mistake fails
-// with a message instead of an index panic deep inside a block.
+// blocks256 returns how many whole super-blocks src holds. A caller that
+// breaks the Codec contract (src not whole blocks, dst or weights too short)
+// gets a panic that says so rather than an index error deep inside a block;
+// QuantizeRows turns such panics into errors.
 func blocks256(t formats.DType, dst []byte, src, weights []float32) int {
 	nb := len(src) / qkBlock
 	if len(src)%qkBlock != 0 || len(dst) < nb*t.Info().BlockBytes || (weights != nil && len(weights) < len(src)) {
