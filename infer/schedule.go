@@ -1,0 +1,186 @@
+package infer
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Timesteps is the number of training timesteps of Stable Diffusion's discrete schedule.
+const Timesteps = 1000
+
+// Stable Diffusion's scaled-linear beta schedule: betas run linearly in sqrt space from
+// sqrt(SDLinearStart) to sqrt(SDLinearEnd).
+const (
+	// SDLinearStart is the first beta of SD 1.x/2.x/XL.
+	SDLinearStart = 0.00085
+	// SDLinearEnd is the last beta of SD 1.x/2.x/XL.
+	SDLinearEnd = 0.012
+)
+
+// Schedule is a discrete (CompVis / LDM) noise schedule: sigma_t = sqrt((1 - alphabar_t) / alphabar_t)
+// for the 1000 training timesteps. Everything is computed in float32 in the order stable-diffusion.cpp
+// uses, so that the sigmas (and hence the sampled latents) agree with it bit for bit where the math
+// library's float functions agree.
+type Schedule struct {
+	alphasCumprod [Timesteps]float32
+	sigmas        [Timesteps]float32
+	logSigmas     [Timesteps]float32
+}
+
+// NewSchedule returns the scaled-linear schedule from linearStart to linearEnd (SDLinearStart and
+// SDLinearEnd for Stable Diffusion).
+func NewSchedule(linearStart, linearEnd float32) *Schedule {
+	s := &Schedule{}
+	lo := float32(math.Sqrt(float64(linearStart)))
+	hi := float32(math.Sqrt(float64(linearEnd)))
+	amount := hi - lo
+	product := float32(1)
+	for i := 0; i < Timesteps; i++ {
+		beta := lo + float32(amount*(float32(i)/float32(Timesteps-1)))
+		product *= 1 - float32(beta*beta)
+		s.alphasCumprod[i] = product
+		s.sigmas[i] = float32(math.Sqrt(float64((1 - product) / product)))
+		s.logSigmas[i] = float32(math.Log(float64(s.sigmas[i])))
+	}
+	return s
+}
+
+// SDSchedule returns Stable Diffusion's schedule (betas 0.00085 to 0.012, 1000 steps).
+func SDSchedule() *Schedule { return NewSchedule(SDLinearStart, SDLinearEnd) }
+
+// AlphaCumprod returns alphabar_t for timestep t (clamped to 0..999).
+func (s *Schedule) AlphaCumprod(t int) float32 { return s.alphasCumprod[min(max(t, 0), Timesteps-1)] }
+
+// Sigma returns sigma_t for timestep t (clamped to 0..999).
+func (s *Schedule) Sigma(t int) float32 { return s.sigmas[min(max(t, 0), Timesteps-1)] }
+
+// SigmaMin returns the smallest sigma (timestep 0), about 0.0292 for SD.
+func (s *Schedule) SigmaMin() float32 { return s.sigmas[0] }
+
+// SigmaMax returns the largest sigma (timestep 999), about 14.6146 for SD.
+func (s *Schedule) SigmaMax() float32 { return s.sigmas[Timesteps-1] }
+
+// SigmaToT maps a sigma to a fractional timestep by linear interpolation of log sigma between the two
+// neighbouring training sigmas (clamped to 0..999), as k-diffusion's DiscreteSchedule.sigma_to_t does.
+// This is the timestep the UNet's time embedding receives. Sigmas of 0 or below, and NaN, give 0.
+func (s *Schedule) SigmaToT(sigma float32) float32 {
+	if !(sigma > 0) {
+		return 0
+	}
+	ls := float32(math.Log(float64(sigma)))
+	// Number of log sigmas <= ls; the table is strictly increasing.
+	count := sort.Search(Timesteps, func(i int) bool { return ls-s.logSigmas[i] < 0 })
+	low := min(max(count-1, 0), Timesteps-2)
+	high := low + 1
+	lo, hi := s.logSigmas[low], s.logSigmas[high]
+	w := (lo - ls) / (lo - hi)
+	w = max(0, min(1, w))
+	return float32((1-w)*float32(low)) + float32(w*float32(high))
+}
+
+// TToSigma maps a fractional timestep to a sigma by interpolating log sigma linearly; t is clamped to
+// 0..999.
+func (s *Schedule) TToSigma(t float32) float32 {
+	if !(t > 0) {
+		t = 0
+	}
+	t = min(t, Timesteps-1)
+	low := int(math.Floor(float64(t)))
+	high := int(math.Ceil(float64(t)))
+	w := t - float32(low)
+	ls := float32((1-w)*s.logSigmas[low]) + float32(w*s.logSigmas[high])
+	return float32(math.Exp(float64(ls)))
+}
+
+// Scheduler names a way to choose the sampling sigmas.
+type Scheduler string
+
+// The schedulers sdtool implements (sd-cli's --scheduler names).
+const (
+	// SchedulerDiscrete spaces the timesteps evenly from 999 down to 0 and maps each to its sigma.
+	SchedulerDiscrete Scheduler = "discrete"
+	// SchedulerKarras uses Karras et al. (2022) eq. 5 with rho = 7 between the schedule's extreme sigmas.
+	SchedulerKarras Scheduler = "karras"
+)
+
+// ParseScheduler checks a --scheduler value; "" and "default" mean discrete, as in sd-cli for SD 1.x/2.x.
+func ParseScheduler(name string) (Scheduler, error) {
+	switch name {
+	case "", "default", string(SchedulerDiscrete):
+		return SchedulerDiscrete, nil
+	case string(SchedulerKarras):
+		return SchedulerKarras, nil
+	}
+	return "", fmt.Errorf("unknown scheduler %q (want %q or %q)", name, SchedulerDiscrete, SchedulerKarras)
+}
+
+// Sigmas returns steps+1 decreasing sigmas for sampling, the last one 0.
+func (s *Schedule) Sigmas(kind Scheduler, steps int) ([]float32, error) {
+	if steps < 1 {
+		return nil, fmt.Errorf("steps must be at least 1, got %d", steps)
+	}
+	switch kind {
+	case SchedulerDiscrete, "":
+		return s.discreteSigmas(steps), nil
+	case SchedulerKarras:
+		return KarrasSigmas(steps, s.SigmaMin(), s.SigmaMax(), 7), nil
+	}
+	return nil, fmt.Errorf("unknown scheduler %q", kind)
+}
+
+// discreteSigmas spaces steps timesteps evenly from 999 to 0 (sd.cpp's DiscreteScheduler; one step is
+// timestep 999 alone) and appends 0.
+func (s *Schedule) discreteSigmas(steps int) []float32 {
+	out := make([]float32, 0, steps+1)
+	const tMax = float32(Timesteps - 1)
+	if steps == 1 {
+		return append(out, s.TToSigma(tMax), 0)
+	}
+	step := tMax / float32(steps-1)
+	for i := 0; i < steps; i++ {
+		out = append(out, s.TToSigma(tMax-float32(step*float32(i))))
+	}
+	return append(out, 0)
+}
+
+// KarrasSigmas returns steps sigmas from sigmaMax down to sigmaMin, evenly spaced in sigma^(1/rho)
+// (Karras et al. 2022, eq. 5), then 0. sigmaMin is raised to 1e-6 when smaller, as in sd.cpp; a single
+// step is sigmaMax alone (sd.cpp divides by zero there).
+func KarrasSigmas(steps int, sigmaMin, sigmaMax, rho float32) []float32 {
+	if steps < 1 {
+		return []float32{0}
+	}
+	sigmaMin = max(sigmaMin, 1e-6)
+	out := make([]float32, steps+1)
+	invRho := 1 / rho
+	minInv := float32(math.Pow(float64(sigmaMin), float64(invRho)))
+	maxInv := float32(math.Pow(float64(sigmaMax), float64(invRho)))
+	if steps == 1 {
+		out[0] = sigmaMax
+		return out
+	}
+	for i := 0; i < steps; i++ {
+		frac := float32(i) / float32(steps-1)
+		base := maxInv + float32(frac*(minInv-maxInv))
+		out[i] = float32(math.Pow(float64(base), float64(rho)))
+	}
+	return out
+}
+
+// Img2ImgSigmas keeps the tail of sigmas that img2img samples at the given strength, as sd.cpp does:
+// with n = len(sigmas)-1 steps, t_enc = floor(n*strength) (at most n-1), and sampling starts at sigma
+// index n-t_enc-1 and runs t_enc+1 steps, so strength 1 keeps everything and a strength below 1/n keeps
+// one step. The result shares sigmas' storage.
+func Img2ImgSigmas(sigmas []float32, strength float32) []float32 {
+	n := len(sigmas) - 1
+	if n < 1 {
+		return sigmas
+	}
+	strength = max(0, min(1, strength))
+	tEnc := int(float32(n) * strength)
+	if tEnc >= n {
+		tEnc = n - 1
+	}
+	return sigmas[n-tEnc-1:]
+}
