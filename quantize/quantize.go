@@ -27,6 +27,7 @@ import (
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/inspect"
+	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/quant/mix"
@@ -260,6 +261,11 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 		planArch = arch.Name
 	}
 	b := &builder{opts: opts, res: res, dm: dm, m: m, log: log, imp: imp, arch: planArch}
+	if imp != nil {
+		// Entries written by sd.cpp are named as sd.cpp converts names.
+		v := names.DetectVersion(m.Tensors())
+		b.imatrixKey = func(name string) string { return names.Convert(name, v) }
+	}
 	if res.Format == "safetensors" {
 		err = b.planConvrot(ct)
 	} else {

@@ -468,3 +468,21 @@ func TestQuantizeInterrupted(t *testing.T) {
 		}
 	}
 }
+
+// TestImatrixConvertedNames checks the fallback through sd.cpp's name
+// conversion: an SDXL-style tensor finds the entry stored under the name
+// sd.cpp converts it to.
+func TestImatrixConvertedNames(t *testing.T) {
+	dir := t.TempDir()
+	const stored = "conditioner.embedders.0.transformer.text_model.encoder.layers.0.mlp.fc2.weight"
+	const converted = "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc2.weight"
+	_, gg, _ := imatrixFiles(t, dir, []string{converted})
+	m := &memModel{path: "x.safetensors", tensors: []formats.Tensor{{Name: stored, Type: formats.F16, Shape: []int64{64, 256}, Size: 64 * 256 * 2, File: "x.safetensors"}}}
+	r := plan(t, m, Options{Type: "Q4_K_M", Imatrix: []string{gg}})
+	if row := rowOf(t, r, stored); !row.Imatrix {
+		t.Errorf("%s did not use the entry %s", stored, converted)
+	}
+	if slices.Contains(r.ImatrixUnused, converted) || len(r.ImatrixMissing) != 0 {
+		t.Errorf("unused %v, missing %v", r.ImatrixUnused, r.ImatrixMissing)
+	}
+}
