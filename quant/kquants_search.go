@@ -276,9 +276,6 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 	// bound NaN, which sends every candidate down the exact path.
 	var xm2 [32]float32
 	xm := xm2[:n]
-	for i, v := range x {
-		xm[i] = v - vmin
-	}
 	nanIn := sumX != sumX
 	xmBound := func() float32 {
 		a, b := cFabs(vmax-vmin), cFabs(xlo-vmin)
@@ -297,6 +294,7 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 	scale = 1 / iscale
 	var bestErr float32
 	for i, v := range x {
+		xm[i] = v - vmin
 		l := clampInt32(cNearestInt(float32(iscale*xm[i])), 0, nmax)
 		L[i] = uint8(l)
 		diff := float32(scale*float32(l)) + vmin - v
