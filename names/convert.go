@@ -99,11 +99,28 @@ func convertPart(name string, v Version, lora, fast bool) string {
 // convertFirstStage converts a VAE name, full (or "" when not built yet),
 // whose part after "first_stage_model." is rest.
 func convertFirstStage(full, rest string, v Version, fast bool) string {
-	if v.usesTAE() {
+	switch {
+	case v.usesTAE():
 		// SDXS keeps its tiny autoencoder under "tae.".
 		return convertVAE("", "tae.", rest, fast)
+	case v.usesWanVAE():
+		if r := convertWanVAE(rest, fast); r != rest || full == "" {
+			return firstStagePrefix + r
+		}
+		return full
 	}
 	return convertVAE(full, firstStagePrefix, rest, fast)
+}
+
+// convertWanVAE renames the part of a Wan VAE name after its prefix from
+// the diffusers layout to the original flat module lists.
+func convertWanVAE(s string, fast bool) string {
+	s = wanVAEShared.runString(s, fast)
+	s, _ = wanVAEPrefixes.apply(s)
+	if strings.Contains(s, ".residual.") {
+		s = wanVAEResidual.runString(s, fast)
+	}
+	return s
 }
 
 // firstByte returns s's first byte, 0 for "" (a LoRA name can be empty once
@@ -147,6 +164,10 @@ func convertDiffusion(full, rest string, v Version, fast bool) string {
 		t = sd3DiT
 	case v.usesFluxDiT():
 		t = fluxDiT
+	case v == ZImage:
+		t = zImageDiT
+	case v == Anima && !strings.HasPrefix(rest, animaPrefix):
+		return diffusionPrefix + animaPrefix + rest
 	default:
 		if full == "" {
 			return diffusionPrefix + rest

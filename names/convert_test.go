@@ -27,8 +27,10 @@ func runCases(t *testing.T, cases []convCase) {
 	}
 }
 
-func TestConvertPrefixes(t *testing.T) {
-	runCases(t, []convCase{
+func TestConvertPrefixes(t *testing.T) { runCases(t, prefixCases()) }
+
+func prefixCases() []convCase {
+	return []convCase{
 		{"diffusion_model.input_blocks.0.0.weight", SD1, "model.diffusion_model.input_blocks.0.0.weight", "prefix diffusion_model."},
 		{"transformer.double_blocks.0.img_attn.qkv.weight", Flux, "model.diffusion_model.double_blocks.0.img_attn.qkv.weight", "prefix transformer. (DiT)"},
 		{"vae.decoder.conv_in.weight", SD1, "first_stage_model.decoder.conv_in.weight", "prefix vae."},
@@ -58,12 +60,14 @@ func TestConvertPrefixes(t *testing.T) {
 		{"betas", SD1, "betas", "no rule"},
 		{"", SD1, "", "empty name"},
 		{"model_ema.decay", SD1, "model_ema.decay", "no rule"},
-	})
+	}
 }
 
-func TestConvertSD1UNet(t *testing.T) {
+func TestConvertSD1UNet(t *testing.T) { runCases(t, sd1UNetCases()) }
+
+func sd1UNetCases() []convCase {
 	p := "model.diffusion_model."
-	runCases(t, []convCase{
+	return []convCase{
 		{"unet.conv_in.weight", SD1, p + "input_blocks.0.0.weight", "stem: conv_in"},
 		{"unet.conv_in.bias", SD2, p + "input_blocks.0.0.bias", "stem (SD2 shares SD1's rules)"},
 		{"unet.time_embedding.linear_1.weight", SD1, p + "time_embed.0.weight", "stem: time embedding"},
@@ -93,12 +97,14 @@ func TestConvertSD1UNet(t *testing.T) {
 		// Without the family, only the prefix changes.
 		{"unet.down_blocks.0.resnets.0.conv1.weight", Unknown, p + "down_blocks.0.resnets.0.conv1.weight", "no version: prefix only"},
 		{"unet.down_blocks.0.resnets.0.conv1.weight", Flux, p + "down_blocks.0.resnets.0.conv1.weight", "Flux rules leave UNet names"},
-	})
+	}
 }
 
-func TestConvertSDXLUNet(t *testing.T) {
+func TestConvertSDXLUNet(t *testing.T) { runCases(t, sdxlUNetCases()) }
+
+func sdxlUNetCases() []convCase {
 	p := "model.diffusion_model."
-	runCases(t, []convCase{
+	return []convCase{
 		{"unet.add_embedding.linear_1.weight", SDXL, p + "label_emb.0.0.weight", "SDXL stem: add_embedding"},
 		{"unet.add_embedding.linear_2.bias", SDXL, p + "label_emb.0.2.bias", "SDXL stem: add_embedding"},
 		{"unet.add_embedding.linear_1.weight", SD1, p + "add_embedding.linear_1.weight", "add_embedding is SDXL-only"},
@@ -122,12 +128,14 @@ func TestConvertSDXLUNet(t *testing.T) {
 		{"conditioner.embedders.1.model.ln_final.weight", SDXL, "cond_stage_model.1.transformer.text_model.final_layer_norm.weight", "open_clip final norm"},
 		{"conditioner.embedders.1.model.positional_embedding", SDXL, "cond_stage_model.1.transformer.text_model.embeddings.position_embedding.weight", "open_clip positions"},
 		{"conditioner.embedders.1.model.logit_scale", SDXL, "cond_stage_model.1.model.logit_scale", "open_clip: no rule"},
-	})
+	}
 }
 
-func TestConvertVAE(t *testing.T) {
+func TestConvertVAE(t *testing.T) { runCases(t, vaeCases()) }
+
+func vaeCases() []convCase {
 	f := "first_stage_model."
-	runCases(t, []convCase{
+	return []convCase{
 		{"vae.encoder.conv_in.weight", SD1, f + "encoder.conv_in.weight", "same in both layouts"},
 		{"vae.encoder.down_blocks.0.resnets.0.norm1.weight", SD1, f + "encoder.down.0.block.0.norm1.weight", "encoder resnet"},
 		{"vae.encoder.down_blocks.1.resnets.0.conv_shortcut.weight", SD1, f + "encoder.down.1.block.0.nin_shortcut.weight", "shortcut rename"},
@@ -161,12 +169,14 @@ func TestConvertVAE(t *testing.T) {
 		{"vae.decoder.up_blocks.0.resnets.0.conv1.weight", Unknown, f + "decoder.up.3.block.0.conv1.weight", "VAE rules without a version"},
 		{"vae.decoder.conv_in.weight", SDXS512DS, "tae.decoder.conv_in.weight", "SDXS: tae."},
 		{"first_stage_model.decoder.conv_in.weight", SDXS09, "tae.decoder.conv_in.weight", "SDXS: tae."},
-	})
+	}
 }
 
-func TestConvertTextEncoders(t *testing.T) {
+func TestConvertTextEncoders(t *testing.T) { runCases(t, textEncoderCases()) }
+
+func textEncoderCases() []convCase {
 	c := "cond_stage_model."
-	runCases(t, []convCase{
+	return []convCase{
 		// HF CLIP names are kept.
 		{"cond_stage_model.transformer.text_model.encoder.layers.0.self_attn.q_proj.weight", SD1, c + "transformer.text_model.encoder.layers.0.self_attn.q_proj.weight", "HF CLIP kept"},
 		{"te.text_model.encoder.layers.11.mlp.fc2.bias", SD1, c + "transformer.text_model.encoder.layers.11.mlp.fc2.bias", "HF CLIP under te."},
@@ -217,12 +227,14 @@ func TestConvertTextEncoders(t *testing.T) {
 		{"text_encoders.llm.model.layers.0.self_attn.q_proj.weight", Other, "text_encoders.llm.model.layers.0.self_attn.q_proj.weight", "HF LLM kept"},
 		{"text_encoders.llm.visual.v.blk.0.attn_q.weight", Other, "text_encoders.llm.visual.blocks.0.attn.q_proj.weight", "LLM vision tower"},
 		{"text_encoders.llm.visual.mm.0.weight", Other, "text_encoders.llm.visual.merger.mlp.0.weight", "LLM vision merger"},
-	})
+	}
 }
 
-func TestConvertFlux(t *testing.T) {
+func TestConvertFlux(t *testing.T) { runCases(t, fluxCases()) }
+
+func fluxCases() []convCase {
 	p := "model.diffusion_model."
-	runCases(t, []convCase{
+	return []convCase{
 		{p + "transformer_blocks.0.attn.to_q.weight", Flux, p + "double_blocks.0.img_attn.qkv.weight", "double: to_q is qkv part 0"},
 		{p + "transformer_blocks.0.attn.to_k.bias", Flux, p + "double_blocks.0.img_attn.qkv.bias.1", "double: to_k is qkv part 1 (fused at load)"},
 		{p + "transformer_blocks.7.attn.to_v.weight", Flux, p + "double_blocks.7.img_attn.qkv.weight.2", "double: to_v is qkv part 2"},
@@ -265,12 +277,14 @@ func TestConvertFlux(t *testing.T) {
 		{p + "img_in.weight", Flux, p + "img_in.weight", "BFL kept"},
 		// The Flux table is not used for other families.
 		{p + "transformer_blocks.0.attn.to_q.weight", Unknown, p + "transformer_blocks.0.attn.to_q.weight", "no version"},
-	})
+	}
 }
 
-func TestConvertSD3(t *testing.T) {
+func TestConvertSD3(t *testing.T) { runCases(t, sd3Cases()) }
+
+func sd3Cases() []convCase {
 	p := "model.diffusion_model."
-	runCases(t, []convCase{
+	return []convCase{
 		{p + "transformer_blocks.0.attn.to_q.weight", SD3, p + "joint_blocks.0.x_block.attn.qkv.weight", "x q"},
 		{p + "transformer_blocks.0.attn.to_k.bias", SD3, p + "joint_blocks.0.x_block.attn.qkv.bias.1", "x k"},
 		{p + "transformer_blocks.0.attn.add_v_proj.weight", SD3, p + "joint_blocks.0.context_block.attn.qkv.weight.2", "context v"},
@@ -287,7 +301,42 @@ func TestConvertSD3(t *testing.T) {
 		{p + "norm_out.linear.bias", SD3, p + "final_layer.adaLN_modulation.1.bias", "final modulation"},
 		{p + "joint_blocks.0.x_block.attn.qkv.weight", SD3, p + "joint_blocks.0.x_block.attn.qkv.weight", "original kept"},
 		{p + "pos_embed", SD3, p + "pos_embed", "original kept"},
-	})
+	}
+}
+
+func TestConvertWanVAEAndOtherDiTs(t *testing.T) { runCases(t, wanCases()) }
+
+func wanCases() []convCase {
+	f, p := "first_stage_model.", "model.diffusion_model."
+	return []convCase{
+		{"vae.decoder.conv_in.weight", QwenImage, f + "decoder.conv1.weight", "Wan VAE: conv_in"},
+		{"vae.decoder.up_blocks.1.resnets.0.conv_shortcut.weight", Wan2, f + "decoder.upsamples.4.shortcut.weight", "Wan VAE: shortcut before its block"},
+		{"vae.decoder.up_blocks.2.resnets.1.conv2.bias", Wan2, f + "decoder.upsamples.9.residual.6.bias", "Wan VAE: flat decoder list + residual conv2"},
+		{"vae.decoder.up_blocks.0.upsamplers.0.resample.1.weight", Wan22TI2V, f + "decoder.upsamples.3.resample.1.weight", "Wan VAE: upsampler"},
+		{"vae.decoder.up_blocks.3.resnets.2.norm2.gamma", Wan22I2V, f + "decoder.upsamples.14.residual.3.gamma", "Wan VAE: last decoder block"},
+		{"vae.encoder.down_blocks.3.conv_shortcut.bias", Wan2, f + "encoder.downsamples.3.shortcut.bias", "Wan VAE: encoder shortcut"},
+		{"vae.encoder.down_blocks.4.norm1.gamma", Wan2, f + "encoder.downsamples.4.residual.0.gamma", "Wan VAE: encoder residual norm1"},
+		{"vae.encoder.down_blocks.5.resample.1.weight", Anima, f + "encoder.downsamples.5.resample.1.weight", "Wan VAE: downsampler"},
+		{"vae.decoder.mid_block.resnets.1.conv1.weight", QwenImage, f + "decoder.middle.2.residual.2.weight", "Wan VAE: mid resnet"},
+		{"vae.decoder.mid_block.attentions.0.to_qkv.weight", QwenImage, f + "decoder.middle.1.to_qkv.weight", "Wan VAE: mid attention"},
+		{"vae.decoder.norm_out.gamma", Wan2, f + "decoder.head.0.gamma", "Wan VAE: norm_out"},
+		{"vae.encoder.conv_out.bias", Wan2, f + "encoder.head.2.bias", "Wan VAE: conv_out"},
+		{"vae.quant_conv.weight", Wan2, f + "conv1.weight", "Wan VAE: quant conv"},
+		{"vae.post_quant_conv.bias", Wan2, f + "conv2.bias", "Wan VAE: post-quant conv"},
+		{f + "decoder.upsamples.0.residual.0.gamma", Wan2, f + "decoder.upsamples.0.residual.0.gamma", "Wan VAE original kept"},
+		{f + "decoder.middle.0.residual.2.weight", Wan2, f + "decoder.middle.0.residual.2.weight", "Wan VAE original kept"},
+		{"vae.decoder.up_blocks.0.resnets.0.conv1.weight", Wan2, f + "decoder.upsamples.0.residual.2.weight", "Wan VAE, not the SD one"},
+		{p + "blocks.0.self_attn.q.weight", Wan2, p + "blocks.0.self_attn.q.weight", "Wan DiT: no renames"},
+		{p + "blocks.0.self_attn.q_proj.weight", Anima, p + "net.blocks.0.self_attn.q_proj.weight", "Anima: net. prefix"},
+		{p + "net.blocks.0.self_attn.q_proj.weight", Anima, p + "net.blocks.0.self_attn.q_proj.weight", "Anima: net. kept"},
+		{p + "layers.29.attention.to_k.bias", ZImage, p + "layers.29.attention.qkv.bias.1", "Z-Image: k part of qkv"},
+		{p + "noise_refiner.1.attention.norm_q.weight", ZImage, p + "noise_refiner.1.attention.q_norm.weight", "Z-Image: q norm"},
+		{p + "context_refiner.0.attention.to_out.0.weight", ZImage, p + "context_refiner.0.attention.out.weight", "Z-Image: out"},
+		{p + "all_x_embedder.2-1.weight", ZImage, p + "x_embedder.weight", "Z-Image: patch embedder"},
+		{p + "all_final_layer.2-1.linear.bias", ZImage, p + "final_layer.linear.bias", "Z-Image: final layer"},
+		{p + "layers.30.attention.to_q.weight", ZImage, p + "layers.30.attention.to_q.weight", "Z-Image: only 30 layers listed"},
+		{"vae.decoder.mid_block.attentions.0.to_q.weight", ZImage, f + "decoder.mid.attn_1.q.weight", "Z-Image uses the SD/Flux VAE rules"},
+	}
 }
 
 func TestConvertLoRA(t *testing.T) {
@@ -306,8 +355,10 @@ func TestConvertLoRA(t *testing.T) {
 	})
 }
 
-func TestConvertOther(t *testing.T) {
-	runCases(t, []convCase{
+func TestConvertOther(t *testing.T) { runCases(t, otherCases()) }
+
+func otherCases() []convCase {
+	return []convCase{
 		{"ip_adapter.1.to_k_ip.weight", SD1, "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k_ip.weight", "IP-Adapter SD1 index 1"},
 		{"ip_adapter.31.to_v_ip.weight", SD1, "model.diffusion_model.middle_block.1.transformer_blocks.0.attn2.to_v_ip.weight", "IP-Adapter SD1 index 31"},
 		{"ip_adapter.2.to_k_ip.weight", SD1, "ip_adapter.2.to_k_ip.weight", "IP-Adapter: even index has no block"},
@@ -323,7 +374,7 @@ func TestConvertOther(t *testing.T) {
 		{"down_blocks.1.attentions.0.proj_in.weight", SD1, "down_blocks.1.attentions.0.proj_in.weight", "bare names only for SDXL"},
 		{"control_model.input_blocks.0.0.weight", SD1, "input_blocks.0.0.weight", "control_model. stripped"},
 		{"model.diffusion_model.input_blocks.1.1.proj_in.scale_weight", SD1, "model.diffusion_model.input_blocks.1.1.proj_in.weight_scale", "scale_weight -> weight_scale"},
-	})
+	}
 }
 
 func TestConvertAllCollision(t *testing.T) {

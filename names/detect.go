@@ -17,7 +17,8 @@ func DetectVersion(tensors []formats.Tensor) Version {
 	for i := range tensors {
 		byName[tensors[i].Name] = &tensors[i]
 	}
-	d.has = func(name string) bool { _, ok := byName[name]; return ok }
+	d.get = func(name string) *formats.Tensor { return byName[name] }
+	d.has = func(name string) bool { return byName[name] != nil }
 	for i := range tensors {
 		if v, done := d.see(&tensors[i]); done {
 			return v
@@ -49,16 +50,16 @@ var earlyMarkers = []earlyMarker{
 	{substr: "net.img_embedder.proj1.weight", v: Other},
 	{substr: "language_model.model.layers.0.self_attn.q_proj_mot_gen.weight", v: Other},
 	{substr: "model.diffusion_model.txt_in.text_norm.weight", exact: true, v: Other},
-	{substr: "model.diffusion_model.transformer_blocks.0.img_mod.1.weight", v: Other},
+	{substr: "model.diffusion_model.transformer_blocks.0.img_mod.1.weight", v: QwenImage}, // refined in see
 	{substr: "model.diffusion_model.txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.weight", v: Other},
-	{substr: "llm_adapter.blocks.0.cross_attn.q_proj.weight", v: Other},
+	{substr: "llm_adapter.blocks.0.cross_attn.q_proj.weight", v: Anima},
 }
 
 // Markers checked after the Flux.2 flag, again in sd.cpp's order.
 var lateMarkers = []earlyMarker{
 	{substr: "dual_time_embed.semantic_embedder.linear_1.weight", v: Other},
 	{substr: "model.diffusion_model.double_blocks.0.img_mlp.gate_proj.weight", v: OvisImage},
-	{substr: "model.diffusion_model.cap_embedder.0.weight", v: Other},
+	{substr: "model.diffusion_model.cap_embedder.0.weight", v: ZImage},
 	{substr: "double_stream_layers.0.img_instruct_attn.processor.img_to_q.weight", v: Other},
 	{substr: "model.diffusion_model.layers.0.adaLN_sa_ln.weight", v: Other},
 	{substr: "model.diffusion_model.adaln_single.emb.timestep_embedder.linear_1.bias", v: Other},
@@ -92,8 +93,10 @@ var contextEmbeddingNames = map[string]bool{
 // detector accumulates the flags sd.cpp collects in its scan.
 type detector struct {
 	has func(name string) bool
+	get func(name string) *formats.Tensor
 
-	flux, flux2, single47, wan                   bool
+	flux, flux2, single47, wan, s2v, imgEmb      bool
+	patchChannels                                int64
 	unet, multipleEncoders, xl                   bool
 	middle1, output311, output71, attn1024       bool
 	tokenEmbedding, inputBlock, contextEmbedding *formats.Tensor
@@ -120,7 +123,12 @@ func (d *detector) see(t *formats.Tensor) (v Version, done bool) {
 	}
 	for i := range earlyMarkers {
 		if earlyMarkers[i].match(d, name) {
-			return earlyMarkers[i].v, true
+			v := earlyMarkers[i].v
+			if v == QwenImage && (ne(d.get("model.diffusion_model.img_in.weight"), 0) == 128 || d.has("model.diffusion_model.time_text_embed.addition_t_embedding.weight")) {
+				// MAGE-Flow and Qwen-Image-Layered share the marker.
+				v = Other
+			}
+			return v, true
 		}
 	}
 	if strings.Contains(name, "model.diffusion_model.double_stream_modulation_img.lin.weight") {
@@ -134,13 +142,21 @@ func (d *detector) see(t *formats.Tensor) (v Version, done bool) {
 			return lateMarkers[i].v, true
 		}
 	}
-	// Wan 2.x (any variant) is a family this package reports as Other; its
-	// variants differ only in shapes sd.cpp reads after the scan.
+	// Wan 2.x: the variants differ in shapes sd.cpp reads after the scan.
 	if strings.Contains(name, "model.diffusion_model.blocks.0.cross_attn.norm_k.weight") {
 		d.wan = true
 	}
+	if containsEither(name, "casual_audio_encoder.weights", "audio_injector.injector.0.q.weight") {
+		d.s2v = true
+	}
 	if strings.Contains(name, "model.diffusion_model.patch_embedder.weight") {
 		return Other, true
+	}
+	if strings.Contains(name, "model.diffusion_model.patch_embedding.weight") {
+		d.patchChannels = ne(t, 3)
+	}
+	if strings.Contains(name, "model.diffusion_model.img_emb") {
+		d.imgEmb = true
 	}
 	if containsEither(name, "model.diffusion_model.input_blocks.", "unet.down_blocks.") {
 		d.unet = true
@@ -185,7 +201,15 @@ func (d *detector) see(t *formats.Tensor) (v Version, done bool) {
 // scan.
 func (d *detector) decide() Version {
 	if d.wan {
-		return Other
+		switch {
+		case d.s2v:
+			return Other // Wan 2.2 S2V
+		case d.patchChannels == 184320 && !d.imgEmb:
+			return Wan22I2V
+		case d.patchChannels == 147456 && !d.imgEmb:
+			return Wan22TI2V
+		}
+		return Wan2
 	}
 	inChannels := ne(d.inputBlock, 2)
 	inpaint, edit := inChannels == 9, inChannels == 8
@@ -248,16 +272,24 @@ func (d *detector) decide() Version {
 	return Unknown
 }
 
-// ne returns ggml's ne[i] of t: the i-th dimension counted from the
-// innermost, 1 beyond the tensor's rank and for a missing tensor (sd.cpp's
-// default-constructed TensorStorage has all ne 1).
+// ne returns ggml's ne[i] of t as sd.cpp sees it: the i-th dimension
+// counted from the innermost, 1 beyond the tensor's rank and for a missing
+// tensor (a default TensorStorage has all ne 1). A 5-D shape is folded as
+// sd.cpp's safetensors reader folds it, the two outermost dims into ne[3].
 func ne(t *formats.Tensor, i int) int64 {
 	if t == nil {
 		return 1
 	}
-	n := len(t.Shape)
+	s := t.Shape
+	if len(s) == 5 {
+		if i == 3 {
+			return s[0] * s[1]
+		}
+		s = s[1:]
+	}
+	n := len(s)
 	if i < n {
-		return t.Shape[n-1-i]
+		return s[n-1-i]
 	}
 	return 1
 }

@@ -55,6 +55,12 @@ func TestDetectVersion(t *testing.T) {
 		return map[string][]int64{"model.diffusion_model.img_in.weight": {3072, imgIn}, "model.diffusion_model.txt_in.weight": {3072, txtIn}}
 	}
 
+	wan := []string{"model.diffusion_model.blocks.0.cross_attn.norm_k.weight", "model.diffusion_model.patch_embedding.weight"}
+	wanShapes := func(out, in int64) map[string][]int64 {
+		return map[string][]int64{"model.diffusion_model.patch_embedding.weight": {out, in, 1, 2, 2}}
+	}
+	qwen := []string{"model.diffusion_model.img_in.weight", "model.diffusion_model.transformer_blocks.0.img_mod.1.weight"}
+
 	cases := []struct {
 		what   string
 		names  []string
@@ -95,9 +101,17 @@ func TestDetectVersion(t *testing.T) {
 		{"Ovis-Image", with(flux, "model.diffusion_model.double_blocks.0.img_mlp.gate_proj.weight"), fluxShapes(64, 4096), OvisImage},
 		{"Flux.2 Klein", with(flux, "model.diffusion_model.double_stream_modulation_img.lin.weight"), fluxShapes(128, 7680), Flux2Klein},
 		{"Flux.2", with(flux, "model.diffusion_model.double_stream_modulation_img.lin.weight", "model.diffusion_model.single_blocks.47.linear1.weight"), fluxShapes(128, 15360), Flux2},
-		{"Wan", []string{"model.diffusion_model.blocks.0.cross_attn.norm_k.weight", "model.diffusion_model.patch_embedding.weight"}, nil, Other},
-		{"Qwen-Image", []string{"model.diffusion_model.transformer_blocks.0.img_mod.1.weight"}, nil, Other},
-		{"Z-Image", []string{"model.diffusion_model.cap_embedder.0.weight"}, nil, Other},
+		// Wan: the 5-D patch embedding folds to ne[3] = out*in channels.
+		{"Wan 2.1 T2V", wan, wanShapes(5120, 16), Wan2},
+		{"Wan 2.2 I2V (5120*36)", wan, wanShapes(5120, 36), Wan22I2V},
+		{"Wan 2.1 I2V (same channels, image embedding)", with(wan, "model.diffusion_model.img_emb.proj.0.weight"), wanShapes(5120, 36), Wan2},
+		{"Wan 2.2 TI2V (3072*48)", wan, wanShapes(3072, 48), Wan22TI2V},
+		{"Wan 2.2 S2V", with(wan, "casual_audio_encoder.weights"), wanShapes(5120, 36), Other},
+		{"Qwen-Image", qwen, map[string][]int64{"model.diffusion_model.img_in.weight": {3072, 64}}, QwenImage},
+		{"MAGE-Flow (Qwen marker, 128 input features)", qwen, map[string][]int64{"model.diffusion_model.img_in.weight": {3072, 128}}, Other},
+		{"Qwen-Image-Layered", with(qwen, "model.diffusion_model.time_text_embed.addition_t_embedding.weight"), nil, Other},
+		{"Z-Image", []string{"model.diffusion_model.cap_embedder.0.weight"}, nil, ZImage},
+		{"Anima", []string{"model.diffusion_model.llm_adapter.blocks.0.cross_attn.q_proj.weight"}, nil, Anima},
 		{"HiDream-O1 needs both tensors", []string{"model.x_embedder.proj1.weight"}, nil, Unknown},
 		{"HiDream-O1", []string{"model.x_embedder.proj1.weight", "model.language_model.layers.0.self_attn.q_proj.weight"}, nil, Other},
 		// The early return of the first marker met wins, as in sd.cpp's scan.
@@ -132,6 +146,12 @@ func TestNE(t *testing.T) {
 	for i, want := range []int64{3, 3, 9, 320, 1} {
 		if got := ne(tt, i); got != want {
 			t.Errorf("ne(%d) = %d, want %d", i, got, want)
+		}
+	}
+	five := &formats.Tensor{Shape: []int64{5120, 36, 1, 2, 2}}
+	for i, want := range []int64{2, 2, 1, 5120 * 36} {
+		if got := ne(five, i); got != want {
+			t.Errorf("5-D ne(%d) = %d, want %d", i, got, want)
 		}
 	}
 	if ne(nil, 0) != 1 {

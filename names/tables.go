@@ -688,6 +688,7 @@ var substLists = map[string]*substRules{
 	"vae old attention": &vaeAttnOld, "vae new attention": &vaeAttnNew,
 	"clip projections": &clipProjections, "t5": &t5Rules, "llm": &llmRules,
 	"llm vision": &llmVisionRules, "llada": &lladaRules, "generic": &genericRules,
+	"wan vae shared": &wanVAEShared, "wan vae residual": &wanVAEResidual,
 }
 
 func init() {
@@ -695,3 +696,89 @@ func init() {
 		r.prepare()
 	}
 }
+
+// --- Wan VAE (diffusers -> original), also Qwen-Image's and Anima's ---
+
+// Renames inside the encoder and decoder, applied first.
+var wanVAEShared = substRules{rules: []pair{
+	{".conv_in.", ".conv1."},
+	{".norm_out.", ".head.0."},
+	{".conv_out.", ".head.2."},
+	{".mid_block.attentions.0.", ".middle.1."},
+	{".mid_block.resnets.0.", ".middle.0.residual."},
+	{".mid_block.resnets.1.", ".middle.2.residual."},
+}}
+
+// The flat module lists of the original encoder and decoder; a shortcut
+// comes before the block that holds it.
+var wanVAEPrefixes = func() prefixList {
+	l := prefixList{{"quant_conv.", "conv1."}, {"post_quant_conv.", "conv2."}}
+	// Decoder: per level three resnets and (but the last) an upsampler;
+	// level 1's first resnet has a shortcut.
+	n := 0
+	for lv := 0; lv < 4; lv++ {
+		up := "decoder.up_blocks." + itoa(lv) + "."
+		for j := 0; j < 3; j++ {
+			if lv == 1 && j == 0 {
+				l = append(l, pair{up + "resnets.0.conv_shortcut.", "decoder.upsamples." + itoa(n) + ".shortcut."})
+			}
+			l = append(l, pair{up + "resnets." + itoa(j) + ".", "decoder.upsamples." + itoa(n) + ".residual."})
+			n++
+		}
+		if lv < 3 {
+			l = append(l, pair{up + "upsamplers.0.", "decoder.upsamples." + itoa(n) + "."})
+			n++
+		}
+	}
+	// Encoder: eleven modules; 2, 5 and 8 downsample, 3 and 6 have a
+	// shortcut.
+	for i := 0; i <= 10; i++ {
+		from, to := "encoder.down_blocks."+itoa(i)+".", "encoder.downsamples."+itoa(i)+"."
+		switch i {
+		case 2, 5, 8:
+			l = append(l, pair{from, to})
+			continue
+		case 3, 6:
+			l = append(l, pair{from + "conv_shortcut.", to + "shortcut."})
+		}
+		l = append(l, pair{from, to + "residual."})
+	}
+	return l
+}()
+
+// Inside a residual block, applied to names that contain ".residual.".
+var wanVAEResidual = substRules{rules: []pair{
+	{".norm1.", ".0."},
+	{".conv1.", ".2."},
+	{".norm2.", ".3."},
+	{".conv2.", ".6."},
+}}
+
+// --- Z-Image (diffusers -> original Lumina 2 layout) ---
+
+func zImageTable() map[string]string {
+	d := dit{
+		"all_x_embedder.2-1.":  "x_embedder.",
+		"all_final_layer.2-1.": "final_layer.",
+	}
+	for _, stack := range []struct {
+		prefix string
+		n      int
+	}{{"noise_refiner.", 2}, {"context_refiner.", 2}, {"layers.", 30}} {
+		for i := 0; i < stack.n; i++ {
+			a := stack.prefix + itoa(i) + ".attention."
+			d[a+"norm_q."] = a + "q_norm."
+			d[a+"norm_k."] = a + "k_norm."
+			d[a+"to_out.0."] = a + "out."
+			d.weightBias(a+"to_q", a+"qkv", "")
+			d.weightBias(a+"to_k", a+"qkv", ".1")
+			d.weightBias(a+"to_v", a+"qkv", ".2")
+		}
+	}
+	return d
+}
+
+var zImageDiT = mustPrefixTable(zImageTable())
+
+// Anima's diffusion model lives under "net.".
+const animaPrefix = "net."

@@ -28,8 +28,8 @@ type Version int
 // Model versions. Unknown is sd.cpp's VERSION_COUNT: no family matched, and
 // only the version-independent rules apply. Other stands for the families
 // sd.cpp recognises by a marker tensor but whose diffusion-model and VAE
-// renames this package does not model (Wan, Qwen-Image, Z-Image, Hunyuan,
-// Anima, ...); it converts like Unknown.
+// renames this package does not model (Hunyuan Video, Krea 2, LTX, Ernie,
+// PID, Qwen-Image 2.1/Layered, Wan 2.2 S2V, ...); it converts like Unknown.
 const (
 	Unknown Version = iota
 	SD1
@@ -57,6 +57,12 @@ const (
 	Flux2
 	Flux2Klein
 	LongCat
+	Wan2
+	Wan22I2V
+	Wan22TI2V
+	QwenImage
+	Anima
+	ZImage
 	Other
 	numVersions
 )
@@ -88,6 +94,12 @@ var versionNames = [numVersions]string{
 	Flux2:          "flux2",
 	Flux2Klein:     "flux2-klein",
 	LongCat:        "longcat",
+	Wan2:           "wan2",
+	Wan22I2V:       "wan2.2-i2v",
+	Wan22TI2V:      "wan2.2-ti2v",
+	QwenImage:      "qwen-image",
+	Anima:          "anima",
+	ZImage:         "z-image",
 	Other:          "other",
 }
 
@@ -139,6 +151,12 @@ func (v Version) IsFlux2() bool { return v == Flux2 || v == Flux2Klein }
 // usesFluxDiT reports whether the diffusion model's diffusers names are
 // renamed with the Flux table (Flux.1, Flux.2 and LongCat share it in sd.cpp).
 func (v Version) usesFluxDiT() bool { return v.IsFlux() || v.IsFlux2() || v == LongCat }
+
+// usesWanVAE reports whether the VAE is Wan's (renamed with the Wan table
+// instead of the SD autoencoder's).
+func (v Version) usesWanVAE() bool {
+	return v == Wan2 || v == Wan22I2V || v == Wan22TI2V || v == QwenImage || v == Anima
+}
 
 // usesTAE reports whether sd.cpp stores this version's VAE under "tae."
 // rather than "first_stage_model." (the SDXS models ship a tiny autoencoder).
