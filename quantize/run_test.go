@@ -253,6 +253,17 @@ func TestQuantizeRefusals(t *testing.T) {
 	if d.HasDifferences() {
 		t.Errorf("requantizing Q4_K_M to Q4_K_M changed %d tensors", d.Totals.Compared-d.Totals.Identical)
 	}
+	// A GGUF input's keys are kept, the recomputed ones replaced.
+	meta := filepath.Join(dir, "meta.gguf")
+	run(t, Options{Input: again, Output: meta, Type: "Q8_0", AllowRequantize: true, Metadata: []string{"general.name=tiny"}})
+	mm := mustOpen(t, meta).Metadata()
+	seen := map[string]int{}
+	for _, kv := range mm {
+		seen[kv.Key]++
+	}
+	if kv, _ := mm.Get("general.file_type"); kv.Value != uint32(7) || seen["general.architecture"] != 1 || seen["general.name"] != 1 {
+		t.Errorf("requantized metadata: file_type %v, keys %v", kv.Value, seen)
+	}
 	if _, err := Run(context.Background(), &Options{Input: tinyPath, Output: q, Type: "Q8_0"}); !errors.Is(err, pipeline.ErrExists) {
 		t.Errorf("existing output: %v", err)
 	}
