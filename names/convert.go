@@ -53,6 +53,15 @@ func convert(name string, v Version, fast bool) string {
 		name = convertPart(name, v, lora, fast)
 	}
 
+	if firstByte(name) == 'p' && strings.HasPrefix(name, "pmid.") {
+		if to, ok := photoMakerNames[name]; ok {
+			name = to
+		}
+		if to, ok := photoMakerV2Names[name]; ok {
+			name = to
+		}
+	}
+
 	// ControlNet .pth files wrap the model in "control_model.".
 	name = strings.TrimPrefix(name, "control_model.")
 	if v.IsSDXL() && hasAnyPrefix(name, controlNetHeads) {

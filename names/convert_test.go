@@ -373,6 +373,9 @@ func otherCases() []convCase {
 		{"down_blocks.1.attentions.0.proj_in.weight", SDXL, "input_blocks.4.1.proj_in.weight", "bare SDXL diffusers block"},
 		{"down_blocks.1.attentions.0.proj_in.weight", SD1, "down_blocks.1.attentions.0.proj_in.weight", "bare names only for SDXL"},
 		{"control_model.input_blocks.0.0.weight", SD1, "input_blocks.0.0.weight", "control_model. stripped"},
+		{"pmid.vision_model.visual_projection.weight", SDXL, "pmid.visual_projection.weight", "PhotoMaker projection"},
+		{"pmid.qformer_perceiver.perceiver_resampler.layers.2.1.3.weight", SDXL, "pmid.qformer_perceiver.perceiver_resampler.layers.2.1.1.fc2.weight", "PhotoMaker v2 perceiver"},
+		{"pmid.qformer_perceiver.token_proj.0.bias", SDXL, "pmid.qformer_perceiver.token_proj.fc1.bias", "PhotoMaker v2 token projection"},
 		{"model.diffusion_model.input_blocks.1.1.proj_in.scale_weight", SD1, "model.diffusion_model.input_blocks.1.1.proj_in.weight_scale", "scale_weight -> weight_scale"},
 	}
 }

@@ -32,14 +32,20 @@ func (l *nameList) wb(prefix string, modules ...string) {
 // SD 1.x UNet channels per level: 320, 640, 1280, 1280.
 var sd1Channels = []int{320, 640, 1280, 1280}
 
-func diffusersTransformer(l *nameList, p string) {
+func diffusersTransformer(l *nameList, p string) { transformerDepth(l, p, 1) }
+
+// transformerDepth lists a spatial transformer with depth blocks; diffusers
+// and LDM use the same names inside it.
+func transformerDepth(l *nameList, p string, depth int) {
 	l.wb(p, "norm", "proj_in", "proj_out")
-	tb := p + "transformer_blocks.0."
-	for _, a := range []string{"attn1", "attn2"} {
-		l.add(tb+a+".", "to_q.weight", "to_k.weight", "to_v.weight")
-		l.wb(tb+a+".", "to_out.0")
+	for d := 0; d < depth; d++ {
+		tb := fmt.Sprintf("%stransformer_blocks.%d.", p, d)
+		for _, a := range []string{"attn1", "attn2"} {
+			l.add(tb+a+".", "to_q.weight", "to_k.weight", "to_v.weight")
+			l.wb(tb+a+".", "to_out.0")
+		}
+		l.wb(tb, "ff.net.0.proj", "ff.net.2", "norm1", "norm2", "norm3")
 	}
-	l.wb(tb, "ff.net.0.proj", "ff.net.2", "norm1", "norm2", "norm3")
 }
 
 func diffusersResnet(l *nameList, p string, shortcut bool) {
@@ -302,6 +308,102 @@ func TestLDMNamesUnchanged(t *testing.T) {
 			if got := Convert(n, v); got != n {
 				t.Errorf("Convert(%q, %v) = %q, want it unchanged", n, v, got)
 			}
+		}
+	}
+}
+
+// SDXL: three levels (320, 640, 1280), attention with depth 2 and 10 on the
+// two deeper ones, no attention on the first.
+var sdxlDepth = []int{0, 2, 10}
+
+func sdxlDiffusersUNet() nameList {
+	var l nameList
+	p := "unet."
+	l.wb(p, "conv_in", "time_embedding.linear_1", "time_embedding.linear_2", "add_embedding.linear_1", "add_embedding.linear_2")
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 2; j++ {
+			diffusersResnet(&l, fmt.Sprintf("%sdown_blocks.%d.resnets.%d.", p, i, j), j == 0 && i > 0)
+			if sdxlDepth[i] > 0 {
+				transformerDepth(&l, fmt.Sprintf("%sdown_blocks.%d.attentions.%d.", p, i, j), sdxlDepth[i])
+			}
+		}
+		if i < 2 {
+			l.wb(fmt.Sprintf("%sdown_blocks.%d.downsamplers.0.", p, i), "conv")
+		}
+	}
+	diffusersResnet(&l, p+"mid_block.resnets.0.", false)
+	transformerDepth(&l, p+"mid_block.attentions.0.", 10)
+	diffusersResnet(&l, p+"mid_block.resnets.1.", false)
+	for i := 0; i < 3; i++ {
+		depth := sdxlDepth[2-i] // up_blocks.0 is the deepest level
+		for j := 0; j < 3; j++ {
+			diffusersResnet(&l, fmt.Sprintf("%sup_blocks.%d.resnets.%d.", p, i, j), true)
+			if depth > 0 {
+				transformerDepth(&l, fmt.Sprintf("%sup_blocks.%d.attentions.%d.", p, i, j), depth)
+			}
+		}
+		if i < 2 {
+			l.wb(fmt.Sprintf("%sup_blocks.%d.upsamplers.0.", p, i), "conv")
+		}
+	}
+	l.wb(p, "conv_norm_out", "conv_out")
+	return l
+}
+
+func sdxlLDMUNet() nameList {
+	var l nameList
+	p := "model.diffusion_model."
+	l.wb(p, "input_blocks.0.0", "time_embed.0", "time_embed.2", "label_emb.0.0", "label_emb.0.2")
+	for b := 1; b <= 8; b++ {
+		level, pos := (b-1)/3, (b-1)%3
+		if pos == 2 {
+			l.wb(fmt.Sprintf("%sinput_blocks.%d.0.", p, b), "op")
+			continue
+		}
+		ldmResBlock(&l, fmt.Sprintf("%sinput_blocks.%d.0.", p, b), pos == 0 && level > 0)
+		if sdxlDepth[level] > 0 {
+			transformerDepth(&l, fmt.Sprintf("%sinput_blocks.%d.1.", p, b), sdxlDepth[level])
+		}
+	}
+	ldmResBlock(&l, p+"middle_block.0.", false)
+	transformerDepth(&l, p+"middle_block.1.", 10)
+	ldmResBlock(&l, p+"middle_block.2.", false)
+	for b := 0; b < 9; b++ {
+		depth := sdxlDepth[2-b/3]
+		ldmResBlock(&l, fmt.Sprintf("%soutput_blocks.%d.0.", p, b), true)
+		up := 1 // the upsampler follows the attention when there is one
+		if depth > 0 {
+			transformerDepth(&l, fmt.Sprintf("%soutput_blocks.%d.1.", p, b), depth)
+			up = 2
+		}
+		if b == 2 || b == 5 {
+			l.wb(fmt.Sprintf("%soutput_blocks.%d.%d.", p, b, up), "conv")
+		}
+	}
+	l.wb(p, "out.0", "out.2")
+	return l
+}
+
+// The SDXL diffusers UNet converts to the LDM one, the upsampler of
+// up_blocks.0 included (output_blocks.2.2, by way of sd.cpp's fix-up rule).
+func TestRoundTripSDXLDiffusersUNet(t *testing.T) {
+	diff, ldm := sdxlDiffusersUNet(), sdxlLDMUNet()
+	if len(diff) != len(ldm) || len(ldm) < 1500 {
+		t.Fatalf("layout sizes: diffusers %d, LDM %d", len(diff), len(ldm))
+	}
+	got, err := ConvertAll(diff, SDXL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, ws := sortedCopy(got), sortedCopy(ldm)
+	for i := range gs {
+		if gs[i] != ws[i] {
+			t.Fatalf("sorted name %d: converted %q, LDM %q", i, gs[i], ws[i])
+		}
+	}
+	for _, n := range ldm {
+		if c := Convert(n, SDXL); c != n {
+			t.Errorf("LDM name %q converts to %q", n, c)
 		}
 	}
 }

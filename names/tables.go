@@ -782,3 +782,26 @@ var zImageDiT = mustPrefixTable(zImageTable())
 
 // Anima's diffusion model lives under "net.".
 const animaPrefix = "net."
+
+// --- PhotoMaker ---
+
+var photoMakerNames = map[string]string{
+	"pmid.vision_model.visual_projection.weight": "pmid.visual_projection.weight",
+}
+
+// PhotoMaker v2's perceiver stores its feed-forward layers by index.
+var photoMakerV2Names = func() map[string]string {
+	const q = "pmid.qformer_perceiver."
+	m := map[string]string{
+		q + "token_proj.0.bias":   q + "token_proj.fc1.bias",
+		q + "token_proj.2.bias":   q + "token_proj.fc2.bias",
+		q + "token_proj.0.weight": q + "token_proj.fc1.weight",
+		q + "token_proj.2.weight": q + "token_proj.fc2.weight",
+	}
+	for i := 0; i < 4; i++ {
+		l := q + "perceiver_resampler.layers." + itoa(i) + ".1."
+		m[l+"1.weight"] = l + "1.fc1.weight"
+		m[l+"3.weight"] = l + "1.fc2.weight"
+	}
+	return m
+}()

@@ -11,6 +11,14 @@
 // collisions. The mappings are tables of data (see tables.go); the functions
 // only walk them.
 //
+// Covered: the top-level prefixes; diffusers UNet to LDM for SD 1.x/2.x and
+// SDXL (and SDXL ControlNet); diffusers DiT to original for SD3, Flux.1/.2 and
+// LongCat, Z-Image and Anima; the SD/Flux VAE and the Wan VAE (Wan 2.x,
+// Qwen-Image, Anima); open_clip to HF CLIP; llama.cpp GGUF T5, LLM and LLM
+// vision names to HF; LoRA wrappers, suffixes and kohya separators;
+// IP-Adapter and PhotoMaker. Not covered: Hunyuan Video, Krea 2, LLaDA-Image,
+// the Qwen3-VL vision names of some DiTs, and ESRGAN (see Other).
+//
 // The behaviour follows sd.cpp's src/name_conversion.cpp and
 // src/model_loader.cpp (2026, the streaming-convert era). Where sd.cpp fuses
 // or splits tensors at load time (q/k/v into qkv, open_clip's in_proj into
