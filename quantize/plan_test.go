@@ -155,6 +155,11 @@ func TestPlanMetadata(t *testing.T) {
 	if !strings.Contains(strings.Join(u.Warnings, "\n"), "general.architecture") {
 		t.Errorf("no warning about general.architecture: %q", u.Warnings)
 	}
+	// A u8 tensor has no GGUF type: left out with a warning.
+	m.tensors = append(m.tensors, formats.Tensor{Name: "mask", Type: formats.U8, Shape: []int64{4}, Size: 4})
+	if u8 := plan(t, m, Options{Type: "Q8_0"}); len(u8.Rows) != 1 || !strings.Contains(strings.Join(u8.Warnings, "\n"), "no GGUF type") {
+		t.Errorf("u8 tensor: %d rows, warnings %q", len(u8.Rows), u8.Warnings)
+	}
 	if c := consumer(u, TargetComfyUI); len(c.Notes) == 0 {
 		t.Error("ComfyUI-GGUF compatibility mode not noted")
 	}

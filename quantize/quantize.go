@@ -507,6 +507,13 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		if s.Module != nil && !c.Quantized && !t.Info().Float {
 			t = formats.F16
 		}
+		if !t.IsGGML() {
+			// GGUF has no such type (u8, bool, u16, ...); sd.cpp skips them too.
+			w := fmt.Sprintf("%s: tensor %q: %s has no GGUF type: left out", s.Tensor.File, s.Name, t)
+			b.log.Warn(w)
+			b.res.Warnings = append(b.res.Warnings, w)
+			continue
+		}
 		if err := s.Err(); err != nil {
 			return err
 		}
@@ -534,7 +541,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		} else {
 			codec, err := quant.Encoder(t)
 			if err != nil {
-				return fmt.Errorf("tensor %q: %w", s.Name, err)
+				return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
 			}
 			if !s.Float() {
 				return fmt.Errorf("%s: tensor %q: cannot convert %s to %s", s.Tensor.File, s.Name, s.TypeName(), t)
@@ -566,7 +573,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 				}
 			}
 			if weights == nil && codec.NeedsWeights {
-				return fmt.Errorf("tensor %q: %s needs an importance matrix entry for it (give --imatrix, or another type with --tensor-type)", s.Name, t)
+				return fmt.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give --imatrix, or another type with --tensor-type)", b.opts.Input, s.Name, t)
 			}
 			out.Producer = &floatProducer{src: s, encode: ggmlEncoder(t, codec.Quantize, weights)}
 		}
@@ -670,7 +677,7 @@ func (b *builder) planConvrot(ct convrot.Type) error {
 		} else {
 			codec, err := quant.Encoder(t)
 			if err != nil {
-				return fmt.Errorf("tensor %q: %w", s.Name, err)
+				return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
 			}
 			out.Producer = &floatProducer{src: s, encode: ggmlEncoder(t, codec.Quantize, nil)}
 		}
