@@ -1,0 +1,86 @@
+//go:build cgo
+
+package infer
+
+import (
+	"fmt"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/native"
+)
+
+// weightSet holds a model's weights in one ggml backend buffer.
+type weightSet struct {
+	ctx    *native.Context
+	buf    *native.Buffer
+	byName map[string]native.Tensor
+	types  map[string]formats.DType
+}
+
+func (w *weightSet) get(name string) (native.Tensor, bool) {
+	t, ok := w.byName[name]
+	return t, ok
+}
+
+// free releases the weights.
+func (w *weightSet) free() {
+	if w == nil {
+		return
+	}
+	w.buf.Free()
+	w.ctx.Free()
+}
+
+// ggmlDims turns a PyTorch shape into ggml dims (innermost first).
+func ggmlDims(shape []int64) []int64 {
+	if len(shape) == 0 {
+		return []int64{1}
+	}
+	ne := make([]int64, len(shape))
+	for i, d := range shape {
+		ne[len(shape)-1-i] = d
+	}
+	return ne
+}
+
+// loadWeights creates ggml tensors for specs on the backend and fills them.
+func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSet, error) {
+	ctx, err := native.NewContext(len(specs)+1, 0)
+	if err != nil {
+		return nil, err
+	}
+	ws := &weightSet{ctx: ctx, byName: map[string]native.Tensor{}, types: map[string]formats.DType{}}
+	for i := range specs {
+		s := &specs[i]
+		if len(s.Shape) > 4 {
+			ctx.Free()
+			return nil, fmt.Errorf("%s: tensor %q: %d dims (ggml holds at most 4)", path, s.Name, len(s.Shape))
+		}
+		t, err := ctx.NewTensor(s.Type, ggmlDims(s.Shape)...)
+		if err != nil {
+			ctx.Free()
+			return nil, fmt.Errorf("%s: tensor %q: %w", path, s.Name, err)
+		}
+		t.SetName(s.Name)
+		ws.byName[s.Name] = t
+		ws.types[s.Name] = s.Type
+	}
+	if ws.buf, err = be.AllocContext(ctx); err != nil {
+		ctx.Free()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	scratch := &sliceScratch{}
+	for i := range specs {
+		s := &specs[i]
+		data, err := s.read(scratch)
+		if err != nil {
+			ws.free()
+			return nil, err
+		}
+		if err := ws.byName[s.Name].SetData(data); err != nil {
+			ws.free()
+			return nil, fmt.Errorf("%s: tensor %q: %w", path, s.Name, err)
+		}
+	}
+	return ws, nil
+}
