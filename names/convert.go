@@ -109,6 +109,12 @@ func convertPart(name string, v Version, lora, fast bool) string {
 // whose part after "first_stage_model." is rest.
 func convertFirstStage(full, rest string, v Version, fast bool) string {
 	switch {
+	case v == HunyuanVideo:
+		// sd.cpp leaves Hunyuan's VAE names as they are.
+		if full == "" {
+			return firstStagePrefix + rest
+		}
+		return full
 	case v.usesTAE():
 		// SDXS keeps its tiny autoencoder under "tae.".
 		return convertVAE("", "tae.", rest, fast)
@@ -177,6 +183,11 @@ func convertDiffusion(full, rest string, v Version, fast bool) string {
 		t = zImageDiT
 	case v == Anima && !strings.HasPrefix(rest, animaPrefix):
 		return diffusionPrefix + animaPrefix + rest
+	case v == HunyuanVideo:
+		if r := hunyuanGeneric.runString(hunyuanDiT.apply(rest), fast); r != rest || full == "" {
+			return diffusionPrefix + r
+		}
+		return full
 	default:
 		if full == "" {
 			return diffusionPrefix + rest

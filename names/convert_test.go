@@ -336,6 +336,15 @@ func wanCases() []convCase {
 		{p + "all_final_layer.2-1.linear.bias", ZImage, p + "final_layer.linear.bias", "Z-Image: final layer"},
 		{p + "layers.30.attention.to_q.weight", ZImage, p + "layers.30.attention.to_q.weight", "Z-Image: only 30 layers listed"},
 		{"vae.decoder.mid_block.attentions.0.to_q.weight", ZImage, f + "decoder.mid.attn_1.q.weight", "Z-Image uses the SD/Flux VAE rules"},
+		{p + "double_blocks.3.img_attn_qkv.weight", HunyuanVideo, p + "double_blocks.3.img_attn.qkv.weight", "Hunyuan: qkv, prefix rule keeps the tail"},
+		{p + "double_blocks.53.txt_attn_k_norm.weight", HunyuanVideo, p + "double_blocks.53.txt_attn.norm.key_norm.scale", "Hunyuan: k norm"},
+		{p + "double_blocks.0.img_mod.linear.bias", HunyuanVideo, p + "double_blocks.0.img_mod.lin.bias", "Hunyuan: modulation"},
+		{p + "double_blocks.0.txt_mlp.fc2.weight", HunyuanVideo, p + "double_blocks.0.txt_mlp.2.weight", "Hunyuan: mlp"},
+		{p + "time_in.mlp.2.bias", HunyuanVideo, p + "time_in.out_layer.bias", "Hunyuan: time embedding"},
+		{p + "txt_in.c_embedder.linear_1.weight", HunyuanVideo, p + "txt_in.c_embedder.in_layer.weight", "Hunyuan: caption embedder"},
+		{p + "txt_in.individual_token_refiner.blocks.0.mlp.fc1.weight", HunyuanVideo, p + "txt_in.individual_token_refiner.blocks.0.mlp.0.weight", "Hunyuan: generic mlp rename"},
+		{p + "single_blocks.5.modulation.linear.weight", HunyuanVideo, p + "single_blocks.5.modulation.lin.weight", "Hunyuan: generic modulation rename"},
+		{"vae.decoder.up_blocks.0.resnets.0.conv1.weight", HunyuanVideo, f + "decoder.up_blocks.0.resnets.0.conv1.weight", "Hunyuan: VAE names kept"},
 	}
 }
 

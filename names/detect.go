@@ -37,7 +37,7 @@ type earlyMarker struct {
 
 // The early markers in sd.cpp's order. Families this package does not model
 // report Other (PID, Ideogram 4, Krea 2, HiDream-O1, Lens, MiniT2I, SenseNova,
-// Qwen-Image, Hunyuan Video, Anima, ...).
+// ...).
 var earlyMarkers = []earlyMarker{
 	{substr: "model.diffusion_model.net.lq_proj.latent_proj.0.weight", v: Other},
 	{substr: "embed_image_indicator.weight", v: Other},
@@ -51,7 +51,7 @@ var earlyMarkers = []earlyMarker{
 	{substr: "language_model.model.layers.0.self_attn.q_proj_mot_gen.weight", v: Other},
 	{substr: "model.diffusion_model.txt_in.text_norm.weight", exact: true, v: Other},
 	{substr: "model.diffusion_model.transformer_blocks.0.img_mod.1.weight", v: QwenImage}, // refined in see
-	{substr: "model.diffusion_model.txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.weight", v: Other},
+	{substr: "model.diffusion_model.txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.weight", v: HunyuanVideo},
 	{substr: "llm_adapter.blocks.0.cross_attn.q_proj.weight", v: Anima},
 }
 

@@ -689,6 +689,7 @@ var substLists = map[string]*substRules{
 	"clip projections": &clipProjections, "t5": &t5Rules, "llm": &llmRules,
 	"llm vision": &llmVisionRules, "llada": &lladaRules, "generic": &genericRules,
 	"wan vae shared": &wanVAEShared, "wan vae residual": &wanVAEResidual,
+	"hunyuan generic": &hunyuanGeneric,
 }
 
 func init() {
@@ -805,3 +806,41 @@ var photoMakerV2Names = func() map[string]string {
 	}
 	return m
 }()
+
+// --- Hunyuan Video (original names -> sd.cpp's Flux-style names) ---
+
+func hunyuanTable() map[string]string {
+	const doubles = 54
+	d := dit{}
+	for i := 0; i < doubles; i++ {
+		b := "double_blocks." + itoa(i) + "."
+		for _, s := range []string{"img", "txt"} {
+			d[b+s+"_mod.linear"] = b + s + "_mod.lin"
+			d[b+s+"_attn_qkv"] = b + s + "_attn.qkv"
+			d[b+s+"_attn_q_norm.weight"] = b + s + "_attn.norm.query_norm.scale"
+			d[b+s+"_attn_k_norm.weight"] = b + s + "_attn.norm.key_norm.scale"
+			d[b+s+"_mlp.fc1"] = b + s + "_mlp.0"
+			d[b+s+"_mlp.fc2"] = b + s + "_mlp.2"
+			d[b+s+"_attn_proj"] = b + s + "_attn.proj"
+		}
+	}
+	for _, mlp := range []string{"time_in", "time_r_in", "vector_in", "guidance_in", "txt_in.t_embedder"} {
+		d[mlp+".mlp.0"] = mlp + ".in_layer"
+		d[mlp+".mlp.2"] = mlp + ".out_layer"
+	}
+	d["txt_in.c_embedder.linear_1"] = "txt_in.c_embedder.in_layer"
+	d["txt_in.c_embedder.linear_2"] = "txt_in.c_embedder.out_layer"
+	return d
+}
+
+var hunyuanDiT = mustPrefixTable(hunyuanTable())
+
+// Renames anywhere in a Hunyuan name, after the table (the single blocks and
+// the token refiner use them).
+var hunyuanGeneric = substRules{rules: []pair{
+	{"_attn_qkv.", "_attn.qkv."},
+	{"_attn_proj.", "_attn.proj."},
+	{"mlp.fc1.", "mlp.0."},
+	{"mlp.fc2.", "mlp.2."},
+	{".modulation.linear.", ".modulation.lin."},
+}}

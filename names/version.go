@@ -13,10 +13,10 @@
 //
 // Covered: the top-level prefixes; diffusers UNet to LDM for SD 1.x/2.x and
 // SDXL (and SDXL ControlNet); diffusers DiT to original for SD3, Flux.1/.2 and
-// LongCat, Z-Image and Anima; the SD/Flux VAE and the Wan VAE (Wan 2.x,
+// LongCat, Z-Image, Anima and Hunyuan Video; the SD/Flux VAE and the Wan VAE (Wan 2.x,
 // Qwen-Image, Anima); open_clip to HF CLIP; llama.cpp GGUF T5, LLM and LLM
 // vision names to HF; LoRA wrappers, suffixes and kohya separators;
-// IP-Adapter and PhotoMaker. Not covered: Hunyuan Video, Krea 2, LLaDA-Image,
+// IP-Adapter and PhotoMaker. Not covered: Krea 2, LLaDA-Image,
 // the Qwen3-VL vision names of some DiTs, and ESRGAN (see Other).
 //
 // The behaviour follows sd.cpp's src/name_conversion.cpp and
@@ -36,7 +36,7 @@ type Version int
 // Model versions. Unknown is sd.cpp's VERSION_COUNT: no family matched, and
 // only the version-independent rules apply. Other stands for the families
 // sd.cpp recognises by a marker tensor but whose diffusion-model and VAE
-// renames this package does not model (Hunyuan Video, Krea 2, LTX, Ernie,
+// renames this package does not model (Krea 2, LTX, Ernie,
 // PID, Qwen-Image 2.1/Layered, Wan 2.2 S2V, ...); it converts like Unknown.
 const (
 	Unknown Version = iota
@@ -71,6 +71,7 @@ const (
 	QwenImage
 	Anima
 	ZImage
+	HunyuanVideo
 	Other
 	numVersions
 )
@@ -108,6 +109,7 @@ var versionNames = [numVersions]string{
 	QwenImage:      "qwen-image",
 	Anima:          "anima",
 	ZImage:         "z-image",
+	HunyuanVideo:   "hunyuan-video",
 	Other:          "other",
 }
 
