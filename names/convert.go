@@ -41,6 +41,13 @@ func convert(name string, v Version, fast bool) string {
 	// sd.cpp's form come back as they are, without allocating; a name whose
 	// top-level prefix is renamed is built together with its part's edits.
 	to, rest, renamed := top.match(name)
+	if v == Krea2 {
+		// Krea 2's Qwen3-VL vision tower, renamed before the parts are.
+		if renamed {
+			name, to, rest, renamed = to+rest, "", "", false
+		}
+		name = convertQwen3VLVision(name, fast)
+	}
 	switch {
 	case renamed && to == diffusionPrefix:
 		name = convertDiffusion("", rest, v, fast)
@@ -138,6 +145,21 @@ func convertWanVAE(s string, fast bool) string {
 	return s
 }
 
+// convertQwen3VLVision moves a Qwen3-VL vision tower from HF's
+// "model.visual." to "visual." and renames llama.cpp GGUF vision names.
+func convertQwen3VLVision(name string, fast bool) string {
+	if rest, ok := strings.CutPrefix(name, llmVisualHF); ok {
+		name = llmVisual + rest
+	}
+	if !strings.HasPrefix(name, llmVisual) {
+		return name
+	}
+	if strings.Contains(name, "v.deepstack_merger_list.") || strings.Contains(name, "v.deepstack.") {
+		return qwen3VLDeepstack.runString(name, fast)
+	}
+	return qwen3VLVision.runString(name, fast)
+}
+
 // firstByte returns s's first byte, 0 for "" (a LoRA name can be empty once
 // its wrapper is stripped).
 func firstByte(s string) byte {
@@ -183,6 +205,12 @@ func convertDiffusion(full, rest string, v Version, fast bool) string {
 		t = zImageDiT
 	case v == Anima && !strings.HasPrefix(rest, animaPrefix):
 		return diffusionPrefix + animaPrefix + rest
+	case v == Krea2:
+		r, _ := krea2Prefixes.apply(rest)
+		if r = krea2Names.runString(r, fast); r != rest || full == "" {
+			return diffusionPrefix + r
+		}
+		return full
 	case v == HunyuanVideo:
 		if r := hunyuanGeneric.runString(hunyuanDiT.apply(rest), fast); r != rest || full == "" {
 			return diffusionPrefix + r

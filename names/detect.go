@@ -36,13 +36,13 @@ type earlyMarker struct {
 }
 
 // The early markers in sd.cpp's order. Families this package does not model
-// report Other (PID, Ideogram 4, Krea 2, HiDream-O1, Lens, MiniT2I, SenseNova,
+// report Other (PID, Ideogram 4, HiDream-O1, Lens, MiniT2I, SenseNova,
 // ...).
 var earlyMarkers = []earlyMarker{
 	{substr: "model.diffusion_model.net.lq_proj.latent_proj.0.weight", v: Other},
 	{substr: "embed_image_indicator.weight", v: Other},
-	{substr: "model.diffusion_model.txtfusion.projector.weight", v: Other},
-	{substr: "model.diffusion_model.text_fusion.projector.weight", v: Other},
+	{substr: "model.diffusion_model.txtfusion.projector.weight", v: Krea2},
+	{substr: "model.diffusion_model.text_fusion.projector.weight", v: Krea2},
 	{substr: "model.diffusion_model.nerf_final_layer_conv.", v: ChromaRadiance},
 	{substr: "model.diffusion_model.joint_blocks.", v: SD3},
 	{substr: "model.x_embedder.proj1.weight", also: "model.language_model.layers.0.self_attn.q_proj.weight", v: Other},

@@ -111,6 +111,8 @@ func TestDetectVersion(t *testing.T) {
 		{"MAGE-Flow (Qwen marker, 128 input features)", qwen, map[string][]int64{"model.diffusion_model.img_in.weight": {3072, 128}}, Other},
 		{"Qwen-Image-Layered", with(qwen, "model.diffusion_model.time_text_embed.addition_t_embedding.weight"), nil, Other},
 		{"Z-Image", []string{"model.diffusion_model.cap_embedder.0.weight"}, nil, ZImage},
+		{"Krea 2 (diffusers)", []string{"model.diffusion_model.text_fusion.projector.weight"}, nil, Krea2},
+		{"Krea 2 (original)", []string{"model.diffusion_model.txtfusion.projector.weight"}, nil, Krea2},
 		{"Hunyuan Video", []string{"model.diffusion_model.double_blocks.0.img_attn_qkv.weight", "model.diffusion_model.txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.weight"}, nil, HunyuanVideo},
 		{"Anima", []string{"model.diffusion_model.llm_adapter.blocks.0.cross_attn.q_proj.weight"}, nil, Anima},
 		{"HiDream-O1 needs both tensors", []string{"model.x_embedder.proj1.weight"}, nil, Unknown},

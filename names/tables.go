@@ -689,7 +689,8 @@ var substLists = map[string]*substRules{
 	"clip projections": &clipProjections, "t5": &t5Rules, "llm": &llmRules,
 	"llm vision": &llmVisionRules, "llada": &lladaRules, "generic": &genericRules,
 	"wan vae shared": &wanVAEShared, "wan vae residual": &wanVAEResidual,
-	"hunyuan generic": &hunyuanGeneric,
+	"hunyuan generic": &hunyuanGeneric, "krea2": &krea2Names,
+	"qwen3-vl deepstack": &qwen3VLDeepstack, "qwen3-vl vision": &qwen3VLVision,
 }
 
 func init() {
@@ -843,4 +844,72 @@ var hunyuanGeneric = substRules{rules: []pair{
 	{"mlp.fc1.", "mlp.0."},
 	{"mlp.fc2.", "mlp.2."},
 	{".modulation.linear.", ".modulation.lin."},
+}}
+
+// --- Krea 2 (diffusers -> original) ---
+
+var krea2Prefixes = prefixList{
+	{"img_in.", "first."},
+	{"time_embed.linear_1.", "tmlp.0."},
+	{"time_embed.linear_2.", "tmlp.2."},
+	{"time_mod_proj.", "tproj.1."},
+	{"txt_in.linear_1.", "txtmlp.1."},
+	{"txt_in.linear_2.", "txtmlp.3."},
+	{"text_fusion.", "txtfusion."},
+	{"transformer_blocks.", "blocks."},
+	{"final_layer.", "last."},
+}
+
+var krea2Names = substRules{rules: []pair{
+	{"attn.to_out.0.", "attn.wo."},
+	{"attn.to_out.", "attn.wo."},
+	{"attn.to_gate.", "attn.gate."},
+	{"attn.to_q.", "attn.wq."},
+	{"attn.to_k.", "attn.wk."},
+	{"attn.to_v.", "attn.wv."},
+	{"ff.gate.", "mlp.gate."},
+	{"ff.up.", "mlp.up."},
+	{"ff.down.", "mlp.down."},
+	{"txt_in.norm.", "txtmlp.0."},
+	{"last.norm.weight", "last.norm.scale"},
+	{"last.modulation.weight", "last.modulation.lin"},
+}}
+
+// --- Qwen3-VL vision tower (llama.cpp GGUF -> HF), for Krea 2 ---
+
+const (
+	llmVisualHF = "text_encoders.llm.model.visual."
+	llmVisual   = "text_encoders.llm.visual."
+)
+
+var qwen3VLDeepstack = substRules{rules: []pair{
+	{"v.deepstack_merger_list.", "deepstack_merger_list."},
+	{"v.deepstack.5.", "deepstack_merger_list.0."},
+	{"v.deepstack.8.", "deepstack_merger_list.0."},
+	{"v.deepstack.11.", "deepstack_merger_list.1."},
+	{"v.deepstack.16.", "deepstack_merger_list.1."},
+	{"v.deepstack.17.", "deepstack_merger_list.2."},
+	{"v.deepstack.24.", "deepstack_merger_list.2."},
+	{"fc1.", "linear_fc1."},
+	{"fc2.", "linear_fc2."},
+	{"ffn_up.", "linear_fc1."},
+	{"ffn_down.", "linear_fc2."},
+	{"ffn_norm.", "norm."},
+}}
+
+var qwen3VLVision = substRules{rules: []pair{
+	{"mm.0.", "merger.linear_fc1."},
+	{"mm.2.", "merger.linear_fc2."},
+	{"v.post_ln.", "merger.norm."},
+	{"v.position_embd.weight", "pos_embed.weight"},
+	{"v.patch_embd.weight.1", "patch_embed.proj.1.weight"},
+	{"v.patch_embd.weight", "patch_embed.proj.0.weight"},
+	{"v.patch_embd.bias", "patch_embed.bias"},
+	{"v.blk.", "blocks."},
+	{"attn_qkv.", "attn.qkv."},
+	{"attn_out.", "attn.proj."},
+	{"ffn_up.", "mlp.linear_fc1."},
+	{"ffn_down.", "mlp.linear_fc2."},
+	{"ln1.", "norm1."},
+	{"ln2.", "norm2."},
 }}

@@ -13,11 +13,12 @@
 //
 // Covered: the top-level prefixes; diffusers UNet to LDM for SD 1.x/2.x and
 // SDXL (and SDXL ControlNet); diffusers DiT to original for SD3, Flux.1/.2 and
-// LongCat, Z-Image, Anima and Hunyuan Video; the SD/Flux VAE and the Wan VAE (Wan 2.x,
-// Qwen-Image, Anima); open_clip to HF CLIP; llama.cpp GGUF T5, LLM and LLM
+// LongCat, Z-Image, Anima, Hunyuan Video and Krea 2; the SD/Flux VAE and the Wan VAE (Wan 2.x,
+// Qwen-Image, Anima, Krea 2); open_clip to HF CLIP; llama.cpp GGUF T5, LLM and LLM
 // vision names to HF; LoRA wrappers, suffixes and kohya separators;
-// IP-Adapter and PhotoMaker. Not covered: Krea 2, LLaDA-Image,
-// the Qwen3-VL vision names of some DiTs, and ESRGAN (see Other).
+// IP-Adapter and PhotoMaker; Krea 2's Qwen3-VL vision tower. Not covered:
+// LLaDA-Image, the families after Krea 2 in sd.cpp's list (Qwen-Image 2.1,
+// Boogu, MAGE-Flow, MiniMax), and ESRGAN (see Other).
 //
 // The behaviour follows sd.cpp's src/name_conversion.cpp and
 // src/model_loader.cpp (2026, the streaming-convert era). Where sd.cpp fuses
@@ -36,7 +37,7 @@ type Version int
 // Model versions. Unknown is sd.cpp's VERSION_COUNT: no family matched, and
 // only the version-independent rules apply. Other stands for the families
 // sd.cpp recognises by a marker tensor but whose diffusion-model and VAE
-// renames this package does not model (Krea 2, LTX, Ernie,
+// renames this package does not model (LTX, Ernie,
 // PID, Qwen-Image 2.1/Layered, Wan 2.2 S2V, ...); it converts like Unknown.
 const (
 	Unknown Version = iota
@@ -72,6 +73,7 @@ const (
 	Anima
 	ZImage
 	HunyuanVideo
+	Krea2
 	Other
 	numVersions
 )
@@ -110,6 +112,7 @@ var versionNames = [numVersions]string{
 	Anima:          "anima",
 	ZImage:         "z-image",
 	HunyuanVideo:   "hunyuan-video",
+	Krea2:          "krea2",
 	Other:          "other",
 }
 
@@ -165,7 +168,7 @@ func (v Version) usesFluxDiT() bool { return v.IsFlux() || v.IsFlux2() || v == L
 // usesWanVAE reports whether the VAE is Wan's (renamed with the Wan table
 // instead of the SD autoencoder's).
 func (v Version) usesWanVAE() bool {
-	return v == Wan2 || v == Wan22I2V || v == Wan22TI2V || v == QwenImage || v == Anima
+	return v == Wan2 || v == Wan22I2V || v == Wan22TI2V || v == QwenImage || v == Anima || v == Krea2
 }
 
 // usesTAE reports whether sd.cpp stores this version's VAE under "tae."
