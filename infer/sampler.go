@@ -64,8 +64,10 @@ func (m Method) A1111Name() string {
 // Sample runs the sampler over sigmas (decreasing, usually ending with 0) and updates x in place; x must
 // hold the starting latent (for txt2img: noise * sigmas[0], see NoiseLatent). Euler ancestral draws one
 // NoiseSource call of len(x) values per step, except after the last (sigma 0), as sd.cpp does, so a seed
-// gives sd.cpp's trajectory; the other samplers ignore noise (it may be nil). step may be nil. Sample
-// allocates its buffers once, never per step.
+// gives sd.cpp's trajectory; the other samplers ignore noise (it may be nil). To reproduce sd-cli, seed one
+// generator, draw the starting noise from it (one FillNormal of the latent's size) and pass that same
+// generator here: sd-cli's sampler continues the generator that drew the starting latent (unless its
+// --sampler-rng names another kind). step may be nil. Sample allocates its buffers once, never per step.
 func Sample(method Method, denoise Denoiser, x, sigmas []float32, noise NoiseSource, step StepFunc) error {
 	if len(sigmas) < 2 {
 		return fmt.Errorf("sampling needs at least 2 sigmas, got %d", len(sigmas))
