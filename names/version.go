@@ -40,41 +40,41 @@ type Version int
 // renames this package does not model (LTX, Ernie,
 // PID, Qwen-Image 2.1/Layered, Wan 2.2 S2V, ...); it converts like Unknown.
 const (
-	Unknown Version = iota
-	SD1
-	SD1Inpaint
-	SD1Pix2Pix
-	SD1TinyUNet
-	SDXS512DS
-	SD2
-	SD2Inpaint
-	SD2TinyUNet
-	SDXS09
-	SDXL
-	SDXLInpaint
-	SDXLPix2Pix
-	SDXLVega
-	SDXLSSD1B
-	SVD
-	SD3
-	Flux
-	FluxFill
-	FluxControls
-	Flex2
-	ChromaRadiance
-	OvisImage
-	Flux2
-	Flux2Klein
-	LongCat
-	Wan2
-	Wan22I2V
-	Wan22TI2V
-	QwenImage
-	Anima
-	ZImage
-	HunyuanVideo
-	Krea2
-	Other
+	Unknown        Version = iota // no family matched (sd.cpp's VERSION_COUNT)
+	SD1                           // Stable Diffusion 1.x
+	SD1Inpaint                    // SD 1.x inpainting (9 input channels)
+	SD1Pix2Pix                    // SD 1.x InstructPix2Pix (8 input channels)
+	SD1TinyUNet                   // SD 1.x without a middle block (distilled)
+	SDXS512DS                     // SDXS-512 (tiny UNet, tiny autoencoder)
+	SD2                           // Stable Diffusion 2.x
+	SD2Inpaint                    // SD 2.x inpainting
+	SD2TinyUNet                   // SD 2.x without a middle block
+	SDXS09                        // SDXS-0.9 (tiny autoencoder)
+	SDXL                          // Stable Diffusion XL
+	SDXLInpaint                   // SDXL inpainting
+	SDXLPix2Pix                   // SDXL InstructPix2Pix
+	SDXLVega                      // Segmind Vega
+	SDXLSSD1B                     // Segmind SSD-1B
+	SVD                           // Stable Video Diffusion
+	SD3                           // Stable Diffusion 3 / 3.5
+	Flux                          // Flux.1 (and Chroma)
+	FluxFill                      // Flux.1 Fill
+	FluxControls                  // Flux.1 Canny/Depth
+	Flex2                         // Flex.2
+	ChromaRadiance                // Chroma Radiance
+	OvisImage                     // Ovis-Image
+	Flux2                         // Flux.2
+	Flux2Klein                    // Flux.2 Klein
+	LongCat                       // LongCat-Image
+	Wan2                          // Wan 2.1 and 2.2 (14B)
+	Wan22I2V                      // Wan 2.2 image-to-video
+	Wan22TI2V                     // Wan 2.2 TI2V 5B
+	QwenImage                     // Qwen-Image
+	Anima                         // Anima
+	ZImage                        // Z-Image
+	HunyuanVideo                  // Hunyuan Video
+	Krea2                         // Krea 2
+	Other                         // a family sd.cpp knows and this package does not model
 	numVersions
 )
 
