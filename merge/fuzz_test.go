@@ -1,6 +1,9 @@
 package merge
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // FuzzParseRecipe checks that no input makes the recipe parser panic, and
 // that what it accepts satisfies the rules it enforces.
@@ -23,6 +26,26 @@ func FuzzParseRecipe(f *testing.F) {
 			}
 			_ = s.Selects("x.weight")
 			_ = s.OutputName("x.weight")
+		}
+	})
+}
+
+// FuzzParseAlphaRules checks that no --alpha-rules text makes the parser
+// panic, and that accepted rules have patterns and finite alphas.
+func FuzzParseAlphaRules(f *testing.F) {
+	f.Add(`input_blocks\.[0-9]{1,2}\.=0.3,out=0.7`)
+	f.Add(`a=1,,b=-2e-3`)
+	f.Add(`x`)
+	f.Fuzz(func(t *testing.T, s string) {
+		rules, err := ParseAlphaRules(s)
+		if err != nil {
+			return
+		}
+		for _, r := range rules {
+			if r.Pattern == "" || r.re == nil || math.IsNaN(r.Alpha) || math.IsInf(r.Alpha, 0) {
+				t.Fatalf("accepted %+v from %q", r, s)
+			}
+			_ = alphaFor(rules, "model.input_blocks.1.weight", 0.5)
 		}
 	})
 }
