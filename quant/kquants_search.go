@@ -354,7 +354,7 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 		if hasB {
 			ib = (rmin + float32(rdelta*float32(is+1)) + fn) / span
 		}
-		changedA, changedB := qkxLevels2(xm, la, lb, ia, ib, xmMax, nmax)
+		changedA, changedB := qkxLevels2(xm, la, lb, ia, ib, xmMax, nmax, xlo >= vmin)
 		// The sums, and so the refined scale, offset and error, depend only
 		// on the levels. A candidate with the previous candidate's levels
 		// either repeats a loser against the same best error or ties the
@@ -409,18 +409,30 @@ const magicBits = 0x4b400000
 // qkxLevels2 computes the levels clamp(round(iscale*xm), 0, nmax) of two
 // candidates, ia into la and ib into lb, each stored as the bits of
 // level+roundMagic. It reports whether la changed from the previous
-// candidate (the old contents of lb) and whether lb differs from la. When
-// every |iscale*xm| is within 2^22 (xmMax bounds |xm|), adding 1.5*2^23
+// candidate (the old contents of lb) and whether lb differs from la; nonNeg
+// says that no xm is negative. When every |iscale*xm| is within 2^22 (xmMax bounds |xm|), adding 1.5*2^23
 // rounds exactly as cNearestInt does and the clamp is an integer min/max on
 // the bits, without branches; otherwise cNearestInt's own arithmetic runs.
 //
 //go:noinline
-func qkxLevels2(xm []float32, la, lb []uint32, ia, ib, xmMax float32, nmax int32) (changedA, changedB bool) {
+func qkxLevels2(xm []float32, la, lb []uint32, ia, ib, xmMax float32, nmax int32, nonNeg bool) (changedA, changedB bool) {
 	n := len(xm)
 	la, lb = la[:n], lb[:n]
 	var da, db uint32
 	if float32(max(cFabs(ia), cFabs(ib))*xmMax) < roundLimit {
 		hi := magicBits + uint32(nmax)
+		if nonNeg && ia >= 0 && ib >= 0 {
+			// Every product is >= 0, so the bits are never below
+			// magicBits and only the upper clamp is needed.
+			for i, v := range xm {
+				a := min(math.Float32bits(float32(ia*v)+roundMagic), hi)
+				b := min(math.Float32bits(float32(ib*v)+roundMagic), hi)
+				da |= a ^ lb[i]
+				db |= a ^ b
+				la[i], lb[i] = a, b
+			}
+			return da != 0, db != 0
+		}
 		for i, v := range xm {
 			a := math.Float32bits(float32(ia*v) + roundMagic)
 			b := math.Float32bits(float32(ib*v) + roundMagic)
