@@ -34,7 +34,10 @@ func e8m0Half(e uint8) float32 {
 	return math.Float32frombits(uint32(e-1) << 23)
 }
 
-// log2f is log2 rounded to float32.
+// log2f is log2 rounded to float32. glibc's log2f is not guaranteed to be
+// correctly rounded, so the two could differ by an ulp on some input;
+// floor() only notices next to a power of two, where both are exact or
+// agree (TestMXFP4ExponentEdges checks every power of two against ggml).
 func log2f(f float32) float32 { return float32(math.Log2(float64(f))) }
 
 func quantizeMXFP4(dst []byte, src, _ []float32) {
