@@ -309,6 +309,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 		// Find the tensor in the other inputs.
 		var peers []*dequant.Source
 		var why string
+		var undecodable error
 		for i, om := range others {
 			so, ok := om.Lookup(name)
 			switch {
@@ -317,12 +318,17 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 			case !slices.Equal(so.Shape(), sa.Shape()):
 				why = fmt.Sprintf("shape %v in %s, %v in %s", sa.Shape(), a.A, so.Shape(), otherPaths[i])
 			case sa.Float() && so.Err() != nil:
-				why = so.Err().Error()
+				// Not a missing tensor: --allow-missing does not hide it.
+				undecodable = so.Err()
 			}
-			if why != "" {
+			if why != "" || undecodable != nil {
 				break
 			}
 			peers = append(peers, so)
+		}
+		if undecodable != nil {
+			errs.add(undecodable)
+			continue
 		}
 		if !sa.Float() || why != "" {
 			if why != "" && !a.AllowMissing {

@@ -475,3 +475,14 @@ func TestUniformIsCounterBased(t *testing.T) {
 		t.Error("keys collide")
 	}
 }
+
+// A tensor of B that cannot be decoded is an error, even with --allow-missing.
+func TestUndecodablePeer(t *testing.T) {
+	dir := t.TempDir()
+	pa := write(t, filepath.Join(dir, "a.safetensors"), nil, tF32("w", []int64{4}, []float32{1, 2, 3, 4}))
+	pb := write(t, filepath.Join(dir, "b.safetensors"), nil, tensor{"w", formats.F6_E2M3, []int64{4}, []byte{1, 2, 3}})
+	for _, allow := range []bool{false, true} {
+		_, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, AllowMissing: allow}, filepath.Join(dir, "o.safetensors"))
+		wantErr(t, err, pb, `tensor "w"`, "f6_e2m3")
+	}
+}
