@@ -26,14 +26,20 @@ func TestDequantRandomSmall(t *testing.T) {
 	}
 }
 
-// TestMXFP4ExponentEdges puts the block maximum just below, at and just
-// above every power of two in the float32 range, where floor(log2f(amax))
-// is decided by the last bit of log2f's rounding.
+// TestMXFP4ExponentEdges puts the block maximum at, just above and in the
+// 48 floats just below every power of two in the float32 range, where
+// floor(log2f(amax)) is decided by the last bit of log2f's rounding.
 func TestMXFP4ExponentEdges(t *testing.T) {
 	var x []float32
 	for k := -149; k < 128; k++ {
 		p := float32(math.Ldexp(1, k))
-		for _, v := range []float32{math.Nextafter32(p, 0), p, math.Nextafter32(p, 2*p), p * 1.5} {
+		vals := []float32{p, math.Nextafter32(p, 2*p), p * 1.5}
+		below := p
+		for range 48 { // the 48 floats just below 2^k
+			below = math.Nextafter32(below, 0)
+			vals = append(vals, below)
+		}
+		for _, v := range vals {
 			blk := make([]float32, 32)
 			for i := range blk {
 				blk[i] = v * float32(i%7) / 7
