@@ -192,7 +192,7 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 		res.Format = "safetensors"
 	} else {
 		var err error
-		if ft, err = parseFType(opts.Type); err != nil {
+		if ft, err = mix.Parse(opts.Type); err != nil {
 			return nil, nil, fmt.Errorf("--type: %v", err)
 		}
 		res.Format, res.FType = "gguf", ft
@@ -783,25 +783,4 @@ func withCopied(reason string) string {
 		return reason
 	}
 	return reason + "; copied"
-}
-
-// parseFType is mix.Parse, except that a ggml type name spelt exactly as
-// ggml spells it with lower-case letters (q3_K, q4_K, q5_K) is that plain
-// type, as the type table documents, while Q4_K and q4_k stay llama.cpp's
-// alias of the Q4_K_M mix.
-func parseFType(name string) (mix.FType, error) {
-	if t, ok := formats.TypeByName(name); ok && name != strings.ToUpper(name) && t.Quantized() {
-		switch t {
-		case formats.Q3_K, formats.Q4_K, formats.Q5_K:
-			f := mix.FType{Name: strings.ToUpper(name), ID: mix.GuessedFType, Base: t}
-			for _, m := range mix.FTypes {
-				if m.Base == t {
-					f.ID = m.ID
-					break
-				}
-			}
-			return f, nil
-		}
-	}
-	return mix.Parse(name)
 }

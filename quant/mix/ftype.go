@@ -22,32 +22,34 @@ type FType struct {
 	Base formats.DType
 	// Level distinguishes the S/M/L variants of one base type: 'S', 'M', 'L' or 0.
 	Level byte
+	// Plain marks a single type with no mix upgrades (a ggml type name).
+	Plain bool
 }
 
 // FTypes lists the mixes sdtool writes, in llama.cpp's numbering.
 var FTypes = []FType{
-	{"F32", 0, formats.F32, 0},
-	{"F16", 1, formats.F16, 0},
-	{"Q4_0", 2, formats.Q4_0, 0},
-	{"Q4_1", 3, formats.Q4_1, 0},
-	{"Q8_0", 7, formats.Q8_0, 0},
-	{"Q5_0", 8, formats.Q5_0, 0},
-	{"Q5_1", 9, formats.Q5_1, 0},
-	{"Q2_K", 10, formats.Q2_K, 0},
-	{"Q3_K_S", 11, formats.Q3_K, 'S'},
-	{"Q3_K_M", 12, formats.Q3_K, 'M'},
-	{"Q3_K_L", 13, formats.Q3_K, 'L'},
-	{"Q4_K_S", 14, formats.Q4_K, 'S'},
-	{"Q4_K_M", 15, formats.Q4_K, 'M'},
-	{"Q5_K_S", 16, formats.Q5_K, 'S'},
-	{"Q5_K_M", 17, formats.Q5_K, 'M'},
-	{"Q6_K", 18, formats.Q6_K, 0},
-	{"IQ4_NL", 25, formats.IQ4_NL, 0},
-	{"IQ4_XS", 30, formats.IQ4_XS, 0},
-	{"BF16", 32, formats.BF16, 0},
-	{"TQ1_0", 36, formats.TQ1_0, 0},
-	{"TQ2_0", 37, formats.TQ2_0, 0},
-	{"MXFP4", 38, formats.MXFP4, 0},
+	{Name: "F32", ID: 0, Base: formats.F32},
+	{Name: "F16", ID: 1, Base: formats.F16},
+	{Name: "Q4_0", ID: 2, Base: formats.Q4_0},
+	{Name: "Q4_1", ID: 3, Base: formats.Q4_1},
+	{Name: "Q8_0", ID: 7, Base: formats.Q8_0},
+	{Name: "Q5_0", ID: 8, Base: formats.Q5_0},
+	{Name: "Q5_1", ID: 9, Base: formats.Q5_1},
+	{Name: "Q2_K", ID: 10, Base: formats.Q2_K},
+	{Name: "Q3_K_S", ID: 11, Base: formats.Q3_K, Level: 'S'},
+	{Name: "Q3_K_M", ID: 12, Base: formats.Q3_K, Level: 'M'},
+	{Name: "Q3_K_L", ID: 13, Base: formats.Q3_K, Level: 'L'},
+	{Name: "Q4_K_S", ID: 14, Base: formats.Q4_K, Level: 'S'},
+	{Name: "Q4_K_M", ID: 15, Base: formats.Q4_K, Level: 'M'},
+	{Name: "Q5_K_S", ID: 16, Base: formats.Q5_K, Level: 'S'},
+	{Name: "Q5_K_M", ID: 17, Base: formats.Q5_K, Level: 'M'},
+	{Name: "Q6_K", ID: 18, Base: formats.Q6_K},
+	{Name: "IQ4_NL", ID: 25, Base: formats.IQ4_NL},
+	{Name: "IQ4_XS", ID: 30, Base: formats.IQ4_XS},
+	{Name: "BF16", ID: 32, Base: formats.BF16},
+	{Name: "TQ1_0", ID: 36, Base: formats.TQ1_0},
+	{Name: "TQ2_0", ID: 37, Base: formats.TQ2_0},
+	{Name: "MXFP4", ID: 38, Base: formats.MXFP4},
 }
 
 // aliases maps llama.cpp's short names to their _M mix.
@@ -57,12 +59,15 @@ var aliases = map[string]string{"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_
 // general.file_type when the file type is not one of the named mixes.
 const GuessedFType = 1024
 
-// Parse finds a mix by llama.cpp ftype name (case-insensitive: "q4_k_m",
-// "Q4_K" = Q4_K_M) or by a ggml type name used as it is ("q4_K" is the
-// Q4_K_M mix only when written in upper case; "iq2_xxs" is a pure type).
-// Plain ggml types get a mix with no upgrades (Level 0) and the ftype that
-// llama.cpp would guess for them.
+// Parse finds a mix or a plain type. A ggml type name spelt exactly as ggml
+// spells it ("q4_K", "q8_0", "iq4_xs") is that plain type, with no mix
+// upgrades; otherwise llama.cpp's ftype names match case-insensitively
+// ("Q4_K_M", "q5_k_s", and "Q4_K" = Q4_K_M as in llama.cpp), and any other
+// ggml type name case-insensitively is the plain type.
 func Parse(name string) (FType, error) {
+	if t, ok := formats.TypeByName(name); ok {
+		return plain(t)
+	}
 	up := strings.ToUpper(name)
 	if a, ok := aliases[up]; ok {
 		up = a
@@ -72,17 +77,25 @@ func Parse(name string) (FType, error) {
 			return f, nil
 		}
 	}
-	if t, ok := formats.ParseType(name); ok && t.IsGGML() {
-		if !t.InLinkedGGML() {
-			return FType{}, fmt.Errorf("type %s is newer than the linked ggml: sd.cpp, ComfyUI-GGUF and llama.cpp cannot load it", t)
-		}
-		switch t {
-		case formats.Q8_1, formats.Q8_K, formats.I8, formats.I16, formats.I32, formats.I64, formats.F64:
-			return FType{}, fmt.Errorf("type %s is not a weight type that can be written", t)
-		}
-		return FType{Name: strings.ToUpper(t.String()), ID: guessID(t), Base: t}, nil
+	if t, ok := formats.ParseType(name); ok {
+		return plain(t)
 	}
 	return FType{}, fmt.Errorf("unknown quantization type %q (see `sdtool quantize --help` for the table)", name)
+}
+
+// plain returns the FType of a single ggml type used for every eligible tensor.
+func plain(t formats.DType) (FType, error) {
+	if !t.IsGGML() {
+		return FType{}, fmt.Errorf("type %s is not a ggml type", t)
+	}
+	if !t.InLinkedGGML() {
+		return FType{}, fmt.Errorf("type %s is newer than the linked ggml: sd.cpp, ComfyUI-GGUF and llama.cpp cannot load it", t)
+	}
+	switch t {
+	case formats.Q8_1, formats.Q8_K, formats.I8, formats.I16, formats.I32, formats.I64, formats.F64:
+		return FType{}, fmt.Errorf("type %s is not a weight type that can be written", t)
+	}
+	return FType{Name: t.String(), ID: guessID(t), Base: t, Plain: true}, nil
 }
 
 // guessID returns llama.cpp's ftype number for a file whose weights are
@@ -95,10 +108,12 @@ func guessID(t formats.DType) uint32 {
 	if id, ok := ids[t]; ok {
 		return id
 	}
+	// llama.cpp guesses the _M variant for a file of mostly one K type.
+	id := uint32(GuessedFType)
 	for _, f := range FTypes {
-		if f.Base == t {
-			return f.ID
+		if f.Base == t && (id == GuessedFType || f.Level == 'M') {
+			id = f.ID
 		}
 	}
-	return GuessedFType
+	return id
 }

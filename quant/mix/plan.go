@@ -139,7 +139,7 @@ func (p *planner) choose(in Input) (Choice, error) {
 	}
 	c.Quantized = true
 	t, reason := p.f.Base, "base type of "+p.f.Name
-	if !p.opts.Pure {
+	if !p.opts.Pure && !p.f.Plain {
 		if up, why := p.upgrade(in.Name); why != "" {
 			t, reason = up, why
 		}

@@ -17,7 +17,8 @@ func mustParse(t *testing.T, s string) FType {
 }
 
 func TestParse(t *testing.T) {
-	for in, want := range map[string]string{"q4_k_m": "Q4_K_M", "Q4_K": "Q4_K_M", "q3_k": "Q3_K_M", "Q5_K_S": "Q5_K_S", "q8_0": "Q8_0", "iq2_xxs": "IQ2_XXS"} {
+	for in, want := range map[string]string{"q4_k_m": "Q4_K_M", "Q4_K": "Q4_K_M", "q4_k": "Q4_K_M", "q3_k": "Q3_K_M", "Q5_K_S": "Q5_K_S", "Q8_0": "Q8_0",
+		"q8_0": "q8_0", "q4_K": "q4_K", "iq2_xxs": "iq2_xxs", "IQ2_XXS": "iq2_xxs", "Q2_K": "Q2_K", "q2_K": "q2_K"} {
 		if got := mustParse(t, in); got.Name != want {
 			t.Errorf("Parse(%q) = %s, want %s", in, got.Name, want)
 		}
@@ -25,8 +26,19 @@ func TestParse(t *testing.T) {
 	if f := mustParse(t, "Q4_K_M"); f.ID != 15 || f.Base != formats.Q4_K {
 		t.Errorf("Q4_K_M: %+v", f)
 	}
-	if f := mustParse(t, "iq2_xxs"); f.ID != 19 {
-		t.Errorf("iq2_xxs ftype %d", f.ID)
+	if f := mustParse(t, "iq2_xxs"); f.ID != 19 || !f.Plain {
+		t.Errorf("iq2_xxs: %+v", f)
+	}
+	if f := mustParse(t, "q4_K"); !f.Plain || f.ID != 15 || f.Base != formats.Q4_K {
+		t.Errorf("q4_K: %+v", f)
+	}
+	// A plain type gets no upgrades: the V projection stays q2_K.
+	v := Input{"double_blocks.0.img_attn.to_v.weight", []int64{3072, 3072}, formats.BF16}
+	if got, _ := Plan(mustParse(t, "q2_K"), []Input{v}, Options{Arch: "flux"}); got[0].Type != formats.Q2_K {
+		t.Errorf("plain q2_K upgraded the V projection to %s", got[0].Type)
+	}
+	if got, _ := Plan(mustParse(t, "Q2_K"), []Input{v}, Options{Arch: "flux"}); got[0].Type != formats.Q3_K {
+		t.Errorf("Q2_K mix gave the V projection %s", got[0].Type)
 	}
 	for _, bad := range []string{"Q9_K", "q8_K", "nvfp4", "i32"} {
 		if _, err := Parse(bad); err == nil {
