@@ -2,6 +2,8 @@ package merge
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 )
 
@@ -485,4 +488,26 @@ func TestUndecodablePeer(t *testing.T) {
 		_, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, AllowMissing: allow}, filepath.Join(dir, "o.safetensors"))
 		wantErr(t, err, pb, `tensor "w"`, "f6_e2m3")
 	}
+}
+
+// Cancelling during TIES's statistics pass stops the run and leaves no file.
+func TestArithmeticInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	pa := write(t, filepath.Join(dir, "a.safetensors"), nil, tF32("w", []int64{512, 512}, ramp(512*512, 1)))
+	pb := write(t, filepath.Join(dir, "b.safetensors"), nil, tF32("w", []int64{512, 512}, ramp(512*512, 2)))
+	out := filepath.Join(dir, "o.safetensors")
+	p, err := PlanArithmetic(&Arithmetic{Method: TIES, A: pa, B: pb}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	saved := statChunk
+	statChunk = 1000
+	defer func() { statChunk = saved }()
+	ctx, cancel := context.WithCancel(context.Background())
+	err = p.Run(ctx, Options{Threads: 2, Progress: func(done, total int64) { cancel() }})
+	if !errors.Is(err, pipeline.ErrInterrupted) {
+		t.Fatalf("err = %v, want an interruption", err)
+	}
+	noOutput(t, out)
 }
