@@ -79,8 +79,17 @@ func F32ToF16Row(dst []byte, src []float32) int {
 	i := 0
 	for ; i+4 <= n; i += 4 {
 		x := (*[4]float32)(src[i:])
-		h := uint64(f32ToF16Fast(x[0])) | uint64(f32ToF16Fast(x[1]))<<16 |
-			uint64(f32ToF16Fast(x[2]))<<32 | uint64(f32ToF16Fast(x[3]))<<48
+		b0, b1, b2, b3 := math.Float32bits(x[0]), math.Float32bits(x[1]), math.Float32bits(x[2]), math.Float32bits(x[3])
+		// The normal half range 2^-14 <= |f| < 65520, which nearly every
+		// weight is in, is rounded here inline; anything else goes
+		// through F32ToF16.
+		const lo, span = 0x38800000, 0x477ff000 - 0x38800000
+		if max(b0&0x7fffffff-lo, b1&0x7fffffff-lo, b2&0x7fffffff-lo, b3&0x7fffffff-lo) >= span {
+			h := uint64(F32ToF16(x[0])) | uint64(F32ToF16(x[1]))<<16 | uint64(F32ToF16(x[2]))<<32 | uint64(F32ToF16(x[3]))<<48
+			binary.LittleEndian.PutUint64(dst[2*i:], h)
+			continue
+		}
+		h := uint64(f16Normal(b0)) | uint64(f16Normal(b1))<<16 | uint64(f16Normal(b2))<<32 | uint64(f16Normal(b3))<<48
 		binary.LittleEndian.PutUint64(dst[2*i:], h)
 	}
 	for ; i < n; i++ {
@@ -89,15 +98,19 @@ func F32ToF16Row(dst []byte, src []float32) int {
 	return n
 }
 
-// f32ToF16Fast is F32ToF16 with the normal range inlined: one predictable
-// branch for the values that real tensors hold.
+// f16Normal rounds float bits whose magnitude is in the normal half range
+// to the nearest half, ties to even (the normal case of F32ToF16).
+func f16Normal(b uint32) uint16 {
+	a := b&0x7fffffff - 112<<23 // rebias the exponent from 127 to 15
+	a += 0xfff + (a>>13)&1
+	return uint16(b>>16)&0x8000 | uint16(a>>13)
+}
+
+// f32ToF16Fast is F32ToF16 with the normal range checked first, for the
+// single conversions of block scales.
 func f32ToF16Fast(f float32) uint16 {
-	b := math.Float32bits(f)
-	a := b & 0x7fffffff
-	if a-0x38800000 < 0x477ff000-0x38800000 { // 2^-14 <= |f| < 65520
-		a -= 112 << 23
-		a += 0xfff + (a>>13)&1
-		return uint16(b>>16)&0x8000 | uint16(a>>13)
+	if b := math.Float32bits(f); b&0x7fffffff-0x38800000 < 0x477ff000-0x38800000 {
+		return f16Normal(b)
 	}
 	return F32ToF16(f)
 }
