@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -91,5 +92,38 @@ func TestLoadOrderAndReplacement(t *testing.T) {
 	}
 	if len(skipped) != 2 || !skipped[0].Unused || skipped[1].Unused {
 		t.Errorf("skipped: %v", skipped)
+	}
+}
+
+// --convert-name stores sd.cpp's names: diffusers component prefixes become
+// the LDM ones (unet. -> model.diffusion_model., vae. -> first_stage_model.,
+// te. -> cond_stage_model.transformer.). Three tensors are not enough for
+// sd.cpp to detect a version, so, as in sd.cpp, only the prefixes change.
+func TestConvertNameDiffusers(t *testing.T) {
+	dir := t.TempDir()
+	writeST(t, filepath.Join(dir, "unet", "diffusion_pytorch_model.safetensors"), "conv_in.weight")
+	writeST(t, filepath.Join(dir, "vae", "diffusion_pytorch_model.safetensors"), "decoder.conv_in.weight")
+	writeST(t, filepath.Join(dir, "text_encoder", "model.safetensors"), "text_model.final_layer_norm.weight")
+	out := filepath.Join(t.TempDir(), "o.gguf")
+	res, err := Run(context.Background(), &Config{Inputs: map[string]string{"model": dir}, Output: out, ConvertName: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range res.Rows {
+		got = append(got, r.Name)
+	}
+	want := []string{"model.diffusion_model.conv_in.weight", "first_stage_model.decoder.conv_in.weight",
+		"cond_stage_model.transformer.text_model.final_layer_norm.weight"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("converted names %v\nwant %v", got, want)
+	}
+	m, err := formats.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if ts := m.Tensors(); len(ts) != 3 || ts[0].Name != want[0] {
+		t.Errorf("output tensors: %v", ts)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
@@ -27,10 +28,9 @@ type Config struct {
 	Type, Rules string
 	// Imatrix lists the --imatrix files (legacy .dat or GGUF), summed as sd.cpp does.
 	Imatrix []string
-	// ConvertName stores converted names (requires a name converter).
-	ConvertName func(string) string
-	// ImatrixKey maps export names to imatrix keys (sd.cpp's name conversion); nil is identity.
-	ImatrixKey func(string) string
+	// ConvertName stores sd.cpp's converted names (--convert-name). The
+	// imatrix lookup always uses converted names, as sd.cpp does.
+	ConvertName bool
 	// Threads, MaxMemory and Force are passed to the pipeline.
 	Threads   int
 	MaxMemory int64
@@ -86,7 +86,6 @@ func Prepare(cfg *Config) (*Result, []formats.Model, error) {
 			return nil, nil, fmt.Errorf("--imatrix: %w", err)
 		}
 	}
-	opts.ConvertName, opts.ImatrixKey = cfg.ConvertName, cfg.ImatrixKey
 	models := map[string]formats.Model{}
 	var opened []formats.Model
 	for _, c := range Components {
@@ -115,6 +114,16 @@ func Prepare(cfg *Config) (*Result, []formats.Model, error) {
 	if err != nil {
 		closeAll(opened)
 		return nil, nil, err
+	}
+	version := detectVersion(sources)
+	log.Info("detected model version (for name conversion)", "version", version)
+	opts.ImatrixKey = func(n string) string { return names.Convert(n, version) }
+	if cfg.ConvertName {
+		if err := checkConvertedNames(sources, version); err != nil {
+			closeAll(opened)
+			return nil, nil, err
+		}
+		opts.ConvertName = opts.ImatrixKey
 	}
 	for _, w := range warnings {
 		if w.Unused {
@@ -167,6 +176,26 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 		Force: cfg.Force, Inputs: inputs, Progress: cfg.Progress, Logger: cfg.Log,
 	})
 	return res, err
+}
+
+// detectVersion runs sd.cpp's version detection on the export names and shapes.
+func detectVersion(sources []Source) names.Version {
+	ts := make([]formats.Tensor, len(sources))
+	for i, s := range sources {
+		ts[i] = formats.Tensor{Name: s.Name, Type: s.Storage, Shape: s.Shape}
+	}
+	return names.DetectVersion(ts)
+}
+
+// checkConvertedNames refuses a conversion whose renamed tensors collide
+// (sd-cli would silently keep one of them).
+func checkConvertedNames(sources []Source, v names.Version) error {
+	list := make([]string, len(sources))
+	for i, s := range sources {
+		list[i] = s.Name
+	}
+	_, err := names.ConvertAll(list, v)
+	return err
 }
 
 func isSafetensors(path string) bool {

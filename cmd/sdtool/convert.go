@@ -70,24 +70,22 @@ func runConvert(c *cli.Context) error {
 		return fmt.Errorf("convert: unexpected argument %q (inputs are given with -m, --diffusion-model, --vae, ...)", c.Args().First())
 	}
 	cfg := &convert.Config{
-		Inputs:    map[string]string{},
-		Output:    c.String("output"),
-		Type:      c.String("type"),
-		Rules:     strings.Join(c.StringSlice("tensor-type-rules"), ","),
-		Imatrix:   c.StringSlice("imatrix"),
-		Threads:   c.Int("threads"),
-		MaxMemory: c.Int64("max-memory"),
-		Force:     c.Bool("force"),
-		DryRun:    c.Bool("dry-run"),
-		Log:       slog.Default(),
+		Inputs:      map[string]string{},
+		Output:      c.String("output"),
+		Type:        c.String("type"),
+		Rules:       strings.Join(c.StringSlice("tensor-type-rules"), ","),
+		Imatrix:     c.StringSlice("imatrix"),
+		Threads:     c.Int("threads"),
+		MaxMemory:   c.Int64("max-memory"),
+		Force:       c.Bool("force"),
+		DryRun:      c.Bool("dry-run"),
+		ConvertName: c.Bool("convert-name"),
+		Log:         slog.Default(),
 	}
 	for _, in := range convertInputs {
 		if v := c.String(in.flag); v != "" {
 			cfg.Inputs[in.flag] = v
 		}
-	}
-	if c.Bool("convert-name") {
-		return fmt.Errorf("convert: --convert-name is not available yet in this build")
 	}
 	if cfg.DryRun {
 		res, err := convert.Run(c.Context, cfg)
