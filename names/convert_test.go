@@ -2,6 +2,7 @@ package names
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -417,7 +418,7 @@ func TestConvertAllCollision(t *testing.T) {
 		t.Errorf("collision = %+v", ce)
 	}
 	for _, s := range []string{in[0], in[2]} {
-		if !contains(err.Error(), s) {
+		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not name %q", err, s)
 		}
 	}
@@ -437,15 +438,6 @@ func TestConvertAllCollision(t *testing.T) {
 			t.Errorf("ConvertAll[%d] = %q, want %q (order must be kept)", i, out[i], want[i])
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 func TestTablesWellFormed(t *testing.T) {
@@ -478,5 +470,25 @@ func TestVersionString(t *testing.T) {
 	}
 	if s := Version(99).String(); s != "version(99)" {
 		t.Errorf("Version(99).String() = %q", s)
+	}
+}
+
+// Names longer than the editor's stack buffer, and renames that grow a name
+// past it, give the same result as the plain path.
+func TestConvertLongNames(t *testing.T) {
+	for n := 180; n <= 300; n++ {
+		pad := strings.Repeat("a", n)
+		in := "unet.down_blocks.0.resnets.0." + pad + ".norm1.weight"
+		want := "model.diffusion_model.input_blocks.1.0." + pad + ".in_layers.0.weight"
+		if got := Convert(in, SD1); got != want {
+			t.Fatalf("pad %d: Convert = %q, want %q", n, got, want)
+		}
+		if got := convert(in, SD1, false); got != want {
+			t.Fatalf("pad %d: unguarded = %q", n, got)
+		}
+		vin := "vae.decoder.mid_block.attentions.0." + pad + ".to_q.weight"
+		if got, slow := Convert(vin, SD1), convert(vin, SD1, false); got != slow || !strings.HasPrefix(got, "first_stage_model.decoder.mid.attn_1.") {
+			t.Fatalf("pad %d: VAE %q, unguarded %q", n, got, slow)
+		}
 	}
 }

@@ -228,11 +228,12 @@ func (e *editor) result(orig string) string {
 
 // run applies r to the text, with r's guard and masks.
 func (e *editor) run(r *substRules) {
-	if !r.mayMatch(e.text()) {
+	if r.byBlock != nil {
+		// The candidate search is itself the guard: no candidate, no match.
+		e.runBlocks(r)
 		return
 	}
-	if r.byBlock != nil {
-		e.runBlocks(r)
+	if !r.mayMatch(e.text()) {
 		return
 	}
 	for k := range r.rules {
