@@ -3,13 +3,16 @@ package convert
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/quant"
 )
 
@@ -158,5 +161,48 @@ func TestRefusals(t *testing.T) {
 	entries, _ := os.ReadDir(tmp)
 	if len(entries) != 0 {
 		t.Errorf("files left behind: %v", entries)
+	}
+}
+
+// --dequantize decodes the ComfyUI int8_tensorwise module of the golden
+// input (q·scale per row) instead of keeping it as sd-cli does.
+func TestDequantizeInt8Module(t *testing.T) {
+	dir := goldenDir(t)
+	in := filepath.Join(dir, "input.safetensors")
+	out := filepath.Join(t.TempDir(), "d.gguf")
+	res, err := Run(context.Background(), &Config{Inputs: map[string]string{"model": in}, Output: out, Dequantize: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Rows {
+		if strings.Contains(r.Name, "blocks.2.q.weight_scale") || strings.Contains(r.Name, "comfy_quant") {
+			t.Errorf("aux tensor %s kept", r.Name)
+		}
+	}
+	src, err := formats.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	w, _ := formats.Find(src, "model.diffusion_model.blocks.2.q.weight")
+	s, _ := formats.Find(src, "model.diffusion_model.blocks.2.q.weight_scale")
+	wb, _ := formats.ReadTensor(src, &w)
+	sb, _ := formats.ReadTensor(src, &s)
+	dst, err := formats.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	o, ok := formats.Find(dst, "model.diffusion_model.blocks.2.q.weight")
+	if !ok || o.Type != formats.F32 {
+		t.Fatalf("dequantized weight: %+v", o)
+	}
+	ob, _ := formats.ReadTensor(dst, &o)
+	for i := range wb {
+		scale := math.Float32frombits(binary.LittleEndian.Uint32(sb[4*(i/256):]))
+		want := float32(int8(wb[i])) * scale
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(ob[4*i:])); got != want {
+			t.Fatalf("element %d: %v, want %v", i, got, want)
+		}
 	}
 }

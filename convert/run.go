@@ -37,6 +37,8 @@ type Config struct {
 	Force     bool
 	// DryRun plans without writing.
 	DryRun bool
+	// Dequantize decodes ComfyUI int8/FP8 modules to floats first (sd-cli keeps them as they are).
+	Dequantize bool
 	// Progress receives bytes written and the total.
 	Progress func(done, total int64)
 	// Log receives warnings and per-tensor records.
@@ -98,8 +100,19 @@ func Prepare(cfg *Config) (*Result, []formats.Model, error) {
 			closeAll(opened)
 			return nil, nil, err
 		}
-		models[c.Flag] = m
 		opened = append(opened, m)
+		if cfg.Dequantize {
+			view, n, err := dequantizeModules(m)
+			if err != nil {
+				closeAll(opened)
+				return nil, nil, err
+			}
+			if n > 0 {
+				log.Info("dequantizing ComfyUI quantized modules", "file", path, "modules", n)
+			}
+			m = view
+		}
+		models[c.Flag] = m
 		for _, w := range m.Info().Warnings {
 			log.Warn(w)
 		}

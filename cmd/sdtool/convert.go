@@ -40,6 +40,7 @@ func init() {
 		&cli.StringSliceFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"`: first match wins; repeated flags are joined with commas as sd-cli does"},
 		&cli.StringSliceFlag{Name: "imatrix", Aliases: []string{"imat-in"}, Usage: "importance matrix `FILE` (.dat or GGUF; repeatable: stored values are summed as sd.cpp does)"},
 		&cli.BoolFlag{Name: "convert-name", Usage: "store sd.cpp's converted tensor names"},
+		&cli.BoolFlag{Name: "dequantize", Usage: "decode ComfyUI int8 (convrot) and FP8 modules to floats first, then convert (sd-cli keeps them as stored)"},
 		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "worker `N` (default: all cores)"},
 		&cli.Int64Flag{Name: "max-memory", Usage: "`BYTES` of chunks in flight (default 1 GiB)"},
 		&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
@@ -80,6 +81,7 @@ func runConvert(c *cli.Context) error {
 		Force:       c.Bool("force"),
 		DryRun:      c.Bool("dry-run"),
 		ConvertName: c.Bool("convert-name"),
+		Dequantize:  c.Bool("dequantize"),
 		Log:         slog.Default(),
 	}
 	for _, in := range convertInputs {
