@@ -121,7 +121,14 @@ func F16ToF32Row(dst []float32, src []byte) int {
 	n := min(len(dst), len(src)/2)
 	dst, src = dst[:n], src[:2*n]
 	for i := range dst {
-		dst[i] = F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+		h := binary.LittleEndian.Uint16(src[2*i:])
+		if e := h >> 10 & 0x1f; e != 0 && e != 0x1f {
+			// A normal half (nearly every weight): rebias the exponent and
+			// widen the mantissa inline.
+			dst[i] = math.Float32frombits(uint32(h&0x8000)<<16 | (uint32(h&0x7fff)<<13 + 112<<23))
+			continue
+		}
+		dst[i] = F16ToF32(h)
 	}
 	return n
 }
@@ -149,7 +156,16 @@ func F32ToBF16Row(dst []byte, src []float32) int {
 func BF16ToF32Row(dst []float32, src []byte) int {
 	n := min(len(dst), len(src)/2)
 	dst, src = dst[:n], src[:2*n]
-	for i := range dst {
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		v := binary.LittleEndian.Uint64(src[2*i:])
+		y := (*[4]float32)(dst[i:])
+		y[0] = math.Float32frombits(uint32(v) << 16)
+		y[1] = math.Float32frombits(uint32(v>>16) << 16)
+		y[2] = math.Float32frombits(uint32(v>>32) << 16)
+		y[3] = math.Float32frombits(uint32(v>>48) << 16)
+	}
+	for ; i < n; i++ {
 		dst[i] = BF16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 	}
 	return n

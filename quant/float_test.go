@@ -390,3 +390,40 @@ func TestFloatRows(t *testing.T) {
 		t.Errorf("bf16 into 2 floats: %d elements", n)
 	}
 }
+
+// TestHalfRowsMatchScalar checks the row decoders, which inline the common
+// case, against the scalar conversions on every 16-bit pattern.
+func TestHalfRowsMatchScalar(t *testing.T) {
+	src := make([]byte, 2<<16)
+	for i := range 1 << 16 {
+		binary.LittleEndian.PutUint16(src[2*i:], uint16(i))
+	}
+	got := make([]float32, 1<<16)
+	F16ToF32Row(got, src)
+	for i, f := range got {
+		if want := F16ToF32(uint16(i)); math.Float32bits(f) != math.Float32bits(want) {
+			t.Fatalf("f16 %#04x: row gave %#08x, scalar %#08x", i, math.Float32bits(f), math.Float32bits(want))
+		}
+	}
+	BF16ToF32Row(got[:len(got)-1], src) // an odd count exercises the tail
+	for i, f := range got[:len(got)-1] {
+		if want := BF16ToF32(uint16(i)); math.Float32bits(f) != math.Float32bits(want) {
+			t.Fatalf("bf16 %#04x: row gave %#08x, scalar %#08x", i, math.Float32bits(f), math.Float32bits(want))
+		}
+	}
+	// Encoders: the row forms against the scalar ones on the sample floats.
+	fs := sampleFloats(5000)
+	enc := make([]byte, 2*len(fs))
+	F32ToF16Row(enc, fs)
+	for i, f := range fs {
+		if got, want := binary.LittleEndian.Uint16(enc[2*i:]), F32ToF16(f); got != want {
+			t.Fatalf("f16 row of %g: %#04x, scalar %#04x", f, got, want)
+		}
+	}
+	F32ToBF16Row(enc, fs)
+	for i, f := range fs {
+		if got, want := binary.LittleEndian.Uint16(enc[2*i:]), F32ToBF16(f); got != want {
+			t.Fatalf("bf16 row of %g: %#04x, scalar %#04x", f, got, want)
+		}
+	}
+}
