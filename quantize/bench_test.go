@@ -1,96 +1,28 @@
 package quantize
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/internal/benchutil"
 	"github.com/sdtool/sdtool/quant"
 )
 
-// benchSpec returns a synthetic F16 Flux-layout model (rows of 512, so
-// q4_K applies to every linear weight) with as many blocks as fit in
-// SDTOOL_BENCH_MB megabytes (default 128, at most 1024).
-func benchSpec(b *testing.B) synth.Spec {
-	mb := int64(128)
-	if s := os.Getenv("SDTOOL_BENCH_MB"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v <= 0 || v > 1024 {
-			b.Fatalf("SDTOOL_BENCH_MB=%q: want 1..1024", s)
-		}
-		mb = v
-	}
-	best := synth.Spec{Arch: "flux", Scale: 1.0 / 6, Depth: 1, DType: formats.F16, Seed: 3}
-	for d := 1; d <= 38; d++ {
-		s := best
-		s.Depth = d
-		n, err := synth.Params(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if 2*n > mb<<20 {
-			break
-		}
-		best = s
-	}
-	return best
-}
-
-var benchFile struct {
-	path string
-	size int64
-}
-
-// benchInput writes the benchmark model once per process.
+// benchInput writes the benchmark model (SDTOOL_BENCH_MB megabytes,
+// default 128) once per process.
 func benchInput(b *testing.B) (string, int64) {
-	if benchFile.path != "" {
-		return benchFile.path, benchFile.size
-	}
-	dir, err := os.MkdirTemp("", "sdtool-quantize-bench")
+	mb, err := benchutil.SizeMB(128)
 	if err != nil {
 		b.Fatal(err)
 	}
-	path := filepath.Join(dir, "bench-f16.safetensors")
-	if err := synth.Write(path, benchSpec(b)); err != nil {
-		b.Fatal(err)
-	}
-	st, err := os.Stat(path)
+	path, size, err := benchutil.F16Model(mb)
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchFile.path, benchFile.size = path, st.Size()
-	return path, st.Size()
-}
-
-// resetPeakRSS clears the kernel's high-water mark of resident memory
-// (Linux: "5" in /proc/self/clear_refs), so that each benchmark reports
-// its own peak; it reports false where that is not possible.
-func resetPeakRSS() bool {
-	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
-}
-
-// peakRSS returns VmHWM from /proc/self/status in bytes, 0 when unknown.
-func peakRSS() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return path, size
 }
 
 // BenchmarkCodec is the baseline of BenchmarkQuantize: the codec alone on
@@ -129,7 +61,7 @@ func BenchmarkQuantize(b *testing.B) {
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/threads=%d", typ, threads), func(b *testing.B) {
 				out := filepath.Join(b.TempDir(), "out.gguf")
-				canPeak := resetPeakRSS()
+				canPeak := benchutil.ResetPeakRSS()
 				b.SetBytes(size)
 				for b.Loop() {
 					opts := Options{Input: in, Output: out, Type: typ, Threads: threads, Force: true, MaxMemory: 256 << 20}
@@ -138,7 +70,7 @@ func BenchmarkQuantize(b *testing.B) {
 					}
 				}
 				if canPeak {
-					b.ReportMetric(float64(peakRSS())/(1<<20), "peak-RSS-MiB")
+					b.ReportMetric(float64(benchutil.PeakRSS())/(1<<20), "peak-RSS-MiB")
 				}
 			})
 		}

@@ -1,0 +1,113 @@
+// Package benchutil holds what the writing commands' benchmarks share: a
+// synthetic F16 model of a chosen size, written once per process, and the
+// peak resident memory of the process.
+package benchutil
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/synth"
+)
+
+// SizeMB returns the benchmark model size from SDTOOL_BENCH_MB (default
+// def, at most 8192).
+func SizeMB(def int64) (int64, error) {
+	s := os.Getenv("SDTOOL_BENCH_MB")
+	if s == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v <= 0 || v > 8192 {
+		return 0, fmt.Errorf("SDTOOL_BENCH_MB=%q: want 1..8192", s)
+	}
+	return v, nil
+}
+
+// F16Spec returns a synthetic F16 Flux-layout model (rows of 512, so every
+// linear weight takes k-quants) with as many blocks as fit in mb megabytes.
+func F16Spec(mb int64) (synth.Spec, error) {
+	best := synth.Spec{Arch: "flux", Scale: 1.0 / 6, Depth: 1, DType: formats.F16, Seed: 3}
+	scale := []float64{1.0 / 6, 1.0 / 3, 2.0 / 3, 1}
+	for _, sc := range scale {
+		for d := 1; d <= 57; d++ {
+			s := best
+			s.Scale, s.Depth = sc, d
+			n, err := synth.Params(s)
+			if err != nil {
+				return best, err
+			}
+			if 2*n > mb<<20 {
+				return best, nil
+			}
+			best = s
+		}
+	}
+	return best, nil
+}
+
+var cache struct {
+	sync.Mutex
+	paths map[int64]string
+}
+
+// F16Model writes (once per process and size) the F16Spec model of mb
+// megabytes in a temporary folder and returns its path and size.
+func F16Model(mb int64) (string, int64, error) {
+	cache.Lock()
+	defer cache.Unlock()
+	if cache.paths == nil {
+		cache.paths = map[int64]string{}
+	}
+	path, ok := cache.paths[mb]
+	if !ok {
+		spec, err := F16Spec(mb)
+		if err != nil {
+			return "", 0, err
+		}
+		dir, err := os.MkdirTemp("", "sdtool-bench")
+		if err != nil {
+			return "", 0, err
+		}
+		path = filepath.Join(dir, fmt.Sprintf("bench-f16-%dMB.safetensors", mb))
+		if err := synth.Write(path, spec); err != nil {
+			return "", 0, err
+		}
+		cache.paths[mb] = path
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", 0, err
+	}
+	return path, st.Size(), nil
+}
+
+// ResetPeakRSS clears the kernel's high-water mark of resident memory
+// (Linux: "5" in /proc/self/clear_refs), so that each benchmark reports its
+// own peak; it reports false where that is not possible.
+func ResetPeakRSS() bool {
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+}
+
+// PeakRSS returns VmHWM from /proc/self/status in bytes, 0 when unknown.
+func PeakRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
