@@ -310,7 +310,7 @@ func TestSampleAllocatesOnce(t *testing.T) {
 	s := SDSchedule()
 	den := gaussianDenoiser(0, 1, nil)
 	noise := NewPhilox(0)
-	x := make([]float32, 4*32*32)
+	x := make([]float32, 4*8*8)
 	for _, m := range []Method{Euler, EulerAncestral, DPMPP2M} {
 		allocs := func(steps int) float64 {
 			sig, _ := s.Sigmas(SchedulerDiscrete, steps)
