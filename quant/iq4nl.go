@@ -41,7 +41,8 @@ func quantizeBlockIQ4NL(y *[iq4nlBytes]byte, x, qw *[32]float32) {
 	for _, v := range x {
 		sigma2 += float32(v * v)
 	}
-	sigma2 *= 2.0 / 32
+	// An explicit conversion keeps the scaling from fusing into sigma2+v*v.
+	sigma2 = float32(sigma2 * (2.0 / 32))
 	var w [32]float32
 	if qw != nil {
 		for j, v := range x {

@@ -31,6 +31,9 @@ func cCvtt(f float32) int32 {
 // cRoundf is roundf (halves away from zero) followed by the truncating
 // conversion to int32 that a store into an integer performs.
 func cRoundf(f float32) int32 {
+	// Round the argument explicitly: callers pass products (x*id), and once
+	// inlined the compiler could otherwise fuse them into f - float32(r).
+	f = float32(f)
 	if !(f >= -0x1p31 && f < 0x1p31) {
 		return math.MinInt32
 	}
