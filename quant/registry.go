@@ -96,7 +96,9 @@ var ErrNoCodec = fmt.Errorf("no codec")
 func Encoder(t formats.DType) (Codec, error) {
 	c, ok := Lookup(t)
 	if !ok || c.Quantize == nil {
-		if t.IsGGML() && t.Quantized() && t.InLinkedGGML() {
+		switch t {
+		case formats.IQ1_S, formats.IQ1_M, formats.IQ2_XXS, formats.IQ2_XS, formats.IQ2_S, formats.IQ3_XXS, formats.IQ3_S:
+			// Only ggml quantizes the grid types; the native/codecs package registers them in a cgo build.
 			return Codec{}, fmt.Errorf("quantizing to %s needs ggml: this binary was built without cgo (%w)", t, ErrNoCodec)
 		}
 		return Codec{}, fmt.Errorf("cannot quantize to %s (%w)", t, ErrNoCodec)
