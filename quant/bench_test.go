@@ -3,6 +3,7 @@ package quant
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -29,6 +30,8 @@ func benchRows() (src []float32, nPerRow int, weights []float32) {
 // BenchmarkQuantize encodes the same rows with the Go codec and, in a cgo
 // build, with ggml, single-threaded, for every type that has a Go quantizer
 // and both paths ("ref": no importance weights; "imatrix": a random vector).
+// The "ratio" sub-benchmark alternates the two and reports Go's time over
+// ggml's (below 1: Go is faster).
 func BenchmarkQuantize(b *testing.B) {
 	src, n, w := benchRows()
 	for _, t := range Registered() {
@@ -72,6 +75,27 @@ func BenchmarkQuantize(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+			})
+			// Alternating the two codecs iteration by iteration keeps a loaded
+			// machine's changing speed out of the ratio.
+			b.Run(t.String()+"/"+path+"/ratio", func(b *testing.B) {
+				if err := ggmlQuantize(t, dst, src, n, weights); err != nil {
+					b.Skip(err)
+				}
+				var goTime, cTime time.Duration
+				for b.Loop() {
+					t0 := time.Now()
+					if err := QuantizeRows(t, dst, src, n, weights, 1); err != nil {
+						b.Fatal(err)
+					}
+					t1 := time.Now()
+					if err := ggmlQuantize(t, dst, src, n, weights); err != nil {
+						b.Fatal(err)
+					}
+					goTime += t1.Sub(t0)
+					cTime += time.Since(t1)
+				}
+				b.ReportMetric(float64(goTime)/float64(cTime), "go/ggml-time")
 			})
 		}
 	}
