@@ -35,6 +35,7 @@ type substRules struct {
 	froms, guardBytes [][]byte
 	masks             []gramMask
 	byBlock           map[blockKey][]int // blocks lists: rules by the key of their "_block"
+	blockOff          []int              // and where in from that "_block" is
 }
 
 // apply runs the rules over s, searching for every rule in turn.
@@ -68,7 +69,9 @@ func (r *substRules) prepare() {
 		// match a text are those whose key the text has at one of its
 		// "_block"s. (validate checks that every rule has a key.)
 		r.byBlock = map[blockKey][]int{}
+		r.blockOff = make([]int, len(r.froms))
 		for k, f := range r.froms {
+			r.blockOff[k] = bytes.Index(f, blockWord)
 			if key, ok := keyOfBlock(f); ok {
 				r.byBlock[key] = append(r.byBlock[key], k)
 			}
@@ -131,33 +134,6 @@ func keyOfBlock(b []byte) (blockKey, bool) {
 		return 0, false
 	}
 	return blockKeyAt(b, j)
-}
-
-// blockCandidates appends to dst, in rule order, the rules from index from
-// on whose key t has at one of its "_block"s.
-func (r *substRules) blockCandidates(dst []int, t []byte, from int) []int {
-	for i := 0; ; {
-		j := bytes.Index(t[i:], blockWord)
-		if j < 0 {
-			break
-		}
-		j += i
-		if key, ok := blockKeyAt(t, j); ok {
-			for _, k := range r.byBlock[key] {
-				if k >= from {
-					dst = append(dst, k)
-				}
-			}
-		}
-		i = j + len(blockWord)
-	}
-	// A name has one or two "_block"s: sorting by insertion is enough.
-	for a := 1; a < len(dst); a++ {
-		for b := a; b > 0 && dst[b] < dst[b-1]; b-- {
-			dst[b], dst[b-1] = dst[b-1], dst[b]
-		}
-	}
-	return dst
 }
 
 // gramMask is a 256-bit set of hashed 3-byte windows.
@@ -251,24 +227,39 @@ func (e *editor) run(r *substRules) {
 	}
 }
 
-// runBlocks applies a block list: only the candidate rules are searched for,
-// and the candidates are worked out again after every rename.
+// runBlocks applies a block list. Every rule's from holds one "_block",
+// so every occurrence of a from lines up with a "_block" of the text with the
+// same key: the scan looks only there, finds the first rule (from next on)
+// that matches and its first position, renames, and scans again.
 func (e *editor) runBlocks(r *substRules) {
-	var store [16]int
-	next := 0
-	for next < len(r.rules) {
-		cands := r.blockCandidates(store[:0], e.text(), next)
-		renamed := false
-		for _, k := range cands {
-			if i := bytes.Index(e.text(), r.froms[k]); i >= 0 {
-				e.replace(e.off+i, len(r.froms[k]), r.rules[k].to)
-				next, renamed = k+1, true
+	for next := 0; next < len(r.rules); {
+		t := e.text()
+		best, at := -1, 0
+		for i := 0; ; {
+			j := bytes.Index(t[i:], blockWord)
+			if j < 0 {
 				break
 			}
+			j += i
+			if key, ok := blockKeyAt(t, j); ok {
+				for _, k := range r.byBlock[key] {
+					// A later "_block" can only give a later position for
+					// the same rule, so the first hit of a rule is its first.
+					if k < next || (best >= 0 && k >= best) {
+						continue
+					}
+					if p := j - r.blockOff[k]; p >= 0 && bytes.HasPrefix(t[p:], r.froms[k]) {
+						best, at = k, p
+					}
+				}
+			}
+			i = j + len(blockWord)
 		}
-		if !renamed {
+		if best < 0 {
 			return
 		}
+		e.replace(e.off+at, len(r.froms[best]), r.rules[best].to)
+		next = best + 1
 	}
 }
 
