@@ -50,8 +50,12 @@ func (g *graph) linear(x native.Tensor, prefix string) native.Tensor {
 // conv2d applies the convolution prefix.weight/.bias to x [W, H, IC, N]
 // with "same" padding for odd kernels.
 func (g *graph) conv2d(x native.Tensor, prefix string, stride int) native.Tensor {
+	return g.convPad(x, prefix, stride, int(g.weight(prefix + ".weight").Ne()[0]/2))
+}
+
+// convPad is conv2d with an explicit padding.
+func (g *graph) convPad(x native.Tensor, prefix string, stride, pad int) native.Tensor {
 	k := g.weight(prefix + ".weight")
-	pad := int(k.Ne()[0] / 2)
 	y := g.c.Conv2D(k, x, stride, pad)
 	if g.has(prefix + ".bias") {
 		b := g.weight(prefix + ".bias")

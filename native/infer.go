@@ -52,6 +52,8 @@ struct ggml_tensor * ggml_sub(struct ggml_context * ctx, struct ggml_tensor * a,
 struct ggml_tensor * ggml_mul(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 struct ggml_tensor * ggml_mul_mat(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * b);
 struct ggml_tensor * ggml_scale(struct ggml_context * ctx, struct ggml_tensor * a, float s);
+struct ggml_tensor * ggml_scale_bias(struct ggml_context * ctx, struct ggml_tensor * a, float s, float b);
+struct ggml_tensor * ggml_pad(struct ggml_context * ctx, struct ggml_tensor * a, int p0, int p1, int p2, int p3);
 struct ggml_tensor * ggml_clamp(struct ggml_context * ctx, struct ggml_tensor * a, float lo, float hi);
 struct ggml_tensor * ggml_silu(struct ggml_context * ctx, struct ggml_tensor * a);
 struct ggml_tensor * ggml_gelu(struct ggml_context * ctx, struct ggml_tensor * a);
@@ -388,6 +390,19 @@ func (c *Context) MulMat(a, b Tensor) Tensor {
 // Scale returns a*s.
 func (c *Context) Scale(a Tensor, s float32) Tensor {
 	return c.op(C.ggml_scale(c.c, a.p, C.float(s)))
+}
+
+// ScaleBias returns a*s + b.
+func (c *Context) ScaleBias(a Tensor, s, b float32) Tensor {
+	return c.op(C.ggml_scale_bias(c.c, a.p, C.float(s), C.float(b)))
+}
+
+// PadEnd appends p0 zeros to dim 0 and p1 to dim 1.
+func (c *Context) PadEnd(a Tensor, p0, p1 int) Tensor {
+	if p0 < 0 || p1 < 0 {
+		shapeErr("pad: %d, %d", p0, p1)
+	}
+	return c.op(C.ggml_pad(c.c, a.p, C.int(p0), C.int(p1), 0, 0))
 }
 
 // Clamp limits a to [lo, hi].

@@ -1,0 +1,80 @@
+//go:build cgo
+
+package infer
+
+import (
+	"fmt"
+
+	"github.com/sdtool/sdtool/native"
+)
+
+// The LDM AutoencoderKL's decoder (and encoder for img2img) on ggml.
+
+// vaeRes is the VAE's ResnetBlock.
+func (g *graph) vaeRes(x native.Tensor, p string) native.Tensor {
+	h := g.conv2d(g.c.SiLU(g.groupNorm(x, p+"norm1", vaeNormEps)), p+"conv1", 1)
+	h = g.conv2d(g.c.SiLU(g.groupNorm(h, p+"norm2", vaeNormEps)), p+"conv2", 1)
+	if g.has(p + "nin_shortcut.weight") {
+		x = g.conv2d(x, p+"nin_shortcut", 1)
+	}
+	return g.c.Add(h, x)
+}
+
+// vaeAttn is the VAE's single-head AttnBlock over all positions.
+func (g *graph) vaeAttn(x native.Tensor, p string) native.Tensor {
+	ne := x.Ne()
+	h := g.groupNorm(x, p+"norm", vaeNormEps)
+	q := toTokens(g.c, g.conv2d(h, p+"q", 1))
+	k := toTokens(g.c, g.conv2d(h, p+"k", 1))
+	v := toTokens(g.c, g.conv2d(h, p+"v", 1))
+	a := fromTokens(g.c, attention(g.c, q, k, v, 1, false), ne[0], ne[1])
+	return g.c.Add(g.conv2d(a, p+"proj_out", 1), x)
+}
+
+func (g *graph) vaeMid(x native.Tensor, p string) native.Tensor {
+	x = g.vaeRes(x, p+"mid.block_1.")
+	x = g.vaeAttn(x, p+"mid.attn_1.")
+	return g.vaeRes(x, p+"mid.block_2.")
+}
+
+// vaeDecode turns a latent z [w, h, Z, N] (already divided by the scale
+// factor) into an image [8w, 8h, 3, N], nominally in [-1, 1] (unclamped,
+// as sd.cpp hands it to its PNG conversion; see ImageFromCHW).
+func (g *graph) vaeDecode(cfg *VAEConfig, z native.Tensor) native.Tensor {
+	p := vaePfx
+	x := g.conv2d(z, p+"post_quant_conv", 1)
+	x = g.conv2d(x, p+"decoder.conv_in", 1)
+	x = g.vaeMid(x, p+"decoder.")
+	for level := cfg.Levels - 1; level >= 0; level-- {
+		for i := 0; i < cfg.BlocksPerLevel; i++ {
+			x = g.vaeRes(x, fmt.Sprintf("%sdecoder.up.%d.block.%d.", p, level, i))
+		}
+		if level != 0 {
+			x = g.conv2d(g.c.UpscaleNearest(x, 2), fmt.Sprintf("%sdecoder.up.%d.upsample.conv", p, level), 1)
+		}
+	}
+	return g.conv2d(g.c.SiLU(g.groupNorm(x, p+"decoder.norm_out", vaeNormEps)), p+"decoder.conv_out", 1)
+}
+
+// vaeEncode turns an image [W, H, 3, N] in [-1, 1] into the mean of the
+// latent distribution [W/8, H/8, Z, N] (before the scale factor).
+func (g *graph) vaeEncode(cfg *VAEConfig, img native.Tensor) native.Tensor {
+	p := vaePfx
+	x := g.conv2d(img, p+"encoder.conv_in", 1)
+	for level := 0; level < cfg.Levels; level++ {
+		for i := 0; g.has(fmt.Sprintf("%sencoder.down.%d.block.%d.conv1.weight", p, level, i)); i++ {
+			x = g.vaeRes(x, fmt.Sprintf("%sencoder.down.%d.block.%d.", p, level, i))
+		}
+		if level != cfg.Levels-1 {
+			// LDM's Downsample pads right and bottom by one, then a
+			// stride-2 3x3 conv without padding.
+			x = g.convPad(g.c.PadEnd(x, 1, 1), fmt.Sprintf("%sencoder.down.%d.downsample.conv", p, level), 2, 0)
+		}
+	}
+	x = g.vaeMid(x, p+"encoder.")
+	x = g.conv2d(g.c.SiLU(g.groupNorm(x, p+"encoder.norm_out", vaeNormEps)), p+"encoder.conv_out", 1)
+	x = g.conv2d(x, p+"quant_conv", 1)
+	ne, nb := x.Ne(), x.Nb()
+	half := [4]int64{ne[0], ne[1], ne[2] / 2, ne[3]}
+	return g.c.Cont(g.c.View(x, half, nb[1], nb[2], nb[3], 0))
+}

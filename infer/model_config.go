@@ -1,0 +1,410 @@
+package infer
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// Metadata keys that override what detection from tensor shapes cannot
+// tell (GGUF values of any integer or string type; safetensors metadata
+// strings). `sdtool convert --metadata KEY=VALUE` writes them.
+const (
+	// MetaUNetHeads is the UNet's attention head count at every level (SD 1.x: 8).
+	MetaUNetHeads = "sdtool.unet.num_heads"
+	// MetaUNetHeadDim is the UNet's attention head width (SD 2.x: 64); used when MetaUNetHeads is absent.
+	MetaUNetHeadDim = "sdtool.unet.head_dim"
+	// MetaCLIPHeads is the text encoder's head count (default: hidden/64).
+	MetaCLIPHeads = "sdtool.clip.num_heads"
+	// MetaCLIPAct is the text encoder's MLP activation, "quick_gelu" (CLIP-L) or "gelu" (OpenCLIP-H).
+	MetaCLIPAct = "sdtool.clip.hidden_act"
+	// MetaCLIPSkip selects the text encoder layer: 1 the last (SD 1.x), 2 the penultimate (SD 2.x).
+	MetaCLIPSkip = "sdtool.clip.skip"
+	// MetaPrediction is the UNet's prediction type, "eps" or "v".
+	MetaPrediction = "sdtool.prediction"
+	// MetaModelSpecPrediction is ModelSpec's prediction key ("epsilon" or "v"), read when MetaPrediction is absent.
+	MetaModelSpecPrediction = "modelspec.prediction_type"
+)
+
+// UNetConfig is an LDM UNet's configuration, detected from tensor shapes.
+type UNetConfig struct {
+	// InChannels and OutChannels are the latent channels (4 for SD).
+	InChannels, OutChannels int
+	// ModelChannels is the width of the first level (SD: 320).
+	ModelChannels int
+	// ChannelMult multiplies ModelChannels per level (SD: 1 2 4 4).
+	ChannelMult []int
+	// NumResBlocks is the number of residual blocks per input level (SD: 2).
+	NumResBlocks int
+	// TransformerDepth is the transformer depth per level (0: no attention).
+	TransformerDepth []int
+	// MiddleDepth is the middle block's transformer depth.
+	MiddleDepth int
+	// ContextDim is the cross-attention context width (SD1: 768, SD2: 1024).
+	ContextDim int
+	// NumHeads is the head count at every level; 0 when HeadDim applies.
+	NumHeads int
+	// HeadDim is the head width when NumHeads is 0.
+	HeadDim int
+	// LinearProj reports linear proj_in/proj_out (SD 2.x) instead of 1x1 convs.
+	LinearProj bool
+}
+
+// heads returns the head count of a transformer at width ch.
+func (c *UNetConfig) heads(ch int) int {
+	if c.NumHeads > 0 {
+		return c.NumHeads
+	}
+	return max(ch/c.HeadDim, 1)
+}
+
+// CLIPConfig is a CLIP text encoder's configuration.
+type CLIPConfig struct {
+	// Hidden, FF, Layers, Vocab and Positions are the transformer's sizes.
+	Hidden, FF, Layers, Vocab, Positions int
+	// Heads is the attention head count.
+	Heads int
+	// QuickGELU selects x·sigmoid(1.702x) (CLIP-L) over GELU (OpenCLIP).
+	QuickGELU bool
+	// Skip is 1 for the last layer's output, 2 for the penultimate.
+	Skip int
+	// FusedQKV reports OpenCLIP's in_proj (one [3h, h] weight) instead of q/k/v projections.
+	FusedQKV bool
+	// PadID is the token that pads prompts (EOS for CLIP-L, 0 for OpenCLIP).
+	PadID int
+}
+
+// VAEConfig is an LDM AutoencoderKL decoder's configuration.
+type VAEConfig struct {
+	// ZChannels is the latent width (4).
+	ZChannels int
+	// Levels is the number of resolution levels (SD: 4, so 8x downsampling).
+	Levels int
+	// BlocksPerLevel is the decoder's residual blocks per level (SD: 3).
+	BlocksPerLevel int
+	// HasEncoder reports encoder weights (for img2img).
+	HasEncoder bool
+	// ScaleFactor divides latents before decoding (SD: 0.18215).
+	ScaleFactor float32
+}
+
+// ModelConfig is the configuration of a whole SD 1.x/2.x model.
+type ModelConfig struct {
+	// Version is "sd1" or "sd2".
+	Version string
+	// UNet, CLIP and VAE describe the parts.
+	UNet UNetConfig
+	CLIP CLIPConfig
+	VAE  VAEConfig
+	// Prediction is the prediction type from metadata; PredictionKnown is
+	// false when neither metadata nor the caller set it.
+	Prediction      Prediction
+	PredictionKnown bool
+}
+
+const (
+	unetPrefix = "model.diffusion_model."
+	vaePfx     = "first_stage_model."
+	clipPrefix = "cond_stage_model.transformer.text_model."
+)
+
+// shapes maps weight names to PyTorch shapes.
+type shapes map[string][]int64
+
+func (s shapes) dim(name string, i int) (int, error) {
+	sh, ok := s[name]
+	if !ok {
+		return 0, fmt.Errorf("model has no tensor %q", name)
+	}
+	if i >= len(sh) {
+		return 0, fmt.Errorf("tensor %q has shape %v, want at least %d dims", name, sh, i+1)
+	}
+	return int(sh[i]), nil
+}
+
+func (s shapes) has(name string) bool { _, ok := s[name]; return ok }
+
+// metaInt reads an integer metadata value (any integer type, or a decimal string).
+func metaInt(md formats.Metadata, key string) (int, bool, error) {
+	kv, ok := md.Get(key)
+	if !ok {
+		return 0, false, nil
+	}
+	var v int64
+	switch x := kv.Value.(type) {
+	case uint8:
+		v = int64(x)
+	case int8:
+		v = int64(x)
+	case uint16:
+		v = int64(x)
+	case int16:
+		v = int64(x)
+	case uint32:
+		v = int64(x)
+	case int32:
+		v = int64(x)
+	case uint64:
+		v = int64(x)
+	case int64:
+		v = x
+	case string:
+		n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 32)
+		if err != nil {
+			return 0, true, fmt.Errorf("metadata %s = %q is not an integer", key, x)
+		}
+		v = n
+	default:
+		return 0, true, fmt.Errorf("metadata %s has type %s, want an integer", key, kv.Type)
+	}
+	if v <= 0 || v > 1<<16 {
+		return 0, true, fmt.Errorf("metadata %s = %d is out of range", key, v)
+	}
+	return int(v), true, nil
+}
+
+// DetectConfig works out an SD 1.x/2.x model's configuration from its
+// weights' shapes and the metadata overrides.
+func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, error) {
+	s := shapes(sh)
+	cfg := &ModelConfig{Version: "sd1"}
+	if err := detectUNet(s, md, &cfg.UNet); err != nil {
+		return nil, fmt.Errorf("UNet: %w", err)
+	}
+	if cfg.UNet.ContextDim == 1024 {
+		cfg.Version = "sd2"
+	}
+	if err := detectCLIP(s, md, cfg); err != nil {
+		return nil, fmt.Errorf("text encoder: %w", err)
+	}
+	if err := detectVAE(s, &cfg.VAE); err != nil {
+		return nil, fmt.Errorf("VAE: %w", err)
+	}
+	for _, key := range []string{MetaPrediction, MetaModelSpecPrediction} {
+		if v, ok := md.String(key); ok {
+			p, err := ParsePrediction(v)
+			if err != nil {
+				return nil, fmt.Errorf("metadata %s: %w", key, err)
+			}
+			cfg.Prediction, cfg.PredictionKnown = p, true
+			break
+		}
+	}
+	if !cfg.PredictionKnown && cfg.Version == "sd1" {
+		cfg.PredictionKnown = true // SD 1.x is always eps
+	}
+	return cfg, nil
+}
+
+func detectUNet(s shapes, md formats.Metadata, c *UNetConfig) error {
+	p := unetPrefix
+	var err error
+	if c.ModelChannels, err = s.dim(p+"input_blocks.0.0.weight", 0); err != nil {
+		return err
+	}
+	if c.InChannels, err = s.dim(p+"input_blocks.0.0.weight", 1); err != nil {
+		return err
+	}
+	if c.OutChannels, err = s.dim(p+"out.2.weight", 0); err != nil {
+		return err
+	}
+	mc := c.ModelChannels
+	// Walk the input blocks: residual blocks until a downsampler ends a level.
+	idx, res := 1, 0
+	var mult, depth []int
+	for {
+		b := fmt.Sprintf("%sinput_blocks.%d.", p, idx)
+		if s.has(b + "0.op.weight") {
+			if res == 0 {
+				return fmt.Errorf("input block %d downsamples an empty level", idx)
+			}
+			if c.NumResBlocks == 0 {
+				c.NumResBlocks = res
+			} else if res != c.NumResBlocks {
+				return fmt.Errorf("levels with %d and %d residual blocks", c.NumResBlocks, res)
+			}
+			res = 0
+			idx++
+			continue
+		}
+		if !s.has(b + "0.in_layers.2.weight") {
+			break
+		}
+		out, err := s.dim(b+"0.in_layers.2.weight", 0)
+		if err != nil {
+			return err
+		}
+		if out%mc != 0 {
+			return fmt.Errorf("input block %d has %d channels, not a multiple of %d", idx, out, mc)
+		}
+		d := countBlocks(s, b+"1.transformer_blocks.")
+		if res == 0 {
+			mult = append(mult, out/mc)
+			depth = append(depth, d)
+		} else if mult[len(mult)-1] != out/mc || depth[len(depth)-1] != d {
+			return fmt.Errorf("input block %d differs from the rest of its level", idx)
+		}
+		res++
+		idx++
+	}
+	if len(mult) == 0 {
+		return fmt.Errorf("no residual blocks under %sinput_blocks", p)
+	}
+	if c.NumResBlocks == 0 {
+		c.NumResBlocks = res
+	} else if res != c.NumResBlocks {
+		return fmt.Errorf("the last level has %d residual blocks, the others %d", res, c.NumResBlocks)
+	}
+	c.ChannelMult, c.TransformerDepth = mult, depth
+	c.MiddleDepth = countBlocks(s, p+"middle_block.1.transformer_blocks.")
+	// Context width and projection kind from the first transformer.
+	for _, pre := range []string{p + "middle_block.1."} {
+		if k, ok := s[pre+"transformer_blocks.0.attn2.to_k.weight"]; ok && len(k) == 2 {
+			c.ContextDim = int(k[1])
+		}
+		if w, ok := s[pre+"proj_in.weight"]; ok {
+			c.LinearProj = len(w) == 2
+		}
+	}
+	if c.ContextDim == 0 {
+		for i := 1; i < idx; i++ {
+			b := fmt.Sprintf("%sinput_blocks.%d.1.", p, i)
+			if k, ok := s[b+"transformer_blocks.0.attn2.to_k.weight"]; ok && len(k) == 2 {
+				c.ContextDim = int(k[1])
+				w := s[b+"proj_in.weight"]
+				c.LinearProj = len(w) == 2
+				break
+			}
+		}
+	}
+	if c.ContextDim == 0 {
+		return fmt.Errorf("no cross-attention found (attn2.to_k)")
+	}
+	heads, hok, err := metaInt(md, MetaUNetHeads)
+	if err != nil {
+		return err
+	}
+	hd, dok, err := metaInt(md, MetaUNetHeadDim)
+	if err != nil {
+		return err
+	}
+	switch {
+	case hok:
+		c.NumHeads = heads
+	case dok:
+		c.HeadDim = hd
+	case c.ContextDim == 768:
+		c.NumHeads = 8 // SD 1.x: num_heads 8
+	default:
+		c.HeadDim = 64 // SD 2.x: num_head_channels 64
+	}
+	for level, m := range c.ChannelMult {
+		ch := m * mc
+		if c.TransformerDepth[level] == 0 {
+			continue
+		}
+		if c.NumHeads > 0 && ch%c.NumHeads != 0 || c.NumHeads == 0 && ch%c.HeadDim != 0 {
+			return fmt.Errorf("level %d: %d channels do not split into heads (%d heads, head dim %d)", level, ch, c.NumHeads, c.HeadDim)
+		}
+	}
+	for level, m := range c.ChannelMult {
+		if (m*mc)%32 != 0 {
+			return fmt.Errorf("level %d: %d channels is not a multiple of GroupNorm's 32 groups", level, m*mc)
+		}
+	}
+	return nil
+}
+
+// countBlocks counts prefix0., prefix1., ... that have a norm1 weight.
+func countBlocks(s shapes, prefix string) int {
+	n := 0
+	for s.has(fmt.Sprintf("%s%d.norm1.weight", prefix, n)) {
+		n++
+	}
+	return n
+}
+
+func detectCLIP(s shapes, md formats.Metadata, cfg *ModelConfig) error {
+	c := &cfg.CLIP
+	p := clipPrefix
+	var err error
+	if c.Vocab, err = s.dim(p+"embeddings.token_embedding.weight", 0); err != nil {
+		return err
+	}
+	if c.Hidden, err = s.dim(p+"embeddings.token_embedding.weight", 1); err != nil {
+		return err
+	}
+	if c.Positions, err = s.dim(p+"embeddings.position_embedding.weight", 0); err != nil {
+		return err
+	}
+	for s.has(fmt.Sprintf("%sencoder.layers.%d.layer_norm1.weight", p, c.Layers)) {
+		c.Layers++
+	}
+	if c.Layers == 0 {
+		return fmt.Errorf("no layers under %sencoder.layers", p)
+	}
+	if c.FF, err = s.dim(p+"encoder.layers.0.mlp.fc1.weight", 0); err != nil {
+		return err
+	}
+	c.FusedQKV = s.has(p + "encoder.layers.0.self_attn.in_proj.weight")
+	sd2 := cfg.Version == "sd2"
+	c.Heads = max(c.Hidden/64, 1)
+	if h, ok, err := metaInt(md, MetaCLIPHeads); err != nil {
+		return err
+	} else if ok {
+		c.Heads = h
+	}
+	if c.Hidden%c.Heads != 0 {
+		return fmt.Errorf("%d channels do not split into %d heads", c.Hidden, c.Heads)
+	}
+	c.QuickGELU = !sd2
+	if a, ok := md.String(MetaCLIPAct); ok {
+		switch a {
+		case "quick_gelu":
+			c.QuickGELU = true
+		case "gelu":
+			c.QuickGELU = false
+		default:
+			return fmt.Errorf("metadata %s = %q (want quick_gelu or gelu)", MetaCLIPAct, a)
+		}
+	}
+	c.Skip = 1
+	c.PadID = -1 // EOS
+	if sd2 {
+		c.Skip, c.PadID = 2, 0
+	}
+	if k, ok, err := metaInt(md, MetaCLIPSkip); err != nil {
+		return err
+	} else if ok {
+		c.Skip = k
+	}
+	if c.Skip > c.Layers {
+		return fmt.Errorf("clip skip %d with %d layers", c.Skip, c.Layers)
+	}
+	if cfg.UNet.ContextDim != c.Hidden {
+		return fmt.Errorf("width %d does not match the UNet's context width %d", c.Hidden, cfg.UNet.ContextDim)
+	}
+	return nil
+}
+
+func detectVAE(s shapes, c *VAEConfig) error {
+	p := vaePfx
+	var err error
+	if c.ZChannels, err = s.dim(p+"post_quant_conv.weight", 0); err != nil {
+		return err
+	}
+	for s.has(fmt.Sprintf("%sdecoder.up.%d.block.0.conv1.weight", p, c.Levels)) {
+		c.Levels++
+	}
+	if c.Levels == 0 {
+		return fmt.Errorf("no decoder levels under %sdecoder.up", p)
+	}
+	for s.has(fmt.Sprintf("%sdecoder.up.0.block.%d.conv1.weight", p, c.BlocksPerLevel)) {
+		c.BlocksPerLevel++
+	}
+	c.HasEncoder = s.has(p + "encoder.conv_in.weight")
+	c.ScaleFactor = 0.18215
+	return nil
+}

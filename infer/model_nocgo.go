@@ -1,0 +1,28 @@
+//go:build !cgo
+
+package infer
+
+import "github.com/sdtool/sdtool/formats"
+
+// Available reports whether this build can run inference (it needs cgo and ggml).
+const Available = false
+
+// Model is a loaded model; without cgo none can be loaded.
+type Model struct {
+	// Path is the model file.
+	Path string
+	// Config is the detected configuration.
+	Config *ModelConfig
+}
+
+// Load reports ErrNoCgo: inference needs ggml.
+func Load(path string, opt LoadOptions) (*Model, error) { return nil, ErrNoCgo }
+
+// Close does nothing.
+func (m *Model) Close() {}
+
+// Generate reports ErrNoCgo.
+func (m *Model) Generate(req Request) (*Result, error) { return nil, ErrNoCgo }
+
+// ParamsByType returns nothing.
+func (m *Model) ParamsByType() map[string]map[formats.DType]int64 { return nil }

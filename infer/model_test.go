@@ -1,0 +1,223 @@
+//go:build cgo
+
+package infer
+
+import (
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+	_ "github.com/sdtool/sdtool/formats/gguf"
+	_ "github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/internal/tinysd"
+)
+
+// Tests run ggml with one thread: on a loaded two-core machine ggml's
+// spinning thread barriers make two threads many times slower, and the
+// results do not depend on the thread count anyway.
+
+func loadTiny(t *testing.T, path string) *Model {
+	t.Helper()
+	m, err := Load(path, LoadOptions{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+func TestTinyDeterministic(t *testing.T) {
+	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	req := Request{Prompt: "a (cat:1.2) photo", Negative: "blurry", Width: 64, Height: 64, Steps: 3, CFGScale: 7, Seed: 42}
+	a, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Pixels, b.Pixels) || !slices.Equal(a.Latent, b.Latent) {
+		t.Error("the same seed gave different images")
+	}
+	if len(a.Pixels) != 3*64*64 || len(a.Latent) != 4*8*8 {
+		t.Fatalf("%d pixels and %d latent values", len(a.Pixels), len(a.Latent))
+	}
+	// One step without guidance keeps the two-thread run short (see above).
+	one := Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 1, Seed: 42}
+	b1, err := m.Generate(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetThreads(2)
+	c, err := m.Generate(one)
+	m.SetThreads(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b1.Pixels, c.Pixels) {
+		t.Error("two threads gave a different image than one")
+	}
+	req.Seed = 43
+	d, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(a.Latent, d.Latent) {
+		t.Error("another seed gave the same latent")
+	}
+	req.Seed, req.Negative = 42, ""
+	e, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(a.Latent, e.Latent) {
+		t.Error("the negative prompt changed nothing")
+	}
+}
+
+func TestTinyCaptureAndImg2Img(t *testing.T) {
+	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	req := Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 2, CFGScale: 1, Seed: 1, Method: Euler, CaptureBlocks: true}
+	r, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 12 input blocks, the middle block and 12 output blocks for SD1's layout.
+	if len(r.Blocks) != 25 || r.Blocks[0].Name != "input_blocks.0" || r.Blocks[12].Name != "middle_block" {
+		t.Fatalf("%d blocks captured", len(r.Blocks))
+	}
+	if n := len(r.Blocks[0].Values); n != 32*8*8 {
+		t.Errorf("input_blocks.0 has %d values, want %d", n, 32*8*8)
+	}
+	req.Init, req.Strength, req.CaptureBlocks = r.Pixels, 0.5, false
+	i2i, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(i2i.Latent, r.Latent) {
+		t.Error("img2img returned the init latent")
+	}
+}
+
+func TestGenerateRejects(t *testing.T) {
+	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	for _, req := range []Request{
+		{Prompt: "a", Width: 60, Height: 64, Steps: 1},
+		{Prompt: "a", Width: 64, Height: 64, Steps: 0},
+		{Prompt: "a", Width: 64, Height: 64, Steps: 1, Method: "nope"},
+		{Prompt: "a", Width: 64, Height: 64, Steps: 1, RNG: "nope"},
+		{Prompt: "a", Width: 64, Height: 64, Steps: 1, Init: make([]float32, 5), Strength: 0.5},
+	} {
+		if _, err := m.Generate(req); err == nil {
+			t.Errorf("%+v accepted", req)
+		}
+	}
+}
+
+func TestDetectConfigTiny(t *testing.T) {
+	sh := map[string][]int64{}
+	for _, ts := range tinysd.Tiny.Tensors() {
+		sh[ts.Name] = ts.Shape
+	}
+	cfg, err := DetectConfig(sh, tinysd.Tiny.Metadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cfg.UNet
+	if u.ModelChannels != 32 || !slices.Equal(u.ChannelMult, []int{1, 1, 1, 1}) || u.NumResBlocks != 2 ||
+		!slices.Equal(u.TransformerDepth, []int{1, 1, 1, 0}) || u.MiddleDepth != 1 || u.ContextDim != 64 || u.NumHeads != 8 || u.LinearProj {
+		t.Errorf("UNet config %+v", u)
+	}
+	if c := cfg.CLIP; c.Hidden != 64 || c.Layers != 2 || c.Heads != 2 || c.FF != 256 || !c.QuickGELU || c.Skip != 1 {
+		t.Errorf("CLIP config %+v", c)
+	}
+	if v := cfg.VAE; v.Levels != 4 || v.BlocksPerLevel != 3 || !v.HasEncoder {
+		t.Errorf("VAE config %+v", v)
+	}
+	// Without the head override, a 64-wide context is taken for SD 2.x's
+	// head width 64, which 32 channels cannot hold.
+	if _, err = DetectConfig(sh, nil); err == nil || !strings.Contains(err.Error(), "heads") {
+		t.Errorf("no head override: err = %v", err)
+	}
+	delete(sh, "model.diffusion_model.out.2.weight")
+	if _, err := DetectConfig(sh, nil); err == nil {
+		t.Error("a UNet without out.2 was accepted")
+	}
+}
+
+// qualityModel is a seeded SD1-layout model whose attention level is 256
+// wide and whose text encoder is 256 wide, so that its linear weights are
+// whole k-quant blocks.
+var qualityModel = tinysd.Config{
+	ModelChannels: 64, Mult: []int{1, 2, 4}, NumRes: 1, Depth: []int{0, 0, 2}, MiddleDepth: 2, UNetHeads: 4,
+	TextHidden: 256, TextFF: 1024, TextLayers: 2, TextHeads: 4,
+	VAECh: 32, VAEMult: []int{1, 1, 1, 1}, Words: tinysd.DefaultWords, Seed: 7, Type: formats.F32,
+	Width: 64, Height: 64, Steps: 3,
+}
+
+func TestQuantizedQualityOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs four models")
+	}
+	dir := t.TempDir()
+	req := Request{Prompt: "a photo of a cat", Negative: "blurry", Width: 64, Height: 64, Steps: 3, CFGScale: 5, Seed: 3, Method: Euler}
+	var ref *Result
+	psnr := map[formats.DType]float64{}
+	for _, typ := range []formats.DType{formats.F32, formats.Q8_0, formats.Q4_K, formats.Q2_K} {
+		c := qualityModel
+		if typ != formats.F32 {
+			c.Quant = typ
+		}
+		path := filepath.Join(dir, typ.String()+".gguf")
+		if err := c.Write(path); err != nil {
+			t.Fatal(err)
+		}
+		m := loadTiny(t, path)
+		if typ != formats.F32 {
+			var in, all int64
+			for part, byType := range m.ParamsByType() {
+				if part == "vae" {
+					continue
+				}
+				for ty, n := range byType {
+					all += n
+					if ty == typ {
+						in += n
+					}
+				}
+			}
+			if frac := float64(in) / float64(all); frac < 0.5 {
+				t.Errorf("%s: only %.0f%% of the UNet and text encoder parameters are %s", typ, 100*frac, typ)
+			}
+		}
+		r, err := m.Generate(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref == nil {
+			ref = r
+			continue
+		}
+		a, _ := ImageFromCHW(ref.Pixels, 64, 64)
+		b, _ := ImageFromCHW(r.Pixels, 64, 64)
+		p, err := PSNR(a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cos, _ := CosineSimilarity(ref.Latent, r.Latent)
+		psnr[typ] = p
+		t.Logf("%s: PSNR %.2f dB, latent cosine %.5f", typ, p, cos)
+	}
+	if !(psnr[formats.Q8_0] > psnr[formats.Q4_K] && psnr[formats.Q4_K] > psnr[formats.Q2_K]) {
+		t.Errorf("PSNR not ordered q8_0 > q4_K > q2_K: %v", psnr)
+	}
+	// q8_0 keeps weights within about 0.4% (8-bit blocks): an 8-bit image
+	// that far from the original would be visibly wrong below 30 dB.
+	if p := psnr[formats.Q8_0]; !(p > 30) && !math.IsInf(p, 1) {
+		t.Errorf("q8_0 PSNR %.2f dB, want above 30", p)
+	}
+}

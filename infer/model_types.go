@@ -1,0 +1,106 @@
+package infer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrNoCgo is returned by Load in a binary built without cgo (no ggml).
+var ErrNoCgo = errors.New("this sdtool was built without cgo, so it has no ggml to run models; rebuild with CGO_ENABLED=1")
+
+// LoadOptions are the settings of Load.
+type LoadOptions struct {
+	// VAE is a separate VAE file that replaces the checkpoint's ("" for none).
+	VAE string
+	// Tokenizer is a tokenizer.json or a folder with vocab.json and
+	// merges.txt; "" uses the merges embedded in the model's metadata.
+	Tokenizer string
+	// Threads is the ggml thread count (<= 0: all cores).
+	Threads int
+	// Prediction forces "eps" or "v"; "" takes metadata, then detection.
+	Prediction string
+}
+
+// Request is one image to generate.
+type Request struct {
+	// Prompt and Negative are the (weighted) prompts.
+	Prompt, Negative string
+	// Width and Height are the image size in pixels.
+	Width, Height int
+	// Steps is the number of sampling steps.
+	Steps int
+	// CFGScale is the classifier-free guidance scale (1 skips the negative pass).
+	CFGScale float32
+	// Seed seeds the noise generator.
+	Seed uint64
+	// RNG is "cuda" (sd.cpp's default) or "cpu".
+	RNG string
+	// Method is the sampler.
+	Method Method
+	// Scheduler is the sigma schedule.
+	Scheduler Scheduler
+	// Init is an init image [3, Height, Width] in [-1, 1] (CHWFromImage) for img2img, nil for txt2img.
+	Init []float32
+	// Strength is the img2img denoising strength in (0, 1].
+	Strength float32
+	// CaptureBlocks keeps every UNet block's output at the first step (conditional pass).
+	CaptureBlocks bool
+	// OnStep, when set, is called after every step.
+	OnStep func(step, steps int)
+}
+
+func (r *Request) check() error {
+	switch {
+	case r.Width <= 0 || r.Height <= 0:
+		return fmt.Errorf("image size %dx%d must be positive", r.Width, r.Height)
+	case r.Width*r.Height > 4096*4096:
+		return fmt.Errorf("image size %dx%d is too large", r.Width, r.Height)
+	case r.Steps <= 0 || r.Steps > 1000:
+		return fmt.Errorf("steps %d must be in [1, 1000]", r.Steps)
+	case !(r.CFGScale >= 0 && r.CFGScale < 1000):
+		return fmt.Errorf("cfg scale %g must be in [0, 1000)", r.CFGScale)
+	case r.Init != nil && !(r.Strength > 0 && r.Strength <= 1):
+		return fmt.Errorf("strength %g must be in (0, 1]", r.Strength)
+	}
+	if r.RNG == "" {
+		r.RNG = RNGCUDA
+	}
+	if r.Method == "" {
+		r.Method = EulerAncestral
+	}
+	if r.Scheduler == "" {
+		r.Scheduler = SchedulerDiscrete
+	}
+	return nil
+}
+
+// BlockOutput is one UNet block's output at the first sampling step.
+type BlockOutput struct {
+	// Name is the block ("input_blocks.3", "middle_block", "output_blocks.11").
+	Name string
+	// Values are its activations [C, H, W].
+	Values []float32
+}
+
+// Timings says where the time went.
+type Timings struct {
+	// Text, Sampling and Decode are the text encoder, sampling loop and VAE decoder times.
+	Text, Sampling, Decode time.Duration
+	// Steps is the number of sampling steps run.
+	Steps int
+}
+
+// Result is a generated image.
+type Result struct {
+	// Width and Height are the image size.
+	Width, Height int
+	// Pixels are the VAE's RGB planes [3, Height, Width], nominally in [-1, 1] (ImageFromCHW converts them).
+	Pixels []float32
+	// Latent is the final latent [C, Height/8, Width/8].
+	Latent []float32
+	// Blocks are the UNet block outputs at the first step, when requested.
+	Blocks []BlockOutput
+	// Timings says where the time went.
+	Timings Timings
+}
