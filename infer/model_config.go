@@ -24,6 +24,12 @@ const (
 	MetaCLIPSkip = "sdtool.clip.skip"
 	// MetaPrediction is the UNet's prediction type, "eps" or "v".
 	MetaPrediction = "sdtool.prediction"
+	// MetaDefaultWidth, MetaDefaultHeight and MetaDefaultSteps are generate's
+	// defaults for the model when the flags are not given (the tiny test
+	// model uses them to stay fast).
+	MetaDefaultWidth  = "sdtool.generate.width"
+	MetaDefaultHeight = "sdtool.generate.height"
+	MetaDefaultSteps  = "sdtool.generate.steps"
 	// MetaModelSpecPrediction is ModelSpec's prediction key ("epsilon" or "v"), read when MetaPrediction is absent.
 	MetaModelSpecPrediction = "modelspec.prediction_type"
 )
@@ -102,6 +108,8 @@ type ModelConfig struct {
 	// false when neither metadata nor the caller set it.
 	Prediction      Prediction
 	PredictionKnown bool
+	// DefaultWidth, DefaultHeight and DefaultSteps come from the metadata (0 when absent).
+	DefaultWidth, DefaultHeight, DefaultSteps int
 }
 
 const (
@@ -191,6 +199,16 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 			cfg.Prediction, cfg.PredictionKnown = p, true
 			break
 		}
+	}
+	for _, d := range []struct {
+		key string
+		dst *int
+	}{{MetaDefaultWidth, &cfg.DefaultWidth}, {MetaDefaultHeight, &cfg.DefaultHeight}, {MetaDefaultSteps, &cfg.DefaultSteps}} {
+		v, _, err := metaInt(md, d.key)
+		if err != nil {
+			return nil, err
+		}
+		*d.dst = v
 	}
 	if !cfg.PredictionKnown && cfg.Version == "sd1" {
 		cfg.PredictionKnown = true // SD 1.x is always eps

@@ -2,7 +2,11 @@
 
 package infer
 
-import "github.com/sdtool/sdtool/formats"
+import (
+	"time"
+
+	"github.com/sdtool/sdtool/formats"
+)
 
 // Available reports whether this build can run inference (it needs cgo and ggml).
 const Available = false
@@ -13,6 +17,8 @@ type Model struct {
 	Path string
 	// Config is the detected configuration.
 	Config *ModelConfig
+	// LoadTime is how long loading took.
+	LoadTime time.Duration
 }
 
 // Load reports ErrNoCgo: inference needs ggml.
@@ -26,3 +32,6 @@ func (m *Model) Generate(req Request) (*Result, error) { return nil, ErrNoCgo }
 
 // ParamsByType returns nothing.
 func (m *Model) ParamsByType() map[string]map[formats.DType]int64 { return nil }
+
+// LinkedAVX2 reports false: no ggml is linked.
+func LinkedAVX2() bool { return false }

@@ -126,6 +126,13 @@ func loadModelTokenizer(path, file string, md formats.Metadata) (*Tokenizer, err
 	return t, err
 }
 
+// LinkedAVX2 reports whether the linked ggml's CPU kernels were compiled
+// with AVX2 (without it, and FMA and F16C, inference is many times slower).
+func LinkedAVX2() bool {
+	avx2, _, _ := native.CPUFeatures()
+	return avx2
+}
+
 // Close releases the model's ggml memory.
 func (m *Model) Close() {
 	m.alloc.Free()

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	_ "image/png" // init images
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/sdtool/sdtool/infer"
+)
+
+// generate runs SD 1.x/2.x through ggml. Without cgo the command exists
+// but says that the binary cannot run models (infer.Available is false).
+
+func init() {
+	register(&cli.Command{
+		Name:      "generate",
+		Usage:     "generate an image with an SD 1.x/2.x model (ggml CPU kernels) and optionally compare two weight sets",
+		ArgsUsage: "-m MODEL -p PROMPT -o OUT.png",
+		Description: "Runs the text encoder, the UNet (configuration detected from tensor shapes) and the VAE with ggml's CPU\n" +
+			"kernels, the same kernels stable-diffusion.cpp uses, on any file sdtool reads (GGUF of any ggml type,\n" +
+			"safetensors, .ckpt, diffusers folders, ComfyUI INT8/FP8). The tokenizer comes from --tokenizer or from\n" +
+			"the model's metadata (sdtool.tokenizer.clip.merges). The PNG gets A1111-style \"parameters\" text.\n\n" +
+			"--compare REF runs the same seed with REF's weights and prints the PSNR and SSIM of the two images, the\n" +
+			"cosine similarity of the final latents and each UNet block's output error at the first step, so a\n" +
+			"quantized model can be checked against its source. Width, height and steps default to the model's\n" +
+			"sdtool.generate.* metadata, else 512x512 and 20. ggml built without -march is slow: build with\n" +
+			"CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" (and the same CGO_CXXFLAGS).",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "model `FILE`", Required: true},
+			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` ((word:1.2) weights allowed)", Required: true},
+			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.png)", Required: true},
+			&cli.IntFlag{Name: "steps", Usage: "sampling `STEPS`", DefaultText: "model metadata, else 20"},
+			&cli.Float64Flag{Name: "cfg-scale", Value: 7, Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)"},
+			&cli.IntFlag{Name: "width", Aliases: []string{"W"}, Usage: "image width in `PIXELS`", DefaultText: "model metadata, else 512"},
+			&cli.IntFlag{Name: "height", Aliases: []string{"H"}, Usage: "image height in `PIXELS`", DefaultText: "model metadata, else 512"},
+			&cli.Int64Flag{Name: "seed", Aliases: []string{"s"}, Value: 42, Usage: "noise `SEED`"},
+			&cli.StringFlag{Name: "sampling-method", Value: "euler_a", Usage: "`SAMPLER`: euler, euler_a or dpm++2m"},
+			&cli.StringFlag{Name: "scheduler", Value: "discrete", Usage: "`SCHEDULE`: discrete or karras"},
+			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
+			&cli.StringFlag{Name: "prediction", Usage: "`eps` or `v` (default: metadata, else detected as sd.cpp does)"},
+			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS` (default: all cores)"},
+			&cli.StringFlag{Name: "tokenizer", Usage: "tokenizer.json or a folder with vocab.json and merges.txt (`PATH`)"},
+			&cli.StringFlag{Name: "vae", Usage: "separate VAE `FILE` replacing the model's"},
+			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
+			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
+			&cli.StringFlag{Name: "compare", Usage: "reference model `FILE` to compare with (same seed)"},
+			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
+		},
+		Action: runGenerate,
+	},
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o cat.png --threads 1",
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a (red:1.3) house' -n blurry --steps 2 --sampling-method dpm++2m --scheduler karras -o house.png --threads 1",
+	)
+}
+
+// errNoCgo is what generate says in a binary without ggml.
+var errNoCgo = errors.New("generate needs ggml, but this sdtool was built without cgo (CGO_ENABLED=0); rebuild with cgo to run models")
+
+func runGenerate(c *cli.Context) error {
+	if !infer.Available {
+		return errNoCgo
+	}
+	out := c.String("output")
+	if !strings.EqualFold(filepath.Ext(out), ".png") {
+		return fmt.Errorf("%s: the output must be a .png file", out)
+	}
+	if _, err := os.Stat(out); err == nil && !c.Bool("force") {
+		return fmt.Errorf("%s exists (use --force to replace it)", out)
+	}
+	method, err := infer.ParseMethod(c.String("sampling-method"))
+	if err != nil {
+		return err
+	}
+	sched, err := infer.ParseScheduler(c.String("scheduler"))
+	if err != nil {
+		return err
+	}
+	if !infer.LinkedAVX2() {
+		slog.Warn("the linked ggml was compiled without AVX2, so inference is slow; build with CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" CGO_CXXFLAGS=\"-O3 -march=native -ffp-contract=off\"")
+	}
+	opt := infer.LoadOptions{VAE: c.String("vae"), Tokenizer: c.String("tokenizer"), Threads: c.Int("threads"), Prediction: c.String("prediction")}
+	m, err := infer.Load(c.String("model"), opt)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	cfg := m.Config
+	req := infer.Request{
+		Prompt: c.String("prompt"), Negative: c.String("negative-prompt"),
+		Width: pick(c.Int("width"), cfg.DefaultWidth, 512), Height: pick(c.Int("height"), cfg.DefaultHeight, 512),
+		Steps: pick(c.Int("steps"), cfg.DefaultSteps, 20), CFGScale: float32(c.Float64("cfg-scale")),
+		Seed: uint64(c.Int64("seed")), RNG: c.String("rng"), Method: method, Scheduler: sched,
+		CaptureBlocks: c.String("compare") != "",
+	}
+	if p := c.String("init-img"); p != "" {
+		img, err := readPNG(p)
+		if err != nil {
+			return err
+		}
+		var w, h int
+		req.Init, w, h = infer.CHWFromImage(img)
+		if !c.IsSet("width") && !c.IsSet("height") {
+			req.Width, req.Height = w, h
+		} else if w != req.Width || h != req.Height {
+			return fmt.Errorf("%s: image is %dx%d, not %dx%d", p, w, h, req.Width, req.Height)
+		}
+		req.Strength = float32(c.Float64("strength"))
+	}
+	slog.Debug("model", "path", m.Path, "version", cfg.Version, "unet", fmt.Sprintf("%+v", cfg.UNet),
+		"clip", fmt.Sprintf("%+v", cfg.CLIP), "prediction", cfg.Prediction, "load", m.LoadTime)
+	res, err := generateWithBar(c.App.ErrWriter, m, req, "generate")
+	if err != nil {
+		return err
+	}
+	img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
+	if err != nil {
+		return err
+	}
+	params := infer.GenerationParams{
+		Prompt: req.Prompt, NegativePrompt: req.Negative, Steps: req.Steps, Sampler: method, Scheduler: sched,
+		CFGScale: req.CFGScale, Seed: c.Int64("seed"), Width: req.Width, Height: req.Height,
+		Model: filepath.Base(c.String("model")), RNG: req.RNG, Strength: req.Strength, Version: "sdtool " + version,
+	}
+	if err := writePNGFile(out, img, params); err != nil {
+		return err
+	}
+	t := res.Timings
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d): load %s, text %s, sampling %s (%.2f s/step), decode %s\n",
+		out, res.Width, res.Height, round(m.LoadTime), round(t.Text), round(t.Sampling),
+		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode))
+	if ref := c.String("compare"); ref != "" {
+		return compareWith(c, ref, opt, req, res, img)
+	}
+	return nil
+}
+
+// pick returns the flag value when set, else the model's default, else the fallback.
+func pick(flag, model, fallback int) int {
+	if flag != 0 {
+		return flag
+	}
+	if model != 0 {
+		return model
+	}
+	return fallback
+}
+
+func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+
+// generateWithBar runs req with a per-step progress bar when stderr is a terminal.
+func generateWithBar(stderr io.Writer, m *infer.Model, req infer.Request, label string) (*infer.Result, error) {
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar := progressbar.NewOptions(req.Steps, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription(label),
+			progressbar.OptionShowCount(), progressbar.OptionSetItsString("step"), progressbar.OptionShowIts(),
+			progressbar.OptionClearOnFinish())
+		req.OnStep = func(step, steps int) {
+			bar.ChangeMax(steps)
+			bar.Set(step)
+		}
+		defer bar.Finish()
+	}
+	return m.Generate(req)
+}
+
+// compareWith runs req with the reference model and prints the comparison.
+func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infer.Request, res *infer.Result, img image.Image) error {
+	rm, err := infer.Load(refPath, opt)
+	if err != nil {
+		return err
+	}
+	defer rm.Close()
+	ref, err := generateWithBar(c.App.ErrWriter, rm, req, "reference")
+	if err != nil {
+		return err
+	}
+	refImg, err := infer.ImageFromCHW(ref.Pixels, ref.Width, ref.Height)
+	if err != nil {
+		return err
+	}
+	psnr, err := infer.PSNR(refImg, img)
+	if err != nil {
+		return err
+	}
+	ssim, err := infer.SSIM(refImg, img)
+	if err != nil {
+		return err
+	}
+	cos, err := infer.CosineSimilarity(ref.Latent, res.Latent)
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %d steps:\n", c.String("model"), refPath, req.Seed, req.Steps)
+	fmt.Fprintf(w, "  image PSNR %.2f dB, SSIM %.4f; final latent cosine %.6f\n", psnr, ssim, cos)
+	fmt.Fprintf(w, "  UNet block outputs at step 1 (conditional pass):\n  %-18s %10s %10s %10s\n", "block", "cosine", "rel RMSE", "max abs")
+	byName := map[string][]float32{}
+	for _, b := range ref.Blocks {
+		byName[b.Name] = b.Values
+	}
+	for _, b := range res.Blocks {
+		rv, ok := byName[b.Name]
+		if !ok {
+			fmt.Fprintf(w, "  %-18s (missing in the reference)\n", b.Name)
+			continue
+		}
+		e, err := infer.CompareTensors(rv, b.Values)
+		if err != nil {
+			fmt.Fprintf(w, "  %-18s %v\n", b.Name, err)
+			continue
+		}
+		fmt.Fprintf(w, "  %-18s %10.6f %10.5f %10.4g\n", b.Name, e.Cosine, e.RelRMSE, e.MaxAbs)
+	}
+	return nil
+}
+
+func readPNG(path string) (image.Image, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	img, _, err := image.Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return img, nil
+}
+
+// writePNGFile writes the image through path+".partial".
+func writePNGFile(path string, img image.Image, p infer.GenerationParams) error {
+	var buf bytes.Buffer
+	if err := infer.WritePNGWithParams(&buf, img, p); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := os.WriteFile(path+".partial", buf.Bytes(), 0o644); err != nil {
+		os.Remove(path + ".partial")
+		return err
+	}
+	return os.Rename(path+".partial", path)
+}

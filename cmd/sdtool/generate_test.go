@@ -1,0 +1,88 @@
+//go:build cgo
+
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/infer"
+)
+
+const tinyGGUF = "../../testdata/tiny-sd1.gguf"
+
+func TestGenerateSameSeedSameBytes(t *testing.T) {
+	dir := t.TempDir()
+	var pngs [][]byte
+	for i, seed := range []string{"5", "5", "6"} {
+		out := filepath.Join(dir, "img"+string(rune('a'+i))+".png")
+		code, _, errOut := runApp(t, "generate", "-m", tinyGGUF, "-p", "a cat", "-n", "ugly", "--steps", "2",
+			"-W", "64", "-H", "64", "--seed", seed, "-t", "1", "-o", out)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if !strings.Contains(errOut, "s/step") {
+			t.Errorf("no timing summary in %q", errOut)
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pngs = append(pngs, b)
+	}
+	if !bytes.Equal(pngs[0], pngs[1]) {
+		t.Error("the same seed wrote different PNG bytes")
+	}
+	if bytes.Equal(pngs[0], pngs[2]) {
+		t.Error("another seed wrote the same PNG")
+	}
+	text, err := infer.PNGText(bytes.NewReader(pngs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := text[infer.PNGParametersKey]
+	for _, want := range []string{"a cat", "Negative prompt: ugly", "Steps: 2", "Seed: 5", "Size: 64x64", "tiny-sd1.gguf"} {
+		if !strings.Contains(p, want) {
+			t.Errorf("parameters %q lack %q", p, want)
+		}
+	}
+}
+
+func TestGenerateCompare(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "c.png")
+	code, stdout, errOut := runApp(t, "generate", "-m", tinyGGUF, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64",
+		"-t", "1", "--cfg-scale", "1", "-o", out, "--compare", tinyGGUF)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	// The same weights: identical images (PSNR +Inf), cosine 1 and zero block errors.
+	for _, want := range []string{"PSNR +Inf dB", "SSIM 1.0000", "latent cosine 1.000000", "middle_block", "output_blocks.11"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("compare output lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	dir := t.TempDir()
+	exists := filepath.Join(dir, "x.png")
+	os.WriteFile(exists, nil, 0o644)
+	for _, args := range [][]string{
+		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "x.jpg")},
+		{"generate", "-m", tinyGGUF, "-p", "a", "-o", exists},
+		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "y.png"), "-W", "100"},
+		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "y.png"), "--sampling-method", "ddim"},
+		{"generate", "-m", filepath.Join(dir, "missing.gguf"), "-p", "a", "-o", filepath.Join(dir, "y.png")},
+		{"generate", "-m", "../../testdata/tiny-sd1.safetensors", "-p", "a", "-o", filepath.Join(dir, "y.png")},
+	} {
+		code, _, errOut := runApp(t, args...)
+		// The last line is the error (the no-AVX2 warning may come first).
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if code != 1 || !strings.HasPrefix(lines[len(lines)-1], "sdtool: ") {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
