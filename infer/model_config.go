@@ -181,7 +181,8 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 	if err := detectUNet(s, md, &cfg.UNet); err != nil {
 		return nil, fmt.Errorf("UNet: %w", err)
 	}
-	if cfg.UNet.ContextDim == 1024 {
+	// SD 2.x: OpenCLIP-H's 1024-wide context, or linear transformer projections.
+	if cfg.UNet.ContextDim == 1024 || cfg.UNet.LinearProj {
 		cfg.Version = "sd2"
 	}
 	if err := detectCLIP(s, md, cfg); err != nil {

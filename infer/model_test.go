@@ -221,3 +221,47 @@ func TestQuantizedQualityOrder(t *testing.T) {
 		t.Errorf("q8_0 PSNR %.2f dB, want above 30", p)
 	}
 }
+
+func TestTinySD2Layout(t *testing.T) {
+	c := tinysd.Tiny
+	c.SD2 = true
+	path := filepath.Join(t.TempDir(), "sd2.gguf")
+	if err := c.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	m := loadTiny(t, path)
+	cfg := m.Config
+	if cfg.Version != "sd2" || !cfg.UNet.LinearProj || !cfg.CLIP.FusedQKV || cfg.CLIP.Skip != 2 || cfg.CLIP.QuickGELU || cfg.CLIP.PadID != 0 {
+		t.Errorf("config %+v / %+v", cfg.UNet, cfg.CLIP)
+	}
+	if !cfg.PredictionKnown {
+		t.Error("prediction not probed")
+	}
+	req := Request{Prompt: "a cat", Negative: "ugly", Width: 64, Height: 64, Steps: 2, CFGScale: 5, Seed: 9}
+	a, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Latent, b.Latent) {
+		t.Error("SD2 layout is not deterministic")
+	}
+	v, err := Load(path, LoadOptions{Threads: 1, Prediction: "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	if v.Config.Prediction != VPrediction {
+		t.Error("--prediction v was ignored")
+	}
+	vr, err := v.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Prediction == EpsPrediction && slices.Equal(vr.Latent, a.Latent) {
+		t.Error("v prediction gave the eps trajectory")
+	}
+}

@@ -50,6 +50,10 @@ type Config struct {
 	Quant formats.DType
 	// Width, Height and Steps are the generate defaults written in the metadata.
 	Width, Height, Steps int
+	// SD2 selects SD 2.x's layout: linear proj_in/proj_out and an OpenCLIP
+	// text model (cond_stage_model.model., fused in_proj), no prediction
+	// metadata (generate then probes the UNet as sd.cpp does).
+	SD2 bool
 }
 
 // Tiny is testdata/tiny-sd1.gguf's configuration: a 32-wide UNet over
@@ -133,7 +137,11 @@ func (c Config) Tensors() []synth.TensorSpec {
 	b := &builder{}
 	c.unet(b, "model.diffusion_model.")
 	c.vae(b, "first_stage_model.")
-	c.clip(b, "cond_stage_model.transformer.text_model.")
+	if c.SD2 {
+		c.openCLIP(b, "cond_stage_model.model.")
+	} else {
+		c.clip(b, "cond_stage_model.transformer.text_model.")
+	}
 	return b.out
 }
 
@@ -155,7 +163,11 @@ func (c Config) unet(b *builder, p string) {
 	}
 	tr := func(q string, ch, depth int) {
 		b.norm(q+".norm", ch)
-		b.conv(q+".proj_in", ch, ch, 1)
+		if c.SD2 {
+			b.linear(q+".proj_in", ch, ch, true)
+		} else {
+			b.conv(q+".proj_in", ch, ch, 1)
+		}
 		for d := 0; d < depth; d++ {
 			t := q + ".transformer_blocks." + strconv.Itoa(d)
 			for _, a := range []struct {
@@ -173,7 +185,11 @@ func (c Config) unet(b *builder, p string) {
 			b.norm(t+".norm2", ch)
 			b.norm(t+".norm3", ch)
 		}
-		b.conv(q+".proj_out", ch, ch, 1)
+		if c.SD2 {
+			b.linear(q+".proj_out", ch, ch, true)
+		} else {
+			b.conv(q+".proj_out", ch, ch, 1)
+		}
 	}
 	itoa := strconv.Itoa
 	chans := []int{mc}
@@ -291,6 +307,24 @@ func (c Config) clip(b *builder, p string) {
 	b.norm(p+"final_layer_norm", h)
 }
 
+func (c Config) openCLIP(b *builder, p string) {
+	h := c.TextHidden
+	b.add(p+"positional_embedding", synth.InitWeight, 77, h)
+	b.add(p+"token_embedding.weight", synth.InitWeight, c.Vocab(), h)
+	for l := 0; l < c.TextLayers; l++ {
+		q := p + "transformer.resblocks." + strconv.Itoa(l)
+		b.norm(q+".ln_1", h)
+		b.add(q+".attn.in_proj_weight", synth.InitWeight, 3*h, h)
+		b.add(q+".attn.in_proj_bias", synth.InitBias, 3*h)
+		b.linear(q+".attn.out_proj", h, h, true)
+		b.norm(q+".ln_2", h)
+		b.linear(q+".mlp.c_fc", c.TextFF, h, true)
+		b.linear(q+".mlp.c_proj", h, c.TextFF, true)
+	}
+	b.norm(p+"ln_final", h)
+	b.add(p+"text_projection", synth.InitWeight, h, h)
+}
+
 // typeOf is the stored type of a tensor.
 func (c Config) typeOf(t synth.TensorSpec) formats.DType {
 	if c.Quant != 0 && len(t.Shape) == 2 && !strings.Contains(t.Name, "embedding") &&
@@ -307,19 +341,26 @@ func (c Config) Metadata() formats.Metadata {
 		return formats.KV{Key: k, Type: formats.TypeUint32, Value: uint32(v)}
 	}
 	str := func(k, v string) formats.KV { return formats.KV{Key: k, Type: formats.TypeString, Value: v} }
-	return formats.Metadata{
-		str("general.architecture", "sd1"),
-		str("general.name", "tiny synthetic SD 1.x"),
+	arch, act := "sd1", "quick_gelu"
+	if c.SD2 {
+		arch, act = "sd2", "gelu"
+	}
+	md := formats.Metadata{
+		str("general.architecture", arch),
+		str("general.name", "tiny synthetic "+arch),
 		// infer.MetadataMergesKey; spelled out because internal packages do not import infer.
 		str("sdtool.tokenizer.clip.merges", "#version: 0.2\n"+strings.Join(Merges(c.Words), "\n")),
 		u32("sdtool.unet.num_heads", c.UNetHeads),
 		u32("sdtool.clip.num_heads", c.TextHeads),
-		str("sdtool.clip.hidden_act", "quick_gelu"),
-		str("sdtool.prediction", "eps"),
+		str("sdtool.clip.hidden_act", act),
 		u32("sdtool.generate.width", c.Width),
 		u32("sdtool.generate.height", c.Height),
 		u32("sdtool.generate.steps", c.Steps),
 	}
+	if !c.SD2 {
+		md = append(md, str("sdtool.prediction", "eps"))
+	}
+	return md
 }
 
 // Encode writes the model as GGUF to w.
