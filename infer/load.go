@@ -96,6 +96,11 @@ func planWeights(m formats.Model, rename func(string) string) ([]weightSpec, err
 			return nil, fmt.Errorf("%s: tensors %q and %q both load as %q", m.Path(), prev, s.Name, name)
 		}
 		seen[name] = s.Name
+		if !s.Float() && !isInt(s.Tensor.Type) && s.Module == nil {
+			// Booleans and unsigned bytes are never SD weights; a graph that
+			// needed one would report it missing.
+			continue
+		}
 		ws := weightSpec{Name: name, Shape: s.Shape(), src: s, model: m}
 		ws.Type, err = heldType(name, s)
 		if err != nil {
@@ -104,6 +109,10 @@ func planWeights(m formats.Model, rename func(string) string) ([]weightSpec, err
 		out = append(out, ws)
 	}
 	return out, nil
+}
+
+func isInt(t formats.DType) bool {
+	return t == formats.I64 || t == formats.I32 || t == formats.I16 || t == formats.I8
 }
 
 func used(name string) bool {
@@ -125,11 +134,8 @@ func heldType(name string, s *dequant.Source) (formats.DType, error) {
 	if s.Module != nil {
 		return formats.F16, nil
 	}
-	switch {
-	case t == formats.I64 || t == formats.I32 || t == formats.I16 || t == formats.I8:
+	if isInt(t) {
 		return formats.I32, nil
-	case !s.Float():
-		return 0, fmt.Errorf("%s: tensor %q: %s values cannot be weights", s.Tensor.File, s.Name, t)
 	}
 	switch {
 	case len(shape) == 4:

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"image"
 	_ "image/png" // init images
@@ -66,12 +65,9 @@ func init() {
 	)
 }
 
-// errNoCgo is what generate says in a binary without ggml.
-var errNoCgo = errors.New("generate needs ggml, but this sdtool was built without cgo (CGO_ENABLED=0); rebuild with cgo to run models")
-
 func runGenerate(c *cli.Context) error {
 	if !infer.Available {
-		return errNoCgo
+		return fmt.Errorf("generate: %w", infer.ErrNoCgo)
 	}
 	out := c.String("output")
 	if !strings.EqualFold(filepath.Ext(out), ".png") {

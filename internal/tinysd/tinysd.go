@@ -67,6 +67,16 @@ var Tiny = Config{
 	Words: DefaultWords, Seed: 1, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
 }
 
+// SD15 has the full Stable Diffusion 1.5 widths and depths (UNet 320
+// channels, CLIP-L 768 wide with 12 layers, VAE 128) for benchmarks; only
+// the vocabulary is small. It is about 1.07 billion parameters.
+var SD15 = Config{
+	ModelChannels: 320, Mult: []int{1, 2, 4, 4}, NumRes: 2, Depth: []int{1, 1, 1, 0}, MiddleDepth: 1, UNetHeads: 8,
+	TextHidden: 768, TextFF: 3072, TextLayers: 12, TextHeads: 12,
+	VAECh: 128, VAEMult: []int{1, 2, 4, 4},
+	Words: DefaultWords, Seed: 1, Type: formats.F16, Width: 512, Height: 512, Steps: 20,
+}
+
 // DefaultWords are the words Tiny's tokenizer merges whole.
 var DefaultWords = []string{
 	"a", "an", "the", "of", "in", "on", "with", "and", "cat", "dog", "photo", "painting", "portrait",
