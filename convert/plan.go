@@ -163,8 +163,8 @@ func (p *narrowI64) Produce(_ context.Context, dst []byte, firstRow, nRows int64
 	n := len(dst) / 4
 	perRow := int64(n) / max(nRows, 1)
 	src := s.Bytes(0, 8*n)
-	if got, err := p.m.ReadTensorAt(&p.t, src, 8*firstRow*perRow); got != len(src) {
-		return fmt.Errorf("%s: tensor %q: short read (%d of %d bytes): %v", p.t.File, p.t.Name, got, len(src), err)
+	if err := formats.ReadFull(p.m, &p.t, src, 8*firstRow*perRow); err != nil {
+		return err
 	}
 	for i := 0; i < n; i++ {
 		binary.LittleEndian.PutUint32(dst[4*i:], uint32(int32(binary.LittleEndian.Uint64(src[8*i:]))))

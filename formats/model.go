@@ -223,18 +223,50 @@ func ReadRows(m Model, t *Tensor, first, n int64, dst []byte) error {
 	return readFull(m, t, dst, first*rb)
 }
 
-func readFull(m Model, t *Tensor, p []byte, off int64) error {
-	if off+int64(len(p)) > t.Size {
+func readFull(m Model, t *Tensor, p []byte, off int64) error { return ReadFull(m, t, p, off) }
+
+// ReadFull fills p with t's data from byte offset off, looping over short
+// reads; a read past the tensor's end or a premature end of file is an
+// error that names the file and the tensor.
+func ReadFull(m Model, t *Tensor, p []byte, off int64) error {
+	if off < 0 || off+int64(len(p)) > t.Size {
 		return fmt.Errorf("%s: tensor %q: read [%d, %d) past its %d bytes", t.File, t.Name, off, off+int64(len(p)), t.Size)
 	}
-	n, err := m.ReadTensorAt(t, p, off)
+	for len(p) > 0 {
+		n, err := m.ReadTensorAt(t, p, off)
+		p, off = p[n:], off+int64(n)
+		if len(p) == 0 {
+			return nil
+		}
+		if err == nil && n == 0 || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
+		}
+	}
+	return nil
+}
+
+// ReadFileTensorAt implements Model.ReadTensorAt for a format whose tensors
+// lie at absolute offsets of one file, read through r: the tensor must be
+// in path, the range inside the tensor, and the read complete.
+func ReadFileTensorAt(r io.ReaderAt, path string, t *Tensor, p []byte, off int64) (int, error) {
+	if t.File != path {
+		return 0, fmt.Errorf("%s: tensor %q belongs to %s", path, t.Name, t.File)
+	}
+	if off < 0 || off > t.Size || int64(len(p)) > t.Size-off {
+		return 0, fmt.Errorf("%s: tensor %q: read [%d, %d) outside its %d bytes", path, t.Name, off, off+int64(len(p)), t.Size)
+	}
+	n, err := r.ReadAt(p, t.Offset+off)
 	if n == len(p) {
-		return nil
+		// A ReaderAt may return io.EOF with a full read at the end of the file.
+		return n, nil
 	}
 	if err == nil || err == io.EOF {
 		err = io.ErrUnexpectedEOF
 	}
-	return fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
+	return n, fmt.Errorf("%s: tensor %q: %w", path, t.Name, err)
 }
 
 // TensorWriter streams tensor data into an output whose header has already

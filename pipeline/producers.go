@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"fmt"
-	"io"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -37,27 +36,6 @@ func (s *Scratch) Float32s(slot, n int) []float32 {
 		s.floats[slot] = make([]float32, n)
 	}
 	return s.floats[slot][:n]
-}
-
-// readAt fills p from t's data at byte offset off, looping over short reads.
-func readAt(m formats.Model, t *formats.Tensor, p []byte, off int64) error {
-	if off < 0 || off+int64(len(p)) > t.Size {
-		return fmt.Errorf("%s: tensor %q: read [%d, %d) past its %d bytes", t.File, t.Name, off, off+int64(len(p)), t.Size)
-	}
-	for len(p) > 0 {
-		n, err := m.ReadTensorAt(t, p, off)
-		p, off = p[n:], off+int64(n)
-		if len(p) == 0 {
-			return nil
-		}
-		if err == nil && n == 0 || err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
-		}
-	}
-	return nil
 }
 
 // copyProducer copies a source tensor's raw bytes.
@@ -96,7 +74,7 @@ func (p *copyProducer) Produce(_ context.Context, dst []byte, firstRow, nRows in
 	}
 	// Rows are located by bytes, so a reshaped copy needs no row mapping.
 	rowBytes := int64(len(dst)) / nRows
-	return readAt(p.m, &p.t, dst, firstRow*rowBytes)
+	return formats.ReadFull(p.m, &p.t, dst, firstRow*rowBytes)
 }
 
 // Decoder decodes src, a whole number of blocks of the source type, into dst
@@ -207,7 +185,7 @@ func (p *convertProducer) Produce(_ context.Context, dst []byte, firstRow, nRows
 		return fmt.Errorf("tensor %q: convert producer used before Prepare", p.t.Name)
 	}
 	src := s.Bytes(0, int(nRows*p.srcRow))
-	if err := readAt(p.m, &p.t, src, firstRow*p.srcRow); err != nil {
+	if err := formats.ReadFull(p.m, &p.t, src, firstRow*p.srcRow); err != nil {
 		return err
 	}
 	f := s.Float32s(0, int(nRows*p.rowLen))

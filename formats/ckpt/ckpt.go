@@ -618,20 +618,7 @@ func (f *File) Size() int64 { return f.size }
 // tensor; it is safe for concurrent use when the underlying ReaderAt is (an
 // *os.File is).
 func (f *File) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
-	if t.File != f.path {
-		return 0, fmt.Errorf("%s: tensor %q belongs to %s", f.path, t.Name, t.File)
-	}
-	if off < 0 || off > t.Size || int64(len(p)) > t.Size-off {
-		return 0, fmt.Errorf("%s: tensor %q: read [%d, %d) outside its %d bytes", f.path, t.Name, off, off+int64(len(p)), t.Size)
-	}
-	n, err := f.r.ReadAt(p, t.Offset+off)
-	if n == len(p) {
-		return n, nil
-	}
-	if err == nil || err == io.EOF {
-		err = io.ErrUnexpectedEOF
-	}
-	return n, fmt.Errorf("%s: tensor %q: %w", f.path, t.Name, err)
+	return formats.ReadFileTensorAt(f.r, f.path, t, p, off)
 }
 
 // Close closes the underlying file when the File was made by Open.

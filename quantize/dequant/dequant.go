@@ -8,7 +8,6 @@ package dequant
 
 import (
 	"fmt"
-	"io"
 
 	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
@@ -234,7 +233,7 @@ func (s *Source) Read(dst []float32, first int64, scratch Scratch) error {
 	u0 := first / s.unit
 	u1 := (first + n + s.unit - 1) / s.unit
 	raw := scratch.Bytes(rawSlot, int((u1-u0)*s.unitBytes))
-	if err := readAt(s.m, &s.Tensor, raw, u0*s.unitBytes); err != nil {
+	if err := formats.ReadFull(s.m, &s.Tensor, raw, u0*s.unitBytes); err != nil {
 		return err
 	}
 	out := dst
@@ -251,27 +250,6 @@ func (s *Source) Read(dst []float32, first int64, scratch Scratch) error {
 	}
 	if !aligned {
 		copy(dst, out[first-u0*s.unit:])
-	}
-	return nil
-}
-
-// readAt fills p from t's data at byte offset off, looping over short reads.
-func readAt(m formats.Model, t *formats.Tensor, p []byte, off int64) error {
-	if off < 0 || off+int64(len(p)) > t.Size {
-		return fmt.Errorf("%s: tensor %q: read [%d, %d) past its %d bytes", t.File, t.Name, off, off+int64(len(p)), t.Size)
-	}
-	for len(p) > 0 {
-		n, err := m.ReadTensorAt(t, p, off)
-		p, off = p[n:], off+int64(n)
-		if len(p) == 0 {
-			return nil
-		}
-		if err == nil && n == 0 || err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
-		}
 	}
 	return nil
 }
