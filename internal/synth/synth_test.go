@@ -13,6 +13,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	_ "github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
 // The full-size parameter counts are the published ones of the real models
@@ -384,5 +385,39 @@ func BenchmarkWriteTo(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestTinySD1ImatrixGolden checks that gensynth's synthetic imatrix for the
+// tiny model regenerates byte for byte and covers only its linear weights.
+func TestTinySD1ImatrixGolden(t *testing.T) {
+	want, err := os.ReadFile("../../testdata/tiny-sd1.imatrix.dat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Imatrix(TinySD1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := imatrix.WriteDat(&buf, m); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Fatal("testdata/tiny-sd1.imatrix.dat differs from synth.Imatrix(TinySD1, 4): run go run ./internal/synth/cmd/gensynth")
+	}
+	ts, _ := Tensors(TinySD1)
+	shapes := map[string][]int64{}
+	for _, t := range ts {
+		shapes[t.Name] = t.Shape
+	}
+	for _, e := range m.Entries {
+		s := shapes[e.Name]
+		if len(s) != 2 || int64(len(e.Sum2)) != s[1] {
+			t.Errorf("entry %s: %d values for shape %v", e.Name, len(e.Sum2), s)
+		}
+	}
+	if len(m.Entries) < 10 {
+		t.Errorf("only %d entries", len(m.Entries))
 	}
 }

@@ -4,6 +4,9 @@
 //
 //	go run ./internal/synth/cmd/gensynth
 //	go run ./internal/synth/cmd/gensynth -arch flux -scale 0.0625 -depth 2 -o flux-small.gguf
+//
+// It also writes testdata/tiny-sd1.imatrix.dat, a synthetic importance matrix
+// for the tiny model's linear layers (-imatrix "" skips it).
 package main
 
 import (
@@ -14,6 +17,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
 func main() {
@@ -25,6 +29,7 @@ func main() {
 	seed := flag.Int64("seed", 1, "data seed")
 	dtype := flag.String("dtype", "f16", "storage type: f32, f16 or bf16")
 	out := flag.String("o", "testdata/tiny-sd1.safetensors", "output file (.gguf or .safetensors)")
+	imat := flag.String("imatrix", "testdata/tiny-sd1.imatrix.dat", "also write a synthetic legacy imatrix for the model here (\"\": none)")
 	flag.Parse()
 
 	spec := synth.TinySD1
@@ -38,6 +43,22 @@ func main() {
 	}
 	if err := synth.Write(*out, spec); err != nil {
 		fail(err)
+	}
+	if *imat != "" {
+		m, err := synth.Imatrix(spec, 4)
+		if err != nil {
+			fail(err)
+		}
+		f, err := os.Create(*imat)
+		if err != nil {
+			fail(err)
+		}
+		if err := imatrix.WriteDat(f, m); err != nil {
+			fail(err)
+		}
+		if err := f.Close(); err != nil {
+			fail(err)
+		}
 	}
 }
 

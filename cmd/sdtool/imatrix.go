@@ -1,0 +1,175 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sdtool/sdtool/quant/imatrix"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:  "imatrix",
+		Usage: "show, merge and convert importance matrices (llama.cpp .dat and GGUF imatrix)",
+		Description: "Importance matrices weight the quantization error of each input column. sdtool reads and writes\n" +
+			"llama.cpp's legacy .dat format (what stable-diffusion.cpp's --imat-out writes: values are mean x ncall)\n" +
+			"and llama.cpp's GGUF imatrix (general.type=imatrix, <name>.in_sum2 and <name>.counts); the output\n" +
+			"format follows the extension (.gguf, anything else .dat). GGUF imatrix names of 64 bytes or more are\n" +
+			"refused by stock llama.cpp: sdtool warns and suggests .dat.",
+		Subcommands: []*cli.Command{
+			{
+				Name: "show", Usage: "entries, calls, value statistics and the most important columns", ArgsUsage: "FILE",
+				Flags:  []cli.Flag{&cli.IntFlag{Name: "top", Value: 5, Usage: "show the `N` most important columns per entry"}},
+				Action: runImatrixShow,
+			},
+			{
+				Name: "merge", Usage: "combine several files into one", ArgsUsage: "FILE...",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf or .dat)"},
+					&cli.StringFlag{Name: "mode", Value: "llama", Usage: "`llama` (sum squared activations and counts: a call-weighted average) or sdcpp (sum stored mean x ncall values, as sd.cpp loads several --imat-in)"},
+					&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
+				},
+				Action: runImatrixMerge,
+			},
+			{
+				Name: "convert", Usage: "rewrite a file in the other format", ArgsUsage: "FILE",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf or .dat)"},
+					&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
+				},
+				Action: runImatrixConvert,
+			},
+		},
+	},
+		"sdtool imatrix show testdata/tiny-sd1.imatrix.dat --top 3",
+		"sdtool imatrix convert testdata/tiny-sd1.imatrix.dat -o tiny-sd1.imatrix.gguf --force",
+		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat tiny-sd1.imatrix.gguf -o merged.dat --mode sdcpp --force",
+	)
+}
+
+func runImatrixShow(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return errors.New("imatrix show: give one FILE")
+	}
+	m, err := imatrix.Open(c.Args().First())
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "%s: %d entries, %d chunks", c.Args().First(), len(m.Entries), m.ChunkCount)
+	if m.ChunkSize > 0 {
+		fmt.Fprintf(w, " of %d", m.ChunkSize)
+	}
+	if len(m.Datasets) > 0 {
+		fmt.Fprintf(w, ", datasets %s", strings.Join(m.Datasets, ", "))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ENTRY\tCALLS\tVALUES\tMIN\tMEAN\tMAX\tSTD\tTOP COLUMNS")
+	for _, name := range m.Names() {
+		e, _ := m.Lookup(name)
+		s := imatrix.Summarize(e, c.Int("top"))
+		var top []string
+		for _, col := range s.Top {
+			top = append(top, fmt.Sprintf("%d:%.3g", col.Index, col.Value))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.4g\t%.4g\t%.4g\t%.4g\t%s\n", s.Name, s.NCall, s.Len, s.Min, s.Mean, s.Max, s.Std, strings.Join(top, " "))
+	}
+	return tw.Flush()
+}
+
+func runImatrixMerge(c *cli.Context) error {
+	files := c.Args().Slice()
+	if len(files) < 1 {
+		return errors.New("imatrix merge: give at least one FILE")
+	}
+	mode, err := imatrix.ParseMergeMode(c.String("mode"))
+	if err != nil {
+		return fmt.Errorf("imatrix merge: --mode: %v", err)
+	}
+	var ms []*imatrix.Matrix
+	for _, f := range files {
+		m, err := imatrix.Open(f)
+		if err != nil {
+			return err
+		}
+		ms = append(ms, m)
+	}
+	out, err := imatrix.Merge(files, ms, mode)
+	if err != nil {
+		return err
+	}
+	return writeImatrix(c, out, files)
+}
+
+func runImatrixConvert(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return errors.New("imatrix convert: give one FILE")
+	}
+	m, err := imatrix.Open(c.Args().First())
+	if err != nil {
+		return err
+	}
+	return writeImatrix(c, m, c.Args().Slice())
+}
+
+// writeImatrix writes m to --output (GGUF by extension, else .dat) through a
+// .partial file, refusing inputs and, without --force, existing files.
+func writeImatrix(c *cli.Context, m *imatrix.Matrix, inputs []string) error {
+	out := c.String("output")
+	if out == "" {
+		return errors.New("imatrix: no output: give -o FILE.gguf or -o FILE.dat")
+	}
+	for _, in := range inputs {
+		if sameFile(in, out) {
+			return fmt.Errorf("%s: the output is one of the inputs", out)
+		}
+	}
+	if _, err := os.Stat(out); err == nil && !c.Bool("force") {
+		return fmt.Errorf("%s: already exists (use --force to replace it)", out)
+	}
+	tmp := out + ".partial"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	var long []string
+	if strings.EqualFold(filepath.Ext(out), ".gguf") {
+		long, err = imatrix.WriteGGUF(f, m)
+	} else {
+		err = imatrix.WriteDat(f, m)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, out)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("%s: %w", out, err)
+	}
+	if len(long) > 0 {
+		slog.Warn("GGUF imatrix names of 64 bytes or more: stock llama.cpp refuses them; write .dat for it",
+			"file", out, "count", len(long), "first", long[0])
+	}
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d entries\n", out, len(m.Entries))
+	return nil
+}
+
+// sameFile reports whether two paths name the same existing file.
+func sameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
