@@ -15,11 +15,9 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 
-	"github.com/sdtool/sdtool/convert"
 	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
@@ -213,14 +211,19 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 	if err != nil {
 		return nil, nil, err
 	}
-	override, err := parseOverrides(opts)
-	if err != nil {
+	var override mix.Override
+	var comfyRules func(string) (comfyChoice, bool)
+	if res.Format == "safetensors" {
+		if comfyRules, err = ruleSet(opts, parseComfyRuleType); err != nil {
+			return nil, nil, err
+		}
+	} else if override, err = parseOverrides(opts); err != nil {
 		return nil, nil, err
 	}
 	if res.Format == "safetensors" {
 		switch {
-		case opts.Pure || override != nil:
-			return nil, nil, fmt.Errorf("--pure, --tensor-type and --tensor-type-rules apply to GGUF types, not %s", ct)
+		case opts.Pure:
+			return nil, nil, fmt.Errorf("--pure applies to GGUF types, not %s", ct)
 		case len(opts.Imatrix) > 0:
 			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types: %s does not use importance weights", ct)
 		case opts.ReshapeConv:
@@ -267,7 +270,7 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 		b.imatrixKey = func(name string) string { return names.Convert(name, v) }
 	}
 	if res.Format == "safetensors" {
-		err = b.planConvrot(ct)
+		err = b.planConvrot(ct, comfyRules)
 	} else {
 		err = b.planGGUF(ft, override)
 	}
@@ -358,63 +361,13 @@ func firstType(dm *dequant.Model, name string) string {
 	return s.TypeName()
 }
 
-// parseOverrides builds the user type rule: --tensor-type (last match
-// wins, llama.cpp) or --tensor-type-rules (first match wins, sd.cpp); nil
-// when there are none.
+// parseOverrides reads the user's type rules for a GGUF output.
 func parseOverrides(opts *Options) (mix.Override, error) {
-	if len(opts.TensorTypes) > 0 && opts.TensorTypeRules != "" {
-		return nil, errors.New("--tensor-type (llama.cpp: last match wins) and --tensor-type-rules (sd.cpp: first match wins) cannot be combined")
+	f, err := ruleSet(opts, parseGGMLRuleType)
+	if f == nil || err != nil {
+		return nil, err
 	}
-	if opts.TensorTypeRules != "" {
-		rules, err := convert.ParseRules(opts.TensorTypeRules)
-		if err != nil {
-			return nil, fmt.Errorf("--tensor-type-rules: %v", err)
-		}
-		return func(name string) (formats.DType, bool) {
-			for _, r := range rules {
-				if r.Re.MatchString(name) {
-					return r.Type, true
-				}
-			}
-			return 0, false
-		}, nil
-	}
-	if len(opts.TensorTypes) == 0 {
-		return nil, nil
-	}
-	type rule struct {
-		re *regexp.Regexp
-		t  formats.DType
-	}
-	var rules []rule
-	for _, s := range opts.TensorTypes {
-		// Split at the last '=': type names have none, patterns may.
-		i := strings.LastIndexByte(s, '=')
-		if i <= 0 {
-			return nil, fmt.Errorf("--tensor-type %q: want REGEX=TYPE", s)
-		}
-		pat, typ := s[:i], s[i+1:]
-		t, ok := formats.ParseType(typ)
-		if !ok || !t.IsGGML() {
-			return nil, fmt.Errorf("--tensor-type %q: unknown ggml type %q", s, typ)
-		}
-		if err := convert.CheckWritable(t); err != nil {
-			return nil, fmt.Errorf("--tensor-type %q: %v", s, err)
-		}
-		re, err := convert.CompilePattern(pat)
-		if err != nil {
-			return nil, fmt.Errorf("--tensor-type %q: %v", s, err)
-		}
-		rules = append(rules, rule{re, t})
-	}
-	return func(name string) (formats.DType, bool) {
-		for i := len(rules) - 1; i >= 0; i-- {
-			if rules[i].re.MatchString(name) {
-				return rules[i].t, true
-			}
-		}
-		return 0, false
-	}, nil
+	return mix.Override(f), nil
 }
 
 // parseMetadata reads --metadata KEY=VALUE items.
@@ -604,7 +557,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 // weight (what a Q8_0 mix would quantize: 2-D, named .weight, not a norm,
 // not on the architecture's keep list) becomes a comfy_quant module; other
 // float tensors get the mix's high-precision type, the rest are copied.
-func (b *builder) planConvrot(ct convrot.Type) error {
+func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, bool)) error {
 	srcs := b.dm.Sources
 	inputs := make([]mix.Input, len(srcs))
 	for i, s := range srcs {
@@ -629,8 +582,30 @@ func (b *builder) planConvrot(ct convrot.Type) error {
 			return err
 		}
 		st := s.Tensor
-		if c.Quantized && strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) == 2 {
-			p, err := convrot.PlanModule(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: ct, GroupSize: b.opts.GroupSize})
+		linear := strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) == 2
+		quantize, mt, ruleNote := c.Quantized && linear, ct, ""
+		if rules != nil {
+			if r, ok := rules(s.Name); ok {
+				switch {
+				case r.keep:
+					quantize, ruleNote = false, "user rule: keep"
+					c.Type = s.Tensor.Type
+					if s.Module != nil {
+						// A module's scales and marker are not carried over: keep it as decoded floats.
+						c.Type, ruleNote = formats.BF16, "user rule: keep (ComfyUI module decoded to bf16)"
+					}
+				case r.float != 0:
+					quantize, ruleNote, c.Type = false, "user rule: "+r.float.String(), r.float
+				case !linear:
+					// Like sd.cpp's rules, a module type never applies to a tensor that cannot take it.
+					quantize, ruleNote = false, fmt.Sprintf("user rule asks for %s, but only 2-D .weight tensors can be ComfyUI modules; %s", r.module, c.Reason)
+				default:
+					quantize, mt, ruleNote = true, r.module, "user rule"
+				}
+			}
+		}
+		if quantize {
+			p, err := convrot.PlanModule(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
 			if err != nil {
 				return err
 			}
@@ -638,8 +613,11 @@ func (b *builder) planConvrot(ct convrot.Type) error {
 			if err != nil {
 				return err
 			}
-			reason := "linear weight: " + ct.String()
-			if ct == convrot.Int8Convrot && p.Config.Convrot {
+			reason := "linear weight: " + mt.String()
+			if ruleNote != "" {
+				reason = ruleNote + ": " + mt.String()
+			}
+			if mt == convrot.Int8Convrot && p.Config.Convrot {
 				reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
 			}
 			module := dequant.ModuleType(p.Config)
@@ -669,7 +647,11 @@ func (b *builder) planConvrot(ct convrot.Type) error {
 		if _, ok := t.SafetensorsName(); !ok {
 			return fmt.Errorf("%s: tensor %q: %s has no safetensors dtype", s.Tensor.File, s.Name, t)
 		}
-		row := Row{Name: s.Name, From: s.TypeName(), To: t, Shape: s.Shape(), BytesIn: s.Tensor.Size, Reason: c.Reason}
+		reason := c.Reason
+		if ruleNote != "" {
+			reason = ruleNote
+		}
+		row := Row{Name: s.Name, From: s.TypeName(), To: t, Shape: s.Shape(), BytesIn: s.Tensor.Size, Reason: reason}
 		out := pipeline.Output{Name: s.Name, Type: t, Shape: s.Shape(), Source: &st}
 		if t == s.Tensor.Type && s.Module == nil {
 			out.Producer = pipeline.Copy(b.m, s.Tensor)

@@ -497,3 +497,47 @@ func TestImatrixConvertedNames(t *testing.T) {
 		t.Errorf("unused %v, missing %v", r.ImatrixUnused, r.ImatrixMissing)
 	}
 }
+
+// TestQuantizeConvrotRules: user rules choose per tensor among the ComfyUI
+// types, keep and float types, and refuse module types for non-linear tensors.
+func TestQuantizeConvrotRules(t *testing.T) {
+	const (
+		fc2  = "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc2"
+		toQ  = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q"
+		toK  = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_k"
+		conv = "model.diffusion_model.input_blocks.0.0.weight"
+	)
+	for _, flags := range []Options{
+		{TensorTypeRules: `mlp\.fc2=fp8_e4m3,attn1\.to_q=keep,attn1\.to_k=bf16`},
+		{TensorTypes: []string{`mlp\.fc2=int8`, `mlp\.fc2=fp8_e4m3`, `attn1\.to_q=keep`, `attn1\.to_k=bf16`}},
+	} {
+		out := filepath.Join(t.TempDir(), "r.safetensors")
+		opts := flags
+		opts.Input, opts.Output, opts.Type, opts.GroupSize = tinyPath, out, "int8_convrot", 16
+		run(t, opts)
+		g := mustOpen(t, out)
+		src := mustOpen(t, tinyPath)
+		if w := find(t, g, fc2+".weight"); w.Type != formats.F8_E4M3 {
+			t.Errorf("%v: fc2 weight %s, want f8_e4m3", flags, w.Type)
+		}
+		if w, s := find(t, g, toQ+".weight"), find(t, src, toQ+".weight"); w.Type != s.Type {
+			t.Errorf("%v: kept to_q is %s, source %s", flags, w.Type, s.Type)
+		}
+		if _, ok := formats.Find(g, toQ+".comfy_quant"); ok {
+			t.Errorf("%v: kept to_q has a comfy_quant marker", flags)
+		}
+		if w := find(t, g, toK+".weight"); w.Type != formats.BF16 {
+			t.Errorf("%v: to_k %s, want bf16", flags, w.Type)
+		}
+	}
+	res, err := Run(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"),
+		Type: "int8", TensorTypeRules: `input_blocks\.0\.0\.weight=int8`, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Rows {
+		if r.Name == conv && (r.To == formats.I8 || !strings.Contains(r.Reason, "only 2-D .weight tensors")) {
+			t.Errorf("int8 rule on a conv kernel: %s (%s)", r.To, r.Reason)
+		}
+	}
+}

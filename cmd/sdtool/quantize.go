@@ -26,7 +26,8 @@ func init() {
 			"block does not divide gets the closest type that fits (q4_K -> q5_0, q6_K -> q8_0, ...), shown by\n" +
 			"--dry-run. --tensor-type REGEX=TYPE (repeatable) overrides eligible tensors, the last matching rule\n" +
 			"winning (llama.cpp); --tensor-type-rules \"REGEX=TYPE,...\" does the same with sd.cpp's first-match\n" +
-			"rule. --imatrix files (.dat or GGUF) give importance weights as llama.cpp uses them (sums over\n" +
+			"rule. For the ComfyUI types the rule TYPE is int8_convrot, int8, fp8_e4m3, fp8_e5m2, keep, f16, bf16 or\n" +
+			"f32 (module types apply to 2-D .weight tensors only). --imatrix files (.dat or GGUF) give importance weights as llama.cpp uses them (sums over\n" +
 			"counts; several files weighted by their counts); without one, ggml's unweighted quantizers run.\n" +
 			"GGUF outputs keep every dim, get general.architecture (ComfyUI-GGUF's name), general.file_type,\n" +
 			"general.quantization_version=2, quantize.imatrix.* and comfy.gguf.orig_shape.* for folded (>4-D)\n" +
@@ -56,6 +57,7 @@ func init() {
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q8_0.gguf --type q8_0 --tensor-type 'attn2\\.to_[kv]=f16' --metadata general.name=tiny",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
 	)
 }
 
