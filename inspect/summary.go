@@ -6,7 +6,9 @@ package inspect
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"github.com/sdtool/sdtool/convrot"
 	"math"
 	"regexp"
 	"sort"
@@ -119,6 +121,8 @@ type ComfyQuant struct {
 	Format string `json:"format"`
 	// JSON is the marker's text.
 	JSON string `json:"json"`
+	// Settings summarises the parsed marker ("int8_tensorwise convrot G=256"); "" when it does not parse.
+	Settings string `json:"settings,omitempty"`
 	// Error says why the marker could not be read or parsed ("" when fine).
 	Error string `json:"error,omitempty"`
 }
@@ -276,6 +280,17 @@ func readComfyQuant(m formats.Model, t *formats.Tensor) ComfyQuant {
 	if f, ok := obj["format"].(string); ok {
 		q.Format = f
 	}
+	// convrot validates what sdtool can decode (group sizes, known formats).
+	cfg, err := convrot.ParseQuantConfig(data)
+	if errors.Is(err, convrot.ErrUnsupportedFormat) {
+		q.Settings = q.Format + " (sdtool cannot decode this format)"
+		return q
+	}
+	if err != nil {
+		q.Error = err.Error()
+		return q
+	}
+	q.Settings = cfg.String()
 	return q
 }
 

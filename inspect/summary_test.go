@@ -156,7 +156,7 @@ func TestWriteText(t *testing.T) {
 		"notes = " + strings.Repeat("z", ShortString) + "... (340 more bytes)",
 		"stock ggml refuses names of 64 bytes or more; sd.cpp accepts up to 159, ComfyUI-GGUF 127",
 		"(1 over ComfyUI-GGUF's limit, 0 over sd.cpp's)",
-		`double_blocks.0.img_mlp.0: int8_tensorwise {"format": "int8_tensorwise"`,
+		`double_blocks.0.img_mlp.0: int8_tensorwise convrot G=256  {"format": "int8_tensorwise"`,
 		"broken: invalid JSON",
 		"7 bytes after the last tensor",
 		"double_blocks.0.img_attn.qkv.weight",

@@ -86,7 +86,7 @@ func WriteText(w io.Writer, s *Summary) error {
 				p("    %s: %s\n", q.Module, q.Error)
 				continue
 			}
-			p("    %s: %s %s\n", q.Module, q.Format, q.JSON)
+			p("    %s: %s  %s\n", q.Module, q.Settings, q.JSON)
 		}
 	}
 	if ln := s.LongNames; ln.Count > 0 {
