@@ -128,6 +128,10 @@ func Prepare(cfg *Config) (*Result, []formats.Model, error) {
 		closeAll(opened)
 		return nil, nil, err
 	}
+	if len(sources) == 0 {
+		closeAll(opened)
+		return nil, nil, fmt.Errorf("nothing to convert: the inputs hold no tensor that sd.cpp loads (%d skipped)", len(warnings))
+	}
 	version := detectVersion(sources)
 	log.Info("detected model version (for name conversion)", "version", version)
 	opts.ImatrixKey = func(n string) string { return names.Convert(n, version) }
