@@ -18,8 +18,9 @@ import (
 
 // graph is one graph under construction: its context and the weights it reads.
 type graph struct {
-	c *native.Context
-	w *weightSet
+	c    *native.Context
+	w    *weightSet
+	imat *imatrixPass // imatrix collection, nil when off
 }
 
 // weight returns the weight called name, or panics with a shape error.
@@ -41,6 +42,7 @@ func (g *graph) has(name string) bool {
 func (g *graph) linear(x native.Tensor, prefix string) native.Tensor {
 	w := g.weight(prefix + ".weight")
 	y := g.c.MulMat(w, x)
+	g.watch(w, x)
 	if g.has(prefix + ".bias") {
 		y = g.c.Add(y, g.weight(prefix+".bias"))
 	}

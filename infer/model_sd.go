@@ -33,6 +33,9 @@ type Model struct {
 	w     *weightSet
 	alloc *native.Allocator
 	specs []weightSpec
+
+	imat      *ImatrixStats // collection target (SetImatrix), nil when off
+	imatNames map[native.Tensor]imatWeight
 }
 
 // Load opens an SD 1.x/2.x model (any format formats.Open detects; the
@@ -178,7 +181,7 @@ func (m *Model) compute(build func(g *graph) ([]input, native.Tensor), read func
 		return err
 	}
 	defer ctx.Free()
-	g := &graph{c: ctx, w: m.w}
+	g := &graph{c: ctx, w: m.w, imat: m.imatrixPass()}
 	var ins []input
 	var out native.Tensor
 	func() {
@@ -190,6 +193,7 @@ func (m *Model) compute(build func(g *graph) ([]input, native.Tensor), read func
 		return fmt.Errorf("%s: %w", m.Path, err)
 	}
 	gr := ctx.NewGraph(graphSize)
+	g.imat.expand(gr)
 	gr.Expand(out)
 	if err := m.alloc.Alloc(gr); err != nil {
 		return err
@@ -205,6 +209,9 @@ func (m *Model) compute(build func(g *graph) ([]input, native.Tensor), read func
 		}
 	}
 	if err := m.be.Compute(gr); err != nil {
+		return err
+	}
+	if err := g.imat.read(); err != nil {
 		return err
 	}
 	return read(out)

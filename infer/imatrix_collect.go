@@ -1,0 +1,175 @@
+package infer
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"sync"
+
+	"github.com/sdtool/sdtool/quant/imatrix"
+)
+
+// Importance-matrix collection while generating (the statistics behind
+// `generate --imatrix-out`). Every matrix product whose left operand is a
+// UNet or text-encoder weight (graph.linear: attention projections, feed
+// forward, time and class embeddings, CLIP's MLPs) adds, per input column
+// j, Σx_j² over every row and slice of its activation, the rows seen and
+// one call, as stable-diffusion.cpp's collector does for MUL_MAT. The VAE
+// is not collected, and neither are convolutions (including SD 1.x's 1x1
+// proj_in/proj_out), which sd.cpp computes through im2col or conv_2d and so
+// never collects either. The statistics are keyed by the weight's Go-side
+// identity and named with the tensor's name in the model file, never with
+// the ggml tensor name (ggml cuts names to 63 bytes).
+
+// ImatrixStats accumulates imatrix statistics over any number of
+// generations of one model; Model.SetImatrix turns collection on.
+type ImatrixStats struct {
+	mu     sync.Mutex
+	byName map[string]*imatAcc
+	evals  int // graph evaluations that collected something
+	unet   int // UNet evaluations
+	rows   int // largest rows per call seen (the chunk size written to GGUF)
+	// skipped counts calls left out because a column sum was not finite.
+	skipped int
+
+	// captureName, when set (tests), keeps the activation of that weight's
+	// products in captured, one slice per call.
+	captureName string
+	captured    [][]float32
+}
+
+// imatAcc is one weight's running sums (float64, so that long calibration
+// runs do not lose the small columns).
+type imatAcc struct {
+	sum2  []float64
+	rows  float64
+	calls int
+}
+
+// NewImatrixStats returns empty statistics.
+func NewImatrixStats() *ImatrixStats {
+	return &ImatrixStats{byName: map[string]*imatAcc{}}
+}
+
+// add records one product of weight name: col holds Σx² per input column
+// of an activation with rows rows. A call with a non-finite sum is skipped
+// (the whole call, so that one count still describes every column) and
+// reported once.
+func (s *ImatrixStats) add(name string, col []float32, rows int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range col {
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			if s.skipped == 0 {
+				slog.Warn("imatrix: non-finite activations; skipping those products", "weight", name)
+			}
+			s.skipped++
+			return nil
+		}
+	}
+	a, ok := s.byName[name]
+	if !ok {
+		a = &imatAcc{sum2: make([]float64, len(col))}
+		s.byName[name] = a
+	}
+	if len(a.sum2) != len(col) {
+		return fmt.Errorf("imatrix: weight %q: %d input columns, earlier products had %d", name, len(col), len(a.sum2))
+	}
+	for j, v := range col {
+		a.sum2[j] += float64(v)
+	}
+	a.rows += float64(rows)
+	a.calls++
+	s.rows = max(s.rows, int(rows))
+	return nil
+}
+
+// evaluated counts one graph evaluation (unet says whether it was the UNet's).
+func (s *ImatrixStats) evaluated(unet bool) {
+	s.mu.Lock()
+	s.evals++
+	if unet {
+		s.unet++
+	}
+	s.mu.Unlock()
+}
+
+// Len returns the number of weights with statistics.
+func (s *ImatrixStats) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byName)
+}
+
+// Skipped returns the number of products left out for non-finite values.
+func (s *ImatrixStats) Skipped() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.skipped
+}
+
+// Matrix returns the statistics as an imatrix: per weight (names sorted)
+// Sum2 = Σx² per column, Counts = [rows seen], NCall = products seen.
+// ChunkCount is the number of UNet evaluations and ChunkSize the largest
+// rows per product (the latent's pixels: what one UNet call shows its
+// first-level attention), which llama.cpp's GGUF reader divides counts by
+// to estimate calls. dataset names the calibration prompts.
+func (s *ImatrixStats) Matrix(dataset string) *imatrix.Matrix {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.byName))
+	for n := range s.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	m := &imatrix.Matrix{ChunkCount: s.unet, ChunkSize: s.rows}
+	if dataset != "" {
+		m.Datasets = []string{dataset}
+	}
+	for _, n := range names {
+		a := s.byName[n]
+		e := &imatrix.Entry{Name: n, Sum2: make([]float32, len(a.sum2)), Counts: []float32{float32(a.rows)}, NCall: a.calls}
+		for j, v := range a.sum2 {
+			e.Sum2[j] = float32(v)
+		}
+		m.Entries = append(m.Entries, e)
+	}
+	return m
+}
+
+// ContinueImatrix merges earlier imatrix files (priors, read with
+// imatrix.Open; files names them for errors) into freshly collected
+// statistics the way llama-imatrix continues from --in-file: squared sums
+// and row counts add up, so each mean is the row-weighted mean over every
+// run. A legacy .dat entry stores mean×ncall with no row count; it is
+// scaled back to sums with the rows per call that this run saw for the
+// same weight (llama.cpp uses its chunk size there), and a GGUF entry's
+// call count is recovered the same way. Entries this run did not see are
+// kept as they are.
+func ContinueImatrix(collected *imatrix.Matrix, files []string, priors []*imatrix.Matrix) (*imatrix.Matrix, error) {
+	all := make([]*imatrix.Matrix, 0, len(priors)+1)
+	for _, p := range priors {
+		q := &imatrix.Matrix{Datasets: p.Datasets, ChunkCount: p.ChunkCount, ChunkSize: p.ChunkSize}
+		for _, e := range p.Entries {
+			c := &imatrix.Entry{Name: e.Name, NCall: e.NCall, Sum2: append([]float32(nil), e.Sum2...), Counts: append([]float32(nil), e.Counts...)}
+			if cur, ok := collected.Lookup(e.Name); ok && cur.NCall > 0 && len(cur.Counts) == 1 && len(c.Counts) == 1 {
+				perCall := float64(cur.Counts[0]) / float64(cur.NCall)
+				if c.Counts[0] == float32(c.NCall) {
+					// Legacy: Sum2 is mean×ncall.
+					for j := range c.Sum2 {
+						c.Sum2[j] = float32(float64(c.Sum2[j]) * perCall)
+					}
+					c.Counts[0] = float32(float64(c.NCall) * perCall)
+				} else if perCall > 0 {
+					c.NCall = int(math.Round(float64(c.Counts[0]) / perCall))
+				}
+			}
+			q.Entries = append(q.Entries, c)
+		}
+		all = append(all, q)
+	}
+	all = append(all, collected)
+	names := append(append([]string(nil), files...), "collected statistics")
+	return imatrix.Merge(names, all, imatrix.MergeLlama)
+}
