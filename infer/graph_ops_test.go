@@ -526,6 +526,16 @@ func TestShapeErrorsDoNotAbort(t *testing.T) {
 	if err == nil {
 		t.Error("a missing weight was not reported")
 	}
+	// ggml aborts on an F16 second operand of an F32 add; the binding refuses it.
+	h, _ := ctx.NewTensor(formats.F16, 8, 2)
+	err = nil
+	func() {
+		defer native.Recover(&err)
+		ctx.Add(x, h)
+	}()
+	if err == nil {
+		t.Error("f32 + f16 was not refused")
+	}
 }
 
 // OpenCLIP's fused in_proj gives the same text encoder output as the same

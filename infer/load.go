@@ -131,11 +131,13 @@ func heldType(name string, s *dequant.Source) (formats.DType, error) {
 		return 0, err
 	}
 	shape := s.Shape()
-	if s.Module != nil {
-		return formats.F16, nil
-	}
-	if isInt(t) {
+	if isInt(t) && s.Module == nil {
 		return formats.I32, nil
+	}
+	if s.Module != nil {
+		// A ComfyUI module decodes to floats and is held like an F8
+		// tensor: F16 where a matrix product or conv reads it, else F32.
+		t = formats.F8_E4M3
 	}
 	switch {
 	case len(shape) == 4:

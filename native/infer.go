@@ -357,6 +357,10 @@ func (c *Context) binary(name string, a, b Tensor) {
 	if !canRepeat(b, a) {
 		shapeErr("%s: %v does not broadcast into %v", name, b.Ne(), a.Ne())
 	}
+	// ggml's CPU binary ops take an F32 second operand, or one of the first's type.
+	if tb := b.Type(); tb != formats.F32 && tb != a.Type() {
+		shapeErr("%s: %s operand with a %s one", name, tb, a.Type())
+	}
 }
 
 // Add returns a+b, b broadcast over a.
