@@ -1,0 +1,212 @@
+//go:build cgo
+
+package infer
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/quant/imatrix"
+)
+
+const tinyCaptured = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight"
+
+// collectTiny generates req on m with a fresh collector.
+func collectTiny(t *testing.T, m *Model, req Request, capture string) (*ImatrixStats, *Result) {
+	t.Helper()
+	s := NewImatrixStats()
+	s.captureName = capture
+	m.SetImatrix(s)
+	defer m.SetImatrix(nil)
+	res, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, res
+}
+
+func TestImatrixCollect(t *testing.T) {
+	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	const size, steps = 64, 2
+	req := Request{Prompt: "a cat", Negative: "blurry", Width: size, Height: size, Steps: steps, CFGScale: 7, Seed: 3, Method: Euler}
+	plain, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, res := collectTiny(t, m, req, tinyCaptured)
+	if !slices.Equal(plain.Pixels, res.Pixels) {
+		t.Error("collecting changed the image")
+	}
+	mx := s.Matrix("test")
+
+	// Every linear weight of the UNet and the text encoder, nothing else:
+	// 2-D .weight tensors outside the VAE except CLIP's embeddings (read
+	// with get_rows and a view, not a product).
+	shapes := map[string][]int64{}
+	var want []string
+	for _, sp := range m.specs {
+		shapes[sp.src.Name] = sp.Shape
+		if len(sp.Shape) == 2 && strings.HasSuffix(sp.Name, ".weight") && !strings.HasPrefix(sp.Name, vaePfx) &&
+			!strings.Contains(sp.Name, "embeddings.") {
+			want = append(want, sp.src.Name)
+		}
+	}
+	if m.Config.CLIP.Skip > 1 {
+		t.Skip("the tiny model is expected to use the last CLIP layer")
+	}
+	slices.Sort(want)
+	if got := mx.Names(); !slices.Equal(got, want) {
+		t.Fatalf("entries:\n got %q\nwant %q", got, want)
+	}
+	for _, e := range mx.Entries {
+		if in := shapes[e.Name][1]; int64(len(e.Sum2)) != in {
+			t.Errorf("%s: %d values, want %d (input features)", e.Name, len(e.Sum2), in)
+		}
+	}
+
+	// Rows seen: latent pixels (64/8)² per UNet call at the first level, a
+	// quarter one level down, 77 context tokens for cross-attention keys,
+	// one row for the time embedding; two UNet calls per step (CFG), two
+	// text-encoder calls (prompt and negative prompt).
+	lat := float32((size / 8) * (size / 8))
+	unetCalls := float32(2 * steps)
+	p := "model.diffusion_model."
+	counts := []struct {
+		name  string
+		rows  float32
+		calls int
+	}{
+		{p + "input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight", lat * unetCalls, 2 * steps},
+		{p + "input_blocks.1.1.transformer_blocks.0.ff.net.2.weight", lat * unetCalls, 2 * steps},
+		{p + "input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight", 77 * unetCalls, 2 * steps},
+		{p + "time_embed.0.weight", unetCalls, 2 * steps},
+		{p + "input_blocks.1.0.emb_layers.1.weight", unetCalls, 2 * steps},
+		{"cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc1.weight", 2 * 77, 2},
+	}
+	for _, c := range counts {
+		e, ok := mx.Lookup(c.name)
+		if !ok {
+			t.Errorf("no entry %s", c.name)
+			continue
+		}
+		if e.Counts[0] != c.rows || e.NCall != c.calls {
+			t.Errorf("%s: %v rows in %d calls, want %v in %d", c.name, e.Counts[0], e.NCall, c.rows, c.calls)
+		}
+	}
+	if mx.ChunkCount != int(unetCalls) || mx.ChunkSize != int(lat) && mx.ChunkSize != 77 {
+		t.Errorf("chunk count %d size %d", mx.ChunkCount, mx.ChunkSize)
+	}
+
+	// Σx² of the captured layer, recomputed in Go from its inputs.
+	e, _ := mx.Lookup(tinyCaptured)
+	if len(s.captured) != 2*steps {
+		t.Fatalf("captured %d activations, want %d", len(s.captured), 2*steps)
+	}
+	in := len(e.Sum2)
+	ref := make([]float64, in)
+	for _, x := range s.captured {
+		if len(x) != in*int(lat) {
+			t.Fatalf("captured %d values, want %d", len(x), in*int(lat))
+		}
+		for i, v := range x {
+			ref[i%in] += float64(v) * float64(v)
+		}
+	}
+	for j := range ref {
+		if d := math.Abs(float64(e.Sum2[j]) - ref[j]); d > 1e-4*ref[j]+1e-6 {
+			t.Fatalf("column %d: Σx² %v, Go recomputation %v", j, e.Sum2[j], ref[j])
+		}
+	}
+	if s.Skipped() != 0 {
+		t.Errorf("%d products skipped", s.Skipped())
+	}
+}
+
+// Continuing from an earlier file gives what one run over both prompts
+// gives, whichever format the earlier file has.
+func TestImatrixContinue(t *testing.T) {
+	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	a := Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1, Method: Euler}
+	b := a
+	b.Prompt, b.Seed = "a red house", 2
+	sa, _ := collectTiny(t, m, a, "")
+	sb, _ := collectTiny(t, m, b, "")
+	both := NewImatrixStats()
+	m.SetImatrix(both)
+	for _, r := range []Request{a, b} {
+		if _, err := m.Generate(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.SetImatrix(nil)
+	want := both.Matrix("")
+
+	dir := t.TempDir()
+	for _, ext := range []string{".dat", ".gguf"} {
+		path := filepath.Join(dir, "a"+ext)
+		var buf bytes.Buffer
+		var err error
+		if ext == ".dat" {
+			err = imatrix.WriteDat(&buf, sa.Matrix(""))
+		} else {
+			_, err = imatrix.WriteGGUF(&buf, sa.Matrix(""))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		prior, err := imatrix.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ContinueImatrix(sb.Matrix(""), []string{path}, []*imatrix.Matrix{prior})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.Names(), want.Names()) {
+			t.Fatalf("%s: entries differ", ext)
+		}
+		for _, name := range want.Names() {
+			we, _ := want.Lookup(name)
+			ge, _ := got.Lookup(name)
+			if ge.NCall != we.NCall {
+				t.Errorf("%s: %s: %d calls, want %d", ext, name, ge.NCall, we.NCall)
+			}
+			if d := math.Abs(float64(ge.Counts[0] - we.Counts[0])); d > 1e-6*float64(we.Counts[0]) {
+				t.Errorf("%s: %s: %v rows, want %v", ext, name, ge.Counts[0], we.Counts[0])
+			}
+			gs, ws := ge.Stored(), we.Stored()
+			for j := range ws {
+				if d := math.Abs(float64(gs[j] - ws[j])); d > 1e-5*math.Abs(float64(ws[j]))+1e-7 {
+					t.Errorf("%s: %s[%d]: stored %v, want %v", ext, name, j, gs[j], ws[j])
+					break
+				}
+			}
+		}
+	}
+}
+
+// The statistics refuse a weight whose width changes and skip non-finite calls.
+func TestImatrixStatsAdd(t *testing.T) {
+	s := NewImatrixStats()
+	if err := s.add("w", []float32{1, 4}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.add("w", []float32{float32(math.Inf(1)), 1}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.add("w", []float32{1, 2, 3}, 2); err == nil {
+		t.Error("a different width was accepted")
+	}
+	e, _ := s.Matrix("").Lookup("w")
+	if s.Skipped() != 1 || e.NCall != 1 || e.Counts[0] != 2 || !slices.Equal(e.Sum2, []float32{1, 4}) {
+		t.Errorf("skipped %d, entry %+v", s.Skipped(), e)
+	}
+}
