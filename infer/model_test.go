@@ -12,6 +12,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	_ "github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/internal/tinysd"
 )
 
@@ -263,5 +264,51 @@ func TestTinySD2Layout(t *testing.T) {
 	}
 	if cfg.Prediction == EpsPrediction && slices.Equal(vr.Latent, a.Latent) {
 		t.Error("v prediction gave the eps trajectory")
+	}
+}
+
+// Detection on the real SD 1.5 shapes (synth's full-size sd1 layout) and
+// on SD 2.x's (OpenCLIP-H width, linear projections).
+func TestDetectConfigFullSize(t *testing.T) {
+	ts, err := synth.Tensors(synth.Spec{Arch: "sd1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := map[string][]int64{}
+	for _, x := range ts {
+		sh[x.Name] = x.Shape
+	}
+	cfg, err := DetectConfig(sh, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, c := cfg.UNet, cfg.CLIP
+	if cfg.Version != "sd1" || u.ModelChannels != 320 || !slices.Equal(u.ChannelMult, []int{1, 2, 4, 4}) || u.NumHeads != 8 ||
+		u.ContextDim != 768 || c.Layers != 12 || c.Heads != 12 || c.Vocab != 49408 || !c.QuickGELU || c.Skip != 1 ||
+		cfg.Prediction != EpsPrediction || !cfg.PredictionKnown {
+		t.Errorf("SD 1.5: %+v %+v %+v", cfg, u, c)
+	}
+	sd2 := tinysd.SD15
+	sd2.SD2, sd2.TextHidden, sd2.TextFF, sd2.TextLayers = true, 1024, 4096, 23
+	sh = map[string][]int64{}
+	m := &memModel{}
+	for _, x := range sd2.Tensors() {
+		m.tensors = append(m.tensors, formats.Tensor{Name: x.Name, Type: formats.F16, Shape: x.Shape})
+	}
+	specs, err := planWeights(m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		sh[s.Name] = s.Shape
+	}
+	cfg, err = DetectConfig(sh, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, c = cfg.UNet, cfg.CLIP
+	if cfg.Version != "sd2" || u.HeadDim != 64 || u.heads(320) != 5 || u.heads(1280) != 20 || !u.LinearProj ||
+		c.Heads != 16 || !c.FusedQKV || c.QuickGELU || c.Skip != 2 || c.PadID != 0 || cfg.PredictionKnown {
+		t.Errorf("SD 2.x: %+v %+v %+v", cfg, u, c)
 	}
 }
