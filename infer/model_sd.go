@@ -62,14 +62,24 @@ func Load(path string, opt LoadOptions) (_ *Model, err error) {
 		if err != nil {
 			return nil, err
 		}
-		// The VAE file replaces the checkpoint's own VAE.
+		// The VAE file's VAE replaces the checkpoint's own; anything else
+		// in it (a whole checkpoint given as --vae) is ignored.
 		kept := specs[:0]
 		for _, s := range specs {
 			if !hasPrefix(s.Name, vaePfx) {
 				kept = append(kept, s)
 			}
 		}
-		specs = append(kept, vspecs...)
+		n := len(kept)
+		for _, s := range vspecs {
+			if isVAEWeight(s.Name) {
+				kept = append(kept, s)
+			}
+		}
+		if len(kept) == n {
+			return nil, fmt.Errorf("%s: no VAE tensors (encoder., decoder., post_quant_conv.)", opt.VAE)
+		}
+		specs = kept
 	}
 	sh := map[string][]int64{}
 	for _, s := range specs {
@@ -113,6 +123,16 @@ func Load(path string, opt LoadOptions) (_ *Model, err error) {
 	}
 	model.LoadTime = time.Since(start)
 	return model, nil
+}
+
+// isVAEWeight reports an AutoencoderKL tensor under first_stage_model.
+func isVAEWeight(name string) bool {
+	for _, p := range []string{"encoder.", "decoder.", "quant_conv.", "post_quant_conv."} {
+		if hasPrefix(name, vaePfx+p) {
+			return true
+		}
+	}
+	return false
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }

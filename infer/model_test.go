@@ -3,14 +3,16 @@
 package infer
 
 import (
+	"bytes"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	_ "github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/internal/tinysd"
@@ -310,5 +312,42 @@ func TestDetectConfigFullSize(t *testing.T) {
 	if cfg.Version != "sd2" || u.HeadDim != 64 || u.heads(320) != 5 || u.heads(1280) != 20 || !u.LinearProj ||
 		c.Heads != 16 || !c.FusedQKV || c.QuickGELU || c.Skip != 2 || c.PadID != 0 || cfg.PredictionKnown {
 		t.Errorf("SD 2.x: %+v %+v %+v", cfg, u, c)
+	}
+}
+
+// --vae with a file holding the same VAE gives the same image; one without a VAE is refused.
+func TestSeparateVAE(t *testing.T) {
+	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	v, err := Load("../testdata/tiny-sd1.gguf", LoadOptions{Threads: 1, VAE: "../testdata/tiny-sd1.gguf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	req := Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 1, Seed: 4}
+	a, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := v.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Pixels, b.Pixels) {
+		t.Error("the same VAE from --vae gave another image")
+	}
+	// A file without VAE tensors.
+	path := filepath.Join(t.TempDir(), "novae.gguf")
+	var buf bytes.Buffer
+	w, err := gguf.NewWriter(&buf, []formats.Tensor{{Name: "x.weight", Type: formats.F32, Shape: []int64{4}}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(make([]byte, 16))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(path, buf.Bytes(), 0o644)
+	if _, err := Load("../testdata/tiny-sd1.gguf", LoadOptions{Threads: 1, VAE: path}); err == nil || !strings.Contains(err.Error(), "no VAE tensors") {
+		t.Errorf("a --vae without VAE tensors: err = %v", err)
 	}
 }
