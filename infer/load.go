@@ -167,6 +167,7 @@ type sliceScratch struct {
 	f [8][]float32
 }
 
+// Bytes returns a reusable buffer of n bytes in slot.
 func (s *sliceScratch) Bytes(slot, n int) []byte {
 	if cap(s.b[slot]) < n {
 		s.b[slot] = make([]byte, n)
@@ -174,6 +175,7 @@ func (s *sliceScratch) Bytes(slot, n int) []byte {
 	return s.b[slot][:n]
 }
 
+// Float32s returns a reusable buffer of n floats in slot.
 func (s *sliceScratch) Float32s(slot, n int) []float32 {
 	if cap(s.f[slot]) < n {
 		s.f[slot] = make([]float32, n)

@@ -315,6 +315,7 @@ func (c *Context) op(p *C.struct_ggml_tensor) Tensor {
 // builders recover it (Recover) into an ordinary error.
 type ShapeError struct{ Msg string }
 
+// Error returns the message with a "ggml: " prefix.
 func (e *ShapeError) Error() string { return "ggml: " + e.Msg }
 
 func shapeErr(format string, args ...any) {
