@@ -36,9 +36,9 @@ func init() {
 			"quantized model can be checked against its source. Width, height and steps default to the model's\n" +
 			"sdtool.generate.* metadata, else 512x512 and 20. ggml built without -march is slow: build with\n" +
 			"CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" (and the same CGO_CXXFLAGS).",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "model `FILE`", Required: true},
-			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` ((word:1.2) weights allowed)", Required: true},
+			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` ((word:1.2) weights allowed; or --prompt-file)"},
 			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.png)", Required: true},
 			&cli.IntFlag{Name: "steps", Usage: "sampling `STEPS`", DefaultText: "model metadata, else 20"},
@@ -57,7 +57,7 @@ func init() {
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.StringFlag{Name: "compare", Usage: "reference model `FILE` to compare with (same seed)"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
-		},
+		}, generateImatrixFlags()...),
 		Action: runGenerate,
 	},
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o cat.png --threads 1",
@@ -73,8 +73,16 @@ func runGenerate(c *cli.Context) error {
 	if !strings.EqualFold(filepath.Ext(out), ".png") {
 		return fmt.Errorf("%s: the output must be a .png file", out)
 	}
-	if _, err := os.Stat(out); err == nil && !c.Bool("force") {
-		return fmt.Errorf("%s exists (use --force to replace it)", out)
+	prompts, err := generatePrompts(c)
+	if err != nil {
+		return err
+	}
+	for i := range prompts {
+		if o := promptOutput(out, i, len(prompts)); !c.Bool("force") {
+			if _, err := os.Stat(o); err == nil {
+				return fmt.Errorf("%s exists (use --force to replace it)", o)
+			}
+		}
 	}
 	method, err := infer.ParseMethod(c.String("sampling-method"))
 	if err != nil {
@@ -93,9 +101,13 @@ func runGenerate(c *cli.Context) error {
 		return err
 	}
 	defer m.Close()
+	imat, err := startImatrix(c, m)
+	if err != nil {
+		return err
+	}
 	cfg := m.Config
 	req := infer.Request{
-		Prompt: c.String("prompt"), Negative: c.String("negative-prompt"),
+		Prompt: prompts[0], Negative: c.String("negative-prompt"),
 		Width: pick(c.Int("width"), cfg.DefaultWidth, 512), Height: pick(c.Int("height"), cfg.DefaultHeight, 512),
 		Steps: pick(c.Int("steps"), cfg.DefaultSteps, 20), CFGScale: float32(c.Float64("cfg-scale")),
 		Seed: uint64(c.Int64("seed")), RNG: c.String("rng"), Method: method, Scheduler: sched,
@@ -117,6 +129,17 @@ func runGenerate(c *cli.Context) error {
 	}
 	slog.Debug("model", "path", m.Path, "version", cfg.Version, "unet", fmt.Sprintf("%+v", cfg.UNet),
 		"clip", fmt.Sprintf("%+v", cfg.CLIP), "prediction", cfg.Prediction, "load", m.LoadTime)
+	for i, p := range prompts {
+		req.Prompt, req.Seed = p, uint64(c.Int64("seed")+int64(i))
+		if err := generateOne(c, m, opt, req, promptOutput(out, i, len(prompts))); err != nil {
+			return err
+		}
+	}
+	return imat.finish(c, c.String("prompt-file"))
+}
+
+// generateOne generates req, writes the PNG out and runs --compare.
+func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infer.Request, out string) error {
 	res, err := generateWithBar(c.App.ErrWriter, m, req, "generate")
 	if err != nil {
 		return err
@@ -126,8 +149,8 @@ func runGenerate(c *cli.Context) error {
 		return err
 	}
 	params := infer.GenerationParams{
-		Prompt: req.Prompt, NegativePrompt: req.Negative, Steps: req.Steps, Sampler: method, Scheduler: sched,
-		CFGScale: req.CFGScale, Seed: c.Int64("seed"), Width: req.Width, Height: req.Height,
+		Prompt: req.Prompt, NegativePrompt: req.Negative, Steps: req.Steps, Sampler: req.Method, Scheduler: req.Scheduler,
+		CFGScale: req.CFGScale, Seed: int64(req.Seed), Width: req.Width, Height: req.Height,
 		Model: filepath.Base(c.String("model")), RNG: req.RNG, Strength: req.Strength, Version: "sdtool " + version,
 	}
 	if err := writePNGFile(out, img, params); err != nil {

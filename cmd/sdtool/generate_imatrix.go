@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/quant/imatrix"
+)
+
+// imatrix collection and prompt files for generate (issue 8).
+
+// generateImatrixFlags are generate's calibration flags.
+func generateImatrixFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "prompt-file", Usage: "run every prompt of `FILE` (one per line, blank lines skipped), seeds SEED, SEED+1, ...; images OUT-1.png, OUT-2.png, ..."},
+		&cli.StringFlag{Name: "imatrix-out", Aliases: []string{"imat-out"}, Usage: "collect an importance matrix of the UNet and text-encoder linear weights and write it to `FILE` (.gguf: llama.cpp GGUF imatrix, else legacy .dat as sd-cli writes)"},
+		&cli.StringSliceFlag{Name: "imatrix-in", Aliases: []string{"imat-in"}, Usage: "continue from an earlier imatrix `FILE` (.dat or GGUF; repeatable)"},
+	}
+}
+
+// generatePrompts returns the prompts to run: --prompt-file's lines, else --prompt.
+func generatePrompts(c *cli.Context) ([]string, error) {
+	path := c.String("prompt-file")
+	if path == "" {
+		if c.String("prompt") == "" {
+			return nil, errors.New("generate: give --prompt (-p) or --prompt-file")
+		}
+		return []string{c.String("prompt")}, nil
+	}
+	if c.IsSet("prompt") {
+		return nil, errors.New("generate: give --prompt or --prompt-file, not both")
+	}
+	if c.String("compare") != "" {
+		return nil, errors.New("generate: --compare takes one --prompt, not --prompt-file")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if p := strings.TrimSpace(sc.Text()); p != "" {
+			out = append(out, p)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no prompts", path)
+	}
+	return out, nil
+}
+
+// promptOutput names the image of prompt i (0-based) of n: OUT itself for
+// one prompt, OUT-<i+1>.png for several.
+func promptOutput(out string, i, n int) string {
+	if n == 1 {
+		return out
+	}
+	ext := filepath.Ext(out)
+	return fmt.Sprintf("%s-%d%s", strings.TrimSuffix(out, ext), i+1, ext)
+}
+
+// imatrixRun is generate's collection: the statistics and the earlier files.
+type imatrixRun struct {
+	out    string
+	files  []string
+	priors []*imatrix.Matrix
+	stats  *infer.ImatrixStats
+}
+
+// startImatrix checks --imatrix-out/--imatrix-in before any generation (so
+// that a bad file fails fast) and turns collection on; nil when not asked.
+// The output may be one of the inputs (continuing in place: the inputs are
+// read first); any other existing output needs --force.
+func startImatrix(c *cli.Context, m *infer.Model) (*imatrixRun, error) {
+	out, ins := c.String("imatrix-out"), c.StringSlice("imatrix-in")
+	if out == "" {
+		if len(ins) > 0 {
+			return nil, errors.New("generate: --imatrix-in needs --imatrix-out")
+		}
+		return nil, nil
+	}
+	r := &imatrixRun{out: out, files: ins}
+	for _, in := range ins {
+		mx, err := imatrix.Open(in)
+		if err != nil {
+			return nil, err
+		}
+		if err := mx.Validate(in); err != nil {
+			return nil, err
+		}
+		r.priors = append(r.priors, mx)
+	}
+	if _, err := os.Stat(out); err == nil && !c.Bool("force") && !containsSame(ins, out) {
+		return nil, fmt.Errorf("%s exists (use --force to replace it)", out)
+	}
+	r.stats = infer.NewImatrixStats()
+	m.SetImatrix(r.stats)
+	return r, nil
+}
+
+func containsSame(files []string, f string) bool {
+	for _, x := range files {
+		if sameFile(x, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// finish merges the earlier files and writes the matrix (.gguf by
+// extension, else .dat) through a .partial file.
+func (r *imatrixRun) finish(c *cli.Context, dataset string) error {
+	if r == nil {
+		return nil
+	}
+	if r.stats.Len() == 0 {
+		return fmt.Errorf("%s: no statistics were collected (no linear weights ran)", r.out)
+	}
+	m, err := infer.ContinueImatrix(r.stats.Matrix(dataset), r.files, r.priors)
+	if err != nil {
+		return err
+	}
+	if n := r.stats.Skipped(); n > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "imatrix: %d products with non-finite activations were left out\n", n)
+	}
+	tmp := r.out + ".partial"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	var long []string
+	if strings.EqualFold(filepath.Ext(r.out), ".gguf") {
+		long, err = imatrix.WriteGGUF(f, m)
+	} else {
+		err = imatrix.WriteDat(f, m)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, r.out)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("%s: %w", r.out, err)
+	}
+	if len(long) > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "warning: %s: %d GGUF imatrix names are 64 bytes or longer (first %q); stock llama.cpp refuses them: write .dat for it\n",
+			r.out, len(long), long[0]+".in_sum2")
+	}
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d entries, %d UNet evaluations\n", r.out, len(m.Entries), m.ChunkCount)
+	return nil
+}
