@@ -30,7 +30,7 @@ type ImatrixStats struct {
 	evals  int // graph evaluations that collected something
 	unet   int // UNet evaluations
 	rows   int // largest rows per call seen (the chunk size written to GGUF)
-	// skipped counts calls left out because a column sum was not finite.
+	// skipped counts non-finite activation values left out.
 	skipped int
 
 	// captureName, when set (tests), keeps the activation of that weight's
@@ -42,9 +42,10 @@ type ImatrixStats struct {
 // imatAcc is one weight's running sums (float64, so that long calibration
 // runs do not lose the small columns).
 type imatAcc struct {
-	sum2  []float64
-	rows  float64
-	calls int
+	sum2   []float64
+	finite []float64 // values that entered sum2, per column
+	rows   float64
+	calls  int
 }
 
 // NewImatrixStats returns empty statistics.
@@ -52,37 +53,46 @@ func NewImatrixStats() *ImatrixStats {
 	return &ImatrixStats{byName: map[string]*imatAcc{}}
 }
 
-// add records one product of weight name: col holds Σx² per input column
-// of an activation with rows rows. A call with a non-finite sum is skipped
-// (the whole call, so that one count still describes every column) and
-// reported once.
-func (s *ImatrixStats) add(name string, col []float32, rows int64) error {
+// add records one product of weight name: sum2 holds Σx² per input column
+// over the finite values of an activation with rows rows, finite how many
+// values each column had. Non-finite values are left out (reported once),
+// as stable-diffusion.cpp does; Matrix turns each column's sum into the
+// mean over its finite values.
+func (s *ImatrixStats) add(name string, sum2, finite []float32, rows int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, v := range col {
-		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
-			if s.skipped == 0 {
-				slog.Warn("imatrix: non-finite activations; skipping those products", "weight", name)
-			}
-			s.skipped++
-			return nil
-		}
-	}
 	a, ok := s.byName[name]
 	if !ok {
-		a = &imatAcc{sum2: make([]float64, len(col))}
+		a = &imatAcc{sum2: make([]float64, len(sum2)), finite: make([]float64, len(sum2))}
 		s.byName[name] = a
 	}
-	if len(a.sum2) != len(col) {
-		return fmt.Errorf("imatrix: weight %q: %d input columns, earlier products had %d", name, len(col), len(a.sum2))
+	if len(a.sum2) != len(sum2) || len(finite) != len(sum2) {
+		return fmt.Errorf("imatrix: weight %q: %d input columns, earlier products had %d", name, len(sum2), len(a.sum2))
 	}
-	for j, v := range col {
+	for j, v := range sum2 {
+		if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+			// The squares of finite values overflowed float32: drop the column's call.
+			s.warnNonFinite(name, rows)
+			continue
+		}
 		a.sum2[j] += float64(v)
+		a.finite[j] += float64(finite[j])
+		if miss := rows - int64(finite[j]); miss > 0 {
+			s.warnNonFinite(name, miss)
+		}
 	}
 	a.rows += float64(rows)
 	a.calls++
 	s.rows = max(s.rows, int(rows))
 	return nil
+}
+
+// warnNonFinite counts n left-out values and warns the first time.
+func (s *ImatrixStats) warnNonFinite(name string, n int64) {
+	if s.skipped == 0 {
+		slog.Warn("imatrix: non-finite activations are left out of the statistics", "weight", name)
+	}
+	s.skipped += int(n)
 }
 
 // evaluated counts one graph evaluation (unet says whether it was the UNet's).
@@ -102,7 +112,7 @@ func (s *ImatrixStats) Len() int {
 	return len(s.byName)
 }
 
-// Skipped returns the number of products left out for non-finite values.
+// Skipped returns the number of non-finite activation values left out.
 func (s *ImatrixStats) Skipped() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -131,6 +141,11 @@ func (s *ImatrixStats) Matrix(dataset string) *imatrix.Matrix {
 		a := s.byName[n]
 		e := &imatrix.Entry{Name: n, Sum2: make([]float32, len(a.sum2)), Counts: []float32{float32(a.rows)}, NCall: a.calls}
 		for j, v := range a.sum2 {
+			if a.finite[j] < a.rows && a.finite[j] > 0 {
+				// Some values were left out: scale the column so that
+				// Sum2/Counts is still the mean over its finite values.
+				v *= a.rows / a.finite[j]
+			}
 			e.Sum2[j] = float32(v)
 		}
 		m.Entries = append(m.Entries, e)

@@ -193,20 +193,28 @@ func TestImatrixContinue(t *testing.T) {
 	}
 }
 
-// The statistics refuse a weight whose width changes and skip non-finite calls.
+// The statistics refuse a weight whose width changes and report the mean
+// over finite values when some were left out.
 func TestImatrixStatsAdd(t *testing.T) {
 	s := NewImatrixStats()
-	if err := s.add("w", []float32{1, 4}, 2); err != nil {
+	if err := s.add("w", []float32{2, 4}, []float32{2, 2}, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.add("w", []float32{float32(math.Inf(1)), 1}, 2); err != nil {
+	// Column 0 had one non-finite value of two; column 1 overflowed.
+	if err := s.add("w", []float32{3, float32(math.Inf(1))}, []float32{1, 2}, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.add("w", []float32{1, 2, 3}, 2); err == nil {
+	if err := s.add("w", []float32{1, 2, 3}, []float32{1, 1, 1}, 2); err == nil {
 		t.Error("a different width was accepted")
 	}
 	e, _ := s.Matrix("").Lookup("w")
-	if s.Skipped() != 1 || e.NCall != 1 || e.Counts[0] != 2 || !slices.Equal(e.Sum2, []float32{1, 4}) {
+	// Column 0: mean (2+3)/3 over its finite values, times 4 rows = 20/3.
+	// Column 1: only the first call counts, mean 4/2, times 4 rows = 8.
+	// Skipped: one value of column 0 and the two of column 1's call.
+	if s.Skipped() != 3 || e.NCall != 2 || e.Counts[0] != 4 {
 		t.Errorf("skipped %d, entry %+v", s.Skipped(), e)
+	}
+	if math.Abs(float64(e.Sum2[0])-20.0/3) > 1e-5 || e.Sum2[1] != 8 {
+		t.Errorf("sums %v, want [6.667 8]", e.Sum2)
 	}
 }

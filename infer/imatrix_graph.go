@@ -26,7 +26,7 @@ type imatWeight struct {
 // imatrixTap is one watched product W·x.
 type imatrixTap struct {
 	name string
-	sum  native.Tensor // [in] Σx² per column
+	sum  native.Tensor // [in, 2]: Σx² and finite values per column
 	rows int64
 	x    native.Tensor // kept only for the test capture
 }
@@ -76,7 +76,7 @@ func (g *graph) watch(w, x native.Tensor) {
 	}
 	name := iw.file
 	ne := x.Ne()
-	tap := imatrixTap{name: name, sum: g.c.SumSquaresPerColumn(x).SetOutput(), rows: ne[1] * ne[2] * ne[3]}
+	tap := imatrixTap{name: name, sum: g.c.ColumnSquares(x).SetOutput(), rows: ne[1] * ne[2] * ne[3]}
 	if name == p.stats.captureName {
 		tap.x = g.c.Cont(x).SetOutput()
 	}
@@ -109,7 +109,8 @@ func (p *imatrixPass) read() error {
 		if err != nil {
 			return err
 		}
-		if err := p.stats.add(t.name, v, t.rows); err != nil {
+		in := len(v) / 2
+		if err := p.stats.add(t.name, v[:in], v[in:], t.rows); err != nil {
 			return err
 		}
 		if t.x.Valid() {

@@ -1,0 +1,69 @@
+//go:build cgo
+
+package infer
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// BenchmarkImatrixOverhead measures what imatrix collection adds to
+// generation: each iteration generates the same request without and then
+// with collection and the benchmark reports both generation times and their
+// ratio ("x-collect", 1.10 = 10% extra; "x-collect-unet+clip" leaves out
+// the VAE, which is not collected), measured in one run so that a
+// loaded machine still gives a comparable figure. It runs the tiny model at
+// 128x128 and, when SDTOOL_BENCH_MODEL names a model (for example
+// `go run ./internal/tinysd/cmd/gentiny -sd15 -o /tmp/sd15.gguf`), that
+// model at SDTOOL_BENCH_SIZE (default 256) pixels, with one and two threads.
+func BenchmarkImatrixOverhead(b *testing.B) {
+	type bcase struct {
+		name, path string
+		size       int
+	}
+	cases := []bcase{{"tiny-128", "../testdata/tiny-sd1.gguf", 128}}
+	if p := os.Getenv("SDTOOL_BENCH_MODEL"); p != "" {
+		size := 256
+		if s := os.Getenv("SDTOOL_BENCH_SIZE"); s != "" {
+			var err error
+			if size, err = strconv.Atoi(s); err != nil {
+				b.Fatalf("SDTOOL_BENCH_SIZE=%q: %v", s, err)
+			}
+		}
+		cases = append(cases, bcase{"model", p, size})
+	}
+	for _, c := range cases {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/threads=%d", c.name, threads), func(b *testing.B) {
+				m, err := Load(c.path, LoadOptions{Threads: threads})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				req := Request{Prompt: "a cat", Width: c.size, Height: c.size, Steps: 1, CFGScale: 7, Seed: 1, Method: Euler}
+				var plain, collect time.Duration
+				run := func(s *ImatrixStats) time.Duration {
+					m.SetImatrix(s)
+					defer m.SetImatrix(nil)
+					t0 := time.Now()
+					if _, err := m.Generate(req); err != nil {
+						b.Fatal(err)
+					}
+					return time.Since(t0)
+				}
+				run(nil) // warm the allocator
+				for b.Loop() {
+					plain += run(nil)
+					collect += run(NewImatrixStats())
+				}
+				n := float64(b.N)
+				b.ReportMetric(plain.Seconds()/n, "s-plain")
+				b.ReportMetric(collect.Seconds()/n, "s-collect")
+				b.ReportMetric(collect.Seconds()/plain.Seconds(), "x-collect")
+			})
+		}
+	}
+}
