@@ -5,12 +5,14 @@ package infer
 import (
 	"bytes"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
@@ -216,5 +218,57 @@ func TestImatrixStatsAdd(t *testing.T) {
 	}
 	if math.Abs(float64(e.Sum2[0])-20.0/3) > 1e-5 || e.Sum2[1] != 8 {
 		t.Errorf("sums %v, want [6.667 8]", e.Sum2)
+	}
+}
+
+// The column-squares op against Go, on contiguous and permuted activations
+// with non-finite values, wider than one 256-column block and split over
+// two threads.
+func TestColumnSquaresOp(t *testing.T) {
+	be := newTestBackend(t)
+	ws := makeWeights(t, be, nil)
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, c := range []struct {
+		ne      []int64
+		permute bool
+	}{{[]int64{300, 7, 2}, false}, {[]int64{5, 300, 3}, true}, {[]int64{1, 1, 1}, false}} {
+		x := randn(r, int(c.ne[0]*c.ne[1]*c.ne[2]), 2)
+		x[3%len(x)] = float32(math.NaN())
+		if len(x) > 10 {
+			x[10] = float32(math.Inf(-1))
+		}
+		got, ne := runGraph(t, be, ws, []testInput{{ne: c.ne, data: x}}, func(g *graph, in []native.Tensor) native.Tensor {
+			v := in[0]
+			if c.permute {
+				v = g.c.Permute(v, 1, 0, 2, 3) // ne [n1, n0, n2], not contiguous
+			}
+			return g.c.ColumnSquares(v)
+		})
+		k, rows := c.ne[0], c.ne[1]*c.ne[2]
+		col := func(i int) int64 { return int64(i) % k }
+		if c.permute {
+			k, rows = c.ne[1], c.ne[0]*c.ne[2]
+			col = func(i int) int64 { return (int64(i) / c.ne[0]) % c.ne[1] }
+		}
+		if ne[0] != k || ne[1] != 2 {
+			t.Fatalf("%v: output %v", c.ne, ne)
+		}
+		sum, cnt := make([]float64, k), make([]float64, k)
+		for i, v := range x {
+			if f := float64(v); !math.IsNaN(f) && !math.IsInf(f, 0) {
+				sum[col(i)] += f * f
+				cnt[col(i)]++
+			}
+		}
+		var total float64
+		for j := range sum {
+			if math.Abs(float64(got[j])-sum[j]) > 1e-5*sum[j] || float64(got[int(k)+j]) != cnt[j] {
+				t.Fatalf("%v permute=%v column %d: %v (%v finite), want %v (%v)", c.ne, c.permute, j, got[j], got[int(k)+j], sum[j], cnt[j])
+			}
+			total += cnt[j]
+		}
+		if want := float64(rows*k) - 1 - float64(min(1, len(x)/11)); total != want && len(x) > 1 {
+			t.Errorf("%v: %v finite values, want %v", c.ne, total, want)
+		}
 	}
 }
