@@ -272,3 +272,92 @@ func TestColumnSquaresOp(t *testing.T) {
 		}
 	}
 }
+
+// goldenSD15Imatrix is the imatrix sd-cli wrote for one 64x64 step of a
+// full-size SD 1.5 architecture (see ../shared/data/sdcli-golden/README.md).
+const goldenSD15Imatrix = "../../shared/data/sdcli-golden/sd15-sdcli.imatrix.dat"
+
+// namePattern replaces the numbers of a tensor name, so that layers of
+// models of different depth compare.
+func namePattern(s string) string {
+	var b strings.Builder
+	digits := false
+	for _, r := range s {
+		if r >= '0' && r <= '9' {
+			if !digits {
+				b.WriteByte('#')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// The kinds of weights collected are the kinds sd-cli collects: every
+// layer pattern of the tiny model's entries appears in sd-cli's SD 1.5
+// file, and every pattern there appears here.
+func TestImatrixKindsMatchSDCLI(t *testing.T) {
+	golden, err := imatrix.OpenDat(goldenSD15Imatrix)
+	if os.IsNotExist(err) {
+		t.Skip("no sd-cli golden imatrix")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	s, _ := collectTiny(t, m, Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1}, "")
+	ours := map[string]bool{}
+	for _, n := range s.Matrix("").Names() {
+		ours[namePattern(n)] = true
+	}
+	theirs := map[string]bool{}
+	for _, n := range golden.Names() {
+		theirs[namePattern(n)] = true
+	}
+	for p := range ours {
+		if !theirs[p] {
+			t.Errorf("we collect %s, sd-cli does not", p)
+		}
+	}
+	for p := range theirs {
+		if !ours[p] {
+			t.Errorf("sd-cli collects %s, we do not", p)
+		}
+	}
+}
+
+// With SDTOOL_SD15_MODEL naming a full-size SD 1.5 model (for example
+// `go run ./internal/tinysd/cmd/gentiny -sd15 -o /tmp/sd15.gguf`), one
+// 64x64 step collects exactly sd-cli's entries: names, lengths and calls.
+func TestImatrixEntriesMatchSDCLI(t *testing.T) {
+	path := os.Getenv("SDTOOL_SD15_MODEL")
+	if path == "" {
+		t.Skip("SDTOOL_SD15_MODEL is not set")
+	}
+	golden, err := imatrix.OpenDat(goldenSD15Imatrix)
+	if os.IsNotExist(err) {
+		t.Skip("no sd-cli golden imatrix")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(path, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	s, _ := collectTiny(t, m, Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1}, "")
+	ours := s.Matrix("")
+	if !slices.Equal(ours.Names(), golden.Names()) {
+		t.Fatalf("%d entries, sd-cli %d; first names %q vs %q", len(ours.Entries), len(golden.Entries), ours.Names()[:3], golden.Names()[:3])
+	}
+	for _, g := range golden.Entries {
+		e, _ := ours.Lookup(g.Name)
+		if len(e.Sum2) != len(g.Sum2) || e.NCall != g.NCall {
+			t.Errorf("%s: %d values in %d calls, sd-cli %d in %d", g.Name, len(e.Sum2), e.NCall, len(g.Sum2), g.NCall)
+		}
+	}
+}
