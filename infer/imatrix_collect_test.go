@@ -361,3 +361,19 @@ func TestImatrixEntriesMatchSDCLI(t *testing.T) {
 		}
 	}
 }
+
+// A group measures its activations one after the other: sums of all, then
+// finite counts of all.
+func TestColumnSquaresGroup(t *testing.T) {
+	be := newTestBackend(t)
+	ws := makeWeights(t, be, nil)
+	a := []float32{1, 2, 3, 4, 5, 6}              // [3, 2]
+	b := []float32{1, -1, 2, float32(math.NaN())} // [2, 2]
+	got, ne := runGraph(t, be, ws, []testInput{{ne: []int64{3, 2}, data: a}, {ne: []int64{2, 2}, data: b}}, func(g *graph, in []native.Tensor) native.Tensor {
+		return g.c.ColumnSquares(in[0], in[1])
+	})
+	want := []float32{1 + 16, 4 + 25, 9 + 36, 1 + 4, 1, 2, 2, 2, 2, 1}
+	if ne[0] != 5 || !slices.Equal(got, want) {
+		t.Errorf("got %v (ne %v), want %v", got, ne, want)
+	}
+}

@@ -10,11 +10,17 @@ import (
 
 // imatrixPass is the collection state of one graph: the products it
 // watches and, after compute, their per-column sums to read back.
+// Activations are measured in groups of up to native.MaxColumnSquares by
+// one op each (fewer graph nodes, so fewer of ggml's per-node thread
+// barriers); a group holds its activations only until its last one exists.
 type imatrixPass struct {
-	stats *ImatrixStats
-	names map[native.Tensor]imatWeight // collected weights
-	taps  []imatrixTap
-	unet  bool
+	stats   *ImatrixStats
+	names   map[native.Tensor]imatWeight // collected weights
+	taps    []imatrixTap
+	groups  []native.Tensor // [ΣK, 2] column squares per group
+	pending []native.Tensor // activations of the group being filled
+	c       *native.Context // the graph's context (set by watch)
+	unet    bool
 }
 
 // imatWeight names a collected weight.
@@ -25,10 +31,12 @@ type imatWeight struct {
 
 // imatrixTap is one watched product W·x.
 type imatrixTap struct {
-	name string
-	sum  native.Tensor // [in, 2]: Σx² and finite values per column
-	rows int64
-	x    native.Tensor // kept only for the test capture
+	name   string
+	x      native.Tensor
+	group  int   // index in groups
+	offset int64 // of x's columns in the group's output
+	rows   int64
+	keep   native.Tensor // a copy of x, only for the test capture
 }
 
 // SetImatrix turns imatrix collection on for every later generation of m
@@ -64,7 +72,8 @@ func (m *Model) imatrixPass() *imatrixPass {
 }
 
 // watch records the product w·x when w is a collected weight: the graph
-// also computes Σx² per input column, marked as an output.
+// also computes Σx² per input column. Products that share an activation
+// (q, k and v) share its measurement.
 func (g *graph) watch(w, x native.Tensor) {
 	p := g.imat
 	if p == nil {
@@ -74,28 +83,56 @@ func (g *graph) watch(w, x native.Tensor) {
 	if !ok {
 		return
 	}
-	name := iw.file
+	p.c = g.c
 	ne := x.Ne()
-	tap := imatrixTap{name: name, sum: g.c.ColumnSquares(x).SetOutput(), rows: ne[1] * ne[2] * ne[3]}
-	if name == p.stats.captureName {
-		tap.x = g.c.Cont(x).SetOutput()
+	tap := imatrixTap{name: iw.file, x: x, rows: ne[1] * ne[2] * ne[3], group: -1}
+	for _, t := range p.taps {
+		if t.x == x {
+			tap.group, tap.offset = t.group, t.offset
+			break
+		}
+	}
+	if tap.group < 0 {
+		if len(p.pending) == native.MaxColumnSquares {
+			p.flush()
+		}
+		tap.group = len(p.groups)
+		for _, y := range p.pending {
+			tap.offset += y.Ne()[0]
+		}
+		p.pending = append(p.pending, x)
+	}
+	if iw.file == p.stats.captureName {
+		tap.keep = g.c.Cont(x).SetOutput()
 	}
 	p.unet = p.unet || iw.unet
 	p.taps = append(p.taps, tap)
 }
 
-// expand adds the watched sums to gr ahead of the main output, so that
-// each sum is scheduled right after its activation exists and the
-// activation's memory is reused as usual rather than held to the end.
+// flush closes the group being filled.
+func (p *imatrixPass) flush() {
+	if len(p.pending) == 0 {
+		return
+	}
+	p.groups = append(p.groups, p.c.ColumnSquares(p.pending...).SetOutput())
+	p.pending = p.pending[:0]
+}
+
+// expand closes the last group and adds the groups to gr ahead of the main
+// output, so that each is scheduled right after its activations exist and
+// their memory is reused as usual rather than held to the end.
 func (p *imatrixPass) expand(gr *native.Graph) {
 	if p == nil {
 		return
 	}
+	p.flush()
 	for _, t := range p.taps {
-		if t.x.Valid() {
-			gr.Expand(t.x)
+		if t.keep.Valid() {
+			gr.Expand(t.keep)
 		}
-		gr.Expand(t.sum)
+	}
+	for _, gt := range p.groups {
+		gr.Expand(gt)
 	}
 }
 
@@ -104,17 +141,22 @@ func (p *imatrixPass) read() error {
 	if p == nil || len(p.taps) == 0 {
 		return nil
 	}
-	for _, t := range p.taps {
-		v, err := t.sum.F32()
+	vals := make([][]float32, len(p.groups))
+	for i, gt := range p.groups {
+		v, err := gt.F32()
 		if err != nil {
 			return err
 		}
-		in := len(v) / 2
-		if err := p.stats.add(t.name, v[:in], v[in:], t.rows); err != nil {
+		vals[i] = v
+	}
+	for _, t := range p.taps {
+		v := vals[t.group]
+		total, k := int64(len(v)/2), t.x.Ne()[0]
+		if err := p.stats.add(t.name, v[t.offset:t.offset+k], v[total+t.offset:total+t.offset+k], t.rows); err != nil {
 			return err
 		}
-		if t.x.Valid() {
-			x, err := t.x.F32()
+		if t.keep.Valid() {
+			x, err := t.keep.F32()
 			if err != nil {
 				return err
 			}

@@ -7,6 +7,7 @@ package native
 #include <stdbool.h>
 #include <stddef.h>
 #include <math.h>
+#include <stdlib.h>
 
 // ggml's custom-op entry point (declared here, beside infer.go's
 // declarations, so that this addition stays in its own file).
@@ -24,28 +25,34 @@ struct sdt_stats_prefix {
 	size_t nb[4];
 };
 
-// sdt_column_squares computes dst [K, 2] from the F32 activation x
-// (userdata; also dst's source, so that the graph orders them): row 0 the
-// sum of x² over every row and slice for each of the K columns, row 1 how
-// many of those values were finite. Non-finite values are left out, as
+// sdt_colsq_group lists the activations one column-squares op measures.
+// It lives in C memory (ggml keeps only the pointer) and is freed when the
+// Go Context that built the op is collected.
+enum { SDT_COLSQ_MAX = 9 }; // ggml takes fewer than GGML_MAX_SRC (10) sources
+struct sdt_colsq_group {
+	int n;
+	const struct ggml_tensor * x[SDT_COLSQ_MAX];
+};
+
+// sdt_colsq_one accumulates one F32 activation x [K, ...] into out: K sums
+// of x² over every row and slice at out[0..K), and at cnt[0..K) how many
+// of those values were finite. Non-finite values are left out, as
 // stable-diffusion.cpp's collector does. Threads split the columns; each
 // accumulates a block of columns in double over all rows.
-static void sdt_column_squares(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
-	const struct ggml_tensor * x = (const struct ggml_tensor *) userdata;
+static void sdt_colsq_one(const struct ggml_tensor * x, float * out, float * cnt, int ith, int nth) {
 	const struct sdt_stats_prefix * xp = (const struct sdt_stats_prefix *) x;
 	const char * data = (const char *) ggml_get_data(x);
-	float * out = (float *) ggml_get_data(dst);
 	const int64_t k = xp->ne[0];
 	const int64_t per = (k + nth - 1) / nth;
 	const int64_t j0 = per * ith, j1 = j0 + per < k ? j0 + per : k;
 	enum { BLOCK = 256 };
 	double sum[BLOCK];
-	int64_t cnt[BLOCK];
+	int64_t fin[BLOCK];
 	for (int64_t b = j0; b < j1; b += BLOCK) {
 		const int64_t n = j1 - b < BLOCK ? j1 - b : BLOCK;
 		for (int64_t j = 0; j < n; j++) {
 			sum[j] = 0;
-			cnt[j] = 0;
+			fin[j] = 0;
 		}
 		for (int64_t i3 = 0; i3 < xp->ne[3]; i3++)
 		for (int64_t i2 = 0; i2 < xp->ne[2]; i2++)
@@ -55,37 +62,77 @@ static void sdt_column_squares(struct ggml_tensor * dst, int ith, int nth, void 
 				const float v = *(const float *) (row + (b + j) * xp->nb[0]);
 				if (isfinite(v)) {
 					sum[j] += (double) v * (double) v;
-					cnt[j]++;
+					fin[j]++;
 				}
 			}
 		}
 		for (int64_t j = 0; j < n; j++) {
 			out[b + j] = (float) sum[j];
-			out[k + b + j] = (float) cnt[j];
+			cnt[b + j] = (float) fin[j];
 		}
 	}
 }
 
-static struct ggml_tensor * sdt_column_squares_op(struct ggml_context * ctx, struct ggml_tensor * x) {
-	struct ggml_tensor * args[1] = { x };
-	const struct sdt_stats_prefix * xp = (const struct sdt_stats_prefix *) x;
-	return ggml_custom_4d(ctx, 0, xp->ne[0], 2, 1, 1, args, 1, sdt_column_squares, -1, x);
+// sdt_column_squares fills dst [ΣK, 2]: row 0 the sums of every activation
+// of the group, one after the other, row 1 their finite counts.
+static void sdt_column_squares(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
+	const struct sdt_colsq_group * g = (const struct sdt_colsq_group *) userdata;
+	const int64_t total = ((const struct sdt_stats_prefix *) dst)->ne[0];
+	float * out = (float *) ggml_get_data(dst);
+	int64_t off = 0;
+	for (int i = 0; i < g->n; i++) {
+		sdt_colsq_one(g->x[i], out + off, out + total + off, ith, nth);
+		off += ((const struct sdt_stats_prefix *) g->x[i])->ne[0];
+	}
+}
+
+static struct ggml_tensor * sdt_column_squares_op(struct ggml_context * ctx, struct sdt_colsq_group * g, int64_t total) {
+	return ggml_custom_4d(ctx, 0, total, 2, 1, 1, (struct ggml_tensor **) g->x, g->n, sdt_column_squares, -1, g);
 }
 */
 import "C"
 
-import "github.com/sdtool/sdtool/formats"
+import (
+	"runtime"
+	"unsafe"
 
-// ColumnSquares returns, for an F32 activation x [K, ...] (K = ne0, the
-// input width of a matrix product W·x), a [K, 2] F32 tensor: its first K
-// values are Σx² over every row and slice per column, the next K how many
-// of those values were finite (non-finite ones are left out of the sum).
-// It is how imatrix collection measures a weight's input columns inside the
-// graph, without an eval callback: one multithreaded custom op per product,
-// which costs K operations per row where the product costs K·M.
-func (c *Context) ColumnSquares(x Tensor) Tensor {
-	if x.Type() != formats.F32 {
-		shapeErr("column squares: %s activation (want f32)", x.Type())
+	"github.com/sdtool/sdtool/formats"
+)
+
+// MaxColumnSquares is the most activations one ColumnSquares op measures.
+const MaxColumnSquares = C.SDT_COLSQ_MAX
+
+// ColumnSquares returns, for F32 activations xs (1 to MaxColumnSquares;
+// each [K_i, ...], K_i = ne0, the input width of a matrix product W·x), a
+// [ΣK_i, 2] F32 tensor: its first ΣK_i values are, activation after
+// activation, Σx² over every row and slice per column, the next ΣK_i how
+// many of those values were finite (non-finite ones are left out of the
+// sum). It is how imatrix collection measures weights' input columns inside
+// the graph, without an eval callback: one multithreaded custom op for
+// several products, which costs K operations per row where a product costs
+// K·M. Grouping keeps the node count (and so ggml's per-node thread
+// barriers) low.
+func (c *Context) ColumnSquares(xs ...Tensor) Tensor {
+	if len(xs) == 0 || len(xs) > MaxColumnSquares {
+		shapeErr("column squares: %d activations (want 1 to %d)", len(xs), MaxColumnSquares)
 	}
-	return c.op(C.sdt_column_squares_op(c.c, x.p))
+	var total int64
+	for _, x := range xs {
+		if x.Type() != formats.F32 {
+			shapeErr("column squares: %s activation (want f32)", x.Type())
+		}
+		total += x.Ne()[0]
+	}
+	g := (*C.struct_sdt_colsq_group)(C.calloc(1, C.sizeof_struct_sdt_colsq_group))
+	if g == nil {
+		panic(ErrContextFull) // out of C memory: fail the graph, not the process
+	}
+	// ggml reads the group while computing a graph of c, which ends before
+	// c becomes unreachable (graphs are computed while their context lives).
+	runtime.AddCleanup(c, func(p unsafe.Pointer) { C.free(p) }, unsafe.Pointer(g))
+	g.n = C.int(len(xs))
+	for i, x := range xs {
+		g.x[i] = x.p
+	}
+	return c.op(C.sdt_column_squares_op(c.c, g, C.int64_t(total)))
 }
