@@ -34,7 +34,10 @@ func init() {
 			"--compare REF runs the same seed with REF's weights and prints the PSNR and SSIM of the two images, the\n" +
 			"cosine similarity of the final latents and each UNet block's output error at the first step, so a\n" +
 			"quantized model can be checked against its source. Width, height and steps default to the model's\n" +
-			"sdtool.generate.* metadata, else 512x512 and 20. ggml built without -march is slow: build with\n" +
+			"sdtool.generate.* metadata, else 512x512 and 20. --imatrix-out collects an importance matrix of the UNet and\n" +
+			"text-encoder linear weights (Σx² per input column, as sd-cli --imat-out; not the VAE, not convolutions)\n" +
+			"for `convert --imatrix` and `quantize --imatrix`; --prompt-file runs a calibration set in one command.\n" +
+			"ggml built without -march is slow: build with\n" +
 			"CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" (and the same CGO_CXXFLAGS).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "model `FILE`", Required: true},
@@ -62,6 +65,8 @@ func init() {
 	},
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o cat.png --threads 1",
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a (red:1.3) house' -n blurry --steps 2 --sampling-method dpm++2m --scheduler karras -o house.png --threads 1",
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o calib.png --imatrix-out calib.dat --threads 1 --force",
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a red house' --steps 1 -W 64 -H 64 -o calib.png --imatrix-in calib.dat --imatrix-out calib.dat --threads 1 --force",
 	)
 }
 
