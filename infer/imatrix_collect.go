@@ -122,9 +122,11 @@ func (s *ImatrixStats) Skipped() int {
 // Matrix returns the statistics as an imatrix: per weight (names sorted)
 // Sum2 = Σx² per column, Counts = [rows seen], NCall = products seen.
 // ChunkCount is the number of UNet evaluations and ChunkSize the largest
-// rows per product (the latent's pixels: what one UNet call shows its
-// first-level attention), which llama.cpp's GGUF reader divides counts by
-// to estimate calls. dataset names the calibration prompts.
+// rows one product saw (usually the latent's pixels, what one UNet call
+// shows its first-level attention; 77 text tokens for small latents), which
+// llama.cpp's GGUF reader divides counts by to estimate calls; the calls of
+// other layers are not recovered exactly that way (ContinueImatrix does
+// recover them). dataset names the calibration prompts.
 func (s *ImatrixStats) Matrix(dataset string) *imatrix.Matrix {
 	s.mu.Lock()
 	defer s.mu.Unlock()
