@@ -193,16 +193,30 @@ func helpExamples(t *testing.T, name string) []string {
 // readmeCommands returns the command lines of README.md's code blocks
 // (lines joined at trailing backslashes, comments and "$ " prompts removed).
 func readmeCommands(t *testing.T) []string {
+	var cmds []string
+	for _, block := range readmeBlocks(t) {
+		cmds = append(cmds, block...)
+	}
+	return cmds
+}
+
+// readmeBlocks returns the command lines of each code block of README.md
+// (continuation lines joined, comments and "$ " prompts removed).
+func readmeBlocks(t *testing.T) [][]string {
 	data, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cmds []string
+	var blocks [][]string
+	var cur []string
 	in := false
 	pending := ""
 	for _, line := range strings.Split(string(data), "\n") {
 		if strings.HasPrefix(line, "```") {
-			in = !in
+			if in && len(cur) > 0 {
+				blocks = append(blocks, cur)
+			}
+			in, cur = !in, nil
 			continue
 		}
 		if !in {
@@ -217,10 +231,10 @@ func readmeCommands(t *testing.T) []string {
 			pending += s
 			continue
 		}
-		cmds = append(cmds, pending+line)
+		cur = append(cur, pending+line)
 		pending = ""
 	}
-	return cmds
+	return blocks
 }
 
 // goToolchain matches command lines that run the Go toolchain itself
@@ -287,16 +301,19 @@ func TestDocumentedCommands(t *testing.T) {
 	}
 
 	var readme []string
-	for _, c := range readmeCommands(t) {
-		if goToolchain.MatchString(c) {
-			t.Logf("left to .ci/run: %s", c)
+	for _, block := range readmeBlocks(t) {
+		if !native.Available && needsGGML.MatchString(strings.Join(block, "\n")) {
+			// Later lines of a block may use what a generate line wrote.
+			t.Logf("needs a cgo build: %q", block)
 			continue
 		}
-		if !native.Available && needsGGML.MatchString(c) {
-			t.Logf("needs a cgo build: %s", c)
-			continue
+		for _, c := range block {
+			if goToolchain.MatchString(c) {
+				t.Logf("left to .ci/run: %s", c)
+				continue
+			}
+			readme = append(readme, c)
 		}
-		readme = append(readme, c)
 	}
 	if len(readme) == 0 {
 		t.Fatal("no runnable command lines in README.md")
