@@ -71,5 +71,5 @@ func Open(path string) (Model, error) {
 	if st.IsDir() {
 		return nil, fmt.Errorf("%s: is a directory with no recognised model layout: %w", path, ErrFormat)
 	}
-	return nil, fmt.Errorf("%s: not a GGUF or safetensors file: %w", path, ErrFormat)
+	return nil, fmt.Errorf("%s: not a GGUF, safetensors or PyTorch checkpoint: %w", path, ErrFormat)
 }
