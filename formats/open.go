@@ -73,3 +73,29 @@ func Open(path string) (Model, error) {
 	}
 	return nil, fmt.Errorf("%s: not a GGUF, safetensors or PyTorch checkpoint: %w", path, ErrFormat)
 }
+
+// OpenFile opens the file at path for reading and parses it with parse
+// (given the file, its size and path). A directory is refused with the
+// error notFile returns. On success the caller owns the returned file and
+// closes it with the model; on any failure it is already closed.
+func OpenFile[T any](path string, parse func(r io.ReaderAt, size int64, name string) (T, error), notFile func() error) (T, *os.File, error) {
+	var zero T
+	f, err := os.Open(path)
+	if err != nil {
+		return zero, nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && st.IsDir() {
+		err = notFile()
+	}
+	if err != nil {
+		f.Close()
+		return zero, nil, err
+	}
+	v, err := parse(f, st.Size(), path)
+	if err != nil {
+		f.Close()
+		return zero, nil, err
+	}
+	return v, f, nil
+}

@@ -29,7 +29,6 @@ import (
 	"io"
 	"math"
 	"math/big"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,22 +94,8 @@ var _ formats.Model = (*File)(nil)
 // Open opens the checkpoint at path (zip or legacy format). The file stays
 // open for ReadTensorAt until Close; it is never written.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	cf, f, err := formats.OpenFile(path, Parse, func() error { return &Error{File: path, Msg: "is a directory"} })
 	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if st.IsDir() {
-		f.Close()
-		return nil, &Error{File: path, Msg: "is a directory"}
-	}
-	cf, err := Parse(f, st.Size(), path)
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	cf.closer = f

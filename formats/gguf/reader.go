@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 
 	"github.com/sdtool/sdtool/formats"
@@ -74,22 +73,8 @@ var _ formats.Model = (*File)(nil)
 
 // Open opens one GGUF file. Use OpenModel to open a split GGUF as a whole.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	g, f, err := formats.OpenFile(path, Parse, func() error { return &FormatError{File: path, Msg: "is a directory"} })
 	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if st.IsDir() {
-		f.Close()
-		return nil, &FormatError{File: path, Msg: "is a directory"}
-	}
-	g, err := Parse(f, st.Size(), path)
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	g.closer = f

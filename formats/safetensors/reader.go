@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,22 +68,8 @@ var _ formats.Model = (*File)(nil)
 // 8-byte length and the header only; the file stays open for ReadTensorAt
 // until Close.
 func Open(path string) (*File, error) {
-	f, err := os.Open(path)
+	sf, f, err := formats.OpenFile(path, Parse, func() error { return &Error{File: path, Msg: "is a directory"} })
 	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if st.IsDir() {
-		f.Close()
-		return nil, &Error{File: path, Msg: "is a directory"}
-	}
-	sf, err := Parse(f, st.Size(), path)
-	if err != nil {
-		f.Close()
 		return nil, err
 	}
 	sf.closer = f
