@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -25,7 +26,7 @@ type Model struct {
 	// Config is the detected configuration.
 	Config *ModelConfig
 	// Tokenizer is the CLIP tokenizer in use.
-	Tokenizer *Tokenizer
+	Tokenizer *text.Tokenizer
 	// LoadTime is how long loading took.
 	LoadTime time.Duration
 
@@ -138,12 +139,12 @@ func isVAEWeight(name string) bool {
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // loadModelTokenizer takes --tokenizer when given, else the model's embedded merges.
-func loadModelTokenizer(path, file string, md formats.Metadata) (*Tokenizer, error) {
+func loadModelTokenizer(path, file string, md formats.Metadata) (*text.Tokenizer, error) {
 	if file != "" {
-		return LoadTokenizer(file)
+		return text.LoadTokenizer(file)
 	}
-	t, err := TokenizerFromMetadata(path, md)
-	if errors.Is(err, ErrNoTokenizer) {
+	t, err := text.TokenizerFromMetadata(path, md)
+	if errors.Is(err, text.ErrNoTokenizer) {
 		return nil, fmt.Errorf("%w; pass --tokenizer with CLIP's tokenizer.json or merges (or embed one with `sdtool convert --tokenizer`)", err)
 	}
 	return t, err
