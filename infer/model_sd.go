@@ -26,7 +26,7 @@ type Model struct {
 	// Config is the detected configuration.
 	Config *ModelConfig
 	// Tokenizer is the CLIP tokenizer in use.
-	Tokenizer *text.Tokenizer
+	Tokenizer *text.CLIPTokenizer
 	// LoadTime is how long loading took.
 	LoadTime time.Duration
 
@@ -139,11 +139,11 @@ func isVAEWeight(name string) bool {
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // loadModelTokenizer takes --tokenizer when given, else the model's embedded merges.
-func loadModelTokenizer(path, file string, md formats.Metadata) (*text.Tokenizer, error) {
+func loadModelTokenizer(path, file string, md formats.Metadata) (*text.CLIPTokenizer, error) {
 	if file != "" {
-		return text.LoadTokenizer(file)
+		return text.LoadCLIPTokenizer(file)
 	}
-	t, err := text.TokenizerFromMetadata(path, md)
+	t, err := text.CLIPTokenizerFromMetadata(path, md)
 	if errors.Is(err, text.ErrNoTokenizer) {
 		return nil, fmt.Errorf("%w; pass --tokenizer with CLIP's tokenizer.json or merges (or embed one with `sdtool convert --tokenizer`)", err)
 	}
