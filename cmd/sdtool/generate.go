@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/pngtext"
 )
 
 // generate runs SD 1.x/2.x through ggml. Without cgo the command exists
@@ -266,7 +267,7 @@ func readPNG(path string) (image.Image, error) {
 // writePNGFile writes the image through path+".partial".
 func writePNGFile(path string, img image.Image, p infer.GenerationParams) error {
 	var buf bytes.Buffer
-	if err := infer.WritePNGWithParams(&buf, img, p); err != nil {
+	if err := pngtext.Write(&buf, img, map[string]string{pngtext.ParametersKey: p.String()}, nil); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err := os.WriteFile(path+".partial", buf.Bytes(), 0o644); err != nil {
