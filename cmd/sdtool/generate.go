@@ -17,6 +17,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
 )
 
@@ -215,15 +216,15 @@ func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infe
 	if err != nil {
 		return err
 	}
-	psnr, err := infer.PSNR(refImg, img)
+	psnr, err := metrics.PSNR(refImg, img)
 	if err != nil {
 		return err
 	}
-	ssim, err := infer.SSIM(refImg, img)
+	ssim, err := metrics.SSIM(refImg, img)
 	if err != nil {
 		return err
 	}
-	cos, err := infer.CosineSimilarity(ref.Latent, res.Latent)
+	cos, err := metrics.CosineSimilarity(ref.Latent, res.Latent)
 	if err != nil {
 		return err
 	}
@@ -241,7 +242,7 @@ func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infe
 			fmt.Fprintf(w, "  %-18s (missing in the reference)\n", b.Name)
 			continue
 		}
-		e, err := infer.CompareTensors(rv, b.Values)
+		e, err := metrics.CompareTensors(rv, b.Values)
 		if err != nil {
 			fmt.Fprintf(w, "  %-18s %v\n", b.Name, err)
 			continue
