@@ -1,5 +1,3 @@
-//go:build cgo
-
 package infer
 
 import (
@@ -14,7 +12,7 @@ import (
 )
 
 // Available reports whether this build can run inference (it needs cgo and ggml).
-const Available = true
+const Available = native.Available
 
 // graphSize bounds the nodes of one graph (the full SD 1.5 UNet has about 2,500).
 const graphSize = 16384
@@ -42,6 +40,9 @@ type Model struct {
 // Load opens an SD 1.x/2.x model (any format formats.Open detects; the
 // format packages must be linked in) and loads its weights into ggml.
 func Load(path string, opt LoadOptions) (_ *Model, err error) {
+	if !Available {
+		return nil, ErrNoCgo
+	}
 	start := time.Now()
 	m, err := formats.Open(path)
 	if err != nil {
