@@ -2,11 +2,6 @@
 
 package native
 
-/*
-void ggml_quantize_init(int type);
-*/
-import "C"
-
 import (
 	"fmt"
 	"math"
@@ -19,16 +14,6 @@ import (
 // sdtool does not reimplement in Go.
 var GridIQTypes = []formats.DType{
 	formats.IQ2_XXS, formats.IQ2_XS, formats.IQ2_S, formats.IQ3_XXS, formats.IQ3_S, formats.IQ1_S, formats.IQ1_M,
-}
-
-// QuantizeInit builds ggml's search tables for t (ggml_quantize_init), which
-// takes seconds for some grid types. ggml_quantize_chunk does it on first
-// use under a global lock; calling it up front keeps that cost out of the
-// first row. It is a no-op for types without tables or unknown to ggml.
-func QuantizeInit(t formats.DType) {
-	if t.InLinkedGGML() {
-		C.ggml_quantize_init(C.int(t))
-	}
 }
 
 // Limits of the values the grid quantizers are given. ggml's lattice

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 	"github.com/sdtool/sdtool/quant"
 )
 
@@ -149,7 +150,7 @@ func TestTransparent(t *testing.T) {
 			if vec == nil && native.RequiresImatrix(typ) {
 				ref = ones
 			}
-			want, err := native.QuantizeChunk(typ, x, n, ref)
+			want, err := ggmltest.QuantizeChunk(typ, x, n, ref)
 			if err != nil {
 				t.Fatal(err)
 			}
