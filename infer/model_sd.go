@@ -457,7 +457,7 @@ func (m *Model) Generate(req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sched := SDSchedule()
+	sched := SDNoiseSchedule()
 	sigmas, err := sched.Sigmas(req.Scheduler, req.Steps)
 	if err != nil {
 		return nil, err
