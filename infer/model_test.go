@@ -298,7 +298,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 	for _, x := range sd2.Tensors() {
 		m.tensors = append(m.tensors, formats.Tensor{Name: x.Name, Type: formats.F16, Shape: x.Shape})
 	}
-	specs, err := planWeights(m, nil)
+	specs, err := selectWeights(m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
