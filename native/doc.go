@@ -1,5 +1,5 @@
-// Package native is sdtool's binding to ggml, and the only package outside
-// native/ggmltest that imports "C". It links ggml's base and CPU backend
+// Package native is sdtool's binding to ggml; it and its test-only sibling
+// native/ggmltest are the only packages that import "C". It links ggml's base and CPU backend
 // (compiled by the blank-imported ollama module) and declares, in its own
 // C preambles, the part of ggml's C API that sdtool runs:
 //
