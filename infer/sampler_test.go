@@ -373,7 +373,7 @@ func TestGuideAndNoiseLatent(t *testing.T) {
 }
 
 func TestParseMethod(t *testing.T) {
-	for in, want := range map[string]Method{"": EulerAncestral, "euler": Euler, "euler_a": EulerAncestral, "dpm++2m": DPMPP2M} {
+	for in, want := range map[string]Method{"": "", "default": "", "euler": Euler, "euler_a": EulerAncestral, "dpm++2m": DPMPP2M} {
 		if got, err := ParseMethod(in); err != nil || got != want {
 			t.Errorf("ParseMethod(%q) = %v, %v", in, got, err)
 		}
