@@ -161,7 +161,7 @@ var Families = []*Family{
 		}},
 		Encoders: []TextEncoder{
 			{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 2, PadEOS: true, Hidden: true},
-			{Component: "clip_g", Kind: "clip", Prefix: clipGPrefix, Skip: 2, GELU: true, PadEOS: true, Hidden: true, Pooled: true},
+			{Component: "clip_g", Kind: "clip", Prefix: clipGPrefix, Skip: 2, GELU: true, Hidden: true, Pooled: true},
 		},
 		Vector:      []VectorPart{{Kind: "pooled"}, {Kind: "size", Dim: 256}, {Kind: "crop", Dim: 256}, {Kind: "target", Dim: 256}},
 		Conditioner: "clip", Network: "unet", Schedule: "discrete",

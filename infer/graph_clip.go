@@ -69,13 +69,13 @@ func (g *builder) clip(cfg *CLIPConfig, ids native.Tensor, pooledAt int) (hidden
 	if pooledAt >= 0 {
 		last := g.layerNorm(x, p+"final_layer_norm", layerNormEps)
 		ne, nb := last.Ne(), last.Nb()
-		pooled = g.c.View(last, [4]int64{ne[0], 1, 1, 1}, nb[1], nb[1], nb[1], int64(pooledAt)*nb[1])
+		pooled = g.c.Cont(g.c.View(last, [4]int64{ne[0], 1, 1, 1}, nb[1], nb[1], nb[1], int64(pooledAt)*nb[1]))
 		if g.has(p + "text_projection") {
 			w := g.weight(p + "text_projection")
-			pooled = g.c.MulMat(w, g.c.Cont(pooled))
 			g.watch(w, pooled)
+			pooled = g.c.MulMat(w, pooled)
 		}
-		pooled = g.output(g.c.Cont(pooled))
+		pooled = g.output(pooled)
 	}
 	return hidden, pooled
 }

@@ -164,8 +164,11 @@ type layoutRule struct {
 }
 
 // layoutRules: OpenCLIP's text_projection is a [width, embed] parameter used
-// as x @ P, Hugging Face's a Linear weight [embed, width] (W x); both load as
-// the Linear form.
+// as x @ P (sgm's FrozenOpenCLIPEmbedder2), Hugging Face's a Linear weight
+// [embed, width] (W x); both load as the Linear form. stable-diffusion.cpp
+// multiplies by the stored matrix either way, so its pooled SDXL embedding
+// from a single-file (LDM) checkpoint uses the transpose;
+// LoadOptions.StoredLayout reproduces that.
 var layoutRules = []layoutRule{{suffix: "text_model.text_projection", fileSuffix: ".weight"}}
 
 // transposedAtLoad reports whether the weight internal (file name file) is held transposed.
@@ -203,7 +206,7 @@ func selectWeights(m formats.Model, rename func(string) string) ([]weightSpec, e
 	if err != nil {
 		return nil, err
 	}
-	return selectFrom([]*openSource{src}, rename)
+	return selectFrom([]*openSource{src}, rename, false)
 }
 
 func newSource(ct *component, m formats.Model) (*openSource, error) {
@@ -224,8 +227,8 @@ func newSource(ct *component, m formats.Model) (*openSource, error) {
 // version, as sd-cli's loader converts them), drops the parts of the -m file
 // that a standalone component replaces and anything outside a component's
 // part, and types what is left. override, when not nil, replaces the load
-// prefixes (tests).
-func selectFrom(srcs []*openSource, override func(string) string) ([]weightSpec, error) {
+// prefixes (tests); stored skips the layout table.
+func selectFrom(srcs []*openSource, override func(string) string, stored bool) ([]weightSpec, error) {
 	type named struct {
 		src  *openSource
 		s    *dequant.Source
@@ -277,7 +280,7 @@ func selectFrom(srcs []*openSource, override func(string) string) ([]weightSpec,
 			continue
 		}
 		ws := weightSpec{Name: name, Shape: n.s.Shape(), Component: n.src.comp.flag, src: n.s, model: n.src.m}
-		if transposedAtLoad(name, n.s.Name) && len(ws.Shape) == 2 {
+		if !stored && transposedAtLoad(name, n.s.Name) && len(ws.Shape) == 2 {
 			ws.transpose = true
 			ws.Shape = []int64{ws.Shape[1], ws.Shape[0]}
 		}

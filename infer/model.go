@@ -124,7 +124,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	if len(srcs) == 0 {
 		return nil, errors.New("no model given (-m, or --diffusion-model with the text encoders and VAE)")
 	}
-	specs, err := selectFrom(srcs, nil)
+	specs, err := selectFrom(srcs, nil, opt.StoredLayout)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,11 @@ type LoadOptions struct {
 	Threads int
 	// Prediction forces "eps", "v" or "flow"; "" takes metadata, then the family's.
 	Prediction string
+	// StoredLayout uses every weight as stored, without the layout table
+	// (load.go): an OpenCLIP text_projection then multiplies untransposed,
+	// as stable-diffusion.cpp does, which reproduces sd-cli's SDXL images
+	// from single-file checkpoints (whose pooled embedding it transposes).
+	StoredLayout bool
 }
 
 // Request is one image to generate.

@@ -116,6 +116,7 @@ func init() {
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "`eps`, `v` or `flow` (default: metadata, else the family's; SD 2.x is probed as sd.cpp does)"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS` (default: all cores)"},
+			&cli.BoolFlag{Name: "sdcpp-text-projection", Usage: "multiply by an OpenCLIP text_projection as stored, as stable-diffusion.cpp does (it transposes SDXL's pooled embedding from single-file checkpoints), to reproduce sd-cli's images"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "tokenizer.json or a folder with vocab.json and merges.txt (`PATH`)"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
@@ -160,7 +161,8 @@ func runGenerate(c *cli.Context) error {
 	if !infer.LinkedAVX2() {
 		slog.Warn("the linked ggml was compiled without AVX2, so inference is slow; build with CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" CGO_CXXFLAGS=\"-O3 -march=native -ffp-contract=off\"")
 	}
-	opt := infer.LoadOptions{Tokenizer: c.String("tokenizer"), Threads: c.Int("threads"), Prediction: c.String("prediction")}
+	opt := infer.LoadOptions{Tokenizer: c.String("tokenizer"), Threads: c.Int("threads"), Prediction: c.String("prediction"),
+		StoredLayout: c.Bool("sdcpp-text-projection")}
 	comps := components(c, "")
 	if comps.Model == "" && comps.DiffusionModel == "" {
 		return errors.New("generate: give a model: -m FILE, or --diffusion-model FILE with its text encoders and VAE")

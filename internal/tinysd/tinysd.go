@@ -1,11 +1,12 @@
-// Package tinysd generates small Stable Diffusion 1.x checkpoints that
-// sdtool generate can run in seconds: every tensor of the SD1 layout (LDM
-// UNet, VAE and CLIP text model with their original names) at a chosen
-// width and depth, deterministic pseudo-random values from package synth,
-// a CLIP tokenizer built from a short word list embedded in the metadata,
-// and the metadata overrides that shape detection cannot infer (head
-// counts, default image size and steps). testdata/tiny-sd1.gguf is Tiny;
-// quality tests generate wider variants with quantized linear weights.
+// Package tinysd generates small Stable Diffusion checkpoints that sdtool
+// generate can run in seconds: every tensor of the SD1, SD2 or SDXL layout
+// (LDM UNet, VAE and the CLIP text models with their original names) at a
+// chosen width and depth, deterministic pseudo-random values from package
+// synth, a CLIP tokenizer built from a short word list embedded in the
+// metadata, and the metadata overrides that shape detection cannot infer
+// (head counts, default image size and steps). testdata/tiny-sd1.gguf is
+// Tiny and testdata/tiny-sdxl.gguf TinySDXL; quality tests generate wider
+// variants with quantized linear weights.
 package tinysd
 
 import (
@@ -54,7 +55,45 @@ type Config struct {
 	// text model (cond_stage_model.model., fused in_proj), no prediction
 	// metadata (generate then probes the UNet as sd.cpp does).
 	SD2 bool
+	// SDXL selects SDXL's single-file layout: linear projections, CLIP-L
+	// (conditioner.embedders.0.transformer.text_model.) and an OpenCLIP
+	// bigG (conditioner.embedders.1.model., with text_projection) of
+	// G.Hidden, G.FF, G.Layers and G.Heads, whose hidden states are
+	// concatenated into the UNet's context, and label_emb over the pooled
+	// bigG output and six 256-wide size embeddings.
+	SDXL bool
+	// G shapes SDXL's second text model.
+	G TextModel
 }
+
+// TextModel shapes a CLIP text model.
+type TextModel struct {
+	Hidden, FF, Layers, Heads int
+}
+
+// TinySDXL is testdata/tiny-sdxl.gguf's configuration: SDXL's layout with
+// a 32-wide UNet over three levels (attention on the last two, one block
+// each), a 64-wide CLIP-L and a 64-wide bigG of two layers each (the
+// penultimate one conditions), and a 32-wide VAE, f16 (under 3 MB), with
+// 128x128 images in 4 steps by default.
+var TinySDXL = Config{
+	ModelChannels: 32, Mult: []int{1, 1, 1}, NumRes: 1, Depth: []int{0, 1, 1}, MiddleDepth: 1, UNetHeads: 2,
+	TextHidden: 64, TextFF: 64, TextLayers: 2, TextHeads: 2,
+	G:     TextModel{Hidden: 64, FF: 64, Layers: 2, Heads: 2},
+	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
+	Words: DefaultWords, Seed: 2, Type: formats.F16, Width: 128, Height: 128, Steps: 4, SDXL: true,
+}
+
+// contextDim is the width of the UNet's cross-attention context.
+func (c Config) contextDim() int {
+	if c.SDXL {
+		return c.TextHidden + c.G.Hidden
+	}
+	return c.TextHidden
+}
+
+// sdxlSizeDim is the width of each size number's embedding in SDXL's conditioning vector.
+const sdxlSizeDim = 256
 
 // Tiny is testdata/tiny-sd1.gguf's configuration: a 32-wide UNet over
 // four levels (two residual blocks each, attention on the first three), a
@@ -147,10 +186,15 @@ func (c Config) Tensors() []synth.TensorSpec {
 	b := &builder{}
 	c.unet(b, "model.diffusion_model.")
 	c.vae(b, "first_stage_model.")
-	if c.SD2 {
-		c.openCLIP(b, "cond_stage_model.model.")
-	} else {
-		c.clip(b, "cond_stage_model.transformer.text_model.")
+	l := TextModel{Hidden: c.TextHidden, FF: c.TextFF, Layers: c.TextLayers}
+	switch {
+	case c.SDXL:
+		clip(b, "conditioner.embedders.0.transformer.text_model.", l, c.Vocab())
+		openCLIP(b, "conditioner.embedders.1.model.", c.G, c.Vocab())
+	case c.SD2:
+		openCLIP(b, "cond_stage_model.model.", l, c.Vocab())
+	default:
+		clip(b, "cond_stage_model.transformer.text_model.", l, c.Vocab())
 	}
 	return b.out
 }
@@ -160,6 +204,11 @@ func (c Config) unet(b *builder, p string) {
 	temb := 4 * mc
 	b.linear(p+"time_embed.0", temb, mc, true)
 	b.linear(p+"time_embed.2", temb, temb, true)
+	if c.SDXL {
+		b.linear(p+"label_emb.0.0", temb, c.G.Hidden+6*sdxlSizeDim, true)
+		b.linear(p+"label_emb.0.2", temb, temb, true)
+	}
+	linear := c.SD2 || c.SDXL
 	b.conv(p+"input_blocks.0.0", mc, 4, 3)
 	res := func(q string, in, out int) {
 		b.norm(q+".in_layers.0", in)
@@ -173,7 +222,7 @@ func (c Config) unet(b *builder, p string) {
 	}
 	tr := func(q string, ch, depth int) {
 		b.norm(q+".norm", ch)
-		if c.SD2 {
+		if linear {
 			b.linear(q+".proj_in", ch, ch, true)
 		} else {
 			b.conv(q+".proj_in", ch, ch, 1)
@@ -183,7 +232,7 @@ func (c Config) unet(b *builder, p string) {
 			for _, a := range []struct {
 				name string
 				kv   int
-			}{{"attn1", ch}, {"attn2", c.TextHidden}} {
+			}{{"attn1", ch}, {"attn2", c.contextDim()}} {
 				b.linear(t+"."+a.name+".to_q", ch, ch, false)
 				b.linear(t+"."+a.name+".to_k", ch, a.kv, false)
 				b.linear(t+"."+a.name+".to_v", ch, a.kv, false)
@@ -195,7 +244,7 @@ func (c Config) unet(b *builder, p string) {
 			b.norm(t+".norm2", ch)
 			b.norm(t+".norm3", ch)
 		}
-		if c.SD2 {
+		if linear {
 			b.linear(q+".proj_out", ch, ch, true)
 		} else {
 			b.conv(q+".proj_out", ch, ch, 1)
@@ -300,36 +349,36 @@ func (c Config) vae(b *builder, p string) {
 	b.conv(p+"post_quant_conv", 4, 4, 1)
 }
 
-func (c Config) clip(b *builder, p string) {
-	h := c.TextHidden
-	b.add(p+"embeddings.token_embedding.weight", synth.InitWeight, c.Vocab(), h)
+func clip(b *builder, p string, m TextModel, vocab int) {
+	h := m.Hidden
+	b.add(p+"embeddings.token_embedding.weight", synth.InitWeight, vocab, h)
 	b.add(p+"embeddings.position_embedding.weight", synth.InitWeight, 77, h)
-	for l := 0; l < c.TextLayers; l++ {
+	for l := 0; l < m.Layers; l++ {
 		q := p + "encoder.layers." + strconv.Itoa(l)
 		for _, n := range []string{"k_proj", "v_proj", "q_proj", "out_proj"} {
 			b.linear(q+".self_attn."+n, h, h, true)
 		}
 		b.norm(q+".layer_norm1", h)
-		b.linear(q+".mlp.fc1", c.TextFF, h, true)
-		b.linear(q+".mlp.fc2", h, c.TextFF, true)
+		b.linear(q+".mlp.fc1", m.FF, h, true)
+		b.linear(q+".mlp.fc2", h, m.FF, true)
 		b.norm(q+".layer_norm2", h)
 	}
 	b.norm(p+"final_layer_norm", h)
 }
 
-func (c Config) openCLIP(b *builder, p string) {
-	h := c.TextHidden
+func openCLIP(b *builder, p string, m TextModel, vocab int) {
+	h := m.Hidden
 	b.add(p+"positional_embedding", synth.InitWeight, 77, h)
-	b.add(p+"token_embedding.weight", synth.InitWeight, c.Vocab(), h)
-	for l := 0; l < c.TextLayers; l++ {
+	b.add(p+"token_embedding.weight", synth.InitWeight, vocab, h)
+	for l := 0; l < m.Layers; l++ {
 		q := p + "transformer.resblocks." + strconv.Itoa(l)
 		b.norm(q+".ln_1", h)
 		b.add(q+".attn.in_proj_weight", synth.InitWeight, 3*h, h)
 		b.add(q+".attn.in_proj_bias", synth.InitBias, 3*h)
 		b.linear(q+".attn.out_proj", h, h, true)
 		b.norm(q+".ln_2", h)
-		b.linear(q+".mlp.c_fc", c.TextFF, h, true)
-		b.linear(q+".mlp.c_proj", h, c.TextFF, true)
+		b.linear(q+".mlp.c_fc", m.FF, h, true)
+		b.linear(q+".mlp.c_proj", h, m.FF, true)
 	}
 	b.norm(p+"ln_final", h)
 	b.add(p+"text_projection", synth.InitWeight, h, h)
@@ -352,7 +401,10 @@ func (c Config) Metadata() formats.Metadata {
 	}
 	str := func(k, v string) formats.KV { return formats.KV{Key: k, Type: formats.TypeString, Value: v} }
 	arch, act := "sd1", "quick_gelu"
-	if c.SD2 {
+	switch {
+	case c.SDXL:
+		arch = "sdxl"
+	case c.SD2:
 		arch, act = "sd2", "gelu"
 	}
 	md := formats.Metadata{
@@ -366,6 +418,9 @@ func (c Config) Metadata() formats.Metadata {
 		u32("sdtool.generate.width", c.Width),
 		u32("sdtool.generate.height", c.Height),
 		u32("sdtool.generate.steps", c.Steps),
+	}
+	if c.SDXL {
+		md = append(md, u32("sdtool.clip_g.num_heads", c.G.Heads))
 	}
 	if !c.SD2 {
 		md = append(md, str("sdtool.prediction", "eps"))

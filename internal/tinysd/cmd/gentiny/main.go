@@ -1,8 +1,10 @@
-// Command gentiny writes testdata/tiny-sd1.gguf (tinysd.Tiny), or with
-// -sd15 a synthetic model of SD 1.5's full size for benchmarks (-quant
-// q4_K quantizes its linear weights):
+// Command gentiny writes testdata/tiny-sd1.gguf (tinysd.Tiny), with -sdxl
+// testdata/tiny-sdxl.gguf (tinysd.TinySDXL), or with -sd15 a synthetic
+// model of SD 1.5's full size for benchmarks (-quant q4_K quantizes its
+// linear weights):
 //
 //	go run ./internal/tinysd/cmd/gentiny [-o testdata/tiny-sd1.gguf]
+//	go run ./internal/tinysd/cmd/gentiny -sdxl -o testdata/tiny-sdxl.gguf
 //	go run ./internal/tinysd/cmd/gentiny -sd15 [-quant q4_K] -o /tmp/sd15.gguf
 package main
 
@@ -18,11 +20,15 @@ import (
 func main() {
 	out := flag.String("o", "testdata/tiny-sd1.gguf", "output file")
 	sd15 := flag.Bool("sd15", false, "SD 1.5's full size instead of the tiny model")
+	sdxl := flag.Bool("sdxl", false, "the tiny SDXL-layout model")
 	q := flag.String("quant", "", "type of the linear weights (q8_0, q4_K, ...)")
 	flag.Parse()
 	c := tinysd.Tiny
-	if *sd15 {
+	switch {
+	case *sd15:
 		c = tinysd.SD15
+	case *sdxl:
+		c = tinysd.TinySDXL
 	}
 	if *q != "" {
 		t, ok := formats.ParseType(*q)
