@@ -155,6 +155,49 @@ type openSource struct {
 	dq   *dequant.Model
 }
 
+// componentVersion names the version that converts the names of a model
+// sd.cpp cannot place: its detection looks for the text encoders of a UNet
+// model under their checkpoint prefixes, so a UNet given as
+// --diffusion-model with --clip_l (and --clip_g) files is of no version
+// there (sd-cli refuses it). A UNet whose class embedding (label_emb, or
+// diffusers' add_embedding) is present is SDXL, another UNet SD 1.x (whose
+// names SD 2.x shares); anything else stays Unknown.
+func componentVersion(tensors []formats.Tensor) names.Version {
+	unet, xl := false, false
+	for _, t := range tensors {
+		rest, ok := strings.CutPrefix(t.Name, "model.diffusion_model.")
+		if !ok {
+			continue
+		}
+		unet = unet || strings.HasPrefix(rest, "input_blocks.") || strings.HasPrefix(rest, "down_blocks.")
+		xl = xl || strings.HasPrefix(rest, "label_emb.") || strings.HasPrefix(rest, "add_embedding.")
+	}
+	switch {
+	case unet && xl:
+		return names.SDXL
+	case unet:
+		return names.SD1
+	}
+	return names.Unknown
+}
+
+// convertPrefixes rename a name's prefix after version detection and before
+// names.Convert, where sd.cpp's own mapping loses a part: its diffusers
+// loader names text_encoder_2 "te.1.", which sd.cpp's "te." rule turns into
+// cond_stage_model.transformer.1. (so sd-cli reads no second SDXL encoder
+// from a diffusers folder); "te2." names it as the conditioner reads it.
+var convertPrefixes = []struct{ from, to string }{{"te.1.", "te2."}}
+
+func convertName(load string, v names.Version) string {
+	for _, r := range convertPrefixes {
+		if rest, ok := strings.CutPrefix(load, r.from); ok {
+			load = r.to + rest
+			break
+		}
+	}
+	return names.Convert(load, v)
+}
+
 // layoutRule rewrites a weight's storage layout at load: a tensor whose
 // internal name ends with suffix and whose name in the file does not end with
 // fileSuffix is stored transposed.
@@ -249,6 +292,9 @@ func selectFrom(srcs []*openSource, override func(string) string, stored bool) (
 		}
 	}
 	v := names.DetectVersion(tensors)
+	if v == names.Unknown {
+		v = componentVersion(tensors)
+	}
 	replaced := func(name string, from *openSource) bool {
 		for _, o := range srcs {
 			if o != from && o.comp.flag != "model" && o.comp.provides(name) {
@@ -260,7 +306,7 @@ func selectFrom(srcs []*openSource, override func(string) string, stored bool) (
 	var out []weightSpec
 	seen := map[string]string{}
 	for _, n := range all {
-		name := names.Convert(n.load, v)
+		name := convertName(n.load, v)
 		if !used(name) {
 			continue
 		}

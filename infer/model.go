@@ -138,7 +138,12 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	for _, s := range specs {
 		sh[s.Name] = s.Shape
 	}
-	md := srcs[0].m.Metadata()
+	// Metadata overrides may sit in any component file; the first file
+	// (in sd-cli's flag order) that has a key wins.
+	var md formats.Metadata
+	for _, s := range srcs {
+		md = append(md, s.m.Metadata()...)
+	}
 	cfg, err := DetectConfig(sh, md)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", main, err)
