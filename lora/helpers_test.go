@@ -23,11 +23,13 @@ type memModel struct {
 
 func newMem(path string) *memModel { return &memModel{path: path, data: map[string][]byte{}} }
 
-func (m *memModel) Path() string                { return m.path }
-func (m *memModel) Info() formats.Info          { return formats.Info{Format: "memory", Files: []string{m.path}} }
-func (m *memModel) Tensors() []formats.Tensor   { return m.list }
-func (m *memModel) Metadata() formats.Metadata  { return nil }
-func (m *memModel) Close() error                { return nil }
+func (m *memModel) Path() string { return m.path }
+func (m *memModel) Info() formats.Info {
+	return formats.Info{Format: "memory", Files: []string{m.path}}
+}
+func (m *memModel) Tensors() []formats.Tensor  { return m.list }
+func (m *memModel) Metadata() formats.Metadata { return nil }
+func (m *memModel) Close() error               { return nil }
 func (m *memModel) find(name string) *formats.Tensor {
 	for i := range m.list {
 		if m.list[i].Name == name {
