@@ -139,11 +139,11 @@ func sd1Pair() ([]formats.Tensor, map[string]int, map[string]string) {
 	l.add("cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc1.weight", 64, 32)
 	l.add("cond_stage_model.transformer.text_model.embeddings.token_embedding.weight", 50, 32)
 	names := map[string]string{
-		"lora_unet_down_blocks_0_attentions_0_proj_in":                            "model.diffusion_model.input_blocks.1.1.proj_in.weight",
-		"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q":    "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight",
-		"lora_unet_down_blocks_0_resnets_0_conv1":                                 "model.diffusion_model.input_blocks.1.0.in_layers.2.weight",
-		"lora_unet_up_blocks_0_upsamplers_0_conv":                                 "model.diffusion_model.output_blocks.2.1.conv.weight",
-		"lora_te_text_model_encoder_layers_0_mlp_fc1":                             "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc1.weight",
+		"lora_unet_down_blocks_0_attentions_0_proj_in":                         "model.diffusion_model.input_blocks.1.1.proj_in.weight",
+		"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q": "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight",
+		"lora_unet_down_blocks_0_resnets_0_conv1":                              "model.diffusion_model.input_blocks.1.0.in_layers.2.weight",
+		"lora_unet_up_blocks_0_upsamplers_0_conv":                              "model.diffusion_model.output_blocks.2.1.conv.weight",
+		"lora_te_text_model_encoder_layers_0_mlp_fc1":                          "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc1.weight",
 	}
 	return l, nil, names
 }
