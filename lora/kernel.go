@@ -262,23 +262,27 @@ func matmul(a, b []float32, m, r, n int) []float32 {
 }
 
 // addRows adds coef times rows [first, first+n) of the layer's delta to
-// dst, which holds n rows of k.cols elements. scratch needs 2*cols floats
-// for LoHa and the row bytes for a full difference.
+// dst, which holds n rows of k.cols elements, using s for LoHa's two
+// products and a full difference's raw rows.
 func (l *Layer) addRows(k *kernel, dst []float32, first, n int, coef float32, s *scratch) error {
 	cols := k.cols
 	switch l.Kind {
 	case LoRA:
 		k.lr[0].addRows(dst, first, n, cols, coef)
 	case LoHa:
-		a, b := s.floats(2 * cols)
-		for i := 0; i < n; i++ {
+		// Both products for a block of rows, then their Hadamard product.
+		const block = 8
+		a, b := s.floats(2 * block * cols)
+		for i := 0; i < n; i += block {
+			nb := min(block, n-i)
+			a, b := a[:nb*cols], b[:nb*cols]
 			clear(a)
 			clear(b)
-			k.lr[0].addRows(a, first+i, 1, cols, 1)
-			k.lr[1].addRows(b, first+i, 1, cols, 1)
-			row := dst[i*cols : (i+1)*cols]
-			for j := range row {
-				row[j] += coef * a[j] * b[j]
+			k.lr[0].addRows(a, first+i, nb, cols, 1)
+			k.lr[1].addRows(b, first+i, nb, cols, 1)
+			rows := dst[i*cols : (i+nb)*cols]
+			for j := range rows {
+				rows[j] += coef * a[j] * b[j]
 			}
 		}
 	case LoKr:
@@ -289,32 +293,73 @@ func (l *Layer) addRows(k *kernel, dst []float32, first, n int, coef float32, s 
 	return nil
 }
 
-// addRows adds coef·up[first:first+n]·down to dst, four ranks at a time so
-// that each pass over a destination row does four multiply-adds per load.
+// lowRankTile is the width of the column tiles of lowRank.addRows: a tile
+// of down (rank × tile floats, 128 KiB at rank 64) stays in the L2 cache
+// while every row of the chunk passes over it.
+const lowRankTile = 512
+
+// addRows adds coef·up[first:first+n]·down to dst. Columns are tiled so
+// that down is read from cache, not memory, for all rows but the first;
+// within a tile two rows and four ranks are done per pass, eight
+// multiply-adds for every four loads of down and two of dst.
 func (lr *lowRank) addRows(dst []float32, first, n, cols int, coef float32) {
 	r := lr.r
-	for i := 0; i < n; i++ {
-		u := lr.up[(first+i)*r : (first+i+1)*r]
-		row := dst[i*cols : (i+1)*cols]
-		k := 0
-		for ; k+4 <= r; k += 4 {
-			a0, a1, a2, a3 := coef*u[k], coef*u[k+1], coef*u[k+2], coef*u[k+3]
-			d0 := lr.down[k*cols : (k+1)*cols]
-			d1 := lr.down[(k+1)*cols : (k+2)*cols]
-			d2 := lr.down[(k+2)*cols : (k+3)*cols]
-			d3 := lr.down[(k+3)*cols : (k+4)*cols]
-			d1, d2, d3 = d1[:len(d0)], d2[:len(d0)], d3[:len(d0)]
-			row := row[:len(d0)]
-			for j := range d0 {
-				row[j] += a0*d0[j] + a1*d1[j] + a2*d2[j] + a3*d3[j]
+	for j0 := 0; j0 < cols; j0 += lowRankTile {
+		j1 := min(j0+lowRankTile, cols)
+		i := 0
+		for ; i+2 <= n; i += 2 {
+			u0 := lr.up[(first+i)*r : (first+i+1)*r]
+			u1 := lr.up[(first+i+1)*r : (first+i+2)*r]
+			x0 := dst[i*cols+j0 : i*cols+j1]
+			x1 := dst[(i+1)*cols+j0 : (i+1)*cols+j1]
+			x1 = x1[:len(x0)]
+			k := 0
+			for ; k+4 <= r; k += 4 {
+				a0, a1, a2, a3 := coef*u0[k], coef*u0[k+1], coef*u0[k+2], coef*u0[k+3]
+				b0, b1, b2, b3 := coef*u1[k], coef*u1[k+1], coef*u1[k+2], coef*u1[k+3]
+				d0 := lr.down[k*cols+j0 : k*cols+j1]
+				d1 := lr.down[(k+1)*cols+j0 : (k+1)*cols+j1]
+				d2 := lr.down[(k+2)*cols+j0 : (k+2)*cols+j1]
+				d3 := lr.down[(k+3)*cols+j0 : (k+3)*cols+j1]
+				d0, d1, d2, d3 = d0[:len(x0)], d1[:len(x0)], d2[:len(x0)], d3[:len(x0)]
+				for j := range x0 {
+					p0, p1, p2, p3 := d0[j], d1[j], d2[j], d3[j]
+					x0[j] += a0*p0 + a1*p1 + a2*p2 + a3*p3
+					x1[j] += b0*p0 + b1*p1 + b2*p2 + b3*p3
+				}
+			}
+			for ; k < r; k++ {
+				a, bb := coef*u0[k], coef*u1[k]
+				d := lr.down[k*cols+j0 : k*cols+j1]
+				d = d[:len(x0)]
+				for j, p := range d {
+					x0[j] += a * p
+					x1[j] += bb * p
+				}
 			}
 		}
-		for ; k < r; k++ {
-			a := coef * u[k]
-			d := lr.down[k*cols : (k+1)*cols]
-			row := row[:len(d)]
-			for j := range d {
-				row[j] += a * d[j]
+		for ; i < n; i++ {
+			u := lr.up[(first+i)*r : (first+i+1)*r]
+			x := dst[i*cols+j0 : i*cols+j1]
+			k := 0
+			for ; k+4 <= r; k += 4 {
+				a0, a1, a2, a3 := coef*u[k], coef*u[k+1], coef*u[k+2], coef*u[k+3]
+				d0 := lr.down[k*cols+j0 : k*cols+j1]
+				d1 := lr.down[(k+1)*cols+j0 : (k+1)*cols+j1]
+				d2 := lr.down[(k+2)*cols+j0 : (k+2)*cols+j1]
+				d3 := lr.down[(k+3)*cols+j0 : (k+3)*cols+j1]
+				d0, d1, d2, d3 = d0[:len(x)], d1[:len(x)], d2[:len(x)], d3[:len(x)]
+				for j := range x {
+					x[j] += a0*d0[j] + a1*d1[j] + a2*d2[j] + a3*d3[j]
+				}
+			}
+			for ; k < r; k++ {
+				a := coef * u[k]
+				d := lr.down[k*cols+j0 : k*cols+j1]
+				d = d[:len(x)]
+				for j, p := range d {
+					x[j] += a * p
+				}
 			}
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/names"
 )
 
 // keyList is one file of testdata/keys.
@@ -322,6 +323,18 @@ func checkKeyList(t *testing.T, kl *keyList, b *Base, expectations bool) {
 	}
 	if !expectations {
 		return
+	}
+	sum := Summarize(a)
+	want := map[string]names.Version{"sd1": names.SD1, "sdxl": names.SDXL, "flux": names.Flux, "flux_clip": names.Flux,
+		"wan14b": names.Wan2, "wan14b_i2v": names.Wan2}[kl.bases[0]]
+	if sum.Parts["unet"] == 0 && sum.Parts["te2"] == 0 {
+		want = names.Unknown // one CLIP alone does not tell the family
+	}
+	if sum.Family != want {
+		t.Errorf("family %v, want %v", sum.Family, want)
+	}
+	if sum.Layers != len(a.Layers) || sum.Kinds[a.Layers[0].Kind] == 0 || !IsAdapter(m.list) {
+		t.Errorf("summary %+v", sum)
 	}
 	for _, e := range kl.expect {
 		found := false

@@ -115,5 +115,5 @@ var baseAliases = []rename{
 }
 
 // maxEnumerate caps the number of dot placements tried for one flattened
-// name (2^14: a kohya name has rarely more than 12 underscores).
-const maxEnumerate = 1 << 14
+// name (2^12: kohya names of block modules have up to 11 underscores after the head).
+const maxEnumerate = 1 << 12
