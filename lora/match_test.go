@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
@@ -368,5 +369,68 @@ func TestOpenSafetensors(t *testing.T) {
 	defer a.Close()
 	if len(a.Layers) != 1 || a.Layers[0].Rank != 2 || a.Layers[0].Scale != 0.5 || a.Layers[0].Rows != 12 || a.Styles["kohya"] != 1 {
 		t.Errorf("layers %+v styles %v", a.Layers, a.Styles)
+	}
+}
+
+// Targets that share a layer (a fused qkv LoRA on split q, k, v) are
+// computed by several goroutines at once, in chunks, with the same result
+// as one pass; run with -race.
+func TestConcurrentAddTo(t *testing.T) {
+	const h, r = 16, 4
+	rng := rand.New(rand.NewPCG(9, 9))
+	split := newMem("diffusers.safetensors")
+	for _, n := range []string{"to_q", "to_k", "to_v"} {
+		split.add("transformer_blocks.0.attn."+n+".weight", formats.F32, []int64{h, h}, nil)
+	}
+	ad := newMem("kohya.safetensors")
+	ad.add("lora_unet_double_blocks_0_img_attn_qkv.hada_w1_a", formats.F32, []int64{3 * h, r}, randn(rng, 3*h*r, 1))
+	ad.add("lora_unet_double_blocks_0_img_attn_qkv.hada_w1_b", formats.F32, []int64{r, h}, randn(rng, r*h, 1))
+	ad.add("lora_unet_double_blocks_0_img_attn_qkv.hada_w2_a", formats.F32, []int64{3 * h, r}, randn(rng, 3*h*r, 1))
+	ad.add("lora_unet_double_blocks_0_img_attn_qkv.hada_w2_b", formats.F32, []int64{r, h}, randn(rng, r*h, 1))
+	p := matchModels(t, split, names.Flux, "model.diffusion_model.", Use{readAdapter(t, ad), 1})
+	want := map[string][]float32{}
+	for _, tg := range p.Targets {
+		w := make([]float32, h*h)
+		if err := tg.AddTo(w, 0); err != nil {
+			t.Fatal(err)
+		}
+		want[tg.Name] = w
+		tg.Release()
+	}
+	got := map[string][]float32{}
+	for _, tg := range p.Targets {
+		got[tg.Name] = make([]float32, h*h)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for _, tg := range p.Targets {
+		for off := 0; off < h*h; off += 24 {
+			wg.Add(1)
+			go func(tg *Target, off int) {
+				defer wg.Done()
+				end := min(off+24, h*h)
+				if err := tg.AddTo(got[tg.Name][off:end], int64(off)); err != nil {
+					errs <- err
+				}
+			}(tg, off)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for name, w := range want {
+		for i := range w {
+			if got[name][i] != w[i] {
+				t.Fatalf("%s[%d]: %v concurrently, %v alone", name, i, got[name][i], w[i])
+			}
+		}
+	}
+	for _, tg := range p.Targets {
+		tg.Release()
+	}
+	if l := p.Targets[0].Changes[0].Layer; l.refs != 0 || l.k != nil {
+		t.Errorf("layer still holds %d references", l.refs)
 	}
 }
