@@ -97,7 +97,7 @@ type Adapter struct {
 	// suffix, or a scalar left over without the factors it belongs to).
 	Unknown []string
 	// Styles counts the layers per naming convention ("kohya", "peft",
-	// "diffusers", "lycoris").
+	// "diffusers", "lycoris", "xlabs", "comfyui", "sdcpp").
 	Styles map[string]int
 
 	model formats.Model
@@ -232,14 +232,20 @@ func Read(m formats.Model) (*Adapter, error) {
 // styleOf names a layer's convention from its key suffixes and module name.
 func styleOf(module string, styles map[string]bool) string {
 	switch {
+	case styles["sdcpp"]:
+		return "sdcpp"
 	case styles["lycoris"] || strings.HasPrefix(module, "lycoris_"):
 		return "lycoris"
 	case strings.HasPrefix(module, "lora_"):
 		return "kohya"
+	case styles["xlabs"]:
+		return "xlabs"
 	case styles["peft"]:
 		return "peft"
 	case styles["diffusers"]:
 		return "diffusers"
+	case strings.HasPrefix(module, "diffusion_model.") || strings.HasPrefix(module, "text_encoders."):
+		return "comfyui"
 	}
 	return "kohya"
 }

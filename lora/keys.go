@@ -100,6 +100,11 @@ var suffixes = func() []suffix {
 		{"_lora.down.weight", RoleDown, "diffusers", "", ""},
 		{".lora_linear_layer.up.weight", RoleUp, "diffusers", "", ""},
 		{".lora_linear_layer.down.weight", RoleDown, "diffusers", "", ""},
+		// sd.cpp's own form of LoRA names ("lora.<name>.weight.lora_up"),
+		// which its convert mode writes when it converts names.
+		{".lora_up", RoleUp, "sdcpp", "", ""},
+		{".lora_down", RoleDown, "sdcpp", "", ""},
+		{".lora_mid", RoleMid, "sdcpp", "", ""},
 		{".up.weight", RoleUp, "xlabs", "", "_lora"},
 		{".down.weight", RoleDown, "xlabs", "", "_lora"},
 		{".diff", RoleDiff, "lycoris", "", ""},

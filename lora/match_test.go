@@ -434,3 +434,32 @@ func TestConcurrentAddTo(t *testing.T) {
 		t.Errorf("layer still holds %d references", l.refs)
 	}
 }
+
+// Keys in sd.cpp's own form (what its name conversion makes of any LoRA
+// key) match too, fused parts included.
+func TestSDCppFormKeys(t *testing.T) {
+	const h = 4
+	split := newMem("flux.safetensors")
+	split.add("double_blocks.0.img_attn.qkv.weight", formats.F32, []int64{3 * h, h}, nil)
+	split.add("double_blocks.0.img_attn.proj.bias", formats.F32, []int64{h}, nil)
+	ad := newMem("converted.gguf")
+	for _, src := range []string{"transformer.transformer_blocks.0.attn.to_q", "transformer.transformer_blocks.0.attn.to_k"} {
+		for _, kind := range []string{".lora_A.weight", ".lora_B.weight"} {
+			name := names.Convert("lora."+src+kind, names.Flux)
+			shape := []int64{2, h}
+			if kind == ".lora_B.weight" {
+				shape = []int64{h, 2}
+			}
+			ad.add(name, formats.F32, shape, nil)
+		}
+	}
+	ad.add(names.Convert("lora.diffusion_model.double_blocks.0.img_attn.proj.diff_b", names.Flux), formats.F32, []int64{h}, nil)
+	p := matchModels(t, split, names.Flux, "model.diffusion_model.", Use{readAdapter(t, ad), 1})
+	if len(p.Unmatched) != 0 || len(p.Targets) != 2 {
+		t.Fatalf("unmatched %+v, %d targets", p.Unmatched, len(p.Targets))
+	}
+	tg := p.Target("double_blocks.0.img_attn.qkv.weight")
+	if len(tg.Changes) != 2 || tg.Changes[1].TargetRow != h || tg.Changes[1].Rows != h {
+		t.Errorf("changes %+v", tg.Changes)
+	}
+}

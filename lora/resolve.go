@@ -28,8 +28,13 @@ func (b *Base) resolve(l *Layer) (hit, error) {
 		h, rest = findHead(module)
 	}
 	if !h.flat {
+		// A name already in sd.cpp's form ("...qkv.weight.1") is looked up
+		// as it is.
+		if r, ok := b.lookup(rest); ok {
+			return r, nil
+		}
 		comps := []string{h.comp}
-		if h.prefix == "" {
+		if h.comp == "" {
 			comps = bareComps
 		}
 		for _, comp := range comps {

@@ -26,8 +26,7 @@ type Summary struct {
 	// Layers is the number of layers; Kinds counts them per kind.
 	Layers int
 	Kinds  map[Kind]int
-	// Styles counts the layers per naming convention ("kohya", "peft",
-	// "diffusers", "lycoris", "xlabs").
+	// Styles counts the layers per naming convention (see Adapter.Styles).
 	Styles map[string]int
 	// Parts counts the layers per part of the model they adapt ("unet"
 	// for the denoiser, "te", "te1", "te2", "te3" for text encoders).

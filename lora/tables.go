@@ -38,6 +38,8 @@ var heads = []head{
 	{"text_encoder.", "te1.", false},
 	{"text_encoders.clip_l.", "clip_l.", false},
 	{"text_encoders.clip_g.", "clip_g.", false},
+	// sd.cpp's LoRA names carry its loader's "lora." before a converted name.
+	{"lora.", "", false},
 }
 
 // bareComps are tried for a dotted module name with no head: as it is
