@@ -317,50 +317,77 @@ func (b *Base) kohyaModule(c string) string {
 }
 
 // Diff reads the layer's rows from both checkpoints and returns tuned −
-// base as float32, Rows × Cols row-major.
+// base as float32, Rows × Cols row-major. It reads in chunks of rows, so
+// that besides the result only a few rows of each checkpoint are in
+// memory.
 func (l *ExtractLayer) Diff(base, tuned formats.Model) ([]float32, error) {
 	cols := l.Cols()
 	out := make([]float32, l.Rows*cols)
+	chunk := max(1, (1<<20)/cols) // rows per read: about 4 MiB of floats
 	var off int64
 	for _, s := range l.Sources {
-		dst := out[off*cols : (off+s.Rows)*cols]
-		a, err := readRows(base, s, cols)
+		ta, err := findTensor(base, s.Name)
 		if err != nil {
 			return nil, err
 		}
-		bv, err := readRows(tuned, s, cols)
+		tb, err := findTensor(tuned, s.Name)
 		if err != nil {
 			return nil, err
 		}
-		for i := range dst {
-			dst[i] = bv[i] - a[i]
+		var ra, rb rowReader
+		for r := int64(0); r < s.Rows; r += chunk {
+			n := min(chunk, s.Rows-r)
+			a, err := ra.read(base, ta, s.Row0+r, n, cols)
+			if err != nil {
+				return nil, err
+			}
+			b, err := rb.read(tuned, tb, s.Row0+r, n, cols)
+			if err != nil {
+				return nil, err
+			}
+			dst := out[(off+r)*cols : (off+r+n)*cols]
+			for i := range dst {
+				dst[i] = b[i] - a[i]
+			}
 		}
 		off += s.Rows
 	}
 	return out, nil
 }
 
-func readRows(m formats.Model, s Source, cols int64) ([]float32, error) {
-	t, ok := formats.Find(m, s.Name)
+func findTensor(m formats.Model, name string) (*formats.Tensor, error) {
+	t, ok := formats.Find(m, name)
 	if !ok {
-		return nil, fmt.Errorf("%s: no tensor %q", m.Path(), s.Name)
-	}
-	rb, err := t.Type.RowBytes(cols)
-	if err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %v", t.File, t.Name, err)
+		return nil, fmt.Errorf("%s: no tensor %q", m.Path(), name)
 	}
 	if want, err := t.Type.Bytes(t.Shape); err != nil || want != t.Size {
 		return nil, fmt.Errorf("%s: tensor %q: %v holds %d bytes, not what %s %v needs", t.File, t.Name, t.Shape, t.Size, t.Type, t.Shape)
 	}
-	raw := make([]byte, s.Rows*rb)
-	if err := formats.ReadFull(m, &t, raw, s.Row0*rb); err != nil {
-		return nil, err
-	}
-	out := make([]float32, s.Rows*cols)
-	if err := quant.DecodeFloats(t.Type, out, raw); err != nil {
+	return &t, nil
+}
+
+// rowReader reads rows of a tensor as float32 into buffers it reuses.
+type rowReader struct {
+	raw  []byte
+	vals []float32
+}
+
+func (rr *rowReader) read(m formats.Model, t *formats.Tensor, first, n, cols int64) ([]float32, error) {
+	rb, err := t.Type.RowBytes(cols)
+	if err != nil {
 		return nil, fmt.Errorf("%s: tensor %q: %v", t.File, t.Name, err)
 	}
-	return out, nil
+	if int64(cap(rr.raw)) < n*rb {
+		rr.raw, rr.vals = make([]byte, n*rb), make([]float32, n*cols)
+	}
+	raw, vals := rr.raw[:n*rb], rr.vals[:n*cols]
+	if err := formats.ReadFull(m, t, raw, first*rb); err != nil {
+		return nil, err
+	}
+	if err := quant.DecodeFloats(t.Type, vals, raw); err != nil {
+		return nil, fmt.Errorf("%s: tensor %q: %v", t.File, t.Name, err)
+	}
+	return vals, nil
 }
 
 // Decomposition is the low-rank approximation of one layer's difference:
@@ -379,8 +406,21 @@ type Decomposition struct {
 	Kept float64
 }
 
+// Rank returns the rank Decompose gives the layer with a fixed Rank
+// option (capped by the layer's size), so that a writer can lay out the
+// output before decomposing; with Energy the rank is known only after.
+func (l *ExtractLayer) Rank(opt ExtractOptions) int {
+	if opt.Rank <= 0 {
+		return 0
+	}
+	return int(min(int64(opt.Rank), l.Rows, l.Cols()))
+}
+
 // Decompose computes the truncated SVD of d (rows × cols, row-major) that
-// opt asks for. name seeds the sketch.
+// opt asks for. With a fixed Rank the result has exactly min(Rank, rows,
+// cols) ranks (zero factors where the difference has fewer); with Energy
+// it has the fewest that reach the share (none for a zero difference).
+// name seeds the sketch.
 func Decompose(d []float32, rows, cols int, name string, opt ExtractOptions) (*Decomposition, error) {
 	if err := opt.check(); err != nil {
 		return nil, err
@@ -396,15 +436,20 @@ func Decompose(d []float32, rows, cols int, name string, opt ExtractOptions) (*D
 		norm2 += float64(x) * float64(x)
 	}
 	out := &Decomposition{Norm: math.Sqrt(norm2), Kept: 1}
-	if norm2 == 0 {
-		return out, nil
-	}
 	k := opt.Rank
 	if k == 0 {
 		k = opt.MaxRank
 		if k == 0 {
 			k = 128
 		}
+	}
+	k = min(k, rows, cols)
+	if norm2 == 0 {
+		if opt.Rank > 0 {
+			out.Rank, out.Sigma = k, make([]float64, k)
+			out.Up, out.Down = make([]float32, rows*k), make([]float32, k*cols)
+		}
+		return out, nil
 	}
 	over, power := opt.Oversample, opt.PowerIters
 	if over == 0 {
@@ -431,9 +476,6 @@ func Decompose(d []float32, rows, cols int, name string, opt ExtractOptions) (*D
 			acc += s.s[i] * s.s[i]
 		}
 	}
-	for r > 0 && s.s[r-1] == 0 {
-		r--
-	}
 	out.Rank, out.Sigma, out.Kept = r, append([]float64{}, s.s[:r]...), math.Min(1, acc/norm2)
 	out.Up, out.Down = make([]float32, rows*r), make([]float32, r*cols)
 	for i := 0; i < rows; i++ {
@@ -447,6 +489,44 @@ func Decompose(d []float32, rows, cols int, name string, opt ExtractOptions) (*D
 		}
 	}
 	return out, nil
+}
+
+// Differs reports whether the layer's rows differ at all between the two
+// checkpoints (compared as stored, byte for byte, in chunks), so that a
+// writer can leave unchanged layers out before it lays out the output.
+func (l *ExtractLayer) Differs(base, tuned formats.Model) (bool, error) {
+	for _, s := range l.Sources {
+		ta, err := findTensor(base, s.Name)
+		if err != nil {
+			return false, err
+		}
+		tb, err := findTensor(tuned, s.Name)
+		if err != nil {
+			return false, err
+		}
+		if ta.Type != tb.Type {
+			return true, nil
+		}
+		rb, err := ta.Type.RowBytes(l.Cols())
+		if err != nil {
+			return false, fmt.Errorf("%s: tensor %q: %v", ta.File, ta.Name, err)
+		}
+		const chunk = 1 << 22
+		a, b := make([]byte, min(chunk, s.Rows*rb)), make([]byte, min(chunk, s.Rows*rb))
+		for off, end := s.Row0*rb, (s.Row0+s.Rows)*rb; off < end; off += int64(len(a)) {
+			n := min(int64(len(a)), end-off)
+			if err := formats.ReadFull(base, ta, a[:n], off); err != nil {
+				return false, err
+			}
+			if err := formats.ReadFull(tuned, tb, b[:n], off); err != nil {
+				return false, err
+			}
+			if string(a[:n]) != string(b[:n]) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // OutTensor is one tensor of an extracted LoRA, encoded.
@@ -474,7 +554,7 @@ func (l *ExtractLayer) Shapes(r int) (up, down []int64) {
 // Tensors encodes a decomposition of the layer as kohya writes it:
 // <module>.lora_up.weight, <module>.lora_down.weight and <module>.alpha,
 // alpha equal to the rank so that the scale is 1. t is F32, F16 or BF16.
-// A zero decomposition gives no tensors.
+// A decomposition of rank 0 gives no tensors.
 func (l *ExtractLayer) Tensors(d *Decomposition, t formats.DType) ([]OutTensor, error) {
 	if d.Rank == 0 {
 		return nil, nil

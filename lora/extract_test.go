@@ -186,6 +186,9 @@ func TestExtractBakeRoundTrip(t *testing.T) {
 			adapter, decs := extractAll(t, plan, a, b, c.opt, c.dt)
 			errs := bakeAndCompare(t, tensors, names.SD1, "", a, b, adapter)
 			for i, l := range plan.Layers {
+				if c.opt.Rank > 0 && decs[i].Rank != l.Rank(c.opt) {
+					t.Errorf("%s: rank %d, Rank() said %d", l.Module, decs[i].Rank, l.Rank(c.opt))
+				}
 				s := spectra[l.Sources[0].Name][0]
 				var total, tail float64
 				for j, x := range s {
@@ -295,4 +298,25 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+func TestExtractDiffers(t *testing.T) {
+	tensors, split, _ := sd1Pair()
+	a, b, _ := buildPair(t, names.SD1, "", tensors, split, 3)
+	// Make one weight the same in both.
+	same := "model.diffusion_model.output_blocks.2.1.conv.weight"
+	b.data[same] = a.data[same]
+	plan, err := PlanExtract(tensors, tensors, names.SD1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range plan.Layers {
+		d, err := l.Differs(a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := l.Sources[0].Name != same; d != want {
+			t.Errorf("%s: Differs %v, want %v", l.Module, d, want)
+		}
+	}
 }

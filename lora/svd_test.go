@@ -191,10 +191,16 @@ func TestDecomposeEnergy(t *testing.T) {
 			t.Errorf("energy %v: kept %v, want %v", e, dec.Kept, acc/total)
 		}
 	}
-	// A zero difference gives rank 0; bad options are refused.
-	dec, err := Decompose(make([]float32, 12), 3, 4, "zero", ExtractOptions{Rank: 2})
+	// A zero difference gives rank 0 by energy, zero factors of the fixed
+	// rank otherwise (so that a writer can lay out the output first); bad
+	// options are refused.
+	dec, err := Decompose(make([]float32, 12), 3, 4, "zero", ExtractOptions{Energy: 0.9})
 	if err != nil || dec.Rank != 0 || dec.Kept != 1 {
-		t.Errorf("zero difference: %+v, %v", dec, err)
+		t.Errorf("zero difference by energy: %+v, %v", dec, err)
+	}
+	dec, err = Decompose(make([]float32, 12), 3, 4, "zero", ExtractOptions{Rank: 5})
+	if err != nil || dec.Rank != 3 || len(dec.Up) != 9 || len(dec.Down) != 12 {
+		t.Errorf("zero difference at rank 5: %+v, %v", dec, err)
 	}
 	for _, o := range []ExtractOptions{{}, {Rank: -1}, {Energy: 1.5}} {
 		if _, err := Decompose(d, m, n, "x", o); err == nil {
