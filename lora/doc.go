@@ -36,4 +36,24 @@
 // a difference (randomized range finder with power iterations, one-sided
 // Jacobi in float64), and ExtractLayer.Tensors gives the lora_up, lora_down
 // and alpha tensors.
+//
+// A streamed bake (what "merge --base --lora" wires up): open the base,
+// DetectBase (or take the version from the user), NewBase, Open each
+// adapter, Match; refuse a plan with errors, and one with Unmatched
+// entries unless told otherwise. Then for every output tensor, Plan.Target
+// says whether it changes; a producer dequantizes a chunk of its rows to
+// float32, calls AddTo with the chunk's element offset, and quantizes and
+// writes it; after the tensor's last chunk it calls Release. Chunks of
+// whole rows (RowElems) are cheapest and are needed where a DoRA layer
+// applies. Only the factors of the layers changing the tensors in flight
+// are in memory.
+//
+// A streamed extraction ("lora extract"): PlanExtract; with a fixed rank,
+// ExtractLayer.Rank and Shapes give every output tensor's shape before any
+// decomposition (Differs lets unchanged layers be left out first), so the
+// header is written first and the layers are computed one at a time (Diff,
+// Decompose, Tensors). With an energy share the ranks are known only after
+// decomposing, so the writer keeps the encoded factors (rank·(rows+cols)
+// values per layer, small against the checkpoints) or spills them before
+// writing the header. Decomposition.Kept is the share to report.
 package lora

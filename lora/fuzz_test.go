@@ -148,3 +148,39 @@ func FuzzAdapter(f *testing.F) {
 		}
 	})
 }
+
+func TestParseKeySuffixes(t *testing.T) {
+	for _, c := range []struct {
+		key, module string
+		role        Role
+	}{
+		{"m.lora_up.weight", "m", RoleUp}, {"m.lora_down.weight", "m", RoleDown}, {"m.lora_mid.weight", "m", RoleMid},
+		{"m.lora.up.weight", "m", RoleUp}, {"m.lora.down.weight", "m", RoleDown},
+		{"p.to_q_lora.up.weight", "p.to_q", RoleUp}, {"p.to_q_lora.down.weight", "p.to_q", RoleDown},
+		{"m.lora_B.weight", "m", RoleUp}, {"m.lora_A.weight", "m", RoleDown},
+		{"m.lora_B.default.weight", "m", RoleUp}, {"m.lora_A.default.weight", "m", RoleDown},
+		{"m.lora_B", "m", RoleUp}, {"m.lora_A", "m", RoleDown},
+		{"m.lora_linear_layer.up.weight", "m", RoleUp}, {"m.lora_linear_layer.down.weight", "m", RoleDown},
+		{"m.alpha", "m", RoleAlpha}, {"m.scale", "m", RoleScale}, {"m.dora_scale", "m", RoleDoRA},
+		{"m.lora_magnitude_vector", "m", RoleDoRA},
+		{"m.diff", "m", RoleDiff}, {"m.diff_b", "m", RoleDiffBias}, {"m.w_norm", "m", RoleDiff}, {"m.b_norm", "m", RoleDiffBias},
+		{"m.hada_w1_a", "m", RoleHadaW1A}, {"m.hada_w1_b", "m", RoleHadaW1B}, {"m.hada_w2_a", "m", RoleHadaW2A},
+		{"m.hada_w2_b", "m", RoleHadaW2B}, {"m.hada_t1", "m", RoleHadaT1}, {"m.hada_t2", "m", RoleHadaT2},
+		{"m.lokr_w1", "m", RoleLoKrW1}, {"m.lokr_w1_a", "m", RoleLoKrW1A}, {"m.lokr_w1_b", "m", RoleLoKrW1B},
+		{"m.lokr_w2", "m", RoleLoKrW2}, {"m.lokr_w2_a", "m", RoleLoKrW2A}, {"m.lokr_w2_b", "m", RoleLoKrW2B},
+		{"m.lokr_t2", "m", RoleLoKrT2},
+		{"double_blocks.0.processor.qkv_lora1.up.weight", "double_blocks.0.processor.qkv_lora1", RoleUp},
+		{"lora.model.diffusion_model.x.weight.lora_up", "lora.model.diffusion_model.x.weight", RoleUp},
+		{"m.on_input", "m", RoleRefused}, {"m.oft_blocks", "m", RoleRefused}, {"m.a1.weight", "m", RoleRefused},
+	} {
+		mod, role, ok := ParseKey(c.key)
+		if !ok || mod != c.module || role != c.role {
+			t.Errorf("ParseKey(%q) = %q, %v, %v; want %q, %v", c.key, mod, role, ok, c.module, c.role)
+		}
+	}
+	for _, k := range []string{"model.diffusion_model.x.weight", "ff.down.weight", ".alpha", "lora_up.weight"} {
+		if m, r, ok := ParseKey(k); ok {
+			t.Errorf("ParseKey(%q) = %q, %v: not an adapter key", k, m, r)
+		}
+	}
+}

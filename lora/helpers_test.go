@@ -10,6 +10,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/quant"
 )
 
@@ -195,6 +196,45 @@ func fluxDiffusers(doubles, singles int) []formats.Tensor {
 	return l
 }
 
+// diffusersFolder lists an SD 1.x or SDXL checkpoint as a diffusers folder
+// holds it, with the prefixes sd.cpp's diffusers loader gives each
+// component (unet., te., te.1.): the UNet renamed by the inverse of
+// sd.cpp's conversion, CLIP-L as is, and CLIP-G (SDXL) with the separate
+// q/k/v projections of Hugging Face's CLIPTextModelWithProjection instead
+// of open_clip's fused in_proj.
+func diffusersFolder(t *testing.T, arch string, v names.Version) []formats.Tensor {
+	t.Helper()
+	var out nameShapes
+	for _, tt := range synthBase(t, arch, "") {
+		switch {
+		case strings.HasPrefix(tt.Name, "model.diffusion_model."):
+			d, ok := names.DiffusersUNetName(strings.TrimPrefix(tt.Name, "model.diffusion_model."), v)
+			if !ok {
+				t.Fatalf("no diffusers name for %s", tt.Name)
+			}
+			out.add("unet."+d, tt.Shape...)
+		case strings.HasPrefix(tt.Name, "cond_stage_model.transformer.text_model."):
+			out.add("te."+strings.TrimPrefix(tt.Name, "cond_stage_model.transformer."), tt.Shape...)
+		case strings.HasPrefix(tt.Name, "conditioner.embedders.0.transformer.text_model."):
+			out.add("te."+strings.TrimPrefix(tt.Name, "conditioner.embedders.0.transformer."), tt.Shape...)
+		}
+	}
+	if v.IsSDXL() {
+		const h, ff = 1280, 5120
+		for i := 0; i < 32; i++ {
+			p := fmt.Sprintf("te.1.text_model.encoder.layers.%d.", i)
+			for _, n := range []string{"q_proj", "k_proj", "v_proj", "out_proj"} {
+				out.linear(p+"self_attn."+n, h, h)
+			}
+			out.linear(p+"mlp.fc1", ff, h)
+			out.linear(p+"mlp.fc2", h, ff)
+			out.add(p+"layer_norm1.weight", h)
+			out.add(p+"layer_norm2.weight", h)
+		}
+	}
+	return out
+}
+
 // testBase builds a base by the name the key lists use.
 func testBase(t *testing.T, name string) *Base {
 	t.Helper()
@@ -204,6 +244,10 @@ func testBase(t *testing.T, name string) *Base {
 		tensors = synthBase(t, "sd1", "")
 	case "sdxl":
 		tensors = synthBase(t, "sdxl", "")
+	case "sd1_diffusers":
+		tensors = diffusersFolder(t, "sd1", names.SD1)
+	case "sdxl_diffusers":
+		tensors = diffusersFolder(t, "sdxl", names.SDXL)
 	case "flux":
 		tensors = synthBase(t, "flux", "")
 	case "flux_clip":
@@ -218,7 +262,8 @@ func testBase(t *testing.T, name string) *Base {
 		t.Fatalf("unknown base %q", name)
 	}
 	v, prefix := DetectBase(tensors)
-	if strings.HasPrefix(name, "flux") && !v.IsFlux() || strings.HasPrefix(name, "wan") && v.String() != "wan2" {
+	if strings.HasPrefix(name, "flux") && !v.IsFlux() || strings.HasPrefix(name, "wan") && v != names.Wan2 ||
+		strings.HasPrefix(name, "sdxl") && v != names.SDXL || strings.HasPrefix(name, "sd1") && v != names.SD1 {
 		t.Fatalf("base %s detected as %v", name, v)
 	}
 	b, err := NewBase(tensors, v, prefix)
