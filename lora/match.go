@@ -309,8 +309,10 @@ func (t *baseTensor) rowsOf() int64 {
 }
 
 // fits checks that a layer's rows are as long as the base tensor's and, when
-// the layer knows its inner shape, shaped alike (trailing 1s aside: a 1x1
-// convolution fits a linear layer).
+// the layer's factors give its rows a shape, shaped alike (trailing 1s
+// aside: a 1x1 convolution fits a linear layer). Rows stored flat (a
+// convolution's down factor saved as [rank, in·kh·kw]) fit by their
+// length, as sd.cpp and ComfyUI reshape them.
 func (l *Layer) fits(t baseTensor) string {
 	var inner []int64
 	if len(t.shape) > 0 {
@@ -319,7 +321,7 @@ func (l *Layer) fits(t baseTensor) string {
 	if n := prod(inner); n != l.Cols {
 		return fmt.Sprintf("rows of %d elements, the tensor's rows have %d", l.Cols, n)
 	}
-	if l.Inner != nil && !sameSqueezed(l.Inner, inner) {
+	if len(l.Inner) > 1 && !sameSqueezed(l.Inner, inner) {
 		return fmt.Sprintf("rows shaped %v, the tensor's rows are %v", l.Inner, inner)
 	}
 	return ""

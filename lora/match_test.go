@@ -463,3 +463,21 @@ func TestSDCppFormKeys(t *testing.T) {
 		t.Errorf("changes %+v", tg.Changes)
 	}
 }
+
+// A LoCon whose down factor is stored flat fits the convolution by length;
+// one whose kernel differs does not.
+func TestConvFactorShapes(t *testing.T) {
+	base := newMem("sd1.safetensors")
+	base.add("model.diffusion_model.input_blocks.1.0.in_layers.2.weight", formats.F32, []int64{8, 4, 3, 3}, nil)
+	flat := newMem("flat.safetensors")
+	flat.add("lora_unet_down_blocks_0_resnets_0_conv1.lora_up.weight", formats.F32, []int64{8, 2}, nil)
+	flat.add("lora_unet_down_blocks_0_resnets_0_conv1.lora_down.weight", formats.F32, []int64{2, 36}, nil)
+	matchModels(t, base, names.SD1, "", Use{readAdapter(t, flat), 1})
+	wrong := newMem("wrong.safetensors")
+	wrong.add("lora_unet_down_blocks_0_resnets_0_conv1.lora_up.weight", formats.F32, []int64{8, 2, 1, 1}, nil)
+	wrong.add("lora_unet_down_blocks_0_resnets_0_conv1.lora_down.weight", formats.F32, []int64{2, 36, 1, 1}, nil)
+	b, _ := NewBase(base.list, names.SD1, "")
+	if _, err := b.Match(Use{readAdapter(t, wrong), 1}); err == nil || !strings.Contains(err.Error(), "[36 1 1]") {
+		t.Errorf("kernel mismatch: %v", err)
+	}
+}
