@@ -481,3 +481,25 @@ func TestConvFactorShapes(t *testing.T) {
 		t.Errorf("kernel mismatch: %v", err)
 	}
 }
+
+func TestSummaryPEFTNote(t *testing.T) {
+	m := &metaModel{memModel: newMem("peft.safetensors"), meta: formats.Metadata{{Key: "lora_adapter_metadata", Type: formats.TypeString,
+		Value: `{"transformer.r": 16, "transformer.lora_alpha": 8, "transformer.target_modules": ["to_q"]}`}}}
+	m.add("transformer.transformer_blocks.0.attn.to_q.lora_A.weight", formats.F16, []int64{16, 8}, nil)
+	m.add("transformer.transformer_blocks.0.attn.to_q.lora_B.weight", formats.F16, []int64{8, 16}, nil)
+	a, err := Read(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Summarize(a)
+	if len(s.Notes) != 1 || !strings.Contains(s.Notes[0], "scales by 0.5") || a.Layers[0].Scale != 1 {
+		t.Errorf("notes %q, scale %v", s.Notes, a.Layers[0].Scale)
+	}
+}
+
+type metaModel struct {
+	*memModel
+	meta formats.Metadata
+}
+
+func (m *metaModel) Metadata() formats.Metadata { return m.meta }

@@ -1,6 +1,9 @@
 package lora
 
 import (
+	"encoding/json"
+	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -42,6 +45,10 @@ type Summary struct {
 	// Refused and Unknown count the modules of refused kinds and the
 	// tensors that are not adapter tensors.
 	Refused, Unknown int
+	// Notes are things a user should know ("the PEFT config in the
+	// metadata scales by lora_alpha/r = 0.5, which sd.cpp, ComfyUI and
+	// this bake ignore").
+	Notes []string
 }
 
 // familyMarkers say which family a module name belongs to, in order; the
@@ -99,7 +106,45 @@ func Summarize(a *Adapter) Summary {
 	}
 	sort.Float64s(s.Alphas)
 	s.Family = guessFamily(a, flat)
+	s.Notes = peftNotes(a.model.Metadata())
 	return s
+}
+
+// peftNotes reads the PEFT LoraConfig that diffusers' save_lora_adapter
+// stores as JSON in the safetensors metadata: PEFT scales by lora_alpha/r
+// (lora_alpha/√r with use_rslora), but the files carry no alpha tensors, so
+// sd.cpp and ComfyUI (and a bake here, to agree with them) use scale 1. A
+// config whose scale is not 1 is worth a note.
+func peftNotes(meta formats.Metadata) []string {
+	raw, ok := meta.String("lora_adapter_metadata")
+	if !ok {
+		return nil
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		return []string{fmt.Sprintf("metadata lora_adapter_metadata is not JSON (%v)", err)}
+	}
+	var notes []string
+	for k, v := range cfg {
+		prefix, ok := strings.CutSuffix(k, "lora_alpha")
+		if !ok {
+			continue
+		}
+		alpha, ok1 := v.(float64)
+		r, ok2 := cfg[prefix+"r"].(float64)
+		if !ok1 || !ok2 || r <= 0 {
+			continue
+		}
+		scale := alpha / r
+		if rs, _ := cfg[prefix+"use_rslora"].(bool); rs {
+			scale = alpha / math.Sqrt(r)
+		}
+		if scale != 1 {
+			notes = append(notes, fmt.Sprintf("the PEFT config in the metadata (%slora_alpha %g, r %g) scales by %g; sd.cpp and ComfyUI use 1, and so does a bake (give the strength to match PEFT)", prefix, alpha, r, scale))
+		}
+	}
+	sort.Strings(notes)
+	return notes
 }
 
 // partOf names the model part a module belongs to by its head.
