@@ -66,3 +66,34 @@ func TestPlanExtractFullSize(t *testing.T) {
 		})
 	}
 }
+
+// The names extraction gives are the names kohya's scripts write: every
+// module of the published kohya-format key lists is among them.
+func TestExtractNamesAreKohyas(t *testing.T) {
+	for _, c := range []struct{ base, list string }{
+		{"sd1", "kohya_sd1_locon.txt"}, {"sd1", "kohya_sd1_te.txt"}, {"sd1", "lycoris_sd1_loha.txt"},
+		{"sd1", "lycoris_sd1_full.txt"}, {"sd1", "kohya_sd1_loha_tucker.txt"},
+		{"sdxl", "kohya_sdxl.txt"}, {"sdxl", "lycoris_sdxl_dora.txt"}, {"sdxl", "lycoris_sdxl_lokr_te2.txt"},
+		{"flux", "kohya_flux.txt"}, {"flux_clip", "kohya_flux_te1.txt"}, {"wan14b", "musubi_wan_dora.txt"},
+	} {
+		b := testBase(t, c.base)
+		tensors := make([]formats.Tensor, len(b.tensors))
+		for i, bt := range b.tensors {
+			tensors[i] = formats.Tensor{Name: bt.name, Shape: bt.shape, Type: formats.F16}
+		}
+		plan, err := PlanExtract(tensors, tensors, b.Version, b.Prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		named := map[string]bool{}
+		for _, l := range plan.Layers {
+			named[l.Module] = true
+		}
+		kl := readKeyList(t, "testdata/keys/"+c.list)
+		for _, k := range kl.keys {
+			if m, _, ok := ParseKey(k); ok && !named[m] {
+				t.Errorf("%s: kohya writes %s, extraction does not", c.list, m)
+			}
+		}
+	}
+}
