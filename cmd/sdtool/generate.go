@@ -17,6 +17,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/infer/pngtext"
 )
 
 // generate runs SD 1.x/2.x through ggml. Without cgo the command exists
@@ -214,15 +216,15 @@ func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infe
 	if err != nil {
 		return err
 	}
-	psnr, err := infer.PSNR(refImg, img)
+	psnr, err := metrics.PSNR(refImg, img)
 	if err != nil {
 		return err
 	}
-	ssim, err := infer.SSIM(refImg, img)
+	ssim, err := metrics.SSIM(refImg, img)
 	if err != nil {
 		return err
 	}
-	cos, err := infer.CosineSimilarity(ref.Latent, res.Latent)
+	cos, err := metrics.CosineSimilarity(ref.Latent, res.Latent)
 	if err != nil {
 		return err
 	}
@@ -240,7 +242,7 @@ func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infe
 			fmt.Fprintf(w, "  %-18s (missing in the reference)\n", b.Name)
 			continue
 		}
-		e, err := infer.CompareTensors(rv, b.Values)
+		e, err := metrics.CompareTensors(rv, b.Values)
 		if err != nil {
 			fmt.Fprintf(w, "  %-18s %v\n", b.Name, err)
 			continue
@@ -266,7 +268,7 @@ func readPNG(path string) (image.Image, error) {
 // writePNGFile writes the image through path+".partial".
 func writePNGFile(path string, img image.Image, p infer.GenerationParams) error {
 	var buf bytes.Buffer
-	if err := infer.WritePNGWithParams(&buf, img, p); err != nil {
+	if err := pngtext.Write(&buf, img, map[string]string{pngtext.ParametersKey: p.String()}, nil); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err := os.WriteFile(path+".partial", buf.Bytes(), 0o644); err != nil {
