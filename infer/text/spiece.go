@@ -91,7 +91,7 @@ func ParseSentencePieceModel(source string, data []byte) (*UnigramTokenizer, err
 		if name == "" {
 			name = fmt.Sprint(tr.modelType)
 		}
-		return nil, fmt.Errorf("%s: %w: sentencepiece model type is %s, not UNIGRAM", source, ErrUnigram, name)
+		return nil, fmt.Errorf("%s: %w: sentencepiece model type is %s: %w", source, ErrUnigram, name, errNotUnigramModel)
 	}
 	spec := UnigramSpec{
 		Pieces:                  pieces,
