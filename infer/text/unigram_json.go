@@ -78,16 +78,28 @@ func ParseUnigramJSON(source string, data []byte) (*UnigramTokenizer, error) {
 	fail := func(format string, a ...any) error {
 		return fmt.Errorf("%s: %w: tokenizer.json: %s", source, ErrUnigram, fmt.Sprintf(format, a...))
 	}
-	var doc hfUnigramJSON
-	if err := json.Unmarshal(data, &doc); err != nil {
+	// The model's type decides how the rest reads: BPE and WordPiece vocabularies are objects.
+	var head struct {
+		Model struct {
+			Type  string          `json:"type"`
+			Vocab json.RawMessage `json:"vocab"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
 		return nil, fail("%v", err)
 	}
-	if doc.Model.Type != "Unigram" && (doc.Model.Type != "" || len(doc.Model.Vocab) == 0) {
-		t := doc.Model.Type
+	// Old files have no model type; a vocabulary that is a list of pairs marks a unigram model.
+	listVocab := bytes.HasPrefix(bytes.TrimSpace(head.Model.Vocab), []byte("["))
+	if head.Model.Type != "Unigram" && (head.Model.Type != "" || !listVocab) {
+		t := head.Model.Type
 		if t == "" {
 			t = "(none)"
 		}
 		return nil, fmt.Errorf("%s: %w: tokenizer.json: model type is %s: %w", source, ErrUnigram, t, errNotUnigramModel)
+	}
+	var doc hfUnigramJSON
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fail("%v", err)
 	}
 	if len(doc.Model.Vocab) == 0 {
 		return nil, fail("model.vocab is missing or empty")
