@@ -23,9 +23,9 @@ type spmTrainer struct {
 	padPiece                string
 }
 
-// spmNormalizer holds the NormalizerSpec fields, with the proto's defaults.
+// spmNormalizer holds the NormalizerSpec fields encoding needs, with the proto's defaults (the rule's name,
+// "nmt_nfkc" for T5, only says how the charsmap was made).
 type spmNormalizer struct {
-	name                   string
 	charsMap               []byte
 	addDummyPrefix         bool
 	removeExtraWhitespaces bool
@@ -183,8 +183,6 @@ func parseSPMNormalizer(data []byte, nm *spmNormalizer) error {
 	return pbFields(data, func(num int, wt int, v uint64, b []byte) error {
 		var err error
 		switch num {
-		case 1:
-			nm.name, err = pbStringField("name", wt, b)
 		case 2:
 			if wt != pbBytes {
 				return pbWrongType("precompiled_charsmap", wt)

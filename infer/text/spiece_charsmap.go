@@ -1,8 +1,10 @@
 package text
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+	"unicode/utf8"
 )
 
 // spmCharsMap is a decoded SentencePiece precompiled_charsmap: the normalization rules of a model (for T5
@@ -76,16 +78,16 @@ func (m *spmCharsMap) longestPrefix(s string) (repl string, n int) {
 	return repl, n
 }
 
-// replacement returns the NUL-terminated string at offset off of the strings blob.
+// replacement returns the NUL-terminated string at offset off of the strings blob. A string that is not
+// valid UTF-8 (only a corrupt map has one) counts as no rule, so normalized text stays valid UTF-8.
 func (m *spmCharsMap) replacement(off uint32) (string, bool) {
 	if uint64(off) >= uint64(len(m.strs)) {
 		return "", false
 	}
 	rest := m.strs[off:]
-	for i, b := range rest {
-		if b == 0 {
-			return string(rest[:i]), true
-		}
+	end := bytes.IndexByte(rest, 0)
+	if end < 0 || !utf8.Valid(rest[:end]) {
+		return "", false
 	}
-	return "", false
+	return string(rest[:end]), true
 }

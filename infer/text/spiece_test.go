@@ -252,4 +252,10 @@ func TestSPMCharsMapByHand(t *testing.T) {
 	} else if _, n := cm.longestPrefix("x"); n != 0 {
 		t.Error("unterminated replacement matched")
 	}
+	bad[len(bad)-2], bad[len(bad)-1] = 0xff, 0
+	if cm, err := parseCharsMap(bad); err != nil {
+		t.Fatal(err)
+	} else if _, n := cm.longestPrefix("x"); n != 0 {
+		t.Error("a replacement that is not UTF-8 matched")
+	}
 }

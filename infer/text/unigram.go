@@ -1,4 +1,3 @@
-// Package text holds sdtool's tokenizers and what turns prompts into token ids for the text encoders.
 package text
 
 import (
@@ -117,8 +116,8 @@ type UnigramTokenizer struct {
 }
 
 // NewUnigramTokenizer checks spec as SentencePiece checks a model (non-empty pieces, no duplicates, one
-// unknown piece, all 256 byte pieces when byte fallback is on and none when it is off) and builds the
-// tokenizer. The tokenizer keeps its own copy of the vocabulary.
+// unknown piece, all 256 byte pieces when byte fallback is on and none when it is off; sdtool also wants
+// every piece to be valid UTF-8) and builds the tokenizer. The tokenizer keeps its own copy of the vocabulary.
 func NewUnigramTokenizer(spec UnigramSpec) (*UnigramTokenizer, error) {
 	n := len(spec.Pieces)
 	if n == 0 {
@@ -141,6 +140,10 @@ func NewUnigramTokenizer(spec UnigramSpec) (*UnigramTokenizer, error) {
 	for i, p := range spec.Pieces {
 		if p.Text == "" {
 			return nil, fmt.Errorf("%w: piece %d is empty", ErrUnigram, i)
+		}
+		if !utf8.ValidString(p.Text) {
+			// Normalized text is valid UTF-8, so such a piece could only match raw invalid input.
+			return nil, fmt.Errorf("%w: piece %d (%q) is not valid UTF-8", ErrUnigram, i, p.Text)
 		}
 		seen := reserved
 		switch p.Type {

@@ -210,6 +210,7 @@ func TestNewUnigramTokenizerErrors(t *testing.T) {
 	}{
 		{"empty", func(s *UnigramSpec) { s.Pieces = nil }, "no pieces"},
 		{"empty piece", func(s *UnigramSpec) { s.Pieces[3].Text = "" }, "piece 3 is empty"},
+		{"not utf-8", func(s *UnigramSpec) { s.Pieces[3].Text = "a\xff" }, `piece 3 ("a\xff") is not valid UTF-8`},
 		{"bad type", func(s *UnigramSpec) { s.Pieces[3].Type = 7 }, "has type 7"},
 		{"duplicate", func(s *UnigramSpec) { s.Pieces[4].Text = "a" }, `piece 4 ("a") repeats piece 3`},
 		{"two unknown", func(s *UnigramSpec) { s.Pieces[1].Type = PieceUnknown }, "both of type UNKNOWN"},
