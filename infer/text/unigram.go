@@ -102,11 +102,11 @@ const unkPenalty = 10
 // sum of piece scores. It is immutable and safe for concurrent use.
 type UnigramTokenizer struct {
 	spec UnigramSpec
-	// sorted holds the ids of the pieces segmentation may produce (normal and user-defined), ordered by
-	// their bytes, so that all pieces starting with a prefix form one range.
-	sorted []int32
-	// userDefined groups the user-defined pieces by first byte for the normalizer's prefix match.
-	userDefined map[byte][]string
+	// trie holds the pieces segmentation may produce (normal and user-defined).
+	trie ugTrie
+	// userDefined groups the user-defined pieces by first byte for the normalizer's prefix match; nil when
+	// the model has none.
+	userDefined *[256][]string
 	charsMap    *spmCharsMap
 	// minScore and maxScore range over the normal pieces, starting from C's FLT_MAX and FLT_MIN as
 	// SentencePiece starts them (FLT_MIN is the smallest positive normal float, not the most negative).
@@ -128,7 +128,7 @@ func NewUnigramTokenizer(spec UnigramSpec) (*UnigramTokenizer, error) {
 	}
 	spec.Pieces = append([]UnigramPiece(nil), spec.Pieces...)
 	spec.PrecompiledCharsMap = append([]byte(nil), spec.PrecompiledCharsMap...)
-	t := &UnigramTokenizer{spec: spec, userDefined: map[byte][]string{}}
+	t := &UnigramTokenizer{spec: spec}
 	t.minScore, t.maxScore = math.MaxFloat32, 0x1p-126
 	for i := range t.byteID {
 		t.byteID[i] = -1
@@ -137,6 +137,7 @@ func NewUnigramTokenizer(spec UnigramSpec) (*UnigramTokenizer, error) {
 	reserved := map[string]int{}
 	unk := -1
 	bytes := 0
+	var matchIDs []int32
 	for i, p := range spec.Pieces {
 		if p.Text == "" {
 			return nil, fmt.Errorf("%w: piece %d is empty", ErrUnigram, i)
@@ -161,9 +162,12 @@ func NewUnigramTokenizer(spec UnigramSpec) (*UnigramTokenizer, error) {
 		case PieceNormal:
 			t.minScore = min(t.minScore, p.Score)
 			t.maxScore = max(t.maxScore, p.Score)
-			t.sorted = append(t.sorted, int32(i))
+			matchIDs = append(matchIDs, int32(i))
 		case PieceUserDefined:
-			t.sorted = append(t.sorted, int32(i))
+			matchIDs = append(matchIDs, int32(i))
+			if t.userDefined == nil {
+				t.userDefined = new([256][]string)
+			}
 			t.userDefined[p.Text[0]] = append(t.userDefined[p.Text[0]], p.Text)
 		case PieceUnknown:
 			if unk >= 0 {
@@ -211,11 +215,12 @@ func NewUnigramTokenizer(spec UnigramSpec) (*UnigramTokenizer, error) {
 		t.charsMap = cm
 	}
 	t.unkScore = t.minScore - unkPenalty
-	pieces := t.spec.Pieces
-	sort.Slice(t.sorted, func(a, b int) bool { return pieces[t.sorted[a]].Text < pieces[t.sorted[b]].Text })
-	for _, l := range t.userDefined {
-		// Longest first, so that the first match is the longest, as SentencePiece's prefix matcher takes.
-		sort.Slice(l, func(a, b int) bool { return len(l[a]) > len(l[b]) })
+	t.trie = buildUGTrie(t.spec.Pieces, matchIDs)
+	if t.userDefined != nil {
+		for _, l := range t.userDefined {
+			// Longest first, so that the first match is the longest, as SentencePiece's prefix matcher takes.
+			sort.Slice(l, func(a, b int) bool { return len(l[a]) > len(l[b]) })
+		}
 	}
 	return t, nil
 }
@@ -325,18 +330,17 @@ func (t *UnigramTokenizer) segment(norm string) ([]int32, []string) {
 		till := best[s].score
 		mblen := min(spmCharLen(norm[s]), n-s)
 		single := false
-		lo, hi := 0, len(t.sorted)
+		node := int32(0)
 		for k := s; k < n; k++ {
-			lo, hi = t.narrow(lo, hi, k-s, norm[k])
-			if lo >= hi {
+			if node = t.trie.step(node, norm[k]); node < 0 {
 				break
 			}
-			id := t.sorted[lo]
-			p := &pieces[id]
-			length := k - s + 1
-			if len(p.Text) != length {
+			id := t.trie.nodes[node].id
+			if id < 0 {
 				continue
 			}
+			p := &pieces[id]
+			length := k - s + 1 // the node's depth, the piece's length
 			var cand float64
 			if p.Type == PieceUserDefined {
 				// User-defined symbols get a bonus that makes them win over any segmentation.
@@ -398,18 +402,87 @@ func (t *UnigramTokenizer) postprocessUnknown(ids []int32, texts []string) ([]in
 	return outIDs, outTexts
 }
 
-// narrow shrinks the range sorted[lo:hi] of pieces that share their first d bytes with the text to those
-// whose byte d is c. Pieces sort before their extensions, so the range may start with the one piece of
-// exactly d bytes, which cannot extend.
-func (t *UnigramTokenizer) narrow(lo, hi, d int, c byte) (int, int) {
-	pieces := t.spec.Pieces
-	sorted := t.sorted
-	if lo < hi && len(pieces[sorted[lo]].Text) == d {
-		lo++
+// ugTrie is a byte trie of piece texts: each node lists its children's labels in ascending order in one
+// run of labels and child, so a step is a search among at most 256 bytes, and the root's children are also
+// indexed directly by byte.
+type ugTrie struct {
+	nodes    []ugTrieNode
+	labels   []byte
+	children []int32
+	root     [256]int32
+}
+
+// ugTrieNode is one trie node: its children are labels[first:first+n], and id is the piece that ends
+// here, or -1.
+type ugTrieNode struct {
+	first, n, id int32
+}
+
+// buildUGTrie builds the trie of the pieces ids.
+func buildUGTrie(pieces []UnigramPiece, ids []int32) ugTrie {
+	ids = append([]int32(nil), ids...)
+	sort.Slice(ids, func(a, b int) bool { return pieces[ids[a]].Text < pieces[ids[b]].Text })
+	var t ugTrie
+	// Pieces sorted by bytes share each prefix over one run, so a node is built from the run of the pieces
+	// that start with its prefix: the piece equal to the prefix (first in the run) ends there, and the rest
+	// split into one child per next byte. The explicit stack keeps long pieces from deepening the Go stack.
+	type job struct{ node, lo, hi, depth int32 }
+	t.nodes = append(t.nodes, ugTrieNode{id: -1})
+	stack := []job{{0, 0, int32(len(ids)), 0}}
+	for len(stack) > 0 {
+		j := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		lo := j.lo
+		if lo < j.hi && int32(len(pieces[ids[lo]].Text)) == j.depth {
+			t.nodes[j.node].id = ids[lo]
+			lo++
+		}
+		first := int32(len(t.labels))
+		for i := lo; i < j.hi; {
+			c := pieces[ids[i]].Text[j.depth]
+			e := i
+			for e < j.hi && pieces[ids[e]].Text[j.depth] == c {
+				e++
+			}
+			child := int32(len(t.nodes))
+			t.nodes = append(t.nodes, ugTrieNode{id: -1})
+			t.labels = append(t.labels, c)
+			t.children = append(t.children, child)
+			stack = append(stack, job{child, i, e, j.depth + 1})
+			i = e
+		}
+		t.nodes[j.node].first, t.nodes[j.node].n = first, int32(len(t.labels))-first
 	}
-	a := lo + sort.Search(hi-lo, func(i int) bool { return pieces[sorted[lo+i]].Text[d] >= c })
-	b := a + sort.Search(hi-a, func(i int) bool { return pieces[sorted[a+i]].Text[d] > c })
-	return a, b
+	for c := range t.root {
+		t.root[c] = -1
+	}
+	r := t.nodes[0]
+	for i := r.first; i < r.first+r.n; i++ {
+		t.root[t.labels[i]] = t.children[i]
+	}
+	return t
+}
+
+// step returns the child of node for byte c, or -1.
+func (t *ugTrie) step(node int32, c byte) int32 {
+	if node == 0 {
+		return t.root[c]
+	}
+	nd := t.nodes[node]
+	labels := t.labels[nd.first : nd.first+nd.n]
+	lo, hi := 0, len(labels)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if labels[m] < c {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(labels) && labels[lo] == c {
+		return t.children[int(nd.first)+lo]
+	}
+	return -1
 }
 
 // spmCharLen is SentencePiece's length of the UTF-8 character starting with byte b, taken from the lead
@@ -493,9 +566,11 @@ func (t *UnigramTokenizer) Normalize(text string) string {
 // the charsmap applies, else one character passes unchanged (one invalid byte becomes U+FFFD). It returns
 // the replacement and how many bytes of s it consumed.
 func (t *UnigramTokenizer) normalizePrefix(s string) (string, int) {
-	for _, u := range t.userDefined[s[0]] {
-		if strings.HasPrefix(s, u) {
-			return u, len(u)
+	if t.userDefined != nil {
+		for _, u := range t.userDefined[s[0]] {
+			if strings.HasPrefix(s, u) {
+				return u, len(u)
+			}
 		}
 	}
 	if t.charsMap != nil {
