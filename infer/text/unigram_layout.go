@@ -22,7 +22,8 @@ package text
 // diffusers and ComfyUI differ: diffusers' Flux pipeline tokenizes with max_sequence_length (512 for dev,
 // 256 for schnell), truncating and padding to exactly that length; TruncatedLayout gives that layout.
 
-// T5 sequence lengths of stable-diffusion.cpp (see the notes above).
+// T5 chunk lengths of stable-diffusion.cpp 97d2990, from src/conditioning/conditioner.hpp: FluxCLIPEmbedder's
+// chunk_len, SD3CLIPEmbedder's 77 and T5CLIPEmbedder's chunk_len.
 const (
 	// FluxT5Length is the chunk length sd.cpp gives T5 for Flux.1 dev and schnell.
 	FluxT5Length = 256
@@ -59,11 +60,12 @@ func (l TokenLayout) Mask() []bool {
 	return m
 }
 
-// ChunkedLayout lays piece ids out as stable-diffusion.cpp does for T5: each chunk of at most
-// chunkLen-1 ids (fewer when the model also adds BOS) followed by the model's EOS and padded to
-// chunkLen, the chunks one after the other; no ids means one chunk holding only the special tokens and
-// padding. The padding id is the model's <pad> (0 when it has none). A chunkLen too small to hold the
-// special tokens and one id gives one unpadded sequence.
+// ChunkedLayout lays piece ids out as stable-diffusion.cpp's Tokenizer::pad_tokens does for T5
+// (src/tokenizers/tokenizer.cpp, called with min and max length chunkLen and overflow expansion): each
+// chunk of at most chunkLen-1 ids (fewer when the model also adds BOS) followed by the model's EOS and
+// padded to chunkLen, the chunks one after the other; no ids means one chunk holding only the special
+// tokens and padding. The padding id is the model's <pad> (0 when it has none). A chunkLen too small to
+// hold the special tokens and one id gives one unpadded sequence.
 func (t *UnigramTokenizer) ChunkedLayout(ids []int32, chunkLen int) TokenLayout {
 	per := chunkLen - t.specialCount()
 	if per < 1 {
