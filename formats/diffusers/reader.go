@@ -1,11 +1,3 @@
-// Package diffusers opens a Hugging Face diffusers folder of a Stable
-// Diffusion 1.x/2.x/XL pipeline as one formats.Model, the way
-// stable-diffusion.cpp reads it: the UNet (required), the VAE and the one or
-// two CLIP text encoders, each renamed with sd.cpp's prefix ("unet.",
-// "vae.", "te.", "te.1."). Each component may be a single safetensors file,
-// a sharded one (NAME.safetensors.index.json), or a PyTorch .bin checkpoint
-// (read with formats/ckpt); tensor data is read on demand from the
-// component files, which are never modified.
 package diffusers
 
 import (
@@ -22,45 +14,6 @@ import (
 	"github.com/sdtool/sdtool/formats/ckpt"
 	"github.com/sdtool/sdtool/formats/safetensors"
 )
-
-// IndexFile is the file that marks a diffusers pipeline folder.
-const IndexFile = "model_index.json"
-
-// Component is one sub-model of the pipeline and the prefix its tensor
-// names get.
-type Component struct {
-	// Dir is the sub-folder ("unet").
-	Dir string
-	// Stem is the weight file name without its extension ("diffusion_pytorch_model").
-	Stem string
-	// Prefix is prepended to every tensor name ("unet.").
-	Prefix string
-	// Required makes a missing component an error.
-	Required bool
-	// Optional components are skipped silently when missing; the others
-	// (neither Required nor Optional) with a warning, as sd.cpp warns.
-	Optional bool
-}
-
-// Components lists the sub-models read, in output order, with sd.cpp's
-// prefixes. Other sub-folders (scheduler, tokenizer, text_encoder_3, ...)
-// are not read.
-var Components = []Component{
-	{Dir: "unet", Stem: "diffusion_pytorch_model", Prefix: "unet.", Required: true},
-	{Dir: "vae", Stem: "diffusion_pytorch_model", Prefix: "vae."},
-	{Dir: "text_encoder", Stem: "model", Prefix: "te."},
-	{Dir: "text_encoder_2", Stem: "model", Prefix: "te.1.", Optional: true},
-}
-
-// binStem is the file stem transformers uses for .bin weights
-// (pytorch_model.bin) where safetensors weights are called model.safetensors.
-var binStem = map[string]string{"model": "pytorch_model"}
-
-// ErrFormat is wrapped when a folder is not a usable diffusers folder.
-var ErrFormat = errors.New("not a supported diffusers folder")
-
-// maxIndexSize bounds model_index.json and .bin index files read into memory.
-const maxIndexSize = 16 << 20
 
 // Model is an opened diffusers folder: the components' tensors under their
 // prefixed names, read through the component models.
@@ -79,24 +32,6 @@ type source struct {
 }
 
 var _ formats.Model = (*Model)(nil)
-
-func init() {
-	formats.Register(formats.Opener{
-		Name: "diffusers",
-		// Only directories match, which no file format claims.
-		Priority: 40,
-		Match: func(path string, head []byte) bool {
-			return head == nil && IsFolder(path)
-		},
-		Open: func(path string) (formats.Model, error) {
-			m, err := Open(path)
-			if err != nil {
-				return nil, err
-			}
-			return m, nil
-		},
-	})
-}
 
 // IsFolder reports whether dir is a directory with a model_index.json or
 // a UNet weight file under unet/.
@@ -150,7 +85,7 @@ func Open(dir string) (*Model, error) {
 		return nil, err
 	}
 	if !st.IsDir() {
-		return nil, fmt.Errorf("%s: not a directory: %w", dir, ErrFormat)
+		return nil, formatError(dir, "", "not a directory")
 	}
 	m := &Model{path: dir, info: formats.Info{Format: "diffusers"}, source: map[string]source{}}
 	if err := m.readIndex(); err != nil {
@@ -161,8 +96,8 @@ func Open(dir string) (*Model, error) {
 		if len(files) == 0 {
 			if c.Required {
 				m.Close()
-				return nil, fmt.Errorf("%s: %s is missing (an SD/SDXL diffusers folder needs its UNet; transformer-based layouts such as SD3 and Flux are not supported): %w",
-					dir, filepath.Join(c.Dir, c.Stem+".safetensors"), ErrFormat)
+				return nil, formatError(dir, "", fmt.Sprintf("%s is missing (an SD/SDXL diffusers folder needs its UNet; transformer-based layouts such as SD3 and Flux are not supported)",
+					filepath.Join(c.Dir, c.Stem+".safetensors")))
 			}
 			if !c.Optional {
 				m.info.Warnings = append(m.info.Warnings, fmt.Sprintf("%s: no %s weights (%s)", dir, c.Dir, filepath.Join(c.Dir, c.Stem+".safetensors")))
@@ -223,14 +158,14 @@ func (m *Model) readIndex() error {
 		return fmt.Errorf("%s: %w", p, err)
 	}
 	if len(b) > maxIndexSize {
-		return fmt.Errorf("%s: larger than %d bytes: %w", p, maxIndexSize, ErrFormat)
+		return formatError(p, "", fmt.Sprintf("larger than %d bytes", maxIndexSize))
 	}
 	var idx struct {
 		Class   string `json:"_class_name"`
 		Version string `json:"_diffusers_version"`
 	}
 	if err := json.Unmarshal(b, &idx); err != nil {
-		return fmt.Errorf("%s: %v: %w", p, err, ErrFormat)
+		return formatError(p, "", err.Error())
 	}
 	if idx.Class != "" {
 		m.meta = append(m.meta, formats.KV{Key: "diffusers.class_name", Type: formats.TypeString, Value: idx.Class})
@@ -265,12 +200,12 @@ func openBinIndex(p string) (formats.Model, error) {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	if len(b) > maxIndexSize {
-		return nil, fmt.Errorf("%s: larger than %d bytes: %w", p, maxIndexSize, ErrFormat)
+		return nil, formatError(p, "", fmt.Sprintf("larger than %d bytes", maxIndexSize))
 	}
 	// json.Decoder keeps the weight_map order, which decides the shard order.
 	shards, want, err := weightMap(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v: %w", p, err, ErrFormat)
+		return nil, formatError(p, "", err.Error())
 	}
 	var parts []formats.Model
 	closeAll := func() {
@@ -282,7 +217,7 @@ func openBinIndex(p string) (formats.Model, error) {
 	for _, s := range shards {
 		if s != filepath.Base(s) {
 			closeAll()
-			return nil, fmt.Errorf("%s: shard %q is not a file name in the same folder: %w", p, s, ErrFormat)
+			return nil, formatError(p, "", fmt.Sprintf("shard %q is not a file name in the same folder", s))
 		}
 		part, err := ckpt.OpenModel(filepath.Join(dir, s))
 		if err != nil {
@@ -299,13 +234,13 @@ func openBinIndex(p string) (formats.Model, error) {
 	for _, t := range sh.Tensors() {
 		if s, ok := want[t.Name]; ok && filepath.Join(dir, s) != t.File {
 			closeAll()
-			return nil, fmt.Errorf("%s: tensor %q is mapped to %s but found in %s: %w", p, t.Name, s, t.File, ErrFormat)
+			return nil, formatError(p, t.Name, fmt.Sprintf("mapped to %s but found in %s", s, t.File))
 		}
 		delete(want, t.Name)
 	}
 	for name, s := range want {
 		closeAll()
-		return nil, fmt.Errorf("%s: tensor %q is mapped to %s but not found there: %w", p, name, s, ErrFormat)
+		return nil, formatError(p, name, fmt.Sprintf("mapped to %s but not found there", s))
 	}
 	return sh, nil
 }
@@ -367,7 +302,7 @@ func (m *Model) add(c Component, part formats.Model) error {
 			name = c.Prefix + name
 		}
 		if prev, dup := m.source[name]; dup {
-			return fmt.Errorf("%s: tensor %q from %s collides with tensor %q from %s: %w", m.path, name, t.File, prev.tensor.Name, prev.tensor.File, ErrFormat)
+			return formatError(m.path, name, fmt.Sprintf("from %s collides with tensor %q from %s", t.File, prev.tensor.Name, prev.tensor.File))
 		}
 		m.source[name] = source{part: part, tensor: t}
 		rt := t

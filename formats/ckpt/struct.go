@@ -3,11 +3,39 @@ package ckpt
 import (
 	"archive/zip"
 	"encoding/binary"
+	"math/big"
 	"os"
 	"path"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+)
+
+// ErrFormat is wrapped by every *formats.FormatError about a file that is
+// not a valid checkpoint or uses a feature this reader does not support;
+// it wraps formats.ErrFormat.
+var ErrFormat = formats.Sentinel("ckpt: invalid or unsupported PyTorch checkpoint", formats.ErrFormat)
+
+// formatError reports a problem found in one checkpoint (tensor "" when no
+// tensor is concerned).
+func formatError(file, tensor, msg string) error {
+	return &formats.FormatError{File: file, Tensor: tensor, Msg: msg, Err: ErrFormat}
+}
+
+// LegacyProtocolVersion is the protocol version legacy checkpoints record.
+const LegacyProtocolVersion = 1001
+
+// legacyMagic is the number every legacy checkpoint pickles first.
+var legacyMagic, _ = new(big.Int).SetString("1950a86a20f9469cfc6c", 16)
+
+// RootTensorName names the tensor of a checkpoint that holds one bare tensor
+// rather than a dict (torch.save(tensor)).
+const RootTensorName = "tensor"
+
+// Limits on the values walked to find tensors.
+const (
+	maxDepth    = 64  // nesting of dicts, lists and tuples
+	maxMetadata = 256 // scalar entries reported as metadata
 )
 
 func init() {

@@ -1,24 +1,3 @@
-// Package ckpt reads PyTorch checkpoints (.ckpt, .pt, .pth, .bin) written by
-// torch.save: the zip format of torch 1.6 and later (ARCHIVE/data.pkl plus
-// one uncompressed ARCHIVE/data/KEY record per storage) and the legacy
-// format before it (a magic number, a protocol version, system information,
-// the pickle, the list of storage keys, then the raw storages).
-//
-// The pickle is read by a restricted unpickler written for this purpose: it
-// implements only the opcodes torch.save emits and accepts only an
-// allow-list of globals (the tensor and parameter rebuild functions,
-// collections.OrderedDict, torch.Size, the torch storage classes and
-// dtypes). Any other global, such as os.system or builtins.eval, is an
-// error that names it; nothing from the file is ever imported, called or
-// executed.
-//
-// Tensors are collected from the (nested) dicts of the pickle, named by
-// their leaf key, in pickle order, as stable-diffusion.cpp does. Every
-// tensor must be contiguous; its Offset is the absolute file offset of its
-// bytes, so ReadTensorAt is a plain ReadAt on the file and data is read only
-// on demand. Element types are the storages' own (DoubleStorage is F64,
-// LongStorage is I64, float8 tensors of newer torch are F8_*); narrowing
-// them as stable-diffusion.cpp does is left to the caller.
 package ckpt
 
 import (
@@ -28,53 +7,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/big"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-)
-
-// ErrFormat is wrapped by every *Error: the file is not a valid checkpoint
-// or uses a feature this reader does not support.
-var ErrFormat = errors.New("invalid or unsupported PyTorch checkpoint")
-
-// Error is a problem found in one checkpoint; it unwraps to ErrFormat.
-type Error struct {
-	// File is the path or name of the file.
-	File string
-	// Tensor is the tensor concerned, or "" when the problem is not about one tensor.
-	Tensor string
-	// Msg says what is wrong.
-	Msg string
-}
-
-// Error formats the problem as "FILE: tensor "NAME": MSG".
-func (e *Error) Error() string {
-	if e.Tensor != "" {
-		return fmt.Sprintf("%s: tensor %q: %s", e.File, e.Tensor, e.Msg)
-	}
-	return e.File + ": " + e.Msg
-}
-
-// Unwrap returns ErrFormat.
-func (e *Error) Unwrap() error { return ErrFormat }
-
-// LegacyProtocolVersion is the protocol version legacy checkpoints record.
-const LegacyProtocolVersion = 1001
-
-// legacyMagic is the number every legacy checkpoint pickles first.
-var legacyMagic, _ = new(big.Int).SetString("1950a86a20f9469cfc6c", 16)
-
-// RootTensorName names the tensor of a checkpoint that holds one bare tensor
-// rather than a dict (torch.save(tensor)).
-const RootTensorName = "tensor"
-
-// Limits on the values walked to find tensors.
-const (
-	maxDepth    = 64  // nesting of dicts, lists and tuples
-	maxMetadata = 256 // scalar entries reported as metadata
 )
 
 // File is an opened checkpoint: its pickle has been read and every tensor
@@ -94,7 +31,7 @@ var _ formats.Model = (*File)(nil)
 // Open opens the checkpoint at path (zip or legacy format). The file stays
 // open for ReadTensorAt until Close; it is never written.
 func Open(path string) (*File, error) {
-	cf, f, err := formats.OpenFile(path, Parse, func() error { return &Error{File: path, Msg: "is a directory"} })
+	cf, f, err := formats.OpenFile(path, Parse, func() error { return formatError(path, "", "is a directory") })
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +84,7 @@ func IsLegacyHead(head []byte) bool {
 }
 
 func (f *File) errf(tensor, format string, args ...any) error {
-	return &Error{File: f.path, Tensor: tensor, Msg: fmt.Sprintf(format, args...)}
+	return formatError(f.path, tensor, fmt.Sprintf(format, args...))
 }
 
 // storageSpan is where a storage record's bytes are in the file.

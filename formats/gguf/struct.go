@@ -1,21 +1,8 @@
-// Package gguf reads and writes GGUF files (versions 2 and 3), the container
-// of ggml, llama.cpp, stable-diffusion.cpp and ComfyUI-GGUF.
-//
-// The reader validates the whole header (types, block sizes, alignment,
-// offsets, data within the file) with buffered sequential reads, so that the
-// header of a multi-gigabyte file is parsed in milliseconds; tensor data is
-// read on demand. It is more lenient than ggml in two documented ways: it
-// accepts tensors with up to MaxDims dimensions and data that is aligned and
-// non-overlapping but not packed in info order (see File.Packed). Split GGUF
-// files (NAME-00001-of-00003.gguf) are opened together by OpenModel.
-//
-// The writer computes the whole header from the tensor descriptors first and
-// then streams the tensor data in order, adding the padding itself.
 package gguf
 
 import (
 	"bytes"
-	"errors"
+	"io"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -40,12 +27,32 @@ const GGMLMaxDims = 4
 // ggml build accepts.
 const GGMLMaxName = 64
 
+// Longest tensor names (in bytes) that the other GGUF readers accept.
+const (
+	// SDCppMaxName is stable-diffusion.cpp's limit (it builds ggml with GGML_MAX_NAME 160).
+	SDCppMaxName = 159
+	// ComfyGGUFMaxName is ComfyUI-GGUF's limit.
+	ComfyGGUFMaxName = 127
+)
+
 // maxArrayDepth bounds the nesting of arrays of arrays, so that a crafted
 // file cannot make the reader recurse without limit.
 const maxArrayDepth = 16
 
-// ErrFormat is returned (wrapped) for files that are not valid GGUF.
-var ErrFormat = errors.New("gguf: invalid file")
+// Errors of the reader and writer, for errors.Is.
+var (
+	// ErrFormat is wrapped by every *formats.FormatError about a file that
+	// breaks the GGUF rules; it wraps formats.ErrFormat.
+	ErrFormat = formats.Sentinel("gguf: invalid file", formats.ErrFormat)
+	// ErrIncomplete is wrapped by Writer.Close when less data was written
+	// than the header announced; it wraps formats.ErrIncomplete.
+	ErrIncomplete = formats.Sentinel("gguf: tensor data incomplete", formats.ErrIncomplete)
+)
+
+// formatError reports a problem in a GGUF file (tensor "" for the header).
+func formatError(file, tensor, msg string) error {
+	return &formats.FormatError{File: file, Tensor: tensor, Msg: msg, Err: ErrFormat}
+}
 
 func init() {
 	formats.Register(formats.Opener{
@@ -55,6 +62,14 @@ func init() {
 			return bytes.HasPrefix(head, []byte(Magic))
 		},
 		Open: OpenModel,
+	})
+	formats.RegisterCreator(formats.Creator{
+		Name: "gguf",
+		Ext:  ".gguf",
+		New: func(w io.Writer, tensors []formats.Tensor, o formats.WriteOptions) (formats.TensorWriter, error) {
+			return NewWriter(w, tensors, o.Metadata, &WriterOptions{TrimDims: o.TrimDims, PadEnd: o.PadEnd})
+		},
+		Stores: formats.DType.IsGGML,
 	})
 }
 
