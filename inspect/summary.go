@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sdtool/sdtool/convrot"
+	"github.com/sdtool/sdtool/quant/convrot"
 	"math"
 	"regexp"
 	"sort"

@@ -18,8 +18,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/quant/convrot"
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
 	"github.com/sdtool/sdtool/formats/gguf"

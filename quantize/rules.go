@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/convert"
-	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // ruleSet turns the --tensor-type (last match wins) or --tensor-type-rules

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/inspect"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 

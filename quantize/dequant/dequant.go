@@ -9,9 +9,9 @@ package dequant
 import (
 	"fmt"
 
-	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // Scratch hands out reusable buffers by slot; *pipeline.Scratch implements it.

@@ -7,10 +7,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 type model struct {
