@@ -2,7 +2,6 @@ package inspect
 
 import (
 	"fmt"
-	"github.com/bytedance/sonic"
 	"io"
 	"math"
 	"regexp"
@@ -11,6 +10,8 @@ import (
 	"sort"
 	"sync"
 	"text/tabwriter"
+
+	"github.com/bytedance/sonic"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"

@@ -8,13 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"math"
 	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
 )
 
 // Name-length limits of the readers that load GGUF files.
@@ -281,8 +281,8 @@ func readComfyQuant(m formats.Model, t *formats.Tensor) ComfyQuant {
 		q.Format = f
 	}
 	// convrot validates what sdtool can decode (group sizes, known formats).
-	cfg, err := convrot.ParseQuantConfig(data)
-	if errors.Is(err, convrot.ErrUnsupportedFormat) {
+	cfg, err := comfyquant.ParseQuantConfig(data)
+	if errors.Is(err, comfyquant.ErrUnsupportedFormat) {
 		q.Settings = q.Format + " (sdtool cannot decode this format)"
 		return q
 	}

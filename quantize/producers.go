@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/quantize/dequant"
@@ -122,11 +123,11 @@ func (a *amaxOnce) get() (convrot.FP8, error) {
 
 // convrotOutputs returns the three outputs of one ComfyUI module (weight,
 // weight_scale, comfy_quant) with their producers.
-func convrotOutputs(p convrot.Plan, src *dequant.Source) ([]pipeline.Output, error) {
+func convrotOutputs(p convrot.Layer, src *dequant.Source) ([]pipeline.Output, error) {
 	weight := &floatProducer{src: src}
 	var scale pipeline.Producer
 	switch p.Config.Format {
-	case convrot.FormatInt8:
+	case comfyquant.FormatInt8:
 		q, err := p.Rows()
 		if err != nil {
 			return nil, err
@@ -156,7 +157,7 @@ func convrotOutputs(p convrot.Plan, src *dequant.Source) ([]pipeline.Output, err
 	return []pipeline.Output{
 		{Name: p.Weight.Name, Type: p.Weight.Type, Shape: p.Weight.Shape, Producer: weight, Source: &st},
 		{Name: p.Scale.Name, Type: p.Scale.Type, Shape: p.Scale.Shape, Producer: scale},
-		{Name: p.MarkerTensor.Name, Type: p.MarkerTensor.Type, Shape: p.MarkerTensor.Shape, Producer: constant(p.Marker)},
+		{Name: p.Marker.Name, Type: p.Marker.Type, Shape: p.Marker.Shape, Producer: constant(p.MarkerData)},
 	}, nil
 }
 

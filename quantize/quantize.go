@@ -19,7 +19,9 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/quant/convrot"
+
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
 	"github.com/sdtool/sdtool/formats/gguf"
@@ -605,7 +607,7 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			}
 		}
 		if quantize {
-			p, err := convrot.PlanModule(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
+			p, err := convrot.NewLayer(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
 			if err != nil {
 				return err
 			}
@@ -688,7 +690,7 @@ func (b *builder) metadata(user [][2]string) {
 		meta := map[string]string{}
 		if preset && b.m.Info().Format == "safetensors" {
 			for _, kv := range inMeta {
-				if s, ok := kv.Value.(string); ok && kv.Key != convrot.SourceMetadata {
+				if s, ok := kv.Value.(string); ok && kv.Key != comfyquant.SourceMetadata {
 					meta[kv.Key] = s
 				}
 			}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/inspect"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/convrot"
@@ -106,7 +107,7 @@ func TestQuantizeDeterministic(t *testing.T) {
 
 // TestQuantizeConvrot writes int8_convrot safetensors and checks the exact
 // tensor names, dtypes, shapes and comfy_quant JSON of a rotated and a
-// plain-fallback module, that convrot.Detect reads them back, and that the
+// plain-fallback module, that comfyquant.Detect reads them back, and that the
 // streamed bytes equal convrot's whole-tensor Plan.Encode.
 func TestQuantizeConvrot(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "tiny-int8.safetensors")
@@ -145,7 +146,7 @@ func TestQuantizeConvrot(t *testing.T) {
 	if _, ok := formats.Find(g, "model.diffusion_model.input_blocks.0.0.weight.comfy_quant"); ok {
 		t.Error("a conv kernel became a module")
 	}
-	mods, err := convrot.Detect(g)
+	mods, err := comfyquant.Detect(g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestQuantizeConvrot(t *testing.T) {
 	// Oracle: the whole-tensor encoder gives the same bytes.
 	src := mustOpen(t, tinyPath)
 	st := find(t, src, rot+".weight")
-	p, err := convrot.PlanModule(formats.Tensor{Name: st.Name, Type: formats.F32, Shape: st.Shape}, convrot.Options{Type: convrot.Int8Convrot, GroupSize: 16})
+	p, err := convrot.NewLayer(formats.Tensor{Name: st.Name, Type: formats.F32, Shape: st.Shape}, convrot.Options{Type: convrot.Int8Convrot, GroupSize: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestQuantizeConvrot(t *testing.T) {
 	gotW, _ := formats.ReadTensor(g, &gw)
 	gotS, _ := formats.ReadTensor(g, &gs)
 	if !bytes.Equal(gotW, wantW) || !bytes.Equal(gotS, wantS) {
-		t.Error("streamed int8_convrot bytes differ from convrot.Plan.Encode")
+		t.Error("streamed int8_convrot bytes differ from convrot.Layer.Encode")
 	}
 	// Requantizing the ComfyUI file to GGUF decodes the modules exactly.
 	back := filepath.Join(t.TempDir(), "back.gguf")

@@ -1,9 +1,9 @@
-// Package convrot writes and reads ComfyUI quantized linear layers: INT8 with
-// a block Hadamard rotation ("convrot"), plain per-row INT8, and FP8 with a
-// tensor-wise scale, each marked by a `<module>.comfy_quant` U8 tensor that
-// holds a small JSON object.
+// Package convrot holds the codecs of ComfyUI's quantized linear layers:
+// INT8 with a block Hadamard rotation ("convrot"), plain per-row INT8, and
+// FP8 with a tensor-wise scale, and Layer, which says how one linear weight
+// is written (marker config, output tensors, codec).
 //
-// # The format
+// # The numbers
 //
 // For a linear layer whose weight W has shape [out, in]:
 //
@@ -21,11 +21,13 @@
 //     amax/57344 for float8_e5m2 (the largest finite value of each format),
 //     with the same 1e-30 floor; the weight stores W/scale saturated to the
 //     format's range.
-//   - Tensors per module <m>: <m>.weight (I8 or F8 [out, in]),
-//     <m>.weight_scale (F32 [out, 1] for INT8, a 0-d F32 scalar for FP8) and
-//     <m>.comfy_quant (U8 [len(json)]). Biases and every other tensor are
-//     kept as they are.
 //
-// Reading dequantizes exactly as defined: INT8 gives q·s (float32), then the
-// rotation again when convrot is set; FP8 gives decode(code)·scale.
+// Decoding is exact as defined: INT8 gives q·s (float32), then the rotation
+// again when convrot is set; FP8 gives decode(code)·scale.
+//
+// The package sits in quant/ beside the ggml codecs (see DESIGN.md). The
+// container side (which tensors form a module, the comfy_quant marker) is
+// package formats/comfyquant, which it imports; package tensor decodes
+// stored modules to float32 with these codecs, and package quantize plans
+// whole files with Layer.
 package convrot

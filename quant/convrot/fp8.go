@@ -64,17 +64,6 @@ func fp8Max(t formats.DType) (float32, error) {
 	return 0, fmt.Errorf("convrot: %s is not an FP8 type ComfyUI scales (f8_e4m3, f8_e5m2)", t)
 }
 
-// formatType maps a comfy_quant FP8 format to its dtype.
-func formatType(format string) (formats.DType, bool) {
-	switch format {
-	case FormatFP8E4M3:
-		return formats.F8_E4M3, true
-	case FormatFP8E5M2:
-		return formats.F8_E5M2, true
-	}
-	return 0, false
-}
-
 // Encode writes one FP8 code per value of src into dst (len(dst) ==
 // len(src)). The division by Scale is a float32 division, and values beyond
 // the format's range saturate to ±max, as ComfyUI clamps before its cast. A

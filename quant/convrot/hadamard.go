@@ -1,36 +1,10 @@
 package convrot
 
 import (
-	"errors"
 	"fmt"
-	"math/bits"
+
+	"github.com/sdtool/sdtool/formats/comfyquant"
 )
-
-// DefaultGroupSize is the rotation group size ComfyUI and convert_to_quant use
-// unless told otherwise.
-const DefaultGroupSize = 256
-
-// MaxGroupSize is the largest group size sdtool accepts (4^8): larger
-// groups bring nothing and would only make a bad marker expensive.
-const MaxGroupSize = 1 << 16
-
-// ErrGroupSize is wrapped by every error about an invalid rotation group size.
-var ErrGroupSize = errors.New("invalid convrot group size")
-
-// CheckGroupSize reports whether g is a power of four between 4 and
-// MaxGroupSize; 512 and other powers of two that are not powers of four are
-// refused because ComfyUI's kitchen refuses them.
-func CheckGroupSize(g int) error {
-	switch {
-	case g < 4 || g > MaxGroupSize:
-		return fmt.Errorf("%w: %d is outside [4, %d]", ErrGroupSize, g, MaxGroupSize)
-	case g&(g-1) != 0:
-		return fmt.Errorf("%w: %d is not a power of four", ErrGroupSize, g)
-	case bits.TrailingZeros(uint(g))%2 != 0:
-		return fmt.Errorf("%w: %d is a power of two but not of four (ComfyUI accepts 4, 16, 64, 256, 1024, ...)", ErrGroupSize, g)
-	}
-	return nil
-}
 
 // Rotate multiplies each contiguous group of g elements of row by H_g, in
 // place, with the fast transform: log4(g) stages of 4-point butterflies,
@@ -50,7 +24,7 @@ func CheckGroupSize(g int) error {
 // measurement (TestRotateFloat32Accuracy), while float32 halves the memory
 // traffic and needs no scratch buffer.
 func Rotate(row []float32, g int) error {
-	if err := CheckGroupSize(g); err != nil {
+	if err := comfyquant.CheckGroupSize(g); err != nil {
 		return err
 	}
 	if len(row)%g != 0 {
@@ -95,7 +69,7 @@ var h4 = [4][4]float64{{1, 1, 1, -1}, {1, 1, -1, 1}, {1, -1, 1, 1}, {-1, 1, 1, 1
 // from the Kronecker definition (H4/2 ⊗ ... ⊗ H4/2); tests and the dense
 // benchmark use it as the reference for Rotate.
 func DenseHadamard(g int) ([]float64, error) {
-	if err := CheckGroupSize(g); err != nil {
+	if err := comfyquant.CheckGroupSize(g); err != nil {
 		return nil, err
 	}
 	h := []float64{1}

@@ -4,28 +4,12 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
+
+	"github.com/sdtool/sdtool/formats/comfyquant"
 )
 
 var allGroupSizes = []int{4, 16, 64, 256, 1024, 4096}
-
-func TestCheckGroupSize(t *testing.T) {
-	for _, g := range allGroupSizes {
-		if err := CheckGroupSize(g); err != nil {
-			t.Errorf("CheckGroupSize(%d) = %v, want nil", g, err)
-		}
-	}
-	for _, g := range []int{-4, 0, 1, 2, 3, 8, 32, 128, 255, 257, 512, 2048, 8192, 1 << 18} {
-		err := CheckGroupSize(g)
-		if !errors.Is(err, ErrGroupSize) {
-			t.Errorf("CheckGroupSize(%d) = %v, want ErrGroupSize", g, err)
-		}
-	}
-	if err := CheckGroupSize(512); err == nil || !strings.Contains(err.Error(), "power of two but not of four") {
-		t.Errorf("CheckGroupSize(512) = %v, want a power-of-four explanation", err)
-	}
-}
 
 // TestDenseHadamardDefinition checks the Kronecker construction itself,
 // independently of the fast transform: entries ±1/sqrt(G), symmetric, and
@@ -184,8 +168,8 @@ func TestRotatePreservesNorm(t *testing.T) {
 }
 
 func TestRotateErrors(t *testing.T) {
-	if err := Rotate(make([]float32, 512), 512); !errors.Is(err, ErrGroupSize) {
-		t.Errorf("Rotate(G=512) = %v, want ErrGroupSize", err)
+	if err := Rotate(make([]float32, 512), 512); !errors.Is(err, comfyquant.ErrGroupSize) {
+		t.Errorf("Rotate(G=512) = %v, want comfyquant.ErrGroupSize", err)
 	}
 	if err := Rotate(make([]float32, 320), 256); err == nil {
 		t.Error("Rotate of 320 values with G=256 succeeded")

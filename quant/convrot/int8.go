@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/sdtool/sdtool/formats/comfyquant"
 )
 
 // MinScale is the smallest scale sdtool writes (ComfyUI kitchen's floor), so
@@ -34,7 +36,7 @@ func NewInt8Rows(in, groupSize int) (Int8Rows, error) {
 		return Int8Rows{}, fmt.Errorf("convrot: row length %d is not positive", in)
 	}
 	if groupSize != 0 {
-		if err := CheckGroupSize(groupSize); err != nil {
+		if err := comfyquant.CheckGroupSize(groupSize); err != nil {
 			return Int8Rows{}, err
 		}
 		if in%groupSize != 0 {

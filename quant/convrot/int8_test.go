@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/sdtool/sdtool/formats/comfyquant"
 )
 
 // TestInt8HandChecked quantizes a 2x8 matrix with G=4 whose rotated values
@@ -283,7 +285,7 @@ func TestConvrotBeatsPlainInt8(t *testing.T) {
 	const rows, in = 64, 3072
 	w := gaussianWithOutliers(rows, in, 2026, 40)
 	plain := reconstructionError(t, w, rows, in, 0)
-	rot := reconstructionError(t, w, rows, in, DefaultGroupSize)
+	rot := reconstructionError(t, w, rows, in, comfyquant.DefaultGroupSize)
 	factor := plain / rot
 	t.Logf("relative Frobenius error: int8 %.4g, int8_convrot (G=256) %.4g: convrot is %.2fx lower", plain, rot, factor)
 	if factor < 2 {
@@ -291,7 +293,7 @@ func TestConvrotBeatsPlainInt8(t *testing.T) {
 	}
 	// Without outliers the rotation must not hurt much either.
 	g := gaussianWithOutliers(rows, in, 1, 1)
-	p2, r2 := reconstructionError(t, g, rows, in, 0), reconstructionError(t, g, rows, in, DefaultGroupSize)
+	p2, r2 := reconstructionError(t, g, rows, in, 0), reconstructionError(t, g, rows, in, comfyquant.DefaultGroupSize)
 	t.Logf("without outliers: int8 %.4g, int8_convrot %.4g", p2, r2)
 	if r2 > 1.05*p2 {
 		t.Errorf("without outliers convrot error %g is far above plain %g", r2, p2)

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sdtool/sdtool/formats/comfyquant"
+
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/pipeline"
@@ -18,28 +20,28 @@ import (
 // with opt and copies the other tensors: the weight, weight_scale and
 // comfy_quant outputs each have their own producer, which sees only a range
 // of rows, so this is how a streaming writer uses the package.
-func streamPlan(t *testing.T, m formats.Model, opt Options) (*pipeline.Plan, []Plan) {
+func streamPlan(t *testing.T, m formats.Model, opt Options) (*pipeline.Plan, []Layer) {
 	dec, err := quant.Decoder(formats.F32)
 	if err != nil {
 		t.Fatal(err)
 	}
 	decode := pipeline.DecodeWith(dec.Dequantize)
 	var pl pipeline.Plan
-	var plans []Plan
+	var plans []Layer
 	for _, src := range m.Tensors() {
 		src := src
 		if len(src.Shape) != 2 {
 			pl.Outputs = append(pl.Outputs, pipeline.Output{Name: src.Name, Type: src.Type, Shape: src.Shape, Producer: pipeline.Copy(m, src), Source: &src})
 			continue
 		}
-		p, err := PlanModule(src, opt)
+		p, err := NewLayer(src, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
 		plans = append(plans, p)
 		var weight, scale pipeline.Producer
 		in := src.Shape[1]
-		if typ, ok := formatType(p.Config.Format); ok {
+		if typ, ok := comfyquant.WeightType(p.Config.Format); ok && typ != formats.I8 {
 			// Pass one: the whole tensor's amax, before the plan runs.
 			all := make([]float32, src.Elements())
 			if err := readFloats(m, &src, 0, src.Shape[0], all); err != nil {
@@ -72,7 +74,7 @@ func streamPlan(t *testing.T, m formats.Model, opt Options) (*pipeline.Plan, []P
 		pl.Outputs = append(pl.Outputs,
 			pipeline.Output{Name: p.Weight.Name, Type: p.Weight.Type, Shape: p.Weight.Shape, Producer: weight, Source: &src},
 			pipeline.Output{Name: p.Scale.Name, Type: p.Scale.Type, Shape: p.Scale.Shape, Producer: scale},
-			pipeline.Output{Name: p.MarkerTensor.Name, Type: p.MarkerTensor.Type, Shape: p.MarkerTensor.Shape, Producer: constant(p.Marker)})
+			pipeline.Output{Name: p.Marker.Name, Type: p.Marker.Type, Shape: p.Marker.Shape, Producer: constant(p.MarkerData)})
 	}
 	return &pl, plans
 }
@@ -100,8 +102,8 @@ func constant(b []byte) pipeline.Producer {
 
 // TestStreamThroughPipeline writes a safetensors file with the pipeline in
 // small chunks on two workers, reads it back with the safetensors reader,
-// and checks that every tensor has exactly the bytes Plan.Encode gives for
-// the whole tensor, that Detect finds the modules with their settings, and
+// and checks that every tensor has exactly the bytes Layer.Encode gives for
+// the whole tensor, that comfyquant.Detect finds the modules with their settings, and
 // that decoding gives back the weights within the INT8 bound.
 func TestStreamThroughPipeline(t *testing.T) {
 	for _, opt := range []Options{{Type: Int8Convrot}, {Type: Int8}, {Type: FP8E4M3}, {Type: FP8E5M2}} {
@@ -140,7 +142,7 @@ func TestStreamThroughPipeline(t *testing.T) {
 				for _, want := range []struct {
 					desc formats.Tensor
 					data []byte
-				}{{p.Weight, weight}, {p.Scale, scale}, {p.MarkerTensor, p.Marker}} {
+				}{{p.Weight, weight}, {p.Scale, scale}, {p.Marker, p.MarkerData}} {
 					got, ok := formats.Find(f, want.desc.Name)
 					if !ok {
 						t.Fatalf("%s missing from the output", want.desc.Name)
@@ -153,17 +155,17 @@ func TestStreamThroughPipeline(t *testing.T) {
 						t.Fatal(err)
 					}
 					if string(b) != string(want.data) {
-						t.Errorf("%s: streamed bytes differ from Plan.Encode", got.Name)
+						t.Errorf("%s: streamed bytes differ from Layer.Encode", got.Name)
 					}
 				}
 			}
 
-			mods, err := Detect(f)
+			mods, err := comfyquant.Detect(f)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(mods) != len(plans) {
-				t.Fatalf("Detect found %d modules, want %d", len(mods), len(plans))
+				t.Fatalf("comfyquant.Detect found %d modules, want %d", len(mods), len(plans))
 			}
 			for i, mod := range mods {
 				p := plans[i]
@@ -189,13 +191,13 @@ func TestStreamThroughPipeline(t *testing.T) {
 					// FP8: half a step of 2^-3 (e4m3) or 2^-2 (e5m2) relative.
 					var bound float64
 					switch mod.Config.Format {
-					case FormatInt8:
+					case comfyquant.FormatInt8:
 						var sc [1]float32
 						raw := make([]byte, 4)
 						_ = formats.ReadRows(f, &mod.Scale, r, 1, raw)
 						_ = quant.DecodeFloats(formats.F32, sc[:], raw)
 						bound = math.Sqrt(float64(in))*float64(sc[0])/2 + 1e-6*norm2(w[r*in:(r+1)*in])
-					case FormatFP8E4M3:
+					case comfyquant.FormatFP8E4M3:
 						bound = norm2(w[r*in:(r+1)*in])/16 + math.Sqrt(float64(in))*float64(d.fp8.Scale)*math.Ldexp(1, -10)
 					default:
 						bound = norm2(w[r*in:(r+1)*in])/8 + math.Sqrt(float64(in))*float64(d.fp8.Scale)*math.Ldexp(1, -17)

@@ -23,7 +23,7 @@ func TestParseType(t *testing.T) {
 	}
 }
 
-func TestPlanModule(t *testing.T) {
+func TestNewLayer(t *testing.T) {
 	w := formats.Tensor{Name: "double_blocks.0.img_attn.qkv.weight", Type: formats.BF16, Shape: []int64{9216, 3072}}
 	type out struct {
 		name  string
@@ -62,12 +62,12 @@ func TestPlanModule(t *testing.T) {
 		{Options{Type: Int8Convrot, GroupSize: 64}, formats.Tensor{Name: "m.to_q.weight", Type: formats.F16, Shape: []int64{320, 320}},
 			`{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 64}`, nil, ""},
 	} {
-		p, err := PlanModule(c.src, c.opt)
+		p, err := NewLayer(c.src, c.opt)
 		if err != nil {
-			t.Fatalf("PlanModule(%s, %+v): %v", c.src.Name, c.opt, err)
+			t.Fatalf("NewLayer(%s, %+v): %v", c.src.Name, c.opt, err)
 		}
-		if string(p.Marker) != c.marker {
-			t.Errorf("%+v: marker %s, want %s", c.opt, p.Marker, c.marker)
+		if string(p.MarkerData) != c.marker {
+			t.Errorf("%+v: marker %s, want %s", c.opt, p.MarkerData, c.marker)
 		}
 		if p.Note != c.note {
 			t.Errorf("%+v: note %q, want %q", c.opt, p.Note, c.note)
@@ -78,7 +78,7 @@ func TestPlanModule(t *testing.T) {
 		if c.outs == nil {
 			continue
 		}
-		got := p.Outputs()
+		got := p.Tensors()
 		if len(got) != len(c.outs) {
 			t.Fatalf("%+v: %d outputs, want %d", c.opt, len(got), len(c.outs))
 		}
@@ -108,9 +108,9 @@ func TestPlanModuleErrors(t *testing.T) {
 		{ok, Options{Type: Int8Convrot, GroupSize: 100}, "not a power of four"},
 		{ok, Options{}, "unknown convrot type"},
 	} {
-		_, err := PlanModule(c.src, c.opt)
+		_, err := NewLayer(c.src, c.opt)
 		if err == nil || !strings.Contains(err.Error(), c.msg) || !strings.Contains(err.Error(), c.src.Name) {
-			t.Errorf("PlanModule(%s %v, %+v) = %v, want an error naming the tensor and containing %q", c.src.Name, c.src.Shape, c.opt, err, c.msg)
+			t.Errorf("NewLayer(%s %v, %+v) = %v, want an error naming the tensor and containing %q", c.src.Name, c.src.Shape, c.opt, err, c.msg)
 		}
 	}
 }
@@ -118,7 +118,7 @@ func TestPlanModuleErrors(t *testing.T) {
 func TestPlanEncodeMatchesRows(t *testing.T) {
 	const out, in = 8, 512
 	w := gaussianWithOutliers(out, in, 9, 40)
-	p, err := PlanModule(formats.Tensor{Name: "x.weight", Type: formats.F32, Shape: []int64{out, in}}, Options{Type: Int8Convrot})
+	p, err := NewLayer(formats.Tensor{Name: "x.weight", Type: formats.F32, Shape: []int64{out, in}}, Options{Type: Int8Convrot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestPlanEncodeMatchesRows(t *testing.T) {
 		codes, scales = append(codes, c...), append(scales, s...)
 	}
 	if string(codes) != string(weight) || string(PutScales(nil, scales)) != string(scale) {
-		t.Error("chunked Quantize differs from Plan.Encode")
+		t.Error("chunked Quantize differs from Layer.Encode")
 	}
 	if _, _, err := p.Encode(w[:10]); err == nil {
 		t.Error("Encode of a short buffer succeeded")

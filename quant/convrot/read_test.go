@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/quant"
 )
 
@@ -46,21 +47,21 @@ func (m *memModel) add(name string, typ formats.DType, shape []int64, data []byt
 }
 
 // addPlan writes a module the way the quantize command will: the plan's
-// three tensors with the bytes Plan.Encode gives.
-func (m *memModel) addPlan(t *testing.T, p Plan, w []float32) {
+// three tensors with the bytes Layer.Encode gives.
+func (m *memModel) addPlan(t *testing.T, p Layer, w []float32) {
 	weight, scale, err := p.Encode(append([]float32(nil), w...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.add(p.Weight.Name, p.Weight.Type, p.Weight.Shape, weight)
 	m.add(p.Scale.Name, p.Scale.Type, p.Scale.Shape, scale)
-	m.add(p.MarkerTensor.Name, p.MarkerTensor.Type, p.MarkerTensor.Shape, p.Marker)
+	m.add(p.Marker.Name, p.Marker.Type, p.Marker.Shape, p.MarkerData)
 }
 
 func f32bytes(v ...float32) []byte { return PutScales(nil, v) }
 
-func plan(t *testing.T, name string, out, in int64, opt Options) Plan {
-	p, err := PlanModule(formats.Tensor{Name: name, Type: formats.BF16, Shape: []int64{out, in}}, opt)
+func plan(t *testing.T, name string, out, in int64, opt Options) Layer {
+	p, err := NewLayer(formats.Tensor{Name: name, Type: formats.BF16, Shape: []int64{out, in}}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,19 +94,19 @@ func TestDetectAndDecode(t *testing.T) {
 		m.addPlan(t, plan(t, o.name+".weight", out, o.in, o.opt), w)
 		m.add(o.name+".bias", formats.F32, []int64{out}, make([]byte, 4*out))
 	}
-	mods, err := Detect(m)
+	mods, err := comfyquant.Detect(m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(mods) != len(opts) {
-		t.Fatalf("Detect found %d modules, want %d", len(mods), len(opts))
+		t.Fatalf("comfyquant.Detect found %d modules, want %d", len(mods), len(opts))
 	}
 	for i, mod := range mods {
 		o := opts[i]
-		if mod.Name != o.name || mod.Source != SourceMarker {
+		if mod.Name != o.name || mod.Source != comfyquant.SourceMarker {
 			t.Fatalf("module %d = %q from %s, want %q from the marker", i, mod.Name, mod.Source, o.name)
 		}
-		wantAux := []string{o.name + ".weight_scale", o.name + MarkerSuffix}
+		wantAux := []string{o.name + ".weight_scale", o.name + comfyquant.MarkerSuffix}
 		if got := mod.Aux(); strings.Join(got, ",") != strings.Join(wantAux, ",") {
 			t.Errorf("%s: Aux() = %v, want %v", o.name, got, wantAux)
 		}
@@ -125,7 +126,7 @@ func TestDetectAndDecode(t *testing.T) {
 		}
 		want := make([]float32, len(got))
 		switch mod.Config.Format {
-		case FormatInt8:
+		case comfyquant.FormatInt8:
 			g := 0
 			if mod.Config.Convrot {
 				g = mod.Config.GroupSize
@@ -135,7 +136,7 @@ func TestDetectAndDecode(t *testing.T) {
 				t.Fatal(err)
 			}
 		default:
-			typ, _ := formatType(mod.Config.Format)
+			typ, _ := comfyquant.WeightType(mod.Config.Format)
 			if err := (FP8{Type: typ, Scale: scales[0]}).Decode(want, raw); err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +165,7 @@ func TestDetectAndDecode(t *testing.T) {
 // _quantization_metadata header and the scaled_fp8 marker tensor.
 func TestDetectLegacyAndMetadata(t *testing.T) {
 	m := newMemModel()
-	m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
+	m.meta = formats.Metadata{{Key: comfyquant.SourceMetadata, Type: formats.TypeString,
 		Value: `{"format_version": "1.0", "layers": {"a": {"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 4}}}`}}
 	m.add("a.weight", formats.I8, []int64{1, 4}, []byte{127, 0, 0, 0})
 	m.add("a.weight_scale", formats.F32, []int64{1, 1}, f32bytes(2))
@@ -175,14 +176,14 @@ func TestDetectLegacyAndMetadata(t *testing.T) {
 	// A high-precision weight with a dummy scale is not a module.
 	m.add("c.weight", formats.BF16, []int64{1, 2}, make([]byte, 4))
 	m.add("c.scale_weight", formats.F32, []int64{1}, f32bytes(1))
-	mods, err := Detect(m)
+	mods, err := comfyquant.Detect(m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(mods) != 2 || mods[0].Name != "a" || mods[1].Name != "b" {
 		t.Fatalf("modules: %+v", mods)
 	}
-	if mods[0].Source != SourceMetadata || mods[1].Source != SourceScaledFP8 || mods[1].Config.Format != FormatFP8E4M3 {
+	if mods[0].Source != comfyquant.SourceMetadata || mods[1].Source != comfyquant.SourceScaledFP8 || mods[1].Config.Format != comfyquant.FormatFP8E4M3 {
 		t.Errorf("sources: %s %s %s", mods[0].Source, mods[1].Source, mods[1].Config.Format)
 	}
 	if got := mods[1].Aux(); len(got) != 2 || got[0] != "b.scale_weight" || got[1] != "b.scale_input" {
@@ -220,7 +221,7 @@ func TestDecodeTensorwiseInt8(t *testing.T) {
 	m.add("t.weight", formats.I8, []int64{2, 2}, []byte{1, 0xFF, 127, 0x81})
 	m.add("t.weight_scale", formats.BF16, []int64{}, []byte{0x00, 0x3F}) // bf16 0.5
 	m.add("t.comfy_quant", formats.U8, []int64{29}, []byte(`{"format": "int8_tensorwise"}`))
-	mods, err := Detect(m)
+	mods, err := comfyquant.Detect(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,124 +244,23 @@ func TestDecodeTensorwiseInt8(t *testing.T) {
 	}
 }
 
-func TestDetectErrors(t *testing.T) {
-	marker := func(s string) []byte { return []byte(s) }
-	conv := `{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 16}`
-	for _, c := range []struct {
-		name  string
-		build func(m *memModel)
-		msg   string
-	}{
-		{"malformed marker", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{5}, marker(`{"for`))
-		}, `tensor "a.comfy_quant": invalid comfy_quant marker`},
-		{"marker not U8", func(m *memModel) {
-			m.add("a.comfy_quant", formats.F32, []int64{1}, f32bytes(1))
-		}, "must be U8"},
-		{"marker 2-D", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{1, 29}, marker(`{"format": "int8_tensorwise"}`))
-		}, "must be 1-D"},
-		{"no weight", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
-		}, `no tensor "a.weight"`},
-		{"weight dtype", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{27}, marker(`{"format": "float8_e4m3fn"}`))
-			m.add("a.weight", formats.I8, []int64{2, 2}, make([]byte, 4))
-			m.add("a.weight_scale", formats.F32, []int64{}, f32bytes(1))
-		}, "needs f8_e4m3 weights, not i8"},
-		{"no scale", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
-			m.add("a.weight", formats.I8, []int64{2, 2}, make([]byte, 4))
-		}, `no tensor "a.weight_scale"`},
-		{"convrot scalar scale", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{int64(len(conv))}, marker(conv))
-			m.add("a.weight", formats.I8, []int64{2, 16}, make([]byte, 32))
-			m.add("a.weight_scale", formats.F32, []int64{}, f32bytes(1))
-		}, "convrot needs a scale per row"},
-		{"scale rows", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
-			m.add("a.weight", formats.I8, []int64{2, 16}, make([]byte, 32))
-			m.add("a.weight_scale", formats.F32, []int64{3, 1}, f32bytes(1, 1, 1))
-		}, "scale shape [3 1]"},
-		{"scale dtype", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
-			m.add("a.weight", formats.I8, []int64{2, 16}, make([]byte, 32))
-			m.add("a.weight_scale", formats.I32, []int64{2, 1}, make([]byte, 8))
-		}, "scale type i32"},
-		{"group does not divide", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{int64(len(conv))}, marker(conv))
-			m.add("a.weight", formats.I8, []int64{2, 20}, make([]byte, 40))
-			m.add("a.weight_scale", formats.F32, []int64{2, 1}, f32bytes(1, 1))
-		}, "row length 20 is not divisible by convrot_groupsize 16"},
-		{"weight 1-D", func(m *memModel) {
-			m.add("a.comfy_quant", formats.U8, []int64{29}, marker(`{"format": "int8_tensorwise"}`))
-			m.add("a.weight", formats.I8, []int64{16}, make([]byte, 16))
-		}, "not a 2-D"},
-		{"bad metadata", func(m *memModel) {
-			m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString, Value: `{"layers": [`}}
-		}, `metadata "_quantization_metadata"`},
-		{"bad metadata layer", func(m *memModel) {
-			m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
-				Value: `{"layers": {"a": {"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 512}}}`}}
-		}, `layer "a"`},
-	} {
-		m := newMemModel()
-		c.build(m)
-		_, err := Detect(m)
-		if err == nil || !strings.Contains(err.Error(), c.msg) {
-			t.Errorf("%s: Detect = %v, want an error containing %q", c.name, err, c.msg)
-		}
-	}
-	// A .weight.comfy_quant key is ignored, as ComfyUI ignores it.
+// The decoder refuses a NaN scale and a module it cannot decode.
+func TestDecoderRefuses(t *testing.T) {
 	m := newMemModel()
-	m.add("a.weight.comfy_quant", formats.U8, []int64{5}, []byte(`{"for`))
-	if mods, err := Detect(m); err != nil || len(mods) != 0 {
-		t.Errorf(".weight.comfy_quant: %v, %v", mods, err)
-	}
-	// A NaN scale is refused when the decoder is made.
-	m = newMemModel()
 	m.add("a.comfy_quant", formats.U8, []int64{29}, []byte(`{"format": "int8_tensorwise"}`))
 	m.add("a.weight", formats.I8, []int64{1, 4}, make([]byte, 4))
 	m.add("a.weight_scale", formats.F32, []int64{1, 1}, f32bytes(float32(math.NaN())))
-	mods, err := Detect(m)
+	m.add("b.weight", formats.U8, []int64{2, 8}, make([]byte, 16))
+	m.add("b.weight_scale", formats.F8_E4M3, []int64{2, 1}, make([]byte, 2))
+	m.add("b.comfy_quant", formats.U8, []int64{19}, []byte(`{"format": "nvfp4"}`))
+	mods, err := comfyquant.Detect(m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := NewDecoder(m, mods[0]); err == nil || !strings.Contains(err.Error(), "a.weight_scale") {
 		t.Errorf("NaN scale: %v", err)
 	}
-}
-
-// TestDetectUnsupported: modules in formats this package cannot decode are
-// listed (in file order) and marked, and the decoder refuses them.
-func TestDetectUnsupported(t *testing.T) {
-	m := newMemModel()
-	m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
-		Value: `{"layers": {"z": {"format": "mxfp8"}}}`}}
-	m.add("a.weight", formats.U8, []int64{2, 8}, make([]byte, 16))
-	m.add("a.weight_scale", formats.F8_E4M3, []int64{2, 1}, make([]byte, 2))
-	m.add("a.weight_scale_2", formats.F32, []int64{}, f32bytes(1))
-	m.add("a.comfy_quant", formats.U8, []int64{19}, []byte(`{"format": "nvfp4"}`))
-	m.add("b.comfy_quant", formats.U8, []int64{29}, []byte(`{"format": "int8_tensorwise"}`))
-	m.add("b.weight", formats.I8, []int64{1, 4}, make([]byte, 4))
-	m.add("b.weight_scale", formats.F32, []int64{1, 1}, f32bytes(1))
-	mods, err := Detect(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(mods) != 3 || mods[0].Name != "a" || mods[1].Name != "b" || mods[2].Name != "z" {
-		t.Fatalf("modules %+v, want a, b, z", mods)
-	}
-	if !mods[0].Unsupported || mods[0].Config.Format != "nvfp4" || mods[1].Unsupported || !mods[2].Unsupported || mods[2].Source != SourceMetadata {
-		t.Errorf("unsupported flags/formats: %+v", mods)
-	}
-	if got := mods[0].Aux(); len(got) != 1 || got[0] != "a.comfy_quant" {
-		t.Errorf("Aux of an unsupported module = %v, want the marker", got)
-	}
-	if _, err := NewDecoder(m, mods[0]); !errors.Is(err, ErrUnsupportedFormat) || !strings.Contains(err.Error(), "nvfp4") {
+	if _, err := NewDecoder(m, mods[1]); !errors.Is(err, comfyquant.ErrUnsupportedFormat) || !strings.Contains(err.Error(), "nvfp4") {
 		t.Errorf("NewDecoder(nvfp4) = %v, want ErrUnsupportedFormat naming it", err)
-	}
-	if _, err := ParseQuantConfig([]byte(`{"format": "convrot_w4a4", "convrot_groupsize": 512}`)); !errors.Is(err, ErrUnsupportedFormat) {
-		t.Errorf("convrot_w4a4 with its own keys: %v, want ErrUnsupportedFormat first", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/quant/convrot"
 )
@@ -36,7 +37,7 @@ type Source struct {
 	Tensor formats.Tensor
 	// Module is the ComfyUI quantized module the weight belongs to, nil for
 	// plain tensors.
-	Module *convrot.Module
+	Module *comfyquant.Module
 	// OrigShape is the torch shape a GGUF records for the tensor in
 	// comfy.gguf.orig_shape.<name> (ComfyUI-GGUF's reshaped conv kernels,
 	// folded 5-D tensors), nil when there is none or it does not hold the
@@ -60,30 +61,30 @@ type Model struct {
 	// (weight_scale, comfy_quant, input_scale, scaled_fp8).
 	Aux []string
 	// Modules lists the ComfyUI quantized modules found (Unsupported ones included).
-	Modules []convrot.Module
+	Modules []comfyquant.Module
 
 	byName map[string]*Source
 }
 
 // Open lists m's tensors as Sources. ComfyUI quantized modules are found
-// with convrot.Detect: their weight becomes one Source decoded through the
+// with comfyquant.Detect: their weight becomes one Source decoded through the
 // module's scales, and their other tensors are listed in Aux. A module in a
 // format convrot cannot decode, or a tensor type with no dequantizer, gives
 // a Source whose Read fails with the reason.
 func Open(m formats.Model) (*Model, error) {
-	mods, err := convrot.Detect(m)
+	mods, err := comfyquant.Detect(m)
 	if err != nil {
 		return nil, err
 	}
 	out := &Model{Modules: mods, byName: map[string]*Source{}}
 	aux := map[string]bool{}
-	modByWeight := map[string]*convrot.Module{}
+	modByWeight := map[string]*comfyquant.Module{}
 	for i := range mods {
 		mod := &mods[i]
 		for _, a := range mod.Aux() {
 			aux[a] = true
 		}
-		if mod.Source == convrot.SourceScaledFP8 {
+		if mod.Source == comfyquant.SourceScaledFP8 {
 			aux["scaled_fp8"] = true
 		}
 		if mod.Weight.Name != "" {
@@ -179,16 +180,16 @@ func (s *Source) TypeName() string {
 }
 
 // ModuleType names a ComfyUI quantization the way `sdtool quantize --type` does.
-func ModuleType(c convrot.QuantConfig) string {
+func ModuleType(c comfyquant.QuantConfig) string {
 	switch c.Format {
-	case convrot.FormatInt8:
+	case comfyquant.FormatInt8:
 		if c.Convrot {
 			return convrot.Int8Convrot.String()
 		}
 		return convrot.Int8.String()
-	case convrot.FormatFP8E4M3:
+	case comfyquant.FormatFP8E4M3:
 		return convrot.FP8E4M3.String()
-	case convrot.FormatFP8E5M2:
+	case comfyquant.FormatFP8E5M2:
 		return convrot.FP8E5M2.String()
 	}
 	return c.Format

@@ -98,7 +98,7 @@ func TestReadRanges(t *testing.T) {
 	wantH := make([]float32, len(src))
 	quant.F16ToF32Row(wantH, h)
 
-	p, err := convrot.PlanModule(formats.Tensor{Name: "lin.weight", Type: formats.F32, Shape: []int64{8, 256}}, convrot.Options{Type: convrot.Int8Convrot, GroupSize: 16})
+	p, err := convrot.NewLayer(formats.Tensor{Name: "lin.weight", Type: formats.F32, Shape: []int64{8, 256}}, convrot.Options{Type: convrot.Int8Convrot, GroupSize: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestReadRanges(t *testing.T) {
 	}
 	m.add("lin.weight", formats.I8, []int64{8, 256}, codes)
 	m.add("lin.weight_scale", formats.F32, []int64{8, 1}, scales)
-	m.add("lin.comfy_quant", formats.U8, []int64{int64(len(p.Marker))}, p.Marker)
+	m.add("lin.comfy_quant", formats.U8, []int64{int64(len(p.MarkerData))}, p.MarkerData)
 	m.add("f6", formats.F6_E2M3, []int64{4}, make([]byte, 3))
 
 	d, err := Open(m)

@@ -1,4 +1,4 @@
-package convrot
+package comfyquant
 
 import (
 	"errors"
