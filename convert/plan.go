@@ -9,6 +9,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Options selects the output types of a conversion.
@@ -139,16 +140,15 @@ func producer(s *Source, to formats.DType, weights []float32) (pipeline.Producer
 	case from == formats.I64 && to == formats.I32:
 		return &narrowI64{m: s.Model, t: s.Tensor}, nil
 	}
-	dec, err := quant.Decoder(from)
-	if err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
+	src := tensor.Plain(s.Model, s.Tensor)
+	if err := src.Err(); err != nil {
+		return nil, err
 	}
 	enc, err := quant.Encoder(to)
 	if err != nil {
 		return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
 	}
-	return pipeline.Convert(s.Model, s.Tensor, to, pipeline.DecodeWith(dec.Dequantize),
-		pipeline.EncodeWith(to, enc.Quantize, weights)), nil
+	return pipeline.Convert(src, to, pipeline.EncodeRows(to, enc.Quantize, weights)), nil
 }
 
 // narrowI64 stores I64 data as I32 with a truncating cast, as sd.cpp does.
@@ -159,7 +159,7 @@ type narrowI64 struct {
 
 // Produce converts the requested elements (one element per row unit or a
 // whole row of them) from the source.
-func (p *narrowI64) Produce(_ context.Context, dst []byte, firstRow, nRows int64, s *pipeline.Scratch) error {
+func (p *narrowI64) Produce(_ context.Context, dst []byte, firstRow, nRows int64, s *tensor.Scratch) error {
 	n := len(dst) / 4
 	perRow := int64(n) / max(nRows, 1)
 	src := s.Bytes(0, 8*n)

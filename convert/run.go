@@ -15,6 +15,7 @@ import (
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/imatrix"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Config is one `sdtool convert` invocation.
@@ -102,7 +103,7 @@ func Prepare(cfg *Config) (*Result, []formats.Model, error) {
 		}
 		opened = append(opened, m)
 		if cfg.Dequantize {
-			view, n, err := dequantizeModules(m)
+			view, n, err := tensor.Dequantized(m)
 			if err != nil {
 				closeAll(opened)
 				return nil, nil, err

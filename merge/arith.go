@@ -12,7 +12,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quantize/dequant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Method is an arithmetic merge method.
@@ -251,13 +251,13 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 			p.Close()
 		}
 	}()
-	open := func(path string) (formats.Model, *dequant.Model, error) {
+	open := func(path string) (formats.Model, *tensor.View, error) {
 		fm, err := formats.Open(path)
 		if err != nil {
 			return nil, nil, err
 		}
 		p.addInput(fm)
-		dm, err := dequant.Open(fm)
+		dm, err := tensor.NewView(fm)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -271,7 +271,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var dc *dequant.Model
+	var dc *tensor.View
 	if a.C != "" {
 		if _, dc, err = open(a.C); err != nil {
 			return nil, err
@@ -280,7 +280,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 
 	var errs errList
 	var missing []string
-	others := []*dequant.Model{db}
+	others := []*tensor.View{db}
 	otherPaths := []string{a.B}
 	if dc != nil {
 		others, otherPaths = append(others, dc), append(otherPaths, a.C)
@@ -307,7 +307,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 		e.Type, e.Shape = outT, sa.Shape()
 
 		// Find the tensor in the other inputs.
-		var peers []*dequant.Source
+		var peers []*tensor.Source
 		var why string
 		var undecodable error
 		for i, om := range others {
@@ -392,7 +392,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 	return p, nil
 }
 
-func (p *Plan) add(e Entry, prod pipeline.Producer, src *dequant.Source) {
+func (p *Plan) add(e Entry, prod pipeline.Producer, src *tensor.Source) {
 	t := src.Tensor
 	p.Entries = append(p.Entries, e)
 	p.Pipeline.Outputs = append(p.Pipeline.Outputs, pipeline.Output{Name: e.Name, Type: e.Type, Shape: e.Shape, Producer: prod, Source: &t})

@@ -7,6 +7,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // ParseFloatDType parses the --dtype of a recipe merge: "" (none), f32, f16 or bf16.
@@ -111,9 +112,9 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *Plan, err error) {
 		var prod pipeline.Producer
 		switch {
 		case t.Type.Quantized() && dtSet:
-			dec, err := quant.Decoder(t.Type)
-			if err != nil {
-				errs.add(fmt.Errorf("%s: tensor %q: %w", pk.file, t.Name, err))
+			src := tensor.Plain(models[pk.src], t)
+			if err := src.Err(); err != nil {
+				errs.add(err)
 				continue
 			}
 			enc, err := quant.Encoder(dt)
@@ -122,7 +123,7 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *Plan, err error) {
 				continue
 			}
 			e.Type, e.How = dt, "dequantize "+t.Type.String()
-			prod = pipeline.Convert(models[pk.src], t, dt, pipeline.DecodeWith(dec.Dequantize), pipeline.EncodeWith(dt, enc.Quantize, nil))
+			prod = pipeline.Convert(src, dt, pipeline.EncodeRows(dt, enc.Quantize, nil))
 		case t.Type.Quantized() && format == "safetensors":
 			quantized = append(quantized, fmt.Sprintf("%q (%s, from %s)", t.Name, t.Type, pk.file))
 			continue

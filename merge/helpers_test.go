@@ -15,8 +15,8 @@ import (
 	"github.com/sdtool/sdtool/formats/safetensors"
 )
 
-// tensor is a test tensor with its raw data.
-type tensor struct {
+// testTensor is a test tensor with its raw data.
+type testTensor struct {
 	name  string
 	typ   formats.DType
 	shape []int64
@@ -50,8 +50,8 @@ func ramp(n int, seed uint64) []float32 {
 	return out
 }
 
-func tF32(name string, shape []int64, vals []float32) tensor {
-	return tensor{name: name, typ: formats.F32, shape: shape, data: f32(vals...)}
+func tF32(name string, shape []int64, vals []float32) testTensor {
+	return testTensor{name: name, typ: formats.F32, shape: shape, data: f32(vals...)}
 }
 
 // bytesOf returns n distinct bytes (so that copies are checked for order).
@@ -64,7 +64,7 @@ func bytesOf(n int, seed byte) []byte {
 }
 
 // write writes tensors to path as safetensors or GGUF (by extension).
-func write(t *testing.T, path string, meta map[string]string, ts ...tensor) string {
+func write(t *testing.T, path string, meta map[string]string, ts ...testTensor) string {
 	t.Helper()
 	desc := make([]formats.Tensor, len(ts))
 	for i, x := range ts {
@@ -96,21 +96,21 @@ func write(t *testing.T, path string, meta map[string]string, ts ...tensor) stri
 }
 
 // readAll opens path and returns every tensor's bytes by name, and the names in order.
-func readAll(t *testing.T, path string) (map[string]tensor, []string, formats.Model) {
+func readAll(t *testing.T, path string) (map[string]testTensor, []string, formats.Model) {
 	t.Helper()
 	m, err := formats.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	out := map[string]tensor{}
+	out := map[string]testTensor{}
 	var names []string
 	for _, x := range m.Tensors() {
 		data, err := formats.ReadTensor(m, &x)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[x.Name] = tensor{name: x.Name, typ: x.Type, shape: x.Shape, data: data}
+		out[x.Name] = testTensor{name: x.Name, typ: x.Type, shape: x.Shape, data: data}
 		names = append(names, x.Name)
 	}
 	return out, names, m

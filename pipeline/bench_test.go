@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // benchDir is where benchmarks put their files: $SDTOOL_BENCH_DIR, else
@@ -139,7 +140,7 @@ func BenchmarkConvertThreads(b *testing.B) {
 	var plan Plan
 	for i := range 8 {
 		t := m.add(fmt.Sprintf("w%d", i), formats.F16, []int64{1024, 4096}, f16Data(1024*4096, uint32(i)))
-		plan.Outputs = append(plan.Outputs, Output{Name: t.Name, Type: toyType, Shape: t.Shape, Producer: Convert(m, t, toyType, decodeF16, encodeToy)})
+		plan.Outputs = append(plan.Outputs, Output{Name: t.Name, Type: toyType, Shape: t.Shape, Producer: Convert(tensor.Plain(m, t), toyType, encodeToy)})
 	}
 	for _, threads := range []int{1, 2} {
 		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Defaults of Options.
@@ -336,7 +337,7 @@ func dispatch(ctx context.Context, plan *Plan, l *layout, sem chan struct{}, poo
 // work runs producers for chunks until jobs is closed; the first error
 // cancels the whole run.
 func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chunk, chunkSize int64) {
-	var s Scratch
+	var s tensor.Scratch
 	for c := range jobs {
 		if ctx.Err() == nil {
 			c.err = produce(ctx, c, &s)
@@ -353,7 +354,7 @@ func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chun
 		close(c.done)
 		if !c.pooled {
 			// Drop the scratch an oversized row grew, so that memory falls back to the budget.
-			s.trim(chunkSize)
+			s.Trim(chunkSize)
 		}
 	}
 }
@@ -361,7 +362,7 @@ func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chun
 // produce runs the chunk's producer, turning a panic (a codec bug on an
 // unexpected shape) into an error so that the partial output is still
 // removed and the process exits cleanly.
-func produce(ctx context.Context, c *chunk, s *Scratch) (err error) {
+func produce(ctx context.Context, c *chunk, s *tensor.Scratch) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("rows [%d, %d): producer panicked: %v", c.first, c.first+c.n, r)
@@ -429,18 +430,4 @@ func logTensor(log *slog.Logger, o *Output, bytes int64, d time.Duration) {
 		attrs = append(attrs, "source", o.Source.Name, "source_type", o.Source.Type.String())
 	}
 	log.Debug("wrote tensor", attrs...)
-}
-
-// trim drops scratch buffers larger than limit bytes.
-func (s *Scratch) trim(limit int64) {
-	for i, b := range s.bytes {
-		if int64(cap(b)) > limit {
-			s.bytes[i] = nil
-		}
-	}
-	for i, f := range s.floats {
-		if 4*int64(cap(f)) > limit {
-			s.floats[i] = nil
-		}
-	}
 }

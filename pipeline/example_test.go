@@ -11,13 +11,14 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // A plan that writes one generated tensor to a GGUF file; a real command
 // builds its outputs from an opened model with pipeline.Copy or
 // pipeline.Convert.
 func Example() {
-	ones := pipeline.ProducerFunc(func(_ context.Context, dst []byte, _, _ int64, _ *pipeline.Scratch) error {
+	ones := pipeline.ProducerFunc(func(_ context.Context, dst []byte, _, _ int64, _ *tensor.Scratch) error {
 		for i := 0; i < len(dst); i += 4 {
 			copy(dst[i:], []byte{0, 0, 0x80, 0x3f}) // 1.0f
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // rawInput writes a raw file holding two F16 tensors and returns a model
@@ -100,7 +101,7 @@ func TestInterrupted(t *testing.T) {
 		// Cancel from inside the run, after a few chunks were produced.
 		inner := plan.Outputs[0].Producer
 		var n int
-		plan.Outputs[0].Producer = ProducerFunc(func(c context.Context, dst []byte, first, rows int64, s *Scratch) error {
+		plan.Outputs[0].Producer = ProducerFunc(func(c context.Context, dst []byte, first, rows int64, s *tensor.Scratch) error {
 			if n++; n == 3 {
 				cancel()
 			}
@@ -119,7 +120,7 @@ func TestInterrupted(t *testing.T) {
 	t.Run("signal while producers block", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		plan := copyPlan(m)
-		plan.Outputs[1].Producer = ProducerFunc(func(c context.Context, _ []byte, _, _ int64, _ *Scratch) error {
+		plan.Outputs[1].Producer = ProducerFunc(func(c context.Context, _ []byte, _, _ int64, _ *tensor.Scratch) error {
 			<-c.Done() // a long producer that honours cancellation
 			return c.Err()
 		})
@@ -264,7 +265,7 @@ func TestProducerErrorNamesTensor(t *testing.T) {
 
 	// A producer that does not name the tensor gets it named.
 	plan := &Plan{Outputs: []Output{{Name: "gen", Type: formats.F32, Shape: []int64{4}, Producer: ProducerFunc(
-		func(context.Context, []byte, int64, int64, *Scratch) error { return errors.New("boom") })}}}
+		func(context.Context, []byte, int64, int64, *tensor.Scratch) error { return errors.New("boom") })}}}
 	err = Run(context.Background(), plan, Options{OutPath: out, NewWriter: newFakeWriter})
 	if err == nil || !strings.Contains(err.Error(), `tensor "gen": boom`) {
 		t.Fatalf("error %v", err)
@@ -322,7 +323,10 @@ func unmount(t *testing.T, dir string) {
 func TestProducerPanic(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.fake")
 	plan := &Plan{Outputs: []Output{{Name: "p", Type: formats.F32, Shape: []int64{16, 4}, Producer: ProducerFunc(
-		func(_ context.Context, dst []byte, _, _ int64, _ *Scratch) error { _ = dst[len(dst)]; return nil })}}}
+		func(_ context.Context, dst []byte, _, _ int64, _ *tensor.Scratch) error {
+			_ = dst[len(dst)]
+			return nil
+		})}}}
 	err := Run(context.Background(), plan, Options{OutPath: out, NewWriter: newFakeWriter})
 	if err == nil || !strings.Contains(err.Error(), `tensor "p"`) || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("error %v", err)
@@ -340,7 +344,7 @@ func TestPartialReplacedByAnotherRun(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.fake")
 	partial := out + PartialSuffix
 	plan := &Plan{Outputs: []Output{{Name: "x", Type: formats.F32, Shape: []int64{4}, Producer: ProducerFunc(
-		func(context.Context, []byte, int64, int64, *Scratch) error {
+		func(context.Context, []byte, int64, int64, *tensor.Scratch) error {
 			if err := os.Remove(partial); err != nil {
 				return err
 			}

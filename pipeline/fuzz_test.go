@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // FuzzChunking runs random plans (shapes, types, chunk sizes, budgets,
@@ -33,7 +34,7 @@ func FuzzChunking(f *testing.F) {
 				continue // a shape the type cannot hold; the plan check is tested elsewhere
 			}
 			seed := byte(len(plan.Outputs))
-			o.Producer = ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *Scratch) error {
+			o.Producer = ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *tensor.Scratch) error {
 				for j := range dst {
 					dst[j] = byte(first+int64(j)/rb) ^ seed
 				}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // toyType is the output type of the toy codec: q8_1 has its block shape
@@ -116,7 +117,7 @@ func (s slowProducer) Prepare(o *Output) (int64, error) {
 	return 0, nil
 }
 
-func (s slowProducer) Produce(ctx context.Context, dst []byte, first, n int64, sc *Scratch) error {
+func (s slowProducer) Produce(ctx context.Context, dst []byte, first, n int64, sc *tensor.Scratch) error {
 	time.Sleep(time.Duration((first*7919)%5) * time.Millisecond)
 	return s.Producer.Produce(ctx, dst, first, n, sc)
 }
@@ -128,7 +129,7 @@ func convertPlan(m *memModel, slow bool) (*Plan, map[string][]byte) {
 		if t.Type != formats.F16 || t.RowLength()%toyBlock != 0 {
 			continue
 		}
-		var prod Producer = Convert(m, t, toyType, decodeF16, encodeToy)
+		var prod Producer = Convert(tensor.Plain(m, t), toyType, encodeToy)
 		if slow {
 			prod = slowProducer{prod}
 		}
@@ -182,7 +183,7 @@ type recorder struct {
 	maxChunk int64
 }
 
-func (r *recorder) Produce(_ context.Context, dst []byte, first, n int64, _ *Scratch) error {
+func (r *recorder) Produce(_ context.Context, dst []byte, first, n int64, _ *tensor.Scratch) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if int64(len(dst)) != n*r.rowBytes {
@@ -267,7 +268,7 @@ func (m meteredWriter) Write(p []byte) (int, error) {
 func TestMemoryBudgetInFlight(t *testing.T) {
 	var inFlight, peak atomic.Int64
 	const rowBytes, maxMem = 256, 4096
-	prod := ProducerFunc(func(_ context.Context, dst []byte, _, _ int64, _ *Scratch) error {
+	prod := ProducerFunc(func(_ context.Context, dst []byte, _, _ int64, _ *tensor.Scratch) error {
 		v := inFlight.Add(int64(len(dst)))
 		for {
 			p := peak.Load()
@@ -302,7 +303,7 @@ func TestConvertReshapeAndChecks(t *testing.T) {
 	decodeF16(f, m.data["w"])
 	want := make([]byte, 8*toyBlockBytes)
 	encodeToy(want, f, 32)
-	plan := &Plan{Outputs: []Output{{Name: "w", Type: toyType, Shape: []int64{8, 32}, Producer: Convert(m, src, toyType, decodeF16, encodeToy)}}}
+	plan := &Plan{Outputs: []Output{{Name: "w", Type: toyType, Shape: []int64{8, 32}, Producer: Convert(tensor.Plain(m, src), toyType, encodeToy)}}}
 	out := filepath.Join(t.TempDir(), "out.fake")
 	if err := run(t, context.Background(), plan, Options{OutPath: out, ChunkBytes: 100}); err != nil {
 		t.Fatal(err)
@@ -316,9 +317,9 @@ func TestConvertReshapeAndChecks(t *testing.T) {
 		o    Output
 		want string
 	}{
-		{"elements", Output{Name: "w", Type: toyType, Shape: []int64{4, 32}, Producer: Convert(m, src, toyType, decodeF16, encodeToy)}, "has 128 elements"},
-		{"type", Output{Name: "w", Type: formats.Q8_0, Shape: []int64{4, 64}, Producer: Convert(m, src, toyType, decodeF16, encodeToy)}, "encodes q8_1"},
-		{"no codec", Output{Name: "w", Type: toyType, Shape: []int64{4, 64}, Producer: Convert(m, src, toyType, nil, encodeToy)}, "no decoder"},
+		{"elements", Output{Name: "w", Type: toyType, Shape: []int64{4, 32}, Producer: Convert(tensor.Plain(m, src), toyType, encodeToy)}, "has 128 elements"},
+		{"type", Output{Name: "w", Type: formats.Q8_0, Shape: []int64{4, 64}, Producer: Convert(tensor.Plain(m, src), toyType, encodeToy)}, "encodes q8_1"},
+		{"no codec", Output{Name: "w", Type: toyType, Shape: []int64{4, 64}, Producer: Convert(tensor.Plain(m, src), toyType, nil)}, "no encoder"},
 		{"copy type", Output{Name: "w", Type: formats.BF16, Shape: []int64{4, 64}, Producer: Copy(m, src)}, "cannot copy f16"},
 		{"copy size", Output{Name: "w", Type: formats.F16, Shape: []int64{2, 64}, Producer: Copy(m, src)}, "needs 256 bytes"},
 		{"block", Output{Name: "w", Type: formats.Q4_0, Shape: []int64{4, 48}, Producer: Copy(m, src)}, "block size"},
@@ -350,7 +351,7 @@ func TestDuplicateNames(t *testing.T) {
 	}
 }
 
-func TestEncodeWith(t *testing.T) {
+func TestEncodeRows(t *testing.T) {
 	// A stand-in quantizer that records the weights of each call.
 	var calls [][]float32
 	q := func(dst []byte, src, w []float32) {
@@ -359,14 +360,14 @@ func TestEncodeWith(t *testing.T) {
 			dst[i] = byte(len(src))
 		}
 	}
-	enc := EncodeWith(formats.Q8_0, q, nil)
+	enc := EncodeRows(formats.Q8_0, q, nil)
 	dst := make([]byte, 3*34)
 	if err := enc(dst, make([]float32, 96), 32); err != nil || len(calls) != 1 || dst[0] != 96 {
 		t.Fatalf("unweighted: %v, %d calls, dst[0]=%d", err, len(calls), dst[0])
 	}
 	calls = nil
 	w := make([]float32, 32)
-	enc = EncodeWith(formats.Q8_0, q, w)
+	enc = EncodeRows(formats.Q8_0, q, w)
 	if err := enc(dst, make([]float32, 96), 32); err != nil || len(calls) != 3 || dst[0] != 32 {
 		t.Fatalf("weighted: %v, %d calls, dst[0]=%d", err, len(calls), dst[0])
 	}
@@ -447,13 +448,13 @@ func TestSummary(t *testing.T) {
 func TestConvertSteadyStateAllocs(t *testing.T) {
 	m := newMemModel("in")
 	src := m.add("w", formats.F16, []int64{64, 256}, f16Data(64*256, 8))
-	p := Convert(m, src, toyType, decodeF16, encodeToy)
+	p := Convert(tensor.Plain(m, src), toyType, encodeToy)
 	o := Output{Name: "w", Type: toyType, Shape: src.Shape}
 	if _, err := p.(Preparer).Prepare(&o); err != nil {
 		t.Fatal(err)
 	}
 	_, rb, _ := o.Rows()
-	var s Scratch
+	var s tensor.Scratch
 	dst := make([]byte, 8*rb)
 	row := int64(0)
 	allocs := testing.AllocsPerRun(20, func() {
@@ -485,7 +486,7 @@ func TestProducersRunInParallel(t *testing.T) {
 	var mu sync.Mutex
 	arrived := 0
 	open := make(chan struct{})
-	prod := ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *Scratch) error {
+	prod := ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *tensor.Scratch) error {
 		mu.Lock()
 		arrived++
 		if arrived == threads {

@@ -20,6 +20,7 @@ import (
 	"fmt"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Producer fills the output bytes of a range of rows of one output tensor.
@@ -28,14 +29,14 @@ type Producer interface {
 	// which holds exactly nRows*RowBytes bytes. scratch belongs to the
 	// calling worker and may be used for temporary buffers; Produce is called
 	// concurrently for different chunks and must not keep dst or scratch.
-	Produce(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *Scratch) error
+	Produce(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *tensor.Scratch) error
 }
 
 // ProducerFunc adapts a function to the Producer interface.
-type ProducerFunc func(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *Scratch) error
+type ProducerFunc func(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *tensor.Scratch) error
 
 // Produce calls f.
-func (f ProducerFunc) Produce(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *Scratch) error {
+func (f ProducerFunc) Produce(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *tensor.Scratch) error {
 	return f(ctx, dst, firstRow, nRows, scratch)
 }
 

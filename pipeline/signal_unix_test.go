@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 func TestSignalContext(t *testing.T) {
@@ -94,7 +95,7 @@ func TestSignalChild(t *testing.T) {
 	ctx, stop := SignalContext()
 	defer stop()
 	var once sync.Once
-	prod := ProducerFunc(func(c context.Context, dst []byte, first, _ int64, _ *Scratch) error {
+	prod := ProducerFunc(func(c context.Context, dst []byte, first, _ int64, _ *tensor.Scratch) error {
 		if first > 0 {
 			once.Do(func() { fmt.Println("READY") })
 			<-c.Done()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/gguf"
 )
 
 // TestPlanTypes checks which type each tensor gets for several mixes,
@@ -89,7 +90,7 @@ func TestPlanShapes(t *testing.T) {
 		t.Errorf("patch_embedding: %v from %v, want [4096 1 2 2] from [256 16 1 2 2]", pe.Shape, pe.SourceShape)
 	}
 	origShape(t, r, "patch_embedding.weight", []int32{256, 16, 1, 2, 2})
-	if _, ok := r.Metadata.Get(OrigShapePrefix + "blocks.0.self_attn.q.weight"); ok {
+	if _, ok := r.Metadata.Get(gguf.OrigShapePrefix + "blocks.0.self_attn.q.weight"); ok {
 		t.Error("orig_shape written for a tensor that kept its shape")
 	}
 
@@ -111,9 +112,9 @@ func TestPlanShapes(t *testing.T) {
 
 func origShape(t *testing.T, r *Result, name string, want []int32) {
 	t.Helper()
-	kv, ok := r.Metadata.Get(OrigShapePrefix + name)
+	kv, ok := r.Metadata.Get(gguf.OrigShapePrefix + name)
 	if !ok {
-		t.Fatalf("no %s%s", OrigShapePrefix, name)
+		t.Fatalf("no %s%s", gguf.OrigShapePrefix, name)
 	}
 	a, ok := kv.Value.(formats.Array)
 	if !ok || kv.Type != formats.TypeArray || a.Elem != formats.TypeInt32 || !slices.Equal(a.Values.([]int32), want) {

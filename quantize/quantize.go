@@ -31,7 +31,7 @@ import (
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/quant/mix"
-	"github.com/sdtool/sdtool/quantize/dequant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Options is one `sdtool quantize` invocation.
@@ -142,9 +142,6 @@ func (r *Result) reshaped() int {
 // ErrRequantize is wrapped by the error for quantized inputs without AllowRequantize.
 var ErrRequantize = errors.New("input is already quantized")
 
-// OrigShapePrefix is the ComfyUI-GGUF metadata key prefix of a tensor's torch shape.
-const OrigShapePrefix = dequant.OrigShapePrefix
-
 // Prepare opens the input and builds the plan; every problem in the
 // arguments is found here, before anything is written. The caller closes
 // the returned model.
@@ -251,7 +248,7 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 		log.Warn(w)
 		res.Warnings = append(res.Warnings, w)
 	}
-	dm, err := dequant.Open(m)
+	dm, err := tensor.NewView(m)
 	if err != nil {
 		return fail(err)
 	}
@@ -331,7 +328,7 @@ func Run(ctx context.Context, opts *Options) (*Result, error) {
 
 // checkRequantize refuses ggml-quantized inputs unless allowed, and warns
 // about what is dequantized.
-func checkRequantize(opts *Options, dm *dequant.Model, log *slog.Logger, res *Result) error {
+func checkRequantize(opts *Options, dm *tensor.View, log *slog.Logger, res *Result) error {
 	var q []string
 	modules := 0
 	for _, s := range dm.Sources {
@@ -358,7 +355,7 @@ func checkRequantize(opts *Options, dm *dequant.Model, log *slog.Logger, res *Re
 	return nil
 }
 
-func firstType(dm *dequant.Model, name string) string {
+func firstType(dm *tensor.View, name string) string {
 	s, _ := dm.Lookup(name)
 	return s.TypeName()
 }
@@ -384,7 +381,7 @@ func parseMetadata(items []string) ([][2]string, error) {
 		if seen[k] {
 			return nil, fmt.Errorf("--metadata: key %q given twice", k)
 		}
-		if strings.HasPrefix(k, OrigShapePrefix) || k == "general.alignment" {
+		if strings.HasPrefix(k, gguf.OrigShapePrefix) || k == "general.alignment" {
 			return nil, fmt.Errorf("--metadata: key %q is written by sdtool itself", k)
 		}
 		seen[k] = true
@@ -397,7 +394,7 @@ func parseMetadata(items []string) ([][2]string, error) {
 type builder struct {
 	opts *Options
 	res  *Result
-	dm   *dequant.Model
+	dm   *tensor.View
 	m    formats.Model
 	log  *slog.Logger
 	imp  *Importance
@@ -530,7 +527,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 			if weights == nil && codec.NeedsWeights {
 				return fmt.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give --imatrix, or another type with --tensor-type)", b.opts.Input, s.Name, t)
 			}
-			out.Producer = &floatProducer{src: s, encode: ggmlEncoder(t, codec.Quantize, weights)}
+			out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, weights))
 		}
 		if row.BytesOut, err = out.Bytes(); err != nil {
 			return fmt.Errorf("tensor %q: %v", s.Name, err)
@@ -622,7 +619,7 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			if mt == convrot.Int8Convrot && p.Config.Convrot {
 				reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
 			}
-			module := dequant.ModuleType(p.Config)
+			module := convrot.TypeName(p.Config)
 			if p.Note != "" {
 				reason += "; " + p.Note
 				b.log.Info("plain int8 fallback", "tensor", s.Name, "note", p.Note)
@@ -663,7 +660,7 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			if err != nil {
 				return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
 			}
-			out.Producer = &floatProducer{src: s, encode: ggmlEncoder(t, codec.Quantize, nil)}
+			out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, nil))
 		}
 		if row.BytesOut, err = out.Bytes(); err != nil {
 			return fmt.Errorf("tensor %q: %v", s.Name, err)
@@ -731,7 +728,7 @@ func (b *builder) metadata(user [][2]string) {
 					k == "general.alignment" || strings.HasPrefix(k, "split.") || strings.HasPrefix(k, "quantize.imatrix.") {
 					continue
 				}
-				if strings.HasPrefix(k, OrigShapePrefix) {
+				if strings.HasPrefix(k, gguf.OrigShapePrefix) {
 					// Recomputed below: sources are read with their recorded torch shapes.
 					continue
 				}
@@ -751,7 +748,7 @@ func (b *builder) metadata(user [][2]string) {
 		set(str(kv[0], kv[1]))
 	}
 	for _, o := range b.origShape {
-		key := OrigShapePrefix + o.name
+		key := gguf.OrigShapePrefix + o.name
 		dims := make([]int32, len(o.shape))
 		for i, d := range o.shape {
 			dims[i] = int32(d)

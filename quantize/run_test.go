@@ -13,6 +13,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
+	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/inspect"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/convrot"
@@ -439,7 +440,7 @@ func TestReshapeConvRoundTrip(t *testing.T) {
 	if ts := find(t, g, conv); len(ts.Shape) != 2 || ts.Shape[1] != 256 {
 		t.Errorf("%s stored as %v", conv, ts.Shape)
 	}
-	if _, ok := g.Metadata().Get(OrigShapePrefix + conv); !ok {
+	if _, ok := g.Metadata().Get(gguf.OrigShapePrefix + conv); !ok {
 		t.Errorf("no orig_shape for %s", conv)
 	}
 	d, err := inspect.Diff(mustOpen(t, tinyPath), g, inspect.DiffOptions{})
@@ -459,7 +460,7 @@ func TestReshapeConvRoundTrip(t *testing.T) {
 		t.Errorf("%s back as %v, want its 4-D torch shape", conv, ts.Shape)
 	}
 	for _, kv := range bg.Metadata() {
-		if strings.HasPrefix(kv.Key, OrigShapePrefix) {
+		if strings.HasPrefix(kv.Key, gguf.OrigShapePrefix) {
 			t.Errorf("stale %s", kv.Key)
 		}
 	}

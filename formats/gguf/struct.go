@@ -35,6 +35,11 @@ const (
 	ComfyGGUFMaxName = 127
 )
 
+// OrigShapePrefix is the metadata key prefix under which ComfyUI-GGUF
+// records a tensor's torch shape (an ARRAY of INT32) when the stored shape
+// differs: comfy.gguf.orig_shape.<tensor name>.
+const OrigShapePrefix = "comfy.gguf.orig_shape."
+
 // maxArrayDepth bounds the nesting of arrays of arrays, so that a crafted
 // file cannot make the reader recurse without limit.
 const maxArrayDepth = 16

@@ -49,6 +49,24 @@ func ParseType(name string) (Type, error) {
 // Types lists the types in a fixed order, for help texts.
 func Types() []Type { return []Type{Int8Convrot, Int8, FP8E4M3, FP8E5M2} }
 
+// TypeName names a ComfyUI quantization config the way `sdtool quantize
+// --type` does ("int8_convrot", "int8", "fp8_e4m3", "fp8_e5m2"), or by its
+// format for the others.
+func TypeName(c comfyquant.QuantConfig) string {
+	switch c.Format {
+	case comfyquant.FormatInt8:
+		if c.Convrot {
+			return Int8Convrot.String()
+		}
+		return Int8.String()
+	case comfyquant.FormatFP8E4M3:
+		return FP8E4M3.String()
+	case comfyquant.FormatFP8E5M2:
+		return FP8E5M2.String()
+	}
+	return c.Format
+}
+
 // Options chooses the output of NewLayer.
 type Options struct {
 	// Type is the quantization.

@@ -1,32 +1,13 @@
-// Package dequant reads any tensor of an opened model as float32 values, in
-// element ranges and bounded memory: plain float and integer dtypes, ggml
-// block types with a registered dequantizer, and ComfyUI quantized linear
-// layers (comfy_quant INT8 with or without convrot, FP8 with a scale),
-// which it decodes exactly through package convrot. `sdtool quantize` reads
-// its inputs through it and `sdtool diff` compares two models with it.
-package dequant
+package tensor
 
 import (
 	"fmt"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
+	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/quant/convrot"
-)
-
-// Scratch hands out reusable buffers by slot; *pipeline.Scratch implements it.
-type Scratch interface {
-	// Bytes returns a buffer of n bytes in the given slot.
-	Bytes(slot, n int) []byte
-	// Float32s returns a buffer of n float32 values in the given slot.
-	Float32s(slot, n int) []float32
-}
-
-// Slots used by Read; callers keep their own buffers in other slots.
-const (
-	rawSlot   = 7
-	floatSlot = 7
 )
 
 // Source is one logical tensor of a model, readable as float32 values.
@@ -45,16 +26,16 @@ type Source struct {
 	OrigShape []int64
 
 	m         formats.Model
-	dec       *convrot.Decoder // modules
-	codec     quant.Codec      // plain tensors
-	unit      int64            // elements decoded together (block size, or a module row)
+	dec       *moduleDecoder // modules
+	codec     quant.Codec    // plain tensors
+	unit      int64          // elements decoded together (block size, or a module row)
 	unitBytes int64
 	err       error // why the tensor cannot be decoded, reported by Read
 }
 
-// Model is a model's tensors as Sources, with the auxiliary tensors of
+// View is a model's tensors as Sources, with the auxiliary tensors of
 // quantized modules (scales, markers) left out.
-type Model struct {
+type View struct {
 	// Sources lists the tensors in file order.
 	Sources []*Source
 	// Aux lists the names of the module tensors that are not Sources
@@ -66,17 +47,17 @@ type Model struct {
 	byName map[string]*Source
 }
 
-// Open lists m's tensors as Sources. ComfyUI quantized modules are found
-// with comfyquant.Detect: their weight becomes one Source decoded through the
-// module's scales, and their other tensors are listed in Aux. A module in a
-// format convrot cannot decode, or a tensor type with no dequantizer, gives
-// a Source whose Read fails with the reason.
-func Open(m formats.Model) (*Model, error) {
+// NewView lists m's tensors as Sources. ComfyUI quantized modules are found
+// with comfyquant.Detect: their weight becomes one Source decoded through
+// the module's scales, and their other tensors are listed in Aux. A module
+// in a format quant/convrot cannot decode, or a tensor type with no
+// dequantizer, gives a Source whose Read fails with the reason.
+func NewView(m formats.Model) (*View, error) {
 	mods, err := comfyquant.Detect(m)
 	if err != nil {
 		return nil, err
 	}
-	out := &Model{Modules: mods, byName: map[string]*Source{}}
+	out := &View{Modules: mods, byName: map[string]*Source{}}
 	aux := map[string]bool{}
 	modByWeight := map[string]*comfyquant.Module{}
 	for i := range mods {
@@ -98,24 +79,21 @@ func Open(m formats.Model) (*Model, error) {
 			out.Aux = append(out.Aux, t.Name)
 			continue
 		}
-		s := &Source{Name: t.Name, Tensor: t, m: m, OrigShape: origShape(m.Metadata(), t)}
-		if mod, ok := modByWeight[t.Name]; ok {
-			s.Module = mod
-			s.unit, s.unitBytes = 1, 1
-			if len(t.Shape) == 2 {
-				s.unit, s.unitBytes = t.Shape[1], t.Shape[1]
-			}
-			if s.dec, err = convrot.NewDecoder(m, *mod); err != nil {
-				s.err = err
-			}
-		} else {
-			info := t.Type.Info()
-			s.unit, s.unitBytes = int64(max(info.BlockSize, 1)), int64(info.BlockBytes)
-			if s.codec, err = quant.Decoder(t.Type); err != nil {
-				s.err = fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
-			} else if t.Type == formats.F6_E2M3 || t.Type == formats.F6_E3M2 {
-				s.err = fmt.Errorf("%s: tensor %q: the bit packing of %s is not defined", t.File, t.Name, t.Type)
-			}
+		mod, ok := modByWeight[t.Name]
+		if !ok {
+			s := Plain(m, t)
+			s.OrigShape = origShape(m.Metadata(), t)
+			out.Sources = append(out.Sources, s)
+			out.byName[s.Name] = s
+			continue
+		}
+		s := &Source{Name: t.Name, Tensor: t, m: m, OrigShape: origShape(m.Metadata(), t), Module: mod}
+		s.unit, s.unitBytes = 1, 1
+		if len(t.Shape) == 2 {
+			s.unit, s.unitBytes = t.Shape[1], t.Shape[1]
+		}
+		if s.dec, err = newModuleDecoder(m, *mod); err != nil {
+			s.err = err
 		}
 		out.Sources = append(out.Sources, s)
 		out.byName[s.Name] = s
@@ -123,8 +101,24 @@ func Open(m formats.Model) (*Model, error) {
 	return out, nil
 }
 
+// Plain returns a Source that reads t as stored, with its type's codec: no
+// ComfyUI module is looked for and no recorded shape applied. A type with
+// no dequantizer gives a Source whose Read fails with the reason.
+func Plain(m formats.Model, t formats.Tensor) *Source {
+	s := &Source{Name: t.Name, Tensor: t, m: m}
+	info := t.Type.Info()
+	s.unit, s.unitBytes = int64(max(info.BlockSize, 1)), int64(info.BlockBytes)
+	var err error
+	if s.codec, err = quant.Decoder(t.Type); err != nil {
+		s.err = fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
+	} else if t.Type == formats.F6_E2M3 || t.Type == formats.F6_E3M2 {
+		s.err = fmt.Errorf("%s: tensor %q: the bit packing of %s is not defined", t.File, t.Name, t.Type)
+	}
+	return s
+}
+
 // Lookup returns the Source of a tensor name.
-func (d *Model) Lookup(name string) (*Source, bool) {
+func (d *View) Lookup(name string) (*Source, bool) {
 	s, ok := d.byName[name]
 	return s, ok
 }
@@ -142,13 +136,9 @@ func (s *Source) Shape() []int64 {
 	return s.Tensor.Shape
 }
 
-// OrigShapePrefix is the GGUF metadata key prefix under which ComfyUI-GGUF
-// records a tensor's torch shape (an ARRAY of INT32).
-const OrigShapePrefix = "comfy.gguf.orig_shape."
-
 // origShape reads t's comfy.gguf.orig_shape entry.
 func origShape(meta formats.Metadata, t formats.Tensor) []int64 {
-	kv, ok := meta.Get(OrigShapePrefix + t.Name)
+	kv, ok := meta.Get(gguf.OrigShapePrefix + t.Name)
 	if !ok {
 		return nil
 	}
@@ -176,23 +166,7 @@ func (s *Source) TypeName() string {
 	if s.Module == nil {
 		return s.Tensor.Type.String()
 	}
-	return ModuleType(s.Module.Config)
-}
-
-// ModuleType names a ComfyUI quantization the way `sdtool quantize --type` does.
-func ModuleType(c comfyquant.QuantConfig) string {
-	switch c.Format {
-	case comfyquant.FormatInt8:
-		if c.Convrot {
-			return convrot.Int8Convrot.String()
-		}
-		return convrot.Int8.String()
-	case comfyquant.FormatFP8E4M3:
-		return convrot.FP8E4M3.String()
-	case comfyquant.FormatFP8E5M2:
-		return convrot.FP8E5M2.String()
-	}
-	return c.Format
+	return convrot.TypeName(s.Module.Config)
 }
 
 // Quantized reports a lossy stored form: a ggml block type or a ComfyUI module.
@@ -217,9 +191,10 @@ func (s *Source) RawBytes(n int64) int64 {
 // Read decodes elements [first, first+len(dst)) of the tensor, in storage
 // (row-major) order, into dst. Ranges need not fall on block or row
 // boundaries: the covering blocks are decoded into a scratch buffer and the
-// range copied out. Buffers come from scratch slot 7; it is safe to call
+// range copied out. The reader's buffers are scratch's own, apart from the
+// numbered ones, so dst may be one of those; it is safe to call
 // concurrently with different scratches.
-func (s *Source) Read(dst []float32, first int64, scratch Scratch) error {
+func (s *Source) Read(dst []float32, first int64, scratch *Scratch) error {
 	if s.err != nil {
 		return s.err
 	}
@@ -233,17 +208,19 @@ func (s *Source) Read(dst []float32, first int64, scratch Scratch) error {
 	}
 	u0 := first / s.unit
 	u1 := (first + n + s.unit - 1) / s.unit
-	raw := scratch.Bytes(rawSlot, int((u1-u0)*s.unitBytes))
+	scratch.raw = grow(scratch.raw, int((u1-u0)*s.unitBytes))
+	raw := scratch.raw
 	if err := formats.ReadFull(s.m, &s.Tensor, raw, u0*s.unitBytes); err != nil {
 		return err
 	}
 	out := dst
 	aligned := u0*s.unit == first && u1*s.unit == first+n
 	if !aligned {
-		out = scratch.Float32s(floatSlot, int((u1-u0)*s.unit))
+		scratch.wide = grow(scratch.wide, int((u1-u0)*s.unit))
+		out = scratch.wide
 	}
 	if s.dec != nil {
-		if err := s.dec.Decode(out, u0, raw); err != nil {
+		if err := s.dec.decode(out, u0, raw); err != nil {
 			return fmt.Errorf("%s: %w", s.Tensor.File, err)
 		}
 	} else if err := quant.DequantizeRows(s.Tensor.Type, out, raw, 1); err != nil {

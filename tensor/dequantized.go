@@ -1,4 +1,4 @@
-package convert
+package tensor
 
 import (
 	"encoding/binary"
@@ -6,29 +6,30 @@ import (
 	"math"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/quantize/dequant"
 )
 
-// dequantized is a view of a model in which ComfyUI quantized modules
+// dequantized is a model in which ComfyUI quantized modules
 // (int8_tensorwise with or without convrot, FP8 with weight_scale) appear as
 // plain F32 weights, decoded exactly on read, and their scales and markers
-// are gone. --dequantize converts through it; without the flag convert keeps
-// sd-cli's behaviour (int8 weights kept, FP8 widened to F16, markers skipped).
+// are gone.
 type dequantized struct {
 	formats.Model
 	tensors []formats.Tensor
-	sources map[string]*dequant.Source
+	sources map[string]*Source
 }
 
-// dequantizeModules returns m itself when it has no ComfyUI quantized
-// modules, and the dequantized view otherwise.
-func dequantizeModules(m formats.Model) (formats.Model, int, error) {
-	d, err := dequant.Open(m)
+// Dequantized returns m itself when it has no ComfyUI quantized modules,
+// and otherwise a model that lists each module's weight as an F32 tensor,
+// decoded exactly on read, without the module's scales and markers; n is
+// the number of modules. A module whose format cannot be decoded is an
+// error. `sdtool convert --dequantize` reads its inputs through it.
+func Dequantized(m formats.Model) (_ formats.Model, n int, err error) {
+	d, err := NewView(m)
 	if err != nil {
 		return nil, 0, err
 	}
 	modules := 0
-	v := &dequantized{Model: m, sources: map[string]*dequant.Source{}}
+	v := &dequantized{Model: m, sources: map[string]*Source{}}
 	for _, s := range d.Sources {
 		t := s.Tensor
 		if s.Module != nil {
@@ -60,37 +61,11 @@ func (v *dequantized) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int,
 		return 0, fmt.Errorf("%s: tensor %q: dequantized reads must be whole floats", t.File, t.Name)
 	}
 	f := make([]float32, len(p)/4)
-	if err := s.Read(f, off/4, &scratch{}); err != nil {
+	if err := s.Read(f, off/4, &Scratch{}); err != nil {
 		return 0, err
 	}
 	for i, x := range f {
 		binary.LittleEndian.PutUint32(p[4*i:], math.Float32bits(x))
 	}
 	return len(p), nil
-}
-
-// scratch is a minimal dequant.Scratch for one read.
-type scratch struct {
-	b map[int][]byte
-	f map[int][]float32
-}
-
-func (s *scratch) Bytes(slot, n int) []byte {
-	if s.b == nil {
-		s.b = map[int][]byte{}
-	}
-	if cap(s.b[slot]) < n {
-		s.b[slot] = make([]byte, n)
-	}
-	return s.b[slot][:n]
-}
-
-func (s *scratch) Float32s(slot, n int) []float32 {
-	if s.f == nil {
-		s.f = map[int][]float32{}
-	}
-	if cap(s.f[slot]) < n {
-		s.f[slot] = make([]float32, n)
-	}
-	return s.f[slot][:n]
 }

@@ -1,4 +1,4 @@
-package convrot
+package tensor
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // memModel is a formats.Model held in memory.
@@ -48,7 +49,7 @@ func (m *memModel) add(name string, typ formats.DType, shape []int64, data []byt
 
 // addPlan writes a module the way the quantize command will: the plan's
 // three tensors with the bytes Layer.Encode gives.
-func (m *memModel) addPlan(t *testing.T, p Layer, w []float32) {
+func (m *memModel) addPlan(t *testing.T, p convrot.Layer, w []float32) {
 	weight, scale, err := p.Encode(append([]float32(nil), w...))
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +59,31 @@ func (m *memModel) addPlan(t *testing.T, p Layer, w []float32) {
 	m.add(p.Marker.Name, p.Marker.Type, p.Marker.Shape, p.MarkerData)
 }
 
-func f32bytes(v ...float32) []byte { return PutScales(nil, v) }
+func f32bytes(v ...float32) []byte { return convrot.PutScales(nil, v) }
 
-func plan(t *testing.T, name string, out, in int64, opt Options) Layer {
-	p, err := NewLayer(formats.Tensor{Name: name, Type: formats.BF16, Shape: []int64{out, in}}, opt)
+// readRows decodes n weight rows of mod, from row first, into dst.
+func readRows(d *moduleDecoder, m formats.Model, first, n int64, dst []float32) error {
+	raw := make([]byte, n*d.rowSize)
+	if err := formats.ReadRows(m, &d.mod.Weight, first, n, raw); err != nil {
+		return err
+	}
+	return d.decode(dst, first, raw)
+}
+
+// gaussianWithOutliers returns rows×in normal values with a few columns
+// scaled by factor, like the activation outliers convrot is made for.
+func gaussianWithOutliers(rows, in int, seed uint64, factor float32) []float32 {
+	w := randFloats(rows*in, seed)
+	for r := 0; r < rows; r++ {
+		for _, c := range []int{3, in / 2, in - 1} {
+			w[r*in+c] *= factor
+		}
+	}
+	return w
+}
+
+func plan(t *testing.T, name string, out, in int64, opt convrot.Options) convrot.Layer {
+	p, err := convrot.NewLayer(formats.Tensor{Name: name, Type: formats.BF16, Shape: []int64{out, in}}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,14 +101,14 @@ func TestDetectAndDecode(t *testing.T) {
 	ws := map[string][]float32{}
 	opts := []struct {
 		name string
-		opt  Options
+		opt  convrot.Options
 		in   int64
 	}{
-		{"blocks.0.attn.qkv", Options{Type: Int8Convrot}, in},
-		{"blocks.0.attn.proj", Options{Type: Int8}, in},
-		{"blocks.0.mlp.fc1", Options{Type: FP8E4M3}, in},
-		{"blocks.0.mlp.fc2", Options{Type: FP8E5M2}, in},
-		{"blocks.0.small", Options{Type: Int8Convrot}, 320}, // falls back to plain int8
+		{"blocks.0.attn.qkv", convrot.Options{Type: convrot.Int8Convrot}, in},
+		{"blocks.0.attn.proj", convrot.Options{Type: convrot.Int8}, in},
+		{"blocks.0.mlp.fc1", convrot.Options{Type: convrot.FP8E4M3}, in},
+		{"blocks.0.mlp.fc2", convrot.Options{Type: convrot.FP8E5M2}, in},
+		{"blocks.0.small", convrot.Options{Type: convrot.Int8Convrot}, 320}, // falls back to plain int8
 	}
 	for i, o := range opts {
 		w := gaussianWithOutliers(out, int(o.in), uint64(i), 40)
@@ -110,13 +132,13 @@ func TestDetectAndDecode(t *testing.T) {
 		if got := mod.Aux(); strings.Join(got, ",") != strings.Join(wantAux, ",") {
 			t.Errorf("%s: Aux() = %v, want %v", o.name, got, wantAux)
 		}
-		d, err := NewDecoder(m, mod)
+		d, err := newModuleDecoder(m, mod)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Decode rows 1..4 (a chunk not starting at 0).
 		got := make([]float32, 3*o.in)
-		if err := d.ReadRows(m, 1, 3, got); err != nil {
+		if err := readRows(d, m, 1, 3, got); err != nil {
 			t.Fatal(err)
 		}
 		raw := m.data[mod.Weight.Name][1*o.in : 4*o.in]
@@ -131,13 +153,13 @@ func TestDetectAndDecode(t *testing.T) {
 			if mod.Config.Convrot {
 				g = mod.Config.GroupSize
 			}
-			q, _ := NewInt8Rows(int(o.in), g)
+			q, _ := convrot.NewInt8Rows(int(o.in), g)
 			if err := q.Dequantize(want, raw, scales[1:4]); err != nil {
 				t.Fatal(err)
 			}
 		default:
 			typ, _ := comfyquant.WeightType(mod.Config.Format)
-			if err := (FP8{Type: typ, Scale: scales[0]}).Decode(want, raw); err != nil {
+			if err := (convrot.FP8{Type: typ, Scale: scales[0]}).Decode(want, raw); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -190,23 +212,23 @@ func TestDetectLegacyAndMetadata(t *testing.T) {
 		t.Errorf("legacy Aux() = %v", got)
 	}
 	// a: codes (127,0,0,0)·2 rotated by H4: (254,0,0,0)·H4 = (127,127,127,-127).
-	d, err := NewDecoder(m, mods[0])
+	d, err := newModuleDecoder(m, mods[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make([]float32, 4)
-	if err := d.ReadRows(m, 0, 1, got); err != nil {
+	if err := readRows(d, m, 0, 1, got); err != nil {
 		t.Fatal(err)
 	}
 	if got[0] != 127 || got[1] != 127 || got[2] != 127 || got[3] != -127 {
 		t.Errorf("a decoded to %v, want [127 127 127 -127]", got)
 	}
 	// b: e4m3 (1, 0.5, -1, 0)·3.
-	d, err = NewDecoder(m, mods[1])
+	d, err = newModuleDecoder(m, mods[1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ReadRows(m, 0, 2, got); err != nil {
+	if err := readRows(d, m, 0, 2, got); err != nil {
 		t.Fatal(err)
 	}
 	if got[0] != 3 || got[1] != 1.5 || got[2] != -3 || got[3] != 0 {
@@ -225,22 +247,22 @@ func TestDecodeTensorwiseInt8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDecoder(m, mods[0])
+	d, err := newModuleDecoder(m, mods[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := make([]float32, 4)
-	if err := d.ReadRows(m, 0, 2, got); err != nil {
+	if err := readRows(d, m, 0, 2, got); err != nil {
 		t.Fatal(err)
 	}
 	if got[0] != 0.5 || got[1] != -0.5 || got[2] != 63.5 || got[3] != -63.5 {
 		t.Errorf("decoded %v, want [0.5 -0.5 63.5 -63.5]", got)
 	}
-	if err := d.ReadRows(m, 1, 2, make([]float32, 4)); err == nil {
-		t.Error("ReadRows past the last row succeeded")
+	if err := readRows(d, m, 1, 2, make([]float32, 4)); err == nil {
+		t.Error("reading rows past the last row succeeded")
 	}
-	if err := d.Decode(make([]float32, 3), 0, make([]byte, 3)); err == nil {
-		t.Error("Decode of a partial row succeeded")
+	if err := d.decode(make([]float32, 3), 0, make([]byte, 3)); err == nil {
+		t.Error("decoding a partial row succeeded")
 	}
 }
 
@@ -257,10 +279,10 @@ func TestDecoderRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewDecoder(m, mods[0]); err == nil || !strings.Contains(err.Error(), "a.weight_scale") {
+	if _, err := newModuleDecoder(m, mods[0]); err == nil || !strings.Contains(err.Error(), "a.weight_scale") {
 		t.Errorf("NaN scale: %v", err)
 	}
-	if _, err := NewDecoder(m, mods[1]); !errors.Is(err, comfyquant.ErrUnsupportedFormat) || !strings.Contains(err.Error(), "nvfp4") {
+	if _, err := newModuleDecoder(m, mods[1]); !errors.Is(err, comfyquant.ErrUnsupportedFormat) || !strings.Contains(err.Error(), "nvfp4") {
 		t.Errorf("NewDecoder(nvfp4) = %v, want ErrUnsupportedFormat naming it", err)
 	}
 }

@@ -1,103 +1,104 @@
-package convrot
+package pipeline
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats/comfyquant"
+	"github.com/sdtool/sdtool/quant/convrot"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/safetensors"
-	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
-// streamPlan builds a pipeline plan that writes every 2-D ".weight" of m
-// with opt and copies the other tensors: the weight, weight_scale and
-// comfy_quant outputs each have their own producer, which sees only a range
-// of rows, so this is how a streaming writer uses the package.
-func streamPlan(t *testing.T, m formats.Model, opt Options) (*pipeline.Plan, []Layer) {
-	dec, err := quant.Decoder(formats.F32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	decode := pipeline.DecodeWith(dec.Dequantize)
-	var pl pipeline.Plan
-	var plans []Layer
+// streamPlan builds a plan that writes every 2-D ".weight" of m as a
+// ComfyUI module with opt and copies the other tensors: the weight,
+// weight_scale and comfy_quant outputs each have their own producer, which
+// sees only a range of rows, as a streaming writer uses the convrot codecs.
+func streamPlan(t *testing.T, m formats.Model, opt convrot.Options) (*Plan, []convrot.Layer) {
+	var pl Plan
+	var layers []convrot.Layer
 	for _, src := range m.Tensors() {
-		src := src
 		if len(src.Shape) != 2 {
-			pl.Outputs = append(pl.Outputs, pipeline.Output{Name: src.Name, Type: src.Type, Shape: src.Shape, Producer: pipeline.Copy(m, src), Source: &src})
+			pl.Outputs = append(pl.Outputs, Output{Name: src.Name, Type: src.Type, Shape: src.Shape, Producer: Copy(m, src), Source: &src})
 			continue
 		}
-		p, err := NewLayer(src, opt)
+		p, err := convrot.NewLayer(src, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		plans = append(plans, p)
-		var weight, scale pipeline.Producer
+		layers = append(layers, p)
+		var weight, scale Producer
 		in := src.Shape[1]
+		floats := tensor.Plain(m, src)
 		if typ, ok := comfyquant.WeightType(p.Config.Format); ok && typ != formats.I8 {
 			// Pass one: the whole tensor's amax, before the plan runs.
 			all := make([]float32, src.Elements())
-			if err := readFloats(m, &src, 0, src.Shape[0], all); err != nil {
+			if err := floats.Read(all, 0, &tensor.Scratch{}); err != nil {
 				t.Fatal(err)
 			}
-			amax, err := AbsMax(all)
+			amax, err := convrot.AbsMax(all)
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, err := NewFP8(typ, amax)
+			f, err := convrot.NewFP8(typ, amax)
 			if err != nil {
 				t.Fatal(err)
 			}
-			weight = pipeline.Convert(m, src, typ, decode, func(dst []byte, rows []float32, _ int) error { return f.Encode(dst, rows) })
-			scale = constant(PutScales(nil, []float32{f.Scale}))
+			weight = Convert(floats, typ, func(dst []byte, rows []float32, _ int) error { return f.Encode(dst, rows) })
+			scale = Constant(convrot.PutScales(nil, []float32{f.Scale}))
 		} else {
 			q, err := p.Rows()
 			if err != nil {
 				t.Fatal(err)
 			}
-			weight = pipeline.Convert(m, src, formats.I8, decode, func(dst []byte, rows []float32, _ int) error { return q.Quantize(dst, nil, rows) })
-			scale = pipeline.ProducerFunc(func(_ context.Context, dst []byte, first, n int64, s *pipeline.Scratch) error {
+			weight = Convert(floats, formats.I8, func(dst []byte, rows []float32, _ int) error { return q.Quantize(dst, nil, rows) })
+			scale = ProducerFunc(func(_ context.Context, dst []byte, first, n int64, s *tensor.Scratch) error {
 				rows := s.Float32s(0, int(n*in))
-				if err := readFloats(m, &src, first, n, rows); err != nil {
+				if err := floats.Read(rows, first*in, s); err != nil {
 					return err
 				}
 				return q.ScaleBytes(dst, rows)
 			})
 		}
 		pl.Outputs = append(pl.Outputs,
-			pipeline.Output{Name: p.Weight.Name, Type: p.Weight.Type, Shape: p.Weight.Shape, Producer: weight, Source: &src},
-			pipeline.Output{Name: p.Scale.Name, Type: p.Scale.Type, Shape: p.Scale.Shape, Producer: scale},
-			pipeline.Output{Name: p.Marker.Name, Type: p.Marker.Type, Shape: p.Marker.Shape, Producer: constant(p.MarkerData)})
+			Output{Name: p.Weight.Name, Type: p.Weight.Type, Shape: p.Weight.Shape, Producer: weight, Source: &src},
+			Output{Name: p.Scale.Name, Type: p.Scale.Type, Shape: p.Scale.Shape, Producer: scale},
+			Output{Name: p.Marker.Name, Type: p.Marker.Type, Shape: p.Marker.Shape, Producer: Constant(p.MarkerData)})
 	}
-	return &pl, plans
+	return &pl, layers
 }
 
-// readFloats reads n F32 rows of t starting at row first.
-func readFloats(m formats.Model, t *formats.Tensor, first, n int64, dst []float32) error {
-	raw := make([]byte, 4*len(dst))
-	if err := formats.ReadRows(m, t, first, n, raw); err != nil {
-		return err
+// outlierWeights returns rows×in N(0, 0.02²) weights where 8 input columns
+// carry values factor times larger, the outlier channels of real models.
+func outlierWeights(rows, in int, seed uint64, factor float32) []float32 {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	w := make([]float32, rows*in)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64() * 0.02)
 	}
-	return quant.DecodeFloats(formats.F32, dst, raw)
-}
-
-// constant produces fixed bytes (a marker, a tensor-wise scale).
-func constant(b []byte) pipeline.Producer {
-	return pipeline.ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *pipeline.Scratch) error {
-		rb := int64(len(b))
-		if len(dst) > 0 && n > 0 {
-			rb = int64(len(dst)) / n
+	for range 8 {
+		c := rng.IntN(in)
+		for r := 0; r < rows; r++ {
+			w[r*in+c] *= factor
 		}
-		copy(dst, b[first*rb:])
-		return nil
-	})
+	}
+	return w
+}
+
+func norm2(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return math.Sqrt(s)
 }
 
 // TestStreamThroughPipeline writes a safetensors file with the pipeline in
@@ -106,20 +107,20 @@ func constant(b []byte) pipeline.Producer {
 // the whole tensor, that comfyquant.Detect finds the modules with their settings, and
 // that decoding gives back the weights within the INT8 bound.
 func TestStreamThroughPipeline(t *testing.T) {
-	for _, opt := range []Options{{Type: Int8Convrot}, {Type: Int8}, {Type: FP8E4M3}, {Type: FP8E5M2}} {
+	for _, opt := range []convrot.Options{{Type: convrot.Int8Convrot}, {Type: convrot.Int8}, {Type: convrot.FP8E4M3}, {Type: convrot.FP8E5M2}} {
 		t.Run(opt.Type.String(), func(t *testing.T) {
-			src := newMemModel()
+			src := newMemModel("in.safetensors")
 			ws := map[string][]float32{}
 			for i, sh := range [][2]int64{{40, 512}, {9, 320}, {3, 1024}} {
 				name := fmt.Sprintf("blk.%d.proj", i)
-				w := gaussianWithOutliers(int(sh[0]), int(sh[1]), uint64(i+10), 40)
+				w := outlierWeights(int(sh[0]), int(sh[1]), uint64(i+10), 40)
 				ws[name] = w
-				src.add(name+".weight", formats.F32, sh[:], PutScales(nil, w))
+				src.add(name+".weight", formats.F32, sh[:], convrot.PutScales(nil, w))
 				src.add(name+".bias", formats.F32, []int64{sh[0]}, make([]byte, 4*sh[0]))
 			}
 			pl, plans := streamPlan(t, src, opt)
 			out := filepath.Join(t.TempDir(), "out.safetensors")
-			err := pipeline.Run(context.Background(), pl, pipeline.Options{
+			err := Run(context.Background(), pl, Options{
 				OutPath: out, Threads: 2, ChunkBytes: 4096, MaxMemory: 1 << 16,
 				NewWriter: func(w io.Writer, tensors []formats.Tensor) (formats.TensorWriter, error) {
 					return safetensors.NewWriter(w, tensors, nil, nil)
@@ -167,18 +168,30 @@ func TestStreamThroughPipeline(t *testing.T) {
 			if len(mods) != len(plans) {
 				t.Fatalf("comfyquant.Detect found %d modules, want %d", len(mods), len(plans))
 			}
+			view, err := tensor.NewView(f)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for i, mod := range mods {
 				p := plans[i]
 				if mod.Name != p.Module || mod.Config.String() != p.Config.String() {
 					t.Errorf("module %d: %s %s, planned %s %s", i, mod.Name, mod.Config, p.Module, p.Config)
 				}
-				d, err := NewDecoder(f, mod)
-				if err != nil {
-					t.Fatal(err)
+				ws0, ok := view.Lookup(mod.Weight.Name)
+				if !ok || ws0.Module == nil {
+					t.Fatalf("%s is not read as a module", mod.Weight.Name)
 				}
 				out, in := mod.Weight.Shape[0], mod.Weight.Shape[1]
 				got := make([]float32, out*in)
-				if err := d.ReadRows(f, 0, out, got); err != nil {
+				if err := ws0.Read(got, 0, &tensor.Scratch{}); err != nil {
+					t.Fatal(err)
+				}
+				scales := make([]float32, mod.Scale.Elements())
+				raw, err := formats.ReadTensor(f, &mod.Scale)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := quant.DecodeFloats(mod.Scale.Type, scales, raw); err != nil {
 					t.Fatal(err)
 				}
 				w := ws[mod.Name]
@@ -192,15 +205,11 @@ func TestStreamThroughPipeline(t *testing.T) {
 					var bound float64
 					switch mod.Config.Format {
 					case comfyquant.FormatInt8:
-						var sc [1]float32
-						raw := make([]byte, 4)
-						_ = formats.ReadRows(f, &mod.Scale, r, 1, raw)
-						_ = quant.DecodeFloats(formats.F32, sc[:], raw)
-						bound = math.Sqrt(float64(in))*float64(sc[0])/2 + 1e-6*norm2(w[r*in:(r+1)*in])
+						bound = math.Sqrt(float64(in))*float64(scales[r])/2 + 1e-6*norm2(w[r*in:(r+1)*in])
 					case comfyquant.FormatFP8E4M3:
-						bound = norm2(w[r*in:(r+1)*in])/16 + math.Sqrt(float64(in))*float64(d.fp8.Scale)*math.Ldexp(1, -10)
+						bound = norm2(w[r*in:(r+1)*in])/16 + math.Sqrt(float64(in))*float64(scales[0])*math.Ldexp(1, -10)
 					default:
-						bound = norm2(w[r*in:(r+1)*in])/8 + math.Sqrt(float64(in))*float64(d.fp8.Scale)*math.Ldexp(1, -17)
+						bound = norm2(w[r*in:(r+1)*in])/8 + math.Sqrt(float64(in))*float64(scales[0])*math.Ldexp(1, -17)
 					}
 					if math.Sqrt(e2) > bound {
 						t.Fatalf("%s row %d: error %g > bound %g", mod.Name, r, math.Sqrt(e2), bound)

@@ -1,46 +1,16 @@
-package dequant
+package tensor
 
 import (
-	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/quant/convrot"
 )
-
-type model struct {
-	tensors []formats.Tensor
-	data    map[string][]byte
-	meta    formats.Metadata
-}
-
-func (m *model) Path() string { return "mem" }
-func (m *model) Info() formats.Info {
-	return formats.Info{Format: "safetensors", Files: []string{"mem"}}
-}
-func (m *model) Tensors() []formats.Tensor  { return m.tensors }
-func (m *model) Metadata() formats.Metadata { return m.meta }
-func (m *model) Close() error               { return nil }
-func (m *model) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
-	d := m.data[t.Name]
-	if off >= int64(len(d)) {
-		return 0, io.EOF
-	}
-	return copy(p, d[off:]), nil
-}
-
-func (m *model) add(name string, typ formats.DType, shape []int64, data []byte) {
-	if m.data == nil {
-		m.data = map[string][]byte{}
-	}
-	m.data[name] = data
-	m.tensors = append(m.tensors, formats.Tensor{Name: name, Type: typ, Shape: shape, File: "mem", Size: int64(len(data))})
-}
 
 func randFloats(n int, seed uint64) []float32 {
 	r := rand.New(rand.NewPCG(seed, 1))
@@ -55,7 +25,7 @@ func randFloats(n int, seed uint64) []float32 {
 // compares it with the whole tensor decoded at once.
 func checkRanges(t *testing.T, s *Source, want []float32) {
 	t.Helper()
-	var scratch pipeline.Scratch
+	var scratch Scratch
 	all := make([]float32, s.Elements())
 	if err := s.Read(all, 0, &scratch); err != nil {
 		t.Fatal(err)
@@ -81,7 +51,7 @@ func checkRanges(t *testing.T, s *Source, want []float32) {
 // TestReadRanges checks element ranges that do not fall on block or row
 // boundaries, for a block type, a float type and a convrot module.
 func TestReadRanges(t *testing.T) {
-	m := &model{}
+	m := newMemModel()
 	src := randFloats(4*512, 1)
 	q := make([]byte, 4*2*144)
 	if err := quant.QuantizeRows(formats.Q4_K, q, src, 512, nil, 1); err != nil {
@@ -112,7 +82,7 @@ func TestReadRanges(t *testing.T) {
 	m.add("lin.comfy_quant", formats.U8, []int64{int64(len(p.MarkerData))}, p.MarkerData)
 	m.add("f6", formats.F6_E2M3, []int64{4}, make([]byte, 3))
 
-	d, err := Open(m)
+	d, err := NewView(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,12 +98,12 @@ func TestReadRanges(t *testing.T) {
 	if ls.Module == nil || ls.TypeName() != "int8_convrot" || !ls.Quantized() {
 		t.Fatalf("lin.weight: module %v, type %s", ls.Module, ls.TypeName())
 	}
-	dec, err := convrot.NewDecoder(m, *ls.Module)
+	dec, err := newModuleDecoder(m, *ls.Module)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantL := make([]float32, len(lin))
-	if err := dec.Decode(wantL, 0, codes); err != nil {
+	if err := dec.decode(wantL, 0, codes); err != nil {
 		t.Fatal(err)
 	}
 	checkRanges(t, ls, wantL)
@@ -147,7 +117,7 @@ func TestReadRanges(t *testing.T) {
 		t.Errorf("int8_convrot decode error %v", math.Sqrt(num/den))
 	}
 	f6, _ := d.Lookup("f6")
-	if f6.Err() == nil || f6.Read(make([]float32, 4), 0, &pipeline.Scratch{}) == nil {
+	if f6.Err() == nil || f6.Read(make([]float32, 4), 0, &Scratch{}) == nil {
 		t.Error("f6 tensor reads without an error")
 	}
 }
@@ -155,15 +125,15 @@ func TestReadRanges(t *testing.T) {
 // TestOrigShape checks that a valid comfy.gguf.orig_shape becomes the
 // logical shape and an inconsistent one is ignored.
 func TestOrigShape(t *testing.T) {
-	m := &model{}
+	m := newMemModel()
 	m.add("a", formats.F16, []int64{9, 256}, make([]byte, 2*9*256))
 	m.add("b", formats.F16, []int64{9, 256}, make([]byte, 2*9*256))
 	arr := func(v ...int32) formats.Array { return formats.Array{Elem: formats.TypeInt32, Values: v} }
 	m.meta = formats.Metadata{
-		{Key: OrigShapePrefix + "a", Type: formats.TypeArray, Value: arr(16, 16, 3, 3)},
-		{Key: OrigShapePrefix + "b", Type: formats.TypeArray, Value: arr(16, 16, 3, 4)},
+		{Key: gguf.OrigShapePrefix + "a", Type: formats.TypeArray, Value: arr(16, 16, 3, 3)},
+		{Key: gguf.OrigShapePrefix + "b", Type: formats.TypeArray, Value: arr(16, 16, 3, 4)},
 	}
-	d, err := Open(m)
+	d, err := NewView(m)
 	if err != nil {
 		t.Fatal(err)
 	}
