@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -189,26 +188,19 @@ func Run(ctx context.Context, plan *Plan, opts Options) error {
 	if ctx.Err() != nil {
 		return interrupted(out, ctx, "nothing written")
 	}
-	if err := checkOutput(out, opts.Inputs, opts.Force); err != nil {
-		return err
-	}
-	f, err := createPartial(out, opts.Logger)
+	a, err := CreateAtomic(out, PublishOptions{Force: opts.Force, Inputs: opts.Inputs, Logger: opts.Logger})
 	if err != nil {
 		return err
 	}
-	err = write(ctx, f, plan, tensors, l, &opts)
-	if err == nil {
-		err = publish(f, out, opts.Logger)
-		if err == nil {
-			return nil
-		}
+	if err := write(ctx, a, plan, tensors, l, &opts); err != nil {
+		return a.Abort(ctx, err)
 	}
-	return failed(ctx, f, out, err)
+	return a.Commit()
 }
 
 // write streams the plan into f through the format writer and checks the
 // resulting size; it does not close f.
-func write(ctx context.Context, f *os.File, plan *Plan, tensors []formats.Tensor, l *layout, o *Options) error {
+func write(ctx context.Context, f *AtomicFile, plan *Plan, tensors []formats.Tensor, l *layout, o *Options) error {
 	bw := bufio.NewWriterSize(f, writeBufferBytes)
 	tw, err := o.NewWriter(bw, tensors)
 	if err != nil {
@@ -235,8 +227,8 @@ func write(ctx context.Context, f *os.File, plan *Plan, tensors []formats.Tensor
 	if err := bw.Flush(); err != nil {
 		return err
 	}
-	if st, err := f.Stat(); err == nil && st.Size() != tw.Size() {
-		return fmt.Errorf("wrote %d bytes, the writer announced %d", st.Size(), tw.Size())
+	if n, err := f.Size(); err == nil && n != tw.Size() {
+		return fmt.Errorf("wrote %d bytes, the writer announced %d", n, tw.Size())
 	}
 	return nil
 }

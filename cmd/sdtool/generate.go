@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"image"
 	_ "image/png" // init images
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // generate runs SD 1.x/2.x through ggml. Without cgo the command exists
@@ -83,10 +83,8 @@ func runGenerate(c *cli.Context) error {
 		return err
 	}
 	for i := range prompts {
-		if o := promptOutput(out, i, len(prompts)); !c.Bool("force") {
-			if _, err := os.Stat(o); err == nil {
-				return fmt.Errorf("%s exists (use --force to replace it)", o)
-			}
+		if err := pipeline.CheckOutput(promptOutput(out, i, len(prompts)), generateInputs(c), c.Bool("force")); err != nil {
+			return err
 		}
 	}
 	method, err := infer.ParseMethod(c.String("sampling-method"))
@@ -158,7 +156,9 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		CFGScale: req.CFGScale, Seed: int64(req.Seed), Width: req.Width, Height: req.Height,
 		Model: filepath.Base(c.String("model")), RNG: req.RNG, Strength: req.Strength, Version: "sdtool " + version,
 	}
-	if err := writePNGFile(out, img, params); err != nil {
+	err = pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: generateInputs(c), Logger: slog.Default()},
+		func(w io.Writer) error { return infer.WritePNGWithParams(w, img, params) })
+	if err != nil {
 		return err
 	}
 	t := res.Timings
@@ -263,15 +263,13 @@ func readPNG(path string) (image.Image, error) {
 	return img, nil
 }
 
-// writePNGFile writes the image through path+".partial".
-func writePNGFile(path string, img image.Image, p infer.GenerationParams) error {
-	var buf bytes.Buffer
-	if err := infer.WritePNGWithParams(&buf, img, p); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+// generateInputs lists the files generate reads, which no output may replace.
+func generateInputs(c *cli.Context) []string {
+	var in []string
+	for _, f := range []string{"model", "vae", "compare", "init-img", "prompt-file"} {
+		if p := c.String(f); p != "" {
+			in = append(in, p)
+		}
 	}
-	if err := os.WriteFile(path+".partial", buf.Bytes(), 0o644); err != nil {
-		os.Remove(path + ".partial")
-		return err
-	}
-	return os.Rename(path+".partial", path)
+	return append(in, c.StringSlice("imatrix-in")...)
 }

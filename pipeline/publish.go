@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -25,6 +27,118 @@ var (
 	// ErrOutputIsInput means the output (or its .partial file) is one of the inputs.
 	ErrOutputIsInput = errors.New("output is one of the inputs")
 )
+
+// PublishOptions are the rules an output is written under.
+type PublishOptions struct {
+	// Force allows replacing an existing output (never an input).
+	Force bool
+	// Inputs are the paths of every input file; the output and its
+	// .partial must not be one of them (by path, or through links as the
+	// same file).
+	Inputs []string
+	// Logger receives warnings (a stale .partial replaced, a directory that
+	// could not be synced); nil discards them.
+	Logger *slog.Logger
+}
+
+// AtomicFile is an output being written: every byte goes to PATH.partial,
+// and only Commit makes it visible as PATH. It is the one way sdtool
+// writes a file, so that a crash, a Ctrl-C or a full disk never leaves a
+// truncated output under the final name.
+type AtomicFile struct {
+	f    *os.File
+	path string
+	log  *slog.Logger
+}
+
+// CheckOutput refuses an output that is one of the inputs (as a path, or
+// as the same file through a symlink or hard link; its .partial too), that
+// is a directory, or that exists when force is false. Inputs are only
+// stat'ed, never opened. Commands call it before long work, so that a bad
+// output fails at once; CreateAtomic calls it again.
+func CheckOutput(path string, inputs []string, force bool) error {
+	return checkOutput(path, inputs, force)
+}
+
+// SameFile reports whether the paths a and b name the same existing file.
+func SameFile(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// CreateAtomic checks path against o (see CheckOutput) and creates
+// PATH.partial exclusively, never through a symlink (O_EXCL refuses one).
+// A .partial left by a crashed run is replaced: no sdtool process writes it
+// once that run is gone, it can never be a valid output, and keeping it
+// would block every later run. Two runs writing the same output at once
+// are caught by Commit.
+func CreateAtomic(path string, o PublishOptions) (*AtomicFile, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := checkOutput(path, o.Inputs, o.Force); err != nil {
+		return nil, err
+	}
+	f, err := createPartial(path, log)
+	if err != nil {
+		return nil, err
+	}
+	return &AtomicFile{f: f, path: path, log: log}, nil
+}
+
+// Write appends p to the partial file.
+func (a *AtomicFile) Write(p []byte) (int, error) { return a.f.Write(p) }
+
+// Size returns the bytes written so far.
+func (a *AtomicFile) Size() (int64, error) {
+	st, err := a.f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+// Commit makes the complete output durable and visible: fsync, close,
+// rename over PATH, fsync the directory. On failure the partial file is
+// removed and the error, prefixed with PATH, says so.
+func (a *AtomicFile) Commit() error {
+	if err := publish(a.f, a.path, a.log); err != nil {
+		return failed(context.Background(), a.f, a.path, err)
+	}
+	return nil
+}
+
+// Abort closes and removes the partial file after err, and returns the
+// error to report: prefixed with PATH, saying what became of the partial
+// file; it wraps ErrInterrupted (and the context's cause) when ctx was
+// cancelled, and says "no space left on device" when the disk is full.
+func (a *AtomicFile) Abort(ctx context.Context, err error) error {
+	return failed(ctx, a.f, a.path, err)
+}
+
+// WriteAtomic writes a whole file through an AtomicFile: write gets a
+// buffered writer on PATH.partial, and the file is committed when write
+// succeeds and aborted otherwise.
+func WriteAtomic(ctx context.Context, path string, o PublishOptions, write func(w io.Writer) error) error {
+	a, err := CreateAtomic(path, o)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(a, writeBufferBytes)
+	err = write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		return a.Abort(ctx, err)
+	}
+	return a.Commit()
+}
 
 // absClean returns the absolute, cleaned form of p, or p cleaned when the
 // working directory is unknown.
