@@ -13,6 +13,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/internal/splitmix"
 )
 
 // testTensor is a test tensor with its raw data.
@@ -45,7 +46,7 @@ func floats(b []byte) []float32 {
 func ramp(n int, seed uint64) []float32 {
 	out := make([]float32, n)
 	for i := range out {
-		out[i] = float32(int64(mix64(seed*1000003+uint64(i))>>40)-(1<<23)) / (1 << 23)
+		out[i] = float32(int64(splitmix.Mix(seed*1000003+uint64(i))>>40)-(1<<23)) / (1 << 23)
 	}
 	return out
 }
