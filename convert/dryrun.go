@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // WritePlan prints the plan as --dry-run shows it: one line per tensor
@@ -26,7 +27,7 @@ func WritePlan(w io.Writer, res *Result) error {
 	}
 	in, out, params, bpw := Totals(res.Rows)
 	fmt.Fprintf(w, "\n%d tensors, %d parameters: %s -> %s (%.2f bits per weight)\n",
-		len(res.Rows), params, HumanBytes(in), HumanBytes(out), bpw)
+		len(res.Rows), params, pipeline.HumanBytes(in), pipeline.HumanBytes(out), bpw)
 	counts := map[formats.DType]int{}
 	for _, r := range res.Rows {
 		counts[r.To]++
@@ -40,18 +41,4 @@ func WritePlan(w io.Writer, res *Result) error {
 		fmt.Fprintf(w, "imatrix entry %q matched no quantized tensor\n", name)
 	}
 	return nil
-}
-
-// HumanBytes formats a byte count with a binary unit ("1.50 GiB").
-func HumanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.2f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bytedance/sonic"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // Text-mode shortening of metadata values.
@@ -40,7 +41,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	}
 	row("tensors", thousands(int64(s.TensorCount)))
 	row("parameters", fmt.Sprintf("%s (%s)", thousands(s.ParamCount), humanCount(s.ParamCount)))
-	row("tensor data", fmt.Sprintf("%s bytes (%s)", thousands(s.TotalBytes), humanBytes(s.TotalBytes)))
+	row("tensor data", fmt.Sprintf("%s bytes (%s)", thousands(s.TotalBytes), pipeline.HumanBytes(s.TotalBytes)))
 	row("architecture", s.Architecture.Name)
 	tw.Flush()
 
@@ -63,7 +64,7 @@ func WriteText(w io.Writer, s *Summary) error {
 				prefix = "(no prefix)"
 			}
 			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s params\t%s\n", name, c.Kind, prefix,
-				plural(c.Tensors, "tensor"), humanCount(c.Params), humanBytes(c.Bytes))
+				plural(c.Tensors, "tensor"), humanCount(c.Params), pipeline.HumanBytes(c.Bytes))
 		}
 		tw.Flush()
 	}
@@ -75,7 +76,7 @@ func WriteText(w io.Writer, s *Summary) error {
 		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 		for _, t := range s.Types {
 			fmt.Fprintf(tw, "    %s\t%s\t%s params\t%s\t%.2f%%\n", t.Type, plural(t.Tensors, "tensor"),
-				humanCount(t.Params), humanBytes(t.Bytes), t.Percent)
+				humanCount(t.Params), pipeline.HumanBytes(t.Bytes), t.Percent)
 		}
 		tw.Flush()
 	}
@@ -268,17 +269,4 @@ func humanCount(n int64) string {
 		return fmt.Sprintf("%.1fK", float64(n)/1e3)
 	}
 	return strconv.FormatInt(n, 10)
-}
-
-func humanBytes(n int64) string {
-	const k = 1024
-	switch {
-	case n >= k*k*k:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(k*k*k))
-	case n >= k*k:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(k*k))
-	case n >= k:
-		return fmt.Sprintf("%.1f KiB", float64(n)/k)
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -122,21 +122,8 @@ func (p *Plan) WriteDryRun(w io.Writer) error {
 		return err
 	}
 	_, err = fmt.Fprintf(w, "%d tensors, %s of data -> %s (%s); nothing written (--dry-run)\n",
-		len(p.Entries), humanBytes(total), p.Output, p.Format)
+		len(p.Entries), pipeline.HumanBytes(total), p.Output, p.Format)
 	return err
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f, i := float64(n), -1
-	for f >= unit && i < 3 {
-		f /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", f, "KMGT"[i])
 }
 
 // outputFormat picks the output format from the extension.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/sdtool/sdtool/convert"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // Totals sums the plan: bytes before and after, parameters (of tensors
@@ -62,7 +62,7 @@ func WriteSummary(w io.Writer, r *Result) {
 		what = r.FType.Name
 	}
 	fmt.Fprintf(w, "%s (%s): %d tensors, %d parameters: %s -> %s (%.2f bits per weight)\n",
-		what, r.Format, len(r.Rows), params, convert.HumanBytes(in), convert.HumanBytes(out), bpw)
+		what, r.Format, len(r.Rows), params, pipeline.HumanBytes(in), pipeline.HumanBytes(out), bpw)
 	counts := map[formats.DType]int{}
 	bytes := map[formats.DType]int64{}
 	for _, row := range r.Rows {
@@ -71,7 +71,7 @@ func WriteSummary(w io.Writer, r *Result) {
 	}
 	for _, t := range formats.Types() {
 		if counts[t] > 0 {
-			fmt.Fprintf(w, "  %-8s %5d tensors  %s\n", t, counts[t], convert.HumanBytes(bytes[t]))
+			fmt.Fprintf(w, "  %-8s %5d tensors  %s\n", t, counts[t], pipeline.HumanBytes(bytes[t]))
 		}
 	}
 	if r.Arch != "" && r.Format == "gguf" {

@@ -108,6 +108,6 @@ func runConvert(c *cli.Context) error {
 	bar.Finish()
 	in, out, params, bpw := convert.Totals(res.Rows)
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d tensors, %d parameters, %s -> %s (%.2f bits per weight)\n",
-		cfg.Output, len(res.Rows), params, convert.HumanBytes(in), convert.HumanBytes(out), bpw)
+		cfg.Output, len(res.Rows), params, pipeline.HumanBytes(in), pipeline.HumanBytes(out), bpw)
 	return nil
 }
