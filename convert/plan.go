@@ -18,7 +18,7 @@ type Options struct {
 	Type    formats.DType
 	HasType bool
 	// Rules are the --tensor-type-rules, first match wins.
-	Rules []Rule
+	Rules []pipeline.Rule[formats.DType]
 	// Imatrix maps weight names to importance vectors (stored values of the
 	// --imatrix files summed, as sd.cpp does); nil for none.
 	Imatrix map[string][]float32

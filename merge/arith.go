@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -88,21 +87,12 @@ type Arithmetic struct {
 	AllowMissing bool
 }
 
-// AlphaRule is one REGEX=ALPHA item of --alpha-rules.
-type AlphaRule struct {
-	// Pattern is the regular expression, searched anywhere in the tensor name.
-	Pattern string
-	// Alpha is the tensor's α when the pattern matches.
-	Alpha float64
-
-	re *regexp.Regexp
-}
-
-// ParseAlphaRules parses "REGEX=ALPHA,REGEX=ALPHA". An item is split at its
+// ParseAlphaRules parses "REGEX=ALPHA,REGEX=ALPHA" into rules whose Value
+// is the tensor's α, the first match winning. An item is split at its
 // last '='; a comma inside a pattern (a{1,2}) is kept when the text before
 // it has no '=' yet. Empty items are skipped.
-func ParseAlphaRules(s string) ([]AlphaRule, error) {
-	var rules []AlphaRule
+func ParseAlphaRules(s string) ([]pipeline.Rule[float64], error) {
+	var rules []pipeline.Rule[float64]
 	pending := ""
 	parts := strings.Split(s, ",")
 	for i, part := range parts {
@@ -131,21 +121,19 @@ func ParseAlphaRules(s string) ([]AlphaRule, error) {
 		if err != nil || math.IsNaN(a) || math.IsInf(a, 0) {
 			return nil, fmt.Errorf("--alpha-rules: item %q: alpha %q is not a finite number", item, val)
 		}
-		re, err := regexp.Compile(pat)
+		re, err := pipeline.CompilePattern(pat)
 		if err != nil {
-			return nil, fmt.Errorf("--alpha-rules: pattern %q: %v", pat, err)
+			return nil, fmt.Errorf("--alpha-rules: %v", err)
 		}
-		rules = append(rules, AlphaRule{Pattern: pat, Alpha: a, re: re})
+		rules = append(rules, pipeline.Rule[float64]{Pattern: pat, Re: re, Value: a})
 	}
 	return rules, nil
 }
 
 // alphaFor returns the first matching rule's α, or def.
-func alphaFor(rules []AlphaRule, name string, def float64) float64 {
-	for _, r := range rules {
-		if r.re.MatchString(name) {
-			return r.Alpha
-		}
+func alphaFor(rules []pipeline.Rule[float64], name string, def float64) float64 {
+	if i := pipeline.FirstMatch(rules, name); i >= 0 {
+		return rules[i].Value
 	}
 	return def
 }

@@ -326,7 +326,7 @@ func TestAlphaRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rules) != 3 || rules[0].Pattern != `input_blocks\.[0-9]{1,2}\.` || rules[1].Pattern != " out" || rules[2].Alpha != -1 {
+	if len(rules) != 3 || rules[0].Pattern != `input_blocks\.[0-9]{1,2}\.` || rules[1].Pattern != " out" || rules[2].Value != -1 {
 		t.Fatalf("rules = %+v", rules)
 	}
 	if a := alphaFor(rules, "m.input_blocks.11.w", 0.5); a != 0.3 {
