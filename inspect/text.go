@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bytedance/sonic"
+	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -92,7 +93,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	}
 	if ln := s.LongNames; ln.Count > 0 {
 		p("  long names: %s of %d bytes or more (longest %d); stock ggml refuses names of %d bytes or more; sd.cpp accepts up to %d, ComfyUI-GGUF %d",
-			plural(ln.Count, "name"), GGMLMaxName, ln.Longest, GGMLMaxName, SDCppMaxName, ComfyGGUFMaxName)
+			plural(ln.Count, "name"), gguf.GGMLMaxName, ln.Longest, gguf.GGMLMaxName, gguf.SDCppMaxName, gguf.ComfyGGUFMaxName)
 		if ln.OverComfyGGUF > 0 || ln.OverSDCpp > 0 {
 			p(" (%d over ComfyUI-GGUF's limit, %d over sd.cpp's)", ln.OverComfyGGUF, ln.OverSDCpp)
 		}
@@ -100,7 +101,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	}
 	if len(s.HighRank) > 0 {
 		p("  more than %d dims: %s (%s); ggml's GGUF reader refuses them, sd.cpp folds 5-D to 4-D, ComfyUI-GGUF reads them\n",
-			MaxGGMLDims, plural(len(s.HighRank), "tensor"), strings.Join(firstN(s.HighRank, 3), ", "))
+			gguf.GGMLMaxDims, plural(len(s.HighRank), "tensor"), strings.Join(firstN(s.HighRank, 3), ", "))
 	}
 	if len(s.Metadata) > 0 {
 		p("  metadata (%d):\n", len(s.Metadata))

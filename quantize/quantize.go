@@ -26,7 +26,6 @@ import (
 	_ "github.com/sdtool/sdtool/formats/ckpt"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
-	"github.com/sdtool/sdtool/inspect"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
@@ -255,7 +254,7 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 	if err := checkRequantize(opts, dm, log, res); err != nil {
 		return fail(err)
 	}
-	arch := inspect.Detect(m.Tensors())
+	arch := names.DetectArchitecture(m.Tensors())
 	res.Arch = arch.Name
 	res.ComfyArch = mix.ComfyArch[arch.Name]
 	planArch := res.ComfyArch

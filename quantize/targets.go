@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/inspect"
+	"github.com/sdtool/sdtool/formats/gguf"
 )
 
 // Consumer names for --target.
@@ -86,7 +86,7 @@ func checkConsumers(r *Result, targets []string) []Consumer {
 }
 
 func checkGGUF(r *Result, c *Consumer) {
-	maxName := map[string]int{TargetGGML: inspect.GGMLMaxName - 1, TargetSDCpp: inspect.SDCppMaxName, TargetComfyUI: inspect.ComfyGGUFMaxName}[c.Name]
+	maxName := map[string]int{TargetGGML: gguf.GGMLMaxName - 1, TargetSDCpp: gguf.SDCppMaxName, TargetComfyUI: gguf.ComfyGGUFMaxName}[c.Name]
 	var long, longest, deep int
 	bad := map[formats.DType]int{}
 	for _, row := range r.Rows {

@@ -1,4 +1,4 @@
-package inspect
+package names
 
 import (
 	"testing"
@@ -35,7 +35,7 @@ func synthTensors(t *testing.T, spec synth.Spec) []formats.Tensor {
 
 type comp struct{ name, kind, variant, prefix string }
 
-func TestDetect(t *testing.T) {
+func TestDetectArchitecture(t *testing.T) {
 	s := func(d ...int64) []int64 { return d }
 	clipL := ts(
 		"text_model.embeddings.token_embedding.weight", s(49408, 768),
@@ -145,7 +145,7 @@ func TestDetect(t *testing.T) {
 		{"unknown", ts("foo.weight", s(3, 3), "bar.bias", s(3)), "unknown", nil},
 	}
 	for _, c := range cases {
-		a := Detect(c.tensors)
+		a := DetectArchitecture(c.tensors)
 		if a.Name != c.arch {
 			t.Errorf("%s: architecture %q, want %q", c.name, a.Name, c.arch)
 		}
@@ -168,7 +168,7 @@ func TestDetect(t *testing.T) {
 func TestDetectCountsAndUnassigned(t *testing.T) {
 	tensors := synthTensors(t, synth.Spec{Arch: "sd1"})
 	tensors = append(tensors, formats.Tensor{Name: "alphas_cumprod", Type: formats.F32, Shape: []int64{1000}, Size: 4000})
-	a := Detect(tensors)
+	a := DetectArchitecture(tensors)
 	if a.Unassigned != 1 {
 		t.Errorf("unassigned = %d, want 1", a.Unassigned)
 	}
@@ -311,6 +311,6 @@ func BenchmarkDetectSDXL(b *testing.B) {
 	d, _ := synth.Descriptors(synth.Spec{Arch: "sdxl"})
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		Detect(d)
+		DetectArchitecture(d)
 	}
 }

@@ -1,4 +1,4 @@
-package inspect
+package names
 
 import (
 	"regexp"
@@ -231,9 +231,9 @@ type group struct {
 	tensors []*formats.Tensor
 }
 
-// Detect recognises the architecture and components from tensor names and
-// shapes.
-func Detect(tensors []formats.Tensor) Architecture {
+// DetectArchitecture recognises the architecture and components of a
+// checkpoint from its tensor names and shapes, with the rule table above.
+func DetectArchitecture(tensors []formats.Tensor) Architecture {
 	var groups []*group
 	byPrefix := map[string]*group{}
 	for i := range tensors {
