@@ -167,11 +167,12 @@ func ParseMethod(s string) (Method, error) {
 // (.safetensors or .gguf by extension). Missing tensors, shape mismatches,
 // types the output cannot hold and parameters out of range are reported
 // here, before anything is created.
-func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
-	format, err := outputFormat(out)
+func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
+	p, err := newPlan(out)
 	if err != nil {
 		return nil, err
 	}
+	format := p.Format
 	m, err := ParseMethod(string(a.Method))
 	if err != nil {
 		return nil, err
@@ -221,8 +222,8 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 		if !ok {
 			return nil, fmt.Errorf("--type %q: unknown type", a.Type)
 		}
-		if !storable(format, t) {
-			return nil, fmt.Errorf("--type %s cannot be stored in %s (%s)", t, format, out)
+		if !format.Stores(t) {
+			return nil, fmt.Errorf("--type %s cannot be stored in %s (%s)", t, format.Name, out)
 		}
 		if enc, err = quant.Encoder(t); err != nil {
 			return nil, fmt.Errorf("--type %s: %w", t, err)
@@ -233,7 +234,6 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 		want = t
 	}
 
-	p := &Plan{Output: out, Format: format}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -244,7 +244,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		p.addInput(fm)
+		p.Use(fm)
 		dm, err := tensor.NewView(fm)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", path, err)
@@ -275,7 +275,6 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 	}
 	for _, sa := range da.Sources {
 		name := sa.Name
-		e := Entry{Name: name, File: fa.Path(), Source: name}
 		// The type this tensor would have without --type.
 		base := sa.Tensor.Type
 		if sa.Module != nil {
@@ -288,11 +287,10 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 				outT = base
 			}
 		}
-		if !storable(format, outT) {
-			errs.add(fmt.Errorf("%s: tensor %q: %s cannot be stored in %s (%s); choose another --type", fa.Path(), name, outT, format, out))
+		if !format.Stores(outT) {
+			errs.add(fmt.Errorf("%s: tensor %q: %s cannot be stored in %s (%s); choose another --type", fa.Path(), name, outT, format.Name, out))
 			continue
 		}
-		e.Type, e.Shape = outT, sa.Shape()
 
 		// Find the tensor in the other inputs.
 		var peers []*tensor.Source
@@ -324,9 +322,9 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 				continue
 			}
 			// Copied from A: raw bytes when the type stays, decoded otherwise.
-			e.How = "copy from A"
+			how := "copy from A"
 			if why != "" {
-				e.How += " (" + why + ")"
+				how += " (" + why + ")"
 			}
 			var prod pipeline.Producer
 			if sa.Module == nil && outT == sa.Tensor.Type {
@@ -339,7 +337,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 				}
 				prod = c
 			}
-			p.add(e, prod, sa)
+			add(p, name, outT, sa.Shape(), how, prod, sa)
 			continue
 		}
 		al := alphaFor(rules, name, alpha)
@@ -349,14 +347,14 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 			continue
 		}
 		c.density, c.dropP, c.seed = density, dropP, a.Seed
-		e.How = fmt.Sprintf("%s alpha=%g", m, al)
+		how := fmt.Sprintf("%s alpha=%g", m, al)
 		switch m {
 		case TIES:
-			e.How += fmt.Sprintf(" density=%g", density)
+			how += fmt.Sprintf(" density=%g", density)
 		case DARE:
-			e.How += fmt.Sprintf(" p=%g seed=%d", dropP, a.Seed)
+			how += fmt.Sprintf(" p=%g seed=%d", dropP, a.Seed)
 		}
-		p.add(e, c, sa)
+		add(p, name, outT, sa.Shape(), how, c, sa)
 	}
 	// Tensors that only B or C has.
 	for i, om := range others {
@@ -373,23 +371,18 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
-	p.setArithmeticMetadata(fa, a, m)
-	if err := p.checkHeader(); err != nil {
+	p.Header.Metadata = arithmeticMetadata(p.Format, fa, a, m)
+	if err := p.Check(); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-func (p *Plan) add(e Entry, prod pipeline.Producer, src *tensor.Source) {
-	t := src.Tensor
-	p.Entries = append(p.Entries, e)
-	p.Pipeline.Outputs = append(p.Pipeline.Outputs, pipeline.Output{Name: e.Name, Type: e.Type, Shape: e.Shape, Producer: prod, Source: &t})
-}
-
-// setArithmeticMetadata keeps A's metadata when A has the output's format
-// (without general.file_type, which the new types may contradict) and adds
-// sdtool.merge, a one-line description of the merge.
-func (p *Plan) setArithmeticMetadata(fa formats.Model, a *Arithmetic, m Method) {
+// arithmeticMetadata keeps A's metadata when A has the output's format
+// (without general.file_type, which the new types may contradict; strings
+// only for safetensors) and adds sdtool.merge, a one-line description of
+// the merge.
+func arithmeticMetadata(format formats.Creator, fa formats.Model, a *Arithmetic, m Method) formats.Metadata {
 	desc := fmt.Sprintf("method=%s a=%s b=%s", m, filepath.Base(a.A), filepath.Base(a.B))
 	if a.C != "" {
 		desc += " c=" + filepath.Base(a.C)
@@ -400,20 +393,16 @@ func (p *Plan) setArithmeticMetadata(fa formats.Model, a *Arithmetic, m Method) 
 	if a.AlphaRules != "" {
 		desc += " alpha_rules=" + strconv.Quote(a.AlphaRules)
 	}
-	p.Metadata = map[string]string{}
-	p.GGUFMetadata = nil
-	if fa.Info().Format == p.Format {
+	var meta formats.Metadata
+	if fa.Info().Format == format.Name {
 		for _, kv := range fa.Metadata() {
 			if kv.Key == "general.file_type" || kv.Key == "sdtool.merge" {
 				continue
 			}
-			if p.Format == "gguf" {
-				p.GGUFMetadata = append(p.GGUFMetadata, kv)
-			} else if s, ok := kv.Value.(string); ok {
-				p.Metadata[kv.Key] = s
+			if _, ok := kv.Value.(string); ok || format.Name == "gguf" {
+				meta = append(meta, kv)
 			}
 		}
 	}
-	p.Metadata["sdtool.merge"] = desc
-	p.GGUFMetadata = append(p.GGUFMetadata, formats.KV{Key: "sdtool.merge", Type: formats.TypeString, Value: desc})
+	return append(meta, formats.KV{Key: "sdtool.merge", Type: formats.TypeString, Value: desc})
 }

@@ -505,7 +505,7 @@ func TestArithmeticInterrupted(t *testing.T) {
 	statChunk = 1000
 	defer func() { statChunk = saved }()
 	ctx, cancel := context.WithCancel(context.Background())
-	err = p.Run(ctx, Options{Threads: 2, Progress: func(done, total int64) { cancel() }})
+	err = pipeline.Run(ctx, p, pipeline.Options{Threads: 2, Progress: func(done, total int64) { cancel() }})
 	if !errors.Is(err, pipeline.ErrInterrupted) {
 		t.Fatalf("err = %v, want an interruption", err)
 	}

@@ -97,13 +97,13 @@ func TestRecipeDryRunListsSources(t *testing.T) {
 	}
 	defer p.Close()
 	var b bytes.Buffer
-	if err := p.WriteDryRun(&b); err != nil {
+	if err := p.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
 	s := b.String()
 	for _, want := range []string{
-		"queryformer.layers.0.weight", filepath.Join(dir, "qf.safetensors"), "layers.0.weight",
-		"7 tensors", "nothing written",
+		"queryformer.layers.0.weight", filepath.Join(dir, "qf.safetensors") + ":layers.0.weight",
+		"SOURCE", out + ": 7 tensors",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, s)
@@ -111,9 +111,9 @@ func TestRecipeDryRunListsSources(t *testing.T) {
 	}
 	found := false
 	for _, line := range strings.Split(s, "\n") {
-		if f := strings.Fields(line); len(f) == 7 && f[0] == "adaln_t_table" {
+		if f := strings.Fields(line); len(f) == 9 && f[0] == "adaln_t_table" {
 			found = true
-			if f[1] != "f32" || !strings.HasSuffix(f[4], "int8.safetensors") || f[6] != "copy" {
+			if f[1] != "f32" || f[2] != "f32" || !strings.HasSuffix(f[7], "int8.safetensors:adaln_t_table") || f[8] != "copy" {
 				t.Errorf("adaln_t_table row: %q", f)
 			}
 		}
@@ -290,7 +290,7 @@ func TestRecipeOutputChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.Run(context.Background(), Options{Force: true})
+	err = pipeline.Run(context.Background(), p, pipeline.Options{Force: true})
 	p.Close()
 	if !errors.Is(err, pipeline.ErrOutputIsInput) {
 		t.Errorf("output = input: %v", err)
@@ -302,11 +302,11 @@ func TestRecipeOutputChecks(t *testing.T) {
 	out := filepath.Join(dir, "o.safetensors")
 	os.WriteFile(out, []byte("old"), 0o644)
 	p, _ = PlanRecipe(r, out, "")
-	err = p.Run(context.Background(), Options{})
+	err = pipeline.Run(context.Background(), p, pipeline.Options{})
 	if !errors.Is(err, pipeline.ErrExists) {
 		t.Errorf("existing output: %v", err)
 	}
-	if err := p.Run(context.Background(), Options{Force: true}); err != nil {
+	if err := pipeline.Run(context.Background(), p, pipeline.Options{Force: true}); err != nil {
 		t.Errorf("--force: %v", err)
 	}
 	p.Close()
@@ -328,7 +328,7 @@ func TestRecipeInterrupted(t *testing.T) {
 	}
 	defer p.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	err = p.Run(ctx, Options{Threads: 1, ChunkBytes: 64 << 10, Progress: func(done, total int64) {
+	err = pipeline.Run(ctx, p, pipeline.Options{Threads: 1, ChunkBytes: 64 << 10, Progress: func(done, total int64) {
 		if done > 0 && done < total {
 			cancel()
 		}
@@ -378,7 +378,7 @@ func TestRecipeReadErrorLeavesNothing(t *testing.T) {
 	if err := os.Truncate(src, st.Size()-100); err != nil {
 		t.Fatal(err)
 	}
-	err = p.Run(context.Background(), Options{Threads: 1})
+	err = pipeline.Run(context.Background(), p, pipeline.Options{Threads: 1})
 	wantErr(t, err, "o.safetensors", `tensor "w"`)
 	noOutput(t, out)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/internal/splitmix"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // testTensor is a test tensor with its raw data.
@@ -142,10 +143,10 @@ func recipeFile(t *testing.T, dir, js string) *Recipe {
 }
 
 // runPlan runs a plan to completion with the given threads and chunk size.
-func runPlan(t *testing.T, p *Plan, threads int, chunk int64) {
+func runPlan(t *testing.T, p *pipeline.Plan, threads int, chunk int64) {
 	t.Helper()
 	defer p.Close()
-	if err := p.Run(context.Background(), Options{Threads: threads, ChunkBytes: chunk, MaxMemory: 64 << 20}); err != nil {
+	if err := pipeline.Run(context.Background(), p, pipeline.Options{Threads: threads, ChunkBytes: chunk, MaxMemory: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -65,7 +65,7 @@ func BenchmarkCopyThroughput(b *testing.B) {
 	for b.Loop() {
 		out := filepath.Join(dir, "out.fake")
 		start := time.Now()
-		if err := Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Force: true, Inputs: []string{in}}); err != nil {
+		if err := Run(context.Background(), at(&plan, out, newFakeWriter, []string{in}...), Options{Force: true}); err != nil {
 			b.Fatal(err)
 		}
 		d := time.Since(start)
@@ -125,7 +125,7 @@ func BenchmarkManySmallTensors(b *testing.B) {
 	}
 	out := filepath.Join(dir, "small.fake")
 	for b.Loop() {
-		if err := Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Force: true}); err != nil {
+		if err := Run(context.Background(), at(&plan, out, newFakeWriter), Options{Force: true}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -147,7 +147,7 @@ func BenchmarkConvertThreads(b *testing.B) {
 			b.SetBytes(64 << 20)
 			out := filepath.Join(dir, "conv.fake")
 			for b.Loop() {
-				if err := Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Force: true, Threads: threads}); err != nil {
+				if err := Run(context.Background(), at(&plan, out, newFakeWriter), Options{Force: true, Threads: threads}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -120,11 +120,12 @@ func TestStreamThroughPipeline(t *testing.T) {
 			}
 			pl, plans := streamPlan(t, src, opt)
 			out := filepath.Join(t.TempDir(), "out.safetensors")
-			err := Run(context.Background(), pl, Options{
-				OutPath: out, Threads: 2, ChunkBytes: 4096, MaxMemory: 1 << 16,
-				NewWriter: func(w io.Writer, tensors []formats.Tensor) (formats.TensorWriter, error) {
-					return safetensors.NewWriter(w, tensors, nil, nil)
-				},
+			err := Run(context.Background(), at(pl, out, func(w io.Writer, tensors []formats.Tensor) (formats.TensorWriter, error) {
+				return safetensors.NewWriter(w, tensors, nil, nil)
+			}), Options{
+				Threads:    2,
+				ChunkBytes: 4096,
+				MaxMemory:  1 << 16,
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -44,9 +44,10 @@ func FuzzChunking(f *testing.F) {
 		}
 		var got map[string][]byte
 		out := filepath.Join(t.TempDir(), "out.fake")
-		err := Run(context.Background(), &plan, Options{
-			OutPath: out, Threads: int(threads%8) + 1, ChunkBytes: int64(chunk) + 1, MaxMemory: int64(mem) + 1,
-			NewWriter: func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) { return newFakeWriter(w, ts) },
+		err := Run(context.Background(), at(&plan, out, func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) { return newFakeWriter(w, ts) }), Options{
+			Threads:    int(threads%8) + 1,
+			ChunkBytes: int64(chunk) + 1,
+			MaxMemory:  int64(mem) + 1,
 		})
 		if err != nil {
 			t.Fatal(err)

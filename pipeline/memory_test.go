@@ -98,7 +98,7 @@ func TestMemoryChild(t *testing.T) {
 		m.tensors = append(m.tensors, tt)
 		plan.Outputs = append(plan.Outputs, Output{Name: tt.Name, Type: toyType, Shape: tt.Shape, Producer: Convert(tensor.Plain(m, tt), toyType, encodeToy)})
 	}
-	err = Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Threads: 2, MaxMemory: 16 << 20, Inputs: []string{in}})
+	err = Run(context.Background(), at(&plan, out, newFakeWriter, []string{in}...), Options{Threads: 2, MaxMemory: 16 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

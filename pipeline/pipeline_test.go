@@ -50,9 +50,6 @@ func copyPlan(m formats.Model) *Plan {
 
 func run(t *testing.T, ctx context.Context, plan *Plan, opts Options) error {
 	t.Helper()
-	if opts.NewWriter == nil {
-		opts.NewWriter = newFakeWriter
-	}
 	return Run(ctx, plan, opts)
 }
 
@@ -67,8 +64,10 @@ func TestCopyRoundTrip(t *testing.T) {
 	m := testModel(t)
 	out := filepath.Join(t.TempDir(), "out.fake")
 	var calls, last, total int64
-	err := run(t, context.Background(), copyPlan(m), Options{
-		OutPath: out, Threads: 3, ChunkBytes: 4096, MaxMemory: 16384,
+	err := run(t, context.Background(), at(copyPlan(m), out, nil), Options{
+		Threads:    3,
+		ChunkBytes: 4096,
+		MaxMemory:  16384,
 		Progress: func(d, tot int64) {
 			if d < last {
 				t.Errorf("progress went back from %d to %d", last, d)
@@ -156,7 +155,7 @@ func TestDeterministicAcrossThreads(t *testing.T) {
 	for _, threads := range []int{1, 2, 7} {
 		plan, want := convertPlan(m, true)
 		out := filepath.Join(dir, fmt.Sprintf("out%d.fake", threads))
-		if err := run(t, context.Background(), plan, Options{OutPath: out, Threads: threads, ChunkBytes: 1000, MaxMemory: 8000}); err != nil {
+		if err := run(t, context.Background(), at(plan, out, nil), Options{Threads: threads, ChunkBytes: 1000, MaxMemory: 8000}); err != nil {
 			t.Fatal(err)
 		}
 		_, data := readFake(t, out)
@@ -226,7 +225,7 @@ func TestChunking(t *testing.T) {
 			rec := &recorder{rowBytes: rb, seen: map[int64]int{}}
 			o.Producer = rec
 			out := filepath.Join(t.TempDir(), "out.fake")
-			if err := run(t, context.Background(), &Plan{Outputs: []Output{o}}, Options{OutPath: out, Threads: 4, ChunkBytes: c.chunk, MaxMemory: c.maxMem}); err != nil {
+			if err := run(t, context.Background(), at(&Plan{Outputs: []Output{o}}, out, nil), Options{Threads: 4, ChunkBytes: c.chunk, MaxMemory: c.maxMem}); err != nil {
 				t.Fatal(err)
 			}
 			if int64(len(rec.seen)) != rows {
@@ -280,12 +279,13 @@ func TestMemoryBudgetInFlight(t *testing.T) {
 	})
 	plan := &Plan{Outputs: []Output{{Name: "w", Type: formats.F32, Shape: []int64{400, rowBytes / 4}, Producer: prod}}}
 	out := filepath.Join(t.TempDir(), "out.fake")
-	err := run(t, context.Background(), plan, Options{
-		OutPath: out, Threads: 8, MaxMemory: maxMem, ChunkBytes: 1024,
-		NewWriter: func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
-			fw, err := newFakeWriter(w, ts)
-			return meteredWriter{fw, &inFlight, &peak}, err
-		},
+	err := run(t, context.Background(), at(plan, out, func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
+		fw, err := newFakeWriter(w, ts)
+		return meteredWriter{fw, &inFlight, &peak}, err
+	}), Options{
+		Threads:    8,
+		MaxMemory:  maxMem,
+		ChunkBytes: 1024,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -305,7 +305,7 @@ func TestConvertReshapeAndChecks(t *testing.T) {
 	encodeToy(want, f, 32)
 	plan := &Plan{Outputs: []Output{{Name: "w", Type: toyType, Shape: []int64{8, 32}, Producer: Convert(tensor.Plain(m, src), toyType, encodeToy)}}}
 	out := filepath.Join(t.TempDir(), "out.fake")
-	if err := run(t, context.Background(), plan, Options{OutPath: out, ChunkBytes: 100}); err != nil {
+	if err := run(t, context.Background(), at(plan, out, nil), Options{ChunkBytes: 100}); err != nil {
 		t.Fatal(err)
 	}
 	if _, data := readFake(t, out); !bytes.Equal(data["w"], want) {
@@ -329,7 +329,7 @@ func TestConvertReshapeAndChecks(t *testing.T) {
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out.fake")
-			err := run(t, context.Background(), &Plan{Outputs: []Output{c.o}}, Options{OutPath: out})
+			err := run(t, context.Background(), at(&Plan{Outputs: []Output{c.o}}, out, nil), Options{})
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `"w"`) {
 				t.Fatalf("error %v, want one naming the tensor and saying %q", err, c.want)
 			}
@@ -379,14 +379,11 @@ func TestEncodeRows(t *testing.T) {
 func TestLayoutMismatch(t *testing.T) {
 	m := testModel(t)
 	out := filepath.Join(t.TempDir(), "out.fake")
-	err := run(t, context.Background(), copyPlan(m), Options{
-		OutPath: out,
-		NewWriter: func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
-			ts = append([]formats.Tensor(nil), ts...)
-			ts[1].Size++
-			return newFakeWriter(w, ts)
-		},
-	})
+	err := run(t, context.Background(), at(copyPlan(m), out, func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
+		ts = append([]formats.Tensor(nil), ts...)
+		ts[1].Size++
+		return newFakeWriter(w, ts)
+	}), Options{})
 	if err == nil || !strings.Contains(err.Error(), `"bias"`) {
 		t.Fatalf("error %v, want a layout mismatch on bias", err)
 	}
@@ -398,7 +395,7 @@ func TestDebugLogPerTensor(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	out := filepath.Join(t.TempDir(), "out.fake")
-	if err := run(t, context.Background(), copyPlan(m), Options{OutPath: out, Logger: log}); err != nil {
+	if err := run(t, context.Background(), at(copyPlan(m), out, nil), Options{Logger: log}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range m.tensors {
@@ -506,7 +503,7 @@ func TestProducersRunInParallel(t *testing.T) {
 		{Name: "b", Type: formats.F32, Shape: []int64{6, 256}, Producer: prod},
 	}}
 	out := filepath.Join(t.TempDir(), "out.fake")
-	if err := run(t, context.Background(), plan, Options{OutPath: out, Threads: threads, ChunkBytes: 1024, MaxMemory: 1 << 20}); err != nil {
+	if err := run(t, context.Background(), at(plan, out, nil), Options{Threads: threads, ChunkBytes: 1024, MaxMemory: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -93,7 +93,7 @@ func TestWithGGUFWriter(t *testing.T) {
 			return b
 		})
 		out := filepath.Join(dir, fmt.Sprintf("out%d.gguf", threads))
-		if err := Run(context.Background(), plan, Options{OutPath: out, NewWriter: newGGUF, Threads: threads, ChunkBytes: 2048, MaxMemory: 16384}); err != nil {
+		if err := Run(context.Background(), at(plan, out, newGGUF), Options{Threads: threads, ChunkBytes: 2048, MaxMemory: 16384}); err != nil {
 			t.Fatal(err)
 		}
 		noPartial(t, out)
@@ -130,7 +130,7 @@ func TestWithSafetensorsWriter(t *testing.T) {
 	newST := func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
 		return safetensors.NewWriter(w, ts, map[string]string{"format": "pt"}, nil)
 	}
-	if err := Run(context.Background(), plan, Options{OutPath: out, NewWriter: newST, Threads: 3, ChunkBytes: 1000}); err != nil {
+	if err := Run(context.Background(), at(plan, out, newST), Options{Threads: 3, ChunkBytes: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	noPartial(t, out)

@@ -11,10 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/pipeline"
 )
@@ -186,16 +185,9 @@ func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
 // generateWithBar runs req with a per-step progress bar when stderr is a terminal.
 func generateWithBar(stderr io.Writer, m *infer.Model, req infer.Request, label string) (*infer.Result, error) {
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar := progressbar.NewOptions(req.Steps, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription(label),
-			progressbar.OptionShowCount(), progressbar.OptionSetItsString("step"), progressbar.OptionShowIts(),
-			progressbar.OptionClearOnFinish())
-		req.OnStep = func(step, steps int) {
-			bar.ChangeMax(steps)
-			bar.Set(step)
-		}
-		defer bar.Finish()
-	}
+	update, finish := console.Steps(stderr, label, req.Steps)
+	defer finish()
+	req.OnStep = update
 	return m.Generate(req)
 }
 

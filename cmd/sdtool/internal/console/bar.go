@@ -1,7 +1,4 @@
-// Package progress renders a pipeline's progress callback as a terminal
-// progress bar (bytes, rate and ETA) when stderr is a terminal, and stays
-// silent otherwise, so logs and pipes never receive control characters.
-package progress
+package console
 
 import (
 	"io"
@@ -13,7 +10,8 @@ import (
 	"golang.org/x/term"
 )
 
-// Bar is a byte progress bar fed by pipeline.Options.Progress.
+// Bar is a byte progress bar (bytes, rate and ETA) fed by
+// pipeline.Options.Progress; it renders only on a terminal.
 type Bar struct {
 	mu  sync.Mutex
 	bar *progressbar.ProgressBar // nil when silent
@@ -87,4 +85,23 @@ func (b *Bar) Abandon() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	_ = b.bar.Exit()
+}
+
+// Steps shows a step counter ("generate 3/20 step") on w while work runs,
+// when w is a terminal; it returns the function to report each step with
+// (nil when silent) and the function that ends the bar.
+func Steps(w io.Writer, label string, total int) (update func(step, steps int), finish func()) {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil, func() {}
+	}
+	bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(label),
+		progressbar.OptionShowCount(), progressbar.OptionSetItsString("step"), progressbar.OptionShowIts(),
+		progressbar.OptionClearOnFinish())
+	return func(step, steps int) {
+			bar.ChangeMax(steps)
+			bar.Set(step)
+		}, func() {
+			bar.Finish()
+		}
 }

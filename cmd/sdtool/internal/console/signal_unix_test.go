@@ -1,6 +1,6 @@
 //go:build unix
 
-package pipeline
+package console
 
 import (
 	"bufio"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	_ "github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -44,7 +46,7 @@ func TestSignalContext(t *testing.T) {
 	}
 }
 
-const sigChildEnv = "SDTOOL_PIPELINE_SIGCHILD"
+const sigChildEnv = "SDTOOL_CONSOLE_SIGCHILD"
 
 // TestSIGINTRemovesPartial sends a real SIGINT to a child process in the
 // middle of a run and checks what the user would see: the error says
@@ -69,7 +71,7 @@ func TestSIGINTRemovesPartial(t *testing.T) {
 		lines = append(lines, sc.Text())
 		if sc.Text() == "READY" && !ready {
 			ready = true
-			if _, err := os.Stat(filepath.Join(dir, "out.fake"+PartialSuffix)); err != nil {
+			if _, err := os.Stat(filepath.Join(dir, "out.gguf"+pipeline.PartialSuffix)); err != nil {
 				t.Errorf("no partial file while running: %v", err)
 			}
 			cmd.Process.Signal(os.Interrupt)
@@ -77,7 +79,7 @@ func TestSIGINTRemovesPartial(t *testing.T) {
 	}
 	cmd.Wait()
 	all := strings.Join(lines, "\n")
-	if !ready || !strings.Contains(all, "ERR "+filepath.Join(dir, "out.fake")+": interrupted (received SIGINT)") {
+	if !ready || !strings.Contains(all, "ERR "+filepath.Join(dir, "out.gguf")+": interrupted (received SIGINT)") {
 		t.Fatalf("child output:\n%s\n%s", all, stderr.String())
 	}
 	ents, _ := os.ReadDir(dir)
@@ -95,7 +97,7 @@ func TestSignalChild(t *testing.T) {
 	ctx, stop := SignalContext()
 	defer stop()
 	var once sync.Once
-	prod := ProducerFunc(func(c context.Context, dst []byte, first, _ int64, _ *tensor.Scratch) error {
+	prod := pipeline.ProducerFunc(func(c context.Context, dst []byte, first, _ int64, _ *tensor.Scratch) error {
 		if first > 0 {
 			once.Do(func() { fmt.Println("READY") })
 			<-c.Done()
@@ -103,7 +105,12 @@ func TestSignalChild(t *testing.T) {
 		}
 		return nil
 	})
-	plan := &Plan{Outputs: []Output{{Name: "w", Type: formats.F32, Shape: []int64{1024, 256}, Producer: prod}}}
-	err := Run(ctx, plan, Options{OutPath: filepath.Join(dir, "out.fake"), NewWriter: newFakeWriter, ChunkBytes: 64 << 10, Threads: 2})
+	out := filepath.Join(dir, "out.gguf")
+	format, err := formats.CreatorFor(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := &pipeline.Plan{Path: out, Format: format, Outputs: []pipeline.Output{{Name: "w", Type: formats.F32, Shape: []int64{1024, 256}, Producer: prod}}}
+	err = pipeline.Run(ctx, plan, pipeline.Options{ChunkBytes: 64 << 10, Threads: 2})
 	fmt.Printf("ERR %v\n", err)
 }
