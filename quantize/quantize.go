@@ -359,7 +359,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		folded[i] = fo
 		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
 	}
-	choices, err := mix.Plan(f, inputs, mix.Options{Arch: b.arch, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
+	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
 	if err != nil {
 		return err
 	}
@@ -485,7 +485,7 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		inputs[i] = mix.Input{Name: s.Name, Shape: s.Shape(), Source: typ}
 	}
 	q8, _ := mix.Parse("q8_0")
-	choices, err := mix.Plan(q8, inputs, mix.Options{Arch: b.arch, Pure: true})
+	choices, err := mix.Choose(q8, inputs, mix.Options{Arch: b.arch, Pure: true})
 	if err != nil {
 		return err
 	}

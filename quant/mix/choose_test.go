@@ -34,10 +34,10 @@ func TestParse(t *testing.T) {
 	}
 	// A plain type gets no upgrades: the V projection stays q2_K.
 	v := Input{"double_blocks.0.img_attn.to_v.weight", []int64{3072, 3072}, formats.BF16}
-	if got, _ := Plan(mustParse(t, "q2_K"), []Input{v}, Options{Arch: "flux"}); got[0].Type != formats.Q2_K {
+	if got, _ := Choose(mustParse(t, "q2_K"), []Input{v}, Options{Arch: "flux"}); got[0].Type != formats.Q2_K {
 		t.Errorf("plain q2_K upgraded the V projection to %s", got[0].Type)
 	}
-	if got, _ := Plan(mustParse(t, "Q2_K"), []Input{v}, Options{Arch: "flux"}); got[0].Type != formats.Q3_K {
+	if got, _ := Choose(mustParse(t, "Q2_K"), []Input{v}, Options{Arch: "flux"}); got[0].Type != formats.Q3_K {
 		t.Errorf("Q2_K mix gave the V projection %s", got[0].Type)
 	}
 	for _, bad := range []string{"Q9_K", "q8_K", "nvfp4", "i32"} {
@@ -47,7 +47,7 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestPlanSD1(t *testing.T) {
+func TestChooseSD1(t *testing.T) {
 	in := []Input{
 		{"model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight", []int64{320, 320}, formats.F16},
 		{"model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_v.weight", []int64{512, 512}, formats.F16},
@@ -60,7 +60,7 @@ func TestPlanSD1(t *testing.T) {
 		{"model.diffusion_model.input_blocks.4.1.proj_in.weight", []int64{640, 640}, formats.F16},
 		{"x.ids", []int64{8}, formats.I32},
 	}
-	got, err := Plan(mustParse(t, "Q4_K_M"), in, Options{Arch: "sd1"})
+	got, err := Choose(mustParse(t, "Q4_K_M"), in, Options{Arch: "sd1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,18 +70,18 @@ func TestPlanSD1(t *testing.T) {
 			t.Errorf("%s (%s): %s (%s), want %s", in[i].Name, in[i].Source, got[i].Type, got[i].Reason, want[i])
 		}
 	}
-	pure, _ := Plan(mustParse(t, "Q4_K_M"), in[1:2], Options{Arch: "sd1", Pure: true})
+	pure, _ := Choose(mustParse(t, "Q4_K_M"), in[1:2], Options{Arch: "sd1", Pure: true})
 	if pure[0].Type != formats.Q4_K {
 		t.Errorf("--pure V projection: %s", pure[0].Type)
 	}
 	re := regexp.MustCompile(`attn1`)
-	over, _ := Plan(mustParse(t, "Q4_K_M"), in[:2], Options{Arch: "sd1", Override: func(n string) (formats.DType, bool) {
+	over, _ := Choose(mustParse(t, "Q4_K_M"), in[:2], Options{Arch: "sd1", Override: func(n string) (formats.DType, bool) {
 		return formats.Q8_0, re.MatchString(n)
 	}})
 	if over[0].Type != formats.Q8_0 || over[1].Type != formats.Q8_0 {
 		t.Errorf("override: %v %v", over[0].Type, over[1].Type)
 	}
-	rs, _ := Plan(mustParse(t, "Q4_K_M"), in[7:8], Options{Arch: "sd1", ReshapeConv: true})
+	rs, _ := Choose(mustParse(t, "Q4_K_M"), in[7:8], Options{Arch: "sd1", ReshapeConv: true})
 	if !rs[0].Reshaped || rs[0].Type != formats.Q4_K || rs[0].Shape[1] != 256 || rs[0].Shape[0] != 320*320*9/256 {
 		t.Errorf("reshape-conv: %+v", rs[0])
 	}
@@ -106,18 +106,18 @@ func TestMixUpgrades(t *testing.T) {
 		{"Q5_0", formats.Q5_0, formats.Q5_0, formats.Q5_1},
 	}
 	for _, c := range cases {
-		got, _ := Plan(mustParse(t, c.mix), []Input{v, qkv, down}, Options{Arch: "flux"})
+		got, _ := Choose(mustParse(t, c.mix), []Input{v, qkv, down}, Options{Arch: "flux"})
 		if got[0].Type != c.v || got[1].Type != c.qkv || got[2].Type != c.down {
 			t.Errorf("%s: v=%s qkv=%s down=%s, want %s %s %s", c.mix, got[0].Type, got[1].Type, got[2].Type, c.v, c.qkv, c.down)
 		}
 	}
 	// Q3_K_M raises only the first two V projections to Q5_K, then Q4_K.
-	got, _ := Plan(mustParse(t, "Q3_K_M"), []Input{v, v, v}, Options{Arch: "flux"})
+	got, _ := Choose(mustParse(t, "Q3_K_M"), []Input{v, v, v}, Options{Arch: "flux"})
 	if got[0].Type != formats.Q5_K || got[1].Type != formats.Q5_K || got[2].Type != formats.Q4_K {
 		t.Errorf("Q3_K_M V counting: %s %s %s", got[0].Type, got[1].Type, got[2].Type)
 	}
 	// Flux never-quantize list.
-	got, _ = Plan(mustParse(t, "Q4_K_M"), []Input{{"img_in.weight", []int64{3072, 64}, formats.BF16}}, Options{Arch: "flux"})
+	got, _ = Choose(mustParse(t, "Q4_K_M"), []Input{{"img_in.weight", []int64{3072, 64}, formats.BF16}}, Options{Arch: "flux"})
 	if got[0].Type != formats.BF16 || got[0].Quantized {
 		t.Errorf("img_in: %+v", got[0])
 	}
@@ -128,7 +128,7 @@ func TestQwenFirstLastBlock(t *testing.T) {
 	for _, b := range []string{"0", "1", "2"} {
 		in = append(in, Input{"transformer_blocks." + b + ".img_mlp.net.0.proj.weight", []int64{12288, 3072}, formats.BF16})
 	}
-	got, _ := Plan(mustParse(t, "Q4_K_M"), in, Options{Arch: "qwen_image"})
+	got, _ := Choose(mustParse(t, "Q4_K_M"), in, Options{Arch: "qwen_image"})
 	if got[0].Type != formats.Q5_K || got[1].Type != formats.Q4_K || got[2].Type != formats.Q5_K {
 		t.Errorf("qwen blocks: %s %s %s", got[0].Type, got[1].Type, got[2].Type)
 	}

@@ -92,8 +92,8 @@ type Choice struct {
 	Reason string
 }
 
-// Plan chooses a type for every input tensor, in order.
-func Plan(f FType, inputs []Input, opts Options) ([]Choice, error) {
+// Choose picks a type for every input tensor, in order.
+func Choose(f FType, inputs []Input, opts Options) ([]Choice, error) {
 	lastBlock := -1
 	for _, in := range inputs {
 		if m := blockIndex.FindStringSubmatch(in.Name); m != nil {
