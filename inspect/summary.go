@@ -1,7 +1,3 @@
-// Package inspect summarises checkpoints: format facts, metadata, parameter
-// and byte counts per type, the detected architecture and components,
-// ComfyUI quantized modules, names too long for some readers, and the tensor
-// table. It reads headers only (plus the few bytes of comfy_quant markers).
 package inspect
 
 import (

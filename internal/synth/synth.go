@@ -1,8 +1,3 @@
-// Package synth generates synthetic checkpoints with the real tensor names
-// and shapes of diffusion-model architectures (Stable Diffusion 1.x, SDXL,
-// Flux, Wan, and the SD1 UNet, VAE, CLIP-L and T5-XXL alone) at a chosen scale, filled with deterministic pseudo-random
-// data. Tests and benchmarks use it to get realistic files of any size; the
-// data is produced on the fly, so multi-gigabyte outputs take bounded memory.
 package synth
 
 import (
