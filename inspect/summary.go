@@ -15,9 +15,6 @@ import (
 	"github.com/sdtool/sdtool/names"
 )
 
-// maxComfyQuantBytes bounds how much of a comfy_quant marker is read.
-const maxComfyQuantBytes = 1 << 16
-
 // Options selects what a Summary holds.
 type Options struct {
 	// Filters keep only tensors whose name matches one of them in Tensors
@@ -199,7 +196,7 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		if len(t.Shape) > gguf.GGMLMaxDims {
 			s.HighRank = append(s.HighRank, t.Name)
 		}
-		if strings.HasSuffix(t.Name, ".comfy_quant") {
+		if strings.HasSuffix(t.Name, comfyquant.MarkerSuffix) {
 			s.ComfyQuant = append(s.ComfyQuant, readComfyQuant(m, t))
 		}
 		if matchAny(opts.Filters, t.Name) {
@@ -242,12 +239,12 @@ func matchAny(res []*regexp.Regexp, name string) bool {
 
 // readComfyQuant reads and parses a comfy_quant marker tensor.
 func readComfyQuant(m formats.Model, t *formats.Tensor) ComfyQuant {
-	q := ComfyQuant{Module: strings.TrimSuffix(t.Name, ".comfy_quant")}
+	q := ComfyQuant{Module: strings.TrimSuffix(t.Name, comfyquant.MarkerSuffix)}
 	if t.Type != formats.U8 && t.Type != formats.I8 {
 		q.Error = fmt.Sprintf("stored as %s, not U8", t.Type)
 		return q
 	}
-	if t.Size > maxComfyQuantBytes {
+	if t.Size > comfyquant.MaxMarkerSize {
 		q.Error = fmt.Sprintf("%d bytes, more than a marker holds", t.Size)
 		return q
 	}

@@ -135,8 +135,9 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		}
 		res.Format, res.FType = "gguf", ft
 	}
-	if ext := strings.ToLower(filepath.Ext(opts.Output)); ext != "."+res.Format {
-		return nil, nil, fmt.Errorf("%s: --type %s writes %s: the output must end in .%s, not %q", opts.Output, opts.Type, res.Format, res.Format, ext)
+	format, err := formats.CreatorFor(opts.Output)
+	if err != nil || format.Name != res.Format {
+		return nil, nil, fmt.Errorf("%s: --type %s writes %s: the output must end in .%s, not %q", opts.Output, opts.Type, res.Format, res.Format, filepath.Ext(opts.Output))
 	}
 	switch opts.MetadataPreset {
 	case "", "default", "none":
@@ -175,10 +176,6 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		if imp, err = LoadImportance(opts.Imatrix); err != nil {
 			return nil, nil, fmt.Errorf("--imatrix: %w", err)
 		}
-	}
-	format, err := formats.CreatorFor(opts.Output)
-	if err != nil {
-		return nil, nil, err
 	}
 	m, err := open()
 	if err != nil {
