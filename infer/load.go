@@ -56,10 +56,10 @@ func vaePrefix(name string) string {
 	return "vae." + name
 }
 
-// planWeights lists the weights of m that the graphs use, renamed and
+// selectWeights lists the weights of m that the graphs use, renamed and
 // typed as described above. rename, when not nil, runs before names.Convert
 // (a standalone VAE file gets its prefix there).
-func planWeights(m formats.Model, rename func(string) string) ([]weightSpec, error) {
+func selectWeights(m formats.Model, rename func(string) string) ([]weightSpec, error) {
 	for _, t := range m.Tensors() {
 		if t.Type.Info().Newer {
 			return nil, fmt.Errorf("%s: tensor %q: %w: %s (ggml id %d) cannot be computed by this build's ggml; requantize it with `sdtool quantize` to a type such as q4_K or q8_0",

@@ -69,7 +69,7 @@ func ramp(n int, scale float32) []float32 {
 
 func planByName(t *testing.T, m *memModel, rename func(string) string) map[string]weightSpec {
 	t.Helper()
-	specs, err := planWeights(m, rename)
+	specs, err := selectWeights(m, rename)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestLoadRefusesNewerTypes(t *testing.T) {
 		m := &memModel{}
 		size, _ := typ.Bytes([]int64{2, 256})
 		m.add("model.diffusion_model.time_embed.0.weight", typ, []int64{2, 256}, make([]byte, size))
-		_, err := planWeights(m, nil)
+		_, err := selectWeights(m, nil)
 		if !errors.Is(err, ErrNewerType) {
 			t.Errorf("%s: err = %v, want ErrNewerType", typ, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -206,11 +207,11 @@ func TestQuantizedQualityOrder(t *testing.T) {
 		}
 		a, _ := ImageFromCHW(ref.Pixels, 64, 64)
 		b, _ := ImageFromCHW(r.Pixels, 64, 64)
-		p, err := PSNR(a, b)
+		p, err := metrics.PSNR(a, b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cos, _ := CosineSimilarity(ref.Latent, r.Latent)
+		cos, _ := metrics.CosineSimilarity(ref.Latent, r.Latent)
 		psnr[typ] = p
 		t.Logf("%s: PSNR %.2f dB, latent cosine %.5f", typ, p, cos)
 	}
@@ -296,7 +297,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 	for _, x := range sd2.Tensors() {
 		m.tensors = append(m.tensors, formats.Tensor{Name: x.Name, Type: formats.F16, Shape: x.Shape})
 	}
-	specs, err := planWeights(m, nil)
+	specs, err := selectWeights(m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

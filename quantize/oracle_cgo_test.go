@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -21,7 +21,7 @@ func TestGGMLReaderAccepts(t *testing.T) {
 	in := shortNames(t, dir)
 	out := filepath.Join(dir, "short-q4_k_m.gguf")
 	res := run(t, Options{Input: in, Output: out, Type: "Q4_K_M", Targets: []string{"ggml"}, Strict: true}, pipeline.Options{})
-	info, err := native.ReadGGUF(out)
+	info, err := ggmltest.ReadGGUF(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestMatchesGGMLQuantizeChunk(t *testing.T) {
 			if c.imatrix != nil {
 				w = means[name]
 			}
-			want, err := native.QuantizeChunk(formats.Q4_K, f, int(st.RowLength()), w)
+			want, err := ggmltest.QuantizeChunk(formats.Q4_K, f, int(st.RowLength()), w)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/infer/pngtext"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -156,7 +158,9 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		Model: filepath.Base(c.String("model")), RNG: req.RNG, Strength: req.Strength, Version: "sdtool " + version,
 	}
 	err = pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: generateInputs(c), Logger: slog.Default()},
-		func(w io.Writer) error { return infer.WritePNGWithParams(w, img, params) })
+		func(w io.Writer) error {
+			return pngtext.Write(w, img, map[string]string{pngtext.ParametersKey: params.String()}, nil)
+		})
 	if err != nil {
 		return err
 	}
@@ -206,15 +210,15 @@ func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infe
 	if err != nil {
 		return err
 	}
-	psnr, err := infer.PSNR(refImg, img)
+	psnr, err := metrics.PSNR(refImg, img)
 	if err != nil {
 		return err
 	}
-	ssim, err := infer.SSIM(refImg, img)
+	ssim, err := metrics.SSIM(refImg, img)
 	if err != nil {
 		return err
 	}
-	cos, err := infer.CosineSimilarity(ref.Latent, res.Latent)
+	cos, err := metrics.CosineSimilarity(ref.Latent, res.Latent)
 	if err != nil {
 		return err
 	}
@@ -232,7 +236,7 @@ func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infe
 			fmt.Fprintf(w, "  %-18s (missing in the reference)\n", b.Name)
 			continue
 		}
-		e, err := infer.CompareTensors(rv, b.Values)
+		e, err := metrics.CompareTensors(rv, b.Values)
 		if err != nil {
 			fmt.Fprintf(w, "  %-18s %v\n", b.Name, err)
 			continue

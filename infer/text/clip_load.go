@@ -1,4 +1,4 @@
-package infer
+package text
 
 import (
 	"encoding/json"
@@ -11,12 +11,12 @@ import (
 	"github.com/sdtool/sdtool/formats"
 )
 
-// MetadataMergesKey is the GGUF / safetensors metadata key under which sdtool embeds a CLIP tokenizer in a
+// CLIPMergesKey is the GGUF / safetensors metadata key under which sdtool embeds a CLIP tokenizer in a
 // model file: a string holding the merges text exactly as merges.txt has it (optional "#version" line, then
 // one "left right" pair per line). The vocabulary is derived from the merges as CLIP does (see
-// NewTokenizerFromMerges), so the merges alone define the tokenizer. A GGUF string array with one merge per
+// NewCLIPTokenizerFromMerges), so the merges alone define the tokenizer. A GGUF string array with one merge per
 // element is accepted too.
-const MetadataMergesKey = "sdtool.tokenizer.clip.merges"
+const CLIPMergesKey = "sdtool.tokenizer.clip.merges"
 
 // ErrNoTokenizer is returned when a model's metadata carries no tokenizer.
 var ErrNoTokenizer = errors.New("no tokenizer in the model metadata")
@@ -24,11 +24,11 @@ var ErrNoTokenizer = errors.New("no tokenizer in the model metadata")
 // maxTokenizerFile bounds what the loaders read: CLIP's tokenizer.json is about 3.5 MB.
 const maxTokenizerFile = 64 << 20
 
-// LoadTokenizer reads a CLIP tokenizer from path: a Hugging Face tokenizer.json (any *.json file), a folder
+// LoadCLIPTokenizer reads a CLIP tokenizer from path: a Hugging Face tokenizer.json (any *.json file), a folder
 // holding tokenizer.json or vocab.json and merges.txt (a tokenizer/ subfolder of a diffusers model works),
 // or a bare merges file (merges.txt, or the merges text of any other name), whose vocabulary is built as
 // CLIP builds it.
-func LoadTokenizer(path string) (*Tokenizer, error) {
+func LoadCLIPTokenizer(path string) (*CLIPTokenizer, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -41,13 +41,13 @@ func LoadTokenizer(path string) (*Tokenizer, error) {
 		return nil, err
 	}
 	if strings.EqualFold(filepath.Ext(path), ".json") {
-		return ParseTokenizerJSON(path, data)
+		return ParseCLIPTokenizerJSON(path, data)
 	}
 	merges, err := ParseMerges(path, string(data))
 	if err != nil {
 		return nil, err
 	}
-	t, err := NewTokenizerFromMerges(merges)
+	t, err := NewCLIPTokenizerFromMerges(merges)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -55,14 +55,14 @@ func LoadTokenizer(path string) (*Tokenizer, error) {
 }
 
 // loadTokenizerDir loads tokenizer.json, or vocab.json with merges.txt, from dir (or from dir/tokenizer).
-func loadTokenizerDir(dir string) (*Tokenizer, error) {
+func loadTokenizerDir(dir string) (*CLIPTokenizer, error) {
 	for _, d := range []string{dir, filepath.Join(dir, "tokenizer")} {
 		if p := filepath.Join(d, "tokenizer.json"); fileExists(p) {
 			data, err := readTokenizerFile(p)
 			if err != nil {
 				return nil, err
 			}
-			return ParseTokenizerJSON(p, data)
+			return ParseCLIPTokenizerJSON(p, data)
 		}
 		vp, mp := filepath.Join(d, "vocab.json"), filepath.Join(d, "merges.txt")
 		if fileExists(vp) && fileExists(mp) {
@@ -82,7 +82,7 @@ func loadTokenizerDir(dir string) (*Tokenizer, error) {
 			if err != nil {
 				return nil, err
 			}
-			t, err := NewTokenizer(vocab, merges)
+			t, err := NewCLIPTokenizer(vocab, merges)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", d, err)
 			}
@@ -131,10 +131,10 @@ type hfTokenizerJSON struct {
 	} `json:"model"`
 }
 
-// ParseTokenizerJSON parses a Hugging Face tokenizer.json holding a CLIP BPE model (model.vocab and
+// ParseCLIPTokenizerJSON parses a Hugging Face tokenizer.json holding a CLIP BPE model (model.vocab and
 // model.merges, the latter as "left right" strings or as [left, right] pairs); tokens listed in
 // added_tokens join the vocabulary when model.vocab lacks them. source names the input in errors.
-func ParseTokenizerJSON(source string, data []byte) (*Tokenizer, error) {
+func ParseCLIPTokenizerJSON(source string, data []byte) (*CLIPTokenizer, error) {
 	var doc hfTokenizerJSON
 	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", source, ErrTokenizer, err)
@@ -179,40 +179,40 @@ func ParseTokenizerJSON(source string, data []byte) (*Tokenizer, error) {
 	if len(merges) == 0 {
 		return nil, fmt.Errorf("%s: %w: model.merges is missing or empty", source, ErrTokenizer)
 	}
-	t, err := NewTokenizer(vocab, merges)
+	t, err := NewCLIPTokenizer(vocab, merges)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return t, nil
 }
 
-// TokenizerFromMetadata builds the tokenizer embedded under MetadataMergesKey; it returns ErrNoTokenizer
+// CLIPTokenizerFromMetadata builds the tokenizer embedded under CLIPMergesKey; it returns ErrNoTokenizer
 // when the key is absent. source (usually the model path) names the input in errors.
-func TokenizerFromMetadata(source string, md formats.Metadata) (*Tokenizer, error) {
-	kv, ok := md.Get(MetadataMergesKey)
+func CLIPTokenizerFromMetadata(source string, md formats.Metadata) (*CLIPTokenizer, error) {
+	kv, ok := md.Get(CLIPMergesKey)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w (key %s)", source, ErrNoTokenizer, MetadataMergesKey)
+		return nil, fmt.Errorf("%s: %w (key %s)", source, ErrNoTokenizer, CLIPMergesKey)
 	}
 	var merges [][2]string
 	var err error
 	switch v := kv.Value.(type) {
 	case string:
-		merges, err = ParseMerges(source+": "+MetadataMergesKey, v)
+		merges, err = ParseMerges(source+": "+CLIPMergesKey, v)
 	case formats.Array:
 		lines, ok := v.Values.([]string)
 		if !ok {
-			return nil, fmt.Errorf("%s: %s: %w: array of %s, want strings", source, MetadataMergesKey, ErrTokenizer, v.Elem)
+			return nil, fmt.Errorf("%s: %s: %w: array of %s, want strings", source, CLIPMergesKey, ErrTokenizer, v.Elem)
 		}
-		merges, err = ParseMerges(source+": "+MetadataMergesKey, strings.Join(lines, "\n"))
+		merges, err = ParseMerges(source+": "+CLIPMergesKey, strings.Join(lines, "\n"))
 	default:
-		return nil, fmt.Errorf("%s: %s: %w: value of type %s, want a string", source, MetadataMergesKey, ErrTokenizer, kv.Type)
+		return nil, fmt.Errorf("%s: %s: %w: value of type %s, want a string", source, CLIPMergesKey, ErrTokenizer, kv.Type)
 	}
 	if err != nil {
 		return nil, err
 	}
-	t, err := NewTokenizerFromMerges(merges)
+	t, err := NewCLIPTokenizerFromMerges(merges)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", source, MetadataMergesKey, err)
+		return nil, fmt.Errorf("%s: %s: %w", source, CLIPMergesKey, err)
 	}
 	return t, nil
 }

@@ -132,9 +132,6 @@ type Tensor struct {
 	p *C.struct_ggml_tensor
 }
 
-// ErrContextFull is returned when a context has no room for another descriptor.
-var ErrContextFull = errors.New("ggml: context has no room for more tensors")
-
 // NewContext makes a no-alloc context with room for n tensor descriptors
 // and, when graphSize > 0, one graph of that many nodes.
 func NewContext(n, graphSize int) (*Context, error) {
@@ -309,38 +306,6 @@ func (t Tensor) F32() ([]float32, error) {
 func (c *Context) op(p *C.struct_ggml_tensor) Tensor {
 	c.take()
 	return Tensor{p}
-}
-
-// ShapeError is the panic value of an op whose operands do not fit; graph
-// builders recover it (Recover) into an ordinary error.
-type ShapeError struct{ Msg string }
-
-// Error returns the message with a "ggml: " prefix.
-func (e *ShapeError) Error() string { return "ggml: " + e.Msg }
-
-func shapeErr(format string, args ...any) {
-	panic(&ShapeError{fmt.Sprintf(format, args...)})
-}
-
-// Recover turns a panic from an op (ErrContextFull or a *ShapeError) into
-// *err; other panics continue. Use it as `defer native.Recover(&err)`.
-func Recover(err *error) {
-	r := recover()
-	if r == nil {
-		return
-	}
-	switch v := r.(type) {
-	case *ShapeError:
-		*err = v
-	case error:
-		if errors.Is(v, ErrContextFull) {
-			*err = v
-			return
-		}
-		panic(r)
-	default:
-		panic(r)
-	}
 }
 
 // canRepeat reports whether b broadcasts into a (each dim of a a multiple of b's).

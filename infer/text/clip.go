@@ -1,4 +1,4 @@
-package infer
+package text
 
 import (
 	"errors"
@@ -47,8 +47,8 @@ type mergeInfo struct {
 	id   int32
 }
 
-// Tokenizer is CLIP's byte-level BPE tokenizer. It is safe for concurrent use.
-type Tokenizer struct {
+// CLIPTokenizer is CLIP's byte-level BPE tokenizer. It is safe for concurrent use.
+type CLIPTokenizer struct {
 	vocab   map[string]int32
 	decoder []string
 	merges  map[uint64]mergeInfo
@@ -93,8 +93,8 @@ func bytesToUnicode() (order [256]byte, runes [256]rune) {
 func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
 
 // newTokenizer builds a tokenizer from a vocabulary and ranked merges. source names the input in errors.
-func newTokenizer(source string, vocab map[string]int32, merges [][2]string) (*Tokenizer, error) {
-	t := &Tokenizer{vocab: vocab, merges: make(map[uint64]mergeInfo, len(merges)), cache: make(map[string][]int32)}
+func newTokenizer(source string, vocab map[string]int32, merges [][2]string) (*CLIPTokenizer, error) {
+	t := &CLIPTokenizer{vocab: vocab, merges: make(map[uint64]mergeInfo, len(merges)), cache: make(map[string][]int32)}
 	maxID := int32(-1)
 	for _, id := range vocab {
 		if id < 0 {
@@ -154,10 +154,10 @@ func newTokenizer(source string, vocab map[string]int32, merges [][2]string) (*T
 	return t, nil
 }
 
-// NewTokenizer builds a tokenizer from an explicit vocabulary (token string to id, as in vocab.json) and
+// NewCLIPTokenizer builds a tokenizer from an explicit vocabulary (token string to id, as in vocab.json) and
 // merges in rank order (first merges first, as in merges.txt). The vocabulary must contain the 512 byte
 // symbols, every merge's parts and result, <|startoftext|> and <|endoftext|>.
-func NewTokenizer(vocab map[string]int, merges [][2]string) (*Tokenizer, error) {
+func NewCLIPTokenizer(vocab map[string]int, merges [][2]string) (*CLIPTokenizer, error) {
 	v := make(map[string]int32, len(vocab))
 	for s, id := range vocab {
 		if id < 0 || id > 1<<24 {
@@ -168,10 +168,10 @@ func NewTokenizer(vocab map[string]int, merges [][2]string) (*Tokenizer, error) 
 	return newTokenizer("vocabulary", v, merges)
 }
 
-// NewTokenizerFromMerges builds CLIP's tokenizer from merges alone, with the vocabulary CLIP derives from
+// NewCLIPTokenizerFromMerges builds CLIP's tokenizer from merges alone, with the vocabulary CLIP derives from
 // them: the 256 byte symbols, the same with </w>, one token per merge, then <|startoftext|> and
 // <|endoftext|>. With CLIP's 48,894 merges that gives the standard ids (BOS 49406, EOS 49407).
-func NewTokenizerFromMerges(merges [][2]string) (*Tokenizer, error) {
+func NewCLIPTokenizerFromMerges(merges [][2]string) (*CLIPTokenizer, error) {
 	order, runes := bytesToUnicode()
 	vocab := make(map[string]int32, 512+len(merges)+2)
 	next := int32(0)
@@ -218,16 +218,16 @@ func ParseMerges(source string, text string) ([][2]string, error) {
 }
 
 // BOS returns the id of <|startoftext|>.
-func (t *Tokenizer) BOS() int { return int(t.bos) }
+func (t *CLIPTokenizer) BOS() int { return int(t.bos) }
 
 // EOS returns the id of <|endoftext|>.
-func (t *Tokenizer) EOS() int { return int(t.eos) }
+func (t *CLIPTokenizer) EOS() int { return int(t.eos) }
 
 // VocabSize returns the number of ids (one more than the largest id).
-func (t *Tokenizer) VocabSize() int { return len(t.decoder) }
+func (t *CLIPTokenizer) VocabSize() int { return len(t.decoder) }
 
 // Token returns the vocabulary string of id ("" when id is out of range).
-func (t *Tokenizer) Token(id int) string {
+func (t *CLIPTokenizer) Token(id int) string {
 	if id < 0 || id >= len(t.decoder) {
 		return ""
 	}
@@ -235,7 +235,7 @@ func (t *Tokenizer) Token(id int) string {
 }
 
 // ID returns the id of a vocabulary string.
-func (t *Tokenizer) ID(token string) (int, bool) {
+func (t *CLIPTokenizer) ID(token string) (int, bool) {
 	id, ok := t.vocab[token]
 	return int(id), ok
 }
@@ -270,12 +270,12 @@ func CleanText(text string) string {
 
 // Encode returns the BPE ids of text, without BOS, EOS or padding. The special tokens written literally in
 // the text ("<|endoftext|>") map to their ids.
-func (t *Tokenizer) Encode(text string) []int {
+func (t *CLIPTokenizer) Encode(text string) []int {
 	return t.appendEncode(nil, text)
 }
 
 // appendEncode appends the ids of text to dst.
-func (t *Tokenizer) appendEncode(dst []int, text string) []int {
+func (t *CLIPTokenizer) appendEncode(dst []int, text string) []int {
 	text = CleanText(text)
 	for _, loc := range clipPattern.FindAllStringIndex(text, -1) {
 		word := text[loc[0]:loc[1]]
@@ -298,7 +298,7 @@ func (t *Tokenizer) appendEncode(dst []int, text string) []int {
 // too long keeps its first maxLen-2 ids and still ends with EOS; a shorter one is padded with padID
 // (SD1PadID for SD 1.x, SD2PadID for SD 2.x). maxLen <= 0 means no truncation and no padding; maxLen is
 // raised to 2 when smaller, so BOS and EOS always fit.
-func (t *Tokenizer) EncodePadded(text string, maxLen, padID int) []int {
+func (t *CLIPTokenizer) EncodePadded(text string, maxLen, padID int) []int {
 	ids := t.appendEncode([]int{int(t.bos)}, text)
 	if maxLen <= 0 {
 		return append(ids, int(t.eos))
@@ -315,7 +315,7 @@ func (t *Tokenizer) EncodePadded(text string, maxLen, padID int) []int {
 }
 
 // bpe returns the ids of one pre-token (a regex match), from the cache when it has been seen.
-func (t *Tokenizer) bpe(word string) []int32 {
+func (t *CLIPTokenizer) bpe(word string) []int32 {
 	t.mu.Lock()
 	ids, ok := t.cache[word]
 	t.mu.Unlock()
@@ -335,7 +335,7 @@ func (t *Tokenizer) bpe(word string) []int32 {
 // bpeUncached runs byte-pair encoding on word's bytes: start from one symbol per byte (the last marked
 // end-of-word), then repeatedly merge every occurrence of the adjacent pair with the lowest merge rank,
 // left to right, until no adjacent pair has a merge. This is CLIP's loop, on ids instead of strings.
-func (t *Tokenizer) bpeUncached(word string, syms []int32) []int32 {
+func (t *CLIPTokenizer) bpeUncached(word string, syms []int32) []int32 {
 	n := len(word)
 	if n == 0 {
 		return syms
@@ -375,7 +375,7 @@ func (t *Tokenizer) bpeUncached(word string, syms []int32) []int32 {
 
 // Decode turns ids back into text the way CLIP's decoder does: special tokens are dropped, </w> becomes a
 // space, and the byte symbols are mapped back to bytes.
-func (t *Tokenizer) Decode(ids []int) string {
+func (t *CLIPTokenizer) Decode(ids []int) string {
 	_, runes := bytesToUnicode()
 	inv := make(map[rune]byte, 256)
 	for b := 0; b < 256; b++ {

@@ -1,4 +1,4 @@
-package infer
+package text
 
 import (
 	"math"
@@ -147,7 +147,7 @@ func weightToken(s string) (float32, int, bool) {
 // chunkLen with padID (weight 1). The result is a whole number of chunks (at least one), so a prompt longer
 // than 75 tokens is kept, not truncated; the text encoder runs once per chunk and concatenates. chunkLen is
 // usually CLIPMaxLength; values below 3 are raised to 3.
-func (t *Tokenizer) EncodeWeighted(prompt string, chunkLen, padID int) (ids []int, weights []float32) {
+func (t *CLIPTokenizer) EncodeWeighted(prompt string, chunkLen, padID int) (ids []int, weights []float32) {
 	chunkLen = max(chunkLen, 3)
 	var toks []int
 	var ws []float32

@@ -1,11 +1,4 @@
-//go:build cgo
-
-package native
-
-/*
-void ggml_quantize_init(int type);
-*/
-import "C"
+package codecs
 
 import (
 	"fmt"
@@ -15,20 +8,10 @@ import (
 )
 
 // GridIQTypes lists the grid-based IQ types whose quantizers sdtool takes
-// from ggml (package native/codecs registers them): lattice searches that
-// sdtool does not reimplement in Go.
+// from ggml (this package registers them): lattice searches that sdtool does
+// not reimplement in Go.
 var GridIQTypes = []formats.DType{
 	formats.IQ2_XXS, formats.IQ2_XS, formats.IQ2_S, formats.IQ3_XXS, formats.IQ3_S, formats.IQ1_S, formats.IQ1_M,
-}
-
-// QuantizeInit builds ggml's search tables for t (ggml_quantize_init), which
-// takes seconds for some grid types. ggml_quantize_chunk does it on first
-// use under a global lock; calling it up front keeps that cost out of the
-// first row. It is a no-op for types without tables or unknown to ggml.
-func QuantizeInit(t formats.DType) {
-	if t.InLinkedGGML() {
-		C.ggml_quantize_init(C.int(t))
-	}
 }
 
 // Limits of the values the grid quantizers are given. ggml's lattice
@@ -36,7 +19,7 @@ func QuantizeInit(t formats.DType) {
 // weighted sums overflow or underflow, which happens for NaN or Inf inputs,
 // magnitudes near 1e18, negative or non-finite importance values, a group
 // of 32 elements whose importance values are all zero, and importance values
-// near 1e-30. SanitizeGridBlock keeps every block inside a range where the
+// near 1e-30. sanitizeGridBlock keeps every block inside a range where the
 // searches are well defined; blocks already inside it are left untouched, so
 // their bytes are exactly what ggml (and stable-diffusion.cpp) would write.
 const (
@@ -58,7 +41,7 @@ const (
 	gridWeightHi = 1 << 16
 )
 
-// SanitizeGridBlock checks one block of 256 values x and their importance
+// sanitizeGridBlock checks one block of 256 values x and their importance
 // values w (nil for ggml's unweighted path) and, when ggml's grid searches
 // could abort on them, writes a safe copy into xs and ws (each at least 256
 // long) and returns those; otherwise it returns x and w unchanged. The rules:
@@ -68,7 +51,7 @@ const (
 // whole block use ones (what stable-diffusion.cpp uses without an imatrix);
 // a group of 32 whose largest importance value is outside [2^-16, 2^16] is
 // scaled by a power of two into [1, 2).
-func SanitizeGridBlock(x, w, xs, ws []float32) ([]float32, []float32) {
+func sanitizeGridBlock(x, w, xs, ws []float32) ([]float32, []float32) {
 	x, xs = x[:256], xs[:256]
 	maxAbs := float32(0)
 	xClean := true
@@ -147,11 +130,11 @@ func SanitizeGridBlock(x, w, xs, ws []float32) ([]float32, []float32) {
 	return x, w
 }
 
-// CheckGridRow reports why a row cannot be handed to ggml's grid quantizer
+// checkGridRow reports why a row cannot be handed to ggml's grid quantizer
 // for t: the type must be one of GridIQTypes, the row a whole number of
 // 256-element blocks, dst exactly its encoded size and weights nil or as long
 // as src. These are the preconditions ggml asserts on.
-func CheckGridRow(t formats.DType, dst []byte, src, weights []float32) error {
+func checkGridRow(t formats.DType, dst []byte, src, weights []float32) error {
 	grid := false
 	for _, g := range GridIQTypes {
 		grid = grid || g == t

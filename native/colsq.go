@@ -9,7 +9,7 @@ package native
 #include <math.h>
 #include <stdlib.h>
 
-// ggml's custom-op entry point (declared here, beside infer.go's
+// ggml's custom-op entry point (declared here, beside graph.go's
 // declarations, so that this addition stays in its own file).
 struct ggml_context;
 struct ggml_tensor;
@@ -99,8 +99,8 @@ import (
 	"github.com/sdtool/sdtool/formats"
 )
 
-// MaxColumnSquares is the most activations one ColumnSquares op measures.
-const MaxColumnSquares = C.SDT_COLSQ_MAX
+// The C side's bound is MaxColumnSquares; this fails to compile when they differ.
+const _ = uint(MaxColumnSquares-C.SDT_COLSQ_MAX) + uint(C.SDT_COLSQ_MAX-MaxColumnSquares)
 
 // ColumnSquares returns, for F32 activations xs (1 to MaxColumnSquares;
 // each [K_i, ...], K_i = ne0, the input width of a matrix product W·x), a

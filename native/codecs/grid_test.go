@@ -1,13 +1,11 @@
-//go:build cgo
-
-package native
+package codecs
 
 import (
 	"math"
 	"testing"
 )
 
-// TestSanitizeGridBlock checks each rule of SanitizeGridBlock and that a
+// TestSanitizeGridBlock checks each rule of sanitizeGridBlock and that a
 // block needing none comes back as the very same slices.
 func TestSanitizeGridBlock(t *testing.T) {
 	base := func() ([]float32, []float32) {
@@ -22,18 +20,18 @@ func TestSanitizeGridBlock(t *testing.T) {
 	same := func(a, b []float32) bool { return &a[0] == &b[0] }
 
 	x, w := base()
-	gx, gw := SanitizeGridBlock(x, w, xs, ws)
+	gx, gw := sanitizeGridBlock(x, w, xs, ws)
 	if !same(gx, x) || !same(gw, w) {
 		t.Error("an ordinary block was copied")
 	}
-	gx, gw = SanitizeGridBlock(x, nil, xs, ws)
+	gx, gw = sanitizeGridBlock(x, nil, xs, ws)
 	if !same(gx, x) || gw != nil {
 		t.Error("an ordinary unweighted block was copied or got weights")
 	}
 
 	x, w = base()
 	x[3], x[4], x[5] = float32(math.NaN()), float32(math.Inf(-1)), 1e30
-	gx, gw = SanitizeGridBlock(x, w, xs, ws)
+	gx, gw = sanitizeGridBlock(x, w, xs, ws)
 	if gx[3] != 0 || gx[4] != -gridMaxAbs || gx[5] != gridMaxAbs || gx[6] != x[6] || !same(gw, w) {
 		t.Errorf("values: got %v %v %v %v", gx[3], gx[4], gx[5], gx[6])
 	}
@@ -45,7 +43,7 @@ func TestSanitizeGridBlock(t *testing.T) {
 	for i := range x {
 		x[i] *= 1e-10
 	}
-	gx, _ = SanitizeGridBlock(x, w, xs, ws)
+	gx, _ = sanitizeGridBlock(x, w, xs, ws)
 	for i, v := range gx {
 		if v != 0 {
 			t.Fatalf("tiny block: element %d = %g, want 0", i, v)
@@ -60,7 +58,7 @@ func TestSanitizeGridBlock(t *testing.T) {
 	} {
 		x, w = base()
 		spoil(w)
-		_, gw = SanitizeGridBlock(x, w, xs, ws)
+		_, gw = sanitizeGridBlock(x, w, xs, ws)
 		for i, v := range gw {
 			if v != 1 {
 				t.Fatalf("%s: weight %d = %g, want the ones vector", name, i, v)
@@ -72,7 +70,7 @@ func TestSanitizeGridBlock(t *testing.T) {
 	for i := 32; i < 64; i++ {
 		w[i] = 3e-30
 	}
-	_, gw = SanitizeGridBlock(x, w, xs, ws)
+	_, gw = sanitizeGridBlock(x, w, xs, ws)
 	if gw[0] != w[0] || gw[33] != w[33]*float32(math.Ldexp(1, 99)) {
 		t.Errorf("rescale: group 0 weight %g (want %g), group 1 weight %g", gw[0], w[0], gw[33])
 	}

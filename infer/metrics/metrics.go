@@ -1,4 +1,4 @@
-package infer
+package metrics
 
 import (
 	"errors"
@@ -205,8 +205,8 @@ func CosineSimilarity(a, b []float32) (float64, error) {
 	return dot / (math.Sqrt(na) * math.Sqrt(nb)), nil
 }
 
-// TensorError summarises how far a tensor (b) is from a reference (a).
-type TensorError struct {
+// TensorDiff summarises how far a tensor (b) is from a reference (a).
+type TensorDiff struct {
 	// Cosine is the cosine similarity (1 = same direction).
 	Cosine float64
 	// RMSE is the root mean squared difference.
@@ -220,10 +220,10 @@ type TensorError struct {
 
 // CompareTensors measures b against the reference a (for example a UNet block's output with converted
 // weights against the original's).
-func CompareTensors(a, b []float32) (TensorError, error) {
+func CompareTensors(a, b []float32) (TensorDiff, error) {
 	cos, err := CosineSimilarity(a, b)
 	if err != nil {
-		return TensorError{}, err
+		return TensorDiff{}, err
 	}
 	var se, ref, maxAbs float64
 	for i, x := range a {
@@ -232,7 +232,7 @@ func CompareTensors(a, b []float32) (TensorError, error) {
 		ref += float64(x) * float64(x)
 		maxAbs = max(maxAbs, math.Abs(d))
 	}
-	e := TensorError{Cosine: cos, MaxAbs: maxAbs}
+	e := TensorDiff{Cosine: cos, MaxAbs: maxAbs}
 	if n := len(a); n > 0 {
 		e.RMSE = math.Sqrt(se / float64(n))
 		switch {

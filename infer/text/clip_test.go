@@ -1,4 +1,4 @@
-package infer
+package text
 
 import (
 	"errors"
@@ -13,31 +13,31 @@ import (
 )
 
 // sharedMerges is CLIP's merges file in the shared data folder beside the repository.
-const sharedMerges = "../../shared/data/clip_bpe_merges.txt"
+const sharedMerges = "../../../shared/data/clip_bpe_merges.txt"
 
 // tinyMerges is a hand-made merges list: ids follow CLIP's rule, so "of</w>" is 512, "ca" 513,
 // "cat</w>" 514, "ph" 515, "ot" 516, "phot" 517, "photo</w>" 518, BOS 519 and EOS 520.
 const tinyMerges = "#version: 0.2\no f</w>\nc a\nca t</w>\np h\no t\nph ot\nphot o</w>\n"
 
-func tinyTokenizer(t testing.TB) *Tokenizer {
+func tinyTokenizer(t testing.TB) *CLIPTokenizer {
 	t.Helper()
 	m, err := ParseMerges("tiny", tinyMerges)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := NewTokenizerFromMerges(m)
+	tok, err := NewCLIPTokenizerFromMerges(m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tok
 }
 
-func realTokenizer(t testing.TB) *Tokenizer {
+func realTokenizer(t testing.TB) *CLIPTokenizer {
 	t.Helper()
 	if _, err := os.Stat(sharedMerges); err != nil {
 		t.Skipf("CLIP merges not present: %v", err)
 	}
-	tok, err := LoadTokenizer(sharedMerges)
+	tok, err := LoadCLIPTokenizer(sharedMerges)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestEncodeTiny(t *testing.T) {
 
 func TestBPEMergeOrder(t *testing.T) {
 	// With "a t</w>" ranked before "c a", "cat" must become c + at</w> and never reach ca.
-	tok, err := NewTokenizerFromMerges([][2]string{{"a", "t</w>"}, {"c", "a"}, {"ca", "t</w>"}})
+	tok, err := NewCLIPTokenizerFromMerges([][2]string{{"a", "t</w>"}, {"c", "a"}, {"ca", "t</w>"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestBPEMergeOrder(t *testing.T) {
 		t.Fatalf("Encode(cat) = %v, want %v", got, want)
 	}
 	// Every occurrence of the best pair merges, left to right without overlap.
-	tok, err = NewTokenizerFromMerges([][2]string{{"a", "a"}})
+	tok, err = NewCLIPTokenizerFromMerges([][2]string{{"a", "a"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestNewTokenizerErrors(t *testing.T) {
 		good[tok.Token(id)] = id
 	}
 	merges, _ := ParseMerges("tiny", tinyMerges)
-	if _, err := NewTokenizer(good, merges); err != nil {
+	if _, err := NewCLIPTokenizer(good, merges); err != nil {
 		t.Fatalf("round trip of the tiny vocabulary: %v", err)
 	}
 	drop := func(k string) map[string]int {
@@ -186,16 +186,16 @@ func TestNewTokenizerErrors(t *testing.T) {
 		return v
 	}
 	for _, k := range []string{"a", "a</w>", bosText, eosText, "cat</w>"} {
-		if _, err := NewTokenizer(drop(k), merges); !errors.Is(err, ErrTokenizer) || !strings.Contains(err.Error(), k) {
+		if _, err := NewCLIPTokenizer(drop(k), merges); !errors.Is(err, ErrTokenizer) || !strings.Contains(err.Error(), k) {
 			t.Errorf("without %q: err = %v", k, err)
 		}
 	}
-	if _, err := NewTokenizerFromMerges([][2]string{{"a", "b"}, {"a", "b"}}); !errors.Is(err, ErrTokenizer) {
+	if _, err := NewCLIPTokenizerFromMerges([][2]string{{"a", "b"}, {"a", "b"}}); !errors.Is(err, ErrTokenizer) {
 		t.Errorf("repeated merge: err = %v", err)
 	}
 	bad := drop("zz")
 	bad["x"] = -3
-	if _, err := NewTokenizer(bad, merges); !errors.Is(err, ErrTokenizer) {
+	if _, err := NewCLIPTokenizer(bad, merges); !errors.Is(err, ErrTokenizer) {
 		t.Errorf("negative id: err = %v", err)
 	}
 }
@@ -244,13 +244,13 @@ func TestLoadTokenizerFiles(t *testing.T) {
 	paths = append(paths, filepath.Join(dir, "diffusers"))
 	paths = append(paths[:3], paths[4:]...) // split/vocab.json alone is not a tokenizer; the folder is
 	for _, p := range paths {
-		got, err := LoadTokenizer(p)
+		got, err := LoadCLIPTokenizer(p)
 		if err != nil {
-			t.Errorf("LoadTokenizer(%s): %v", p, err)
+			t.Errorf("LoadCLIPTokenizer(%s): %v", p, err)
 			continue
 		}
 		if ids := got.EncodePadded("a photo of a cat", 0, 0); !reflect.DeepEqual(ids, []int{519, 320, 518, 512, 320, 514, 520}) {
-			t.Errorf("LoadTokenizer(%s): ids %v", p, ids)
+			t.Errorf("LoadCLIPTokenizer(%s): ids %v", p, ids)
 		}
 	}
 	for name, content := range map[string]string{
@@ -262,28 +262,28 @@ func TestLoadTokenizerFiles(t *testing.T) {
 		"bad/f.txt":  "a b c d\n",
 	} {
 		p := write(name, content)
-		if _, err := LoadTokenizer(p); !errors.Is(err, ErrTokenizer) || !strings.Contains(err.Error(), p) {
-			t.Errorf("LoadTokenizer(%s): err = %v, want ErrTokenizer naming the file", name, err)
+		if _, err := LoadCLIPTokenizer(p); !errors.Is(err, ErrTokenizer) || !strings.Contains(err.Error(), p) {
+			t.Errorf("LoadCLIPTokenizer(%s): err = %v, want ErrTokenizer naming the file", name, err)
 		}
 	}
-	if _, err := LoadTokenizer(filepath.Join(dir, "bad")); !errors.Is(err, ErrTokenizer) {
+	if _, err := LoadCLIPTokenizer(filepath.Join(dir, "bad")); !errors.Is(err, ErrTokenizer) {
 		t.Errorf("folder without a tokenizer: err = %v", err)
 	}
-	if _, err := LoadTokenizer(filepath.Join(dir, "missing.json")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := LoadCLIPTokenizer(filepath.Join(dir, "missing.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: err = %v", err)
 	}
 }
 
 func TestTokenizerFromMetadata(t *testing.T) {
 	md := formats.Metadata{{Key: "general.architecture", Type: formats.ValueType(8), Value: "sd1"}}
-	if _, err := TokenizerFromMetadata("m.gguf", md); !errors.Is(err, ErrNoTokenizer) {
+	if _, err := CLIPTokenizerFromMetadata("m.gguf", md); !errors.Is(err, ErrNoTokenizer) {
 		t.Fatalf("absent key: err = %v", err)
 	}
-	withString := append(md, formats.KV{Key: MetadataMergesKey, Type: formats.ValueType(8), Value: tinyMerges})
+	withString := append(md, formats.KV{Key: CLIPMergesKey, Type: formats.ValueType(8), Value: tinyMerges})
 	lines := strings.Split(strings.TrimSpace(tinyMerges), "\n")
-	withArray := append(md, formats.KV{Key: MetadataMergesKey, Type: formats.ValueType(9), Value: formats.Array{Elem: formats.ValueType(8), Values: lines}})
+	withArray := append(md, formats.KV{Key: CLIPMergesKey, Type: formats.ValueType(9), Value: formats.Array{Elem: formats.ValueType(8), Values: lines}})
 	for _, m := range []formats.Metadata{withString, withArray} {
-		tok, err := TokenizerFromMetadata("m.gguf", m)
+		tok, err := CLIPTokenizerFromMetadata("m.gguf", m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,8 +291,8 @@ func TestTokenizerFromMetadata(t *testing.T) {
 			t.Fatalf("ids %v", ids)
 		}
 	}
-	bad := append(md, formats.KV{Key: MetadataMergesKey, Type: formats.ValueType(4), Value: uint32(3)})
-	if _, err := TokenizerFromMetadata("m.gguf", bad); !errors.Is(err, ErrTokenizer) || !strings.Contains(err.Error(), "m.gguf") {
+	bad := append(md, formats.KV{Key: CLIPMergesKey, Type: formats.ValueType(4), Value: uint32(3)})
+	if _, err := CLIPTokenizerFromMetadata("m.gguf", bad); !errors.Is(err, ErrTokenizer) || !strings.Contains(err.Error(), "m.gguf") {
 		t.Fatalf("wrong type: err = %v", err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package native
+package ggmltest
 
 /*
 #include <stdint.h>

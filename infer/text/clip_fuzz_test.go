@@ -1,4 +1,4 @@
-package infer
+package text
 
 import "testing"
 
@@ -33,11 +33,11 @@ func FuzzTokenizerFiles(f *testing.F) {
 	f.Add("a b\nab c\n", `{"model":{"vocab":{"a":0},"merges":[["a","b"]]}}`)
 	f.Fuzz(func(t *testing.T, merges, js string) {
 		if m, err := ParseMerges("m", merges); err == nil {
-			if tok, err := NewTokenizerFromMerges(m); err == nil {
+			if tok, err := NewCLIPTokenizerFromMerges(m); err == nil {
 				tok.EncodePadded(merges, 8, 0)
 			}
 		}
-		if tok, err := ParseTokenizerJSON("t.json", []byte(js)); err == nil {
+		if tok, err := ParseCLIPTokenizerJSON("t.json", []byte(js)); err == nil {
 			tok.EncodePadded(js, 8, 0)
 		}
 	})
@@ -67,7 +67,7 @@ func BenchmarkLoadMerges(b *testing.B) {
 	realTokenizer(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := LoadTokenizer(sharedMerges); err != nil {
+		if _, err := LoadCLIPTokenizer(sharedMerges); err != nil {
 			b.Fatal(err)
 		}
 	}
