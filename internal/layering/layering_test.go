@@ -33,6 +33,7 @@ var layers = []struct {
 	{"codecs, names and ggml", []string{"quant", "names", "native"}},
 	{"codec policies and ggml-backed codecs", []string{"quant/mix", "quant/imatrix", "quant/convrot", "native/*"}},
 	{"any tensor as float32", []string{"tensor"}},
+	{"adapters (LoRA and its kin) over a base's tensors", []string{"lora"}},
 	{"the writing engine", []string{"pipeline"}},
 	{"parts of inference", []string{"infer/*"}},
 	{"commands", []string{"convert", "quantize", "merge", "inspect", "infer", "internal/synth"}},
