@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/internal/benchutil"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // BenchmarkConvert converts a synthetic F16 model (SDTOOL_BENCH_MB
@@ -31,8 +31,8 @@ func BenchmarkConvert(b *testing.B) {
 				canPeak := benchutil.ResetPeakRSS()
 				b.SetBytes(size)
 				for b.Loop() {
-					cfg := &Config{Inputs: map[string]string{"model": in}, Output: out, Type: typ, Threads: threads, Force: true}
-					if _, err := Run(context.Background(), cfg); err != nil {
+					cfg := &Options{Inputs: map[string]string{"model": in}, Output: out, Type: typ}
+					if _, err := run(cfg, pipeline.Options{Threads: threads, Force: true}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -330,7 +330,7 @@ func TestImatrixKindsMatchSDCLI(t *testing.T) {
 }
 
 // With SDTOOL_SD15_MODEL naming a full-size SD 1.5 model (for example
-// `go run ./internal/tinysd/cmd/gentiny -sd15 -o /tmp/sd15.gguf`), one
+// `go run ./internal/synth/cmd/gensynth -sd sd15 -o /tmp/sd15.gguf`), one
 // 64x64 step collects exactly sd-cli's entries: names, lengths and calls.
 func TestImatrixEntriesMatchSDCLI(t *testing.T) {
 	path := os.Getenv("SDTOOL_SD15_MODEL")

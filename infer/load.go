@@ -8,7 +8,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quantize/dequant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Weight loading: every tensor of the component files that a graph reads is
@@ -152,7 +152,7 @@ func vaePrefix(name string) string { return componentTable[len(componentTable)-1
 type openSource struct {
 	comp *component
 	m    formats.Model
-	dq   *dequant.Model
+	dq   *tensor.View
 }
 
 // componentVersion names the version that converts the names of a model
@@ -236,7 +236,7 @@ type weightSpec struct {
 	Component string
 	// transpose holds a 2-D tensor transposed (layoutRules).
 	transpose bool
-	src       *dequant.Source
+	src       *tensor.Source
 	model     formats.Model
 }
 
@@ -259,7 +259,7 @@ func newSource(ct *component, m formats.Model) (*openSource, error) {
 				t.File, t.Name, ErrNewerType, t.Type, uint16(t.Type))
 		}
 	}
-	dq, err := dequant.Open(m)
+	dq, err := tensor.NewView(m)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func newSource(ct *component, m formats.Model) (*openSource, error) {
 func selectFrom(srcs []*openSource, override func(string) string, stored bool) ([]weightSpec, error) {
 	type named struct {
 		src  *openSource
-		s    *dequant.Source
+		s    *tensor.Source
 		load string
 	}
 	var all []named
@@ -356,7 +356,7 @@ func used(name string) bool {
 }
 
 // heldType decides the type a weight is held in (see the comment at the top).
-func heldType(name string, s *dequant.Source) (formats.DType, error) {
+func heldType(name string, s *tensor.Source) (formats.DType, error) {
 	t := s.Tensor.Type
 	if err := s.Err(); err != nil {
 		return 0, err
@@ -392,35 +392,13 @@ func heldType(name string, s *dequant.Source) (formats.DType, error) {
 	return formats.F32, nil
 }
 
-// sliceScratch is a dequant.Scratch of plain slices.
-type sliceScratch struct {
-	b [8][]byte
-	f [8][]float32
-}
-
-// Bytes returns a reusable buffer of n bytes in slot.
-func (s *sliceScratch) Bytes(slot, n int) []byte {
-	if cap(s.b[slot]) < n {
-		s.b[slot] = make([]byte, n)
-	}
-	return s.b[slot][:n]
-}
-
-// Float32s returns a reusable buffer of n floats in slot.
-func (s *sliceScratch) Float32s(slot, n int) []float32 {
-	if cap(s.f[slot]) < n {
-		s.f[slot] = make([]float32, n)
-	}
-	return s.f[slot][:n]
-}
-
 // loadChunk bounds the bytes (or elements) one step of streaming a weight into ggml holds in Go memory.
 const loadChunk = 8 << 20
 
 // stream writes the weight's data in its held type, in storage order, to
 // put(data, offset) piece by piece, so that no tensor is ever held whole in
 // Go memory (except transposed ones, which are small).
-func (w *weightSpec) stream(scratch *sliceScratch, put func(data []byte, off int64) error) error {
+func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
 	s := w.src
 	t := &s.Tensor
 	if s.Module == nil && t.Type == w.Type && !w.transpose {
@@ -484,7 +462,7 @@ func (w *weightSpec) stream(scratch *sliceScratch, put func(data []byte, off int
 }
 
 // read returns the weight's whole data in its held type (tests).
-func (w *weightSpec) read(scratch *sliceScratch) ([]byte, error) {
+func (w *weightSpec) read(scratch *tensor.Scratch) ([]byte, error) {
 	size, err := w.Type.Bytes(w.Shape)
 	if err != nil {
 		return nil, err

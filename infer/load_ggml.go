@@ -5,6 +5,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // weightSet holds a model's weights in one ggml backend buffer.
@@ -69,7 +70,7 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 		ctx.Free()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	scratch := &sliceScratch{}
+	scratch := &tensor.Scratch{}
 	for i := range specs {
 		s := &specs[i]
 		t := ws.byName[s.Name]

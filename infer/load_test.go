@@ -9,6 +9,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // memModel is a formats.Model held in memory.
@@ -109,7 +110,7 @@ func TestLoadConversions(t *testing.T) {
 	if _, ok := specs["model_ema.decay"]; ok {
 		t.Error("model_ema.decay was planned")
 	}
-	sc := &sliceScratch{}
+	sc := &tensor.Scratch{}
 	check := func(name string, typ formats.DType, shape []int64) []byte {
 		t.Helper()
 		s, ok := specs[name]

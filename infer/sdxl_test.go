@@ -15,6 +15,7 @@ import (
 	"github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // SDXL's new blocks against plain-Go references: the conditioning vector,
@@ -285,7 +286,7 @@ func TestTextProjectionLayout(t *testing.T) {
 			t.Fatalf("%s: %d weights", c.name, len(specs))
 		}
 		s := specs[0]
-		b, err := s.read(&sliceScratch{})
+		b, err := s.read(&tensor.Scratch{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"image"
@@ -13,14 +12,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
 	"github.com/sdtool/sdtool/internal/benchutil"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // generate runs the families of infer.Families through ggml. Without cgo
@@ -144,10 +143,8 @@ func runGenerate(c *cli.Context) error {
 		return err
 	}
 	for i := range prompts {
-		if o := promptOutput(out, i, len(prompts)); !c.Bool("force") {
-			if _, err := os.Stat(o); err == nil {
-				return fmt.Errorf("%s exists (use --force to replace it)", o)
-			}
+		if err := pipeline.CheckOutput(promptOutput(out, i, len(prompts)), generateInputs(c), c.Bool("force")); err != nil {
+			return err
 		}
 	}
 	method, err := infer.ParseMethod(c.String("sampling-method"))
@@ -236,7 +233,11 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		CFGScale: req.CFGScale, Seed: int64(req.Seed), Width: req.Width, Height: req.Height,
 		Model: filepath.Base(m.Path), RNG: req.RNG, Strength: req.Strength, Version: "sdtool " + version,
 	}
-	if err := writePNGFile(out, img, params); err != nil {
+	err = pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: generateInputs(c), Logger: slog.Default()},
+		func(w io.Writer) error {
+			return pngtext.Write(w, img, map[string]string{pngtext.ParametersKey: params.String()}, nil)
+		})
+	if err != nil {
 		return err
 	}
 	t := res.Timings
@@ -264,16 +265,9 @@ func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
 // generateWithBar runs req with a per-step progress bar when stderr is a terminal.
 func generateWithBar(stderr io.Writer, m *infer.Model, req infer.Request, label string) (*infer.Result, error) {
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar := progressbar.NewOptions(req.Steps, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription(label),
-			progressbar.OptionShowCount(), progressbar.OptionSetItsString("step"), progressbar.OptionShowIts(),
-			progressbar.OptionClearOnFinish())
-		req.OnStep = func(step, steps int) {
-			bar.ChangeMax(steps)
-			bar.Set(step)
-		}
-		defer bar.Finish()
-	}
+	update, finish := console.Steps(stderr, label, req.Steps)
+	defer finish()
+	req.OnStep = update
 	return m.Generate(req)
 }
 
@@ -350,15 +344,18 @@ func readPNG(path string) (image.Image, error) {
 	return img, nil
 }
 
-// writePNGFile writes the image through path+".partial".
-func writePNGFile(path string, img image.Image, p infer.GenerationParams) error {
-	var buf bytes.Buffer
-	if err := pngtext.Write(&buf, img, map[string]string{pngtext.ParametersKey: p.String()}, nil); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+// generateInputs lists the files generate reads, which no output may replace.
+func generateInputs(c *cli.Context) []string {
+	var in []string
+	files := []string{"compare", "init-img", "prompt-file"}
+	for _, f := range componentFlags[1:] {
+		files = append(files, f.name, "compare-"+f.name)
 	}
-	if err := os.WriteFile(path+".partial", buf.Bytes(), 0o644); err != nil {
-		os.Remove(path + ".partial")
-		return err
+	files = append(files, componentFlags[0].name)
+	for _, f := range files {
+		if p := c.String(f); p != "" {
+			in = append(in, p)
+		}
 	}
-	return os.Rename(path+".partial", path)
+	return append(in, c.StringSlice("imatrix-in")...)
 }
