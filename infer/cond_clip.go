@@ -39,6 +39,15 @@ func (c *clipConditioner) chunkLen() int {
 }
 
 func (c *clipConditioner) encode(prompt string, width, height int, zero bool) (*Conditioning, error) {
+	return c.encodeFor(prompt, width, height, zero, false)
+}
+
+// encodeNegative is encode for the negative prompt (the vector's score parts take their Negative value).
+func (c *clipConditioner) encodeNegative(prompt string, width, height int, zero bool) (*Conditioning, error) {
+	return c.encodeFor(prompt, width, height, zero, true)
+}
+
+func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, negative bool) (*Conditioning, error) {
 	m := c.m
 	tok := m.Tokenizer
 	chunk := c.chunkLen()
@@ -102,7 +111,7 @@ func (c *clipConditioner) encode(prompt string, width, height int, zero bool) (*
 		}
 	}
 	if len(c.fam.Vector) > 0 {
-		v, err := conditioningVector(c.fam.Vector, pooled, width, height)
+		v, err := conditioningVector(c.fam.Vector, pooled, width, height, negative)
 		if err != nil {
 			return nil, err
 		}
@@ -154,8 +163,9 @@ func (c *clipConditioner) run(e *CLIPConfig, ids []int, pooledAt int) (hidden, p
 // conditioningVector assembles a conditioning vector from its parts: the
 // pooled text embeddings and the sinusoidal embeddings of the image size
 // numbers (SDXL: original size, crop top-left and target size, each number
-// 256 wide, as sgm's ConcatTimestepEmbedderND).
-func conditioningVector(parts []VectorPart, pooled [][]float32, width, height int) ([]float32, error) {
+// 256 wide, as sgm's ConcatTimestepEmbedderND) or of a score (the
+// refiner's aesthetic score; negative selects the negative prompt's).
+func conditioningVector(parts []VectorPart, pooled [][]float32, width, height int, negative bool) ([]float32, error) {
 	var v []float32
 	h, w := float32(height), float32(width)
 	for _, p := range parts {
@@ -173,6 +183,11 @@ func conditioningVector(parts []VectorPart, pooled [][]float32, width, height in
 			nums = []float32{h, w}
 		case "crop":
 			nums = []float32{0, 0}
+		case "score":
+			nums = []float32{p.Value}
+			if negative {
+				nums = []float32{p.Negative}
+			}
 		default:
 			return nil, fmt.Errorf("conditioning vector: unknown part %q", p.Kind)
 		}

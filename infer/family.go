@@ -81,10 +81,14 @@ type TextEncoder struct {
 type VectorPart struct {
 	// Kind is "pooled" (the pooled outputs of the encoders with Pooled set)
 	// or an embedding of numbers: "size" (height, width), "crop" (top,
-	// left), "target" (height, width) or "aesthetic" (the score).
+	// left), "target" (height, width) or "score" (Value, or Negative for
+	// the negative prompt: the SDXL refiner's aesthetic score).
 	Kind string
 	// Dim is the width of each number's sinusoidal embedding (SDXL: 256).
 	Dim int
+	// Value and Negative are the number a "score" part embeds for the
+	// prompt and for the negative prompt.
+	Value, Negative float32
 }
 
 // VAEFacts are a family's latent format.
@@ -168,6 +172,28 @@ var Families = []*Family{
 		Prediction: EpsPrediction, EmptyNegativeZero: true,
 		VAE:      VAEFacts{Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
 		Defaults: sdDefaults,
+	},
+	{
+		// The SDXL refiner: OpenCLIP bigG alone (its single file names it
+		// conditioner.embedders.0), context 1280 wide, and a 2560-wide
+		// vector with sgm's aesthetic score in place of the target size
+		// (6 for the prompt, 2.5 for the negative, sgm's defaults).
+		// stable-diffusion.cpp does not run it (its detection finds no
+		// version for it).
+		Name: "sdxl-refiner", Title: "SDXL refiner",
+		Match: [][]Marker{{
+			{Name: unetPrefix + "label_emb.0.0.weight", Dims: 2},
+			{Name: clipPrefix + "embeddings.token_embedding.weight"},
+			{Name: clipGPrefix + "embeddings.token_embedding.weight", Absent: true},
+		}},
+		Encoders: []TextEncoder{
+			{Component: "clip_g", Kind: "clip", Prefix: clipPrefix, Skip: 2, GELU: true, Hidden: true, Pooled: true},
+		},
+		Vector:      []VectorPart{{Kind: "pooled"}, {Kind: "size", Dim: 256}, {Kind: "crop", Dim: 256}, {Kind: "score", Dim: 256, Value: 6, Negative: 2.5}},
+		Conditioner: "clip", Network: "unet", Schedule: "discrete",
+		Prediction: EpsPrediction,
+		VAE:        VAEFacts{Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
+		Defaults:   sdDefaults,
 	},
 	{
 		Name: "sd2", Title: "SD 2.x",

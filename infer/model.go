@@ -36,6 +36,13 @@ type conditioner interface {
 	encode(prompt string, width, height int, zero bool) (*Conditioning, error)
 }
 
+// negativeConditioner is a conditioner that conditions the negative prompt
+// differently (the SDXL refiner's negative aesthetic score); Generate uses
+// it for the negative pass when the family's conditioner implements it.
+type negativeConditioner interface {
+	encodeNegative(prompt string, width, height int, zero bool) (*Conditioning, error)
+}
+
 // netInput is one evaluation of the diffusion network.
 type netInput struct {
 	// x is the latent [C, h, w] already scaled by c_in.
@@ -532,7 +539,11 @@ func (m *Model) Generate(req Request) (*Result, error) {
 	var uncond *Conditioning
 	if req.CFGScale != 1 {
 		zero := fam.EmptyNegativeZero && req.Negative == ""
-		if uncond, err = m.cond.encode(req.Negative, req.Width, req.Height, zero); err != nil {
+		encode := m.cond.encode
+		if nc, ok := m.cond.(negativeConditioner); ok {
+			encode = nc.encodeNegative
+		}
+		if uncond, err = encode(req.Negative, req.Width, req.Height, zero); err != nil {
 			return nil, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/tensor"
@@ -41,7 +43,7 @@ func TestConditioningVector(t *testing.T) {
 	}
 	pooled := []float32{0.5, -1, 2}
 	const w, h = 832, 1216
-	v, err := conditioningVector(fam.Vector, [][]float32{pooled}, w, h)
+	v, err := conditioningVector(fam.Vector, [][]float32{pooled}, w, h, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func TestConditioningVector(t *testing.T) {
 			t.Fatalf("value %d (number %d, component %d) = %g, want %g", 3+i, i/256, i%256, v[3+i], x)
 		}
 	}
-	if _, err := conditioningVector(fam.Vector, nil, w, h); err == nil {
+	if _, err := conditioningVector(fam.Vector, nil, w, h, false); err == nil {
 		t.Error("a vector without a pooled embedding was built")
 	}
 }
@@ -586,5 +588,59 @@ func TestImatrixSDXL(t *testing.T) {
 		if _, ok := mx.Lookup(n); !ok {
 			t.Errorf("no entry %s", n)
 		}
+	}
+}
+
+// The SDXL refiner (bigG alone, the aesthetic score in the vector) runs on
+// the same parts: its vector embeds score 6 for the prompt and 2.5 for the
+// negative, and img2img from a base image is deterministic.
+func TestSDXLRefiner(t *testing.T) {
+	c := synth.TinySDXL
+	c.Refiner = true
+	path := filepath.Join(t.TempDir(), "refiner.gguf")
+	if err := c.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	m := loadTiny(t, path)
+	if m.Family.Name != "sdxl-refiner" || len(m.Config.Text) != 1 || m.Config.Text[0].Prefix != clipPrefix ||
+		m.Config.UNet.ContextDim != 64 || m.Config.UNet.ADMChannels != 64+5*256 {
+		t.Fatalf("family %s, config %+v %+v", m.Family.Name, m.Config.UNet, m.Config.Text)
+	}
+	pos, err := m.cond.encode("a cat", 64, 64, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	neg, err := m.cond.(negativeConditioner).encodeNegative("a cat", 64, 64, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(pos.Vector)
+	if !slices.Equal(pos.Vector[:n-256], neg.Vector[:n-256]) || !slices.Equal(pos.Context, neg.Context) {
+		t.Error("the negative pass changed more than the score")
+	}
+	for i, want := range [][]float64{refSinusoid(6, 256), refSinusoid(2.5, 256)} {
+		got := [][]float32{pos.Vector, neg.Vector}[i][n-256:]
+		for j := range want {
+			if math.Abs(float64(got[j])-want[j]) > 1e-6 {
+				t.Fatalf("score embedding %d[%d] = %g, want %g", i, j, got[j], want[j])
+			}
+		}
+	}
+	base := loadTiny(t, tinySDXL)
+	r, err := base.Generate(Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 2, CFGScale: 5, Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Prompt: "a cat", Negative: "blurry", Width: 64, Height: 64, Steps: 4, CFGScale: 5, Seed: 4, Init: r.Pixels, Strength: 0.3}
+	a, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Pixels, b.Pixels) || slices.Equal(a.Pixels, r.Pixels) {
+		t.Error("refiner img2img is not deterministic, or changed nothing")
 	}
 }

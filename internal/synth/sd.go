@@ -60,6 +60,11 @@ type SD struct {
 	SDXL bool
 	// G shapes SDXL's second text model (its Heads written as sdtool.clip_g.num_heads).
 	G TextModel
+	// Refiner, with SDXL, selects the SDXL refiner's layout: bigG alone
+	// (conditioner.embedders.0.model.), the context G.Hidden wide, and
+	// label_emb over the pooled output, four size embeddings and the
+	// aesthetic score's (each 256 wide).
+	Refiner bool
 }
 
 // TextModel shapes a CLIP text model.
@@ -160,6 +165,12 @@ func (c SD) Tensors() []TensorSpec {
 		parts[0] = component{"model.diffusion_model.", "diffusion", unet.build}
 		parts[2] = component{"conditioner.embedders.0.transformer.text_model.", "text", text.buildHF}
 		parts = append(parts, component{"conditioner.embedders.1.model.", "text", g.buildOpenCLIP})
+		if c.Refiner {
+			unet.ctx = c.G.Hidden
+			unet.ADMIn = c.G.Hidden + 5*256
+			parts[0] = component{"model.diffusion_model.", "diffusion", unet.build}
+			parts = []component{parts[0], parts[1], {"conditioner.embedders.0.model.", "text", g.buildOpenCLIP}}
+		}
 	case c.SD2:
 		parts[2] = component{"cond_stage_model.model.", "text", text.buildOpenCLIP}
 	}
