@@ -270,12 +270,12 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // loadModelTokenizer takes --tokenizer when given, else merges embedded in
 // the metadata of the first component file that has them (the text
-// encoders' own files first).
+// encoders' own files first, then the model's, then any other).
 func loadModelTokenizer(file string, srcs []*openSource) (*text.CLIPTokenizer, error) {
 	if file != "" {
 		return text.LoadCLIPTokenizer(file)
 	}
-	order := []string{"clip_l", "clip_g", "model", "diffusion-model"}
+	order := []string{"clip_l", "clip_g", "model", "diffusion-model", "t5xxl", "vae"}
 	for _, flag := range order {
 		for _, s := range srcs {
 			if s.comp.flag != flag {
@@ -608,7 +608,7 @@ func (m *Model) Generate(req Request) (*Result, error) {
 		return den
 	}
 	t1 := time.Now()
-	err = Sample(req.Method, denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
+	err = SamplePrediction(req.Method, pred, denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
 		if req.OnStep != nil {
 			req.OnStep(step, steps)
 		}

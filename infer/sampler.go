@@ -71,7 +71,16 @@ func (m Method) A1111Name() string {
 // generator, draw the starting noise from it (one FillNormal of the latent's size) and pass that same
 // generator here: sd-cli's sampler continues the generator that drew the starting latent (unless its
 // --sampler-rng names another kind). step may be nil. Sample allocates its buffers once, never per step.
+// It samples eps/v sigmas; SamplePrediction also takes flow sigmas.
 func Sample(method Method, denoise Denoiser, x, sigmas []float32, noise NoiseSource, step StepFunc) error {
+	return SamplePrediction(method, EpsPrediction, denoise, x, sigmas, noise, step)
+}
+
+// SamplePrediction is Sample for a parameterisation: with FlowPrediction, Euler ancestral takes sd.cpp's
+// rectified-flow ancestral step (FlowAncestralStep: the latent rescaled by alphaScale before the fresh
+// noise, since a flow latent mixes data and noise linearly); the other samplers are the same for every
+// parameterisation.
+func SamplePrediction(method Method, pred Prediction, denoise Denoiser, x, sigmas []float32, noise NoiseSource, step StepFunc) error {
 	if len(sigmas) < 2 {
 		return fmt.Errorf("sampling needs at least 2 sigmas, got %d", len(sigmas))
 	}
@@ -124,12 +133,16 @@ func Sample(method Method, denoise Denoiser, x, sigmas []float32, noise NoiseSou
 			if err != nil {
 				return err
 			}
-			down, up := AncestralStep(sigmas[i], sigmas[i+1])
-			eulerStep(x, den, sigmas[i], down)
-			if sigmas[i+1] > 0 {
-				noise.FillNormal(buf)
-				for j, n := range buf {
-					x[j] += float32(n * up)
+			if pred == FlowPrediction {
+				flowAncestral(x, den, buf, sigmas[i], sigmas[i+1], noise)
+			} else {
+				down, up := AncestralStep(sigmas[i], sigmas[i+1])
+				eulerStep(x, den, sigmas[i], down)
+				if sigmas[i+1] > 0 {
+					noise.FillNormal(buf)
+					for j, n := range buf {
+						x[j] += float32(n * up)
+					}
 				}
 			}
 			if err := report(i); err != nil {
@@ -175,6 +188,50 @@ func AncestralStep(sigma, next float32) (sigmaDown, sigmaUp float32) {
 	up = min(next, up)
 	down := float32(math.Sqrt(float64(n2 - float32(up*up))))
 	return down, up
+}
+
+// FlowAncestralStep is sd.cpp's ancestral step on rectified-flow sigmas with eta 1: the deterministic
+// part goes down to sigmaDown = next²/sigma, the latent is then scaled by alphaScale = (1-next)/(1-sigmaDown)
+// (so that its data share matches next again), and fresh noise of standard deviation sigmaUp =
+// next·sqrt(1 - (sigmaDown/next·alphaScale)²) is added.
+func FlowAncestralStep(sigma, next float32) (sigmaDown, sigmaUp, alphaScale float32) {
+	sigmaDown, alphaScale = next, 1
+	if sigma <= 0 || next <= 0 {
+		return sigmaDown, 0, alphaScale
+	}
+	ratio := next / sigma
+	sigmaDown = next * (1 + (ratio - 1))
+	sigmaDown = max(0, min(next, sigmaDown))
+	denom := 1 - sigmaDown
+	if denom <= 0 {
+		return next, 0, 1
+	}
+	alphaScale = (1 - next) / denom
+	term := max(-1, min(1, (sigmaDown/next)*alphaScale))
+	sigmaUp = next * float32(math.Sqrt(float64(max(1-float32(term*term), 0))))
+	return sigmaDown, sigmaUp, alphaScale
+}
+
+// flowAncestral is one Euler ancestral step on flow sigmas in sd.cpp's form: x = r·x + (1-r)·denoised with
+// r = sigmaDown/sigma, then, while noise remains, x = x·alphaScale + noise·sigmaUp; at next = 0 the
+// latent is the denoised estimate and no noise is drawn.
+func flowAncestral(x, den, buf []float32, sigma, next float32, noise NoiseSource) {
+	den = den[:len(x)]
+	if next == 0 {
+		copy(x, den)
+		return
+	}
+	down, up, alpha := FlowAncestralStep(sigma, next)
+	r := down / sigma
+	for j := range x {
+		x[j] = float32(r*x[j]) + float32((1-r)*den[j])
+	}
+	if up > 0 {
+		noise.FillNormal(buf)
+		for j, n := range buf {
+			x[j] = float32(x[j]*alpha) + float32(n*up)
+		}
+	}
 }
 
 // dpmpp2mStep is one DPM-Solver++(2M) step from sigmas[i] to sigmas[i+1] in k-diffusion's form (first
