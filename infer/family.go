@@ -13,9 +13,14 @@ import (
 // registries below, so a new family plugs in by adding a Family entry and,
 // when it needs new graphs, registering its parts:
 //
-//   - a conditioner (conditioners[Family.Conditioner]): prompt to Conditioning;
-//   - a network (networks[Family.Network]): its configuration detected from
-//     shapes, and the graph of one evaluation;
+//   - a conditioner (conditioners[Family.Conditioner]): prompt to Conditioning
+//     (optionally also negativeConditioner for a differently conditioned
+//     negative pass);
+//   - a network: its configuration detected from shapes into ModelConfig
+//     (networkDetectors[Family.Network]) and the graph of one evaluation
+//     (networks[Family.Network]);
+//   - text encoders of a new kind (encoderKinds[TextEncoder.Kind]): their
+//     configuration detected from shapes;
 //   - a schedule (schedules[Family.Schedule]): the sigmas and the timestep
 //     the network sees.
 //
