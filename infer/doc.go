@@ -2,12 +2,23 @@
 // into ggml (through package native) and generates images with them, for
 // generate and for collecting importance matrices.
 //
-// The engine core is family-independent:
+// The engine core is family-neutral:
 //
-//   - load.go, load_ggml.go: which weights the graphs read, renamed to
-//     sd.cpp's names and converted to the types ggml computes with;
-//   - sampler.go, schedule.go, rng.go: samplers (Euler, Euler a, DPM++ 2M...),
-//     the noise schedule and sigma spacings, and sd.cpp's noise generators;
+//   - family.go: the family table (Families: detection markers, text
+//     encoders, conditioning-vector layout, latent format, sd-cli's
+//     defaults) and the registries of engine parts the table names;
+//   - load.go, load_ggml.go: the component files (Components, as sd-cli's
+//     -m, --diffusion-model, --clip_l, --clip_g, --t5xxl and --vae), which
+//     weights the graphs read, renamed to sd.cpp's internal names and
+//     converted to the types ggml computes with, streamed into one ggml
+//     buffer;
+//   - model.go: Load and Generate (conditioning, the sampling loop with
+//     classifier-free guidance, the VAE), calling a family's conditioner,
+//     network and schedule through the registries;
+//   - sampler.go, schedule.go, rng.go: samplers (Euler, Euler a, DPM++ 2M),
+//     parameterisations (eps, v, flow), the Schedule interface with the
+//     discrete, karras, simple and sgm_uniform spacings, and sd.cpp's noise
+//     generators;
 //   - model_types.go, params.go, image.go: requests and results, the A1111
 //     "parameters" text of an image, and conversions between images and the
 //     VAE's tensors;
@@ -16,11 +27,13 @@
 //   - imatrix_collect.go, imatrix_graph.go: importance-matrix collection
 //     during generation.
 //
-// The architectures come next, one file per component and per family:
-// graph_clip.go, graph_unet.go and graph_vae.go are the CLIP text encoder,
-// the LDM UNet and the KL VAE; model_config.go reads their configuration
-// from a checkpoint's shapes; model_sd.go is the SD 1.x/2.x family (Load,
-// text encoding, Generate).
+// The parts come next, one file per component: graph_clip.go and
+// cond_clip.go are the CLIP text encoders and the conditioning of the CLIP
+// families (SD 1.x/2.x, SDXL with its size vector); graph_unet.go and
+// net_unet.go the LDM UNet; graph_vae.go the KL VAE; model_config.go reads
+// their configuration from a checkpoint's shapes. A family plugs in with an
+// entry in Families and, for new architectures, a conditioner, a network
+// and a schedule registered from init (see family.go).
 //
 // Beside it: infer/text (tokenizers and prompt weights), infer/metrics (PSNR,
 // SSIM, tensor differences) and infer/pngtext (PNG text chunks). infer

@@ -6,12 +6,16 @@ import (
 	"github.com/sdtool/sdtool/native"
 )
 
-// clip builds the CLIP text transformer (Hugging Face naming, which
-// names.Convert also gives OpenCLIP checkpoints) for token ids [L]
-// (L <= Positions) and returns the hidden states [Hidden, L] of the layer
-// cfg.Skip selects, after the final layer norm.
-func (g *builder) clip(cfg *CLIPConfig, ids native.Tensor) native.Tensor {
-	p := clipPrefix
+// clip builds the CLIP text transformer under cfg.Prefix (Hugging Face
+// naming, which names.Convert also gives OpenCLIP checkpoints) for token ids
+// [L] (L <= Positions) and returns the hidden states [Hidden, L] of the layer
+// cfg.Skip selects (through the final layer norm when cfg.FinalNorm). When
+// pooledAt >= 0 it also returns the pooled output [Projection or Hidden]:
+// the last layer's state at token pooledAt after the final layer norm,
+// through text_projection when the model has one (SDXL's OpenCLIP bigG),
+// marked as a graph output; otherwise pooled is the zero Tensor.
+func (g *builder) clip(cfg *CLIPConfig, ids native.Tensor, pooledAt int) (hidden, pooled native.Tensor) {
+	p := cfg.Prefix
 	l := ids.Ne()[0]
 	x := g.c.GetRows(g.weight(p+"embeddings.token_embedding.weight"), ids)
 	pos := g.weight(p + "embeddings.position_embedding.weight")
@@ -19,9 +23,18 @@ func (g *builder) clip(cfg *CLIPConfig, ids native.Tensor) native.Tensor {
 	if l > pne[1] {
 		panic(&native.ShapeError{Msg: fmt.Sprintf("clip: %d tokens, %d positions", l, pne[1])})
 	}
+	if pooledAt >= int(l) {
+		panic(&native.ShapeError{Msg: fmt.Sprintf("clip: pooled token %d of %d", pooledAt, l)})
+	}
 	x = g.c.Add(x, g.c.View(pos, [4]int64{pne[0], l, 1, 1}, pnb[1], pnb[1]*l, pnb[1]*l, 0))
 	layers := cfg.Layers - (cfg.Skip - 1)
+	if pooledAt >= 0 {
+		layers = cfg.Layers
+	}
 	for i := 0; i < layers; i++ {
+		if i == cfg.Layers-(cfg.Skip-1) {
+			hidden = x
+		}
 		b := fmt.Sprintf("%sencoder.layers.%d.", p, i)
 		h := g.layerNorm(x, b+"layer_norm1", layerNormEps)
 		var q, k, v native.Tensor
@@ -47,5 +60,22 @@ func (g *builder) clip(cfg *CLIPConfig, ids native.Tensor) native.Tensor {
 		}
 		x = g.c.Add(x, g.linear(h, b+"mlp.fc2"))
 	}
-	return g.layerNorm(x, p+"final_layer_norm", layerNormEps)
+	if !hidden.Valid() {
+		hidden = x
+	}
+	if cfg.FinalNorm {
+		hidden = g.layerNorm(hidden, p+"final_layer_norm", layerNormEps)
+	}
+	if pooledAt >= 0 {
+		last := g.layerNorm(x, p+"final_layer_norm", layerNormEps)
+		ne, nb := last.Ne(), last.Nb()
+		pooled = g.c.Cont(g.c.View(last, [4]int64{ne[0], 1, 1, 1}, nb[1], nb[1], nb[1], int64(pooledAt)*nb[1]))
+		if g.has(p + "text_projection") {
+			w := g.weight(p + "text_projection")
+			g.watch(w, pooled)
+			pooled = g.c.MulMat(w, pooled)
+		}
+		pooled = g.output(pooled)
+	}
+	return hidden, pooled
 }

@@ -19,6 +19,20 @@ type builder struct {
 	c    *native.Context
 	w    *weightSet
 	imat *imatrixPass // imatrix collection, nil when off
+	// convScale, when not 0, scales every convolution's input by it and
+	// the result back (VAEConfig.ConvScale).
+	convScale float32
+	// outputs are extra graph outputs that are not ancestors of the main
+	// one (a text encoder's pooled output beside its hidden states).
+	outputs []native.Tensor
+}
+
+// output marks t as an extra output of the graph, computed and kept even
+// when the main output does not depend on it.
+func (g *builder) output(t native.Tensor) native.Tensor {
+	t = t.SetOutput()
+	g.outputs = append(g.outputs, t)
+	return t
 }
 
 // weight returns the weight called name, or panics with a shape error.
@@ -56,7 +70,13 @@ func (g *builder) conv2d(x native.Tensor, prefix string, stride int) native.Tens
 // convPad is conv2d with an explicit padding.
 func (g *builder) convPad(x native.Tensor, prefix string, stride, pad int) native.Tensor {
 	k := g.weight(prefix + ".weight")
+	if g.convScale != 0 {
+		x = g.c.Scale(x, g.convScale)
+	}
 	y := g.c.Conv2D(k, x, stride, pad)
+	if g.convScale != 0 {
+		y = g.c.Scale(y, 1/g.convScale)
+	}
 	if g.has(prefix + ".bias") {
 		b := g.weight(prefix + ".bias")
 		y = g.c.Add(y, g.c.Reshape(b, 1, 1, b.Ne()[0], 1))

@@ -585,7 +585,8 @@ func TestCLIPFusedQKVMatchesSplit(t *testing.T) {
 		var err error
 		func() {
 			defer native.Recover(&err)
-			out = ctx.Cont(g.clip(cfg, it)).SetOutput()
+			h, _ := g.clip(cfg, it, -1)
+			out = ctx.Cont(h).SetOutput()
 		}()
 		if err != nil {
 			t.Fatal(err)
@@ -607,7 +608,7 @@ func TestCLIPFusedQKVMatchesSplit(t *testing.T) {
 		}
 		return v
 	}
-	cfg := CLIPConfig{Hidden: h, FF: ff, Layers: 1, Vocab: vocab, Positions: pos, Heads: 2, Skip: 1}
+	cfg := CLIPConfig{Prefix: clipPrefix, Hidden: h, FF: ff, Layers: 1, Vocab: vocab, Positions: pos, Heads: 2, Skip: 1, FinalNorm: true}
 	a := run(split, &cfg)
 	cfg.FusedQKV = true
 	b := run(fused, &cfg)

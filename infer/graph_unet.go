@@ -6,7 +6,7 @@ import (
 	"github.com/sdtool/sdtool/native"
 )
 
-// The LDM UNet (openaimodel.py) of SD 1.x/2.x on ggml.
+// The LDM UNet (openaimodel.py) of SD 1.x/2.x and SDXL on ggml.
 
 // Norm epsilons: the UNet's GroupNorm32 uses PyTorch's default, the
 // transformers' GroupNorm and the VAE 1e-6.
@@ -76,10 +76,12 @@ func (g *builder) spatialTransformer(x, ctx native.Tensor, p string, depth, head
 	return g.c.Add(x, in)
 }
 
-// unet builds the UNet's output for latent x [W, H, C, N], timesteps [N]
-// and context [ctxDim, L, N]. When capture is set it also returns every
-// block's output, marked as graph outputs.
-func (g *builder) unet(cfg *UNetConfig, x, timesteps, ctx native.Tensor, capture bool) (native.Tensor, []blockTensor) {
+// unet builds the UNet's output for latent x [W, H, C, N], timesteps [N],
+// context [ctxDim, L, N] and, for a UNet with a class embedding (SDXL),
+// the conditioning vector y [ADMChannels, N] (else the zero Tensor). When
+// capture is set it also returns every block's output, marked as graph
+// outputs.
+func (g *builder) unet(cfg *UNetConfig, x, timesteps, ctx, y native.Tensor, capture bool) (native.Tensor, []blockTensor) {
 	p := unetPrefix
 	mc := cfg.ModelChannels
 	var blocks []blockTensor
@@ -90,6 +92,12 @@ func (g *builder) unet(cfg *UNetConfig, x, timesteps, ctx native.Tensor, capture
 	}
 	emb := g.c.TimestepEmbedding(timesteps, mc, 10000)
 	emb = g.linear(g.c.SiLU(g.linear(emb, p+"time_embed.0")), p+"time_embed.2")
+	if cfg.ADMChannels > 0 {
+		if !y.Valid() {
+			panic(&native.ShapeError{Msg: "unet: the model has a class embedding (label_emb) and no conditioning vector was given"})
+		}
+		emb = g.c.Add(emb, g.linear(g.c.SiLU(g.linear(y, p+"label_emb.0.0")), p+"label_emb.0.2"))
+	}
 
 	h := g.conv2d(x, p+"input_blocks.0.0", 1)
 	keep("input_blocks.0", h)

@@ -35,12 +35,15 @@ func (g *builder) vaeMid(x native.Tensor, p string) native.Tensor {
 	return g.vaeRes(x, p+"mid.block_2.")
 }
 
-// vaeDecode turns a latent z [w, h, Z, N] (already divided by the scale
-// factor) into an image [8w, 8h, 3, N], nominally in [-1, 1] (unclamped,
+// vaeDecode turns a VAE latent z [w, h, Z, N] (the diffusion latent
+// already unscaled and unshifted) into an image [8w, 8h, 3, N], nominally in [-1, 1] (unclamped,
 // as sd.cpp hands it to its PNG conversion; see ImageFromCHW).
 func (g *builder) vaeDecode(cfg *VAEConfig, z native.Tensor) native.Tensor {
 	p := vaePfx
-	x := g.conv2d(z, p+"post_quant_conv", 1)
+	x := z
+	if cfg.QuantConv {
+		x = g.conv2d(x, p+"post_quant_conv", 1)
+	}
 	x = g.conv2d(x, p+"decoder.conv_in", 1)
 	x = g.vaeMid(x, p+"decoder.")
 	for level := cfg.Levels - 1; level >= 0; level-- {
@@ -71,7 +74,9 @@ func (g *builder) vaeEncode(cfg *VAEConfig, img native.Tensor) native.Tensor {
 	}
 	x = g.vaeMid(x, p+"encoder.")
 	x = g.conv2d(g.c.SiLU(g.groupNorm(x, p+"encoder.norm_out", vaeNormEps)), p+"encoder.conv_out", 1)
-	x = g.conv2d(x, p+"quant_conv", 1)
+	if cfg.QuantConv {
+		x = g.conv2d(x, p+"quant_conv", 1)
+	}
 	ne, nb := x.Ne(), x.Nb()
 	half := [4]int64{ne[0], ne[1], ne[2] / 2, ne[3]}
 	return g.c.Cont(g.c.View(x, half, nb[1], nb[2], nb[3], 0))

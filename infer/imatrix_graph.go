@@ -38,7 +38,7 @@ type imatrixTap struct {
 }
 
 // SetImatrix turns imatrix collection on for every later generation of m
-// (the UNet and the text encoder; see ImatrixStats), accumulating into s;
+// (the diffusion network and the text encoders; see ImatrixStats), accumulating into s;
 // nil turns it off.
 func (m *Model) SetImatrix(s *ImatrixStats) {
 	m.imat = s
@@ -46,19 +46,44 @@ func (m *Model) SetImatrix(s *ImatrixStats) {
 		return
 	}
 	m.imatNames = map[native.Tensor]imatWeight{}
-	for _, sp := range m.specs {
-		// sd.cpp collects only model weights (model., cond_stage_model.),
-		// never the VAE (first_stage_model.).
-		if !strings.HasPrefix(sp.Name, unetPrefix) && !strings.HasPrefix(sp.Name, "cond_stage_model.") {
+	names := imatrixEntryNames(m.specs)
+	for i, sp := range m.specs {
+		// sd.cpp collects only model weights (model., cond_stage_model.,
+		// text_encoders.), never the VAE (first_stage_model.).
+		diffusion := strings.HasPrefix(sp.Name, unetPrefix)
+		if !diffusion && !strings.HasPrefix(sp.Name, "cond_stage_model.") && !strings.HasPrefix(sp.Name, "text_encoders.") {
 			continue
 		}
-		if len(sp.Shape) != 2 || !strings.HasSuffix(sp.Name, ".weight") {
+		if len(sp.Shape) != 2 {
 			continue
 		}
 		if t, ok := m.w.get(sp.Name); ok {
-			m.imatNames[t] = imatWeight{file: sp.src.Name, unet: strings.HasPrefix(sp.Name, unetPrefix)}
+			m.imatNames[t] = imatWeight{file: names[i], unet: diffusion}
 		}
 	}
+}
+
+// imatrixEntryNames names each weight's imatrix entry as in its model file.
+// Names that two component files share (the "text_model." names of a
+// standalone CLIP-L and CLIP-G) get sd-cli's load prefix of their component
+// ("clip_g.text_model....") so that the entries stay apart.
+func imatrixEntryNames(specs []weightSpec) []string {
+	count := map[string]int{}
+	for _, sp := range specs {
+		count[sp.src.Name]++
+	}
+	out := make([]string, len(specs))
+	for i, sp := range specs {
+		out[i] = sp.src.Name
+		if count[sp.src.Name] > 1 {
+			for _, ct := range componentTable {
+				if ct.flag == sp.Component {
+					out[i] = ct.loadName(sp.src.Name)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // imatrixPass returns the collection state for a new graph, nil when off.

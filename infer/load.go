@@ -11,11 +11,12 @@ import (
 	"github.com/sdtool/sdtool/tensor"
 )
 
-// Weight loading: every tensor of a formats.Model that the SD graphs read is
-// renamed to sd.cpp's internal (LDM) name with names.Convert, the same
-// mapping sd-cli applies at load, so original checkpoints, diffusers-named
-// files and sd-cli convert outputs all load. Then each gets the type ggml
-// computes with:
+// Weight loading: every tensor of the component files that a graph reads is
+// renamed to sd.cpp's internal (LDM) name the way sd-cli does it (the
+// component's load prefix, then names.Convert with the version detected over
+// all files together), so original checkpoints, ComfyUI and diffusers names,
+// standalone components and sd-cli convert outputs all load. Then each gets
+// the type ggml computes with:
 //
 //   - ggml types are kept as stored where ggml can use them: weights of a
 //     matrix product in any type the linked ggml knows;
@@ -28,38 +29,230 @@ import (
 //     and ComfyUI INT8 (convrot) and FP8 modules are dequantized to F16;
 //   - ggml ids 40..42 (nvfp4, q1_0, q2_0), which the linked ggml lacks,
 //     are refused.
+//
+// Layouts that differ between naming schemes are normalised by the layout
+// table (OpenCLIP's text_projection is the transpose of Hugging Face's).
 
 // ErrNewerType is wrapped by errors about tensor types the linked ggml does not know.
 var ErrNewerType = errors.New("type is newer than the linked ggml")
 
-// usedPrefixes are the LDM name prefixes the SD 1.x/2.x graphs read.
-var usedPrefixes = []string{"model.diffusion_model.", "first_stage_model.", "cond_stage_model."}
+// usedPrefixes are the internal name prefixes the graphs read.
+var usedPrefixes = []string{"model.diffusion_model.", "first_stage_model.", "cond_stage_model.", "text_encoders."}
+
+// Components names a model's files the way sd-cli's flags do. Any mix is
+// allowed: a standalone component replaces the same part of Model.
+type Components struct {
+	// Model is a whole model (-m): one file with LDM, ComfyUI or sd-cli
+	// convert names, or a diffusers folder.
+	Model string
+	// DiffusionModel is a standalone UNet or DiT (--diffusion-model).
+	DiffusionModel string
+	// CLIPL, CLIPG and T5XXL are standalone text encoders (--clip_l, --clip_g, --t5xxl).
+	CLIPL, CLIPG, T5XXL string
+	// VAE is a standalone VAE (--vae).
+	VAE string
+}
+
+// component is one entry of the component table: an sd-cli model flag, the
+// prefix sd-cli's loader gives the file's tensor names, and the internal
+// prefixes of the part it provides (which it replaces in the -m file).
+type component struct {
+	flag   string
+	prefix string
+	parts  []string
+	path   func(*Components) string
+	// keep lists name prefixes that already name this part, which get no
+	// load prefix (a whole checkpoint given as --vae keeps first_stage_model.).
+	keep []string
+}
+
+// componentTable is sd-cli's model flags in its load order.
+var componentTable = []component{
+	{flag: "model", path: func(c *Components) string { return c.Model }},
+	{flag: "diffusion-model", prefix: "model.diffusion_model.", parts: []string{"model.diffusion_model."},
+		keep: []string{"model.diffusion_model.", "diffusion_model."}, path: func(c *Components) string { return c.DiffusionModel }},
+	{flag: "clip_l", prefix: "clip_l.", parts: []string{"cond_stage_model.transformer.", "cond_stage_model.model.", "text_encoders.clip_l."},
+		path: func(c *Components) string { return c.CLIPL }},
+	{flag: "clip_g", prefix: "clip_g.", parts: []string{"cond_stage_model.1.", "text_encoders.clip_g."},
+		path: func(c *Components) string { return c.CLIPG }},
+	{flag: "t5xxl", prefix: "text_encoders.t5xxl.transformer.", parts: []string{"text_encoders.t5xxl."},
+		path: func(c *Components) string { return c.T5XXL }},
+	{flag: "vae", prefix: "vae.", parts: []string{"first_stage_model."},
+		keep: []string{"first_stage_model.", "vae."}, path: func(c *Components) string { return c.VAE }},
+}
+
+// Files lists the components that are set, as "flag=path".
+func (c Components) Files() []string {
+	var out []string
+	for _, ct := range componentTable {
+		if p := ct.path(&c); p != "" {
+			out = append(out, ct.flag+"="+p)
+		}
+	}
+	return out
+}
+
+// Main returns the file that names the model: -m, else --diffusion-model, else the first component set.
+func (c Components) Main() string {
+	for _, ct := range componentTable[:2] {
+		if p := ct.path(&c); p != "" {
+			return p
+		}
+	}
+	for _, ct := range componentTable {
+		if p := ct.path(&c); p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
+// WithDefaults returns c with every unset component taken from d (a
+// reference model defaults to the tested model's other files).
+func (c Components) WithDefaults(d Components) Components {
+	pick := func(a, b string) string {
+		if a != "" {
+			return a
+		}
+		return b
+	}
+	return Components{
+		Model: pick(c.Model, d.Model), DiffusionModel: pick(c.DiffusionModel, d.DiffusionModel),
+		CLIPL: pick(c.CLIPL, d.CLIPL), CLIPG: pick(c.CLIPG, d.CLIPG), T5XXL: pick(c.T5XXL, d.T5XXL), VAE: pick(c.VAE, d.VAE),
+	}
+}
+
+// loadName gives a component file's tensor name its load prefix, as sd-cli does.
+func (ct *component) loadName(name string) string {
+	if ct.prefix == "" || strings.HasPrefix(name, ct.prefix) {
+		return name
+	}
+	for _, k := range ct.keep {
+		if strings.HasPrefix(name, k) {
+			return name
+		}
+	}
+	return ct.prefix + name
+}
+
+// provides reports whether an internal name belongs to the part ct provides.
+func (ct *component) provides(name string) bool {
+	for _, p := range ct.parts {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// vaePrefix gives a standalone VAE file's names the load prefix (--vae).
+func vaePrefix(name string) string { return componentTable[len(componentTable)-1].loadName(name) }
+
+// openSource is one opened component file.
+type openSource struct {
+	comp *component
+	m    formats.Model
+	dq   *tensor.View
+}
+
+// componentVersion names the version that converts the names of a model
+// sd.cpp cannot place: its detection looks for the text encoders of a UNet
+// model under their checkpoint prefixes, so a UNet given as
+// --diffusion-model with --clip_l (and --clip_g) files is of no version
+// there (sd-cli refuses it). A UNet whose class embedding (label_emb, or
+// diffusers' add_embedding) is present is SDXL, another UNet SD 1.x (whose
+// names SD 2.x shares); anything else stays Unknown.
+func componentVersion(tensors []formats.Tensor) names.Version {
+	unet, xl := false, false
+	for _, t := range tensors {
+		rest, ok := strings.CutPrefix(t.Name, "model.diffusion_model.")
+		if !ok {
+			continue
+		}
+		unet = unet || strings.HasPrefix(rest, "input_blocks.") || strings.HasPrefix(rest, "down_blocks.")
+		xl = xl || strings.HasPrefix(rest, "label_emb.") || strings.HasPrefix(rest, "add_embedding.")
+	}
+	switch {
+	case unet && xl:
+		return names.SDXL
+	case unet:
+		return names.SD1
+	}
+	return names.Unknown
+}
+
+// convertPrefixes rename a name's prefix after version detection and before
+// names.Convert, where sd.cpp's own mapping loses a part: its diffusers
+// loader names text_encoder_2 "te.1.", which sd.cpp's "te." rule turns into
+// cond_stage_model.transformer.1. (so sd-cli reads no second SDXL encoder
+// from a diffusers folder); "te2." names it as the conditioner reads it.
+var convertPrefixes = []struct{ from, to string }{{"te.1.", "te2."}}
+
+func convertName(load string, v names.Version) string {
+	for _, r := range convertPrefixes {
+		if rest, ok := strings.CutPrefix(load, r.from); ok {
+			load = r.to + rest
+			break
+		}
+	}
+	return names.Convert(load, v)
+}
+
+// layoutRule rewrites a weight's storage layout at load: a tensor whose
+// internal name ends with suffix and whose name in the file does not end with
+// fileSuffix is stored transposed.
+type layoutRule struct {
+	suffix     string
+	fileSuffix string
+}
+
+// layoutRules: OpenCLIP's text_projection is a [width, embed] parameter used
+// as x @ P (sgm's FrozenOpenCLIPEmbedder2), Hugging Face's a Linear weight
+// [embed, width] (W x); both load as the Linear form. stable-diffusion.cpp
+// multiplies by the stored matrix either way, so its pooled SDXL embedding
+// from a single-file (LDM) checkpoint uses the transpose;
+// LoadOptions.StoredLayout reproduces that.
+var layoutRules = []layoutRule{{suffix: "text_model.text_projection", fileSuffix: ".weight"}}
+
+// transposedAtLoad reports whether the weight internal (file name file) is held transposed.
+func transposedAtLoad(internal, file string) bool {
+	for _, r := range layoutRules {
+		if strings.HasSuffix(internal, r.suffix) && !strings.HasSuffix(file, r.fileSuffix) {
+			return true
+		}
+	}
+	return false
+}
 
 // weightSpec is one weight as inference holds it.
 type weightSpec struct {
-	// Name is the LDM name the graphs look up.
+	// Name is the internal name the graphs look up.
 	Name string
 	// Type is the type held in ggml.
 	Type formats.DType
-	// Shape is the logical shape in PyTorch order.
+	// Shape is the logical shape in PyTorch order (after any layout rule).
 	Shape []int64
-	src   *tensor.Source
-	model formats.Model
+	// Component is the sd-cli flag of the file it came from ("model", "clip_g", ...).
+	Component string
+	// transpose holds a 2-D tensor transposed (layoutRules).
+	transpose bool
+	src       *tensor.Source
+	model     formats.Model
 }
 
-// vaePrefix gives a standalone VAE file's names the first_stage_model.
-// prefix (sd-cli's --vae adds "vae.", which names.Convert maps the same way).
-func vaePrefix(name string) string {
-	if strings.HasPrefix(name, "first_stage_model.") || strings.HasPrefix(name, "vae.") {
-		return name
-	}
-	return "vae." + name
-}
-
-// selectWeights lists the weights of m that the graphs use, renamed and
-// typed as described above. rename, when not nil, runs before names.Convert
-// (a standalone VAE file gets its prefix there).
+// selectWeights lists the weights of one model file that the graphs use,
+// renamed and typed as described above. rename, when not nil, runs before
+// names.Convert (a standalone VAE file gets its prefix there).
 func selectWeights(m formats.Model, rename func(string) string) ([]weightSpec, error) {
+	ct := component{flag: "model"}
+	src, err := newSource(&ct, m)
+	if err != nil {
+		return nil, err
+	}
+	return selectFrom([]*openSource{src}, rename, false)
+}
+
+func newSource(ct *component, m formats.Model) (*openSource, error) {
 	for _, t := range m.Tensors() {
 		if t.Type.Info().Newer {
 			return nil, fmt.Errorf("%s: tensor %q: %w: %s (ggml id %d) cannot be computed by this build's ggml; requantize it with `sdtool quantize` to a type such as q4_K or q8_0",
@@ -70,41 +263,79 @@ func selectWeights(m formats.Model, rename func(string) string) ([]weightSpec, e
 	if err != nil {
 		return nil, err
 	}
-	renamed := make([]string, len(dq.Sources))
-	tensors := m.Tensors()
-	if rename != nil {
-		tensors = make([]formats.Tensor, len(dq.Sources))
-		for i, s := range dq.Sources {
-			renamed[i] = rename(s.Name)
-			tensors[i] = s.Tensor
-			tensors[i].Name = renamed[i]
-		}
-	} else {
-		for i, s := range dq.Sources {
-			renamed[i] = s.Name
+	return &openSource{comp: ct, m: m, dq: dq}, nil
+}
+
+// selectFrom renames the tensors of every source together (one detected
+// version, as sd-cli's loader converts them), drops the parts of the -m file
+// that a standalone component replaces and anything outside a component's
+// part, and types what is left. override, when not nil, replaces the load
+// prefixes (tests); stored skips the layout table.
+func selectFrom(srcs []*openSource, override func(string) string, stored bool) ([]weightSpec, error) {
+	type named struct {
+		src  *openSource
+		s    *tensor.Source
+		load string
+	}
+	var all []named
+	var tensors []formats.Tensor
+	for _, src := range srcs {
+		for _, s := range src.dq.Sources {
+			load := src.comp.loadName(s.Name)
+			if override != nil {
+				load = override(s.Name)
+			}
+			all = append(all, named{src, s, load})
+			t := s.Tensor
+			t.Name = load
+			tensors = append(tensors, t)
 		}
 	}
 	v := names.DetectVersion(tensors)
+	if v == names.Unknown {
+		v = componentVersion(tensors)
+	}
+	replaced := func(name string, from *openSource) bool {
+		for _, o := range srcs {
+			if o != from && o.comp.flag != "model" && o.comp.provides(name) {
+				return true
+			}
+		}
+		return false
+	}
 	var out []weightSpec
 	seen := map[string]string{}
-	for i, s := range dq.Sources {
-		name := names.Convert(renamed[i], v)
+	for _, n := range all {
+		name := convertName(n.load, v)
 		if !used(name) {
 			continue
 		}
-		if prev, ok := seen[name]; ok {
-			return nil, fmt.Errorf("%s: tensors %q and %q both load as %q", m.Path(), prev, s.Name, name)
+		if n.src.comp.flag != "model" && len(n.src.comp.parts) > 0 && !n.src.comp.provides(name) {
+			continue // a whole checkpoint given as one component: only that part is read
 		}
-		seen[name] = s.Name
-		if !s.Float() && !isInt(s.Tensor.Type) && s.Module == nil {
-			// Booleans and unsigned bytes are never SD weights; a graph that
+		if n.src.comp.flag == "model" && replaced(name, n.src) {
+			continue
+		}
+		if prev, ok := seen[name]; ok {
+			return nil, fmt.Errorf("%s: tensors %q and %q both load as %q", n.src.m.Path(), prev, n.s.Name, name)
+		}
+		seen[name] = n.s.Name
+		if !n.s.Float() && !isInt(n.s.Tensor.Type) && n.s.Module == nil {
+			// Booleans and unsigned bytes are never weights; a graph that
 			// needed one would report it missing.
 			continue
 		}
-		ws := weightSpec{Name: name, Shape: s.Shape(), src: s, model: m}
-		ws.Type, err = heldType(name, s)
-		if err != nil {
+		ws := weightSpec{Name: name, Shape: n.s.Shape(), Component: n.src.comp.flag, src: n.s, model: n.src.m}
+		if !stored && transposedAtLoad(name, n.s.Name) && len(ws.Shape) == 2 {
+			ws.transpose = true
+			ws.Shape = []int64{ws.Shape[1], ws.Shape[0]}
+		}
+		var err error
+		if ws.Type, err = heldType(name, n.s); err != nil {
 			return nil, err
+		}
+		if ws.transpose && ws.Type.Info().BlockSize != 1 {
+			ws.Type = formats.F32
 		}
 		out = append(out, ws)
 	}
@@ -161,31 +392,90 @@ func heldType(name string, s *tensor.Source) (formats.DType, error) {
 	return formats.F32, nil
 }
 
-// read returns the weight's data in its held type, in storage order.
-func (w *weightSpec) read(scratch *tensor.Scratch) ([]byte, error) {
+// loadChunk bounds the bytes (or elements) one step of streaming a weight into ggml holds in Go memory.
+const loadChunk = 8 << 20
+
+// stream writes the weight's data in its held type, in storage order, to
+// put(data, offset) piece by piece, so that no tensor is ever held whole in
+// Go memory (except transposed ones, which are small).
+func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
 	s := w.src
-	if s.Module == nil && s.Tensor.Type == w.Type {
-		return formats.ReadTensor(w.model, &s.Tensor)
+	t := &s.Tensor
+	if s.Module == nil && t.Type == w.Type && !w.transpose {
+		for off := int64(0); off < t.Size; off += loadChunk {
+			buf := scratch.Bytes(0, int(min(loadChunk, t.Size-off)))
+			if err := formats.ReadFull(w.model, t, buf, off); err != nil {
+				return err
+			}
+			if err := put(buf, off); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	n := s.Elements()
 	if w.Type == formats.I32 {
-		return w.readInts()
-	}
-	f := scratch.Float32s(0, int(n))
-	if err := s.Read(f, 0, scratch); err != nil {
-		return nil, err
+		data, err := w.readInts()
+		if err != nil {
+			return err
+		}
+		return put(data, 0)
 	}
 	enc, err := quant.Encoder(w.Type)
 	if err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Name, err)
+		return fmt.Errorf("%s: tensor %q: %w", t.File, s.Name, err)
 	}
-	size, err := w.Type.Bytes([]int64{n})
+	if w.Type.Info().BlockSize != 1 {
+		return fmt.Errorf("%s: tensor %q: cannot convert to %s at load", t.File, s.Name, w.Type)
+	}
+	esize := int64(w.Type.Info().BlockBytes)
+	n := s.Elements()
+	if w.transpose {
+		f := make([]float32, n)
+		if err := s.Read(f, 0, scratch); err != nil {
+			return err
+		}
+		rows, cols := w.Shape[1], w.Shape[0] // stored [rows, cols], held [cols, rows]
+		tr := make([]float32, n)
+		for r := int64(0); r < rows; r++ {
+			for c := int64(0); c < cols; c++ {
+				tr[c*rows+r] = f[r*cols+c]
+			}
+		}
+		out := make([]byte, n*esize)
+		enc.Quantize(out, tr, nil)
+		return put(out, 0)
+	}
+	step := int64(loadChunk / 4)
+	for first := int64(0); first < n; first += step {
+		k := min(step, n-first)
+		f := scratch.Float32s(0, int(k))
+		if err := s.Read(f, first, scratch); err != nil {
+			return err
+		}
+		out := scratch.Bytes(1, int(k*esize))
+		enc.Quantize(out, f, nil)
+		if err := put(out, first*esize); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// read returns the weight's whole data in its held type (tests).
+func (w *weightSpec) read(scratch *tensor.Scratch) ([]byte, error) {
+	size, err := w.Type.Bytes(w.Shape)
 	if err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Name, err)
+		return nil, err
 	}
 	out := make([]byte, size)
-	enc.Quantize(out, f, nil)
-	return out, nil
+	err = w.stream(scratch, func(data []byte, off int64) error {
+		if off+int64(len(data)) > size {
+			return fmt.Errorf("tensor %q: %d bytes at %d past %d", w.Name, len(data), off, size)
+		}
+		copy(out[off:], data)
+		return nil
+	})
+	return out, err
 }
 
 // readInts narrows integer tensors to I32 with a truncating cast, as sd.cpp does for I64.

@@ -42,7 +42,9 @@ func ggmlDims(shape []int64) []int64 {
 	return ne
 }
 
-// loadWeights creates ggml tensors for specs on the backend and fills them.
+// loadWeights creates ggml tensors for specs on the backend and streams
+// their data in: one backend buffer holds the weights, and Go memory holds
+// only one chunk of one tensor at a time.
 func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSet, error) {
 	ctx, err := native.NewContext(len(specs)+1, 0)
 	if err != nil {
@@ -53,12 +55,12 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 		s := &specs[i]
 		if len(s.Shape) > 4 {
 			ctx.Free()
-			return nil, fmt.Errorf("%s: tensor %q: %d dims (ggml holds at most 4)", path, s.Name, len(s.Shape))
+			return nil, fmt.Errorf("%s: tensor %q: %d dims (ggml holds at most 4)", s.model.Path(), s.src.Name, len(s.Shape))
 		}
 		t, err := ctx.NewTensor(s.Type, ggmlDims(s.Shape)...)
 		if err != nil {
 			ctx.Free()
-			return nil, fmt.Errorf("%s: tensor %q: %w", path, s.Name, err)
+			return nil, fmt.Errorf("%s: tensor %q: %w", s.model.Path(), s.src.Name, err)
 		}
 		t.SetName(s.Name)
 		ws.byName[s.Name] = t
@@ -71,14 +73,16 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 	scratch := &tensor.Scratch{}
 	for i := range specs {
 		s := &specs[i]
-		data, err := s.read(scratch)
+		t := ws.byName[s.Name]
+		err := s.stream(scratch, func(data []byte, off int64) error {
+			if err := t.SetDataAt(data, off); err != nil {
+				return fmt.Errorf("%s: tensor %q: %w", s.model.Path(), s.src.Name, err)
+			}
+			return nil
+		})
 		if err != nil {
 			ws.free()
 			return nil, err
-		}
-		if err := ws.byName[s.Name].SetData(data); err != nil {
-			ws.free()
-			return nil, fmt.Errorf("%s: tensor %q: %w", path, s.Name, err)
 		}
 	}
 	return ws, nil

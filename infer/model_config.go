@@ -48,14 +48,17 @@ type UNetConfig struct {
 	TransformerDepth []int
 	// MiddleDepth is the middle block's transformer depth.
 	MiddleDepth int
-	// ContextDim is the cross-attention context width (SD1: 768, SD2: 1024).
+	// ContextDim is the cross-attention context width (SD1: 768, SD2: 1024, SDXL: 2048).
 	ContextDim int
 	// NumHeads is the head count at every level; 0 when HeadDim applies.
 	NumHeads int
 	// HeadDim is the head width when NumHeads is 0.
 	HeadDim int
-	// LinearProj reports linear proj_in/proj_out (SD 2.x) instead of 1x1 convs.
+	// LinearProj reports linear proj_in/proj_out (SD 2.x, SDXL) instead of 1x1 convs.
 	LinearProj bool
+	// ADMChannels is the width of the class-embedding input (SDXL's 2816
+	// conditioning vector, label_emb), 0 when there is none.
+	ADMChannels int
 }
 
 // heads returns the head count of a transformer at width ch.
@@ -68,6 +71,10 @@ func (c *UNetConfig) heads(ch int) int {
 
 // CLIPConfig is a CLIP text encoder's configuration.
 type CLIPConfig struct {
+	// Component is the sd-cli flag of its standalone file ("clip_l", "clip_g").
+	Component string
+	// Prefix is where its weights live among the internal names.
+	Prefix string
 	// Hidden, FF, Layers, Vocab and Positions are the transformer's sizes.
 	Hidden, FF, Layers, Vocab, Positions int
 	// Heads is the attention head count.
@@ -76,15 +83,19 @@ type CLIPConfig struct {
 	QuickGELU bool
 	// Skip is 1 for the last layer's output, 2 for the penultimate.
 	Skip int
+	// FinalNorm applies the final layer norm to the selected layer's output.
+	FinalNorm bool
 	// FusedQKV reports OpenCLIP's in_proj (one [3h, h] weight) instead of q/k/v projections.
 	FusedQKV bool
-	// PadID is the token that pads prompts (EOS for CLIP-L, 0 for OpenCLIP).
+	// PadID is the token that pads prompts (EOS for CLIP-L, 0 for OpenCLIP in SD 2.x).
 	PadID int
+	// Projection is the width of text_projection's output (0: no projection, the pooled output is the hidden state).
+	Projection int
 }
 
 // VAEConfig is an LDM AutoencoderKL decoder's configuration.
 type VAEConfig struct {
-	// ZChannels is the latent width (4).
+	// ZChannels is the latent width (4 for SD, 16 for Flux).
 	ZChannels int
 	// Levels is the number of resolution levels (SD: 4, so 8x downsampling).
 	Levels int
@@ -92,31 +103,44 @@ type VAEConfig struct {
 	BlocksPerLevel int
 	// HasEncoder reports encoder weights (for img2img).
 	HasEncoder bool
-	// ScaleFactor divides latents before decoding (SD: 0.18215).
-	ScaleFactor float32
+	// QuantConv reports quant_conv/post_quant_conv (absent in Flux's VAE).
+	QuantConv bool
+	// ScaleFactor and ShiftFactor map VAE latents to diffusion latents:
+	// z = (z_vae - ShiftFactor) * ScaleFactor (SD: 0.18215 and 0).
+	ScaleFactor, ShiftFactor float32
+	// ConvScale, when not 0, scales each convolution's input by it and the
+	// output back (sd-cli's guard against f16 overflow in SDXL's own VAE).
+	ConvScale float32
 }
 
-// ModelConfig is the configuration of a whole SD 1.x/2.x model.
+// ModelConfig is the configuration of a whole model.
 type ModelConfig struct {
-	// Version is "sd1" or "sd2".
-	Version string
-	// UNet, CLIP and VAE describe the parts.
-	UNet UNetConfig
-	CLIP CLIPConfig
-	VAE  VAEConfig
+	// Family is the detected family's name ("sd1", "sd2", "sdxl"; see Families).
+	Family string
+	// UNet is the diffusion UNet of the UNet families (nil otherwise).
+	UNet *UNetConfig
+	// Text are the CLIP text encoders, in the family's Encoders order.
+	Text []CLIPConfig
+	// VAE describes the autoencoder.
+	VAE VAEConfig
 	// Prediction is the prediction type from metadata; PredictionKnown is
-	// false when neither metadata nor the caller set it.
+	// false when neither metadata nor the caller set it and the family
+	// probes the network.
 	Prediction      Prediction
 	PredictionKnown bool
 	// DefaultWidth, DefaultHeight and DefaultSteps come from the metadata (0 when absent).
 	DefaultWidth, DefaultHeight, DefaultSteps int
 }
 
-const (
-	unetPrefix = "model.diffusion_model."
-	vaePfx     = "first_stage_model."
-	clipPrefix = "cond_stage_model.transformer.text_model."
-)
+// TextEncoder returns the configuration of the CLIP encoder of a component ("clip_l", "clip_g").
+func (c *ModelConfig) TextEncoder(component string) (*CLIPConfig, bool) {
+	for i := range c.Text {
+		if c.Text[i].Component == component {
+			return &c.Text[i], true
+		}
+	}
+	return nil, false
+}
 
 // shapes maps weight names to PyTorch shapes.
 type shapes map[string][]int64
@@ -173,24 +197,62 @@ func metaInt(md formats.Metadata, key string) (int, bool, error) {
 	return int(v), true, nil
 }
 
-// DetectConfig works out an SD 1.x/2.x model's configuration from its
-// weights' shapes and the metadata overrides.
+// encoderKinds detect a text encoder's configuration by its kind (TextEncoder.Kind).
+var encoderKinds = map[string]func(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig) error{
+	"clip": detectCLIP,
+}
+
+// networkDetectors detect a network's configuration by its kind (Family.Network).
+var networkDetectors = map[string]func(s shapes, md formats.Metadata, cfg *ModelConfig) error{
+	"unet": func(s shapes, md formats.Metadata, cfg *ModelConfig) error {
+		cfg.UNet = &UNetConfig{}
+		return detectUNet(s, md, cfg.UNet)
+	},
+}
+
+// DetectConfig works out a model's family and configuration from its
+// weights' shapes (internal names) and the metadata overrides.
 func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, error) {
 	s := shapes(sh)
-	cfg := &ModelConfig{Version: "sd1"}
-	if err := detectUNet(s, md, &cfg.UNet); err != nil {
-		return nil, fmt.Errorf("UNet: %w", err)
+	fam, err := DetectFamily(sh)
+	if err != nil {
+		return nil, err
 	}
-	// SD 2.x: OpenCLIP-H's 1024-wide context, or linear transformer projections.
-	if cfg.UNet.ContextDim == 1024 || cfg.UNet.LinearProj {
-		cfg.Version = "sd2"
+	cfg := &ModelConfig{Family: fam.Name}
+	det, ok := networkDetectors[fam.Network]
+	if !ok {
+		return nil, fmt.Errorf("%s: no network %q in this build", fam.Title, fam.Network)
 	}
-	if err := detectCLIP(s, md, cfg); err != nil {
-		return nil, fmt.Errorf("text encoder: %w", err)
+	if err := det(s, md, cfg); err != nil {
+		return nil, fmt.Errorf("%s diffusion model: %w", fam.Title, err)
+	}
+	for i := range fam.Encoders {
+		e := &fam.Encoders[i]
+		det, ok := encoderKinds[e.Kind]
+		if !ok {
+			return nil, fmt.Errorf("%s: no text encoder kind %q in this build", fam.Title, e.Kind)
+		}
+		if err := det(s, md, e, cfg); err != nil {
+			return nil, fmt.Errorf("%s text encoder (%s): %w", fam.Title, e.Component, err)
+		}
+	}
+	if u := cfg.UNet; u != nil {
+		ctx := 0
+		for i, e := range fam.Encoders {
+			if e.Hidden {
+				ctx += cfg.Text[i].Hidden
+			}
+		}
+		if ctx != u.ContextDim {
+			return nil, fmt.Errorf("%s: the text encoders' widths add up to %d, the UNet's context width is %d", fam.Title, ctx, u.ContextDim)
+		}
 	}
 	if err := detectVAE(s, &cfg.VAE); err != nil {
 		return nil, fmt.Errorf("VAE: %w", err)
 	}
+	cfg.VAE.ScaleFactor, cfg.VAE.ShiftFactor = fam.VAE.Scale, fam.VAE.Shift
+	cfg.Prediction = fam.Prediction
+	cfg.PredictionKnown = !fam.ProbePrediction
 	for _, key := range []string{MetaPrediction, MetaModelSpecPrediction} {
 		if v, ok := md.String(key); ok {
 			p, err := ParsePrediction(v)
@@ -210,9 +272,6 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 			return nil, err
 		}
 		*d.dst = v
-	}
-	if !cfg.PredictionKnown && cfg.Version == "sd1" {
-		cfg.PredictionKnown = true // SD 1.x is always eps
 	}
 	return cfg, nil
 }
@@ -277,6 +336,11 @@ func detectUNet(s shapes, md formats.Metadata, c *UNetConfig) error {
 		return fmt.Errorf("the last level has %d residual blocks, the others %d", res, c.NumResBlocks)
 	}
 	c.ChannelMult, c.TransformerDepth = mult, depth
+	if s.has(p + "label_emb.0.0.weight") {
+		if c.ADMChannels, err = s.dim(p+"label_emb.0.0.weight", 1); err != nil {
+			return err
+		}
+	}
 	c.MiddleDepth = countBlocks(s, p+"middle_block.1.transformer_blocks.")
 	// Context width and projection kind from the first transformer.
 	for _, pre := range []string{p + "middle_block.1."} {
@@ -345,9 +409,20 @@ func countBlocks(s shapes, prefix string) int {
 	return n
 }
 
-func detectCLIP(s shapes, md formats.Metadata, cfg *ModelConfig) error {
-	c := &cfg.CLIP
-	p := clipPrefix
+// encoderMetaKey returns the metadata key of a text-encoder override: the
+// sdtool.clip.* keys for CLIP-L (the only encoder of SD 1.x/2.x) and
+// sdtool.<component>.* for the others ("sdtool.clip_g.num_heads").
+func encoderMetaKey(component, key string) string {
+	if component == "clip_l" {
+		return key
+	}
+	return "sdtool." + component + strings.TrimPrefix(key, "sdtool.clip")
+}
+
+// detectCLIP reads a CLIP text encoder's configuration under e.Prefix and appends it to cfg.Text.
+func detectCLIP(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig) error {
+	c := CLIPConfig{Component: e.Component, Prefix: e.Prefix, FinalNorm: e.FinalNorm}
+	p := e.Prefix
 	var err error
 	if c.Vocab, err = s.dim(p+"embeddings.token_embedding.weight", 0); err != nil {
 		return err
@@ -368,9 +443,8 @@ func detectCLIP(s shapes, md formats.Metadata, cfg *ModelConfig) error {
 		return err
 	}
 	c.FusedQKV = s.has(p + "encoder.layers.0.self_attn.in_proj.weight")
-	sd2 := cfg.Version == "sd2"
 	c.Heads = max(c.Hidden/64, 1)
-	if h, ok, err := metaInt(md, MetaCLIPHeads); err != nil {
+	if h, ok, err := metaInt(md, encoderMetaKey(e.Component, MetaCLIPHeads)); err != nil {
 		return err
 	} else if ok {
 		c.Heads = h
@@ -378,8 +452,8 @@ func detectCLIP(s shapes, md formats.Metadata, cfg *ModelConfig) error {
 	if c.Hidden%c.Heads != 0 {
 		return fmt.Errorf("%d channels do not split into %d heads", c.Hidden, c.Heads)
 	}
-	c.QuickGELU = !sd2
-	if a, ok := md.String(MetaCLIPAct); ok {
+	c.QuickGELU = !e.GELU
+	if a, ok := md.String(encoderMetaKey(e.Component, MetaCLIPAct)); ok {
 		switch a {
 		case "quick_gelu":
 			c.QuickGELU = true
@@ -389,29 +463,35 @@ func detectCLIP(s shapes, md formats.Metadata, cfg *ModelConfig) error {
 			return fmt.Errorf("metadata %s = %q (want quick_gelu or gelu)", MetaCLIPAct, a)
 		}
 	}
-	c.Skip = 1
-	c.PadID = -1 // EOS
-	if sd2 {
-		c.Skip, c.PadID = 2, 0
+	c.Skip = e.Skip
+	c.PadID = 0
+	if e.PadEOS {
+		c.PadID = -1 // EOS
 	}
-	if k, ok, err := metaInt(md, MetaCLIPSkip); err != nil {
+	if k, ok, err := metaInt(md, encoderMetaKey(e.Component, MetaCLIPSkip)); err != nil {
 		return err
 	} else if ok {
 		c.Skip = k
 	}
-	if c.Skip > c.Layers {
+	if c.Skip < 1 || c.Skip > c.Layers {
 		return fmt.Errorf("clip skip %d with %d layers", c.Skip, c.Layers)
 	}
-	if cfg.UNet.ContextDim != c.Hidden {
-		return fmt.Errorf("width %d does not match the UNet's context width %d", c.Hidden, cfg.UNet.ContextDim)
+	if e.Pooled {
+		if sh, ok := s[p+"text_projection"]; ok {
+			if len(sh) != 2 || sh[1] != int64(c.Hidden) {
+				return fmt.Errorf("text_projection has shape %v, want [out, %d]", sh, c.Hidden)
+			}
+			c.Projection = int(sh[0])
+		}
 	}
+	cfg.Text = append(cfg.Text, c)
 	return nil
 }
 
 func detectVAE(s shapes, c *VAEConfig) error {
 	p := vaePfx
 	var err error
-	if c.ZChannels, err = s.dim(p+"post_quant_conv.weight", 0); err != nil {
+	if c.ZChannels, err = s.dim(p+"decoder.conv_in.weight", 1); err != nil {
 		return err
 	}
 	for s.has(fmt.Sprintf("%sdecoder.up.%d.block.0.conv1.weight", p, c.Levels)) {
@@ -424,6 +504,6 @@ func detectVAE(s shapes, c *VAEConfig) error {
 		c.BlocksPerLevel++
 	}
 	c.HasEncoder = s.has(p + "encoder.conv_in.weight")
-	c.ScaleFactor = 0.18215
+	c.QuantConv = s.has(p + "post_quant_conv.weight")
 	return nil
 }

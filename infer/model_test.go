@@ -24,7 +24,7 @@ import (
 
 func loadTiny(t *testing.T, path string) *Model {
 	t.Helper()
-	m, err := Load(path, LoadOptions{Threads: 1})
+	m, err := Load(Components{Model: path}, LoadOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestDetectConfigTiny(t *testing.T) {
 		!slices.Equal(u.TransformerDepth, []int{1, 1, 1, 0}) || u.MiddleDepth != 1 || u.ContextDim != 64 || u.NumHeads != 8 || u.LinearProj {
 		t.Errorf("UNet config %+v", u)
 	}
-	if c := cfg.CLIP; c.Hidden != 64 || c.Layers != 2 || c.Heads != 2 || c.FF != 256 || !c.QuickGELU || c.Skip != 1 {
+	if c := cfg.Text[0]; c.Hidden != 64 || c.Layers != 2 || c.Heads != 2 || c.FF != 256 || !c.QuickGELU || c.Skip != 1 {
 		t.Errorf("CLIP config %+v", c)
 	}
 	if v := cfg.VAE; v.Levels != 4 || v.BlocksPerLevel != 3 || !v.HasEncoder {
@@ -234,8 +234,8 @@ func TestTinySD2Layout(t *testing.T) {
 	}
 	m := loadTiny(t, path)
 	cfg := m.Config
-	if cfg.Version != "sd2" || !cfg.UNet.LinearProj || !cfg.CLIP.FusedQKV || cfg.CLIP.Skip != 2 || cfg.CLIP.QuickGELU || cfg.CLIP.PadID != 0 {
-		t.Errorf("config %+v / %+v", cfg.UNet, cfg.CLIP)
+	if cfg.Family != "sd2" || !cfg.UNet.LinearProj || !cfg.Text[0].FusedQKV || cfg.Text[0].Skip != 2 || cfg.Text[0].QuickGELU || cfg.Text[0].PadID != 0 {
+		t.Errorf("config %+v / %+v", cfg.UNet, cfg.Text[0])
 	}
 	if !cfg.PredictionKnown {
 		t.Error("prediction not probed")
@@ -252,7 +252,7 @@ func TestTinySD2Layout(t *testing.T) {
 	if !slices.Equal(a.Latent, b.Latent) {
 		t.Error("SD2 layout is not deterministic")
 	}
-	v, err := Load(path, LoadOptions{Threads: 1, Prediction: "v"})
+	v, err := Load(Components{Model: path}, LoadOptions{Threads: 1, Prediction: "v"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,8 +284,8 @@ func TestDetectConfigFullSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, c := cfg.UNet, cfg.CLIP
-	if cfg.Version != "sd1" || u.ModelChannels != 320 || !slices.Equal(u.ChannelMult, []int{1, 2, 4, 4}) || u.NumHeads != 8 ||
+	u, c := cfg.UNet, cfg.Text[0]
+	if cfg.Family != "sd1" || u.ModelChannels != 320 || !slices.Equal(u.ChannelMult, []int{1, 2, 4, 4}) || u.NumHeads != 8 ||
 		u.ContextDim != 768 || c.Layers != 12 || c.Heads != 12 || c.Vocab != 49408 || !c.QuickGELU || c.Skip != 1 ||
 		cfg.Prediction != EpsPrediction || !cfg.PredictionKnown {
 		t.Errorf("SD 1.5: %+v %+v %+v", cfg, u, c)
@@ -308,8 +308,8 @@ func TestDetectConfigFullSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, c = cfg.UNet, cfg.CLIP
-	if cfg.Version != "sd2" || u.HeadDim != 64 || u.heads(320) != 5 || u.heads(1280) != 20 || !u.LinearProj ||
+	u, c = cfg.UNet, cfg.Text[0]
+	if cfg.Family != "sd2" || u.HeadDim != 64 || u.heads(320) != 5 || u.heads(1280) != 20 || !u.LinearProj ||
 		c.Heads != 16 || !c.FusedQKV || c.QuickGELU || c.Skip != 2 || c.PadID != 0 || cfg.PredictionKnown {
 		t.Errorf("SD 2.x: %+v %+v %+v", cfg, u, c)
 	}
@@ -318,7 +318,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 // --vae with a file holding the same VAE gives the same image; one without a VAE is refused.
 func TestSeparateVAE(t *testing.T) {
 	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
-	v, err := Load("../testdata/tiny-sd1.gguf", LoadOptions{Threads: 1, VAE: "../testdata/tiny-sd1.gguf"})
+	v, err := Load(Components{Model: "../testdata/tiny-sd1.gguf", VAE: "../testdata/tiny-sd1.gguf"}, LoadOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestSeparateVAE(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(path, buf.Bytes(), 0o644)
-	if _, err := Load("../testdata/tiny-sd1.gguf", LoadOptions{Threads: 1, VAE: path}); err == nil || !strings.Contains(err.Error(), "no VAE tensors") {
+	if _, err := Load(Components{Model: "../testdata/tiny-sd1.gguf", VAE: path}, LoadOptions{Threads: 1}); err == nil || !strings.Contains(err.Error(), "no VAE tensors") {
 		t.Errorf("a --vae without VAE tensors: err = %v", err)
 	}
 }

@@ -11,15 +11,18 @@ var ErrNoCgo = errors.New("this sdtool was built without cgo, so it has no ggml 
 
 // LoadOptions are the settings of Load.
 type LoadOptions struct {
-	// VAE is a separate VAE file that replaces the checkpoint's ("" for none).
-	VAE string
 	// Tokenizer is a tokenizer.json or a folder with vocab.json and
-	// merges.txt; "" uses the merges embedded in the model's metadata.
+	// merges.txt; "" uses the merges embedded in a component's metadata.
 	Tokenizer string
 	// Threads is the ggml thread count (<= 0: all cores).
 	Threads int
-	// Prediction forces "eps" or "v"; "" takes metadata, then detection.
+	// Prediction forces "eps", "v" or "flow"; "" takes metadata, then the family's.
 	Prediction string
+	// StoredLayout uses every weight as stored, without the layout table
+	// (load.go): an OpenCLIP text_projection then multiplies untransposed,
+	// as stable-diffusion.cpp does, which reproduces sd-cli's SDXL images
+	// from single-file checkpoints (whose pooled embedding it transposes).
+	StoredLayout bool
 }
 
 // Request is one image to generate.
@@ -32,13 +35,15 @@ type Request struct {
 	Steps int
 	// CFGScale is the classifier-free guidance scale (1 skips the negative pass).
 	CFGScale float32
+	// Guidance is the distilled guidance of networks with a guidance embedding (Flux dev); 0 for none.
+	Guidance float32
 	// Seed seeds the noise generator.
 	Seed uint64
 	// RNG is "cuda" (sd.cpp's default) or "cpu".
 	RNG string
-	// Method is the sampler.
+	// Method is the sampler ("": the family's default).
 	Method Method
-	// Scheduler is the sigma schedule.
+	// Scheduler is the sigma schedule ("": the family's default).
 	Scheduler Scheduler
 	// Init is an init image [3, Height, Width] in [-1, 1] (CHWFromImage) for img2img, nil for txt2img.
 	Init []float32
@@ -60,6 +65,8 @@ func (r *Request) check() error {
 		return fmt.Errorf("steps %d must be in [1, 1000]", r.Steps)
 	case !(r.CFGScale >= 0 && r.CFGScale < 1000):
 		return fmt.Errorf("cfg scale %g must be in [0, 1000)", r.CFGScale)
+	case !(r.Guidance >= 0 && r.Guidance < 1000):
+		return fmt.Errorf("guidance %g must be in [0, 1000)", r.Guidance)
 	case r.Init != nil && !(r.Strength > 0 && r.Strength <= 1):
 		return fmt.Errorf("strength %g must be in (0, 1]", r.Strength)
 	}
@@ -75,7 +82,7 @@ func (r *Request) check() error {
 	return nil
 }
 
-// BlockOutput is one UNet block's output at the first sampling step.
+// BlockOutput is one network block's output at the first sampling step.
 type BlockOutput struct {
 	// Name is the block ("input_blocks.3", "middle_block", "output_blocks.11").
 	Name string

@@ -35,10 +35,13 @@ const (
 	DPMPP2M Method = "dpm++2m"
 )
 
-// ParseMethod checks a --sampling-method value; "" and "default" mean euler_a, as in sd-cli.
+// ParseMethod checks a --sampling-method value; "" and "default" return "" (the family's default, as in
+// sd-cli: euler_a for the UNet families).
 func ParseMethod(name string) (Method, error) {
 	switch name {
-	case "", "default", string(EulerAncestral):
+	case "", "default":
+		return "", nil
+	case string(EulerAncestral):
 		return EulerAncestral, nil
 	case string(Euler):
 		return Euler, nil
@@ -68,7 +71,16 @@ func (m Method) A1111Name() string {
 // generator, draw the starting noise from it (one FillNormal of the latent's size) and pass that same
 // generator here: sd-cli's sampler continues the generator that drew the starting latent (unless its
 // --sampler-rng names another kind). step may be nil. Sample allocates its buffers once, never per step.
+// It samples eps/v sigmas; SamplePrediction also takes flow sigmas.
 func Sample(method Method, denoise Denoiser, x, sigmas []float32, noise NoiseSource, step StepFunc) error {
+	return SamplePrediction(method, EpsPrediction, denoise, x, sigmas, noise, step)
+}
+
+// SamplePrediction is Sample for a parameterisation: with FlowPrediction, Euler ancestral takes sd.cpp's
+// rectified-flow ancestral step (FlowAncestralStep: the latent rescaled by alphaScale before the fresh
+// noise, since a flow latent mixes data and noise linearly); the other samplers are the same for every
+// parameterisation.
+func SamplePrediction(method Method, pred Prediction, denoise Denoiser, x, sigmas []float32, noise NoiseSource, step StepFunc) error {
 	if len(sigmas) < 2 {
 		return fmt.Errorf("sampling needs at least 2 sigmas, got %d", len(sigmas))
 	}
@@ -121,12 +133,16 @@ func Sample(method Method, denoise Denoiser, x, sigmas []float32, noise NoiseSou
 			if err != nil {
 				return err
 			}
-			down, up := AncestralStep(sigmas[i], sigmas[i+1])
-			eulerStep(x, den, sigmas[i], down)
-			if sigmas[i+1] > 0 {
-				noise.FillNormal(buf)
-				for j, n := range buf {
-					x[j] += float32(n * up)
+			if pred == FlowPrediction {
+				flowAncestral(x, den, buf, sigmas[i], sigmas[i+1], noise)
+			} else {
+				down, up := AncestralStep(sigmas[i], sigmas[i+1])
+				eulerStep(x, den, sigmas[i], down)
+				if sigmas[i+1] > 0 {
+					noise.FillNormal(buf)
+					for j, n := range buf {
+						x[j] += float32(n * up)
+					}
 				}
 			}
 			if err := report(i); err != nil {
@@ -174,6 +190,50 @@ func AncestralStep(sigma, next float32) (sigmaDown, sigmaUp float32) {
 	return down, up
 }
 
+// FlowAncestralStep is sd.cpp's ancestral step on rectified-flow sigmas with eta 1: the deterministic
+// part goes down to sigmaDown = next²/sigma, the latent is then scaled by alphaScale = (1-next)/(1-sigmaDown)
+// (so that its data share matches next again), and fresh noise of standard deviation sigmaUp =
+// next·sqrt(1 - (sigmaDown/next·alphaScale)²) is added.
+func FlowAncestralStep(sigma, next float32) (sigmaDown, sigmaUp, alphaScale float32) {
+	sigmaDown, alphaScale = next, 1
+	if sigma <= 0 || next <= 0 {
+		return sigmaDown, 0, alphaScale
+	}
+	ratio := next / sigma
+	sigmaDown = next * (1 + (ratio - 1))
+	sigmaDown = max(0, min(next, sigmaDown))
+	denom := 1 - sigmaDown
+	if denom <= 0 {
+		return next, 0, 1
+	}
+	alphaScale = (1 - next) / denom
+	term := max(-1, min(1, (sigmaDown/next)*alphaScale))
+	sigmaUp = next * float32(math.Sqrt(float64(max(1-float32(term*term), 0))))
+	return sigmaDown, sigmaUp, alphaScale
+}
+
+// flowAncestral is one Euler ancestral step on flow sigmas in sd.cpp's form: x = r·x + (1-r)·denoised with
+// r = sigmaDown/sigma, then, while noise remains, x = x·alphaScale + noise·sigmaUp; at next = 0 the
+// latent is the denoised estimate and no noise is drawn.
+func flowAncestral(x, den, buf []float32, sigma, next float32, noise NoiseSource) {
+	den = den[:len(x)]
+	if next == 0 {
+		copy(x, den)
+		return
+	}
+	down, up, alpha := FlowAncestralStep(sigma, next)
+	r := down / sigma
+	for j := range x {
+		x[j] = float32(r*x[j]) + float32((1-r)*den[j])
+	}
+	if up > 0 {
+		noise.FillNormal(buf)
+		for j, n := range buf {
+			x[j] = float32(x[j]*alpha) + float32(n*up)
+		}
+	}
+}
+
 // dpmpp2mStep is one DPM-Solver++(2M) step from sigmas[i] to sigmas[i+1] in k-diffusion's form (first
 // order on the first and last steps, second order from the previous denoised estimate otherwise).
 func dpmpp2mStep(x, den, old, sigmas []float32, i int) {
@@ -217,7 +277,9 @@ func NoiseLatent(dst, latent, noise []float32, sigma float32) {
 	}
 }
 
-// Prediction is what the UNet predicts: the noise (eps, SD 1.x and SD 2.x base) or v (SD 2.x 768-v).
+// Prediction is the network's parameterisation: what it predicts and how noise enters the latent. Eps
+// (SD 1.x, SD 2.x base, SDXL) and v (SD 2.x 768-v) are k-diffusion's CompVis denoisers; flow (Flux) is
+// rectified flow, where the network predicts the velocity and latents mix data and noise linearly.
 type Prediction int
 
 const (
@@ -225,31 +287,41 @@ const (
 	EpsPrediction Prediction = iota
 	// VPrediction: the model predicts v = alpha*eps - sigma_t*x0 (Salimans & Ho 2022).
 	VPrediction
+	// FlowPrediction: the model predicts the flow velocity (noise - x0); x_sigma = (1-sigma)*x0 + sigma*noise.
+	FlowPrediction
 )
 
-// ParsePrediction checks a --prediction value ("eps" or "v").
+// ParsePrediction checks a --prediction value ("eps", "v" or "flow").
 func ParsePrediction(name string) (Prediction, error) {
 	switch name {
 	case "eps", "epsilon":
 		return EpsPrediction, nil
 	case "v", "v_prediction":
 		return VPrediction, nil
+	case "flow":
+		return FlowPrediction, nil
 	}
-	return 0, fmt.Errorf("unknown prediction %q (want eps or v)", name)
+	return 0, fmt.Errorf("unknown prediction %q (want eps, v or flow)", name)
 }
 
-// String returns "eps" or "v".
+// String returns "eps", "v" or "flow".
 func (p Prediction) String() string {
-	if p == VPrediction {
+	switch p {
+	case VPrediction:
 		return "v"
+	case FlowPrediction:
+		return "flow"
 	}
 	return "eps"
 }
 
-// Scalings returns k-diffusion's CompVis scalings at sigma (sigma_data = 1): the model input is x*cIn and
-// denoised = x*cSkip + output*cOut. Eps: cSkip 1, cOut -sigma. V: cSkip 1/(sigma²+1),
-// cOut -sigma/sqrt(sigma²+1). Both: cIn 1/sqrt(sigma²+1).
+// Scalings returns the scalings at sigma: the model input is x*cIn and denoised = x*cSkip + output*cOut.
+// Eps (k-diffusion's CompVis, sigma_data = 1): cSkip 1, cOut -sigma, cIn 1/sqrt(sigma²+1). V: cSkip
+// 1/(sigma²+1), cOut -sigma/sqrt(sigma²+1), the same cIn. Flow: cSkip 1, cOut -sigma, cIn 1.
 func (p Prediction) Scalings(sigma float32) (cSkip, cOut, cIn float32) {
+	if p == FlowPrediction {
+		return 1, -sigma, 1
+	}
 	s2 := float32(sigma*sigma) + 1
 	root := float32(math.Sqrt(float64(s2)))
 	cIn = 1 / root
@@ -266,6 +338,32 @@ func (p Prediction) Denoised(dst, x, out []float32, sigma float32) {
 	x, out = x[:len(dst)], out[:len(dst)]
 	for j := range dst {
 		dst[j] = float32(x[j]*cSkip) + float32(out[j]*cOut)
+	}
+}
+
+// NoiseLatent writes the starting latent of sampling at sigma into dst: latent + noise*sigma for eps and
+// v (NoiseLatent), latent*(1-sigma) + noise*sigma for flow, as sd.cpp's noise scaling does. latent is nil
+// for txt2img; dst may alias noise or latent.
+func (p Prediction) NoiseLatent(dst, latent, noise []float32, sigma float32) {
+	if p != FlowPrediction || latent == nil {
+		NoiseLatent(dst, latent, noise, sigma)
+		return
+	}
+	latent, noise = latent[:len(dst)], noise[:len(dst)]
+	for j := range dst {
+		dst[j] = float32(latent[j]*(1-sigma)) + float32(noise[j]*sigma)
+	}
+}
+
+// InverseNoise undoes the noise scaling on the sampled latent at the last sigma (flow divides by
+// 1-sigma; eps and v leave it as it is), as sd.cpp does after sampling.
+func (p Prediction) InverseNoise(x []float32, sigma float32) {
+	if p != FlowPrediction || sigma == 0 {
+		return
+	}
+	f := 1 / (1 - sigma)
+	for j := range x {
+		x[j] *= f
 	}
 }
 

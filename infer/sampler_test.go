@@ -3,6 +3,7 @@ package infer
 import (
 	"errors"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -373,7 +374,7 @@ func TestGuideAndNoiseLatent(t *testing.T) {
 }
 
 func TestParseMethod(t *testing.T) {
-	for in, want := range map[string]Method{"": EulerAncestral, "euler": Euler, "euler_a": EulerAncestral, "dpm++2m": DPMPP2M} {
+	for in, want := range map[string]Method{"": "", "default": "", "euler": Euler, "euler_a": EulerAncestral, "dpm++2m": DPMPP2M} {
 		if got, err := ParseMethod(in); err != nil || got != want {
 			t.Errorf("ParseMethod(%q) = %v, %v", in, got, err)
 		}
@@ -402,5 +403,55 @@ func BenchmarkSampleStep(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/20, "ns/step")
 		})
+	}
+}
+
+// Euler ancestral on flow sigmas: a denoiser that knows x0 takes
+// x_sigma = (1-sigma)·x0 + sigma·eps to (1-next)·x0 + next·eps' with fresh
+// noise of total variance next² (the flow marginal), and the last step
+// returns the denoised estimate; the eps form would leave the data share at 1.
+func TestFlowEulerAncestral(t *testing.T) {
+	const n = 4096
+	x0 := make([]float32, n)
+	eps := make([]float32, n)
+	src := NewPhilox(5)
+	src.FillNormal(eps)
+	for j := range x0 {
+		x0[j] = float32(j%7) * 0.25
+	}
+	sigmas := []float32{0.9, 0.6, 0}
+	x := make([]float32, n)
+	FlowPrediction.NoiseLatent(x, x0, eps, sigmas[0])
+	var coeff []float64 // per step: the noise each sample carries
+	denoise := func(xs []float32, sigma float32) []float32 { return x0 }
+	err := SamplePrediction(EulerAncestral, FlowPrediction, denoise, x, sigmas, NewPhilox(6), func(step, steps int, sigma float32, xs []float32) error {
+		if step == 1 {
+			next := float64(sigmas[1])
+			var m, v float64
+			for j := range xs {
+				d := float64(xs[j]) - (1-next)*float64(x0[j])
+				m += d
+				v += d * d
+			}
+			m /= n
+			coeff = append(coeff, math.Sqrt(v/n-m*m))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(coeff) != 1 || math.Abs(coeff[0]-0.6) > 0.02 {
+		t.Errorf("noise std after the first step %v, want 0.6 (the next sigma)", coeff)
+	}
+	if !slices.Equal(x, x0) {
+		t.Error("the last step did not return the denoised estimate")
+	}
+	down, up, alpha := FlowAncestralStep(0.9, 0.6)
+	if want := float32(0.6 * 0.6 / 0.9); math.Abs(float64(down-want)) > 1e-6 {
+		t.Errorf("sigma down %g, want %g", down, want)
+	}
+	if a, u := float64(alpha*down), float64(up); math.Abs(a*a+u*u-0.36) > 1e-6 || math.Abs(float64(alpha)-0.4/(1-float64(down))) > 1e-6 {
+		t.Errorf("alpha %g, up %g: the noise variance is %g, want 0.36", alpha, up, a*a+u*u)
 	}
 }

@@ -95,6 +95,21 @@ func (s *NoiseSchedule) TToSigma(t float32) float32 {
 	return float32(math.Exp(float64(ls)))
 }
 
+// Schedule is a family's noise schedule: the range of noise levels, the map between sigmas and the
+// timesteps the network is trained on, and the sampling sigmas a Scheduler spaces between them.
+// *NoiseSchedule (SD's discrete schedule) is one; flow-matching families add their own.
+type Schedule interface {
+	// SigmaMin and SigmaMax are the smallest and largest noise levels.
+	SigmaMin() float32
+	SigmaMax() float32
+	// SigmaToT returns the timestep the network gets for a noise level.
+	SigmaToT(sigma float32) float32
+	// TToSigma returns the noise level of a (fractional) timestep in [0, Timesteps-1].
+	TToSigma(t float32) float32
+	// Sigmas returns steps+1 decreasing sigmas for sampling, the last one 0.
+	Sigmas(kind Scheduler, steps int) ([]float32, error)
+}
+
 // Scheduler names a way to choose the sampling sigmas.
 type Scheduler string
 
@@ -104,36 +119,73 @@ const (
 	SchedulerDiscrete Scheduler = "discrete"
 	// SchedulerKarras uses Karras et al. (2022) eq. 5 with rho = 7 between the schedule's extreme sigmas.
 	SchedulerKarras Scheduler = "karras"
+	// SchedulerSimple takes every (1000/steps)-th training timestep from 999 down (ComfyUI's "simple").
+	SchedulerSimple Scheduler = "simple"
+	// SchedulerSGMUniform spaces steps+1 timesteps evenly from 999 to 0 and drops the last (the SGM uniform schedule).
+	SchedulerSGMUniform Scheduler = "sgm_uniform"
 )
 
-// ParseScheduler checks a --scheduler value; "" and "default" mean discrete, as in sd-cli for SD 1.x/2.x.
+// schedulerNames lists the schedulers in the order help and errors name them.
+var schedulerNames = []Scheduler{SchedulerDiscrete, SchedulerKarras, SchedulerSimple, SchedulerSGMUniform}
+
+// ParseScheduler checks a --scheduler value: "" and "default" return "" (the family's default),
+// "normal" is discrete, as in sd-cli.
 func ParseScheduler(name string) (Scheduler, error) {
 	switch name {
-	case "", "default", string(SchedulerDiscrete):
+	case "", "default":
+		return "", nil
+	case "normal":
 		return SchedulerDiscrete, nil
-	case string(SchedulerKarras):
-		return SchedulerKarras, nil
 	}
-	return "", fmt.Errorf("unknown scheduler %q (want %q or %q)", name, SchedulerDiscrete, SchedulerKarras)
+	for _, k := range schedulerNames {
+		if name == string(k) {
+			return k, nil
+		}
+	}
+	return "", fmt.Errorf("unknown scheduler %q (want one of %v)", name, schedulerNames)
 }
 
-// Sigmas returns steps+1 decreasing sigmas for sampling, the last one 0.
-func (s *NoiseSchedule) Sigmas(kind Scheduler, steps int) ([]float32, error) {
+// SpacedSigmas returns steps+1 decreasing sigmas of schedule s for the schedulers every family shares
+// (discrete, karras, simple, sgm_uniform), as sd.cpp computes them, the last one 0.
+func SpacedSigmas(s Schedule, kind Scheduler, steps int) ([]float32, error) {
 	if steps < 1 {
 		return nil, fmt.Errorf("steps must be at least 1, got %d", steps)
 	}
 	switch kind {
 	case SchedulerDiscrete, "":
-		return s.discreteSigmas(steps), nil
+		return discreteSigmas(s, steps), nil
 	case SchedulerKarras:
 		return KarrasSigmas(steps, s.SigmaMin(), s.SigmaMax(), 7), nil
+	case SchedulerSimple:
+		out := make([]float32, 0, steps+1)
+		factor := float32(Timesteps) / float32(steps)
+		for i := 0; i < steps; i++ {
+			t := Timesteps - 1 - int(float32(i)*factor)
+			out = append(out, s.TToSigma(float32(max(t, 0))))
+		}
+		return append(out, 0), nil
+	case SchedulerSGMUniform:
+		out := make([]float32, 0, steps+1)
+		// sd.cpp's linear_space accumulates the increment in float32.
+		inc := (0 - float32(Timesteps-1)) / float32(steps)
+		t := float32(Timesteps - 1)
+		for i := 0; i < steps; i++ {
+			out = append(out, s.TToSigma(t))
+			t += inc
+		}
+		return append(out, 0), nil
 	}
 	return nil, fmt.Errorf("unknown scheduler %q", kind)
 }
 
+// Sigmas returns steps+1 decreasing sigmas for sampling, the last one 0 (SpacedSigmas).
+func (s *NoiseSchedule) Sigmas(kind Scheduler, steps int) ([]float32, error) {
+	return SpacedSigmas(s, kind, steps)
+}
+
 // discreteSigmas spaces steps timesteps evenly from 999 to 0 (sd.cpp's DiscreteScheduler; one step is
 // timestep 999 alone) and appends 0.
-func (s *NoiseSchedule) discreteSigmas(steps int) []float32 {
+func discreteSigmas(s Schedule, steps int) []float32 {
 	out := make([]float32, 0, steps+1)
 	const tMax = float32(Timesteps - 1)
 	if steps == 1 {
@@ -185,4 +237,9 @@ func Img2ImgSigmas(sigmas []float32, strength float32) []float32 {
 		tEnc = n - 1
 	}
 	return sigmas[n-tEnc-1:]
+}
+
+func init() {
+	sd := SDNoiseSchedule()
+	schedules["discrete"] = func(*Model, int, int) Schedule { return sd }
 }

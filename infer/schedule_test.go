@@ -136,12 +136,48 @@ func TestImg2ImgSigmas(t *testing.T) {
 }
 
 func TestParseScheduler(t *testing.T) {
-	for in, want := range map[string]Scheduler{"": SchedulerDiscrete, "default": SchedulerDiscrete, "discrete": SchedulerDiscrete, "karras": SchedulerKarras} {
+	for in, want := range map[string]Scheduler{"": "", "default": "", "normal": SchedulerDiscrete, "discrete": SchedulerDiscrete,
+		"karras": SchedulerKarras, "simple": SchedulerSimple, "sgm_uniform": SchedulerSGMUniform} {
 		if got, err := ParseScheduler(in); err != nil || got != want {
 			t.Errorf("ParseScheduler(%q) = %v, %v", in, got, err)
 		}
 	}
 	if _, err := ParseScheduler("exponential"); err == nil {
 		t.Error("exponential accepted")
+	}
+}
+
+// simple takes timesteps 999, 999-1000/n, ... (truncated) and sgm_uniform
+// n of n+1 evenly spaced timesteps from 999 to 0, each mapped through the
+// schedule, then 0.
+func TestSimpleAndSGMUniformSigmas(t *testing.T) {
+	s := SDNoiseSchedule()
+	cases := []struct {
+		kind Scheduler
+		ts   []float32
+	}{
+		{SchedulerSimple, []float32{999, 749, 499, 249}},
+		{SchedulerSGMUniform, []float32{999, 749.25, 499.5, 249.75}},
+	}
+	for _, c := range cases {
+		got, err := s.Sigmas(c.kind, len(c.ts))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(c.ts)+1 || got[len(got)-1] != 0 {
+			t.Fatalf("%s: %v", c.kind, got)
+		}
+		for i, tt := range c.ts {
+			if want := s.TToSigma(tt); math.Abs(float64(got[i]-want)) > 1e-6*float64(want) {
+				t.Errorf("%s: sigma %d = %g, want %g (t %g)", c.kind, i, got[i], want, tt)
+			}
+		}
+	}
+	// Three steps of simple: 1000/3 = 333.33, so 999, 666, 333.
+	got, _ := s.Sigmas(SchedulerSimple, 3)
+	for i, tt := range []float32{999, 666, 333} {
+		if got[i] != s.TToSigma(tt) {
+			t.Errorf("simple/3: sigma %d = %g, want sigma(%g) = %g", i, got[i], tt, s.TToSigma(tt))
+		}
 	}
 }

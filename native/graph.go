@@ -260,6 +260,21 @@ func (t Tensor) SetData(data []byte) error {
 	return nil
 }
 
+// SetDataAt copies data into the tensor's buffer at byte offset off, so
+// that a large tensor can be filled piece by piece from a small buffer.
+func (t Tensor) SetDataAt(data []byte, off int64) error {
+	if !t.allocated() {
+		return errors.New("ggml: tensor set before its buffer was allocated")
+	}
+	if off < 0 || off+int64(len(data)) > t.Bytes() {
+		return fmt.Errorf("ggml: %d bytes at offset %d for a tensor of %d", len(data), off, t.Bytes())
+	}
+	if len(data) > 0 {
+		C.ggml_backend_tensor_set(t.p, unsafe.Pointer(&data[0]), C.size_t(off), C.size_t(len(data)))
+	}
+	return nil
+}
+
 // SetF32 copies floats into an F32 tensor.
 func (t Tensor) SetF32(v []float32) error {
 	if t.Type() != formats.F32 {

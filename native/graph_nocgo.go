@@ -72,6 +72,9 @@ func (t Tensor) SetOutput() Tensor { return t }
 // SetData returns ErrNoCgo.
 func (t Tensor) SetData(data []byte) error { return ErrNoCgo }
 
+// SetDataAt returns ErrNoCgo.
+func (t Tensor) SetDataAt(data []byte, off int64) error { return ErrNoCgo }
+
 // SetF32 returns ErrNoCgo.
 func (t Tensor) SetF32(v []float32) error { return ErrNoCgo }
 

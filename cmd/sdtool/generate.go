@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"image"
 	_ "image/png" // init images
@@ -17,57 +18,118 @@ import (
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
+	"github.com/sdtool/sdtool/internal/benchutil"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
-// generate runs SD 1.x/2.x through ggml. Without cgo the command exists
-// but says that the binary cannot run models (infer.Available is false).
+// generate runs the families of infer.Families through ggml. Without cgo
+// the command exists but says that the binary cannot run models
+// (infer.Available is false).
+
+// componentFlags are sd-cli's model flags; with a prefix ("compare-") they
+// name the reference model's components.
+var componentFlags = []struct {
+	name, alias, usage string
+	set                func(*infer.Components, string)
+}{
+	{"model", "m", "whole model `FILE` (one file with LDM/ComfyUI/diffusers names, or a diffusers folder)", func(c *infer.Components, v string) { c.Model = v }},
+	{"diffusion-model", "", "standalone diffusion model `FILE` (UNet or DiT)", func(c *infer.Components, v string) { c.DiffusionModel = v }},
+	{"clip_l", "", "standalone CLIP-L text encoder `FILE`", func(c *infer.Components, v string) { c.CLIPL = v }},
+	{"clip_g", "", "standalone OpenCLIP bigG text encoder `FILE` (SDXL)", func(c *infer.Components, v string) { c.CLIPG = v }},
+	{"t5xxl", "", "standalone T5-XXL text encoder `FILE`", func(c *infer.Components, v string) { c.T5XXL = v }},
+	{"vae", "", "standalone VAE `FILE` replacing the model's", func(c *infer.Components, v string) { c.VAE = v }},
+}
+
+func modelFlags() []cli.Flag {
+	var out []cli.Flag
+	for _, f := range componentFlags {
+		fl := &cli.StringFlag{Name: f.name, Usage: f.usage}
+		if f.alias != "" {
+			fl.Aliases = []string{f.alias}
+		}
+		out = append(out, fl)
+	}
+	for _, f := range componentFlags {
+		name := "compare-" + f.name
+		usage := "reference " + strings.TrimPrefix(f.usage, "whole ")
+		if f.name == "model" {
+			name, usage = "compare", "reference model `FILE` to compare with (same seed); unset reference components default to the model's"
+		}
+		out = append(out, &cli.StringFlag{Name: name, Usage: usage})
+	}
+	return out
+}
+
+// components reads the model flags (prefix "" for the tested model,
+// "compare-" for the reference, whose unset parts default to the model's).
+func components(c *cli.Context, prefix string) infer.Components {
+	var out infer.Components
+	for _, f := range componentFlags {
+		name := prefix + f.name
+		if prefix != "" && f.name == "model" {
+			name = "compare"
+		}
+		f.set(&out, c.String(name))
+	}
+	return out
+}
+
+// comparing reports whether any reference flag is set.
+func comparing(c *cli.Context) bool {
+	return components(c, "compare-") != infer.Components{}
+}
 
 func init() {
 	register(&cli.Command{
 		Name:      "generate",
-		Usage:     "generate an image with an SD 1.x/2.x model (ggml CPU kernels) and optionally compare two weight sets",
-		ArgsUsage: "-m MODEL -p PROMPT -o OUT.png",
-		Description: "Runs the text encoder, the UNet (configuration detected from tensor shapes) and the VAE with ggml's CPU\n" +
-			"kernels, the same kernels stable-diffusion.cpp uses, on any file sdtool reads (GGUF of any ggml type,\n" +
-			"safetensors, .ckpt, diffusers folders, ComfyUI INT8/FP8). The tokenizer comes from --tokenizer or from\n" +
-			"the model's metadata (sdtool.tokenizer.clip.merges). The PNG gets A1111-style \"parameters\" text.\n\n" +
+		Usage:     "generate an image with an SD 1.x/2.x or SDXL model (ggml CPU kernels) and optionally compare two weight sets",
+		ArgsUsage: "-m MODEL | --diffusion-model FILE --clip_l FILE ... -p PROMPT -o OUT.png",
+		Description: "Runs the text encoders, the diffusion network (configuration detected from tensor shapes) and the VAE with\n" +
+			"ggml's CPU kernels, the same kernels stable-diffusion.cpp uses, on any file sdtool reads (GGUF of any ggml type,\n" +
+			"safetensors, .ckpt, diffusers folders, ComfyUI INT8/FP8). The model is one file (-m) or separate components as\n" +
+			"sd-cli names them (--diffusion-model, --clip_l, --clip_g, --t5xxl, --vae), in any mix of formats and types; the\n" +
+			"family (SD 1.x, SD 2.x, SDXL) is detected from the tensors. The tokenizer comes from --tokenizer or from a\n" +
+			"component's metadata (sdtool.tokenizer.clip.merges). The PNG gets A1111-style \"parameters\" text.\n\n" +
 			"--compare REF runs the same seed with REF's weights and prints the PSNR and SSIM of the two images, the\n" +
-			"cosine similarity of the final latents and each UNet block's output error at the first step, so a\n" +
-			"quantized model can be checked against its source. Width, height and steps default to the model's\n" +
-			"sdtool.generate.* metadata, else 512x512 and 20. --imatrix-out collects an importance matrix of the UNet and\n" +
-			"text-encoder linear weights (Σx² per input column, as sd-cli --imat-out; not the VAE, not convolutions)\n" +
-			"for `convert --imatrix` and `quantize --imatrix`; --prompt-file runs a calibration set in one command.\n" +
-			"ggml built without -march is slow: build with\n" +
+			"cosine similarity of the final latents and each network block's output error at the first step, so a\n" +
+			"quantized model can be checked against its source; --compare-diffusion-model, --compare-clip_l, ... name\n" +
+			"reference components, and reference parts left unset are the model's own. Width, height and steps default\n" +
+			"to the model's sdtool.generate.* metadata, else sd-cli's 512x512 and 20; the sampler, scheduler and CFG scale\n" +
+			"default to sd-cli's choice for the family. --imatrix-out collects an importance matrix of the diffusion\n" +
+			"network's and text encoders' linear weights (Σx² per input column, as sd-cli --imat-out; not the VAE, not\n" +
+			"convolutions) for `convert --imatrix` and `quantize --imatrix`; --prompt-file runs a calibration set in one\n" +
+			"command. ggml built without -march is slow: build with\n" +
 			"CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" (and the same CGO_CXXFLAGS).",
-		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "model `FILE`", Required: true},
+		Flags: append(append(modelFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` ((word:1.2) weights allowed; or --prompt-file)"},
 			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.png)", Required: true},
 			&cli.IntFlag{Name: "steps", Usage: "sampling `STEPS`", DefaultText: "model metadata, else 20"},
-			&cli.Float64Flag{Name: "cfg-scale", Value: 7, Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)"},
+			&cli.Float64Flag{Name: "cfg-scale", Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)", DefaultText: "the family's: 7 for SD 1.x/2.x/XL"},
+			&cli.Float64Flag{Name: "guidance", Usage: "distilled guidance `SCALE` of models with a guidance input", DefaultText: "the family's"},
 			&cli.IntFlag{Name: "width", Aliases: []string{"W"}, Usage: "image width in `PIXELS`", DefaultText: "model metadata, else 512"},
 			&cli.IntFlag{Name: "height", Aliases: []string{"H"}, Usage: "image height in `PIXELS`", DefaultText: "model metadata, else 512"},
 			&cli.Int64Flag{Name: "seed", Aliases: []string{"s"}, Value: 42, Usage: "noise `SEED`"},
-			&cli.StringFlag{Name: "sampling-method", Value: "euler_a", Usage: "`SAMPLER`: euler, euler_a or dpm++2m"},
-			&cli.StringFlag{Name: "scheduler", Value: "discrete", Usage: "`SCHEDULE`: discrete or karras"},
+			&cli.StringFlag{Name: "sampling-method", Usage: "`SAMPLER`: euler, euler_a or dpm++2m", DefaultText: "the family's: euler_a for SD 1.x/2.x/XL"},
+			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: discrete, karras, simple or sgm_uniform", DefaultText: "the family's: discrete for SD 1.x/2.x/XL"},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
-			&cli.StringFlag{Name: "prediction", Usage: "`eps` or `v` (default: metadata, else detected as sd.cpp does)"},
+			&cli.StringFlag{Name: "prediction", Usage: "`eps`, `v` or `flow` (default: metadata, else the family's; SD 2.x is probed as sd.cpp does)"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS` (default: all cores)"},
+			&cli.BoolFlag{Name: "sdcpp-text-projection", Usage: "multiply by an OpenCLIP text_projection as stored, as stable-diffusion.cpp does (it transposes SDXL's pooled embedding from single-file checkpoints), to reproduce sd-cli's images"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "tokenizer.json or a folder with vocab.json and merges.txt (`PATH`)"},
-			&cli.StringFlag{Name: "vae", Usage: "separate VAE `FILE` replacing the model's"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
-			&cli.StringFlag{Name: "compare", Usage: "reference model `FILE` to compare with (same seed)"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
-		}, generateImatrixFlags()...),
+		}...), generateImatrixFlags()...),
 		Action: runGenerate,
 	},
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o cat.png --threads 1",
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a (red:1.3) house' -n blurry --steps 2 --sampling-method dpm++2m --scheduler karras -o house.png --threads 1",
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o calib.png --imatrix-out calib.dat --threads 1 --force",
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a red house' --steps 1 -W 64 -H 64 -o calib.png --imatrix-in calib.dat --imatrix-out calib.dat --threads 1 --force",
+		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a photo of a (red:1.2) cat' -n blurry -o cat-xl.png --threads 1 --force",
+		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 2 --scheduler sgm_uniform -W 64 -H 64 -o cat-xl.png --compare testdata/tiny-sdxl.gguf --sdcpp-text-projection --threads 1 --force",
+		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o xl-calib.png --imatrix-out xl-calib.dat --threads 1 --force",
 	)
 }
 
@@ -99,8 +161,13 @@ func runGenerate(c *cli.Context) error {
 	if !infer.LinkedAVX2() {
 		slog.Warn("the linked ggml was compiled without AVX2, so inference is slow; build with CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" CGO_CXXFLAGS=\"-O3 -march=native -ffp-contract=off\"")
 	}
-	opt := infer.LoadOptions{VAE: c.String("vae"), Tokenizer: c.String("tokenizer"), Threads: c.Int("threads"), Prediction: c.String("prediction")}
-	m, err := infer.Load(c.String("model"), opt)
+	opt := infer.LoadOptions{Tokenizer: c.String("tokenizer"), Threads: c.Int("threads"), Prediction: c.String("prediction"),
+		StoredLayout: c.Bool("sdcpp-text-projection")}
+	comps := components(c, "")
+	if comps.Model == "" && comps.DiffusionModel == "" {
+		return errors.New("generate: give a model: -m FILE, or --diffusion-model FILE with its text encoders and VAE")
+	}
+	m, err := infer.Load(comps, opt)
 	if err != nil {
 		return err
 	}
@@ -109,13 +176,25 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg := m.Config
+	cfg, def := m.Config, m.Family.Defaults
 	req := infer.Request{
 		Prompt: prompts[0], Negative: c.String("negative-prompt"),
-		Width: pick(c.Int("width"), cfg.DefaultWidth, 512), Height: pick(c.Int("height"), cfg.DefaultHeight, 512),
-		Steps: pick(c.Int("steps"), cfg.DefaultSteps, 20), CFGScale: float32(c.Float64("cfg-scale")),
+		Width: pick(c.Int("width"), cfg.DefaultWidth, def.Width), Height: pick(c.Int("height"), cfg.DefaultHeight, def.Height),
+		Steps: pick(c.Int("steps"), cfg.DefaultSteps, def.Steps), CFGScale: def.CFGScale, Guidance: def.Guidance,
 		Seed: uint64(c.Int64("seed")), RNG: c.String("rng"), Method: method, Scheduler: sched,
-		CaptureBlocks: c.String("compare") != "",
+		CaptureBlocks: comparing(c),
+	}
+	if c.IsSet("cfg-scale") {
+		req.CFGScale = float32(c.Float64("cfg-scale"))
+	}
+	if c.IsSet("guidance") {
+		req.Guidance = float32(c.Float64("guidance"))
+	}
+	if req.Method == "" {
+		req.Method = def.Method
+	}
+	if req.Scheduler == "" {
+		req.Scheduler = def.Scheduler
 	}
 	if p := c.String("init-img"); p != "" {
 		img, err := readPNG(p)
@@ -131,8 +210,8 @@ func runGenerate(c *cli.Context) error {
 		}
 		req.Strength = float32(c.Float64("strength"))
 	}
-	slog.Debug("model", "path", m.Path, "version", cfg.Version, "unet", fmt.Sprintf("%+v", cfg.UNet),
-		"clip", fmt.Sprintf("%+v", cfg.CLIP), "prediction", cfg.Prediction, "load", m.LoadTime)
+	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "unet", fmt.Sprintf("%+v", cfg.UNet),
+		"text", fmt.Sprintf("%+v", cfg.Text), "vae", fmt.Sprintf("%+v", cfg.VAE), "prediction", cfg.Prediction, "load", m.LoadTime)
 	for i, p := range prompts {
 		req.Prompt, req.Seed = p, uint64(c.Int64("seed")+int64(i))
 		if err := generateOne(c, m, opt, req, promptOutput(out, i, len(prompts))); err != nil {
@@ -155,7 +234,7 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 	params := infer.GenerationParams{
 		Prompt: req.Prompt, NegativePrompt: req.Negative, Steps: req.Steps, Sampler: req.Method, Scheduler: req.Scheduler,
 		CFGScale: req.CFGScale, Seed: int64(req.Seed), Width: req.Width, Height: req.Height,
-		Model: filepath.Base(c.String("model")), RNG: req.RNG, Strength: req.Strength, Version: "sdtool " + version,
+		Model: filepath.Base(m.Path), RNG: req.RNG, Strength: req.Strength, Version: "sdtool " + version,
 	}
 	err = pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: generateInputs(c), Logger: slog.Default()},
 		func(w io.Writer) error {
@@ -165,11 +244,11 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		return err
 	}
 	t := res.Timings
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d): load %s, text %s, sampling %s (%.2f s/step), decode %s\n",
-		out, res.Width, res.Height, round(m.LoadTime), round(t.Text), round(t.Sampling),
-		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode))
-	if ref := c.String("compare"); ref != "" {
-		return compareWith(c, ref, opt, req, res, img)
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s\n",
+		out, res.Width, res.Height, m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
+		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), peakRSS())
+	if comparing(c) {
+		return compareWith(c, components(c, "compare-").WithDefaults(m.Components), opt, req, res, img)
 	}
 	return nil
 }
@@ -195,9 +274,17 @@ func generateWithBar(stderr io.Writer, m *infer.Model, req infer.Request, label 
 	return m.Generate(req)
 }
 
+// peakRSS formats the process's peak resident memory so far (Linux), or "".
+func peakRSS() string {
+	if b := benchutil.PeakRSS(); b > 0 {
+		return fmt.Sprintf(", peak RSS %.0f MiB", float64(b)/(1<<20))
+	}
+	return ""
+}
+
 // compareWith runs req with the reference model and prints the comparison.
-func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infer.Request, res *infer.Result, img image.Image) error {
-	rm, err := infer.Load(refPath, opt)
+func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOptions, req infer.Request, res *infer.Result, img image.Image) error {
+	rm, err := infer.Load(refFiles, opt)
 	if err != nil {
 		return err
 	}
@@ -223,9 +310,10 @@ func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infe
 		return err
 	}
 	w := c.App.Writer
-	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %d steps:\n", c.String("model"), refPath, req.Seed, req.Steps)
+	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %d steps:\n",
+		strings.Join(components(c, "").Files(), " "), strings.Join(refFiles.Files(), " "), req.Seed, req.Steps)
 	fmt.Fprintf(w, "  image PSNR %.2f dB, SSIM %.4f; final latent cosine %.6f\n", psnr, ssim, cos)
-	fmt.Fprintf(w, "  UNet block outputs at step 1 (conditional pass):\n  %-18s %10s %10s %10s\n", "block", "cosine", "rel RMSE", "max abs")
+	fmt.Fprintf(w, "  network block outputs at step 1 (conditional pass):\n  %-18s %10s %10s %10s\n", "block", "cosine", "rel RMSE", "max abs")
 	byName := map[string][]float32{}
 	for _, b := range ref.Blocks {
 		byName[b.Name] = b.Values
@@ -262,7 +350,12 @@ func readPNG(path string) (image.Image, error) {
 // generateInputs lists the files generate reads, which no output may replace.
 func generateInputs(c *cli.Context) []string {
 	var in []string
-	for _, f := range []string{"model", "vae", "compare", "init-img", "prompt-file"} {
+	files := []string{"compare", "init-img", "prompt-file"}
+	for _, f := range componentFlags[1:] {
+		files = append(files, f.name, "compare-"+f.name)
+	}
+	files = append(files, componentFlags[0].name)
+	for _, f := range files {
 		if p := c.String(f); p != "" {
 			in = append(in, p)
 		}

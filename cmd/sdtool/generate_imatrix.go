@@ -40,7 +40,7 @@ func generatePrompts(c *cli.Context) ([]string, error) {
 	if c.IsSet("prompt") {
 		return nil, errors.New("generate: give --prompt or --prompt-file, not both")
 	}
-	if c.String("compare") != "" {
+	if comparing(c) {
 		return nil, errors.New("generate: --compare takes one --prompt, not --prompt-file")
 	}
 	f, err := os.Open(path)

@@ -86,3 +86,39 @@ func TestGenerateErrors(t *testing.T) {
 		}
 	}
 }
+
+const tinySDXL = "../../testdata/tiny-sdxl.gguf"
+
+// SDXL from a mix of component formats and types: an INT8 (convrot)
+// safetensors model whose VAE, head counts and tokenizer come from the GGUF
+// checkpoint given as --vae, compared with a q8_0 GGUF copy whose unset
+// reference VAE is the model's; a separate --compare-vae changes only the
+// decoded image.
+func TestGenerateSDXLMixedComponents(t *testing.T) {
+	dir := t.TempDir()
+	int8 := filepath.Join(dir, "xl-int8.safetensors")
+	q8 := filepath.Join(dir, "xl-q8_0.gguf")
+	for _, args := range [][]string{
+		{"quantize", tinySDXL, "-o", int8, "--type", "int8_convrot", "--convrot-group-size", "16"},
+		{"quantize", tinySDXL, "-o", q8, "--type", "q8_0"},
+	} {
+		if code, _, errOut := runApp(t, args...); code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, errOut)
+		}
+	}
+	out := filepath.Join(dir, "xl.png")
+	code, stdout, errOut := runApp(t, "generate", "-m", int8, "--vae", tinySDXL, "-p", "a cat", "--steps", "2", "-W", "64", "-H", "64",
+		"-t", "1", "-o", out, "--compare", q8)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, "SDXL") || !strings.Contains(errOut, "peak RSS") {
+		t.Errorf("summary %q names no SDXL or peak RSS", errOut)
+	}
+	if !strings.Contains(stdout, "(model) with model="+q8+" vae="+tinySDXL+" (reference)") {
+		t.Errorf("the reference did not take the model's VAE:\n%s", stdout)
+	}
+	if strings.Contains(stdout, "PSNR +Inf") || !strings.Contains(stdout, "image PSNR") || !strings.Contains(stdout, "middle_block") {
+		t.Errorf("compare output:\n%s", stdout)
+	}
+}

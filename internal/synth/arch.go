@@ -125,8 +125,10 @@ var archs = map[string]archDef{
 			l, g := s.clip(clipL, "text"), s.clip(clipG, "text")
 			unet := s.unet(sdxlUNet)
 			unet.ctx = l.Hidden + g.Hidden
-			// The ADM input is the pooled CLIP-G output plus six 256-wide size embeddings.
-			unet.ADMIn = g.Hidden + 6*s.width(256, "diffusion")
+			// The ADM input is the pooled CLIP-G output plus six 256-wide
+			// size embeddings; 256 is fixed by the conditioner (it is not a
+			// learned width), so it is not scaled and scaled models still run.
+			unet.ADMIn = g.Hidden + 6*256
 			return []component{
 				{"model.diffusion_model.", "diffusion", unet.build},
 				{"first_stage_model.", "vae", s.vae(sd1VAE).build},

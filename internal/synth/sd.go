@@ -14,14 +14,15 @@ import (
 	"github.com/sdtool/sdtool/quant"
 )
 
-// SD is a Stable Diffusion 1.x/2.x checkpoint that sdtool generate can run
-// in seconds, given by its exact widths and depths (where Spec scales a real
-// architecture): every tensor of the SD1 (or SD2) layout under its original
-// names, built by the same UNet, VAE and CLIP builders as Spec, the same
-// deterministic values, a CLIP tokenizer for a short word list embedded in
-// the metadata, and the metadata overrides that shape detection cannot
-// infer (head counts, default image size and steps). testdata/tiny-sd1.gguf
-// is TinySD; quality tests use wider variants with quantized linear weights.
+// SD is a Stable Diffusion 1.x/2.x/XL checkpoint that sdtool generate can
+// run in seconds, given by its exact widths and depths (where Spec scales a
+// real architecture): every tensor of the SD1 (or SD2, SDXL) layout under
+// its original names, built by the same UNet, VAE and CLIP builders as Spec,
+// the same deterministic values, a CLIP tokenizer for a short word list
+// embedded in the metadata, and the metadata overrides that shape detection
+// cannot infer (head counts, default image size and steps).
+// testdata/tiny-sd1.gguf is TinySD and testdata/tiny-sdxl.gguf TinySDXL;
+// quality tests use wider variants with quantized linear weights.
 type SD struct {
 	// ModelChannels, Mult, NumRes, Depth and MiddleDepth shape the UNet as in LDM's config.
 	ModelChannels int
@@ -51,6 +52,37 @@ type SD struct {
 	// text model (cond_stage_model.model., fused in_proj), no prediction
 	// metadata (generate then probes the UNet as sd.cpp does).
 	SD2 bool
+	// SDXL selects SDXL's single-file layout: linear projections, CLIP-L
+	// (conditioner.embedders.0.transformer.text_model.) and an OpenCLIP
+	// bigG (conditioner.embedders.1.model., with text_projection) shaped by
+	// G, whose hidden states are concatenated into the UNet's context, and
+	// label_emb over the pooled bigG output and six 256-wide size embeddings.
+	SDXL bool
+	// G shapes SDXL's second text model (its Heads written as sdtool.clip_g.num_heads).
+	G TextModel
+	// Refiner, with SDXL, selects the SDXL refiner's layout: bigG alone
+	// (conditioner.embedders.0.model.), the context G.Hidden wide, and
+	// label_emb over the pooled output, four size embeddings and the
+	// aesthetic score's (each 256 wide).
+	Refiner bool
+}
+
+// TextModel shapes a CLIP text model.
+type TextModel struct {
+	Hidden, FF, Layers, Heads int
+}
+
+// TinySDXL is testdata/tiny-sdxl.gguf: SDXL's layout with a 32-wide UNet
+// over three levels (attention on the last two, one block each), a 64-wide
+// CLIP-L and a 64-wide bigG of two layers each (the penultimate one
+// conditions), and a 32-wide VAE, f16 (under 3 MB), with 128x128 images in 4
+// steps by default.
+var TinySDXL = SD{
+	ModelChannels: 32, Mult: []int{1, 1, 1}, NumRes: 1, Depth: []int{0, 1, 1}, MiddleDepth: 1, UNetHeads: 2,
+	TextHidden: 64, TextFF: 64, TextLayers: 2, TextHeads: 2,
+	G:     TextModel{Hidden: 64, FF: 64, Layers: 2, Heads: 2},
+	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
+	Words: DefaultWords, Seed: 2, Type: formats.F16, Width: 128, Height: 128, Steps: 4, SDXL: true,
 }
 
 // TinySD is testdata/tiny-sd1.gguf: a 32-wide UNet over four levels (two
@@ -116,7 +148,7 @@ func (c SD) Vocab() int { return 512 + len(Merges(c.Words)) + 2 }
 func (c SD) Tensors() []TensorSpec {
 	unet := scaledUNet{unetConfig: unetConfig{
 		InChannels: 4, OutChannels: 4, ModelChannels: c.ModelChannels, Mult: c.Mult, NumRes: c.NumRes,
-		Depth: c.Depth, MiddleDepth: c.MiddleDepth, LinearProj: c.SD2,
+		Depth: c.Depth, MiddleDepth: c.MiddleDepth, LinearProj: c.SD2 || c.SDXL,
 	}, ctx: c.TextHidden}
 	vae := vaeConfig{Ch: c.VAECh, InCh: 3, ZCh: 4, Mult: c.VAEMult, NumRes: 2}
 	text := clipConfig{Hidden: c.TextHidden, FF: c.TextFF, Layers: c.TextLayers, Vocab: c.Vocab(), Positions: 77}
@@ -125,7 +157,21 @@ func (c SD) Tensors() []TensorSpec {
 		{"first_stage_model.", "vae", vae.build},
 		{"cond_stage_model.transformer.text_model.", "text", text.buildHF},
 	}
-	if c.SD2 {
+	switch {
+	case c.SDXL:
+		g := clipConfig{Hidden: c.G.Hidden, FF: c.G.FF, Layers: c.G.Layers, Vocab: c.Vocab(), Positions: 77, Projection: true}
+		unet.ctx = c.TextHidden + c.G.Hidden
+		unet.ADMIn = c.G.Hidden + 6*256 // the pooled bigG output and six 256-wide size embeddings
+		parts[0] = component{"model.diffusion_model.", "diffusion", unet.build}
+		parts[2] = component{"conditioner.embedders.0.transformer.text_model.", "text", text.buildHF}
+		parts = append(parts, component{"conditioner.embedders.1.model.", "text", g.buildOpenCLIP})
+		if c.Refiner {
+			unet.ctx = c.G.Hidden
+			unet.ADMIn = c.G.Hidden + 5*256
+			parts[0] = component{"model.diffusion_model.", "diffusion", unet.build}
+			parts = []component{parts[0], parts[1], {"conditioner.embedders.0.model.", "text", g.buildOpenCLIP}}
+		}
+	case c.SD2:
 		parts[2] = component{"cond_stage_model.model.", "text", text.buildOpenCLIP}
 	}
 	var out []TensorSpec
@@ -154,7 +200,10 @@ func (c SD) Metadata() formats.Metadata {
 	}
 	str := func(k, v string) formats.KV { return formats.KV{Key: k, Type: formats.TypeString, Value: v} }
 	arch, act := "sd1", "quick_gelu"
-	if c.SD2 {
+	switch {
+	case c.SDXL:
+		arch = "sdxl"
+	case c.SD2:
 		arch, act = "sd2", "gelu"
 	}
 	md := formats.Metadata{
@@ -168,6 +217,9 @@ func (c SD) Metadata() formats.Metadata {
 		u32("sdtool.generate.width", c.Width),
 		u32("sdtool.generate.height", c.Height),
 		u32("sdtool.generate.steps", c.Steps),
+	}
+	if c.SDXL {
+		md = append(md, u32("sdtool.clip_g.num_heads", c.G.Heads))
 	}
 	if !c.SD2 {
 		md = append(md, str("sdtool.prediction", "eps"))

@@ -7,21 +7,28 @@ import (
 	"testing"
 )
 
-// Regenerating the committed tiny model gives identical bytes.
+// Regenerating the committed tiny models gives identical bytes.
 func TestTinySDGolden(t *testing.T) {
-	want, err := os.ReadFile("../../testdata/tiny-sd1.gguf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := TinySD.Encode(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(buf.Bytes(), want) {
-		t.Fatalf("regenerated tiny model (%d bytes) differs from testdata (%d bytes); run go run ./internal/synth/cmd/gensynth", buf.Len(), len(want))
-	}
-	if len(want) > 4<<20 {
-		t.Errorf("tiny model is %d bytes, want at most 4 MiB", len(want))
+	for _, c := range []struct {
+		path, preset string
+		cfg          SD
+		limit        int
+	}{{"../../testdata/tiny-sd1.gguf", "tiny", TinySD, 4 << 20}, {"../../testdata/tiny-sdxl.gguf", "tiny-sdxl", TinySDXL, 3 << 20}} {
+		want, err := os.ReadFile(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := c.cfg.Encode(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), want) {
+			t.Errorf("regenerated %s (%d bytes) differs from testdata (%d bytes); run go run ./internal/synth/cmd/gensynth -sd %s -o %s",
+				c.path, buf.Len(), len(want), c.preset, c.path[len("../../"):])
+		}
+		if len(want) > c.limit {
+			t.Errorf("%s is %d bytes, want at most %d", c.path, len(want), c.limit)
+		}
 	}
 }
 

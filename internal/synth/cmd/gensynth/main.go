@@ -16,11 +16,11 @@ import (
 )
 
 // presets are the runnable SD models -sd names.
-var presets = map[string]synth.SD{"tiny": synth.TinySD, "sd15": synth.FullSD15}
+var presets = map[string]synth.SD{"tiny": synth.TinySD, "tiny-sdxl": synth.TinySDXL, "sd15": synth.FullSD15}
 
 func main() {
 	arch := flag.String("arch", "", "architecture ("+strings.Join(synth.Archs(), ", ")+")")
-	sd := flag.String("sd", "", "runnable SD preset: tiny (testdata/tiny-sd1.gguf) or sd15 (SD 1.5's full size)")
+	sd := flag.String("sd", "", "runnable SD preset: tiny (testdata/tiny-sd1.gguf), tiny-sdxl (testdata/tiny-sdxl.gguf) or sd15 (SD 1.5's full size)")
 	q := flag.String("quant", "", "with -sd: type of the linear weights (q8_0, q4_K, ...)")
 	scale := flag.Float64("scale", 0, "width multiplier of the diffusion model (0: real size)")
 	textScale := flag.Float64("text-scale", 0, "width multiplier of the text encoders (0: -scale)")
@@ -38,7 +38,7 @@ func main() {
 	case *sd != "":
 		c, ok := presets[*sd]
 		if !ok {
-			fail(fmt.Errorf("unknown -sd preset %q (want tiny or sd15)", *sd))
+			fail(fmt.Errorf("unknown -sd preset %q (want tiny, tiny-sdxl or sd15)", *sd))
 		}
 		if *q != "" {
 			t, ok := formats.ParseType(*q)
@@ -68,6 +68,7 @@ func main() {
 		check(synth.Write("testdata/tiny-sd1.safetensors", synth.TinySD1))
 		check(writeImatrix("testdata/tiny-sd1.imatrix.dat", synth.TinySD1))
 		check(synth.TinySD.Write("testdata/tiny-sd1.gguf"))
+		check(synth.TinySDXL.Write("testdata/tiny-sdxl.gguf"))
 	}
 }
 

@@ -1,0 +1,252 @@
+package infer
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/native"
+)
+
+// clipConditioner is the conditioning of the CLIP families (Family.Conditioner
+// "clip"): SD 1.x/2.x (one encoder) and SDXL (CLIP-L and OpenCLIP bigG, their
+// hidden states concatenated per token, and the conditioning vector of the
+// family's Vector layout), as stable-diffusion.cpp computes it.
+type clipConditioner struct {
+	m   *Model
+	fam *Family
+}
+
+func init() {
+	conditioners["clip"] = func(m *Model) (conditioner, error) {
+		if m.Tokenizer == nil {
+			return nil, fmt.Errorf("%s: no CLIP tokenizer", m.Path)
+		}
+		if len(m.Config.Text) != len(m.Family.Encoders) {
+			return nil, fmt.Errorf("%s: %d text encoders found, %s has %d", m.Path, len(m.Config.Text), m.Family.Title, len(m.Family.Encoders))
+		}
+		return &clipConditioner{m: m, fam: m.Family}, nil
+	}
+}
+
+// chunkLen is the token count of one text-encoder pass: 77, or fewer when an encoder has fewer positions.
+func (c *clipConditioner) chunkLen() int {
+	n := 77
+	for _, t := range c.m.Config.Text {
+		n = min(n, t.Positions)
+	}
+	return n
+}
+
+func (c *clipConditioner) encode(prompt string, width, height int, zero bool) (*Conditioning, error) {
+	return c.encodeFor(prompt, width, height, zero, false)
+}
+
+// encodeNegative is encode for the negative prompt (the vector's score parts take their Negative value).
+func (c *clipConditioner) encodeNegative(prompt string, width, height int, zero bool) (*Conditioning, error) {
+	return c.encodeFor(prompt, width, height, zero, true)
+}
+
+func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, negative bool) (*Conditioning, error) {
+	m := c.m
+	tok := m.Tokenizer
+	chunk := c.chunkLen()
+	encs := m.Config.Text
+	// Token ids per encoder (they differ only in padding: EOS for CLIP-L,
+	// 0 for OpenCLIP); the weights are the same.
+	ids := make([][]int, len(encs))
+	var weights []float32
+	for i, e := range encs {
+		pad := e.PadID
+		if pad < 0 {
+			pad = tok.EOS()
+		}
+		ids[i], weights = tok.EncodeWeighted(prompt, chunk, pad)
+		for _, id := range ids[i] {
+			if id < 0 || id >= e.Vocab {
+				return nil, fmt.Errorf("token id %d outside the %s text encoder's %d rows", id, e.Component, e.Vocab)
+			}
+		}
+	}
+	dim := 0
+	for i, e := range encs {
+		if c.fam.Encoders[i].Hidden {
+			dim += e.Hidden
+		}
+	}
+	n := len(ids[0])
+	out := &Conditioning{Tokens: n, Dim: dim, Context: make([]float32, n*dim)}
+	var pooled [][]float32
+	for lo := 0; lo < n; lo += chunk {
+		col := 0
+		for i := range encs {
+			spec := &c.fam.Encoders[i]
+			wantPooled := spec.Pooled && lo == 0
+			if !spec.Hidden && !wantPooled {
+				continue
+			}
+			at := -1
+			if wantPooled {
+				at = firstEOS(ids[i][:chunk], tok.EOS())
+			}
+			h, p, err := c.run(&encs[i], ids[i][lo:lo+chunk], at)
+			if err != nil {
+				return nil, err
+			}
+			if wantPooled {
+				pooled = append(pooled, p)
+			}
+			if spec.Hidden {
+				w := encs[i].Hidden
+				for r := 0; r < chunk; r++ {
+					copy(out.Context[(lo+r)*dim+col:(lo+r)*dim+col+w], h[r*w:(r+1)*w])
+				}
+				col += w
+			}
+		}
+		ctx := out.Context[lo*dim : (lo+chunk)*dim]
+		applyWeights(ctx, weights[lo:lo+chunk], dim)
+		if zero {
+			clear(ctx)
+		}
+	}
+	if len(c.fam.Vector) > 0 {
+		v, err := conditioningVector(c.fam.Vector, pooled, width, height, negative)
+		if err != nil {
+			return nil, err
+		}
+		if u := m.Config.UNet; u != nil && u.ADMChannels != len(v) {
+			return nil, fmt.Errorf("%s: the conditioning vector has %d values, the UNet's label_emb takes %d", m.Path, len(v), u.ADMChannels)
+		}
+		out.Vector = v
+	}
+	return out, nil
+}
+
+// firstEOS returns the index of the first end-of-text token (the pooled
+// position), the last index when there is none, as sd.cpp takes it.
+func firstEOS(ids []int, eos int) int {
+	for i, id := range ids {
+		if id == eos {
+			return i
+		}
+	}
+	return len(ids) - 1
+}
+
+// run evaluates one text encoder on one chunk of ids: its hidden states
+// [len(ids)][Hidden] and, when pooledAt >= 0, its pooled output.
+func (c *clipConditioner) run(e *CLIPConfig, ids []int, pooledAt int) (hidden, pooled []float32, err error) {
+	idv := make([]int32, len(ids))
+	for i, id := range ids {
+		idv[i] = int32(id)
+	}
+	var pt native.Tensor
+	err = c.m.compute(func(g *builder) ([]input, native.Tensor) {
+		t := newInput(g, formats.I32, int64(len(idv)))
+		h, p := g.clip(e, t, pooledAt)
+		pt = p
+		return []input{{t: t, i32: idv}}, h
+	}, func(o native.Tensor) error {
+		var err error
+		if hidden, err = o.F32(); err != nil {
+			return err
+		}
+		if pt.Valid() {
+			pooled, err = pt.F32()
+		}
+		return err
+	})
+	return hidden, pooled, err
+}
+
+// conditioningVector assembles a conditioning vector from its parts: the
+// pooled text embeddings and the sinusoidal embeddings of the image size
+// numbers (SDXL: original size, crop top-left and target size, each number
+// 256 wide, as sgm's ConcatTimestepEmbedderND) or of a score (the
+// refiner's aesthetic score; negative selects the negative prompt's).
+func conditioningVector(parts []VectorPart, pooled [][]float32, width, height int, negative bool) ([]float32, error) {
+	var v []float32
+	h, w := float32(height), float32(width)
+	for _, p := range parts {
+		var nums []float32
+		switch p.Kind {
+		case "pooled":
+			if len(pooled) == 0 {
+				return nil, fmt.Errorf("conditioning vector: no pooled text embedding")
+			}
+			for _, x := range pooled {
+				v = append(v, x...)
+			}
+			continue
+		case "size", "target":
+			nums = []float32{h, w}
+		case "crop":
+			nums = []float32{0, 0}
+		case "score":
+			nums = []float32{p.Value}
+			if negative {
+				nums = []float32{p.Negative}
+			}
+		default:
+			return nil, fmt.Errorf("conditioning vector: unknown part %q", p.Kind)
+		}
+		for _, x := range nums {
+			v = appendSinusoid(v, x, p.Dim)
+		}
+	}
+	return v, nil
+}
+
+// appendSinusoid appends the sinusoidal embedding of t of width dim (even):
+// cos(t·f_j) for j < dim/2, then sin(t·f_j), f_j = 10000^(-j/(dim/2)),
+// computed as sd.cpp's timestep_embedding does (frequencies in float64,
+// rounded to float32, products in float32).
+func appendSinusoid(dst []float32, t float32, dim int) []float32 {
+	half := dim / 2
+	n := len(dst)
+	dst = append(dst, make([]float32, dim)...)
+	for j := 0; j < half; j++ {
+		f := float32(math.Exp(-math.Log(10000) * float64(j) / float64(half)))
+		arg := t * f
+		dst[n+j] = float32(math.Cos(float64(arg)))
+		dst[n+half+j] = float32(math.Sin(float64(arg)))
+	}
+	return dst
+}
+
+// applyWeights scales each token's hidden state by its prompt weight and
+// then rescales the whole chunk so that its mean is unchanged, as
+// stable-diffusion.cpp (after A1111) does.
+func applyWeights(h []float32, w []float32, hidden int) {
+	same := true
+	for _, x := range w {
+		if x != 1 {
+			same = false
+		}
+	}
+	if same {
+		return
+	}
+	mean := func() float64 {
+		var s float64
+		for _, v := range h {
+			s += float64(v)
+		}
+		return s / float64(len(h))
+	}
+	before := mean()
+	for i := range w {
+		for j := 0; j < hidden; j++ {
+			h[i*hidden+j] *= w[i]
+		}
+	}
+	after := mean()
+	if after == 0 || math.IsNaN(after) || math.IsInf(after, 0) || math.IsNaN(before) || math.IsInf(before, 0) {
+		return
+	}
+	f := float32(before / after)
+	for i := range h {
+		h[i] *= f
+	}
+}

@@ -1,0 +1,301 @@
+package infer
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Model families. A family is data: how its tensors are recognised, which
+// engine parts it is built from (a text conditioner, a diffusion network, a
+// noise schedule, a VAE) named by registry keys, its parameterisation and
+// latent format, and the generation defaults sd-cli uses for it. The engine
+// (Load, Generate) only reads this table and calls the parts through the
+// registries below, so a new family plugs in by adding a Family entry and,
+// when it needs new graphs, registering its parts:
+//
+//   - a conditioner (conditioners[Family.Conditioner]): prompt to Conditioning
+//     (optionally also negativeConditioner for a differently conditioned
+//     negative pass);
+//   - a network: its configuration detected from shapes into ModelConfig
+//     (networkDetectors[Family.Network]) and the graph of one evaluation
+//     (networks[Family.Network]);
+//   - text encoders of a new kind (encoderKinds[TextEncoder.Kind]): their
+//     configuration detected from shapes;
+//   - a schedule (schedules[Family.Schedule]): the sigmas and the timestep
+//     the network sees.
+//
+// The table is ordered: the first family whose markers match wins, so more
+// specific families come first. (Issue 12 moves detection into a family
+// package; everything here is already data for that.)
+
+// Marker is one test on a model's tensors (their internal, sd.cpp names).
+type Marker struct {
+	// Name is the tensor.
+	Name string
+	// Absent inverts the test: the tensor must not exist.
+	Absent bool
+	// Dims, when not 0, is the number of dimensions the tensor must have.
+	Dims int
+	// Dim and Value, when Value is not 0, require shape[Dim] == Value (PyTorch order).
+	Dim   int
+	Value int64
+}
+
+// holds reports whether the marker holds for the shapes.
+func (mk Marker) holds(s shapes) bool {
+	sh, ok := s[mk.Name]
+	if mk.Absent {
+		return !ok
+	}
+	if !ok || mk.Dims != 0 && len(sh) != mk.Dims {
+		return false
+	}
+	return mk.Value == 0 || mk.Dim < len(sh) && sh[mk.Dim] == mk.Value
+}
+
+// TextEncoder is one text encoder a family conditions on.
+type TextEncoder struct {
+	// Component is the sd-cli flag a standalone file of it comes from ("clip_l", "clip_g", "t5xxl").
+	Component string
+	// Kind is its architecture ("clip"; Flux adds "t5").
+	Kind string
+	// Prefix is where its weights live among the internal names
+	// ("cond_stage_model.transformer.text_model.").
+	Prefix string
+	// Skip selects the CLIP layer whose hidden states condition: 1 the last,
+	// 2 the penultimate (sd-cli's --clip-skip default for the family).
+	Skip int
+	// FinalNorm applies the final layer norm to those hidden states (SD 1.x
+	// and 2.x; SDXL conditions on the penultimate layer without it).
+	FinalNorm bool
+	// GELU selects GELU in the MLPs (OpenCLIP) over quick_gelu (OpenAI's CLIP-L).
+	GELU bool
+	// PadEOS pads prompts with the end-of-text token (CLIP-L); false pads
+	// with token 0 (OpenCLIP in SD 2.x).
+	PadEOS bool
+	// Hidden says whether the encoder's hidden states join the context
+	// (false for an encoder used only for its pooled output).
+	Hidden bool
+	// Pooled says whether the encoder's pooled output (its end-of-text
+	// token after the final norm, through text_projection when present)
+	// joins the conditioning vector.
+	Pooled bool
+}
+
+// VectorPart is one piece of a conditioning vector, in order.
+type VectorPart struct {
+	// Kind is "pooled" (the pooled outputs of the encoders with Pooled set)
+	// or an embedding of numbers: "size" (height, width), "crop" (top,
+	// left), "target" (height, width) or "score" (Value, or Negative for
+	// the negative prompt: the SDXL refiner's aesthetic score).
+	Kind string
+	// Dim is the width of each number's sinusoidal embedding (SDXL: 256).
+	Dim int
+	// Value and Negative are the number a "score" part embeds for the
+	// prompt and for the negative prompt.
+	Value, Negative float32
+}
+
+// VAEFacts are a family's latent format.
+type VAEFacts struct {
+	// Scale and Shift map VAE latents to diffusion latents: z_diffusion =
+	// (z_vae - Shift) * Scale (SD: 0.18215 and 0; SDXL: 0.13025).
+	Scale, Shift float32
+	// BuiltinConvScale, when not 0, scales every VAE convolution's input by
+	// it (and the output back) when the VAE is the model's own rather than
+	// a --vae file: sd-cli does this for SDXL, whose VAE overflows f16.
+	BuiltinConvScale float32
+}
+
+// Defaults are sd-cli's generation defaults for a family.
+type Defaults struct {
+	// Method and Scheduler are the sampler and sigma schedule.
+	Method    Method
+	Scheduler Scheduler
+	// CFGScale is the classifier-free guidance scale (1: no negative pass).
+	CFGScale float32
+	// Guidance is the distilled guidance a guidance-embedding network gets (Flux dev: 3.5; 0: none).
+	Guidance float32
+	// Width, Height and Steps are the image size and step count.
+	Width, Height, Steps int
+}
+
+// Family describes one model family.
+type Family struct {
+	// Name is the family's short name ("sd1", "sdxl").
+	Name string
+	// Title is its display name ("SD 1.x", "SDXL").
+	Title string
+	// Match lists alternative marker sets: the family matches when every
+	// marker of any one set holds.
+	Match [][]Marker
+	// Encoders are its text encoders, in the order their hidden states are concatenated.
+	Encoders []TextEncoder
+	// Vector is the layout of the conditioning vector (nil: none).
+	Vector []VectorPart
+	// Conditioner, Network and Schedule name the engine parts (registry keys).
+	Conditioner, Network, Schedule string
+	// Prediction is the parameterisation when metadata does not say;
+	// ProbePrediction asks the network instead (SD 2.x: eps or v, as sd.cpp probes).
+	Prediction      Prediction
+	ProbePrediction bool
+	// EmptyNegativeZero makes an empty negative prompt a zero context
+	// (its vector is still computed), as sd-cli does for SDXL.
+	EmptyNegativeZero bool
+	// VAE is the latent format.
+	VAE VAEFacts
+	// Defaults are sd-cli's defaults.
+	Defaults Defaults
+}
+
+// Internal-name prefixes (sd.cpp's) the families read.
+const (
+	unetPrefix  = "model.diffusion_model."
+	vaePfx      = "first_stage_model."
+	clipPrefix  = "cond_stage_model.transformer.text_model."
+	clipGPrefix = "cond_stage_model.1.transformer.text_model."
+)
+
+// sdDefaults are sd-cli's defaults for the UNet families.
+var sdDefaults = Defaults{Method: EulerAncestral, Scheduler: SchedulerDiscrete, CFGScale: 7, Width: 512, Height: 512, Steps: 20}
+
+// Families is the family table, most specific first.
+var Families = []*Family{
+	{
+		Name: "sdxl", Title: "SDXL",
+		Match: [][]Marker{{
+			{Name: unetPrefix + "label_emb.0.0.weight", Dims: 2},
+			{Name: clipPrefix + "embeddings.token_embedding.weight"},
+			{Name: clipGPrefix + "embeddings.token_embedding.weight"},
+		}},
+		Encoders: []TextEncoder{
+			{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 2, PadEOS: true, Hidden: true},
+			{Component: "clip_g", Kind: "clip", Prefix: clipGPrefix, Skip: 2, GELU: true, Hidden: true, Pooled: true},
+		},
+		Vector:      []VectorPart{{Kind: "pooled"}, {Kind: "size", Dim: 256}, {Kind: "crop", Dim: 256}, {Kind: "target", Dim: 256}},
+		Conditioner: "clip", Network: "unet", Schedule: "discrete",
+		Prediction: EpsPrediction, EmptyNegativeZero: true,
+		VAE:      VAEFacts{Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
+		Defaults: sdDefaults,
+	},
+	{
+		// The SDXL refiner: OpenCLIP bigG alone (its single file names it
+		// conditioner.embedders.0), context 1280 wide, and a 2560-wide
+		// vector with sgm's aesthetic score in place of the target size
+		// (6 for the prompt, 2.5 for the negative, sgm's defaults).
+		// stable-diffusion.cpp does not run it (its detection finds no
+		// version for it).
+		Name: "sdxl-refiner", Title: "SDXL refiner",
+		Match: [][]Marker{{
+			{Name: unetPrefix + "label_emb.0.0.weight", Dims: 2},
+			{Name: clipPrefix + "embeddings.token_embedding.weight"},
+			{Name: clipGPrefix + "embeddings.token_embedding.weight", Absent: true},
+		}},
+		Encoders: []TextEncoder{
+			{Component: "clip_g", Kind: "clip", Prefix: clipPrefix, Skip: 2, GELU: true, Hidden: true, Pooled: true},
+		},
+		Vector:      []VectorPart{{Kind: "pooled"}, {Kind: "size", Dim: 256}, {Kind: "crop", Dim: 256}, {Kind: "score", Dim: 256, Value: 6, Negative: 2.5}},
+		Conditioner: "clip", Network: "unet", Schedule: "discrete",
+		Prediction: EpsPrediction,
+		VAE:        VAEFacts{Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
+		Defaults:   sdDefaults,
+	},
+	{
+		Name: "sd2", Title: "SD 2.x",
+		Match: [][]Marker{
+			{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: unetPrefix + "middle_block.1.proj_in.weight", Dims: 2}},
+			{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: clipPrefix + "embeddings.token_embedding.weight", Dim: 1, Value: 1024}},
+		},
+		Encoders:    []TextEncoder{{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 2, FinalNorm: true, GELU: true, Hidden: true}},
+		Conditioner: "clip", Network: "unet", Schedule: "discrete",
+		Prediction: EpsPrediction, ProbePrediction: true,
+		VAE:      VAEFacts{Scale: 0.18215},
+		Defaults: sdDefaults,
+	},
+	{
+		Name: "sd1", Title: "SD 1.x",
+		Match:       [][]Marker{{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: clipPrefix + "embeddings.token_embedding.weight"}}},
+		Encoders:    []TextEncoder{{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 1, FinalNorm: true, PadEOS: true, Hidden: true}},
+		Conditioner: "clip", Network: "unet", Schedule: "discrete",
+		Prediction: EpsPrediction,
+		VAE:        VAEFacts{Scale: 0.18215},
+		Defaults:   sdDefaults,
+	},
+}
+
+// FamilyByName returns the family called name.
+func FamilyByName(name string) (*Family, bool) {
+	for _, f := range Families {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return nil, false
+}
+
+// DetectFamily returns the first family of the table whose markers match
+// the shapes (internal names), or an error naming what was looked for.
+func DetectFamily(sh map[string][]int64) (*Family, error) {
+	s := shapes(sh)
+	for _, f := range Families {
+		for _, set := range f.Match {
+			ok := true
+			for _, mk := range set {
+				if !mk.holds(s) {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				return f, nil
+			}
+		}
+	}
+	names := make([]string, len(Families))
+	for i, f := range Families {
+		names[i] = f.Title
+	}
+	return nil, fmt.Errorf("not a model family generate knows (%s): %s", strings.Join(names, ", "), missingHint(s))
+}
+
+// missingHint says which of the usual parts are missing, for the error above.
+func missingHint(s shapes) string {
+	var miss []string
+	for _, p := range []struct{ name, what string }{
+		{unetPrefix, "a diffusion model (--diffusion-model)"},
+		{"cond_stage_model.", "text encoders (--clip_l, --clip_g)"},
+		{vaePfx, "a VAE (--vae)"},
+	} {
+		found := false
+		for n := range s {
+			if strings.HasPrefix(n, p.name) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			miss = append(miss, p.what)
+		}
+	}
+	if len(miss) == 0 {
+		return "the tensors match none of the families' markers"
+	}
+	return "no " + strings.Join(miss, ", no ")
+}
+
+// The registries of engine parts, keyed by the names the table uses.
+// Family code registers its parts from init.
+var (
+	conditioners = map[string]conditionerKind{}
+	networks     = map[string]networkKind{}
+	schedules    = map[string]scheduleKind{}
+)
+
+// conditionerKind makes a family's conditioner for a loaded model.
+type conditionerKind func(m *Model) (conditioner, error)
+
+// networkKind detects a network's configuration and makes it.
+type networkKind func(m *Model) (network, error)
+
+// scheduleKind makes a model's noise schedule for an image of w×h latent cells.
+type scheduleKind func(m *Model, w, h int) Schedule

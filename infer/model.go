@@ -1,0 +1,638 @@
+package infer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/infer/text"
+	"github.com/sdtool/sdtool/native"
+)
+
+// Available reports whether this build can run inference (it needs cgo and ggml).
+const Available = native.Available
+
+// graphSize bounds the nodes of one graph (the full SDXL UNet has about 8,000).
+const graphSize = 32768
+
+// Conditioning is what a prompt conditions the diffusion network on.
+type Conditioning struct {
+	// Context is the token sequence the network attends to (cross-attention
+	// context, or a DiT's text tokens), Tokens rows of Dim values.
+	Context     []float32
+	Tokens, Dim int
+	// Vector is the conditioning vector (SDXL's size/crop vector with the
+	// pooled text embedding; Flux's pooled CLIP output), nil when none.
+	Vector []float32
+}
+
+// conditioner is a family's text conditioning (Family.Conditioner).
+type conditioner interface {
+	// encode conditions on a (weighted) prompt for a width×height image;
+	// zero returns a zero context (the vector is still computed), as
+	// sd-cli does for an empty SDXL negative prompt.
+	encode(prompt string, width, height int, zero bool) (*Conditioning, error)
+}
+
+// negativeConditioner is a conditioner that conditions the negative prompt
+// differently (the SDXL refiner's negative aesthetic score); Generate uses
+// it for the negative pass when the family's conditioner implements it.
+type negativeConditioner interface {
+	encodeNegative(prompt string, width, height int, zero bool) (*Conditioning, error)
+}
+
+// netInput is one evaluation of the diffusion network.
+type netInput struct {
+	// x is the latent [C, h, w] already scaled by c_in.
+	x    []float32
+	w, h int
+	// t is the timestep the network sees (Schedule.SigmaToT).
+	t float32
+	// cond is the conditioning of this pass.
+	cond *Conditioning
+	// guidance is the distilled guidance of a guidance-embedding network (0: none).
+	guidance float32
+	// capture keeps the block outputs (--compare).
+	capture bool
+}
+
+// network is a family's diffusion network (Family.Network).
+type network interface {
+	// channels returns the latent channels it takes and returns.
+	channels() int
+	// multiple returns the number of latent cells the latent's width and height must be a multiple of.
+	multiple() int
+	// build builds one evaluation: the output [w, h, C, 1], the graph inputs
+	// with their values, and the block outputs when in.capture is set.
+	build(g *builder, in *netInput) (native.Tensor, []input, []blockTensor)
+}
+
+// Model is a loaded model ready to generate.
+type Model struct {
+	// Path is the file that names the model (Components.Main).
+	Path string
+	// Components are the files it was loaded from.
+	Components Components
+	// Family is the detected family.
+	Family *Family
+	// Config is the detected configuration.
+	Config *ModelConfig
+	// Tokenizer is the CLIP tokenizer in use (nil for a family without CLIP).
+	Tokenizer *text.CLIPTokenizer
+	// LoadTime is how long loading took.
+	LoadTime time.Duration
+	// WeightBytes is the size of the ggml buffer holding the weights.
+	WeightBytes int64
+
+	be    *native.Backend
+	w     *weightSet
+	alloc *native.Allocator
+	specs []weightSpec
+	cond  conditioner
+	net   network
+
+	imat      *ImatrixStats // collection target (SetImatrix), nil when off
+	imatNames map[native.Tensor]imatWeight
+}
+
+// Load opens a model's component files (any format formats.Open detects;
+// the format packages must be linked in), detects its family and
+// configuration, and loads the weights into ggml.
+func Load(c Components, opt LoadOptions) (_ *Model, err error) {
+	if !Available {
+		return nil, ErrNoCgo
+	}
+	start := time.Now()
+	var srcs []*openSource
+	defer func() {
+		for _, s := range srcs {
+			s.m.Close()
+		}
+	}()
+	for i := range componentTable {
+		ct := &componentTable[i]
+		path := ct.path(&c)
+		if path == "" {
+			continue
+		}
+		fm, err := formats.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		src, err := newSource(ct, fm)
+		if err != nil {
+			fm.Close()
+			return nil, err
+		}
+		srcs = append(srcs, src)
+	}
+	if len(srcs) == 0 {
+		return nil, errors.New("no model given (-m, or --diffusion-model with the text encoders and VAE)")
+	}
+	specs, err := selectFrom(srcs, nil, opt.StoredLayout)
+	if err != nil {
+		return nil, err
+	}
+	main := c.Main()
+	for _, s := range srcs {
+		if s.comp.flag == "vae" && !hasVAE(specs, "vae") {
+			return nil, fmt.Errorf("%s: no VAE tensors (encoder., decoder., post_quant_conv.)", s.m.Path())
+		}
+	}
+	sh := map[string][]int64{}
+	for _, s := range specs {
+		sh[s.Name] = s.Shape
+	}
+	// Metadata overrides may sit in any component file; the first file
+	// (in sd-cli's flag order) that has a key wins.
+	var md formats.Metadata
+	for _, s := range srcs {
+		md = append(md, s.m.Metadata()...)
+	}
+	cfg, err := DetectConfig(sh, md)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", main, err)
+	}
+	fam, _ := FamilyByName(cfg.Family)
+	if fam.VAE.BuiltinConvScale != 0 && c.VAE == "" {
+		cfg.VAE.ConvScale = fam.VAE.BuiltinConvScale
+	}
+	specs = familyWeights(fam, specs)
+	var tok *text.CLIPTokenizer
+	if len(cfg.Text) > 0 {
+		if tok, err = loadModelTokenizer(opt.Tokenizer, srcs); err != nil {
+			return nil, err
+		}
+		for _, t := range cfg.Text {
+			if tok.VocabSize() > t.Vocab {
+				return nil, fmt.Errorf("%s: the tokenizer has %d tokens, the %s text encoder's embedding %d rows", main, tok.VocabSize(), t.Component, t.Vocab)
+			}
+		}
+	}
+	be, err := native.NewCPUBackend(opt.Threads)
+	if err != nil {
+		return nil, err
+	}
+	w, err := loadWeights(be, main, specs)
+	if err != nil {
+		be.Free()
+		return nil, err
+	}
+	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, be: be, w: w,
+		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size()}
+	defer func() {
+		if err != nil {
+			model.Close()
+		}
+	}()
+	if model.net, err = newNetwork(model); err != nil {
+		return nil, err
+	}
+	mk, ok := conditioners[fam.Conditioner]
+	if !ok {
+		return nil, fmt.Errorf("%s: no conditioner %q in this build", fam.Title, fam.Conditioner)
+	}
+	if model.cond, err = mk(model); err != nil {
+		return nil, err
+	}
+	if _, ok := schedules[fam.Schedule]; !ok {
+		return nil, fmt.Errorf("%s: no schedule %q in this build", fam.Title, fam.Schedule)
+	}
+	if opt.Prediction != "" {
+		p, err := ParsePrediction(opt.Prediction)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Prediction, cfg.PredictionKnown = p, true
+	}
+	if !cfg.PredictionKnown {
+		if cfg.Prediction, err = model.probePrediction(); err != nil {
+			return nil, err
+		}
+		cfg.PredictionKnown = true
+	}
+	model.LoadTime = time.Since(start)
+	return model, nil
+}
+
+// newNetwork makes the family's network for a loaded model.
+func newNetwork(m *Model) (network, error) {
+	mk, ok := networks[m.Family.Network]
+	if !ok {
+		return nil, fmt.Errorf("%s: no network %q in this build", m.Family.Title, m.Family.Network)
+	}
+	return mk(m)
+}
+
+// hasVAE reports whether a VAE weight came from the component flag.
+func hasVAE(specs []weightSpec, flag string) bool {
+	for _, s := range specs {
+		if s.Component == flag && isVAEWeight(s.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// familyWeights keeps the weights a family's parts read: the diffusion
+// model, the VAE and its encoders (an SD 1.x checkpoint's spare tensors,
+// or a text encoder the family does not use, stay out of memory).
+func familyWeights(f *Family, specs []weightSpec) []weightSpec {
+	keep := []string{unetPrefix, vaePfx}
+	for _, e := range f.Encoders {
+		keep = append(keep, e.Prefix)
+	}
+	out := specs[:0]
+	for _, s := range specs {
+		for _, p := range keep {
+			if hasPrefix(s.Name, p) {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// isVAEWeight reports an AutoencoderKL tensor under first_stage_model.
+func isVAEWeight(name string) bool {
+	for _, p := range []string{"encoder.", "decoder.", "quant_conv.", "post_quant_conv."} {
+		if hasPrefix(name, vaePfx+p) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+
+// loadModelTokenizer takes --tokenizer when given, else merges embedded in
+// the metadata of the first component file that has them (the text
+// encoders' own files first, then the model's, then any other).
+func loadModelTokenizer(file string, srcs []*openSource) (*text.CLIPTokenizer, error) {
+	if file != "" {
+		return text.LoadCLIPTokenizer(file)
+	}
+	order := []string{"clip_l", "clip_g", "model", "diffusion-model", "t5xxl", "vae"}
+	for _, flag := range order {
+		for _, s := range srcs {
+			if s.comp.flag != flag {
+				continue
+			}
+			t, err := text.CLIPTokenizerFromMetadata(s.m.Path(), s.m.Metadata())
+			if errors.Is(err, text.ErrNoTokenizer) {
+				continue
+			}
+			return t, err
+		}
+	}
+	return nil, fmt.Errorf("%s: %w; pass --tokenizer with CLIP's tokenizer.json or merges (or embed one with `sdtool convert --tokenizer`)", srcs[0].m.Path(), text.ErrNoTokenizer)
+}
+
+// LinkedAVX2 reports whether the linked ggml's CPU kernels were compiled
+// with AVX2 (without it, and FMA and F16C, inference is many times slower).
+func LinkedAVX2() bool {
+	avx2, _, _ := native.CPUFeatures()
+	return avx2
+}
+
+// Close releases the model's ggml memory.
+func (m *Model) Close() {
+	m.alloc.Free()
+	m.w.free()
+	m.be.Free()
+}
+
+// SetThreads changes the thread count.
+func (m *Model) SetThreads(n int) { m.be.SetThreads(n) }
+
+// ParamsByType counts the elements of each held type, per part ("unet", "text", "vae").
+func (m *Model) ParamsByType() map[string]map[formats.DType]int64 {
+	out := map[string]map[formats.DType]int64{}
+	for _, s := range m.specs {
+		part := "vae"
+		switch {
+		case hasPrefix(s.Name, unetPrefix):
+			part = "unet"
+		case hasPrefix(s.Name, "cond_stage_model."), hasPrefix(s.Name, "text_encoders."):
+			part = "text"
+		}
+		if out[part] == nil {
+			out[part] = map[formats.DType]int64{}
+		}
+		n, _ := formats.Elements(s.Shape)
+		out[part][s.Type] += n
+	}
+	return out
+}
+
+// input is an F32 or I32 graph input and its values.
+type input struct {
+	t   native.Tensor
+	f32 []float32
+	i32 []int32
+}
+
+// compute builds a graph with build, allocates it, fills the inputs and
+// runs it; read gets the outputs while the graph is alive.
+func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read func(out native.Tensor) error) (err error) {
+	ctx, err := native.NewContext(4*graphSize, graphSize)
+	if err != nil {
+		return err
+	}
+	defer ctx.Free()
+	g := &builder{c: ctx, w: m.w, imat: m.imatrixPass()}
+	var ins []input
+	var out native.Tensor
+	func() {
+		defer native.Recover(&err)
+		ins, out = build(g)
+		out = ctx.Cont(out).SetOutput()
+	}()
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.Path, err)
+	}
+	gr := ctx.NewGraph(graphSize)
+	g.imat.expand(gr)
+	for _, t := range g.outputs {
+		gr.Expand(t)
+	}
+	gr.Expand(out)
+	if err := m.alloc.Alloc(gr); err != nil {
+		return err
+	}
+	for _, in := range ins {
+		if in.i32 != nil {
+			err = in.t.SetI32(in.i32)
+		} else {
+			err = in.t.SetF32(in.f32)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := m.be.Compute(gr); err != nil {
+		return err
+	}
+	if err := g.imat.read(); err != nil {
+		return err
+	}
+	return read(out)
+}
+
+// newInput makes an input tensor in g.
+func newInput(g *builder, t formats.DType, ne ...int64) native.Tensor {
+	x, err := g.c.NewTensor(t, ne...)
+	if err != nil {
+		panic(&native.ShapeError{Msg: err.Error()})
+	}
+	return x.SetInput()
+}
+
+// Encode returns the conditioning of a (weighted) prompt for a
+// width×height image, as the family's conditioner computes it.
+func (m *Model) Encode(prompt string, width, height int) (*Conditioning, error) {
+	return m.cond.encode(prompt, width, height, false)
+}
+
+// runNet evaluates the diffusion network once; blocks, when not nil,
+// receives every block's output.
+func (m *Model) runNet(in *netInput, blocks *[]BlockOutput) ([]float32, error) {
+	var out []float32
+	var kept []blockTensor
+	in.capture = blocks != nil
+	err := m.compute(func(g *builder) ([]input, native.Tensor) {
+		y, ins, k := m.net.build(g, in)
+		kept = k
+		return ins, y
+	}, func(o native.Tensor) error {
+		var err error
+		if out, err = o.F32(); err != nil {
+			return err
+		}
+		for _, b := range kept {
+			v, err := b.t.F32()
+			if err != nil {
+				return err
+			}
+			*blocks = append(*blocks, BlockOutput{Name: b.name, Values: v})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// probePrediction tells eps from v as stable-diffusion.cpp does for SD 2.x:
+// the network at t=999 on a constant 0.5 latent with a constant 0.5 context
+// (and vector) predicts roughly the noise (mean(out - x) near 0) when it is
+// an eps model, and a v model's output mean falls below -1.
+func (m *Model) probePrediction() (Prediction, error) {
+	mult := max(m.net.multiple(), 1)
+	w := mult * max(1, (8+mult-1)/mult)
+	h := w
+	n := w * h * m.net.channels()
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = 0.5
+	}
+	cond := &Conditioning{Tokens: 2}
+	for _, t := range m.Config.Text {
+		cond.Dim += t.Hidden
+	}
+	cond.Context = make([]float32, 2*cond.Dim)
+	for i := range cond.Context {
+		cond.Context[i] = 0.5
+	}
+	if u := m.Config.UNet; u != nil && u.ADMChannels > 0 {
+		cond.Vector = make([]float32, u.ADMChannels)
+		for i := range cond.Vector {
+			cond.Vector[i] = 0.5
+		}
+	}
+	out, err := m.runNet(&netInput{x: x, w: w, h: h, t: 999, cond: cond}, nil)
+	if err != nil {
+		return 0, err
+	}
+	var s float64
+	for i := range out {
+		s += float64(out[i]) - float64(x[i])
+	}
+	if s/float64(len(out)) < -1 {
+		return VPrediction, nil
+	}
+	return EpsPrediction, nil
+}
+
+// DecodeLatent runs the VAE decoder on a diffusion latent [Z, h, w] and
+// returns pixels [3, 8h, 8w], nominally in [-1, 1] (ImageFromCHW converts them).
+func (m *Model) DecodeLatent(latent []float32, w, h int) ([]float32, error) {
+	cfg := &m.Config.VAE
+	z := make([]float32, len(latent))
+	for i, v := range latent {
+		z[i] = v/cfg.ScaleFactor + cfg.ShiftFactor
+	}
+	var out []float32
+	err := m.compute(func(g *builder) ([]input, native.Tensor) {
+		g.convScale = cfg.ConvScale
+		zt := newInput(g, formats.F32, int64(w), int64(h), int64(cfg.ZChannels), 1)
+		return []input{{t: zt, f32: z}}, g.vaeDecode(cfg, zt)
+	}, func(o native.Tensor) error {
+		var err error
+		out, err = o.F32()
+		return err
+	})
+	return out, err
+}
+
+// EncodeImage runs the VAE encoder on pixels [3, H, W] in [-1, 1] (CHWFromImage) and
+// returns the diffusion latent (the scaled and shifted mean) [Z, H/8, W/8] (img2img).
+func (m *Model) EncodeImage(pixels []float32, w, h int) ([]float32, error) {
+	cfg := &m.Config.VAE
+	if !cfg.HasEncoder {
+		return nil, fmt.Errorf("%s: the model has no VAE encoder (first_stage_model.encoder)", m.Path)
+	}
+	var out []float32
+	err := m.compute(func(g *builder) ([]input, native.Tensor) {
+		g.convScale = cfg.ConvScale
+		it := newInput(g, formats.F32, int64(w), int64(h), 3, 1)
+		return []input{{t: it, f32: pixels}}, g.vaeEncode(cfg, it)
+	}, func(o native.Tensor) error {
+		var err error
+		out, err = o.F32()
+		return err
+	})
+	for i := range out {
+		out[i] = (out[i] - cfg.ShiftFactor) * cfg.ScaleFactor
+	}
+	return out, err
+}
+
+// schedule returns the model's noise schedule for a latent of w×h cells.
+func (m *Model) schedule(w, h int) Schedule { return schedules[m.Family.Schedule](m, w, h) }
+
+// Generate runs text-to-image (or image-to-image with req.Init) sampling
+// and decodes the result. Unset sampler and scheduler take the family's
+// defaults.
+func (m *Model) Generate(req Request) (*Result, error) {
+	fam := m.Family
+	if req.Method == "" {
+		req.Method = fam.Defaults.Method
+	}
+	if req.Scheduler == "" {
+		req.Scheduler = fam.Defaults.Scheduler
+	}
+	if err := req.check(); err != nil {
+		return nil, err
+	}
+	down := 8 * m.net.multiple() // pixels per latent cell times the network's multiple
+	if req.Width%down != 0 || req.Height%down != 0 {
+		return nil, fmt.Errorf("width and height must be multiples of %d for this model (got %dx%d)", down, req.Width, req.Height)
+	}
+	res := &Result{Width: req.Width, Height: req.Height}
+	t0 := time.Now()
+	cond, err := m.cond.encode(req.Prompt, req.Width, req.Height, false)
+	if err != nil {
+		return nil, err
+	}
+	var uncond *Conditioning
+	if req.CFGScale != 1 {
+		zero := fam.EmptyNegativeZero && req.Negative == ""
+		encode := m.cond.encode
+		if nc, ok := m.cond.(negativeConditioner); ok {
+			encode = nc.encodeNegative
+		}
+		if uncond, err = encode(req.Negative, req.Width, req.Height, zero); err != nil {
+			return nil, err
+		}
+	}
+	res.Timings.Text = time.Since(t0)
+
+	lw, lh := req.Width/8, req.Height/8
+	n := lw * lh * m.net.channels()
+	noise, err := NewRNG(req.RNG, req.Seed)
+	if err != nil {
+		return nil, err
+	}
+	sched := m.schedule(lw, lh)
+	sigmas, err := sched.Sigmas(req.Scheduler, req.Steps)
+	if err != nil {
+		return nil, err
+	}
+	var init []float32
+	if req.Init != nil {
+		if len(req.Init) != 3*req.Width*req.Height {
+			return nil, fmt.Errorf("init image has %d values, want %d", len(req.Init), 3*req.Width*req.Height)
+		}
+		if init, err = m.EncodeImage(req.Init, req.Width, req.Height); err != nil {
+			return nil, err
+		}
+		sigmas = Img2ImgSigmas(sigmas, req.Strength)
+	}
+	pred := m.Config.Prediction
+	x := make([]float32, n)
+	noise.FillNormal(x)
+	pred.NoiseLatent(x, init, x, sigmas[0])
+
+	in := make([]float32, n)
+	den := make([]float32, n)
+	var denErr error
+	first := true
+	denoise := func(xs []float32, sigma float32) []float32 {
+		_, _, cIn := pred.Scalings(sigma)
+		for i, v := range xs {
+			in[i] = v * cIn
+		}
+		call := &netInput{x: in, w: lw, h: lh, t: sched.SigmaToT(sigma), cond: cond, guidance: req.Guidance}
+		var blocks *[]BlockOutput
+		if first && req.CaptureBlocks {
+			blocks = &res.Blocks
+		}
+		first = false
+		out, err := m.runNet(call, blocks)
+		if err != nil {
+			denErr = err
+			return nil
+		}
+		if uncond != nil {
+			call.cond = uncond
+			u, err := m.runNet(call, nil)
+			if err != nil {
+				denErr = err
+				return nil
+			}
+			Guide(out, u, req.CFGScale)
+		}
+		pred.Denoised(den, xs, out, sigma)
+		return den
+	}
+	t1 := time.Now()
+	err = SamplePrediction(req.Method, pred, denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
+		if req.OnStep != nil {
+			req.OnStep(step, steps)
+		}
+		return nil
+	})
+	if denErr != nil {
+		return nil, denErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	pred.InverseNoise(x, sigmas[len(sigmas)-1])
+	res.Timings.Sampling = time.Since(t1)
+	res.Timings.Steps = len(sigmas) - 1
+	res.Latent = x
+	t2 := time.Now()
+	if res.Pixels, err = m.DecodeLatent(x, lw, lh); err != nil {
+		return nil, err
+	}
+	res.Timings.Decode = time.Since(t2)
+	for _, v := range res.Pixels {
+		if math.IsNaN(float64(v)) {
+			return nil, fmt.Errorf("%s: the decoded image has NaN values", m.Path)
+		}
+	}
+	return res, nil
+}
