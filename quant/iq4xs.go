@@ -2,7 +2,6 @@ package quant
 
 import (
 	"encoding/binary"
-	"math"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -18,30 +17,39 @@ const iq4XSBytes = 136
 // iq4_xs.
 var iq4nlValues = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
-// iq4nlFloats are the iq4_nl levels as floats; iq4nlSearch holds levels
-// 1..14 padded with +Inf to 16 entries for the search in bestIndexIQ4.
-var (
-	iq4nlFloats [16]float32
-	iq4nlSearch [16]float32
-)
+// iq4nlFloats are the iq4_nl levels as floats.
+var iq4nlFloats [16]float32
+
+// iq4nlByHalf maps floor(2x)+254 to the level nearest to x, for x strictly
+// between the outer levels -127 and 113 (see bestIndexIQ4).
+var iq4nlByHalf [512]uint8
 
 func init() {
 	for i, v := range iq4nlValues {
 		iq4nlFloats[i] = float32(v)
 	}
-	for i := range iq4nlSearch {
-		iq4nlSearch[i] = float32(math.Inf(1))
-	}
-	for i := 1; i <= 14; i++ {
-		iq4nlSearch[i-1] = float32(iq4nlValues[i])
+	for k := range iq4nlByHalf {
+		// Every x with floor(2x) = k-254 lies on the same side of every
+		// midpoint, since the midpoints are multiples of 0.5.
+		h := k - 254
+		n := 0
+		for i := range 15 {
+			if h >= int(iq4nlValues[i])+int(iq4nlValues[i+1]) {
+				n++
+			}
+		}
+		iq4nlByHalf[k] = uint8(n)
 	}
 }
 
 // bestIndexIQ4 is ggml's best_index_int8 on the iq4_nl levels: the nearest
-// level to x, ties and NaN resolved as ggml's do. ggml bisects to the first
-// level above x; counting the levels 1..14 at or below x finds the same one
-// (for x strictly inside the range), here with a branch-free search, and the
-// final choice is ggml's own float comparison.
+// level to x, ties and NaN resolved as ggml's do. ggml bisects to the two
+// levels around x and keeps the lower one when x-lo < hi-x. Near a
+// midpoint both differences are exact (the operands are within one binade
+// of each other), so that comparison is x < (lo+hi)/2, with a tie going up.
+// The midpoints are multiples of 0.5, so floor(2x) alone decides, and a
+// table indexed by it replaces the bisection and its unpredictable branches
+// (TestBestIndexIQ4MatchesBisection checks it against ggml's bisection).
 func bestIndexIQ4(x float32) uint8 {
 	if x <= -127 {
 		return 0
@@ -49,27 +57,12 @@ func bestIndexIQ4(x float32) uint8 {
 	if !(x < 113) { // x >= 113, or NaN, which ggml's bisection takes to 15
 		return 15
 	}
-	t := &iq4nlSearch
-	b := 0
-	if t[b+7] <= x {
-		b += 8
+	y := x + x // exact
+	t := int32(y)
+	if float32(t) > y { // truncation rounded a negative y up
+		t--
 	}
-	if t[(b+3)&15] <= x {
-		b += 4
-	}
-	if t[(b+1)&15] <= x {
-		b += 2
-	}
-	if t[b&15] <= x {
-		b++
-	}
-	// b levels among 1..14 are <= x, so level b+1 is the first above it.
-	f := &iq4nlFloats
-	lo, hi := f[b&15], f[(b+1)&15]
-	if x-lo < hi-x {
-		return uint8(b)
-	}
-	return uint8(b + 1)
+	return iq4nlByHalf[uint32(t+254)&511]
 }
 
 func quantizeIQ4XS(dst []byte, src, weights []float32) {

@@ -349,9 +349,32 @@ func TestBestIndexIQ4MatchesBisection(t *testing.T) {
 	for range 200000 {
 		xs = append(xs, float32(300*r.Float64()-150), math.Float32frombits(r.Uint32()))
 	}
-	for _, x := range xs {
+	// Every float within 4096 ulps of a level or a midpoint.
+	for i, v := range iq4nlValues {
+		pts := []float32{float32(v)}
+		if i < 15 {
+			pts = append(pts, (float32(v)+float32(iq4nlValues[i+1]))/2)
+		}
+		for _, p := range pts {
+			lo, hi := p, p
+			for range 4096 {
+				lo, hi = math.Nextafter32(lo, -1000), math.Nextafter32(hi, 1000)
+				xs = append(xs, lo, hi)
+			}
+		}
+	}
+	check := func(x float32) {
 		if got, want := bestIndexIQ4(x), bisectIQ4(x); got != want {
 			t.Fatalf("bestIndexIQ4(%v = %#08x) = %d, ggml's bisection gives %d", x, math.Float32bits(x), got, want)
+		}
+	}
+	for _, x := range xs {
+		check(x)
+	}
+	if os.Getenv("SDTOOL_EXHAUSTIVE") != "" {
+		// Every float32 bit pattern (about a minute).
+		for b := uint64(0); b < 1<<32; b++ {
+			check(math.Float32frombits(uint32(b)))
 		}
 	}
 }
