@@ -2,6 +2,7 @@ package quant
 
 import (
 	"encoding/binary"
+	"math"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -20,9 +21,13 @@ var iq4nlValues = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 
 // iq4nlFloats are the iq4_nl levels as floats.
 var iq4nlFloats [16]float32
 
-// iq4nlByHalf maps floor(2x)+254 to the level nearest to x, for x strictly
-// between the outer levels -127 and 113 (see bestIndexIQ4).
-var iq4nlByHalf [512]uint8
+// iq4nlByHalf maps floor(2x)+512 to the index of the level nearest to x,
+// for -256 <= x < 256 (see bestIndexIQ4), and iq4nlLevelByHalf to the level
+// itself.
+var (
+	iq4nlByHalf      [1024]uint8
+	iq4nlLevelByHalf [1024]float32
+)
 
 func init() {
 	for i, v := range iq4nlValues {
@@ -31,7 +36,7 @@ func init() {
 	for k := range iq4nlByHalf {
 		// Every x with floor(2x) = k-254 lies on the same side of every
 		// midpoint, since the midpoints are multiples of 0.5.
-		h := k - 254
+		h := k - 512
 		n := 0
 		for i := range 15 {
 			if h >= int(iq4nlValues[i])+int(iq4nlValues[i+1]) {
@@ -39,6 +44,7 @@ func init() {
 			}
 		}
 		iq4nlByHalf[k] = uint8(n)
+		iq4nlLevelByHalf[k] = float32(iq4nlValues[n])
 	}
 }
 
@@ -62,7 +68,18 @@ func bestIndexIQ4(x float32) uint8 {
 	if float32(t) > y { // truncation rounded a negative y up
 		t--
 	}
-	return iq4nlByHalf[uint32(t+254)&511]
+	return iq4nlByHalf[uint32(t+512)&1023]
+}
+
+// iq4Level is the level bestIndexIQ4(x) picks, for |x| < 256, without a
+// branch: the table covers the outer levels' ranges too, and floor(2x) is
+// the truncation minus the sign bit of the (exact) remainder, which errs
+// only for -0, where floor(2x) = -1 and 0 pick the same level.
+func iq4Level(x float32) float32 {
+	y := x + x
+	t := int32(y)
+	t -= int32(math.Float32bits(y-float32(t)) >> 31)
+	return iq4nlLevelByHalf[uint32(t+512)&1023]
 }
 
 func quantizeIQ4XS(dst []byte, src, weights []float32) {
@@ -114,31 +131,7 @@ func quantizeBlockIQ4XS(y *[iq4XSBytes]byte, x, qw *[qkBlock]float32) {
 			scales[ib] = 0
 			continue
 		}
-		d := -vmax / float32(iq4nlValues[0])
-		id := 1 / d
-		var sumqx, sumq2 float32
-		for j, v := range xb {
-			q := float32(iq4nlValues[bestIndexIQ4(id*v)])
-			wq := float32(weight[j] * q)
-			sumqx += float32(wq * v)
-			sumq2 += float32(wq * q)
-		}
-		d = sumqx / sumq2
-		best := d * sumqx
-		for itry := int32(-7); itry <= 7; itry++ {
-			id = float32(itry+int32(iq4nlValues[0])) / vmax
-			sumqx, sumq2 = 0, 0
-			for j, v := range xb {
-				q := float32(iq4nlValues[bestIndexIQ4(id*v)])
-				wq := float32(weight[j] * q)
-				sumqx += float32(wq * v)
-				sumq2 += float32(wq * q)
-			}
-			if sumq2 > 0 && float32(sumqx*sumqx) > float32(best*sumq2) {
-				d = sumqx / sumq2
-				best = d * sumqx
-			}
-		}
+		d := iq4Search(xb, &weight, vmax)
 		scales[ib] = d
 		if a := cFabs(d); a > amaxScale {
 			amaxScale, maxScale = a, d

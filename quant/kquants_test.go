@@ -364,8 +364,14 @@ func TestBestIndexIQ4MatchesBisection(t *testing.T) {
 		}
 	}
 	check := func(x float32) {
-		if got, want := bestIndexIQ4(x), bisectIQ4(x); got != want {
+		want := bisectIQ4(x)
+		if got := bestIndexIQ4(x); got != want {
 			t.Fatalf("bestIndexIQ4(%v = %#08x) = %d, ggml's bisection gives %d", x, math.Float32bits(x), got, want)
+		}
+		if cFabs(x) < 256 {
+			if got := iq4Level(x); got != float32(iq4nlValues[want]) {
+				t.Fatalf("iq4Level(%v = %#08x) = %v, ggml's bisection gives level %d", x, math.Float32bits(x), got, iq4nlValues[want])
+			}
 		}
 	}
 	for _, x := range xs {
