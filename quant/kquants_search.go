@@ -41,6 +41,9 @@ var qxSteps = [18]float32{-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 
 // qw[i], or x[i]^2 when qw is nil. L receives the levels plus nmax. x holds
 // at most 32 elements.
 func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
+	if simd.qx {
+		return makeQxQuantsLanes(nmax, x, L, qw)
+	}
 	n := len(x)
 	L = L[:n]
 	// w and wx are each element's weight and weight times x; ggml forms
@@ -112,6 +115,68 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 	}
 	for i, b := range best {
 		L[i] = int8(int32(b-magicBits) + nmax)
+	}
+	return scale
+}
+
+// makeQxQuantsLanes is makeQxQuants with all 19 candidates' sums formed at
+// once by qxLaneSums (a lane each), then compared in ggml's order.
+func makeQxQuantsLanes(nmax int32, x []float32, L []int8, qw []float32) float32 {
+	n := len(x)
+	L = L[:n]
+	var w2, wx2 [32]float32
+	w, wx := w2[:n], wx2[:n]
+	if qw != nil {
+		copy(w, qw[:n])
+	} else {
+		for i, v := range x {
+			w[i] = float32(v * v)
+		}
+	}
+	var vmax, amax float32
+	nanIn := false
+	for i, v := range x {
+		if ax := cFabs(v); ax > amax {
+			amax, vmax = ax, v
+		}
+		nanIn = nanIn || v != v
+		wx[i] = float32(w[i] * v)
+	}
+	if amax < groupMaxEps {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0
+	}
+	fn := float32(nmax)
+	// Lane 0 is ggml's first scale, lanes 1..18 its trial scales; the
+	// padding repeats lane 0 and is ignored.
+	var is, sumlx, suml2 [qxLanes]float32
+	is[0] = float32(-nmax) / vmax
+	maxIs := cFabs(is[0])
+	for k, step := range qxSteps {
+		is[k+1] = -(fn + float32(float32(0.1)*step)) / vmax
+		maxIs = max(maxIs, cFabs(is[k+1]))
+	}
+	for k := len(qxSteps) + 1; k < qxLanes; k++ {
+		is[k] = is[0]
+	}
+	fast := !nanIn && float32(maxIs*amax) < roundLimit
+	qxLaneSums(x, w, wx, &is, -nmax, nmax-1, &sumlx, &suml2, fast)
+	scale := float32(0)
+	if suml2[0] != 0 {
+		scale = sumlx[0] / suml2[0]
+	}
+	best, win := scale*sumlx[0], 0
+	for k := 1; k <= len(qxSteps); k++ {
+		if suml2[k] > 0 && float32(sumlx[k]*sumlx[k]) > float32(best*suml2[k]) {
+			scale = sumlx[k] / suml2[k]
+			best, win = scale*sumlx[k], k
+		}
+	}
+	iscale := is[win]
+	for i, v := range x {
+		L[i] = int8(clampInt32(cNearestInt(float32(iscale*v)), -nmax, nmax-1) + nmax)
 	}
 	return scale
 }
