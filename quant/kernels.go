@@ -27,21 +27,23 @@ var simd = simdDetected
 // make_qx_quants, padded.
 const qxLanes = 24
 
-// qxLaneSumsGo is the portable qxLaneSums: for every lane k it forms ggml's
-// make_qx_quants sums over x[:n] for the inverse scale is[k],
+// qxLaneSumsGo is the portable qxLaneSums: for every lane k it forms
+// ggml's make_qx_quants sums over x[:n] for the inverse scale
+// is = num[k]/vmax,
 //
-//	sumlx[k] = Σ wx[i]·l,  suml2[k] = Σ (w[i]·l)·l,
-//	l = clamp(nearest_int(is[k]·x[i]), lo, hi),
+//	sumlx[k] = Σ (w[i]·x[i])·l,  suml2[k] = Σ (w[i]·l)·l,
+//	l = clamp(nearest_int(is·x[i]), lo, hi),
 //
 // in ggml's order, with nearest_int's own arithmetic (any input).
-func qxLaneSumsGo(x, w, wx []float32, is *[qxLanes]float32, lo, hi int32, sumlx, suml2 *[qxLanes]float32) {
+func qxLaneSumsGo(x, w []float32, num *[qxLanes]float32, vmax float32, lo, hi int32, sumlx, suml2 *[qxLanes]float32) {
 	n := len(x)
-	w, wx = w[:n], wx[:n]
-	for k, s := range is {
+	w = w[:n]
+	for k, nk := range num {
+		s := nk / vmax
 		var slx, sl2 float32
 		for i, v := range x {
 			r := float32(clampInt32(cNearestInt(float32(s*v)), lo, hi))
-			slx += float32(wx[i] * r)
+			slx += float32(float32(w[i]*v) * r)
 			sl2 += float32(float32(w[i]*r) * r)
 		}
 		sumlx[k], suml2[k] = slx, sl2

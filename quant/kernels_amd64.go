@@ -10,19 +10,20 @@ var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C && cpu.X86.HasBMI1 && cpu.X86.
 
 var simdDetected = simdFlags{qx: haveAVX2}
 
-// qxLaneSumsAVX2 is qxLaneSumsGo for n >= 1 elements when every |is[k]·x[i]| is
-// below 2^22, where adding and subtracting 1.5·2^23 rounds exactly as
-// nearest_int does.
+// qxLaneSumsAVX2 is qxLaneSumsGo for n >= 1 elements when every
+// |num[k]/vmax·x[i]| is below 2^22, where adding and subtracting 1.5·2^23
+// rounds exactly as nearest_int does.
 //
 //go:noescape
-func qxLaneSumsAVX2(x, w, wx *float32, n int, is *[qxLanes]float32, lo, hi float32, sumlx, suml2 *[qxLanes]float32)
+func qxLaneSumsAVX2(x, w *float32, n int, num *[qxLanes]float32, vmax, lo, hi float32, sumlx, suml2 *[qxLanes]float32)
 
-// qxLaneSums is qxLaneSumsGo; fast says that every |is[k]·x[i]| is below 2^22.
-func qxLaneSums(x, w, wx []float32, is *[qxLanes]float32, lo, hi int32, sumlx, suml2 *[qxLanes]float32, fast bool) {
+// qxLaneSums is qxLaneSumsGo; fast says that every |num[k]/vmax·x[i]| is
+// below 2^22.
+func qxLaneSums(x, w []float32, num *[qxLanes]float32, vmax float32, lo, hi int32, sumlx, suml2 *[qxLanes]float32, fast bool) {
 	n := len(x)
-	if !fast || !haveAVX2 || n == 0 || len(w) < n || len(wx) < n {
-		qxLaneSumsGo(x, w, wx, is, lo, hi, sumlx, suml2)
+	if !fast || !haveAVX2 || n == 0 || len(w) < n {
+		qxLaneSumsGo(x, w, num, vmax, lo, hi, sumlx, suml2)
 		return
 	}
-	qxLaneSumsAVX2(&x[0], &w[0], &wx[0], n, is, float32(lo), float32(hi), sumlx, suml2)
+	qxLaneSumsAVX2(&x[0], &w[0], n, num, vmax, float32(lo), float32(hi), sumlx, suml2)
 }

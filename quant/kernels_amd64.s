@@ -14,9 +14,9 @@ DATA roundMagic8<>+24(SB)/4, $0x4b400000
 DATA roundMagic8<>+28(SB)/4, $0x4b400000
 GLOBL roundMagic8<>(SB), RODATA|NOPTR, $32
 
-// One lane group of qxLaneSums: l = clamp(round(is·x)), sumlx += wx·l,
+// One lane group of qxLaneSums: l = clamp(round(is·x)), sumlx += (w·x)·l,
 // suml2 += (w·l)·l. IS, SLX, SL2 are the group's registers; Y9, Y10, Y11
-// hold x[i], wx[i], w[i] broadcast; Y14, Y15 the clamp bounds.
+// hold x[i], w[i]·x[i], w[i] broadcast; Y14, Y15 the clamp bounds.
 #define QX_GROUP(IS, SLX, SL2) \
 	VMULPS Y9, IS, Y12 \
 	VADDPS roundMagic8<>(SB), Y12, Y12 \
@@ -29,20 +29,23 @@ GLOBL roundMagic8<>(SB), RODATA|NOPTR, $32
 	VMULPS Y12, Y13, Y13 \
 	VADDPS Y13, SL2, SL2
 
-// func qxLaneSumsAVX2(x, w, wx *float32, n int, is *[24]float32, lo, hi float32, sumlx, suml2 *[24]float32)
+// func qxLaneSumsAVX2(x, w *float32, n int, num *[24]float32, vmax, lo, hi float32, sumlx, suml2 *[24]float32)
 TEXT ·qxLaneSumsAVX2(SB), NOSPLIT, $0-64
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
-	MOVQ wx+16(FP), R8
-	MOVQ n+24(FP), CX
-	MOVQ is+32(FP), AX
-	VBROADCASTSS lo+40(FP), Y14
-	VBROADCASTSS hi+44(FP), Y15
+	MOVQ n+16(FP), CX
+	MOVQ num+24(FP), AX
+	VBROADCASTSS vmax+32(FP), Y9
+	VBROADCASTSS lo+36(FP), Y14
+	VBROADCASTSS hi+40(FP), Y15
 	MOVQ sumlx+48(FP), R9
 	MOVQ suml2+56(FP), R10
 	VMOVUPS (AX), Y0
 	VMOVUPS 32(AX), Y1
 	VMOVUPS 64(AX), Y2
+	VDIVPS Y9, Y0, Y0
+	VDIVPS Y9, Y1, Y1
+	VDIVPS Y9, Y2, Y2
 	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
@@ -52,14 +55,13 @@ TEXT ·qxLaneSumsAVX2(SB), NOSPLIT, $0-64
 
 qxloop:
 	VBROADCASTSS (SI), Y9
-	VBROADCASTSS (R8), Y10
 	VBROADCASTSS (DI), Y11
+	VMULPS Y9, Y11, Y10
 	QX_GROUP(Y0, Y3, Y6)
 	QX_GROUP(Y1, Y4, Y7)
 	QX_GROUP(Y2, Y5, Y8)
 	ADDQ $4, SI
 	ADDQ $4, DI
-	ADDQ $4, R8
 	DECQ CX
 	JNZ  qxloop
 

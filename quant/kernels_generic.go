@@ -6,6 +6,6 @@ package quant
 var simdDetected = simdFlags{}
 
 // qxLaneSums is qxLaneSumsGo.
-func qxLaneSums(x, w, wx []float32, is *[qxLanes]float32, lo, hi int32, sumlx, suml2 *[qxLanes]float32, _ bool) {
-	qxLaneSumsGo(x, w, wx, is, lo, hi, sumlx, suml2)
+func qxLaneSums(x, w []float32, num *[qxLanes]float32, vmax float32, lo, hi int32, sumlx, suml2 *[qxLanes]float32, _ bool) {
+	qxLaneSumsGo(x, w, num, vmax, lo, hi, sumlx, suml2)
 }

@@ -34,26 +34,32 @@ func TestQxLaneSumsMatchGo(t *testing.T) {
 			n = []int{16, 32}[iter/2%2]
 		}
 		nmax := []int32{4, 8, 16, 32}[r.IntN(4)]
-		var x, w, wx [32]float32
+		var x, w [32]float32
 		kernelInput(r, x[:n], w[:n])
 		var amax float32
 		for i := range n {
-			wx[i] = float32(w[i] * x[i])
 			amax = max(amax, cFabs(x[i]))
 		}
-		var is [qxLanes]float32
-		for k := range is {
-			is[k] = float32(r.NormFloat64()) * float32(nmax) / max(amax, 1e-3)
+		var num [qxLanes]float32
+		for k := range num {
+			num[k] = float32(r.NormFloat64()) * float32(nmax)
 			if k%5 == 0 {
-				is[k] = 0.5 * float32(r.IntN(9)-4) // exact halves of the integer x
+				num[k] = 0.5 * float32(r.IntN(9)-4) // exact halves of the integer x
 			}
 		}
+		vmax := max(amax, 1e-3)
+		if r.IntN(2) == 0 {
+			vmax = -vmax
+		}
+		if iter%7 == 0 {
+			vmax = 1
+		}
 		var a1, a2, b1, b2 [qxLanes]float32
-		qxLaneSums(x[:n], w[:n], wx[:n], &is, -nmax, nmax-1, &a1, &a2, true)
-		qxLaneSumsGo(x[:n], w[:n], wx[:n], &is, -nmax, nmax-1, &b1, &b2)
+		qxLaneSums(x[:n], w[:n], &num, vmax, -nmax, nmax-1, &a1, &a2, true)
+		qxLaneSumsGo(x[:n], w[:n], &num, vmax, -nmax, nmax-1, &b1, &b2)
 		for k := range a1 {
 			if math.Float32bits(a1[k]) != math.Float32bits(b1[k]) || math.Float32bits(a2[k]) != math.Float32bits(b2[k]) {
-				t.Fatalf("n=%d nmax=%d lane %d (is %g): kernel sums %g %g, Go %g %g", n, nmax, k, is[k], a1[k], a2[k], b1[k], b2[k])
+				t.Fatalf("n=%d nmax=%d lane %d (num %g, vmax %g): kernel sums %g %g, Go %g %g", n, nmax, k, num[k], vmax, a1[k], a2[k], b1[k], b2[k])
 			}
 		}
 	}

@@ -1,6 +1,9 @@
 package quant
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // This file holds the scale searches that ggml's k-quants share
 // (make_qx_quants, make_q3_quants, make_qkx2/qkx3_quants, make_qp_quants in
@@ -44,6 +47,11 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 	if simd.qx {
 		return makeQxQuantsLanes(nmax, x, L, qw)
 	}
+	return makeQxQuantsScalar(nmax, x, L, qw)
+}
+
+// makeQxQuantsScalar is makeQxQuants one candidate after another.
+func makeQxQuantsScalar(nmax int32, x []float32, L []int8, qw []float32) float32 {
 	n := len(x)
 	L = L[:n]
 	// w and wx are each element's weight and weight times x; ggml forms
@@ -119,13 +127,50 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 	return scale
 }
 
+// qxNumerators holds, for nmax = 4, 8, 16 and 32, the numerators of
+// make_qx_quants' 19 inverse scales (the scale is numerator/max): -nmax,
+// then -(nmax+0.1·is) for is = -9..9 without 0, padded with -nmax.
+var qxNumerators [4][qxLanes]float32
+
+func init() {
+	for j := range qxNumerators {
+		nmax := int32(4) << j
+		num := &qxNumerators[j]
+		fn := float32(nmax)
+		for k := range num {
+			num[k] = float32(-nmax)
+		}
+		for k, step := range qxSteps {
+			num[k+1] = -(fn + float32(float32(0.1)*step))
+		}
+	}
+}
+
 // makeQxQuantsLanes is makeQxQuants with all 19 candidates' sums formed at
 // once by qxLaneSums (a lane each), then compared in ggml's order.
 func makeQxQuantsLanes(nmax int32, x []float32, L []int8, qw []float32) float32 {
+	var num *[qxLanes]float32
+	switch nmax {
+	case 4, 8, 16, 32:
+		num = &qxNumerators[bits.TrailingZeros32(uint32(nmax))-2]
+	}
 	n := len(x)
+	amaxBits, imax := absMaxFirstN(x)
+	if num == nil || n > 32 || amaxBits > 0x7f800000 {
+		// A NaN element (or an nmax no codec uses): the scalar search
+		// follows ggml's comparisons, which skip NaN.
+		return makeQxQuantsScalar(nmax, x, L, qw)
+	}
 	L = L[:n]
-	var w2, wx2 [32]float32
-	w, wx := w2[:n], wx2[:n]
+	amax, vmax := math.Float32frombits(amaxBits), x[imax]
+	if amax < groupMaxEps {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0
+	}
+	var w2 [32]float32
+	w := w2[:n]
 	if qw != nil {
 		copy(w, qw[:n])
 	} else {
@@ -133,36 +178,11 @@ func makeQxQuantsLanes(nmax int32, x []float32, L []int8, qw []float32) float32 
 			w[i] = float32(v * v)
 		}
 	}
-	var vmax, amax float32
-	nanIn := false
-	for i, v := range x {
-		if ax := cFabs(v); ax > amax {
-			amax, vmax = ax, v
-		}
-		nanIn = nanIn || v != v
-		wx[i] = float32(w[i] * v)
-	}
-	if amax < groupMaxEps {
-		for i := range L {
-			L[i] = 0
-		}
-		return 0
-	}
-	fn := float32(nmax)
-	// Lane 0 is ggml's first scale, lanes 1..18 its trial scales; the
-	// padding repeats lane 0 and is ignored.
-	var is, sumlx, suml2 [qxLanes]float32
-	is[0] = float32(-nmax) / vmax
-	maxIs := cFabs(is[0])
-	for k, step := range qxSteps {
-		is[k+1] = -(fn + float32(float32(0.1)*step)) / vmax
-		maxIs = max(maxIs, cFabs(is[k+1]))
-	}
-	for k := len(qxSteps) + 1; k < qxLanes; k++ {
-		is[k] = is[0]
-	}
-	fast := !nanIn && float32(maxIs*amax) < roundLimit
-	qxLaneSums(x, w, wx, &is, -nmax, nmax-1, &sumlx, &suml2, fast)
+	// The largest |num| is that of is = 9, and dividing by the same vmax
+	// keeps the order of the magnitudes.
+	fast := float32(cFabs(num[len(qxSteps)]/vmax)*amax) < roundLimit
+	var sumlx, suml2 [qxLanes]float32
+	qxLaneSums(x, w, num, vmax, -nmax, nmax-1, &sumlx, &suml2, fast)
 	scale := float32(0)
 	if suml2[0] != 0 {
 		scale = sumlx[0] / suml2[0]
@@ -174,11 +194,28 @@ func makeQxQuantsLanes(nmax int32, x []float32, L []int8, qw []float32) float32 
 			best, win = scale*sumlx[k], k
 		}
 	}
-	iscale := is[win]
+	iscale := num[win] / vmax
 	for i, v := range x {
 		L[i] = int8(clampInt32(cNearestInt(float32(iscale*v)), -nmax, nmax-1) + nmax)
 	}
 	return scale
+}
+
+// absMaxFirstN is absMaxFirst for up to 32 elements: the largest of the bit
+// patterns of |x[i]| and the first index that has it.
+func absMaxFirstN(x []float32) (uint32, int) {
+	x = x[:min(len(x), 32)]
+	var k0, k1 uint64
+	i := 0
+	for ; i+2 <= len(x); i += 2 {
+		k0 = max(k0, uint64(math.Float32bits(x[i])&^(1<<31))<<5|uint64(31-i))
+		k1 = max(k1, uint64(math.Float32bits(x[i+1])&^(1<<31))<<5|uint64(30-i))
+	}
+	if i < len(x) {
+		k0 = max(k0, uint64(math.Float32bits(x[i])&^(1<<31))<<5|uint64(31-i))
+	}
+	k := max(k0, k1)
+	return uint32(k >> 5), 31 - int(k&31)
 }
 
 // qxLevels2 computes the levels clamp(round(iscale*x), -nmax, nmax-1) of
