@@ -279,9 +279,14 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 	n := len(x)
 	L = L[:n]
 	var vmax, amax float32
-	for _, v := range x {
-		if ax := cFabs(v); ax > amax {
-			amax, vmax = ax, v
+	if amaxBits, imax := absMaxFirstN(x); n <= 32 && amaxBits <= 0x7f800000 {
+		amax, vmax = math.Float32frombits(amaxBits), x[imax]
+	} else {
+		// A NaN, which ggml's "ax > amax" skips.
+		for _, v := range x {
+			if ax := cFabs(v); ax > amax {
+				amax, vmax = ax, v
+			}
 		}
 	}
 	if amax < groupMaxEps {
@@ -290,29 +295,34 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 		}
 		return 0
 	}
+	// ggml forms the weight x² and x²·x afresh in every pass; they are
+	// the same each time, so they are formed once.
+	var w2, wx2 [32]float32
+	w, wx := w2[:n], wx2[:n]
 	iscale := float32(-nmax) / vmax
 	var sumlx, suml2 float32
 	for i, v := range x {
 		l := clampInt32(cNearestInt(float32(iscale*v)), -nmax, nmax-1)
 		L[i] = int8(l)
 		fl := float32(l)
-		w := float32(v * v)
-		sumlx += float32(float32(w*v) * fl)
-		suml2 += float32(float32(w*fl) * fl)
+		wi := float32(v * v)
+		w[i], wx[i] = wi, float32(wi*v)
+		sumlx += float32(wx[i] * fl)
+		suml2 += float32(float32(wi*fl) * fl)
 	}
 	for range 5 {
 		changed := false
 		for i, v := range x {
-			w := float32(v * v)
+			wi, wxi := w[i], wx[i]
 			li := float32(L[i])
-			slx := sumlx - float32(float32(w*v)*li)
+			slx := sumlx - float32(wxi*li)
 			if slx > 0 {
-				sl2 := suml2 - float32(float32(w*li)*li)
+				sl2 := suml2 - float32(float32(wi*li)*li)
 				nl := clampInt32(cNearestInt(float32(v*sl2)/slx), -nmax, nmax-1)
 				if nl != int32(L[i]) {
 					fl := float32(nl)
-					slx += float32(float32(w*v) * fl)
-					sl2 += float32(float32(w*fl) * fl)
+					slx += float32(wxi * fl)
+					sl2 += float32(float32(wi*fl) * fl)
 					if sl2 > 0 && float32(float32(slx*slx)*suml2) > float32(float32(sumlx*sumlx)*sl2) {
 						L[i] = int8(nl)
 						sumlx, suml2 = slx, sl2
