@@ -1,5 +1,7 @@
 package quant
 
+import "math"
+
 // Vector kernels. The hot loops of the scale searches evaluate many
 // candidate scales that do not depend on each other; the kernels below form
 // their sums with one candidate per vector lane, so that every lane performs
@@ -17,6 +19,8 @@ package quant
 type simdFlags struct {
 	// qx: makeQxQuants (q4_0/q5_0 weighted, q3_K weighted, q6_K).
 	qx bool
+	// qkx: makeQkxQuants (q4_1/q5_1 weighted, q2_K, q4_K, q5_K).
+	qkx bool
 }
 
 // simd holds the kernel families this CPU runs in the lane form; it is set
@@ -47,5 +51,75 @@ func qxLaneSumsGo(x, w []float32, num *[qxLanes]float32, vmax float32, lo, hi in
 			sl2 += float32(float32(w[i]*r) * r)
 		}
 		sumlx[k], suml2[k] = slx, sl2
+	}
+}
+
+// qkxLanes is the number of candidates qkxLaneEval evaluates at once.
+const qkxLanes = 8
+
+// qkxParams are the inputs of qkxLaneEval that are the same in every lane.
+// The field order is part of the assembly's interface.
+type qkxParams struct {
+	is0    float32 // the first lane's candidate index is, as a float
+	rmin   float32
+	rdelta float32
+	nmax   float32 // the largest level
+	span   float32 // max - min
+	sumW   float32 // Σ w
+	sumX   float32 // Σ w·x
+	mad    uint32  // 1: absolute errors; 0: squared
+}
+
+// qkxLaneOut are qkxLaneEval's results: per lane the candidate's weighted
+// error (NaN when its normal equations are singular, so that it never
+// wins), its refined scale and offset, and its levels, lv[i][lane]. The
+// field order is part of the assembly's interface.
+type qkxLaneOut struct {
+	err, s, m [qkxLanes]float32
+	lv        [32][qkxLanes]float32
+}
+
+// qkxLaneEvalGo is the portable qkxLaneEval: lane k evaluates
+// make_qkx2_quants' candidate is = is0+k against the current offset min,
+// given xm[i] = x[i]-min: the levels clamp(nearest_int(iscale·xm[i]), 0,
+// nmax) for iscale = (rmin + rdelta·is + nmax)/span, their weighted sums,
+// the least-squares scale and offset (the offset capped at 0), and the
+// weighted error, all in ggml's order and with nearest_int's own arithmetic
+// (any input).
+func qkxLaneEvalGo(x, w, xm []float32, p *qkxParams, o *qkxLaneOut) {
+	n := len(x)
+	w, xm = w[:n], xm[:n]
+	nmax := int32(p.nmax)
+	for k := range qkxLanes {
+		iscale := (p.rmin + float32(p.rdelta*float32(p.is0+float32(k))) + p.nmax) / p.span
+		var sumL, sumL2, sumXL float32
+		for i, v := range xm {
+			l := float32(clampInt32(cNearestInt(float32(iscale*v)), 0, nmax))
+			o.lv[i][k] = l
+			wl := float32(w[i] * l)
+			sumL += wl
+			sumL2 += float32(wl * l)
+			sumXL += float32(wl * x[i])
+		}
+		D := float32(p.sumW*sumL2) - float32(sumL*sumL)
+		s := (float32(p.sumW*sumXL) - float32(p.sumX*sumL)) / D
+		m := (float32(sumL2*p.sumX) - float32(sumL*sumXL)) / D
+		if m > 0 {
+			m = 0
+			s = sumXL / sumL2
+		}
+		var e float32
+		for i, v := range x {
+			diff := float32(s*o.lv[i][k]) + m - v
+			if p.mad != 0 {
+				e += float32(w[i] * cFabs(diff))
+			} else {
+				e += float32(w[i] * float32(diff*diff))
+			}
+		}
+		if !(D > 0) {
+			e = float32(math.NaN())
+		}
+		o.err[k], o.s[k], o.m[k] = e, s, m
 	}
 }

@@ -8,7 +8,7 @@ import "golang.org/x/sys/cpu"
 // BMI2, which every AVX2 CPU has).
 var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C && cpu.X86.HasBMI1 && cpu.X86.HasBMI2
 
-var simdDetected = simdFlags{qx: haveAVX2}
+var simdDetected = simdFlags{qx: haveAVX2, qkx: haveAVX2}
 
 // qxLaneSumsAVX2 is qxLaneSumsGo for n >= 1 elements when every
 // |num[k]/vmax·x[i]| is below 2^22, where adding and subtracting 1.5·2^23
@@ -26,4 +26,21 @@ func qxLaneSums(x, w []float32, num *[qxLanes]float32, vmax float32, lo, hi int3
 		return
 	}
 	qxLaneSumsAVX2(&x[0], &w[0], n, num, vmax, float32(lo), float32(hi), sumlx, suml2)
+}
+
+// qkxLaneEvalAVX2 is qkxLaneEvalGo for 1 <= n <= 32 elements when every
+// |iscale·xm[i]| is below 2^22 and no input is NaN.
+//
+//go:noescape
+func qkxLaneEvalAVX2(x, w, xm *float32, n int, p *qkxParams, o *qkxLaneOut)
+
+// qkxLaneEval is qkxLaneEvalGo; fast says that every |iscale·xm[i]| is
+// below 2^22 and no input is NaN.
+func qkxLaneEval(x, w, xm []float32, p *qkxParams, o *qkxLaneOut, fast bool) {
+	n := len(x)
+	if !fast || !haveAVX2 || n == 0 || n > 32 || len(w) < n || len(xm) < n {
+		qkxLaneEvalGo(x, w, xm, p, o)
+		return
+	}
+	qkxLaneEvalAVX2(&x[0], &w[0], &xm[0], n, p, o)
 }

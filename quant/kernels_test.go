@@ -64,3 +64,45 @@ func TestQxLaneSumsMatchGo(t *testing.T) {
 		}
 	}
 }
+
+func TestQkxLaneEvalMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(harnessSeed, 102))
+	for iter := range 3000 {
+		n := []int{16, 32, 1 + r.IntN(32)}[iter%3]
+		var x, w, xm [32]float32
+		kernelInput(r, x[:n], w[:n])
+		vmin, vmax := x[0], x[0]
+		var sumW, sumX float32
+		for i := range n {
+			vmin, vmax = min(vmin, x[i]), max(vmax, x[i])
+			sumW += w[i]
+			sumX += float32(w[i] * x[i])
+		}
+		vmin = min(vmin, 0) - float32(r.Float64())*float32(iter%2) // sometimes an offset below the minimum
+		for i := range n {
+			xm[i] = x[i] - vmin
+		}
+		p := qkxParams{
+			is0: float32(r.IntN(30)), rmin: -float32(r.Float64()), rdelta: []float32{0.1, 0.05}[r.IntN(2)],
+			nmax: []float32{3, 15, 31}[r.IntN(3)], span: vmax - vmin, sumW: sumW, sumX: sumX, mad: uint32(r.IntN(2)),
+		}
+		if iter%11 == 0 {
+			p.sumW = 0 // singular normal equations in some lanes
+		}
+		var a, b qkxLaneOut
+		qkxLaneEval(x[:n], w[:n], xm[:n], &p, &a, true)
+		qkxLaneEvalGo(x[:n], w[:n], xm[:n], &p, &b)
+		for k := range qkxLanes {
+			for name, pair := range map[string][2]float32{"err": {a.err[k], b.err[k]}, "s": {a.s[k], b.s[k]}, "m": {a.m[k], b.m[k]}} {
+				if math.Float32bits(pair[0]) != math.Float32bits(pair[1]) {
+					t.Fatalf("iter %d n=%d %+v lane %d: kernel %s %g, Go %g", iter, n, p, k, name, pair[0], pair[1])
+				}
+			}
+			for i := range n {
+				if a.lv[i][k] != b.lv[i][k] {
+					t.Fatalf("iter %d lane %d element %d: kernel level %g, Go %g", iter, k, i, a.lv[i][k], b.lv[i][k])
+				}
+			}
+		}
+	}
+}

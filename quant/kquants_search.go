@@ -353,6 +353,119 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 // otherwise) is smaller. It returns the scale and the offset to subtract
 // (ggml's the_min, never negative). x holds at most 32 elements.
 func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
+	if simd.qkx && len(x) <= 32 {
+		return makeQkxQuantsLanes(nmax, x, weights, L, rmin, rdelta, nstep, useMad)
+	}
+	return makeQkxQuantsScalar(nmax, x, weights, L, rmin, rdelta, nstep, useMad)
+}
+
+// makeQkxQuantsLanes is makeQkxQuants with the candidates evaluated eight
+// at a time by qkxLaneEval (a lane each), then compared in ggml's order. A
+// winning candidate changes the offset that the later candidates' levels
+// depend on, so the lanes after a winner are discarded and the next group
+// starts right after it.
+func makeQkxQuantsLanes(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
+	n := len(x)
+	weights = weights[:n]
+	L = L[:n]
+	vmin, vmax := x[0], x[0]
+	sumW := weights[0]
+	sumX := float32(sumW * x[0])
+	for i := 1; i < n; i++ {
+		v := x[i]
+		if v < vmin {
+			vmin = v
+		}
+		if v > vmax {
+			vmax = v
+		}
+		w := weights[i]
+		sumW += w
+		sumX += float32(w * v)
+	}
+	xlo := vmin
+	if vmin > 0 {
+		vmin = 0
+	}
+	if vmax == vmin {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0, -vmin
+	}
+	var xm2 [32]float32
+	xm := xm2[:n]
+	nanIn := sumX != sumX
+	// See makeQkxQuantsScalar: a bound on |x[i]-min| for the fast-path
+	// test, NaN when the input holds a NaN.
+	xmBound := func() float32 {
+		a, b := cFabs(vmax-vmin), cFabs(xlo-vmin)
+		if b > a {
+			a = b
+		}
+		if nanIn {
+			return float32(math.NaN())
+		}
+		return a
+	}
+	xmMax := xmBound()
+	span := vmax - vmin
+	fn := float32(nmax)
+	iscale := fn / span
+	scale = 1 / iscale
+	var bestErr float32
+	for i, v := range x {
+		xm[i] = v - vmin
+		l := clampInt32(cNearestInt(float32(iscale*xm[i])), 0, nmax)
+		L[i] = uint8(l)
+		diff := float32(scale*float32(l)) + vmin - v
+		if useMad {
+			diff = cFabs(diff)
+		} else {
+			diff = float32(diff * diff)
+		}
+		bestErr += float32(weights[i] * diff)
+	}
+	if nstep < 1 {
+		return scale, -vmin
+	}
+	p := qkxParams{rmin: rmin, rdelta: rdelta, nmax: fn, sumW: sumW, sumX: sumX}
+	if useMad {
+		p.mad = 1
+	}
+	var o qkxLaneOut
+	for is := 0; is <= nstep; {
+		cnt := min(qkxLanes, nstep+1-is)
+		p.is0, p.span = float32(is), span
+		// The inverse scales grow with is (rmin+nmax > 0), so the last
+		// lane's bounds them all.
+		top := (rmin + float32(rdelta*float32(is+qkxLanes-1)) + fn) / span
+		qkxLaneEval(x, weights, xm, &p, &o, float32(cFabs(top)*xmMax) < roundLimit)
+		k := 0
+		for k < cnt && !(o.err[k] < bestErr) {
+			k++
+		}
+		if k == cnt {
+			is += cnt
+			continue
+		}
+		for i := range L {
+			L[i] = uint8(o.lv[i][k])
+		}
+		bestErr = o.err[k]
+		scale, vmin = o.s[k], o.m[k]
+		for i, v := range x {
+			xm[i] = v - vmin
+		}
+		span = vmax - vmin
+		xmMax = xmBound()
+		is += k + 1
+	}
+	return scale, -vmin
+}
+
+// makeQkxQuantsScalar is makeQkxQuants one candidate (or pair) at a time.
+func makeQkxQuantsScalar(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
 	n := len(x)
 	weights = weights[:n]
 	L = L[:n]
