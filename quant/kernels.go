@@ -21,6 +21,8 @@ type simdFlags struct {
 	qx bool
 	// qkx: makeQkxQuants (q4_1/q5_1 weighted, q2_K, q4_K, q5_K).
 	qkx bool
+	// legacy: the unweighted q4_0, q4_1, q5_0, q5_1 and q8_0 rows.
+	legacy bool
 }
 
 // simd holds the kernel families this CPU runs in the lane form; it is set
