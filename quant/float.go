@@ -76,7 +76,7 @@ func F32ToBF16(f float32) uint16 {
 func F32ToF16Row(dst []byte, src []float32) int {
 	n := min(len(src), len(dst)/2)
 	dst, src = dst[:2*n], src[:n]
-	i := 0
+	i := f16Rows(dst, src)
 	for ; i+4 <= n; i += 4 {
 		x := (*[4]float32)(src[i:])
 		b0, b1, b2, b3 := math.Float32bits(x[0]), math.Float32bits(x[1]), math.Float32bits(x[2]), math.Float32bits(x[3])
@@ -138,7 +138,7 @@ func F16ToF32Row(dst []float32, src []byte) int {
 func F32ToBF16Row(dst []byte, src []float32) int {
 	n := min(len(src), len(dst)/2)
 	dst, src = dst[:2*n], src[:n]
-	i := 0
+	i := bf16Rows(dst, src)
 	for ; i+4 <= n; i += 4 {
 		x := (*[4]float32)(src[i:])
 		// Two floats per 64-bit word: neither the NaN test nor the

@@ -238,7 +238,7 @@ type kernelMode struct {
 // kernels otherwise (a purego build, another architecture), so that the
 // lane-form drivers are tested everywhere.
 func kernelModes() []kernelMode {
-	return []kernelMode{{"scalar", simdFlags{}}, {"lanes", simdFlags{qx: true, qkx: true, legacy: true}}}
+	return []kernelMode{{"scalar", simdFlags{}}, {"lanes", simdFlags{qx: true, qkx: true, legacy: true, floats: true}}}
 }
 
 // withKernels runs fn with the kernel flags set to f.

@@ -23,6 +23,8 @@ type simdFlags struct {
 	qkx bool
 	// legacy: the unweighted q4_0, q4_1, q5_0, q5_1 and q8_0 rows.
 	legacy bool
+	// floats: the f16 and bf16 rows.
+	floats bool
 }
 
 // simd holds the kernel families this CPU runs in the lane form; it is set

@@ -8,7 +8,7 @@ import "golang.org/x/sys/cpu"
 // BMI2, which every AVX2 CPU has).
 var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C && cpu.X86.HasBMI1 && cpu.X86.HasBMI2
 
-var simdDetected = simdFlags{qx: haveAVX2, qkx: haveAVX2, legacy: haveAVX2}
+var simdDetected = simdFlags{qx: haveAVX2, qkx: haveAVX2, legacy: haveAVX2, floats: haveAVX2}
 
 // qxLaneSumsAVX2 is qxLaneSumsGo for n >= 1 elements when every
 // |num[k]/vmax·x[i]| is below 2^22, where adding and subtracting 1.5·2^23
