@@ -57,6 +57,9 @@ func init() {
 // table indexed by it replaces the bisection and its unpredictable branches
 // (TestBestIndexIQ4MatchesBisection checks it against ggml's bisection).
 func bestIndexIQ4(x float32) uint8 {
+	// Callers pass products (id·x); rounding x explicitly keeps an inlined
+	// product from fusing into x + x below.
+	x = float32(x)
 	if x <= -127 {
 		return 0
 	}
@@ -76,6 +79,7 @@ func bestIndexIQ4(x float32) uint8 {
 // the truncation minus the sign bit of the (exact) remainder, which errs
 // only for -0, where floor(2x) = -1 and 0 pick the same level.
 func iq4Level(x float32) float32 {
+	x = float32(x) // as in bestIndexIQ4
 	y := x + x
 	t := int32(y)
 	t -= int32(math.Float32bits(y-float32(t)) >> 31)
