@@ -1,4 +1,4 @@
-//go:build !amd64 || purego
+//go:build (!amd64 && !arm64) || purego
 
 package quant
 
@@ -14,15 +14,3 @@ func qxLaneSums(x, w []float32, num *[qxLanes]float32, vmax float32, lo, hi int3
 func qkxLaneEval(x, w, xm []float32, p *qkxParams, o *qkxLaneOut, _ bool) {
 	qkxLaneEvalGo(x, w, xm, p, o)
 }
-
-// Without assembly the legacy row kernels encode nothing, leaving every
-// block to the scalar code.
-func rowsQ8_0(dst []byte, src []float32, nb int) int { return 0 }
-func rowsQ4_0(dst []byte, src []float32, nb int) int { return 0 }
-func rowsQ5_0(dst []byte, src []float32, nb int) int { return 0 }
-func rowsQ4_1(dst []byte, src []float32, nb int) int { return 0 }
-func rowsQ5_1(dst []byte, src []float32, nb int) int { return 0 }
-
-// Without assembly the float rows are converted by the scalar code.
-func f16Rows(dst []byte, src []float32) int  { return 0 }
-func bf16Rows(dst []byte, src []float32) int { return 0 }

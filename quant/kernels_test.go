@@ -67,6 +67,7 @@ func TestQxLaneSumsMatchGo(t *testing.T) {
 
 func TestQkxLaneEvalMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(harnessSeed, 102))
+	fastRuns := 0
 	for iter := range 3000 {
 		n := []int{16, 32, 1 + r.IntN(32)}[iter%3]
 		var x, w, xm [32]float32
@@ -79,8 +80,13 @@ func TestQkxLaneEvalMatchesGo(t *testing.T) {
 			sumX += float32(w[i] * x[i])
 		}
 		vmin = min(vmin, 0) - float32(r.Float64())*float32(iter%2) // sometimes an offset below the minimum
+		if vmax == vmin {
+			continue // makeQkxQuants returns before any candidate
+		}
+		var xmMax float32
 		for i := range n {
 			xm[i] = x[i] - vmin
+			xmMax = max(xmMax, cFabs(xm[i]))
 		}
 		p := qkxParams{
 			is0: float32(r.IntN(30)), rmin: -float32(r.Float64()), rdelta: []float32{0.1, 0.05}[r.IntN(2)],
@@ -89,8 +95,14 @@ func TestQkxLaneEvalMatchesGo(t *testing.T) {
 		if iter%11 == 0 {
 			p.sumW = 0 // singular normal equations in some lanes
 		}
+		// The kernels' precondition, as makeQkxQuantsLanes tests it.
+		top := (p.rmin + float32(p.rdelta*(p.is0+qkxLanes-1)) + p.nmax) / p.span
+		fast := float32(cFabs(top)*xmMax) < roundLimit
+		if fast {
+			fastRuns++
+		}
 		var a, b qkxLaneOut
-		qkxLaneEval(x[:n], w[:n], xm[:n], &p, &a, true)
+		qkxLaneEval(x[:n], w[:n], xm[:n], &p, &a, fast)
 		qkxLaneEvalGo(x[:n], w[:n], xm[:n], &p, &b)
 		for k := range qkxLanes {
 			for name, pair := range map[string][2]float32{"err": {a.err[k], b.err[k]}, "s": {a.s[k], b.s[k]}, "m": {a.m[k], b.m[k]}} {
@@ -104,5 +116,8 @@ func TestQkxLaneEvalMatchesGo(t *testing.T) {
 				}
 			}
 		}
+	}
+	if fastRuns < 2000 {
+		t.Fatalf("only %d of 3000 inputs took the kernels' fast path", fastRuns)
 	}
 }
