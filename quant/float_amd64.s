@@ -76,9 +76,9 @@ GLOBL fBF16Quiet<>(SB), RODATA|NOPTR, $32
 	VORPS     Y14, Y12, Y12 \
 	VBLENDVPS T, Y12, X, X
 
-// func f16RowAVX2(dst *byte, src *float32, n int)
+// func f16RowVec(dst *byte, src *float32, n int)
 // n is a multiple of 16.
-TEXT ·f16RowAVX2(SB), NOSPLIT, $0-24
+TEXT ·f16RowVec(SB), NOSPLIT, $0-24
 	MOVQ    dst+0(FP), DI
 	MOVQ    src+8(FP), SI
 	MOVQ    n+16(FP), CX
@@ -118,9 +118,9 @@ f16done:
 	VPCMPGTD  Y13, Y9, Y9 \
 	VPBLENDVB Y9, Y8, Y, Y
 
-// func bf16RowAVX2(dst *byte, src *float32, n int)
+// func bf16RowVec(dst *byte, src *float32, n int)
 // n is a multiple of 16.
-TEXT ·bf16RowAVX2(SB), NOSPLIT, $0-24
+TEXT ·bf16RowVec(SB), NOSPLIT, $0-24
 	MOVQ    dst+0(FP), DI
 	MOVQ    src+8(FP), SI
 	MOVQ    n+16(FP), CX

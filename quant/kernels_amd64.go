@@ -8,6 +8,9 @@ import "golang.org/x/sys/cpu"
 // BMI2, which every AVX2 CPU has).
 var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C && cpu.X86.HasBMI1 && cpu.X86.HasBMI2
 
+// haveVector says that the row kernels of rows_asm.go can run.
+var haveVector = haveAVX2
+
 var simdDetected = simdFlags{qx: haveAVX2, qkx: haveAVX2, legacy: haveAVX2, floats: haveAVX2}
 
 // qxLaneSumsAVX2 is qxLaneSumsGo for n >= 1 elements when every

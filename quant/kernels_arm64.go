@@ -5,7 +5,10 @@ package quant
 //go:generate go run ./internal/genneon/main.go -o kernels_arm64.s
 
 // Every arm64 CPU has NEON (Advanced SIMD), which the kernels need.
-var simdDetected = simdFlags{qx: true, qkx: true}
+var simdDetected = simdFlags{qx: true, qkx: true, legacy: true, floats: true}
+
+// haveVector says that the row kernels of rows_asm.go can run.
+const haveVector = true
 
 // qxLaneSumsNEON is qxLaneSumsGo for n >= 1 elements when every
 // |num[k]/vmax·x[i]| is below 2^22.

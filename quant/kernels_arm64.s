@@ -33,6 +33,66 @@ DATA nan4<>+8(SB)/4, $0x7fc00000
 DATA nan4<>+12(SB)/4, $0x7fc00000
 GLOBL nan4<>(SB), RODATA|NOPTR, $16
 
+// Constants of the row kernels: masks, the largest float below 0.5, and
+// the lane numbers 0..31 (indices, and shifts for the high-bit masks).
+DATA absMask4<>+0(SB)/4, $0x7fffffff
+DATA absMask4<>+4(SB)/4, $0x7fffffff
+DATA absMask4<>+8(SB)/4, $0x7fffffff
+DATA absMask4<>+12(SB)/4, $0x7fffffff
+GLOBL absMask4<>(SB), RODATA|NOPTR, $16
+
+DATA signMask4<>+0(SB)/4, $0x80000000
+DATA signMask4<>+4(SB)/4, $0x80000000
+DATA signMask4<>+8(SB)/4, $0x80000000
+DATA signMask4<>+12(SB)/4, $0x80000000
+GLOBL signMask4<>(SB), RODATA|NOPTR, $16
+
+DATA halfDown4<>+0(SB)/4, $0x3effffff
+DATA halfDown4<>+4(SB)/4, $0x3effffff
+DATA halfDown4<>+8(SB)/4, $0x3effffff
+DATA halfDown4<>+12(SB)/4, $0x3effffff
+GLOBL halfDown4<>(SB), RODATA|NOPTR, $16
+
+DATA qNaN4<>+0(SB)/4, $0x7fc00000
+DATA qNaN4<>+4(SB)/4, $0x7fc00000
+DATA qNaN4<>+8(SB)/4, $0x7fc00000
+DATA qNaN4<>+12(SB)/4, $0x7fc00000
+GLOBL qNaN4<>(SB), RODATA|NOPTR, $16
+
+DATA lane32<>+0(SB)/4, $0x00000000
+DATA lane32<>+4(SB)/4, $0x00000001
+DATA lane32<>+8(SB)/4, $0x00000002
+DATA lane32<>+12(SB)/4, $0x00000003
+DATA lane32<>+16(SB)/4, $0x00000004
+DATA lane32<>+20(SB)/4, $0x00000005
+DATA lane32<>+24(SB)/4, $0x00000006
+DATA lane32<>+28(SB)/4, $0x00000007
+DATA lane32<>+32(SB)/4, $0x00000008
+DATA lane32<>+36(SB)/4, $0x00000009
+DATA lane32<>+40(SB)/4, $0x0000000a
+DATA lane32<>+44(SB)/4, $0x0000000b
+DATA lane32<>+48(SB)/4, $0x0000000c
+DATA lane32<>+52(SB)/4, $0x0000000d
+DATA lane32<>+56(SB)/4, $0x0000000e
+DATA lane32<>+60(SB)/4, $0x0000000f
+DATA lane32<>+64(SB)/4, $0x00000010
+DATA lane32<>+68(SB)/4, $0x00000011
+DATA lane32<>+72(SB)/4, $0x00000012
+DATA lane32<>+76(SB)/4, $0x00000013
+DATA lane32<>+80(SB)/4, $0x00000014
+DATA lane32<>+84(SB)/4, $0x00000015
+DATA lane32<>+88(SB)/4, $0x00000016
+DATA lane32<>+92(SB)/4, $0x00000017
+DATA lane32<>+96(SB)/4, $0x00000018
+DATA lane32<>+100(SB)/4, $0x00000019
+DATA lane32<>+104(SB)/4, $0x0000001a
+DATA lane32<>+108(SB)/4, $0x0000001b
+DATA lane32<>+112(SB)/4, $0x0000001c
+DATA lane32<>+116(SB)/4, $0x0000001d
+DATA lane32<>+120(SB)/4, $0x0000001e
+DATA lane32<>+124(SB)/4, $0x0000001f
+GLOBL lane32<>(SB), RODATA|NOPTR, $128
+
 // func qxLaneSumsNEON(x, w *float32, n int, num *[24]float32, vmax, lo, hi float32, sumlx, suml2 *[24]float32)
 //
 // v0-v5: the 24 inverse scales; v6-v11: Σ (w·x)·l; v12-v17: Σ (w·l)·l;
@@ -310,4 +370,939 @@ qkxdone:
 	WORD $0x4c9fa8a2 // st1 {v2.4s, v3.4s}, [x5], #32
 	WORD $0x4c9fa8a8 // st1 {v8.4s, v9.4s}, [x5], #32
 	WORD $0x4c00a8aa // st1 {v10.4s, v11.4s}, [x5]
+	RET
+// func q8_0RowsVec(dst *byte, src *float32, nb int) int
+//
+// v0-v7: the block; v16-v23: temporaries; v26: zero; v27: the bias;
+// v28: the divisor; v29: the level cap; v31: |x| mask; w7: 0x7f800000.
+TEXT ·q8_0RowsVec(SB), NOSPLIT, $0-32
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R1
+	MOVD nb+16(FP), R2
+	MOVD ZR, R3
+	MOVD $absMask4<>(SB), R8
+	WORD $0x4c40791f // ld1 {v31.4s}, [x8]
+	WORD $0x4f00041a // movi v26.4s, #0
+	MOVW $0x42fe0000, R8
+	WORD $0x4e040d1c // dup v28.4s, w8
+	MOVD $signMask4<>(SB), R8
+	WORD $0x4c40791e // ld1 {v30.4s}, [x8]
+	MOVD $halfDown4<>(SB), R8
+	WORD $0x4c40791b // ld1 {v27.4s}, [x8]
+	WORD $0x52aff007 // mov w7, #0x7f800000
+	WORD $0x12bff00c // mov w12, #0x7fffff
+	CBZ R2, q8_0done
+q8_0loop:
+	WORD $0x4c402820 // ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1]
+	WORD $0x91010025 // add x5, x1, #64
+	WORD $0x4c4028a4 // ld1 {v4.4s, v5.4s, v6.4s, v7.4s}, [x5]
+	WORD $0x4e3f1c10 // and v16.16b, v0.16b, v31.16b
+	WORD $0x4e3f1c31 // and v17.16b, v1.16b, v31.16b
+	WORD $0x4e3f1c52 // and v18.16b, v2.16b, v31.16b
+	WORD $0x4e3f1c73 // and v19.16b, v3.16b, v31.16b
+	WORD $0x4e3f1c94 // and v20.16b, v4.16b, v31.16b
+	WORD $0x4e3f1cb5 // and v21.16b, v5.16b, v31.16b
+	WORD $0x4e3f1cd6 // and v22.16b, v6.16b, v31.16b
+	WORD $0x4e3f1cf7 // and v23.16b, v7.16b, v31.16b
+	// The largest |x| bit pattern: NaN or Inf leave the block to Go.
+	WORD $0x6eb16618 // umax v24.4s, v16.4s, v17.4s
+	WORD $0x6eb36659 // umax v25.4s, v18.4s, v19.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb56699 // umax v25.4s, v20.4s, v21.4s
+	WORD $0x6eb66739 // umax v25.4s, v25.4s, v22.4s
+	WORD $0x6eb76739 // umax v25.4s, v25.4s, v23.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb0ab18 // umaxv s24, v24.4s
+	WORD $0x1e260306 // fmov w6, s24
+	WORD $0x6b0700df // cmp w6, w7
+	BHS q8_0done
+	WORD $0x1e3c1b11 // fdiv s17, s24, s28
+	// id = d != 0 ? 1/d : 0, which must be finite.
+	WORD $0x1e2e1012 // fmov s18, #1.0
+	WORD $0x1e311a52 // fdiv s18, s18, s17
+	WORD $0x1e202228 // fcmp s17, #0.0
+	WORD $0x1e320f52 // fcsel s18, s26, s18, eq
+	WORD $0x1e260248 // fmov w8, s18
+	WORD $0x12007908 // and w8, w8, #0x7fffffff
+	WORD $0x6b07011f // cmp w8, w7
+	BHS q8_0done
+	WORD $0x1e23c233 // fcvt h19, s17
+	WORD $0x0e023e68 // umov w8, v19.h[0]
+	WORD $0x79000008 // strh w8, [x0]
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x6e32dc00 // fmul v0.4s, v0.4s, v18.4s
+	WORD $0x4e3e1c14 // and v20.16b, v0.16b, v30.16b
+	WORD $0x4ebb1e94 // orr v20.16b, v20.16b, v27.16b
+	WORD $0x4e34d400 // fadd v0.4s, v0.4s, v20.4s
+	WORD $0x4ea1b800 // fcvtzs v0.4s, v0.4s
+	WORD $0x6e32dc21 // fmul v1.4s, v1.4s, v18.4s
+	WORD $0x4e3e1c35 // and v21.16b, v1.16b, v30.16b
+	WORD $0x4ebb1eb5 // orr v21.16b, v21.16b, v27.16b
+	WORD $0x4e35d421 // fadd v1.4s, v1.4s, v21.4s
+	WORD $0x4ea1b821 // fcvtzs v1.4s, v1.4s
+	WORD $0x6e32dc42 // fmul v2.4s, v2.4s, v18.4s
+	WORD $0x4e3e1c56 // and v22.16b, v2.16b, v30.16b
+	WORD $0x4ebb1ed6 // orr v22.16b, v22.16b, v27.16b
+	WORD $0x4e36d442 // fadd v2.4s, v2.4s, v22.4s
+	WORD $0x4ea1b842 // fcvtzs v2.4s, v2.4s
+	WORD $0x6e32dc63 // fmul v3.4s, v3.4s, v18.4s
+	WORD $0x4e3e1c77 // and v23.16b, v3.16b, v30.16b
+	WORD $0x4ebb1ef7 // orr v23.16b, v23.16b, v27.16b
+	WORD $0x4e37d463 // fadd v3.4s, v3.4s, v23.4s
+	WORD $0x4ea1b863 // fcvtzs v3.4s, v3.4s
+	WORD $0x6e32dc84 // fmul v4.4s, v4.4s, v18.4s
+	WORD $0x4e3e1c94 // and v20.16b, v4.16b, v30.16b
+	WORD $0x4ebb1e94 // orr v20.16b, v20.16b, v27.16b
+	WORD $0x4e34d484 // fadd v4.4s, v4.4s, v20.4s
+	WORD $0x4ea1b884 // fcvtzs v4.4s, v4.4s
+	WORD $0x6e32dca5 // fmul v5.4s, v5.4s, v18.4s
+	WORD $0x4e3e1cb5 // and v21.16b, v5.16b, v30.16b
+	WORD $0x4ebb1eb5 // orr v21.16b, v21.16b, v27.16b
+	WORD $0x4e35d4a5 // fadd v5.4s, v5.4s, v21.4s
+	WORD $0x4ea1b8a5 // fcvtzs v5.4s, v5.4s
+	WORD $0x6e32dcc6 // fmul v6.4s, v6.4s, v18.4s
+	WORD $0x4e3e1cd6 // and v22.16b, v6.16b, v30.16b
+	WORD $0x4ebb1ed6 // orr v22.16b, v22.16b, v27.16b
+	WORD $0x4e36d4c6 // fadd v6.4s, v6.4s, v22.4s
+	WORD $0x4ea1b8c6 // fcvtzs v6.4s, v6.4s
+	WORD $0x6e32dce7 // fmul v7.4s, v7.4s, v18.4s
+	WORD $0x4e3e1cf7 // and v23.16b, v7.16b, v30.16b
+	WORD $0x4ebb1ef7 // orr v23.16b, v23.16b, v27.16b
+	WORD $0x4e37d4e7 // fadd v7.4s, v7.4s, v23.4s
+	WORD $0x4ea1b8e7 // fcvtzs v7.4s, v7.4s
+	// Narrow the 32 levels to bytes, in order.
+	WORD $0x0e612810 // xtn v16.4h, v0.4s
+	WORD $0x4e612830 // xtn2 v16.8h, v1.4s
+	WORD $0x0e612851 // xtn v17.4h, v2.4s
+	WORD $0x4e612871 // xtn2 v17.8h, v3.4s
+	WORD $0x0e212a14 // xtn v20.8b, v16.8h
+	WORD $0x4e212a34 // xtn2 v20.16b, v17.8h
+	WORD $0x0e612890 // xtn v16.4h, v4.4s
+	WORD $0x4e6128b0 // xtn2 v16.8h, v5.4s
+	WORD $0x0e6128d1 // xtn v17.4h, v6.4s
+	WORD $0x4e6128f1 // xtn2 v17.8h, v7.4s
+	WORD $0x0e212a15 // xtn v21.8b, v16.8h
+	WORD $0x4e212a35 // xtn2 v21.16b, v17.8h
+	WORD $0x91000809 // add x9, x0, #2
+	WORD $0x4c00a134 // st1 {v20.16b, v21.16b}, [x9]
+	ADD $128, R1
+	ADD $34, R0
+	ADD $1, R3
+	CMP R2, R3
+	BLT q8_0loop
+q8_0done:
+	MOVD R3, ret+24(FP)
+	RET
+
+// func q4_0RowsVec(dst *byte, src *float32, nb int) int
+//
+// v0-v7: the block; v16-v23: temporaries; v26: zero; v27: the bias;
+// v28: the divisor; v29: the level cap; v31: |x| mask; w7: 0x7f800000.
+TEXT ·q4_0RowsVec(SB), NOSPLIT, $0-32
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R1
+	MOVD nb+16(FP), R2
+	MOVD ZR, R3
+	MOVD $absMask4<>(SB), R8
+	WORD $0x4c40791f // ld1 {v31.4s}, [x8]
+	WORD $0x4f00041a // movi v26.4s, #0
+	MOVW $0xc1000000, R8
+	WORD $0x4e040d1c // dup v28.4s, w8
+	MOVW $0x41080000, R8
+	WORD $0x4e040d1b // dup v27.4s, w8
+	WORD $0x4f0005fd // movi v29.4s, #15
+	WORD $0x52aff007 // mov w7, #0x7f800000
+	WORD $0x12bff00c // mov w12, #0x7fffff
+	CBZ R2, q4_0done
+q4_0loop:
+	WORD $0x4c402820 // ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1]
+	WORD $0x91010025 // add x5, x1, #64
+	WORD $0x4c4028a4 // ld1 {v4.4s, v5.4s, v6.4s, v7.4s}, [x5]
+	WORD $0x4e3f1c10 // and v16.16b, v0.16b, v31.16b
+	WORD $0x4e3f1c31 // and v17.16b, v1.16b, v31.16b
+	WORD $0x4e3f1c52 // and v18.16b, v2.16b, v31.16b
+	WORD $0x4e3f1c73 // and v19.16b, v3.16b, v31.16b
+	WORD $0x4e3f1c94 // and v20.16b, v4.16b, v31.16b
+	WORD $0x4e3f1cb5 // and v21.16b, v5.16b, v31.16b
+	WORD $0x4e3f1cd6 // and v22.16b, v6.16b, v31.16b
+	WORD $0x4e3f1cf7 // and v23.16b, v7.16b, v31.16b
+	// The largest |x| bit pattern: NaN or Inf leave the block to Go.
+	WORD $0x6eb16618 // umax v24.4s, v16.4s, v17.4s
+	WORD $0x6eb36659 // umax v25.4s, v18.4s, v19.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb56699 // umax v25.4s, v20.4s, v21.4s
+	WORD $0x6eb766de // umax v30.4s, v22.4s, v23.4s
+	WORD $0x6ebe6739 // umax v25.4s, v25.4s, v30.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb0ab18 // umaxv s24, v24.4s
+	WORD $0x1e260306 // fmov w6, s24
+	WORD $0x6b0700df // cmp w6, w7
+	BHS q4_0done
+	// xmax: the first element of largest magnitude.
+	WORD $0x4e040cd8 // dup v24.4s, w6
+	MOVD $lane32<>(SB), R10
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e10 // cmeq v16.4s, v16.4s, v24.4s
+	WORD $0x4ef01f30 // orn v16.16b, v25.16b, v16.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e31 // cmeq v17.4s, v17.4s, v24.4s
+	WORD $0x4ef11f31 // orn v17.16b, v25.16b, v17.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e52 // cmeq v18.4s, v18.4s, v24.4s
+	WORD $0x4ef21f32 // orn v18.16b, v25.16b, v18.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e73 // cmeq v19.4s, v19.4s, v24.4s
+	WORD $0x4ef31f33 // orn v19.16b, v25.16b, v19.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e94 // cmeq v20.4s, v20.4s, v24.4s
+	WORD $0x4ef41f34 // orn v20.16b, v25.16b, v20.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88eb5 // cmeq v21.4s, v21.4s, v24.4s
+	WORD $0x4ef51f35 // orn v21.16b, v25.16b, v21.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88ed6 // cmeq v22.4s, v22.4s, v24.4s
+	WORD $0x4ef61f36 // orn v22.16b, v25.16b, v22.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88ef7 // cmeq v23.4s, v23.4s, v24.4s
+	WORD $0x4ef71f37 // orn v23.16b, v25.16b, v23.16b
+	WORD $0x6eb16e10 // umin v16.4s, v16.4s, v17.4s
+	WORD $0x6eb36e52 // umin v18.4s, v18.4s, v19.4s
+	WORD $0x6eb56e94 // umin v20.4s, v20.4s, v21.4s
+	WORD $0x6eb76ed6 // umin v22.4s, v22.4s, v23.4s
+	WORD $0x6eb26e10 // umin v16.4s, v16.4s, v18.4s
+	WORD $0x6eb66e94 // umin v20.4s, v20.4s, v22.4s
+	WORD $0x6eb46e10 // umin v16.4s, v16.4s, v20.4s
+	WORD $0x6eb1aa10 // uminv s16, v16.4s
+	WORD $0x1e260209 // fmov w9, s16
+	WORD $0xbc697830 // ldr s16, [x1, x9, lsl #2]
+	WORD $0x1e3c1a11 // fdiv s17, s16, s28
+	// id = d != 0 ? 1/d : 0, which must be finite.
+	WORD $0x1e2e1012 // fmov s18, #1.0
+	WORD $0x1e311a52 // fdiv s18, s18, s17
+	WORD $0x1e202228 // fcmp s17, #0.0
+	WORD $0x1e320f52 // fcsel s18, s26, s18, eq
+	WORD $0x1e260248 // fmov w8, s18
+	WORD $0x12007908 // and w8, w8, #0x7fffffff
+	WORD $0x6b07011f // cmp w8, w7
+	BHS q4_0done
+	WORD $0x1e23c233 // fcvt h19, s17
+	WORD $0x0e023e68 // umov w8, v19.h[0]
+	WORD $0x79000008 // strh w8, [x0]
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x6e32dc00 // fmul v0.4s, v0.4s, v18.4s
+	WORD $0x4e3bd400 // fadd v0.4s, v0.4s, v27.4s
+	WORD $0x4ea1b800 // fcvtzs v0.4s, v0.4s
+	WORD $0x4ebd6c00 // smin v0.4s, v0.4s, v29.4s
+	WORD $0x6e32dc21 // fmul v1.4s, v1.4s, v18.4s
+	WORD $0x4e3bd421 // fadd v1.4s, v1.4s, v27.4s
+	WORD $0x4ea1b821 // fcvtzs v1.4s, v1.4s
+	WORD $0x4ebd6c21 // smin v1.4s, v1.4s, v29.4s
+	WORD $0x6e32dc42 // fmul v2.4s, v2.4s, v18.4s
+	WORD $0x4e3bd442 // fadd v2.4s, v2.4s, v27.4s
+	WORD $0x4ea1b842 // fcvtzs v2.4s, v2.4s
+	WORD $0x4ebd6c42 // smin v2.4s, v2.4s, v29.4s
+	WORD $0x6e32dc63 // fmul v3.4s, v3.4s, v18.4s
+	WORD $0x4e3bd463 // fadd v3.4s, v3.4s, v27.4s
+	WORD $0x4ea1b863 // fcvtzs v3.4s, v3.4s
+	WORD $0x4ebd6c63 // smin v3.4s, v3.4s, v29.4s
+	WORD $0x6e32dc84 // fmul v4.4s, v4.4s, v18.4s
+	WORD $0x4e3bd484 // fadd v4.4s, v4.4s, v27.4s
+	WORD $0x4ea1b884 // fcvtzs v4.4s, v4.4s
+	WORD $0x4ebd6c84 // smin v4.4s, v4.4s, v29.4s
+	WORD $0x6e32dca5 // fmul v5.4s, v5.4s, v18.4s
+	WORD $0x4e3bd4a5 // fadd v5.4s, v5.4s, v27.4s
+	WORD $0x4ea1b8a5 // fcvtzs v5.4s, v5.4s
+	WORD $0x4ebd6ca5 // smin v5.4s, v5.4s, v29.4s
+	WORD $0x6e32dcc6 // fmul v6.4s, v6.4s, v18.4s
+	WORD $0x4e3bd4c6 // fadd v6.4s, v6.4s, v27.4s
+	WORD $0x4ea1b8c6 // fcvtzs v6.4s, v6.4s
+	WORD $0x4ebd6cc6 // smin v6.4s, v6.4s, v29.4s
+	WORD $0x6e32dce7 // fmul v7.4s, v7.4s, v18.4s
+	WORD $0x4e3bd4e7 // fadd v7.4s, v7.4s, v27.4s
+	WORD $0x4ea1b8e7 // fcvtzs v7.4s, v7.4s
+	WORD $0x4ebd6ce7 // smin v7.4s, v7.4s, v29.4s
+	// Byte j: level j | level j+16 << 4.
+	WORD $0x4f245484 // shl v4.4s, v4.4s, #4
+	WORD $0x4ea41c00 // orr v0.16b, v0.16b, v4.16b
+	WORD $0x4f2454a5 // shl v5.4s, v5.4s, #4
+	WORD $0x4ea51c21 // orr v1.16b, v1.16b, v5.16b
+	WORD $0x4f2454c6 // shl v6.4s, v6.4s, #4
+	WORD $0x4ea61c42 // orr v2.16b, v2.16b, v6.16b
+	WORD $0x4f2454e7 // shl v7.4s, v7.4s, #4
+	WORD $0x4ea71c63 // orr v3.16b, v3.16b, v7.16b
+	WORD $0x0e612810 // xtn v16.4h, v0.4s
+	WORD $0x4e612830 // xtn2 v16.8h, v1.4s
+	WORD $0x0e612851 // xtn v17.4h, v2.4s
+	WORD $0x4e612871 // xtn2 v17.8h, v3.4s
+	WORD $0x0e212a14 // xtn v20.8b, v16.8h
+	WORD $0x4e212a34 // xtn2 v20.16b, v17.8h
+	WORD $0x91000809 // add x9, x0, #2
+	WORD $0x4c007134 // st1 {v20.16b}, [x9]
+	ADD $128, R1
+	ADD $18, R0
+	ADD $1, R3
+	CMP R2, R3
+	BLT q4_0loop
+q4_0done:
+	MOVD R3, ret+24(FP)
+	RET
+
+// func q5_0RowsVec(dst *byte, src *float32, nb int) int
+//
+// v0-v7: the block; v16-v23: temporaries; v26: zero; v27: the bias;
+// v28: the divisor; v29: the level cap; v31: |x| mask; w7: 0x7f800000.
+TEXT ·q5_0RowsVec(SB), NOSPLIT, $0-32
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R1
+	MOVD nb+16(FP), R2
+	MOVD ZR, R3
+	MOVD $absMask4<>(SB), R8
+	WORD $0x4c40791f // ld1 {v31.4s}, [x8]
+	WORD $0x4f00041a // movi v26.4s, #0
+	MOVW $0xc1800000, R8
+	WORD $0x4e040d1c // dup v28.4s, w8
+	MOVW $0x41840000, R8
+	WORD $0x4e040d1b // dup v27.4s, w8
+	WORD $0x4f0007fd // movi v29.4s, #31
+	WORD $0x52aff007 // mov w7, #0x7f800000
+	WORD $0x12bff00c // mov w12, #0x7fffff
+	CBZ R2, q5_0done
+q5_0loop:
+	WORD $0x4c402820 // ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1]
+	WORD $0x91010025 // add x5, x1, #64
+	WORD $0x4c4028a4 // ld1 {v4.4s, v5.4s, v6.4s, v7.4s}, [x5]
+	WORD $0x4e3f1c10 // and v16.16b, v0.16b, v31.16b
+	WORD $0x4e3f1c31 // and v17.16b, v1.16b, v31.16b
+	WORD $0x4e3f1c52 // and v18.16b, v2.16b, v31.16b
+	WORD $0x4e3f1c73 // and v19.16b, v3.16b, v31.16b
+	WORD $0x4e3f1c94 // and v20.16b, v4.16b, v31.16b
+	WORD $0x4e3f1cb5 // and v21.16b, v5.16b, v31.16b
+	WORD $0x4e3f1cd6 // and v22.16b, v6.16b, v31.16b
+	WORD $0x4e3f1cf7 // and v23.16b, v7.16b, v31.16b
+	// The largest |x| bit pattern: NaN or Inf leave the block to Go.
+	WORD $0x6eb16618 // umax v24.4s, v16.4s, v17.4s
+	WORD $0x6eb36659 // umax v25.4s, v18.4s, v19.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb56699 // umax v25.4s, v20.4s, v21.4s
+	WORD $0x6eb766de // umax v30.4s, v22.4s, v23.4s
+	WORD $0x6ebe6739 // umax v25.4s, v25.4s, v30.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb0ab18 // umaxv s24, v24.4s
+	WORD $0x1e260306 // fmov w6, s24
+	WORD $0x6b0700df // cmp w6, w7
+	BHS q5_0done
+	// xmax: the first element of largest magnitude.
+	WORD $0x4e040cd8 // dup v24.4s, w6
+	MOVD $lane32<>(SB), R10
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e10 // cmeq v16.4s, v16.4s, v24.4s
+	WORD $0x4ef01f30 // orn v16.16b, v25.16b, v16.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e31 // cmeq v17.4s, v17.4s, v24.4s
+	WORD $0x4ef11f31 // orn v17.16b, v25.16b, v17.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e52 // cmeq v18.4s, v18.4s, v24.4s
+	WORD $0x4ef21f32 // orn v18.16b, v25.16b, v18.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e73 // cmeq v19.4s, v19.4s, v24.4s
+	WORD $0x4ef31f33 // orn v19.16b, v25.16b, v19.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88e94 // cmeq v20.4s, v20.4s, v24.4s
+	WORD $0x4ef41f34 // orn v20.16b, v25.16b, v20.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88eb5 // cmeq v21.4s, v21.4s, v24.4s
+	WORD $0x4ef51f35 // orn v21.16b, v25.16b, v21.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88ed6 // cmeq v22.4s, v22.4s, v24.4s
+	WORD $0x4ef61f36 // orn v22.16b, v25.16b, v22.16b
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6eb88ef7 // cmeq v23.4s, v23.4s, v24.4s
+	WORD $0x4ef71f37 // orn v23.16b, v25.16b, v23.16b
+	WORD $0x6eb16e10 // umin v16.4s, v16.4s, v17.4s
+	WORD $0x6eb36e52 // umin v18.4s, v18.4s, v19.4s
+	WORD $0x6eb56e94 // umin v20.4s, v20.4s, v21.4s
+	WORD $0x6eb76ed6 // umin v22.4s, v22.4s, v23.4s
+	WORD $0x6eb26e10 // umin v16.4s, v16.4s, v18.4s
+	WORD $0x6eb66e94 // umin v20.4s, v20.4s, v22.4s
+	WORD $0x6eb46e10 // umin v16.4s, v16.4s, v20.4s
+	WORD $0x6eb1aa10 // uminv s16, v16.4s
+	WORD $0x1e260209 // fmov w9, s16
+	WORD $0xbc697830 // ldr s16, [x1, x9, lsl #2]
+	WORD $0x1e3c1a11 // fdiv s17, s16, s28
+	// id = d != 0 ? 1/d : 0, which must be finite.
+	WORD $0x1e2e1012 // fmov s18, #1.0
+	WORD $0x1e311a52 // fdiv s18, s18, s17
+	WORD $0x1e202228 // fcmp s17, #0.0
+	WORD $0x1e320f52 // fcsel s18, s26, s18, eq
+	WORD $0x1e260248 // fmov w8, s18
+	WORD $0x12007908 // and w8, w8, #0x7fffffff
+	WORD $0x6b07011f // cmp w8, w7
+	BHS q5_0done
+	WORD $0x1e23c233 // fcvt h19, s17
+	WORD $0x0e023e68 // umov w8, v19.h[0]
+	WORD $0x79000008 // strh w8, [x0]
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x6e32dc00 // fmul v0.4s, v0.4s, v18.4s
+	WORD $0x4e3bd400 // fadd v0.4s, v0.4s, v27.4s
+	WORD $0x4ea1b800 // fcvtzs v0.4s, v0.4s
+	WORD $0x4ebd6c00 // smin v0.4s, v0.4s, v29.4s
+	WORD $0x6e32dc21 // fmul v1.4s, v1.4s, v18.4s
+	WORD $0x4e3bd421 // fadd v1.4s, v1.4s, v27.4s
+	WORD $0x4ea1b821 // fcvtzs v1.4s, v1.4s
+	WORD $0x4ebd6c21 // smin v1.4s, v1.4s, v29.4s
+	WORD $0x6e32dc42 // fmul v2.4s, v2.4s, v18.4s
+	WORD $0x4e3bd442 // fadd v2.4s, v2.4s, v27.4s
+	WORD $0x4ea1b842 // fcvtzs v2.4s, v2.4s
+	WORD $0x4ebd6c42 // smin v2.4s, v2.4s, v29.4s
+	WORD $0x6e32dc63 // fmul v3.4s, v3.4s, v18.4s
+	WORD $0x4e3bd463 // fadd v3.4s, v3.4s, v27.4s
+	WORD $0x4ea1b863 // fcvtzs v3.4s, v3.4s
+	WORD $0x4ebd6c63 // smin v3.4s, v3.4s, v29.4s
+	WORD $0x6e32dc84 // fmul v4.4s, v4.4s, v18.4s
+	WORD $0x4e3bd484 // fadd v4.4s, v4.4s, v27.4s
+	WORD $0x4ea1b884 // fcvtzs v4.4s, v4.4s
+	WORD $0x4ebd6c84 // smin v4.4s, v4.4s, v29.4s
+	WORD $0x6e32dca5 // fmul v5.4s, v5.4s, v18.4s
+	WORD $0x4e3bd4a5 // fadd v5.4s, v5.4s, v27.4s
+	WORD $0x4ea1b8a5 // fcvtzs v5.4s, v5.4s
+	WORD $0x4ebd6ca5 // smin v5.4s, v5.4s, v29.4s
+	WORD $0x6e32dcc6 // fmul v6.4s, v6.4s, v18.4s
+	WORD $0x4e3bd4c6 // fadd v6.4s, v6.4s, v27.4s
+	WORD $0x4ea1b8c6 // fcvtzs v6.4s, v6.4s
+	WORD $0x4ebd6cc6 // smin v6.4s, v6.4s, v29.4s
+	WORD $0x6e32dce7 // fmul v7.4s, v7.4s, v18.4s
+	WORD $0x4e3bd4e7 // fadd v7.4s, v7.4s, v27.4s
+	WORD $0x4ea1b8e7 // fcvtzs v7.4s, v7.4s
+	WORD $0x4ebd6ce7 // smin v7.4s, v7.4s, v29.4s
+	// qh: bit 4 of level j at bit j.
+	MOVD $lane32<>(SB), R10
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0410 // ushr v16.4s, v0.4s, #4
+	WORD $0x6eb94610 // ushl v16.4s, v16.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0431 // ushr v17.4s, v1.4s, #4
+	WORD $0x6eb94631 // ushl v17.4s, v17.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0452 // ushr v18.4s, v2.4s, #4
+	WORD $0x6eb94652 // ushl v18.4s, v18.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0473 // ushr v19.4s, v3.4s, #4
+	WORD $0x6eb94673 // ushl v19.4s, v19.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0494 // ushr v20.4s, v4.4s, #4
+	WORD $0x6eb94694 // ushl v20.4s, v20.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c04b5 // ushr v21.4s, v5.4s, #4
+	WORD $0x6eb946b5 // ushl v21.4s, v21.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c04d6 // ushr v22.4s, v6.4s, #4
+	WORD $0x6eb946d6 // ushl v22.4s, v22.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c04f7 // ushr v23.4s, v7.4s, #4
+	WORD $0x6eb946f7 // ushl v23.4s, v23.4s, v25.4s
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	WORD $0x4eb38652 // add v18.4s, v18.4s, v19.4s
+	WORD $0x4eb58694 // add v20.4s, v20.4s, v21.4s
+	WORD $0x4eb786d6 // add v22.4s, v22.4s, v23.4s
+	WORD $0x4eb28610 // add v16.4s, v16.4s, v18.4s
+	WORD $0x4eb68694 // add v20.4s, v20.4s, v22.4s
+	WORD $0x4eb48610 // add v16.4s, v16.4s, v20.4s
+	WORD $0x4eb1ba10 // addv s16, v16.4s
+	WORD $0x1e260209 // fmov w9, s16
+	WORD $0xb8002009 // str w9, [x0, #2]
+	WORD $0x4f0005f8 // movi v24.4s, #15
+	WORD $0x4e381c00 // and v0.16b, v0.16b, v24.16b
+	WORD $0x4e381c21 // and v1.16b, v1.16b, v24.16b
+	WORD $0x4e381c42 // and v2.16b, v2.16b, v24.16b
+	WORD $0x4e381c63 // and v3.16b, v3.16b, v24.16b
+	WORD $0x4e381c84 // and v4.16b, v4.16b, v24.16b
+	WORD $0x4e381ca5 // and v5.16b, v5.16b, v24.16b
+	WORD $0x4e381cc6 // and v6.16b, v6.16b, v24.16b
+	WORD $0x4e381ce7 // and v7.16b, v7.16b, v24.16b
+	// Byte j: level j | level j+16 << 4.
+	WORD $0x4f245484 // shl v4.4s, v4.4s, #4
+	WORD $0x4ea41c00 // orr v0.16b, v0.16b, v4.16b
+	WORD $0x4f2454a5 // shl v5.4s, v5.4s, #4
+	WORD $0x4ea51c21 // orr v1.16b, v1.16b, v5.16b
+	WORD $0x4f2454c6 // shl v6.4s, v6.4s, #4
+	WORD $0x4ea61c42 // orr v2.16b, v2.16b, v6.16b
+	WORD $0x4f2454e7 // shl v7.4s, v7.4s, #4
+	WORD $0x4ea71c63 // orr v3.16b, v3.16b, v7.16b
+	WORD $0x0e612810 // xtn v16.4h, v0.4s
+	WORD $0x4e612830 // xtn2 v16.8h, v1.4s
+	WORD $0x0e612851 // xtn v17.4h, v2.4s
+	WORD $0x4e612871 // xtn2 v17.8h, v3.4s
+	WORD $0x0e212a14 // xtn v20.8b, v16.8h
+	WORD $0x4e212a34 // xtn2 v20.16b, v17.8h
+	WORD $0x91001809 // add x9, x0, #6
+	WORD $0x4c007134 // st1 {v20.16b}, [x9]
+	ADD $128, R1
+	ADD $22, R0
+	ADD $1, R3
+	CMP R2, R3
+	BLT q5_0loop
+q5_0done:
+	MOVD R3, ret+24(FP)
+	RET
+
+// func q4_1RowsVec(dst *byte, src *float32, nb int) int
+//
+// v0-v7: the block; v16-v23: temporaries; v26: zero; v27: the bias;
+// v28: the divisor; v29: the level cap; v31: |x| mask; w7: 0x7f800000.
+TEXT ·q4_1RowsVec(SB), NOSPLIT, $0-32
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R1
+	MOVD nb+16(FP), R2
+	MOVD ZR, R3
+	MOVD $absMask4<>(SB), R8
+	WORD $0x4c40791f // ld1 {v31.4s}, [x8]
+	WORD $0x4f00041a // movi v26.4s, #0
+	MOVW $0x41700000, R8
+	WORD $0x4e040d1c // dup v28.4s, w8
+	MOVW $0x3f000000, R8
+	WORD $0x4e040d1b // dup v27.4s, w8
+	WORD $0x4f0005fd // movi v29.4s, #15
+	WORD $0x52aff007 // mov w7, #0x7f800000
+	WORD $0x12bff00c // mov w12, #0x7fffff
+	CBZ R2, q4_1done
+q4_1loop:
+	WORD $0x4c402820 // ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1]
+	WORD $0x91010025 // add x5, x1, #64
+	WORD $0x4c4028a4 // ld1 {v4.4s, v5.4s, v6.4s, v7.4s}, [x5]
+	WORD $0x4e3f1c10 // and v16.16b, v0.16b, v31.16b
+	WORD $0x4e3f1c31 // and v17.16b, v1.16b, v31.16b
+	WORD $0x4e3f1c52 // and v18.16b, v2.16b, v31.16b
+	WORD $0x4e3f1c73 // and v19.16b, v3.16b, v31.16b
+	WORD $0x4e3f1c94 // and v20.16b, v4.16b, v31.16b
+	WORD $0x4e3f1cb5 // and v21.16b, v5.16b, v31.16b
+	WORD $0x4e3f1cd6 // and v22.16b, v6.16b, v31.16b
+	WORD $0x4e3f1cf7 // and v23.16b, v7.16b, v31.16b
+	// The largest |x| bit pattern: NaN or Inf leave the block to Go.
+	WORD $0x6eb16618 // umax v24.4s, v16.4s, v17.4s
+	WORD $0x6eb36659 // umax v25.4s, v18.4s, v19.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb56699 // umax v25.4s, v20.4s, v21.4s
+	WORD $0x6eb766de // umax v30.4s, v22.4s, v23.4s
+	WORD $0x6ebe6739 // umax v25.4s, v25.4s, v30.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb0ab18 // umaxv s24, v24.4s
+	WORD $0x1e260306 // fmov w6, s24
+	WORD $0x6b0700df // cmp w6, w7
+	BHS q4_1done
+	// The minimum (s16) and maximum (s20); a zero extreme leaves the block to Go.
+	WORD $0x4ea1f410 // fmin v16.4s, v0.4s, v1.4s
+	WORD $0x4ea3f451 // fmin v17.4s, v2.4s, v3.4s
+	WORD $0x4ea5f492 // fmin v18.4s, v4.4s, v5.4s
+	WORD $0x4ea7f4d3 // fmin v19.4s, v6.4s, v7.4s
+	WORD $0x4eb1f610 // fmin v16.4s, v16.4s, v17.4s
+	WORD $0x4eb3f652 // fmin v18.4s, v18.4s, v19.4s
+	WORD $0x4eb2f610 // fmin v16.4s, v16.4s, v18.4s
+	WORD $0x6eb0fa10 // fminv s16, v16.4s
+	WORD $0x4e21f414 // fmax v20.4s, v0.4s, v1.4s
+	WORD $0x4e23f455 // fmax v21.4s, v2.4s, v3.4s
+	WORD $0x4e25f496 // fmax v22.4s, v4.4s, v5.4s
+	WORD $0x4e27f4d7 // fmax v23.4s, v6.4s, v7.4s
+	WORD $0x4e35f694 // fmax v20.4s, v20.4s, v21.4s
+	WORD $0x4e37f6d6 // fmax v22.4s, v22.4s, v23.4s
+	WORD $0x4e36f694 // fmax v20.4s, v20.4s, v22.4s
+	WORD $0x6e30fa94 // fmaxv s20, v20.4s
+	WORD $0x1e260208 // fmov w8, s16
+	WORD $0x7200791f // tst w8, #0x7fffffff
+	BEQ q4_1done
+	WORD $0x1e260288 // fmov w8, s20
+	WORD $0x7200791f // tst w8, #0x7fffffff
+	BEQ q4_1done
+	WORD $0x1e303a91 // fsub s17, s20, s16
+	WORD $0x1e3c1a31 // fdiv s17, s17, s28
+	// A subnormal or infinite step leaves the block to Go.
+	WORD $0x1e260228 // fmov w8, s17
+	WORD $0x51000509 // sub w9, w8, #1
+	WORD $0x6b0c013f // cmp w9, w12
+	BLO q4_1done
+	WORD $0x6b07011f // cmp w8, w7
+	BHS q4_1done
+	// id = d != 0 ? 1/d : 0, which must be finite.
+	WORD $0x1e2e1012 // fmov s18, #1.0
+	WORD $0x1e311a52 // fdiv s18, s18, s17
+	WORD $0x1e202228 // fcmp s17, #0.0
+	WORD $0x1e320f52 // fcsel s18, s26, s18, eq
+	WORD $0x1e260248 // fmov w8, s18
+	WORD $0x12007908 // and w8, w8, #0x7fffffff
+	WORD $0x6b07011f // cmp w8, w7
+	BHS q4_1done
+	WORD $0x1e23c233 // fcvt h19, s17
+	WORD $0x0e023e68 // umov w8, v19.h[0]
+	WORD $0x79000008 // strh w8, [x0]
+	WORD $0x1e23c213 // fcvt h19, s16
+	WORD $0x0e023e68 // umov w8, v19.h[0]
+	WORD $0x79000408 // strh w8, [x0, #2]
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb0d400 // fsub v0.4s, v0.4s, v16.4s
+	WORD $0x6e32dc00 // fmul v0.4s, v0.4s, v18.4s
+	WORD $0x4e3bd400 // fadd v0.4s, v0.4s, v27.4s
+	WORD $0x4ea1b800 // fcvtzs v0.4s, v0.4s
+	WORD $0x4ebd6c00 // smin v0.4s, v0.4s, v29.4s
+	WORD $0x4eb0d421 // fsub v1.4s, v1.4s, v16.4s
+	WORD $0x6e32dc21 // fmul v1.4s, v1.4s, v18.4s
+	WORD $0x4e3bd421 // fadd v1.4s, v1.4s, v27.4s
+	WORD $0x4ea1b821 // fcvtzs v1.4s, v1.4s
+	WORD $0x4ebd6c21 // smin v1.4s, v1.4s, v29.4s
+	WORD $0x4eb0d442 // fsub v2.4s, v2.4s, v16.4s
+	WORD $0x6e32dc42 // fmul v2.4s, v2.4s, v18.4s
+	WORD $0x4e3bd442 // fadd v2.4s, v2.4s, v27.4s
+	WORD $0x4ea1b842 // fcvtzs v2.4s, v2.4s
+	WORD $0x4ebd6c42 // smin v2.4s, v2.4s, v29.4s
+	WORD $0x4eb0d463 // fsub v3.4s, v3.4s, v16.4s
+	WORD $0x6e32dc63 // fmul v3.4s, v3.4s, v18.4s
+	WORD $0x4e3bd463 // fadd v3.4s, v3.4s, v27.4s
+	WORD $0x4ea1b863 // fcvtzs v3.4s, v3.4s
+	WORD $0x4ebd6c63 // smin v3.4s, v3.4s, v29.4s
+	WORD $0x4eb0d484 // fsub v4.4s, v4.4s, v16.4s
+	WORD $0x6e32dc84 // fmul v4.4s, v4.4s, v18.4s
+	WORD $0x4e3bd484 // fadd v4.4s, v4.4s, v27.4s
+	WORD $0x4ea1b884 // fcvtzs v4.4s, v4.4s
+	WORD $0x4ebd6c84 // smin v4.4s, v4.4s, v29.4s
+	WORD $0x4eb0d4a5 // fsub v5.4s, v5.4s, v16.4s
+	WORD $0x6e32dca5 // fmul v5.4s, v5.4s, v18.4s
+	WORD $0x4e3bd4a5 // fadd v5.4s, v5.4s, v27.4s
+	WORD $0x4ea1b8a5 // fcvtzs v5.4s, v5.4s
+	WORD $0x4ebd6ca5 // smin v5.4s, v5.4s, v29.4s
+	WORD $0x4eb0d4c6 // fsub v6.4s, v6.4s, v16.4s
+	WORD $0x6e32dcc6 // fmul v6.4s, v6.4s, v18.4s
+	WORD $0x4e3bd4c6 // fadd v6.4s, v6.4s, v27.4s
+	WORD $0x4ea1b8c6 // fcvtzs v6.4s, v6.4s
+	WORD $0x4ebd6cc6 // smin v6.4s, v6.4s, v29.4s
+	WORD $0x4eb0d4e7 // fsub v7.4s, v7.4s, v16.4s
+	WORD $0x6e32dce7 // fmul v7.4s, v7.4s, v18.4s
+	WORD $0x4e3bd4e7 // fadd v7.4s, v7.4s, v27.4s
+	WORD $0x4ea1b8e7 // fcvtzs v7.4s, v7.4s
+	WORD $0x4ebd6ce7 // smin v7.4s, v7.4s, v29.4s
+	// Byte j: level j | level j+16 << 4.
+	WORD $0x4f245484 // shl v4.4s, v4.4s, #4
+	WORD $0x4ea41c00 // orr v0.16b, v0.16b, v4.16b
+	WORD $0x4f2454a5 // shl v5.4s, v5.4s, #4
+	WORD $0x4ea51c21 // orr v1.16b, v1.16b, v5.16b
+	WORD $0x4f2454c6 // shl v6.4s, v6.4s, #4
+	WORD $0x4ea61c42 // orr v2.16b, v2.16b, v6.16b
+	WORD $0x4f2454e7 // shl v7.4s, v7.4s, #4
+	WORD $0x4ea71c63 // orr v3.16b, v3.16b, v7.16b
+	WORD $0x0e612810 // xtn v16.4h, v0.4s
+	WORD $0x4e612830 // xtn2 v16.8h, v1.4s
+	WORD $0x0e612851 // xtn v17.4h, v2.4s
+	WORD $0x4e612871 // xtn2 v17.8h, v3.4s
+	WORD $0x0e212a14 // xtn v20.8b, v16.8h
+	WORD $0x4e212a34 // xtn2 v20.16b, v17.8h
+	WORD $0x91001009 // add x9, x0, #4
+	WORD $0x4c007134 // st1 {v20.16b}, [x9]
+	ADD $128, R1
+	ADD $20, R0
+	ADD $1, R3
+	CMP R2, R3
+	BLT q4_1loop
+q4_1done:
+	MOVD R3, ret+24(FP)
+	RET
+
+// func q5_1RowsVec(dst *byte, src *float32, nb int) int
+//
+// v0-v7: the block; v16-v23: temporaries; v26: zero; v27: the bias;
+// v28: the divisor; v29: the level cap; v31: |x| mask; w7: 0x7f800000.
+TEXT ·q5_1RowsVec(SB), NOSPLIT, $0-32
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R1
+	MOVD nb+16(FP), R2
+	MOVD ZR, R3
+	MOVD $absMask4<>(SB), R8
+	WORD $0x4c40791f // ld1 {v31.4s}, [x8]
+	WORD $0x4f00041a // movi v26.4s, #0
+	MOVW $0x41f80000, R8
+	WORD $0x4e040d1c // dup v28.4s, w8
+	MOVW $0x3f000000, R8
+	WORD $0x4e040d1b // dup v27.4s, w8
+	WORD $0x52aff007 // mov w7, #0x7f800000
+	WORD $0x12bff00c // mov w12, #0x7fffff
+	CBZ R2, q5_1done
+q5_1loop:
+	WORD $0x4c402820 // ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1]
+	WORD $0x91010025 // add x5, x1, #64
+	WORD $0x4c4028a4 // ld1 {v4.4s, v5.4s, v6.4s, v7.4s}, [x5]
+	WORD $0x4e3f1c10 // and v16.16b, v0.16b, v31.16b
+	WORD $0x4e3f1c31 // and v17.16b, v1.16b, v31.16b
+	WORD $0x4e3f1c52 // and v18.16b, v2.16b, v31.16b
+	WORD $0x4e3f1c73 // and v19.16b, v3.16b, v31.16b
+	WORD $0x4e3f1c94 // and v20.16b, v4.16b, v31.16b
+	WORD $0x4e3f1cb5 // and v21.16b, v5.16b, v31.16b
+	WORD $0x4e3f1cd6 // and v22.16b, v6.16b, v31.16b
+	WORD $0x4e3f1cf7 // and v23.16b, v7.16b, v31.16b
+	// The largest |x| bit pattern: NaN or Inf leave the block to Go.
+	WORD $0x6eb16618 // umax v24.4s, v16.4s, v17.4s
+	WORD $0x6eb36659 // umax v25.4s, v18.4s, v19.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb56699 // umax v25.4s, v20.4s, v21.4s
+	WORD $0x6eb766de // umax v30.4s, v22.4s, v23.4s
+	WORD $0x6ebe6739 // umax v25.4s, v25.4s, v30.4s
+	WORD $0x6eb96718 // umax v24.4s, v24.4s, v25.4s
+	WORD $0x6eb0ab18 // umaxv s24, v24.4s
+	WORD $0x1e260306 // fmov w6, s24
+	WORD $0x6b0700df // cmp w6, w7
+	BHS q5_1done
+	// The minimum (s16) and maximum (s20); a zero extreme leaves the block to Go.
+	WORD $0x4ea1f410 // fmin v16.4s, v0.4s, v1.4s
+	WORD $0x4ea3f451 // fmin v17.4s, v2.4s, v3.4s
+	WORD $0x4ea5f492 // fmin v18.4s, v4.4s, v5.4s
+	WORD $0x4ea7f4d3 // fmin v19.4s, v6.4s, v7.4s
+	WORD $0x4eb1f610 // fmin v16.4s, v16.4s, v17.4s
+	WORD $0x4eb3f652 // fmin v18.4s, v18.4s, v19.4s
+	WORD $0x4eb2f610 // fmin v16.4s, v16.4s, v18.4s
+	WORD $0x6eb0fa10 // fminv s16, v16.4s
+	WORD $0x4e21f414 // fmax v20.4s, v0.4s, v1.4s
+	WORD $0x4e23f455 // fmax v21.4s, v2.4s, v3.4s
+	WORD $0x4e25f496 // fmax v22.4s, v4.4s, v5.4s
+	WORD $0x4e27f4d7 // fmax v23.4s, v6.4s, v7.4s
+	WORD $0x4e35f694 // fmax v20.4s, v20.4s, v21.4s
+	WORD $0x4e37f6d6 // fmax v22.4s, v22.4s, v23.4s
+	WORD $0x4e36f694 // fmax v20.4s, v20.4s, v22.4s
+	WORD $0x6e30fa94 // fmaxv s20, v20.4s
+	WORD $0x1e260208 // fmov w8, s16
+	WORD $0x7200791f // tst w8, #0x7fffffff
+	BEQ q5_1done
+	WORD $0x1e260288 // fmov w8, s20
+	WORD $0x7200791f // tst w8, #0x7fffffff
+	BEQ q5_1done
+	WORD $0x1e303a91 // fsub s17, s20, s16
+	WORD $0x1e3c1a31 // fdiv s17, s17, s28
+	// A subnormal or infinite step leaves the block to Go.
+	WORD $0x1e260228 // fmov w8, s17
+	WORD $0x51000509 // sub w9, w8, #1
+	WORD $0x6b0c013f // cmp w9, w12
+	BLO q5_1done
+	WORD $0x6b07011f // cmp w8, w7
+	BHS q5_1done
+	// id = d != 0 ? 1/d : 0, which must be finite.
+	WORD $0x1e2e1012 // fmov s18, #1.0
+	WORD $0x1e311a52 // fdiv s18, s18, s17
+	WORD $0x1e202228 // fcmp s17, #0.0
+	WORD $0x1e320f52 // fcsel s18, s26, s18, eq
+	WORD $0x1e260248 // fmov w8, s18
+	WORD $0x12007908 // and w8, w8, #0x7fffffff
+	WORD $0x6b07011f // cmp w8, w7
+	BHS q5_1done
+	WORD $0x1e23c233 // fcvt h19, s17
+	WORD $0x0e023e68 // umov w8, v19.h[0]
+	WORD $0x79000008 // strh w8, [x0]
+	WORD $0x1e23c213 // fcvt h19, s16
+	WORD $0x0e023e68 // umov w8, v19.h[0]
+	WORD $0x79000408 // strh w8, [x0, #2]
+	WORD $0x4e040610 // dup v16.4s, v16.s[0]
+	WORD $0x4e040652 // dup v18.4s, v18.s[0]
+	WORD $0x4eb0d400 // fsub v0.4s, v0.4s, v16.4s
+	WORD $0x6e32dc00 // fmul v0.4s, v0.4s, v18.4s
+	WORD $0x4e3bd400 // fadd v0.4s, v0.4s, v27.4s
+	WORD $0x4ea1b800 // fcvtzs v0.4s, v0.4s
+	WORD $0x4eb0d421 // fsub v1.4s, v1.4s, v16.4s
+	WORD $0x6e32dc21 // fmul v1.4s, v1.4s, v18.4s
+	WORD $0x4e3bd421 // fadd v1.4s, v1.4s, v27.4s
+	WORD $0x4ea1b821 // fcvtzs v1.4s, v1.4s
+	WORD $0x4eb0d442 // fsub v2.4s, v2.4s, v16.4s
+	WORD $0x6e32dc42 // fmul v2.4s, v2.4s, v18.4s
+	WORD $0x4e3bd442 // fadd v2.4s, v2.4s, v27.4s
+	WORD $0x4ea1b842 // fcvtzs v2.4s, v2.4s
+	WORD $0x4eb0d463 // fsub v3.4s, v3.4s, v16.4s
+	WORD $0x6e32dc63 // fmul v3.4s, v3.4s, v18.4s
+	WORD $0x4e3bd463 // fadd v3.4s, v3.4s, v27.4s
+	WORD $0x4ea1b863 // fcvtzs v3.4s, v3.4s
+	WORD $0x4eb0d484 // fsub v4.4s, v4.4s, v16.4s
+	WORD $0x6e32dc84 // fmul v4.4s, v4.4s, v18.4s
+	WORD $0x4e3bd484 // fadd v4.4s, v4.4s, v27.4s
+	WORD $0x4ea1b884 // fcvtzs v4.4s, v4.4s
+	WORD $0x4eb0d4a5 // fsub v5.4s, v5.4s, v16.4s
+	WORD $0x6e32dca5 // fmul v5.4s, v5.4s, v18.4s
+	WORD $0x4e3bd4a5 // fadd v5.4s, v5.4s, v27.4s
+	WORD $0x4ea1b8a5 // fcvtzs v5.4s, v5.4s
+	WORD $0x4eb0d4c6 // fsub v6.4s, v6.4s, v16.4s
+	WORD $0x6e32dcc6 // fmul v6.4s, v6.4s, v18.4s
+	WORD $0x4e3bd4c6 // fadd v6.4s, v6.4s, v27.4s
+	WORD $0x4ea1b8c6 // fcvtzs v6.4s, v6.4s
+	WORD $0x4eb0d4e7 // fsub v7.4s, v7.4s, v16.4s
+	WORD $0x6e32dce7 // fmul v7.4s, v7.4s, v18.4s
+	WORD $0x4e3bd4e7 // fadd v7.4s, v7.4s, v27.4s
+	WORD $0x4ea1b8e7 // fcvtzs v7.4s, v7.4s
+	// qh: bit 4 of level j at bit j.
+	MOVD $lane32<>(SB), R10
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0410 // ushr v16.4s, v0.4s, #4
+	WORD $0x6eb94610 // ushl v16.4s, v16.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0431 // ushr v17.4s, v1.4s, #4
+	WORD $0x6eb94631 // ushl v17.4s, v17.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0452 // ushr v18.4s, v2.4s, #4
+	WORD $0x6eb94652 // ushl v18.4s, v18.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0473 // ushr v19.4s, v3.4s, #4
+	WORD $0x6eb94673 // ushl v19.4s, v19.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c0494 // ushr v20.4s, v4.4s, #4
+	WORD $0x6eb94694 // ushl v20.4s, v20.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c04b5 // ushr v21.4s, v5.4s, #4
+	WORD $0x6eb946b5 // ushl v21.4s, v21.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c04d6 // ushr v22.4s, v6.4s, #4
+	WORD $0x6eb946d6 // ushl v22.4s, v22.4s, v25.4s
+	WORD $0x4cdf7959 // ld1 {v25.4s}, [x10], #16
+	WORD $0x6f3c04f7 // ushr v23.4s, v7.4s, #4
+	WORD $0x6eb946f7 // ushl v23.4s, v23.4s, v25.4s
+	WORD $0x4eb18610 // add v16.4s, v16.4s, v17.4s
+	WORD $0x4eb38652 // add v18.4s, v18.4s, v19.4s
+	WORD $0x4eb58694 // add v20.4s, v20.4s, v21.4s
+	WORD $0x4eb786d6 // add v22.4s, v22.4s, v23.4s
+	WORD $0x4eb28610 // add v16.4s, v16.4s, v18.4s
+	WORD $0x4eb68694 // add v20.4s, v20.4s, v22.4s
+	WORD $0x4eb48610 // add v16.4s, v16.4s, v20.4s
+	WORD $0x4eb1ba10 // addv s16, v16.4s
+	WORD $0x1e260209 // fmov w9, s16
+	WORD $0xb9000409 // str w9, [x0, #4]
+	WORD $0x4f0005f8 // movi v24.4s, #15
+	WORD $0x4e381c00 // and v0.16b, v0.16b, v24.16b
+	WORD $0x4e381c21 // and v1.16b, v1.16b, v24.16b
+	WORD $0x4e381c42 // and v2.16b, v2.16b, v24.16b
+	WORD $0x4e381c63 // and v3.16b, v3.16b, v24.16b
+	WORD $0x4e381c84 // and v4.16b, v4.16b, v24.16b
+	WORD $0x4e381ca5 // and v5.16b, v5.16b, v24.16b
+	WORD $0x4e381cc6 // and v6.16b, v6.16b, v24.16b
+	WORD $0x4e381ce7 // and v7.16b, v7.16b, v24.16b
+	// Byte j: level j | level j+16 << 4.
+	WORD $0x4f245484 // shl v4.4s, v4.4s, #4
+	WORD $0x4ea41c00 // orr v0.16b, v0.16b, v4.16b
+	WORD $0x4f2454a5 // shl v5.4s, v5.4s, #4
+	WORD $0x4ea51c21 // orr v1.16b, v1.16b, v5.16b
+	WORD $0x4f2454c6 // shl v6.4s, v6.4s, #4
+	WORD $0x4ea61c42 // orr v2.16b, v2.16b, v6.16b
+	WORD $0x4f2454e7 // shl v7.4s, v7.4s, #4
+	WORD $0x4ea71c63 // orr v3.16b, v3.16b, v7.16b
+	WORD $0x0e612810 // xtn v16.4h, v0.4s
+	WORD $0x4e612830 // xtn2 v16.8h, v1.4s
+	WORD $0x0e612851 // xtn v17.4h, v2.4s
+	WORD $0x4e612871 // xtn2 v17.8h, v3.4s
+	WORD $0x0e212a14 // xtn v20.8b, v16.8h
+	WORD $0x4e212a34 // xtn2 v20.16b, v17.8h
+	WORD $0x91002009 // add x9, x0, #8
+	WORD $0x4c007134 // st1 {v20.16b}, [x9]
+	ADD $128, R1
+	ADD $24, R0
+	ADD $1, R3
+	CMP R2, R3
+	BLT q5_1loop
+q5_1done:
+	MOVD R3, ret+24(FP)
+	RET
+
+// func f16RowVec(dst *byte, src *float32, n int)
+//
+// Every NaN becomes the quiet NaN of its sign without payload, which
+// converts to ggml's sign|0x7e00; the rest rounds to nearest even.
+TEXT ·f16RowVec(SB), NOSPLIT, $0-24
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R1
+	MOVD n+16(FP), R2
+	MOVD $signMask4<>(SB), R8
+	WORD $0x4c40791e // ld1 {v30.4s}, [x8]
+	MOVD $qNaN4<>(SB), R8
+	WORD $0x4c40791f // ld1 {v31.4s}, [x8]
+	LSR $4, R2
+	CBZ R2, f16done
+f16loop:
+	WORD $0x4cdf2820 // ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1], #64
+	WORD $0x4e20e410 // fcmeq v16.4s, v0.4s, v0.4s
+	WORD $0x4e3e1c14 // and v20.16b, v0.16b, v30.16b
+	WORD $0x4ebf1e94 // orr v20.16b, v20.16b, v31.16b
+	WORD $0x6ef01e80 // bif v0.16b, v20.16b, v16.16b
+	WORD $0x4e21e431 // fcmeq v17.4s, v1.4s, v1.4s
+	WORD $0x4e3e1c35 // and v21.16b, v1.16b, v30.16b
+	WORD $0x4ebf1eb5 // orr v21.16b, v21.16b, v31.16b
+	WORD $0x6ef11ea1 // bif v1.16b, v21.16b, v17.16b
+	WORD $0x4e22e452 // fcmeq v18.4s, v2.4s, v2.4s
+	WORD $0x4e3e1c56 // and v22.16b, v2.16b, v30.16b
+	WORD $0x4ebf1ed6 // orr v22.16b, v22.16b, v31.16b
+	WORD $0x6ef21ec2 // bif v2.16b, v22.16b, v18.16b
+	WORD $0x4e23e473 // fcmeq v19.4s, v3.4s, v3.4s
+	WORD $0x4e3e1c77 // and v23.16b, v3.16b, v30.16b
+	WORD $0x4ebf1ef7 // orr v23.16b, v23.16b, v31.16b
+	WORD $0x6ef31ee3 // bif v3.16b, v23.16b, v19.16b
+	WORD $0x0e216804 // fcvtn v4.4h, v0.4s
+	WORD $0x4e216824 // fcvtn2 v4.8h, v1.4s
+	WORD $0x0e216845 // fcvtn v5.4h, v2.4s
+	WORD $0x4e216865 // fcvtn2 v5.8h, v3.4s
+	WORD $0x4c9fa404 // st1 {v4.8h, v5.8h}, [x0], #32
+	SUBS $1, R2, R2
+	BNE f16loop
+f16done:
+	RET
+
+// func bf16RowVec(dst *byte, src *float32, n int)
+//
+// Rounded to nearest even on the bits, or the top half with the quiet bit
+// for a NaN. v28: 0x7fff; v29: 1; v30: 0x40; v31: |x| mask; v27: +Inf.
+TEXT ·bf16RowVec(SB), NOSPLIT, $0-24
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R1
+	MOVD n+16(FP), R2
+	MOVD $absMask4<>(SB), R8
+	WORD $0x4c40791f // ld1 {v31.4s}, [x8]
+	WORD $0x4f00043d // movi v29.4s, #1
+	WORD $0x4f02041e // movi v30.4s, #0x40
+	WORD $0x528fffe8 // mov w8, #0x7fff
+	WORD $0x4e040d1c // dup v28.4s, w8
+	WORD $0x52aff008 // mov w8, #0x7f800000
+	WORD $0x4e040d1b // dup v27.4s, w8
+	LSR $4, R2
+	CBZ R2, bf16done
+bf16loop:
+	WORD $0x4cdf2820 // ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1], #64
+	WORD $0x6f300410 // ushr v16.4s, v0.4s, #16
+	WORD $0x4e3d1e14 // and v20.16b, v16.16b, v29.16b
+	WORD $0x4ea08694 // add v20.4s, v20.4s, v0.4s
+	WORD $0x4ebc8694 // add v20.4s, v20.4s, v28.4s
+	WORD $0x6f300694 // ushr v20.4s, v20.4s, #16
+	WORD $0x4ebe1e10 // orr v16.16b, v16.16b, v30.16b
+	WORD $0x4e3f1c18 // and v24.16b, v0.16b, v31.16b
+	WORD $0x6ebb3718 // cmhi v24.4s, v24.4s, v27.4s
+	WORD $0x6eb81e14 // bit v20.16b, v16.16b, v24.16b
+	WORD $0x6f300431 // ushr v17.4s, v1.4s, #16
+	WORD $0x4e3d1e35 // and v21.16b, v17.16b, v29.16b
+	WORD $0x4ea186b5 // add v21.4s, v21.4s, v1.4s
+	WORD $0x4ebc86b5 // add v21.4s, v21.4s, v28.4s
+	WORD $0x6f3006b5 // ushr v21.4s, v21.4s, #16
+	WORD $0x4ebe1e31 // orr v17.16b, v17.16b, v30.16b
+	WORD $0x4e3f1c39 // and v25.16b, v1.16b, v31.16b
+	WORD $0x6ebb3739 // cmhi v25.4s, v25.4s, v27.4s
+	WORD $0x6eb91e35 // bit v21.16b, v17.16b, v25.16b
+	WORD $0x6f300452 // ushr v18.4s, v2.4s, #16
+	WORD $0x4e3d1e56 // and v22.16b, v18.16b, v29.16b
+	WORD $0x4ea286d6 // add v22.4s, v22.4s, v2.4s
+	WORD $0x4ebc86d6 // add v22.4s, v22.4s, v28.4s
+	WORD $0x6f3006d6 // ushr v22.4s, v22.4s, #16
+	WORD $0x4ebe1e52 // orr v18.16b, v18.16b, v30.16b
+	WORD $0x4e3f1c5a // and v26.16b, v2.16b, v31.16b
+	WORD $0x6ebb375a // cmhi v26.4s, v26.4s, v27.4s
+	WORD $0x6eba1e56 // bit v22.16b, v18.16b, v26.16b
+	WORD $0x6f300473 // ushr v19.4s, v3.4s, #16
+	WORD $0x4e3d1e77 // and v23.16b, v19.16b, v29.16b
+	WORD $0x4ea386f7 // add v23.4s, v23.4s, v3.4s
+	WORD $0x4ebc86f7 // add v23.4s, v23.4s, v28.4s
+	WORD $0x6f3006f7 // ushr v23.4s, v23.4s, #16
+	WORD $0x4ebe1e73 // orr v19.16b, v19.16b, v30.16b
+	WORD $0x4e3f1c64 // and v4.16b, v3.16b, v31.16b
+	WORD $0x6ebb3484 // cmhi v4.4s, v4.4s, v27.4s
+	WORD $0x6ea41e77 // bit v23.16b, v19.16b, v4.16b
+	WORD $0x0e612a85 // xtn v5.4h, v20.4s
+	WORD $0x4e612aa5 // xtn2 v5.8h, v21.4s
+	WORD $0x0e612ac6 // xtn v6.4h, v22.4s
+	WORD $0x4e612ae6 // xtn2 v6.8h, v23.4s
+	WORD $0x4c9fa405 // st1 {v5.8h, v6.8h}, [x0], #32
+	SUBS $1, R2, R2
+	BNE bf16loop
+bf16done:
 	RET

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/sdtool/sdtool/formats"
 )
 
 // kernelInput fills x (Gaussian with outliers, some exact halves and
@@ -119,5 +121,58 @@ func TestQkxLaneEvalMatchesGo(t *testing.T) {
 	}
 	if fastRuns < 2000 {
 		t.Fatalf("only %d of 3000 inputs took the kernels' fast path", fastRuns)
+	}
+}
+
+// The legacy row kernels give the scalar code's bytes, on Gaussian rows
+// and on rows whose blocks hit every condition that hands a block back to
+// the scalar code (NaN, Inf, ±0 extremes, subnormal scales, zero blocks).
+func TestLegacyRowKernelsMatchScalar(t *testing.T) {
+	r := rand.New(rand.NewPCG(harnessSeed, 103))
+	const nb = 64
+	src := make([]float32, 32*nb)
+	for iter := range 40 {
+		gaussRow(r, src)
+		for b := range nb {
+			blk := src[32*b : 32*b+32]
+			switch (iter + b) % 13 {
+			case 0:
+				blk[r.IntN(32)] = float32(math.NaN())
+			case 1:
+				blk[r.IntN(32)] = float32(math.Inf(1 - 2*r.IntN(2)))
+			case 2:
+				clear(blk)
+			case 3:
+				for i := range blk {
+					blk[i] = math.Float32frombits(r.Uint32() & 0x807fffff) // subnormals
+				}
+			case 4:
+				for i := range blk {
+					blk[i] = float32(math.Abs(float64(blk[i]))) // minimum may be 0
+				}
+				blk[r.IntN(32)] = float32(math.Copysign(0, float64(1-2*r.IntN(2))))
+			case 5:
+				for i := range blk {
+					blk[i] = float32(r.IntN(17) - 8) // ties
+				}
+			case 6:
+				for i := range blk {
+					blk[i] *= 1e30
+				}
+			}
+		}
+		for _, typ := range []formats.DType{formats.Q8_0, formats.Q4_0, formats.Q5_0, formats.Q4_1, formats.Q5_1} {
+			c, _ := Lookup(typ)
+			rb, _ := typ.RowBytes(int64(len(src)))
+			want, got := make([]byte, rb), make([]byte, rb)
+			withKernels(simdFlags{}, func() { c.Quantize(want, src, nil) })
+			withKernels(simdFlags{legacy: true}, func() { c.Quantize(got, src, nil) })
+			bb := typ.Info().BlockBytes
+			for b := range nb {
+				if string(got[b*bb:(b+1)*bb]) != string(want[b*bb:(b+1)*bb]) {
+					t.Fatalf("%s iter %d block %d: kernel % x, scalar % x\nx: %v", typ, iter, b, got[b*bb:(b+1)*bb], want[b*bb:(b+1)*bb], src[32*b:32*b+32])
+				}
+			}
+		}
 	}
 }

@@ -189,8 +189,8 @@ GLOBL l31f<>(SB), RODATA|NOPTR, $4
 	SHLL      $24, DX \
 	ORL       DX, BX
 
-// func q8_0RowsAVX2(dst *byte, src *float32, nb int) int
-TEXT ·q8_0RowsAVX2(SB), NOSPLIT, $0-32
+// func q8_0RowsVec(dst *byte, src *float32, nb int) int
+TEXT ·q8_0RowsVec(SB), NOSPLIT, $0-32
 	MOVQ    dst+0(FP), DI
 	MOVQ    src+8(FP), SI
 	MOVQ    nb+16(FP), CX
@@ -268,8 +268,8 @@ q8done:
 	TZCNTL       BX, BX \
 	VMOVSS       (SI)(BX*4), X8
 
-// func q4_0RowsAVX2(dst *byte, src *float32, nb int) int
-TEXT ·q4_0RowsAVX2(SB), NOSPLIT, $0-32
+// func q4_0RowsVec(dst *byte, src *float32, nb int) int
+TEXT ·q4_0RowsVec(SB), NOSPLIT, $0-32
 	MOVQ    dst+0(FP), DI
 	MOVQ    src+8(FP), SI
 	MOVQ    nb+16(FP), CX
@@ -311,8 +311,8 @@ q40done:
 	VZEROUPPER
 	RET
 
-// func q5_0RowsAVX2(dst *byte, src *float32, nb int) int
-TEXT ·q5_0RowsAVX2(SB), NOSPLIT, $0-32
+// func q5_0RowsVec(dst *byte, src *float32, nb int) int
+TEXT ·q5_0RowsVec(SB), NOSPLIT, $0-32
 	MOVQ    dst+0(FP), DI
 	MOVQ    src+8(FP), SI
 	MOVQ    nb+16(FP), CX
@@ -412,8 +412,8 @@ q50done:
 	VADDPS    Y13, Q, Q \
 	VCVTTPS2DQ Q, Q
 
-// func q4_1RowsAVX2(dst *byte, src *float32, nb int) int
-TEXT ·q4_1RowsAVX2(SB), NOSPLIT, $0-32
+// func q4_1RowsVec(dst *byte, src *float32, nb int) int
+TEXT ·q4_1RowsVec(SB), NOSPLIT, $0-32
 	MOVQ    dst+0(FP), DI
 	MOVQ    src+8(FP), SI
 	MOVQ    nb+16(FP), CX
@@ -454,8 +454,8 @@ q41done:
 	VZEROUPPER
 	RET
 
-// func q5_1RowsAVX2(dst *byte, src *float32, nb int) int
-TEXT ·q5_1RowsAVX2(SB), NOSPLIT, $0-32
+// func q5_1RowsVec(dst *byte, src *float32, nb int) int
+TEXT ·q5_1RowsVec(SB), NOSPLIT, $0-32
 	MOVQ    dst+0(FP), DI
 	MOVQ    src+8(FP), SI
 	MOVQ    nb+16(FP), CX

@@ -141,8 +141,346 @@ func kernels(p *program) {
 	p.data("laneIndex8", 0x00000000, 0x3f800000, 0x40000000, 0x40400000, 0x40800000, 0x40a00000, 0x40c00000, 0x40e00000)
 	p.raw("// Quiet NaN: the error of a candidate that cannot win.")
 	p.data("nan4", repeat(0x7fc00000, 4)...)
+	p.raw("// Constants of the row kernels: masks, the largest float below 0.5, and")
+	p.raw("// the lane numbers 0..31 (indices, and shifts for the high-bit masks).")
+	p.data("absMask4", repeat(0x7fffffff, 4)...)
+	p.data("signMask4", repeat(0x80000000, 4)...)
+	p.data("halfDown4", repeat(0x3effffff, 4)...)
+	p.data("qNaN4", repeat(0x7fc00000, 4)...)
+	idx := make([]uint32, 32)
+	for i := range idx {
+		idx[i] = uint32(i)
+	}
+	p.data("lane32", idx...)
 	qxLaneSums(p)
 	qkxLaneEval(p)
+	legacyRows(p)
+	floatRows(p)
+}
+
+// fconst loads the float f into every lane of vector register v (through
+// x8 and w8).
+func fconst(p *program, v int, f uint32) {
+	p.g("MOVW $0x%08x, R8", f)
+	p.a("dup v%d.4s, w8", v)
+}
+
+// legacyRows writes the five row kernels of the unweighted legacy
+// quantizers; see legacy_amd64.s for what each does.
+func legacyRows(p *program) {
+	type kernel struct {
+		name     string
+		bytes    int
+		minMax   bool   // q4_1, q5_1: levels from the minimum
+		divisor  uint32 // the scale is xmax/divisor (q4_0, q5_0, q8_0) or (max-min)/divisor
+		bias     uint32 // added before truncation (q4_0 8.5, q5_0 16.5, _1 types 0.5)
+		cap      int    // the largest level (0: none)
+		highBits bool   // q5_0, q5_1
+		q8       bool   // q8_0: rounded to nearest, halves away from zero
+	}
+	for _, k := range []kernel{
+		{name: "q8_0", bytes: 34, divisor: 0x42fe0000, q8: true},
+		{name: "q4_0", bytes: 18, divisor: 0xc1000000, bias: 0x41080000, cap: 15},
+		{name: "q5_0", bytes: 22, divisor: 0xc1800000, bias: 0x41840000, cap: 31, highBits: true},
+		{name: "q4_1", bytes: 20, minMax: true, divisor: 0x41700000, bias: 0x3f000000, cap: 15},
+		{name: "q5_1", bytes: 24, minMax: true, divisor: 0x41f80000, bias: 0x3f000000, highBits: true},
+	} {
+		done := k.name + "done"
+		p.raw("// func %sRowsVec(dst *byte, src *float32, nb int) int", k.name)
+		p.raw("//")
+		p.raw("// v0-v7: the block; v16-v23: temporaries; v26: zero; v27: the bias;")
+		p.raw("// v28: the divisor; v29: the level cap; v31: |x| mask; w7: 0x7f800000.")
+		p.raw("TEXT ·%sRowsVec(SB), NOSPLIT, $0-32", k.name)
+		p.g("MOVD dst+0(FP), R0")
+		p.g("MOVD src+8(FP), R1")
+		p.g("MOVD nb+16(FP), R2")
+		p.g("MOVD ZR, R3")
+		p.g("MOVD $absMask4<>(SB), R8")
+		p.a("ld1 {v31.4s}, [x8]")
+		p.a("movi v26.4s, #0")
+		fconst(p, 28, k.divisor)
+		if k.q8 {
+			p.g("MOVD $signMask4<>(SB), R8")
+			p.a("ld1 {v30.4s}, [x8]")
+			p.g("MOVD $halfDown4<>(SB), R8")
+			p.a("ld1 {v27.4s}, [x8]")
+		} else {
+			fconst(p, 27, k.bias)
+		}
+		if k.cap > 0 {
+			p.a("movi v29.4s, #%d", k.cap)
+		}
+		p.a("mov w7, #0x7f800000")
+		p.a("mov w12, #0x7fffff")
+		p.g("CBZ R2, %s", done)
+		p.label(k.name + "loop")
+		p.a("ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1]")
+		p.a("add x5, x1, #64")
+		p.a("ld1 {v4.4s, v5.4s, v6.4s, v7.4s}, [x5]")
+		for j := range 8 {
+			p.a("and v%d.16b, v%d.16b, v31.16b", 16+j, j)
+		}
+		p.raw("	// The largest |x| bit pattern: NaN or Inf leave the block to Go.")
+		p.a("umax v24.4s, v16.4s, v17.4s")
+		p.a("umax v25.4s, v18.4s, v19.4s")
+		p.a("umax v24.4s, v24.4s, v25.4s")
+		p.a("umax v25.4s, v20.4s, v21.4s")
+		p.a("umax v30.4s, v22.4s, v23.4s")
+		if k.q8 {
+			// v30 holds the sign mask in q8_0; use v25 twice instead.
+			p.items = p.items[:len(p.items)-1]
+			p.a("umax v25.4s, v25.4s, v22.4s")
+			p.a("umax v25.4s, v25.4s, v23.4s")
+		} else {
+			p.a("umax v25.4s, v25.4s, v30.4s")
+		}
+		p.a("umax v24.4s, v24.4s, v25.4s")
+		p.a("umaxv s24, v24.4s")
+		p.a("fmov w6, s24")
+		p.a("cmp w6, w7")
+		p.g("BHS %s", done)
+		switch {
+		case k.q8:
+			p.a("fdiv s17, s24, s28") // d = amax/127
+		case !k.minMax:
+			p.raw("	// xmax: the first element of largest magnitude.")
+			p.a("dup v24.4s, w6")
+			p.g("MOVD $lane32<>(SB), R10")
+			for j := range 8 {
+				p.a("ld1 {v25.4s}, [x10], #16")
+				p.a("cmeq v%d.4s, v%d.4s, v24.4s", 16+j, 16+j)
+				p.a("orn v%d.16b, v25.16b, v%d.16b", 16+j, 16+j)
+			}
+			for j := 0; j < 8; j += 2 {
+				p.a("umin v%d.4s, v%d.4s, v%d.4s", 16+j, 16+j, 17+j)
+			}
+			p.a("umin v16.4s, v16.4s, v18.4s")
+			p.a("umin v20.4s, v20.4s, v22.4s")
+			p.a("umin v16.4s, v16.4s, v20.4s")
+			p.a("uminv s16, v16.4s")
+			p.a("fmov w9, s16")
+			p.a("ldr s16, [x1, x9, lsl #2]")
+			p.a("fdiv s17, s16, s28") // d = xmax/-8 or /-16
+		default:
+			p.raw("	// The minimum (s16) and maximum (s20); a zero extreme leaves the block to Go.")
+			p.a("fmin v16.4s, v0.4s, v1.4s")
+			p.a("fmin v17.4s, v2.4s, v3.4s")
+			p.a("fmin v18.4s, v4.4s, v5.4s")
+			p.a("fmin v19.4s, v6.4s, v7.4s")
+			p.a("fmin v16.4s, v16.4s, v17.4s")
+			p.a("fmin v18.4s, v18.4s, v19.4s")
+			p.a("fmin v16.4s, v16.4s, v18.4s")
+			p.a("fminv s16, v16.4s")
+			p.a("fmax v20.4s, v0.4s, v1.4s")
+			p.a("fmax v21.4s, v2.4s, v3.4s")
+			p.a("fmax v22.4s, v4.4s, v5.4s")
+			p.a("fmax v23.4s, v6.4s, v7.4s")
+			p.a("fmax v20.4s, v20.4s, v21.4s")
+			p.a("fmax v22.4s, v22.4s, v23.4s")
+			p.a("fmax v20.4s, v20.4s, v22.4s")
+			p.a("fmaxv s20, v20.4s")
+			p.a("fmov w8, s16")
+			p.a("tst w8, #0x7fffffff")
+			p.g("BEQ %s", done)
+			p.a("fmov w8, s20")
+			p.a("tst w8, #0x7fffffff")
+			p.g("BEQ %s", done)
+			p.a("fsub s17, s20, s16")
+			p.a("fdiv s17, s17, s28") // d = (max-min)/15 or /31
+			p.raw("	// A subnormal or infinite step leaves the block to Go.")
+			p.a("fmov w8, s17")
+			p.a("sub w9, w8, #1")
+			p.a("cmp w9, w12")
+			p.g("BLO %s", done)
+			p.a("cmp w8, w7")
+			p.g("BHS %s", done)
+		}
+		p.raw("	// id = d != 0 ? 1/d : 0, which must be finite.")
+		p.a("fmov s18, #1.0")
+		p.a("fdiv s18, s18, s17")
+		p.a("fcmp s17, #0.0")
+		p.a("fcsel s18, s26, s18, eq")
+		p.a("fmov w8, s18")
+		p.a("and w8, w8, #0x7fffffff")
+		p.a("cmp w8, w7")
+		p.g("BHS %s", done)
+		p.a("fcvt h19, s17")
+		p.a("umov w8, v19.h[0]")
+		p.a("strh w8, [x0]")
+		if k.minMax {
+			p.a("fcvt h19, s16")
+			p.a("umov w8, v19.h[0]")
+			p.a("strh w8, [x0, #2]")
+			p.a("dup v16.4s, v16.s[0]")
+		}
+		p.a("dup v18.4s, v18.s[0]")
+		for j := range 8 {
+			switch {
+			case k.q8:
+				// q = trunc(p + copysign(largest float below 0.5, p)), p = x·id
+				p.a("fmul v%d.4s, v%d.4s, v18.4s", j, j)
+				p.a("and v%d.16b, v%d.16b, v30.16b", 20+j%4, j)
+				p.a("orr v%d.16b, v%d.16b, v27.16b", 20+j%4, 20+j%4)
+				p.a("fadd v%d.4s, v%d.4s, v%d.4s", j, j, 20+j%4)
+			case k.minMax:
+				p.a("fsub v%d.4s, v%d.4s, v16.4s", j, j)
+				p.a("fmul v%d.4s, v%d.4s, v18.4s", j, j)
+				p.a("fadd v%d.4s, v%d.4s, v27.4s", j, j)
+			default:
+				p.a("fmul v%d.4s, v%d.4s, v18.4s", j, j)
+				p.a("fadd v%d.4s, v%d.4s, v27.4s", j, j)
+			}
+			p.a("fcvtzs v%d.4s, v%d.4s", j, j)
+			if k.cap > 0 {
+				p.a("smin v%d.4s, v%d.4s, v29.4s", j, j)
+			}
+		}
+		if k.q8 {
+			p.raw("	// Narrow the 32 levels to bytes, in order.")
+			p.a("xtn v16.4h, v0.4s")
+			p.a("xtn2 v16.8h, v1.4s")
+			p.a("xtn v17.4h, v2.4s")
+			p.a("xtn2 v17.8h, v3.4s")
+			p.a("xtn v20.8b, v16.8h")
+			p.a("xtn2 v20.16b, v17.8h")
+			p.a("xtn v16.4h, v4.4s")
+			p.a("xtn2 v16.8h, v5.4s")
+			p.a("xtn v17.4h, v6.4s")
+			p.a("xtn2 v17.8h, v7.4s")
+			p.a("xtn v21.8b, v16.8h")
+			p.a("xtn2 v21.16b, v17.8h")
+			p.a("add x9, x0, #2")
+			p.a("st1 {v20.16b, v21.16b}, [x9]")
+		} else {
+			qs := 2
+			if k.minMax {
+				qs = 4
+			}
+			if k.highBits {
+				p.raw("	// qh: bit 4 of level j at bit j.")
+				p.g("MOVD $lane32<>(SB), R10")
+				for j := range 8 {
+					p.a("ld1 {v25.4s}, [x10], #16")
+					p.a("ushr v%d.4s, v%d.4s, #4", 16+j, j)
+					p.a("ushl v%d.4s, v%d.4s, v25.4s", 16+j, 16+j)
+				}
+				for j := 0; j < 8; j += 2 {
+					p.a("add v%d.4s, v%d.4s, v%d.4s", 16+j, 16+j, 17+j)
+				}
+				p.a("add v16.4s, v16.4s, v18.4s")
+				p.a("add v20.4s, v20.4s, v22.4s")
+				p.a("add v16.4s, v16.4s, v20.4s")
+				p.a("addv s16, v16.4s")
+				p.a("fmov w9, s16")
+				p.a("str w9, [x0, #%d]", qs)
+				qs += 4
+				p.a("movi v24.4s, #15")
+				for j := range 8 {
+					p.a("and v%d.16b, v%d.16b, v24.16b", j, j)
+				}
+			}
+			p.raw("	// Byte j: level j | level j+16 << 4.")
+			for j := range 4 {
+				p.a("shl v%d.4s, v%d.4s, #4", j+4, j+4)
+				p.a("orr v%d.16b, v%d.16b, v%d.16b", j, j, j+4)
+			}
+			p.a("xtn v16.4h, v0.4s")
+			p.a("xtn2 v16.8h, v1.4s")
+			p.a("xtn v17.4h, v2.4s")
+			p.a("xtn2 v17.8h, v3.4s")
+			p.a("xtn v20.8b, v16.8h")
+			p.a("xtn2 v20.16b, v17.8h")
+			p.a("add x9, x0, #%d", qs)
+			p.a("st1 {v20.16b}, [x9]")
+		}
+		p.g("ADD $128, R1")
+		p.g("ADD $%d, R0", k.bytes)
+		p.g("ADD $1, R3")
+		p.g("CMP R2, R3")
+		p.g("BLT %sloop", k.name)
+		p.label(done)
+		p.g("MOVD R3, ret+24(FP)")
+		p.g("RET")
+		p.raw("")
+	}
+}
+
+// floatRows writes the f16 and bf16 row kernels, 16 elements per iteration.
+func floatRows(p *program) {
+	p.raw("// func f16RowVec(dst *byte, src *float32, n int)")
+	p.raw("//")
+	p.raw("// Every NaN becomes the quiet NaN of its sign without payload, which")
+	p.raw("// converts to ggml's sign|0x7e00; the rest rounds to nearest even.")
+	p.raw("TEXT ·f16RowVec(SB), NOSPLIT, $0-24")
+	p.g("MOVD dst+0(FP), R0")
+	p.g("MOVD src+8(FP), R1")
+	p.g("MOVD n+16(FP), R2")
+	p.g("MOVD $signMask4<>(SB), R8")
+	p.a("ld1 {v30.4s}, [x8]")
+	p.g("MOVD $qNaN4<>(SB), R8")
+	p.a("ld1 {v31.4s}, [x8]")
+	p.g("LSR $4, R2")
+	p.g("CBZ R2, f16done")
+	p.label("f16loop")
+	p.a("ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1], #64")
+	for j := range 4 {
+		p.a("fcmeq v%d.4s, v%d.4s, v%d.4s", 16+j, j, j)
+		p.a("and v%d.16b, v%d.16b, v30.16b", 20+j, j)
+		p.a("orr v%d.16b, v%d.16b, v31.16b", 20+j, 20+j)
+		p.a("bif v%d.16b, v%d.16b, v%d.16b", j, 20+j, 16+j)
+	}
+	p.a("fcvtn v4.4h, v0.4s")
+	p.a("fcvtn2 v4.8h, v1.4s")
+	p.a("fcvtn v5.4h, v2.4s")
+	p.a("fcvtn2 v5.8h, v3.4s")
+	p.a("st1 {v4.8h, v5.8h}, [x0], #32")
+	p.g("SUBS $1, R2, R2")
+	p.g("BNE f16loop")
+	p.label("f16done")
+	p.g("RET")
+	p.raw("")
+	p.raw("// func bf16RowVec(dst *byte, src *float32, n int)")
+	p.raw("//")
+	p.raw("// Rounded to nearest even on the bits, or the top half with the quiet bit")
+	p.raw("// for a NaN. v28: 0x7fff; v29: 1; v30: 0x40; v31: |x| mask; v27: +Inf.")
+	p.raw("TEXT ·bf16RowVec(SB), NOSPLIT, $0-24")
+	p.g("MOVD dst+0(FP), R0")
+	p.g("MOVD src+8(FP), R1")
+	p.g("MOVD n+16(FP), R2")
+	p.g("MOVD $absMask4<>(SB), R8")
+	p.a("ld1 {v31.4s}, [x8]")
+	p.a("movi v29.4s, #1")
+	p.a("movi v30.4s, #0x40")
+	p.a("mov w8, #0x7fff")
+	p.a("dup v28.4s, w8")
+	p.a("mov w8, #0x7f800000")
+	p.a("dup v27.4s, w8")
+	p.g("LSR $4, R2")
+	p.g("CBZ R2, bf16done")
+	p.label("bf16loop")
+	p.a("ld1 {v0.4s, v1.4s, v2.4s, v3.4s}, [x1], #64")
+	for j := range 4 {
+		// v16-v19: top halves; v20-v23: rounded; v24-v26, v4: NaN masks.
+		t, r, m := 16+j, 20+j, []int{24, 25, 26, 4}[j]
+		p.a("ushr v%d.4s, v%d.4s, #16", t, j)
+		p.a("and v%d.16b, v%d.16b, v29.16b", r, t)
+		p.a("add v%d.4s, v%d.4s, v%d.4s", r, r, j)
+		p.a("add v%d.4s, v%d.4s, v28.4s", r, r)
+		p.a("ushr v%d.4s, v%d.4s, #16", r, r)
+		p.a("orr v%d.16b, v%d.16b, v30.16b", t, t)
+		p.a("and v%d.16b, v%d.16b, v31.16b", m, j)
+		p.a("cmhi v%d.4s, v%d.4s, v27.4s", m, m)
+		p.a("bit v%d.16b, v%d.16b, v%d.16b", r, t, m)
+	}
+	p.a("xtn v5.4h, v20.4s")
+	p.a("xtn2 v5.8h, v21.4s")
+	p.a("xtn v6.4h, v22.4s")
+	p.a("xtn2 v6.8h, v23.4s")
+	p.a("st1 {v5.8h, v6.8h}, [x0], #32")
+	p.g("SUBS $1, R2, R2")
+	p.g("BNE bf16loop")
+	p.label("bf16done")
+	p.g("RET")
 }
 
 func qxLaneSums(p *program) {
