@@ -72,6 +72,10 @@ type qkxParams struct {
 	sumW   float32 // Σ w
 	sumX   float32 // Σ w·x
 	mad    uint32  // 1: absolute errors; 0: squared
+	// init 1 makes lane 0 the search's first candidate instead: inverse
+	// scale iscale0, scale s0 and offset m0 as given, no fit.
+	init            uint32
+	iscale0, s0, m0 float32
 }
 
 // qkxLaneOut are qkxLaneEval's results: per lane the candidate's weighted
@@ -89,13 +93,18 @@ type qkxLaneOut struct {
 // nmax) for iscale = (rmin + rdelta·is + nmax)/span, their weighted sums,
 // the least-squares scale and offset (the offset capped at 0), and the
 // weighted error, all in ggml's order and with nearest_int's own arithmetic
-// (any input).
+// (any input). With p.init, lane 0 is the search's first candidate instead:
+// its levels and error for the given inverse scale, scale and offset.
 func qkxLaneEvalGo(x, w, xm []float32, p *qkxParams, o *qkxLaneOut) {
 	n := len(x)
 	w, xm = w[:n], xm[:n]
 	nmax := int32(p.nmax)
 	for k := range qkxLanes {
 		iscale := (p.rmin + float32(p.rdelta*float32(p.is0+float32(k))) + p.nmax) / p.span
+		first := k == 0 && p.init != 0
+		if first {
+			iscale = p.iscale0
+		}
 		var sumL, sumL2, sumXL float32
 		for i, v := range xm {
 			l := float32(clampInt32(cNearestInt(float32(iscale*v)), 0, nmax))
@@ -111,6 +120,9 @@ func qkxLaneEvalGo(x, w, xm []float32, p *qkxParams, o *qkxLaneOut) {
 		if m > 0 {
 			m = 0
 			s = sumXL / sumL2
+		}
+		if first {
+			s, m, D = p.s0, p.m0, 1
 		}
 		var e float32
 		for i, v := range x {

@@ -134,6 +134,12 @@ TEXT ·qkxLaneEvalAVX2(SB), NOSPLIT, $0-48
 	VADDPS       Y4, Y0, Y0
 	VBROADCASTSS 16(AX), Y1
 	VDIVPS       Y1, Y0, Y0
+	CMPL         32(AX), $0
+	JE           qkxnoinit
+	VBROADCASTSS 36(AX), Y1
+	VBLENDPS     $1, Y1, Y0, Y0
+
+qkxnoinit:
 	VXORPS       Y5, Y5, Y5
 	VMOVUPS      roundMagic8<>(SB), Y6
 	VXORPS       Y1, Y1, Y1
@@ -184,6 +190,17 @@ qkxsums:
 	VDIVPS       Y2, Y3, Y13
 	VBLENDVPS    Y12, Y13, Y10, Y10
 	VANDNPS      Y11, Y12, Y11
+	CMPL         32(AX), $0
+	JE           qkxerr
+	// The first candidate: its own scale and offset, and always regular.
+	VBROADCASTSS 40(AX), Y12
+	VBLENDPS     $1, Y12, Y10, Y10
+	VBROADCASTSS 44(AX), Y12
+	VBLENDPS     $1, Y12, Y11, Y11
+	VPCMPEQD     Y12, Y12, Y12
+	VBLENDPS     $1, Y12, Y15, Y15
+
+qkxerr:
 
 	// The error: Σ w·(s·l + m - x)² or Σ w·|s·l + m - x|.
 	MOVQ   R11, SI

@@ -240,6 +240,11 @@ TEXT ·qkxLaneEvalNEON(SB), NOSPLIT, $0-48
 	WORD $0x4e21d701 // fadd v1.4s, v24.4s, v1.4s
 	WORD $0x4e3fd421 // fadd v1.4s, v1.4s, v31.4s
 	WORD $0x6e3efc21 // fdiv v1.4s, v1.4s, v30.4s
+	MOVWU 32(R4), R6
+	CBZW R6, qkxnoinit
+	ADD $36, R4, R6
+	WORD $0x0d4080c0 // ld1 {v0.s}[0], [x6]
+qkxnoinit:
 	WORD $0x4f00041b // movi v27.4s, #0
 	WORD $0x4f000402 // movi v2.4s, #0
 	WORD $0x4f000403 // movi v3.4s, #0
@@ -316,6 +321,16 @@ qkxsums:
 	WORD $0x6e25fcf6 // fdiv v22.4s, v7.4s, v5.4s
 	WORD $0x6eb51ec9 // bit v9.16b, v22.16b, v21.16b
 	WORD $0x4e751d6b // bic v11.16b, v11.16b, v21.16b
+	// The first candidate: its own scale and offset, and always regular.
+	MOVWU 32(R4), R6
+	CBZW R6, qkxerr
+	ADD $40, R4, R6
+	WORD $0x0ddf80c8 // ld1 {v8.s}[0], [x6], #4
+	WORD $0x0d4080ca // ld1 {v10.s}[0], [x6]
+	WORD $0x4f000415 // movi v21.4s, #0
+	WORD $0x6e205ab5 // not v21.16b, v21.16b
+	WORD $0x6e0406ac // ins v12.s[0], v21.s[0]
+qkxerr:
 
 	// The error: Σ w·(s·l + m - x)² or Σ w·|s·l + m - x|.
 	MOVD R9, R0

@@ -97,9 +97,15 @@ func TestQkxLaneEvalMatchesGo(t *testing.T) {
 		if iter%11 == 0 {
 			p.sumW = 0 // singular normal equations in some lanes
 		}
+		if iter%3 == 1 {
+			// Lane 0 as the search's first candidate.
+			p.init, p.is0 = 1, p.is0-1
+			p.iscale0 = p.nmax / p.span
+			p.s0, p.m0 = 1/p.iscale0, vmin
+		}
 		// The kernels' precondition, as makeQkxQuantsLanes tests it.
 		top := (p.rmin + float32(p.rdelta*(p.is0+qkxLanes-1)) + p.nmax) / p.span
-		fast := float32(cFabs(top)*xmMax) < roundLimit
+		fast := float32(max(cFabs(top), cFabs(p.iscale0))*xmMax) < roundLimit
 		if fast {
 			fastRuns++
 		}

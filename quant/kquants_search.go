@@ -368,16 +368,19 @@ func makeQkxQuantsLanes(nmax int32, x, weights []float32, L []uint8, rmin, rdelt
 	n := len(x)
 	weights = weights[:n]
 	L = L[:n]
-	vmin, vmax := x[0], x[0]
+	vmin, vmax, ok := minMaxFast(x)
 	sumW := weights[0]
 	sumX := float32(sumW * x[0])
 	for i := 1; i < n; i++ {
 		v := x[i]
-		if v < vmin {
-			vmin = v
-		}
-		if v > vmax {
-			vmax = v
+		if !ok {
+			// ggml's comparisons, for NaN and ±0 extremes.
+			if v < vmin {
+				vmin = v
+			}
+			if v > vmax {
+				vmax = v
+			}
 		}
 		w := weights[i]
 		sumW += w
@@ -411,37 +414,47 @@ func makeQkxQuantsLanes(nmax int32, x, weights []float32, L []uint8, rmin, rdelt
 	xmMax := xmBound()
 	span := vmax - vmin
 	fn := float32(nmax)
-	iscale := fn / span
-	scale = 1 / iscale
-	var bestErr float32
 	for i, v := range x {
 		xm[i] = v - vmin
-		l := clampInt32(cNearestInt(float32(iscale*xm[i])), 0, nmax)
-		L[i] = uint8(l)
-		diff := float32(scale*float32(l)) + vmin - v
-		if useMad {
-			diff = cFabs(diff)
-		} else {
-			diff = float32(diff * diff)
-		}
-		bestErr += float32(weights[i] * diff)
 	}
-	if nstep < 1 {
-		return scale, -vmin
+	// Lane 0 of the first group is ggml's first candidate, nmax/(max-min)
+	// with its reciprocal as the scale; lanes 1..7 are is = 0..6.
+	iscale0 := fn / span
+	p := qkxParams{
+		is0: -1, rmin: rmin, rdelta: rdelta, nmax: fn, span: span, sumW: sumW, sumX: sumX,
+		init: 1, iscale0: iscale0, s0: 1 / iscale0, m0: vmin,
 	}
-	p := qkxParams{rmin: rmin, rdelta: rdelta, nmax: fn, sumW: sumW, sumX: sumX}
 	if useMad {
 		p.mad = 1
 	}
 	var o qkxLaneOut
-	for is := 0; is <= nstep; {
+	var bestErr float32
+	take := func(k int) {
+		for i := range L {
+			L[i] = uint8(o.lv[i][k])
+		}
+		bestErr = o.err[k]
+		scale, vmin = o.s[k], o.m[k]
+	}
+	first := true
+	for is := -1; is <= nstep; {
 		cnt := min(qkxLanes, nstep+1-is)
 		p.is0, p.span = float32(is), span
 		// The inverse scales grow with is (rmin+nmax > 0), so the last
-		// lane's bounds them all.
-		top := (rmin + float32(rdelta*float32(is+qkxLanes-1)) + fn) / span
-		qkxLaneEval(x, weights, xm, &p, &o, float32(cFabs(top)*xmMax) < roundLimit)
+		// lane's bounds them all (and the first candidate's).
+		top := max(cFabs((rmin+float32(rdelta*float32(is+qkxLanes-1))+fn)/span), cFabs(p.iscale0))
+		qkxLaneEval(x, weights, xm, &p, &o, float32(top*xmMax) < roundLimit)
 		k := 0
+		if first {
+			// The first candidate always sets the state, and it keeps the
+			// offset, so the rest of its group (is = 0..6) stays valid.
+			first, p.init, p.iscale0 = false, 0, 0
+			take(0)
+			if nstep < 1 {
+				break
+			}
+			k = 1
+		}
 		for k < cnt && !(o.err[k] < bestErr) {
 			k++
 		}
@@ -449,11 +462,8 @@ func makeQkxQuantsLanes(nmax int32, x, weights []float32, L []uint8, rmin, rdelt
 			is += cnt
 			continue
 		}
-		for i := range L {
-			L[i] = uint8(o.lv[i][k])
-		}
-		bestErr = o.err[k]
-		scale, vmin = o.s[k], o.m[k]
+		take(k)
+		// Later candidates use the new offset, in x-min and in max-min.
 		for i, v := range x {
 			xm[i] = v - vmin
 		}
@@ -462,6 +472,26 @@ func makeQkxQuantsLanes(nmax int32, x, weights []float32, L []uint8, rmin, rdelt
 		is += k + 1
 	}
 	return scale, -vmin
+}
+
+// minMaxFast returns the smallest and largest element of x (1 <= len(x)
+// <= 32) without branches, when ggml's "x < min" / "x > max" scan gives
+// the same: ok is false when x holds a NaN or Inf, or when an extreme is a
+// zero (±0 compare equal, so the scan keeps the first one met).
+func minMaxFast(x []float32) (mn, mx float32, ok bool) {
+	lo, hi := int32(math.MaxInt32), int32(math.MinInt32)
+	var abits uint32
+	for _, v := range x {
+		b := math.Float32bits(v)
+		k := orderKey(b)
+		lo, hi = min(lo, k), max(hi, k)
+		abits = max(abits, b&^(1<<31))
+	}
+	l, h := keyBits(lo), keyBits(hi)
+	if len(x) == 0 || abits >= 0x7f800000 || l&^(1<<31) == 0 || h&^(1<<31) == 0 {
+		return x[0], x[0], false
+	}
+	return math.Float32frombits(l), math.Float32frombits(h), true
 }
 
 // makeQkxQuantsScalar is makeQkxQuants one candidate (or pair) at a time.

@@ -575,6 +575,11 @@ func qkxLaneEval(p *program) {
 		p.a("fadd v%d.4s, v%d.4s, v31.4s", k, k)
 		p.a("fdiv v%d.4s, v%d.4s, v30.4s", k, k)
 	}
+	p.g("MOVWU 32(R4), R6")
+	p.g("CBZW R6, qkxnoinit")
+	p.g("ADD $36, R4, R6")
+	p.a("ld1 {v0.s}[0], [x6]") // lane 0: the first candidate's inverse scale
+	p.label("qkxnoinit")
 	p.a("movi v27.4s, #0")
 	for k := 2; k < 8; k++ {
 		p.a("movi v%d.4s, #0", k)
@@ -629,6 +634,16 @@ func qkxLaneEval(p *program) {
 		p.a("bit v%d.16b, v22.16b, v21.16b", s) // s = m > 0 ? sumXL/sumL2 : s
 		p.a("bic v%d.16b, v%d.16b, v21.16b", m, m)
 	}
+	p.raw("\t// The first candidate: its own scale and offset, and always regular.")
+	p.g("MOVWU 32(R4), R6")
+	p.g("CBZW R6, qkxerr")
+	p.g("ADD $40, R4, R6")
+	p.a("ld1 {v8.s}[0], [x6], #4")
+	p.a("ld1 {v10.s}[0], [x6]")
+	p.a("movi v21.4s, #0")
+	p.a("not v21.16b, v21.16b")
+	p.a("ins v12.s[0], v21.s[0]")
+	p.label("qkxerr")
 	p.raw("")
 	p.raw("\t// The error: Σ w·(s·l + m - x)² or Σ w·|s·l + m - x|.")
 	p.g("MOVD R9, R0")
