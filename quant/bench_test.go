@@ -2,6 +2,7 @@ package quant
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -77,25 +78,37 @@ func BenchmarkQuantize(b *testing.B) {
 				}
 			})
 			// Alternating the two codecs iteration by iteration keeps a loaded
-			// machine's changing speed out of the ratio.
+			// machine's changing speed out of the ratio. Where the thread's
+			// CPU clock can be read, the ratio of CPU times is reported too:
+			// time spent descheduled on a shared machine does not count.
 			b.Run(t.String()+"/"+path+"/ratio", func(b *testing.B) {
 				if err := ggmlQuantize(t, dst, src, n, weights); err != nil {
 					b.Skip(err)
 				}
-				var goTime, cTime time.Duration
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				var goTime, cTime, goCPU, cCPU time.Duration
 				for b.Loop() {
+					c0, _ := threadCPU()
 					t0 := time.Now()
 					if err := QuantizeRows(t, dst, src, n, weights, 1); err != nil {
 						b.Fatal(err)
 					}
 					t1 := time.Now()
+					c1, _ := threadCPU()
 					if err := ggmlQuantize(t, dst, src, n, weights); err != nil {
 						b.Fatal(err)
 					}
 					goTime += t1.Sub(t0)
 					cTime += time.Since(t1)
+					c2, _ := threadCPU()
+					goCPU += c1 - c0
+					cCPU += c2 - c1
 				}
 				b.ReportMetric(float64(goTime)/float64(cTime), "go/ggml-time")
+				if _, ok := threadCPU(); ok && cCPU > 0 {
+					b.ReportMetric(float64(goCPU)/float64(cCPU), "go/ggml-cpu")
+				}
 			})
 		}
 	}

@@ -107,7 +107,7 @@ func floatBytes(f []float32) []byte {
 func quantizeF32(dst []byte, src []float32, _ []float32) {
 	dst = dst[:4*len(src)]
 	if littleEndian {
-		copy(dst, floatBytes(src))
+		copyBytes(dst, floatBytes(src))
 		return
 	}
 	for i, f := range src {
