@@ -118,10 +118,10 @@ func BenchmarkCopyBaseline(b *testing.B) {
 // (SDTOOL_BENCH_MB megabytes, default 256) with sdtool and with sd-cli
 // (`sd-cli -M convert -m IN -o OUT --type T -t N`, the binary named by
 // SDTOOL_SDCLI; skipped without it), each in a process of its own,
-// alternating the two every iteration. It reports the median wall time of
-// each (sdtool/sd-cli-time below 1: sdtool is faster) and the median peak
-// resident memory of each process (getrusage's maxrss), and fails when the
-// two outputs differ. SDTOOL_BENCH_THREADS sets the threads (default 2);
+// alternating the two every iteration. It reports the ratio of the median
+// wall times (sdtool/sd-cli-time below 1: sdtool is faster) and of the
+// median CPU times (sdtool/sd-cli-cpu), the median peak resident memory of
+// each process (getrusage's maxrss), and fails when the two outputs differ. SDTOOL_BENCH_THREADS sets the threads (default 2);
 // the outputs go to /dev/shm when it exists, so that the disk (and
 // sdtool's fsync, which sd-cli does not do) stays out of the timing.
 func BenchmarkConvertVsSDCLI(b *testing.B) {
@@ -158,19 +158,20 @@ func BenchmarkConvertVsSDCLI(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/threads=%d", typ, threads), func(b *testing.B) {
 			outGo := filepath.Join(dir, "sdtool-"+typ+".gguf")
 			outC := filepath.Join(dir, "sdcli-"+typ+".gguf")
-			var goT, cT []time.Duration
+			var goT, cT, goCPU, cCPU []time.Duration
 			var goRSS, cRSS []int64
 			b.SetBytes(size)
 			for b.Loop() {
 				sdtool := exec.Command(self, "-test.run=^$")
 				sdtool.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{in, outGo, typ, strconv.Itoa(threads)}, "|"))
-				d, rss := runMeasured(b, sdtool)
-				goT, goRSS = append(goT, d), append(goRSS, rss)
-				d, rss = runMeasured(b, exec.Command(sdcli, "-M", "convert", "-m", in, "-o", outC, "--type", typ, "-t", strconv.Itoa(threads)))
-				cT, cRSS = append(cT, d), append(cRSS, rss)
+				d, cpu, rss := runMeasured(b, sdtool)
+				goT, goCPU, goRSS = append(goT, d), append(goCPU, cpu), append(goRSS, rss)
+				d, cpu, rss = runMeasured(b, exec.Command(sdcli, "-M", "convert", "-m", in, "-o", outC, "--type", typ, "-t", strconv.Itoa(threads)))
+				cT, cCPU, cRSS = append(cT, d), append(cCPU, cpu), append(cRSS, rss)
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(median(goT))/float64(median(cT)), "sdtool/sd-cli-time")
+			b.ReportMetric(float64(median(goCPU))/float64(median(cCPU)), "sdtool/sd-cli-cpu")
 			b.ReportMetric(float64(median(goRSS))/(1<<20), "sdtool-peak-RSS-MiB")
 			b.ReportMetric(float64(median(cRSS))/(1<<20), "sd-cli-peak-RSS-MiB")
 			b.ReportMetric(median(goT).Seconds(), "sdtool-s")
@@ -184,8 +185,10 @@ func BenchmarkConvertVsSDCLI(b *testing.B) {
 	}
 }
 
-// runMeasured runs cmd and returns its wall time and peak resident memory.
-func runMeasured(b *testing.B, cmd *exec.Cmd) (time.Duration, int64) {
+// runMeasured runs cmd and returns its wall time, its CPU time (user and
+// system, which a loaded machine's waiting does not inflate) and its peak
+// resident memory.
+func runMeasured(b *testing.B, cmd *exec.Cmd) (time.Duration, time.Duration, int64) {
 	b.Helper()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -193,7 +196,8 @@ func runMeasured(b *testing.B, cmd *exec.Cmd) (time.Duration, int64) {
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("%s: %v\n%s", cmd.Path, err, stderr.Bytes())
 	}
-	return time.Since(t0), peakRSS(cmd.ProcessState)
+	ps := cmd.ProcessState
+	return time.Since(t0), ps.UserTime() + ps.SystemTime(), peakRSS(ps)
 }
 
 // median returns the middle value of v (the upper one of an even count).
