@@ -120,7 +120,7 @@ func f32ToF16Fast(f float32) uint16 {
 func F16ToF32Row(dst []float32, src []byte) int {
 	n := min(len(dst), len(src)/2)
 	dst, src = dst[:n], src[:2*n]
-	for i := range dst {
+	for i := f16Decode(dst, src); i < n; i++ {
 		h := binary.LittleEndian.Uint16(src[2*i:])
 		if e := h >> 10 & 0x1f; e != 0 && e != 0x1f {
 			// A normal half (nearly every weight): rebias the exponent and

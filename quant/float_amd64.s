@@ -148,3 +148,27 @@ bf16loop:
 bf16done:
 	VZEROUPPER
 	RET
+
+// func f16DecodeRowVec(dst *float32, src *byte, n int)
+// n is a multiple of 16. F16C widens exactly, and keeps a NaN's sign and
+// payload with the quiet bit set, as F16ToF32 does.
+TEXT ·f16DecodeRowVec(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $4, CX
+	JZ   f16ddone
+
+f16dloop:
+	VCVTPH2PS (SI), Y0
+	VCVTPH2PS 16(SI), Y1
+	VMOVUPS   Y0, (DI)
+	VMOVUPS   Y1, 32(DI)
+	ADDQ      $32, SI
+	ADDQ      $64, DI
+	DECQ      CX
+	JNZ       f16dloop
+
+f16ddone:
+	VZEROUPPER
+	RET

@@ -1256,6 +1256,28 @@ f16loop:
 f16done:
 	RET
 
+// func f16DecodeRowVec(dst *float32, src *byte, n int)
+//
+// FCVTL widens exactly, and keeps a NaN's sign and payload with the quiet
+// bit set, as F16ToF32 does.
+TEXT ·f16DecodeRowVec(SB), NOSPLIT, $0-24
+	MOVD dst+0(FP), R0
+	MOVD src+8(FP), R1
+	MOVD n+16(FP), R2
+	LSR $4, R2
+	CBZ R2, f16ddone
+f16dloop:
+	WORD $0x4cdfa420 // ld1 {v0.8h, v1.8h}, [x1], #32
+	WORD $0x0e217802 // fcvtl v2.4s, v0.4h
+	WORD $0x4e217803 // fcvtl2 v3.4s, v0.8h
+	WORD $0x0e217824 // fcvtl v4.4s, v1.4h
+	WORD $0x4e217825 // fcvtl2 v5.4s, v1.8h
+	WORD $0x4c9f2802 // st1 {v2.4s, v3.4s, v4.4s, v5.4s}, [x0], #64
+	SUBS $1, R2, R2
+	BNE f16dloop
+f16ddone:
+	RET
+
 // func bf16RowVec(dst *byte, src *float32, n int)
 //
 // Rounded to nearest even on the bits, or the top half with the quiet bit

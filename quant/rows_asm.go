@@ -29,6 +29,9 @@ func f16RowVec(dst *byte, src *float32, n int)
 //go:noescape
 func bf16RowVec(dst *byte, src *float32, n int)
 
+//go:noescape
+func f16DecodeRowVec(dst *float32, src *byte, n int)
+
 // legacyRows runs a row kernel on nb blocks of src and returns how many it
 // encoded.
 func legacyRows(kernel func(*byte, *float32, int) int, dst []byte, src []float32, nb, blockBytes int) int {
@@ -72,5 +75,16 @@ func bf16Rows(dst []byte, src []float32) int {
 		return 0
 	}
 	bf16RowVec(&dst[0], &src[0], n)
+	return n
+}
+
+// f16Decode decodes the longest multiple of 16 halves of src into dst
+// (which holds len(src)/2 floats) and returns how many it decoded.
+func f16Decode(dst []float32, src []byte) int {
+	n := len(dst) &^ 15
+	if !haveVector || !simd.floats || n == 0 || len(src) < 2*n {
+		return 0
+	}
+	f16DecodeRowVec(&dst[0], &src[0], n)
 	return n
 }
