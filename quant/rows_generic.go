@@ -11,6 +11,6 @@ func rowsQ4_1(dst []byte, src []float32, nb int) int { return 0 }
 func rowsQ5_1(dst []byte, src []float32, nb int) int { return 0 }
 
 // Without assembly the float rows are converted by the scalar code.
-func f16Rows(dst []byte, src []float32) int  { return 0 }
-func bf16Rows(dst []byte, src []float32) int { return 0 }
+func f16Rows(dst []byte, src []float32) int   { return 0 }
+func bf16Rows(dst []byte, src []float32) int  { return 0 }
 func f16Decode(dst []float32, src []byte) int { return 0 }
