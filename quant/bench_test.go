@@ -89,6 +89,7 @@ func BenchmarkQuantize(b *testing.B) {
 				defer runtime.UnlockOSThread()
 				var goTime, cTime, goCPU, cCPU time.Duration
 				for b.Loop() {
+					// The same clock reads bracket both codecs.
 					c0, _ := threadCPU()
 					t0 := time.Now()
 					if err := QuantizeRows(t, dst, src, n, weights, 1); err != nil {
@@ -96,12 +97,14 @@ func BenchmarkQuantize(b *testing.B) {
 					}
 					t1 := time.Now()
 					c1, _ := threadCPU()
+					t2 := time.Now()
 					if err := ggmlQuantize(t, dst, src, n, weights); err != nil {
 						b.Fatal(err)
 					}
-					goTime += t1.Sub(t0)
-					cTime += time.Since(t1)
+					t3 := time.Now()
 					c2, _ := threadCPU()
+					goTime += t1.Sub(t0)
+					cTime += t3.Sub(t2)
 					goCPU += c1 - c0
 					cCPU += c2 - c1
 				}
