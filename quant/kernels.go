@@ -7,13 +7,18 @@ import "math"
 // their sums with one candidate per vector lane, so that every lane performs
 // exactly the float32 operations, in exactly the order, that ggml performs
 // for that candidate: the bytes do not change, only how many candidates run
-// at once. Each kernel has a portable Go version here, which defines its
-// result, and, on CPUs that have them, assembly versions
-// (kernels_amd64.s), which the tests check against the Go ones bit for bit.
-// The searches choose between their scalar code and the lane form with the
+// at once. Each search kernel has a portable Go version here, which defines
+// its result, and assembly versions (kernels_amd64.s with AVX2,
+// kernels_arm64.s with NEON), which the tests check against the Go ones bit
+// for bit. The unweighted legacy blocks and the f16/bf16 rows have row
+// kernels (legacy_amd64.s, float_amd64.s, kernels_arm64.s; rows_asm.go) that
+// hand every block with special values back to the scalar code.
+//
+// The codecs choose between their scalar code and the kernels with the
 // flags in simd, which are set at start-up from the CPU's features and
-// which the tests clear to run the scalar code as well; building with the
-// purego tag leaves out the assembly.
+// which the tests clear to run the scalar code as well (and set to run the
+// lane-form drivers with the portable kernels where there is no assembly).
+// Building with the purego tag leaves out the assembly.
 
 // simdFlags says which kernel families run in the lane form.
 type simdFlags struct {
