@@ -62,7 +62,7 @@ func QuantizeRows(t formats.DType, dst []byte, src []float32, nPerRow int, weigh
 // closure, so that the single-worker path allocates nothing.
 func quantizeSpan(c Codec, dst []byte, src, weights []float32, nPerRow, rowBytes, r0, r1 int) (err error) {
 	defer recoverCodec(&err, "quantize", c.Type, r0, r1)
-	if c.Type.Info().BlockSize == 1 && !c.UsesWeights {
+	if c.elementwise {
 		// An element-wise codec does not see row boundaries: one call
 		// encodes the whole span.
 		c.Quantize(dst[r0*rowBytes:r1*rowBytes], src[r0*nPerRow:r1*nPerRow], nil)
