@@ -236,9 +236,16 @@ type kernelMode struct {
 // searches ("scalar"), and every search in the lane form ("lanes"), with
 // this CPU's assembly kernels where it has them and with the portable Go
 // kernels otherwise (a purego build, another architecture), so that the
-// lane-form drivers are tested everywhere.
+// lane-form drivers are tested everywhere; on a CPU with AVX-512, the lane
+// form once with its AVX-512 kernels ("lanes-wide") and once without.
 func kernelModes() []kernelMode {
-	return []kernelMode{{"scalar", simdFlags{}}, {"lanes", simdFlags{qx: true, qkx: true, legacy: true, floats: true}}}
+	lanes := simdFlags{qx: true, qkx: true, legacy: true, floats: true}
+	modes := []kernelMode{{"scalar", simdFlags{}}, {"lanes", lanes}}
+	if simdDetected.wide {
+		lanes.wide = true
+		modes = append(modes, kernelMode{"lanes-wide", lanes})
+	}
+	return modes
 }
 
 // withKernels runs fn with the kernel flags set to f.

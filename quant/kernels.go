@@ -30,6 +30,9 @@ type simdFlags struct {
 	legacy bool
 	// floats: the f16 and bf16 rows.
 	floats bool
+	// wide: AVX-512 versions of the kernels that have one, where the CPU
+	// has it.
+	wide bool
 }
 
 // simd holds the kernel families this CPU runs in the lane form; it is set

@@ -11,7 +11,10 @@ var haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasF16C && cpu.X86.HasBMI1 && cpu.X86.
 // haveVector says that the row kernels of rows_asm.go can run.
 var haveVector = haveAVX2
 
-var simdDetected = simdFlags{qx: haveAVX2, qkx: haveAVX2, legacy: haveAVX2, floats: haveAVX2}
+// haveAVX512 says that the AVX-512 kernels can run (with AVX2's).
+var haveAVX512 = haveAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL
+
+var simdDetected = simdFlags{qx: haveAVX2, qkx: haveAVX2, legacy: haveAVX2, floats: haveAVX2, wide: haveAVX512}
 
 // qxLaneSumsAVX2 is qxLaneSumsGo for n >= 1 elements when every
 // |num[k]/vmax·x[i]| is below 2^22, where adding and subtracting 1.5·2^23
@@ -20,15 +23,24 @@ var simdDetected = simdFlags{qx: haveAVX2, qkx: haveAVX2, legacy: haveAVX2, floa
 //go:noescape
 func qxLaneSumsAVX2(x, w *float32, n int, num *[qxLanes]float32, vmax, lo, hi float32, sumlx, suml2 *[qxLanes]float32)
 
+// qxLaneSumsAVX512 is qxLaneSumsAVX2 with lanes 0-15 in one 512-bit
+// register (a third fewer instructions).
+//
+//go:noescape
+func qxLaneSumsAVX512(x, w *float32, n int, num *[qxLanes]float32, vmax, lo, hi float32, sumlx, suml2 *[qxLanes]float32)
+
 // qxLaneSums is qxLaneSumsGo; fast says that every |num[k]/vmax·x[i]| is
 // below 2^22.
 func qxLaneSums(x, w []float32, num *[qxLanes]float32, vmax float32, lo, hi int32, sumlx, suml2 *[qxLanes]float32, fast bool) {
 	n := len(x)
-	if !fast || !haveAVX2 || n == 0 || len(w) < n {
+	switch {
+	case !fast || !haveAVX2 || n == 0 || len(w) < n:
 		qxLaneSumsGo(x, w, num, vmax, lo, hi, sumlx, suml2)
-		return
+	case simd.wide && haveAVX512:
+		qxLaneSumsAVX512(&x[0], &w[0], n, num, vmax, float32(lo), float32(hi), sumlx, suml2)
+	default:
+		qxLaneSumsAVX2(&x[0], &w[0], n, num, vmax, float32(lo), float32(hi), sumlx, suml2)
 	}
-	qxLaneSumsAVX2(&x[0], &w[0], n, num, vmax, float32(lo), float32(hi), sumlx, suml2)
 }
 
 // qkxLaneEvalAVX2 is qkxLaneEvalGo for 1 <= n <= 32 elements when every

@@ -254,3 +254,64 @@ qkxdone:
 	VMOVUPS   Y11, 64(DX)
 	VZEROUPPER
 	RET
+
+// func qxLaneSumsAVX512(x, w *float32, n int, num *[24]float32, vmax, lo, hi float32, sumlx, suml2 *[24]float32)
+//
+// Lanes 0-15 in Z registers, 16-23 in Y registers: Z0/Y1 the inverse
+// scales, Z2/Y3 Σ (w·x)·l, Z4/Y5 Σ (w·l)·l; Z6, Z7, Z8: x[i], w[i],
+// w[i]·x[i] in every lane; Z9: 1.5·2^23; Z10, Z11: the clamp bounds.
+TEXT ·qxLaneSumsAVX512(SB), NOSPLIT, $0-64
+	MOVQ         x+0(FP), SI
+	MOVQ         w+8(FP), DI
+	MOVQ         n+16(FP), CX
+	MOVQ         num+24(FP), AX
+	VBROADCASTSS vmax+32(FP), Z12
+	VBROADCASTSS lo+36(FP), Z10
+	VBROADCASTSS hi+40(FP), Z11
+	MOVQ         sumlx+48(FP), R9
+	MOVQ         suml2+56(FP), R10
+	VBROADCASTSS roundMagic8<>(SB), Z9
+	VMOVUPS      (AX), Z0
+	VMOVUPS      64(AX), Y1
+	VDIVPS       Z12, Z0, Z0
+	VDIVPS       Y12, Y1, Y1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Y5, Y5, Y5
+
+qx512loop:
+	VBROADCASTSS (SI), Z6
+	VBROADCASTSS (DI), Z7
+	VMULPS       Z6, Z7, Z8
+	VMULPS       Z6, Z0, Z12
+	VMULPS       Y6, Y1, Y13
+	VADDPS       Z9, Z12, Z12
+	VADDPS       Y9, Y13, Y13
+	VSUBPS       Z9, Z12, Z12
+	VSUBPS       Y9, Y13, Y13
+	VMAXPS       Z10, Z12, Z12
+	VMAXPS       Y10, Y13, Y13
+	VMINPS       Z11, Z12, Z12
+	VMINPS       Y11, Y13, Y13
+	VMULPS       Z12, Z8, Z14
+	VMULPS       Y13, Y8, Y15
+	VADDPS       Z14, Z2, Z2
+	VADDPS       Y15, Y3, Y3
+	VMULPS       Z12, Z7, Z14
+	VMULPS       Y13, Y7, Y15
+	VMULPS       Z12, Z14, Z14
+	VMULPS       Y13, Y15, Y15
+	VADDPS       Z14, Z4, Z4
+	VADDPS       Y15, Y5, Y5
+	ADDQ         $4, SI
+	ADDQ         $4, DI
+	DECQ         CX
+	JNZ          qx512loop
+
+	VMOVUPS Z2, (R9)
+	VMOVUPS Y3, 64(R9)
+	VMOVUPS Z4, (R10)
+	VMOVUPS Y5, 64(R10)
+	VZEROUPPER
+	RET

@@ -56,12 +56,15 @@ func TestQxLaneSumsMatchGo(t *testing.T) {
 		if iter%7 == 0 {
 			vmax = 1
 		}
-		var a1, a2, b1, b2 [qxLanes]float32
-		qxLaneSums(x[:n], w[:n], &num, vmax, -nmax, nmax-1, &a1, &a2, true)
+		var b1, b2 [qxLanes]float32
 		qxLaneSumsGo(x[:n], w[:n], &num, vmax, -nmax, nmax-1, &b1, &b2)
-		for k := range a1 {
-			if math.Float32bits(a1[k]) != math.Float32bits(b1[k]) || math.Float32bits(a2[k]) != math.Float32bits(b2[k]) {
-				t.Fatalf("n=%d nmax=%d lane %d (num %g, vmax %g): kernel sums %g %g, Go %g %g", n, nmax, k, num[k], vmax, a1[k], a2[k], b1[k], b2[k])
+		for _, wide := range []bool{false, true} {
+			var a1, a2 [qxLanes]float32
+			withKernels(simdFlags{wide: wide}, func() { qxLaneSums(x[:n], w[:n], &num, vmax, -nmax, nmax-1, &a1, &a2, true) })
+			for k := range a1 {
+				if math.Float32bits(a1[k]) != math.Float32bits(b1[k]) || math.Float32bits(a2[k]) != math.Float32bits(b2[k]) {
+					t.Fatalf("wide=%v n=%d nmax=%d lane %d (num %g, vmax %g): kernel sums %g %g, Go %g %g", wide, n, nmax, k, num[k], vmax, a1[k], a2[k], b1[k], b2[k])
+				}
 			}
 		}
 	}
