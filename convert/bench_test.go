@@ -2,7 +2,6 @@ package convert
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/internal/benchutil"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // childEnv makes the test binary a one-shot converter: "IN|OUT|TYPE|THREADS"
@@ -42,8 +42,8 @@ func convertChild(spec string) int {
 		fmt.Fprintf(os.Stderr, "%s: threads: %v\n", childEnv, err)
 		return 2
 	}
-	cfg := &Config{Inputs: map[string]string{"model": f[0]}, Output: f[1], Type: f[2], Threads: threads, Force: true}
-	if _, err := Run(context.Background(), cfg); err != nil {
+	opts := &Options{Inputs: map[string]string{"model": f[0]}, Output: f[1], Type: f[2]}
+	if _, err := run(opts, pipeline.Options{Threads: threads, Force: true}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -70,8 +70,8 @@ func BenchmarkConvert(b *testing.B) {
 				canPeak := benchutil.ResetPeakRSS()
 				b.SetBytes(size)
 				for b.Loop() {
-					cfg := &Config{Inputs: map[string]string{"model": in}, Output: out, Type: typ, Threads: threads, Force: true}
-					if _, err := Run(context.Background(), cfg); err != nil {
+					cfg := &Options{Inputs: map[string]string{"model": in}, Output: out, Type: typ}
+					if _, err := run(cfg, pipeline.Options{Threads: threads, Force: true}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -3,6 +3,8 @@ package convert
 import (
 	"strings"
 	"testing"
+
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // FuzzParseRules: any --tensor-type-rules text is parsed or refused with an
@@ -21,7 +23,7 @@ func FuzzParseRules(f *testing.F) {
 			t.Fatalf("%d rules from %q", len(rules), s)
 		}
 		for _, r := range rules {
-			if r.Re == nil || CheckWritable(r.Type) != nil {
+			if r.Re == nil || pipeline.CheckTarget(r.Value) != nil {
 				t.Fatalf("rule %+v accepted", r)
 			}
 			r.Re.MatchString("model.diffusion_model.input_blocks.1.1.weight")

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 )
 
@@ -55,7 +56,7 @@ func readCases(t *testing.T, dir string) []goldenCase {
 // the given sd-cli flags and returns the output bytes.
 func convertLikeSDCLI(t *testing.T, dir string, c goldenCase) []byte {
 	t.Helper()
-	cfg := &Config{Inputs: map[string]string{}, Output: filepath.Join(t.TempDir(), c.name+".gguf"), Threads: 2}
+	cfg := &Options{Inputs: map[string]string{}, Output: filepath.Join(t.TempDir(), c.name+".gguf")}
 	for flag, comp := range map[string]string{"-m": "model", "--diffusion-model": "diffusion-model", "--vae": "vae", "--clip_l": "clip_l"} {
 		if v := c.flags[flag]; len(v) > 0 {
 			cfg.Inputs[comp] = filepath.Join(dir, v[0])
@@ -68,7 +69,7 @@ func convertLikeSDCLI(t *testing.T, dir string, c goldenCase) []byte {
 	for _, f := range c.flags["--imat-in"] {
 		cfg.Imatrix = append(cfg.Imatrix, filepath.Join(dir, f))
 	}
-	if _, err := Run(context.Background(), cfg); err != nil {
+	if _, err := run(cfg, pipeline.Options{Threads: 2}); err != nil {
 		if errors.Is(err, quant.ErrNoCodec) {
 			t.Skipf("%s: %v", c.name, err)
 		}
@@ -109,16 +110,17 @@ func firstDiff(a, b []byte) int {
 func TestDryRunWritesNothing(t *testing.T) {
 	dir := goldenDir(t)
 	out := filepath.Join(t.TempDir(), "x.gguf")
-	cfg := &Config{Inputs: map[string]string{"model": filepath.Join(dir, "input.safetensors")}, Output: out, Type: "q4_K", DryRun: true}
-	res, err := Run(context.Background(), cfg)
+	cfg := &Options{Inputs: map[string]string{"model": filepath.Join(dir, "input.safetensors")}, Output: out, Type: "q4_K"}
+	plan, err := Plan(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer plan.Close()
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Fatalf("dry run wrote %s", out)
 	}
 	var b bytes.Buffer
-	if err := WritePlan(&b, res); err != nil {
+	if err := plan.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
 	text := b.String()
@@ -138,19 +140,20 @@ func TestRefusals(t *testing.T) {
 	in := filepath.Join(dir, "input.safetensors")
 	tmp := t.TempDir()
 	cases := []struct {
-		cfg  Config
-		want string
+		cfg   Options
+		force bool
+		want  string
 	}{
-		{Config{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.gguf"), Type: "q8_K"}, "cannot be written"},
-		{Config{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.gguf"), Type: "fp8_e4m3"}, "quantize"},
-		{Config{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.gguf"), Rules: "x(=q4_K"}, "pattern"},
-		{Config{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.safetensors"), Type: "q4_K"}, "safetensors cannot hold"},
-		{Config{Inputs: map[string]string{"model": in}, Output: in, Force: true}, "input"},
-		{Config{Inputs: map[string]string{"model": filepath.Join(tmp, "missing.safetensors")}, Output: filepath.Join(tmp, "a.gguf")}, "missing.safetensors"},
-		{Config{Output: filepath.Join(tmp, "a.gguf")}, "no input"},
+		{Options{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.gguf"), Type: "q8_K"}, false, "cannot be written"},
+		{Options{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.gguf"), Type: "fp8_e4m3"}, false, "quantize"},
+		{Options{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.gguf"), Rules: "x(=q4_K"}, false, "pattern"},
+		{Options{Inputs: map[string]string{"model": in}, Output: filepath.Join(tmp, "a.safetensors"), Type: "q4_K"}, false, "safetensors cannot hold"},
+		{Options{Inputs: map[string]string{"model": in}, Output: in}, true, "input"},
+		{Options{Inputs: map[string]string{"model": filepath.Join(tmp, "missing.safetensors")}, Output: filepath.Join(tmp, "a.gguf")}, false, "missing.safetensors"},
+		{Options{Output: filepath.Join(tmp, "a.gguf")}, false, "no input"},
 	}
 	for _, c := range cases {
-		_, err := Run(context.Background(), &c.cfg)
+		_, err := run(&c.cfg, pipeline.Options{Force: c.force})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err = %v, want %q", c.cfg, err, c.want)
 		}
@@ -170,11 +173,11 @@ func TestDequantizeInt8Module(t *testing.T) {
 	dir := goldenDir(t)
 	in := filepath.Join(dir, "input.safetensors")
 	out := filepath.Join(t.TempDir(), "d.gguf")
-	res, err := Run(context.Background(), &Config{Inputs: map[string]string{"model": in}, Output: out, Dequantize: true})
+	plan, err := run(&Options{Inputs: map[string]string{"model": in}, Output: out, Dequantize: true}, pipeline.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range res.Rows {
+	for _, r := range plan.Outputs {
 		if strings.Contains(r.Name, "blocks.2.q.weight_scale") || strings.Contains(r.Name, "comfy_quant") {
 			t.Errorf("aux tensor %s kept", r.Name)
 		}
@@ -205,4 +208,14 @@ func TestDequantizeInt8Module(t *testing.T) {
 			t.Fatalf("element %d: %v, want %v", i, got, want)
 		}
 	}
+}
+
+// run plans opts and writes the plan with ro, as `sdtool convert` does.
+func run(opts *Options, ro pipeline.Options) (*pipeline.Plan, error) {
+	plan, err := Plan(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer plan.Close()
+	return plan, pipeline.Run(context.Background(), plan, ro)
 }

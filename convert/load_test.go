@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,6 +9,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	_ "github.com/sdtool/sdtool/formats/diffusers"
 	"github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 func writeST(t *testing.T, path string, names ...string) {
@@ -105,12 +105,12 @@ func TestConvertNameDiffusers(t *testing.T) {
 	writeST(t, filepath.Join(dir, "vae", "diffusion_pytorch_model.safetensors"), "decoder.conv_in.weight")
 	writeST(t, filepath.Join(dir, "text_encoder", "model.safetensors"), "text_model.final_layer_norm.weight")
 	out := filepath.Join(t.TempDir(), "o.gguf")
-	res, err := Run(context.Background(), &Config{Inputs: map[string]string{"model": dir}, Output: out, ConvertName: true})
+	plan, err := run(&Options{Inputs: map[string]string{"model": dir}, Output: out, ConvertName: true}, pipeline.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, r := range res.Rows {
+	for _, r := range plan.Outputs {
 		got = append(got, r.Name)
 	}
 	want := []string{"model.diffusion_model.conv_in.weight", "first_stage_model.decoder.conv_in.weight",

@@ -9,15 +9,16 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
-// Options selects the output types of a conversion.
-type Options struct {
+// policy selects the output types of a conversion.
+type policy struct {
 	// Type is --type; HasType false means none was given (keep storage types).
 	Type    formats.DType
 	HasType bool
 	// Rules are the --tensor-type-rules, first match wins.
-	Rules []Rule
+	Rules []pipeline.Rule[formats.DType]
 	// Imatrix maps weight names to importance vectors (stored values of the
 	// --imatrix files summed, as sd.cpp does); nil for none.
 	Imatrix map[string][]float32
@@ -28,60 +29,29 @@ type Options struct {
 	ImatrixKey func(string) string
 }
 
-// Row describes one planned output tensor for --dry-run and logs.
-type Row struct {
-	// Name is the output name.
-	Name string
-	// Source is the input tensor name and File its file.
-	Source, File string
-	// From is the stored type and To the output type.
-	From, To formats.DType
-	// Shape is the output shape (PyTorch order).
-	Shape []int64
-	// BytesIn and BytesOut are the data sizes before and after.
-	BytesIn, BytesOut int64
-	// Note says why a requested type was not applied, or how the shape was folded.
-	Note string
-	// Imatrix reports that an importance vector from --imatrix was used.
-	Imatrix bool
-}
-
-// Result is a built conversion plan.
-type Result struct {
-	// Plan is the pipeline plan, tensors in sd.cpp's order.
-	Plan *pipeline.Plan
-	// Rows describe each output tensor.
-	Rows []Row
-	// UnusedImatrix lists imatrix entries that matched no quantized tensor.
-	UnusedImatrix []string
-}
-
-// Build plans the conversion of sources (from Load) to the output types
-// sd.cpp would choose, with producers that give sd.cpp's bytes: quantized
-// types always take ggml's weighted path, with the imatrix entry or a
-// vector of ones.
-func Build(sources []Source, opts Options) (*Result, error) {
-	res := &Result{Plan: &pipeline.Plan{}}
+// build adds the conversion of sources (from Load) to plan, with the output
+// types sd.cpp would choose and producers that give sd.cpp's bytes:
+// quantized types always take ggml's weighted path, with the imatrix entry
+// or a vector of ones. It returns the imatrix entries no tensor used.
+func build(plan *pipeline.Plan, sources []Source, pol policy) ([]string, error) {
 	usedIm := map[string]bool{}
 	for i := range sources {
 		s := &sources[i]
 		name := s.Name
-		if opts.ConvertName != nil {
-			name = opts.ConvertName(name)
+		if pol.ConvertName != nil {
+			name = pol.ConvertName(name)
 		}
-		d := Decide(name, s.Storage, s.RowLength(), s.Int8Tensorwise, opts.Type, opts.HasType, opts.Rules)
-		row := Row{Name: name, Source: s.Tensor.Name, File: s.Tensor.File, From: s.Tensor.Type, To: d.Type,
-			Shape: s.Shape, BytesIn: s.Tensor.Size, Note: joinNotes(s.Folded, d.Kept)}
-		out := pipeline.Output{Name: name, Type: d.Type, Shape: s.Shape, Source: &s.Tensor}
+		d := Decide(name, s.Storage, s.RowLength(), s.Int8Tensorwise, pol.Type, pol.HasType, pol.Rules)
+		out := pipeline.Output{Name: name, Type: d.Type, Shape: s.Shape, Source: &s.Tensor, Note: joinNotes(s.Folded, d.Kept)}
 		var weights []float32
 		if d.Type.Quantized() {
 			key := s.Name
-			if opts.ImatrixKey != nil {
-				key = opts.ImatrixKey(key)
+			if pol.ImatrixKey != nil {
+				key = pol.ImatrixKey(key)
 			}
-			weights = importance(opts.Imatrix[key], int(s.RowLength()))
-			if _, ok := opts.Imatrix[key]; ok {
-				row.Imatrix, usedIm[key] = true, true
+			weights = importance(pol.Imatrix[key], int(s.RowLength()))
+			if _, ok := pol.Imatrix[key]; ok {
+				out.Note, usedIm[key] = joinNotes("imatrix", out.Note), true
 			}
 		}
 		p, err := producer(s, d.Type, weights)
@@ -89,24 +59,19 @@ func Build(sources []Source, opts Options) (*Result, error) {
 			return nil, err
 		}
 		out.Producer = p
-		n, err := out.Bytes()
-		if err != nil {
+		if _, err := out.Bytes(); err != nil {
 			return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
 		}
-		row.BytesOut = n
-		res.Plan.Outputs = append(res.Plan.Outputs, out)
-		res.Rows = append(res.Rows, row)
+		plan.Outputs = append(plan.Outputs, out)
 	}
-	for k := range opts.Imatrix {
+	var unused []string
+	for k := range pol.Imatrix {
 		if !usedIm[k] {
-			res.UnusedImatrix = append(res.UnusedImatrix, k)
+			unused = append(unused, k)
 		}
 	}
-	sort.Strings(res.UnusedImatrix)
-	if err := res.Plan.Validate(); err != nil {
-		return nil, err
-	}
-	return res, nil
+	sort.Strings(unused)
+	return unused, nil
 }
 
 func joinNotes(a, b string) string {
@@ -139,16 +104,15 @@ func producer(s *Source, to formats.DType, weights []float32) (pipeline.Producer
 	case from == formats.I64 && to == formats.I32:
 		return &narrowI64{m: s.Model, t: s.Tensor}, nil
 	}
-	dec, err := quant.Decoder(from)
-	if err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
+	src := tensor.Plain(s.Model, s.Tensor)
+	if err := src.Err(); err != nil {
+		return nil, err
 	}
 	enc, err := quant.Encoder(to)
 	if err != nil {
 		return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
 	}
-	return pipeline.Convert(s.Model, s.Tensor, to, pipeline.DecodeWith(dec.Dequantize),
-		pipeline.EncodeWith(to, enc.Quantize, weights)), nil
+	return pipeline.Convert(src, to, pipeline.EncodeRows(to, enc.Quantize, weights)), nil
 }
 
 // narrowI64 stores I64 data as I32 with a truncating cast, as sd.cpp does.
@@ -159,7 +123,7 @@ type narrowI64 struct {
 
 // Produce converts the requested elements (one element per row unit or a
 // whole row of them) from the source.
-func (p *narrowI64) Produce(_ context.Context, dst []byte, firstRow, nRows int64, s *pipeline.Scratch) error {
+func (p *narrowI64) Produce(_ context.Context, dst []byte, firstRow, nRows int64, s *tensor.Scratch) error {
 	n := len(dst) / 4
 	perRow := int64(n) / max(nRows, 1)
 	src := s.Bytes(0, 8*n)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // neverConvertedSubstrings are name fragments that sd.cpp never converts
@@ -34,13 +35,10 @@ type Decision struct {
 // tensor then changes type only if sd.cpp's exclusions allow it. storage is
 // the type sd.cpp holds the tensor in (after F64→F32, F8→F16, ...), and
 // rowLen the innermost dimension.
-func Decide(name string, storage formats.DType, rowLen int64, int8Tensorwise bool, target formats.DType, hasType bool, rules []Rule) Decision {
+func Decide(name string, storage formats.DType, rowLen int64, int8Tensorwise bool, target formats.DType, hasType bool, rules []pipeline.Rule[formats.DType]) Decision {
 	d := Decision{Type: storage, Rule: -1}
-	for i, r := range rules {
-		if r.Re.MatchString(name) {
-			target, hasType, d.Rule = r.Type, true, i
-			break
-		}
+	if i := pipeline.FirstMatch(rules, name); i >= 0 {
+		target, hasType, d.Rule = rules[i].Value, true, i
 	}
 	if !hasType {
 		return d

@@ -5,9 +5,10 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
-func mustRules(t *testing.T, s string) []Rule {
+func mustRules(t *testing.T, s string) []pipeline.Rule[formats.DType] {
 	t.Helper()
 	r, err := ParseRules(s)
 	if err != nil {
@@ -56,7 +57,7 @@ func TestDecide(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var rules []Rule
+		var rules []pipeline.Rule[formats.DType]
 		if tc.rules != "" {
 			rules = mustRules(t, tc.rules)
 		}
@@ -89,7 +90,7 @@ func TestParseRulesErrors(t *testing.T) {
 		}
 	}
 	r, err := ParseRules(",a=f32,,b=q4_K,")
-	if err != nil || len(r) != 2 || r[0].Type != formats.F32 || r[1].Type != formats.Q4_K {
+	if err != nil || len(r) != 2 || r[0].Value != formats.F32 || r[1].Value != formats.Q4_K {
 		t.Errorf("empty items: %v %v", r, err)
 	}
 }

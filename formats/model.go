@@ -1,7 +1,6 @@
 package formats
 
 import (
-	"errors"
 	"fmt"
 	"io"
 )
@@ -184,9 +183,6 @@ type Model interface {
 	// Close releases the files.
 	Close() error
 }
-
-// ErrFormat is returned (wrapped) when a file is not in any supported format.
-var ErrFormat = errors.New("unsupported or unrecognised file format")
 
 // Find returns the tensor with the given name.
 func Find(m Model, name string) (Tensor, bool) {

@@ -1,5 +1,3 @@
-// Package formats is the shared vocabulary of sdtool: tensor types, tensor
-// descriptors, the Model interface and format detection.
 package formats
 
 import (

@@ -1,5 +1,3 @@
-//go:build cgo
-
 package infer
 
 import (
@@ -12,7 +10,7 @@ import (
 // names.Convert also gives OpenCLIP checkpoints) for token ids [L]
 // (L <= Positions) and returns the hidden states [Hidden, L] of the layer
 // cfg.Skip selects, after the final layer norm.
-func (g *graph) clip(cfg *CLIPConfig, ids native.Tensor) native.Tensor {
+func (g *builder) clip(cfg *CLIPConfig, ids native.Tensor) native.Tensor {
 	p := clipPrefix
 	l := ids.Ne()[0]
 	x := g.c.GetRows(g.weight(p+"embeddings.token_embedding.weight"), ids)

@@ -1,5 +1,3 @@
-//go:build cgo
-
 package infer
 
 import (
@@ -16,15 +14,15 @@ import (
 // graph builders recover into an error (native.Recover), because ggml
 // itself would abort the process.
 
-// graph is one graph under construction: its context and the weights it reads.
-type graph struct {
+// builder is one graph under construction: its context and the weights it reads.
+type builder struct {
 	c    *native.Context
 	w    *weightSet
 	imat *imatrixPass // imatrix collection, nil when off
 }
 
 // weight returns the weight called name, or panics with a shape error.
-func (g *graph) weight(name string) native.Tensor {
+func (g *builder) weight(name string) native.Tensor {
 	t, ok := g.w.get(name)
 	if !ok {
 		panic(&native.ShapeError{Msg: fmt.Sprintf("model has no tensor %q", name)})
@@ -33,13 +31,13 @@ func (g *graph) weight(name string) native.Tensor {
 }
 
 // has reports whether the model has a tensor called name.
-func (g *graph) has(name string) bool {
+func (g *builder) has(name string) bool {
 	_, ok := g.w.get(name)
 	return ok
 }
 
 // linear applies prefix.weight (and prefix.bias when present) to x [in, L, ...].
-func (g *graph) linear(x native.Tensor, prefix string) native.Tensor {
+func (g *builder) linear(x native.Tensor, prefix string) native.Tensor {
 	w := g.weight(prefix + ".weight")
 	y := g.c.MulMat(w, x)
 	g.watch(w, x)
@@ -51,12 +49,12 @@ func (g *graph) linear(x native.Tensor, prefix string) native.Tensor {
 
 // conv2d applies the convolution prefix.weight/.bias to x [W, H, IC, N]
 // with "same" padding for odd kernels.
-func (g *graph) conv2d(x native.Tensor, prefix string, stride int) native.Tensor {
+func (g *builder) conv2d(x native.Tensor, prefix string, stride int) native.Tensor {
 	return g.convPad(x, prefix, stride, int(g.weight(prefix + ".weight").Ne()[0]/2))
 }
 
 // convPad is conv2d with an explicit padding.
-func (g *graph) convPad(x native.Tensor, prefix string, stride, pad int) native.Tensor {
+func (g *builder) convPad(x native.Tensor, prefix string, stride, pad int) native.Tensor {
 	k := g.weight(prefix + ".weight")
 	y := g.c.Conv2D(k, x, stride, pad)
 	if g.has(prefix + ".bias") {
@@ -67,7 +65,7 @@ func (g *graph) convPad(x native.Tensor, prefix string, stride, pad int) native.
 }
 
 // groupNorm applies GroupNorm(32) with prefix's affine weight and bias to x [W, H, C, N].
-func (g *graph) groupNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
+func (g *builder) groupNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
 	y := g.c.GroupNorm(x, 32, eps)
 	w, b := g.weight(prefix+".weight"), g.weight(prefix+".bias")
 	c := w.Ne()[0]
@@ -76,7 +74,7 @@ func (g *graph) groupNorm(x native.Tensor, prefix string, eps float32) native.Te
 }
 
 // layerNorm applies LayerNorm over ne0 with prefix's weight and bias.
-func (g *graph) layerNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
+func (g *builder) layerNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
 	y := g.c.Norm(x, eps)
 	y = g.c.Mul(y, g.weight(prefix+".weight"))
 	return g.c.Add(y, g.weight(prefix+".bias"))
@@ -109,7 +107,7 @@ func attention(c *native.Context, q, k, v native.Tensor, heads int, causal bool)
 
 // geglu applies diffusers' GEGLU: the projection gives [value; gate] of
 // width 2·inner, and the result is value·gelu(gate).
-func (g *graph) geglu(x native.Tensor, prefix string) native.Tensor {
+func (g *builder) geglu(x native.Tensor, prefix string) native.Tensor {
 	y := g.linear(x, prefix)
 	ne, nb := y.Ne(), y.Nb()
 	inner := ne[0] / 2

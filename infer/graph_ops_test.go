@@ -104,7 +104,7 @@ type testInput struct {
 }
 
 // runGraph builds out from inputs and weights, computes it and returns its values.
-func runGraph(t *testing.T, be *native.Backend, ws *weightSet, inputs []testInput, build func(g *graph, in []native.Tensor) native.Tensor) ([]float32, [4]int64) {
+func runGraph(t *testing.T, be *native.Backend, ws *weightSet, inputs []testInput, build func(g *builder, in []native.Tensor) native.Tensor) ([]float32, [4]int64) {
 	t.Helper()
 	ctx, err := native.NewContext(8192, 8192)
 	if err != nil {
@@ -119,7 +119,7 @@ func runGraph(t *testing.T, be *native.Backend, ws *weightSet, inputs []testInpu
 		}
 		in = append(in, tt.SetInput())
 	}
-	g := &graph{c: ctx, w: ws}
+	g := &builder{c: ctx, w: ws}
 	var out native.Tensor
 	func() {
 		defer native.Recover(&err)
@@ -226,7 +226,7 @@ func TestConv2D(t *testing.T) {
 			ws := makeWeights(t, be, map[string]testWeight{"c.weight": kw, "c.bias": bw})
 			x := randn(r, c.ic*c.h*c.w, 1)
 			got, ne := runGraph(t, be, ws, []testInput{{[]int64{int64(c.w), int64(c.h), int64(c.ic), 1}, x}},
-				func(g *graph, in []native.Tensor) native.Tensor { return g.conv2d(in[0], "c", c.strd) })
+				func(g *builder, in []native.Tensor) native.Tensor { return g.conv2d(in[0], "c", c.strd) })
 			want, oh, ow := refConv2D(x, 1, c.ic, c.h, c.w, stored(t, kw), c.oc, c.k, c.k, bw.data, c.strd, c.k/2)
 			if ne != [4]int64{int64(ow), int64(oh), int64(c.oc), 1} {
 				t.Fatalf("output dims %v, want [%d %d %d 1]", ne, ow, oh, c.oc)
@@ -250,7 +250,7 @@ func TestGroupNorm(t *testing.T) {
 		x[i] += float32(i % 7) // a per-group offset the norm must remove
 	}
 	got, _ := runGraph(t, be, ws, []testInput{{[]int64{w, h, ch, n}, x}},
-		func(g *graph, in []native.Tensor) native.Tensor { return g.groupNorm(in[0], "n", eps) })
+		func(g *builder, in []native.Tensor) native.Tensor { return g.groupNorm(in[0], "n", eps) })
 	want := make([]float32, len(x))
 	per := ch / 32 * h * w
 	for b := 0; b < n; b++ {
@@ -286,7 +286,7 @@ func TestLayerNorm(t *testing.T) {
 	ws := makeWeights(t, be, map[string]testWeight{"ln.weight": lw, "ln.bias": lb})
 	x := randn(r, d*l, 3)
 	got, _ := runGraph(t, be, ws, []testInput{{[]int64{d, l}, x}},
-		func(g *graph, in []native.Tensor) native.Tensor { return g.layerNorm(in[0], "ln", eps) })
+		func(g *builder, in []native.Tensor) native.Tensor { return g.layerNorm(in[0], "ln", eps) })
 	want := make([]float32, len(x))
 	for i := 0; i < l; i++ {
 		row := x[i*d : (i+1)*d]
@@ -368,7 +368,7 @@ func TestAttention(t *testing.T) {
 				{[]int64{int64(c.ch), int64(c.lq), int64(c.n)}, q},
 				{[]int64{int64(c.ch), int64(c.lk), int64(c.n)}, k},
 				{[]int64{int64(c.ch), int64(c.lk), int64(c.n)}, v},
-			}, func(g *graph, in []native.Tensor) native.Tensor {
+			}, func(g *builder, in []native.Tensor) native.Tensor {
 				return attention(g.c, in[0], in[1], in[2], c.heads, c.causal)
 			})
 			want := refAttention(q, k, v, c.ch, c.lq, c.lk, c.heads, c.n, c.causal)
@@ -392,7 +392,7 @@ func TestGEGLU(t *testing.T) {
 	ws := makeWeights(t, be, map[string]testWeight{"p.weight": pw, "p.bias": pb})
 	x := randn(r, in*l, 1)
 	got, ne := runGraph(t, be, ws, []testInput{{[]int64{in, l}, x}},
-		func(g *graph, ins []native.Tensor) native.Tensor { return g.geglu(ins[0], "p") })
+		func(g *builder, ins []native.Tensor) native.Tensor { return g.geglu(ins[0], "p") })
 	if ne[0] != inner || ne[1] != l {
 		t.Fatalf("dims %v", ne)
 	}
@@ -423,7 +423,7 @@ func TestUpsampleNearest(t *testing.T) {
 	const w, h, c = 3, 2, 4
 	x := randn(r, w*h*c, 1)
 	got, ne := runGraph(t, be, ws, []testInput{{[]int64{w, h, c, 1}, x}},
-		func(g *graph, in []native.Tensor) native.Tensor { return g.c.UpscaleNearest(in[0], 2) })
+		func(g *builder, in []native.Tensor) native.Tensor { return g.c.UpscaleNearest(in[0], 2) })
 	if ne != [4]int64{2 * w, 2 * h, c, 1} {
 		t.Fatalf("dims %v", ne)
 	}
@@ -444,7 +444,7 @@ func TestTimestepEmbedding(t *testing.T) {
 	ts := []float32{0, 1, 500, 999}
 	const dim = 32
 	got, ne := runGraph(t, be, ws, []testInput{{[]int64{int64(len(ts))}, ts}},
-		func(g *graph, in []native.Tensor) native.Tensor { return g.c.TimestepEmbedding(in[0], dim, 10000) })
+		func(g *builder, in []native.Tensor) native.Tensor { return g.c.TimestepEmbedding(in[0], dim, 10000) })
 	if ne[0] != dim || ne[1] != int64(len(ts)) {
 		t.Fatalf("dims %v", ne)
 	}
@@ -479,7 +479,7 @@ func TestLinearTypes(t *testing.T) {
 			ws := makeWeights(t, be, map[string]testWeight{"l.weight": lw, "l.bias": lb})
 			x := randn(r, in*l, 1)
 			got, _ := runGraph(t, be, ws, []testInput{{[]int64{in, l}, x}},
-				func(g *graph, ins []native.Tensor) native.Tensor { return g.linear(ins[0], "l") })
+				func(g *builder, ins []native.Tensor) native.Tensor { return g.linear(ins[0], "l") })
 			w := stored(t, lw)
 			want := make([]float32, out*l)
 			for i := 0; i < l; i++ {
@@ -510,7 +510,7 @@ func TestShapeErrorsDoNotAbort(t *testing.T) {
 	}
 	defer ctx.Free()
 	x, _ := ctx.NewTensor(formats.F32, 8, 2)
-	g := &graph{c: ctx, w: ws}
+	g := &builder{c: ctx, w: ws}
 	func() {
 		defer native.Recover(&err)
 		g.linear(x, "l")
@@ -580,7 +580,7 @@ func TestCLIPFusedQKVMatchesSplit(t *testing.T) {
 		defer ctx.Free()
 		it, _ := ctx.NewTensor(formats.I32, int64(len(ids)))
 		it.SetInput()
-		g := &graph{c: ctx, w: ws}
+		g := &builder{c: ctx, w: ws}
 		var out native.Tensor
 		var err error
 		func() {
@@ -627,7 +627,9 @@ func TestVAEDownsamplePadEnd(t *testing.T) {
 	ws := makeWeights(t, be, map[string]testWeight{"d.weight": kw, "d.bias": bw})
 	x := randn(r, ic*h*w, 1)
 	got, ne := runGraph(t, be, ws, []testInput{{[]int64{w, h, ic, 1}, x}},
-		func(g *graph, in []native.Tensor) native.Tensor { return g.convPad(g.c.PadEnd(in[0], 1, 1), "d", 2, 0) })
+		func(g *builder, in []native.Tensor) native.Tensor {
+			return g.convPad(g.c.PadEnd(in[0], 1, 1), "d", 2, 0)
+		})
 	// Reference: the same input padded at the end, convolved without padding.
 	px := make([]float32, ic*(h+1)*(w+1))
 	for c := 0; c < ic; c++ {

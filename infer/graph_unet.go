@@ -1,5 +1,3 @@
-//go:build cgo
-
 package infer
 
 import (
@@ -19,15 +17,15 @@ const (
 	vaeNormEps         = 1e-6
 )
 
-// blockOutput is one UNet block's output tensor, kept for --compare.
-type blockOutput struct {
+// blockTensor is one UNet block's output tensor, kept for --compare.
+type blockTensor struct {
 	name string
 	t    native.Tensor
 }
 
 // resBlock is a ResBlock: two GroupNorm-SiLU-conv stages with the time
 // embedding added between them, plus a skip path.
-func (g *graph) resBlock(x, emb native.Tensor, p string) native.Tensor {
+func (g *builder) resBlock(x, emb native.Tensor, p string) native.Tensor {
 	h := g.conv2d(g.c.SiLU(g.groupNorm(x, p+"in_layers.0", unetNormEps)), p+"in_layers.2", 1)
 	e := g.linear(g.c.SiLU(emb), p+"emb_layers.1") // [out, N]
 	ne := e.Ne()
@@ -40,7 +38,7 @@ func (g *graph) resBlock(x, emb native.Tensor, p string) native.Tensor {
 }
 
 // crossAttention is CrossAttention: queries from x, keys and values from ctx.
-func (g *graph) crossAttention(x, ctx native.Tensor, p string, heads int) native.Tensor {
+func (g *builder) crossAttention(x, ctx native.Tensor, p string, heads int) native.Tensor {
 	q := g.linear(x, p+"to_q")
 	k := g.linear(ctx, p+"to_k")
 	v := g.linear(ctx, p+"to_v")
@@ -48,7 +46,7 @@ func (g *graph) crossAttention(x, ctx native.Tensor, p string, heads int) native
 }
 
 // spatialTransformer is SpatialTransformer with its BasicTransformerBlocks.
-func (g *graph) spatialTransformer(x, ctx native.Tensor, p string, depth, heads int, linearProj bool) native.Tensor {
+func (g *builder) spatialTransformer(x, ctx native.Tensor, p string, depth, heads int, linearProj bool) native.Tensor {
 	ne := x.Ne()
 	w, h := ne[0], ne[1]
 	in := x
@@ -81,13 +79,13 @@ func (g *graph) spatialTransformer(x, ctx native.Tensor, p string, depth, heads 
 // unet builds the UNet's output for latent x [W, H, C, N], timesteps [N]
 // and context [ctxDim, L, N]. When capture is set it also returns every
 // block's output, marked as graph outputs.
-func (g *graph) unet(cfg *UNetConfig, x, timesteps, ctx native.Tensor, capture bool) (native.Tensor, []blockOutput) {
+func (g *builder) unet(cfg *UNetConfig, x, timesteps, ctx native.Tensor, capture bool) (native.Tensor, []blockTensor) {
 	p := unetPrefix
 	mc := cfg.ModelChannels
-	var blocks []blockOutput
+	var blocks []blockTensor
 	keep := func(name string, t native.Tensor) {
 		if capture {
-			blocks = append(blocks, blockOutput{name, t.SetOutput()})
+			blocks = append(blocks, blockTensor{name, t.SetOutput()})
 		}
 	}
 	emb := g.c.TimestepEmbedding(timesteps, mc, 10000)

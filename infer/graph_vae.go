@@ -1,5 +1,3 @@
-//go:build cgo
-
 package infer
 
 import (
@@ -11,7 +9,7 @@ import (
 // The LDM AutoencoderKL's decoder (and encoder for img2img) on ggml.
 
 // vaeRes is the VAE's ResnetBlock.
-func (g *graph) vaeRes(x native.Tensor, p string) native.Tensor {
+func (g *builder) vaeRes(x native.Tensor, p string) native.Tensor {
 	h := g.conv2d(g.c.SiLU(g.groupNorm(x, p+"norm1", vaeNormEps)), p+"conv1", 1)
 	h = g.conv2d(g.c.SiLU(g.groupNorm(h, p+"norm2", vaeNormEps)), p+"conv2", 1)
 	if g.has(p + "nin_shortcut.weight") {
@@ -21,7 +19,7 @@ func (g *graph) vaeRes(x native.Tensor, p string) native.Tensor {
 }
 
 // vaeAttn is the VAE's single-head AttnBlock over all positions.
-func (g *graph) vaeAttn(x native.Tensor, p string) native.Tensor {
+func (g *builder) vaeAttn(x native.Tensor, p string) native.Tensor {
 	ne := x.Ne()
 	h := g.groupNorm(x, p+"norm", vaeNormEps)
 	q := toTokens(g.c, g.conv2d(h, p+"q", 1))
@@ -31,7 +29,7 @@ func (g *graph) vaeAttn(x native.Tensor, p string) native.Tensor {
 	return g.c.Add(g.conv2d(a, p+"proj_out", 1), x)
 }
 
-func (g *graph) vaeMid(x native.Tensor, p string) native.Tensor {
+func (g *builder) vaeMid(x native.Tensor, p string) native.Tensor {
 	x = g.vaeRes(x, p+"mid.block_1.")
 	x = g.vaeAttn(x, p+"mid.attn_1.")
 	return g.vaeRes(x, p+"mid.block_2.")
@@ -40,7 +38,7 @@ func (g *graph) vaeMid(x native.Tensor, p string) native.Tensor {
 // vaeDecode turns a latent z [w, h, Z, N] (already divided by the scale
 // factor) into an image [8w, 8h, 3, N], nominally in [-1, 1] (unclamped,
 // as sd.cpp hands it to its PNG conversion; see ImageFromCHW).
-func (g *graph) vaeDecode(cfg *VAEConfig, z native.Tensor) native.Tensor {
+func (g *builder) vaeDecode(cfg *VAEConfig, z native.Tensor) native.Tensor {
 	p := vaePfx
 	x := g.conv2d(z, p+"post_quant_conv", 1)
 	x = g.conv2d(x, p+"decoder.conv_in", 1)
@@ -58,7 +56,7 @@ func (g *graph) vaeDecode(cfg *VAEConfig, z native.Tensor) native.Tensor {
 
 // vaeEncode turns an image [W, H, 3, N] in [-1, 1] into the mean of the
 // latent distribution [W/8, H/8, Z, N] (before the scale factor).
-func (g *graph) vaeEncode(cfg *VAEConfig, img native.Tensor) native.Tensor {
+func (g *builder) vaeEncode(cfg *VAEConfig, img native.Tensor) native.Tensor {
 	p := vaePfx
 	x := g.conv2d(img, p+"encoder.conv_in", 1)
 	for level := 0; level < cfg.Levels; level++ {

@@ -17,7 +17,7 @@ import (
 // the VAE, which is not collected), measured in one run so that a
 // loaded machine still gives a comparable figure. It runs the tiny model at
 // 128x128 and, when SDTOOL_BENCH_MODEL names a model (for example
-// `go run ./internal/tinysd/cmd/gentiny -sd15 -o /tmp/sd15.gguf`), that
+// `go run ./internal/synth/cmd/gensynth -sd sd15 -o /tmp/sd15.gguf`), that
 // model at SDTOOL_BENCH_SIZE (default 256) pixels, with one and two threads.
 func BenchmarkImatrixOverhead(b *testing.B) {
 	type bcase struct {

@@ -237,7 +237,7 @@ func TestColumnSquaresOp(t *testing.T) {
 		if len(x) > 10 {
 			x[10] = float32(math.Inf(-1))
 		}
-		got, ne := runGraph(t, be, ws, []testInput{{ne: c.ne, data: x}}, func(g *graph, in []native.Tensor) native.Tensor {
+		got, ne := runGraph(t, be, ws, []testInput{{ne: c.ne, data: x}}, func(g *builder, in []native.Tensor) native.Tensor {
 			v := in[0]
 			if c.permute {
 				v = g.c.Permute(v, 1, 0, 2, 3) // ne [n1, n0, n2], not contiguous
@@ -330,7 +330,7 @@ func TestImatrixKindsMatchSDCLI(t *testing.T) {
 }
 
 // With SDTOOL_SD15_MODEL naming a full-size SD 1.5 model (for example
-// `go run ./internal/tinysd/cmd/gentiny -sd15 -o /tmp/sd15.gguf`), one
+// `go run ./internal/synth/cmd/gensynth -sd sd15 -o /tmp/sd15.gguf`), one
 // 64x64 step collects exactly sd-cli's entries: names, lengths and calls.
 func TestImatrixEntriesMatchSDCLI(t *testing.T) {
 	path := os.Getenv("SDTOOL_SD15_MODEL")
@@ -369,7 +369,7 @@ func TestColumnSquaresGroup(t *testing.T) {
 	ws := makeWeights(t, be, nil)
 	a := []float32{1, 2, 3, 4, 5, 6}              // [3, 2]
 	b := []float32{1, -1, 2, float32(math.NaN())} // [2, 2]
-	got, ne := runGraph(t, be, ws, []testInput{{ne: []int64{3, 2}, data: a}, {ne: []int64{2, 2}, data: b}}, func(g *graph, in []native.Tensor) native.Tensor {
+	got, ne := runGraph(t, be, ws, []testInput{{ne: []int64{3, 2}, data: a}, {ne: []int64{2, 2}, data: b}}, func(g *builder, in []native.Tensor) native.Tensor {
 		return g.c.ColumnSquares(in[0], in[1])
 	})
 	want := []float32{1 + 16, 4 + 25, 9 + 36, 1 + 4, 1, 2, 2, 2, 2, 1}

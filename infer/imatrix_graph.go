@@ -1,5 +1,3 @@
-//go:build cgo
-
 package infer
 
 import (
@@ -74,7 +72,7 @@ func (m *Model) imatrixPass() *imatrixPass {
 // watch records the product w·x when w is a collected weight: the graph
 // also computes Σx² per input column. Products that share an activation
 // (q, k and v) share its measurement.
-func (g *graph) watch(w, x native.Tensor) {
+func (g *builder) watch(w, x native.Tensor) {
 	p := g.imat
 	if p == nil {
 		return

@@ -8,7 +8,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quantize/dequant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Weight loading: every tensor of a formats.Model that the SD graphs read is
@@ -43,7 +43,7 @@ type weightSpec struct {
 	Type formats.DType
 	// Shape is the logical shape in PyTorch order.
 	Shape []int64
-	src   *dequant.Source
+	src   *tensor.Source
 	model formats.Model
 }
 
@@ -56,17 +56,17 @@ func vaePrefix(name string) string {
 	return "vae." + name
 }
 
-// planWeights lists the weights of m that the graphs use, renamed and
+// selectWeights lists the weights of m that the graphs use, renamed and
 // typed as described above. rename, when not nil, runs before names.Convert
 // (a standalone VAE file gets its prefix there).
-func planWeights(m formats.Model, rename func(string) string) ([]weightSpec, error) {
+func selectWeights(m formats.Model, rename func(string) string) ([]weightSpec, error) {
 	for _, t := range m.Tensors() {
 		if t.Type.Info().Newer {
 			return nil, fmt.Errorf("%s: tensor %q: %w: %s (ggml id %d) cannot be computed by this build's ggml; requantize it with `sdtool quantize` to a type such as q4_K or q8_0",
 				t.File, t.Name, ErrNewerType, t.Type, uint16(t.Type))
 		}
 	}
-	dq, err := dequant.Open(m)
+	dq, err := tensor.NewView(m)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func used(name string) bool {
 }
 
 // heldType decides the type a weight is held in (see the comment at the top).
-func heldType(name string, s *dequant.Source) (formats.DType, error) {
+func heldType(name string, s *tensor.Source) (formats.DType, error) {
 	t := s.Tensor.Type
 	if err := s.Err(); err != nil {
 		return 0, err
@@ -161,30 +161,8 @@ func heldType(name string, s *dequant.Source) (formats.DType, error) {
 	return formats.F32, nil
 }
 
-// sliceScratch is a dequant.Scratch of plain slices.
-type sliceScratch struct {
-	b [8][]byte
-	f [8][]float32
-}
-
-// Bytes returns a reusable buffer of n bytes in slot.
-func (s *sliceScratch) Bytes(slot, n int) []byte {
-	if cap(s.b[slot]) < n {
-		s.b[slot] = make([]byte, n)
-	}
-	return s.b[slot][:n]
-}
-
-// Float32s returns a reusable buffer of n floats in slot.
-func (s *sliceScratch) Float32s(slot, n int) []float32 {
-	if cap(s.f[slot]) < n {
-		s.f[slot] = make([]float32, n)
-	}
-	return s.f[slot][:n]
-}
-
 // read returns the weight's data in its held type, in storage order.
-func (w *weightSpec) read(scratch *sliceScratch) ([]byte, error) {
+func (w *weightSpec) read(scratch *tensor.Scratch) ([]byte, error) {
 	s := w.src
 	if s.Module == nil && s.Tensor.Type == w.Type {
 		return formats.ReadTensor(w.model, &s.Tensor)

@@ -1,5 +1,3 @@
-//go:build cgo
-
 package infer
 
 import (
@@ -7,6 +5,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // weightSet holds a model's weights in one ggml backend buffer.
@@ -69,7 +68,7 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 		ctx.Free()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	scratch := &sliceScratch{}
+	scratch := &tensor.Scratch{}
 	for i := range specs {
 		s := &specs[i]
 		data, err := s.read(scratch)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // memModel is a formats.Model held in memory.
@@ -68,7 +69,7 @@ func ramp(n int, scale float32) []float32 {
 
 func planByName(t *testing.T, m *memModel, rename func(string) string) map[string]weightSpec {
 	t.Helper()
-	specs, err := planWeights(m, rename)
+	specs, err := selectWeights(m, rename)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestLoadConversions(t *testing.T) {
 	if _, ok := specs["model_ema.decay"]; ok {
 		t.Error("model_ema.decay was planned")
 	}
-	sc := &sliceScratch{}
+	sc := &tensor.Scratch{}
 	check := func(name string, typ formats.DType, shape []int64) []byte {
 		t.Helper()
 		s, ok := specs[name]
@@ -160,7 +161,7 @@ func TestLoadRefusesNewerTypes(t *testing.T) {
 		m := &memModel{}
 		size, _ := typ.Bytes([]int64{2, 256})
 		m.add("model.diffusion_model.time_embed.0.weight", typ, []int64{2, 256}, make([]byte, size))
-		_, err := planWeights(m, nil)
+		_, err := selectWeights(m, nil)
 		if !errors.Is(err, ErrNewerType) {
 			t.Errorf("%s: err = %v, want ErrNewerType", typ, err)
 		}

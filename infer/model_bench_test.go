@@ -10,8 +10,8 @@ import (
 
 // BenchmarkStep measures seconds per sampling step (two UNet evaluations
 // with guidance) of the tiny model at 128x128 and, when SDTOOL_BENCH_MODEL
-// names a model (for example one from `go run ./internal/tinysd/cmd/gentiny
-// -sd15`), of that model at 256x256.
+// names a model (for example one from `go run ./internal/synth/cmd/gensynth
+// -sd sd15 -o sd15.gguf`), of that model at 256x256.
 func BenchmarkStep(b *testing.B) {
 	cases := []struct {
 		name, path string

@@ -1,5 +1,3 @@
-//go:build cgo
-
 package infer
 
 import (
@@ -9,11 +7,12 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/native"
 )
 
 // Available reports whether this build can run inference (it needs cgo and ggml).
-const Available = true
+const Available = native.Available
 
 // graphSize bounds the nodes of one graph (the full SD 1.5 UNet has about 2,500).
 const graphSize = 16384
@@ -25,7 +24,7 @@ type Model struct {
 	// Config is the detected configuration.
 	Config *ModelConfig
 	// Tokenizer is the CLIP tokenizer in use.
-	Tokenizer *Tokenizer
+	Tokenizer *text.CLIPTokenizer
 	// LoadTime is how long loading took.
 	LoadTime time.Duration
 
@@ -41,13 +40,16 @@ type Model struct {
 // Load opens an SD 1.x/2.x model (any format formats.Open detects; the
 // format packages must be linked in) and loads its weights into ggml.
 func Load(path string, opt LoadOptions) (_ *Model, err error) {
+	if !Available {
+		return nil, ErrNoCgo
+	}
 	start := time.Now()
 	m, err := formats.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer m.Close()
-	specs, err := planWeights(m, nil)
+	specs, err := selectWeights(m, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +60,7 @@ func Load(path string, opt LoadOptions) (_ *Model, err error) {
 			return nil, err
 		}
 		defer vm.Close()
-		vspecs, err := planWeights(vm, vaePrefix)
+		vspecs, err := selectWeights(vm, vaePrefix)
 		if err != nil {
 			return nil, err
 		}
@@ -138,12 +140,12 @@ func isVAEWeight(name string) bool {
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // loadModelTokenizer takes --tokenizer when given, else the model's embedded merges.
-func loadModelTokenizer(path, file string, md formats.Metadata) (*Tokenizer, error) {
+func loadModelTokenizer(path, file string, md formats.Metadata) (*text.CLIPTokenizer, error) {
 	if file != "" {
-		return LoadTokenizer(file)
+		return text.LoadCLIPTokenizer(file)
 	}
-	t, err := TokenizerFromMetadata(path, md)
-	if errors.Is(err, ErrNoTokenizer) {
+	t, err := text.CLIPTokenizerFromMetadata(path, md)
+	if errors.Is(err, text.ErrNoTokenizer) {
 		return nil, fmt.Errorf("%w; pass --tokenizer with CLIP's tokenizer.json or merges (or embed one with `sdtool convert --tokenizer`)", err)
 	}
 	return t, err
@@ -195,13 +197,13 @@ type input struct {
 
 // compute builds a graph with build, allocates it, fills the inputs and
 // runs it; read gets the outputs while the graph is alive.
-func (m *Model) compute(build func(g *graph) ([]input, native.Tensor), read func(out native.Tensor) error) (err error) {
+func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read func(out native.Tensor) error) (err error) {
 	ctx, err := native.NewContext(4*graphSize, graphSize)
 	if err != nil {
 		return err
 	}
 	defer ctx.Free()
-	g := &graph{c: ctx, w: m.w, imat: m.imatrixPass()}
+	g := &builder{c: ctx, w: m.w, imat: m.imatrixPass()}
 	var ins []input
 	var out native.Tensor
 	func() {
@@ -238,7 +240,7 @@ func (m *Model) compute(build func(g *graph) ([]input, native.Tensor), read func
 }
 
 // newInput makes an input tensor in g.
-func newInput(g *graph, t formats.DType, ne ...int64) native.Tensor {
+func newInput(g *builder, t formats.DType, ne ...int64) native.Tensor {
 	x, err := g.c.NewTensor(t, ne...)
 	if err != nil {
 		panic(&native.ShapeError{Msg: err.Error()})
@@ -266,7 +268,7 @@ func (m *Model) EncodeText(prompt string) ([]float32, int, error) {
 			}
 			idv[i] = int32(id)
 		}
-		err := m.compute(func(g *graph) ([]input, native.Tensor) {
+		err := m.compute(func(g *builder) ([]input, native.Tensor) {
 			t := newInput(g, formats.I32, int64(len(idv)))
 			return []input{{t: t, i32: idv}}, g.clip(c, t)
 		}, func(o native.Tensor) error {
@@ -326,8 +328,8 @@ func applyWeights(h []float32, w []float32, hidden int) {
 func (m *Model) runUNet(x []float32, w, h int, t float32, ctx []float32, ctxLen int, blocks *[]BlockOutput) ([]float32, error) {
 	cfg := &m.Config.UNet
 	var out []float32
-	var kept []blockOutput
-	err := m.compute(func(g *graph) ([]input, native.Tensor) {
+	var kept []blockTensor
+	err := m.compute(func(g *builder) ([]input, native.Tensor) {
 		xt := newInput(g, formats.F32, int64(w), int64(h), int64(cfg.InChannels), 1)
 		tt := newInput(g, formats.F32, 1)
 		ct := newInput(g, formats.F32, int64(cfg.ContextDim), int64(ctxLen), 1)
@@ -389,7 +391,7 @@ func (m *Model) DecodeLatent(latent []float32, w, h int) ([]float32, error) {
 		z[i] = v / cfg.ScaleFactor
 	}
 	var out []float32
-	err := m.compute(func(g *graph) ([]input, native.Tensor) {
+	err := m.compute(func(g *builder) ([]input, native.Tensor) {
 		zt := newInput(g, formats.F32, int64(w), int64(h), int64(cfg.ZChannels), 1)
 		return []input{{t: zt, f32: z}}, g.vaeDecode(cfg, zt)
 	}, func(o native.Tensor) error {
@@ -409,7 +411,7 @@ func (m *Model) EncodeImage(pixels []float32, w, h int) ([]float32, error) {
 	}
 	in := pixels
 	var out []float32
-	err := m.compute(func(g *graph) ([]input, native.Tensor) {
+	err := m.compute(func(g *builder) ([]input, native.Tensor) {
 		it := newInput(g, formats.F32, int64(w), int64(h), 3, 1)
 		return []input{{t: it, f32: in}}, g.vaeEncode(cfg, it)
 	}, func(o native.Tensor) error {
@@ -455,7 +457,7 @@ func (m *Model) Generate(req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	sched := SDSchedule()
+	sched := SDNoiseSchedule()
 	sigmas, err := sched.Sigmas(req.Scheduler, req.Steps)
 	if err != nil {
 		return nil, err

@@ -14,8 +14,8 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/synth"
-	"github.com/sdtool/sdtool/internal/tinysd"
 )
 
 // Tests run ggml with one thread: on a loaded two-core machine ggml's
@@ -123,10 +123,10 @@ func TestGenerateRejects(t *testing.T) {
 
 func TestDetectConfigTiny(t *testing.T) {
 	sh := map[string][]int64{}
-	for _, ts := range tinysd.Tiny.Tensors() {
+	for _, ts := range synth.TinySD.Tensors() {
 		sh[ts.Name] = ts.Shape
 	}
-	cfg, err := DetectConfig(sh, tinysd.Tiny.Metadata())
+	cfg, err := DetectConfig(sh, synth.TinySD.Metadata())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,10 +155,10 @@ func TestDetectConfigTiny(t *testing.T) {
 // qualityModel is a seeded SD1-layout model whose attention level is 256
 // wide and whose text encoder is 256 wide, so that its linear weights are
 // whole k-quant blocks.
-var qualityModel = tinysd.Config{
+var qualityModel = synth.SD{
 	ModelChannels: 64, Mult: []int{1, 2, 4}, NumRes: 1, Depth: []int{0, 0, 2}, MiddleDepth: 2, UNetHeads: 4,
 	TextHidden: 256, TextFF: 1024, TextLayers: 2, TextHeads: 4,
-	VAECh: 32, VAEMult: []int{1, 1, 1, 1}, Words: tinysd.DefaultWords, Seed: 7, Type: formats.F32,
+	VAECh: 32, VAEMult: []int{1, 1, 1, 1}, Words: synth.DefaultWords, Seed: 7, Type: formats.F32,
 	Width: 64, Height: 64, Steps: 3,
 }
 
@@ -207,11 +207,11 @@ func TestQuantizedQualityOrder(t *testing.T) {
 		}
 		a, _ := ImageFromCHW(ref.Pixels, 64, 64)
 		b, _ := ImageFromCHW(r.Pixels, 64, 64)
-		p, err := PSNR(a, b)
+		p, err := metrics.PSNR(a, b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cos, _ := CosineSimilarity(ref.Latent, r.Latent)
+		cos, _ := metrics.CosineSimilarity(ref.Latent, r.Latent)
 		psnr[typ] = p
 		t.Logf("%s: PSNR %.2f dB, latent cosine %.5f", typ, p, cos)
 	}
@@ -226,7 +226,7 @@ func TestQuantizedQualityOrder(t *testing.T) {
 }
 
 func TestTinySD2Layout(t *testing.T) {
-	c := tinysd.Tiny
+	c := synth.TinySD
 	c.SD2 = true
 	path := filepath.Join(t.TempDir(), "sd2.gguf")
 	if err := c.Write(path); err != nil {
@@ -290,14 +290,14 @@ func TestDetectConfigFullSize(t *testing.T) {
 		cfg.Prediction != EpsPrediction || !cfg.PredictionKnown {
 		t.Errorf("SD 1.5: %+v %+v %+v", cfg, u, c)
 	}
-	sd2 := tinysd.SD15
+	sd2 := synth.FullSD15
 	sd2.SD2, sd2.TextHidden, sd2.TextFF, sd2.TextLayers = true, 1024, 4096, 23
 	sh = map[string][]int64{}
 	m := &memModel{}
 	for _, x := range sd2.Tensors() {
 		m.tensors = append(m.tensors, formats.Tensor{Name: x.Name, Type: formats.F16, Shape: x.Shape})
 	}
-	specs, err := planWeights(m, nil)
+	specs, err := selectWeights(m, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// ErrNoCgo is returned by Load in a binary built without cgo (no ggml).
+// ErrNoCgo is returned by Load in a binary built without cgo (no ggml; Available is false).
 var ErrNoCgo = errors.New("this sdtool was built without cgo, so it has no ggml to run models; rebuild with CGO_ENABLED=1")
 
 // LoadOptions are the settings of Load.

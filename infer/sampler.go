@@ -8,7 +8,7 @@ import (
 
 // Denoiser returns the model's estimate of the clean latent (k-diffusion's "denoised") for the noisy
 // latent x at noise level sigma. The caller builds it: scale x by c_in, run the UNet at timestep
-// Schedule.SigmaToT(sigma), apply classifier-free guidance, and combine with Prediction.Denoised. The
+// NoiseSchedule.SigmaToT(sigma), apply classifier-free guidance, and combine with Prediction.Denoised. The
 // returned slice must have len(x) values and may be reused by the denoiser on its next call; x must not
 // be modified. A denoiser that fails returns nil, and the sampler stops with ErrDenoiser (the denoiser
 // keeps its own error for the caller to report).

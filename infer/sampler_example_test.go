@@ -10,7 +10,7 @@ import (
 // denoiser here is a stand-in; the real one runs the UNet on x*c_in at timestep SigmaToT(sigma), applies
 // CFG with Guide and converts with Prediction.Denoised.
 func Example_txt2img() {
-	sched := infer.SDSchedule()
+	sched := infer.SDNoiseSchedule()
 	sigmas, err := sched.Sigmas(infer.SchedulerKarras, 20)
 	if err != nil {
 		panic(err)

@@ -32,7 +32,7 @@ func startLatent(n int, seed uint64, sigma float32) []float32 {
 }
 
 func TestSamplersReachAFixedPoint(t *testing.T) {
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	for _, m := range []Method{Euler, EulerAncestral, DPMPP2M} {
 		for _, kind := range []Scheduler{SchedulerDiscrete, SchedulerKarras} {
 			sig, _ := s.Sigmas(kind, 8)
@@ -58,7 +58,7 @@ func TestSamplersReachAFixedPoint(t *testing.T) {
 // error must shrink with the step count, about as 1/steps for Euler and 1/steps² for DPM++ 2M.
 func TestODESamplersConverge(t *testing.T) {
 	const mu, sd = 0.3, 0.5
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	errAt := func(m Method, steps int) float64 {
 		sig := KarrasSigmas(steps, s.SigmaMin(), s.SigmaMax(), 7)
 		x := startLatent(64, 3, sig[0])
@@ -97,7 +97,7 @@ func TestODESamplersConverge(t *testing.T) {
 // noise into samples of N(mu, s²).
 func TestEulerAncestralDistribution(t *testing.T) {
 	const mu, sd = -0.2, 0.7
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	// 40 steps leave the spread about 8% short (the ancestral steps' own discretisation error); by 100
 	// steps it is within 1-2%.
 	sig, _ := s.Sigmas(SchedulerKarras, 100)
@@ -168,7 +168,7 @@ func refEulerA(x []float64, sigmas []float64, den func([]float64, float64) []flo
 
 func TestSamplersMatchFloat64Reference(t *testing.T) {
 	const mu, sd = 0.1, 0.9
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	sig, _ := s.Sigmas(SchedulerDiscrete, 12)
 	sig64 := make([]float64, len(sig))
 	for i, v := range sig {
@@ -205,7 +205,7 @@ func TestSamplersMatchFloat64Reference(t *testing.T) {
 }
 
 func TestSampleDeterministic(t *testing.T) {
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	sig, _ := s.Sigmas(SchedulerDiscrete, 6)
 	run := func(seed uint64) []float32 {
 		x := startLatent(300, 4, sig[0])
@@ -235,7 +235,7 @@ type countingNoise struct {
 func (c *countingNoise) FillNormal(dst []float32) { c.calls++; c.src.FillNormal(dst) }
 
 func TestSampleStepsAndCallbacks(t *testing.T) {
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	sig, _ := s.Sigmas(SchedulerKarras, 7)
 	for _, m := range []Method{Euler, EulerAncestral, DPMPP2M} {
 		x := startLatent(32, 1, sig[0])
@@ -307,7 +307,7 @@ func TestSampleErrors(t *testing.T) {
 }
 
 func TestSampleAllocatesOnce(t *testing.T) {
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	den := gaussianDenoiser(0, 1, nil)
 	noise := NewPhilox(0)
 	x := make([]float32, 4*8*8)
@@ -387,7 +387,7 @@ func TestParseMethod(t *testing.T) {
 }
 
 func BenchmarkSampleStep(b *testing.B) {
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	sig, _ := s.Sigmas(SchedulerDiscrete, 20)
 	den := func(x []float32, sigma float32) []float32 { return x } // the cheapest denoiser: measures the sampler
 	for _, m := range []Method{Euler, EulerAncestral, DPMPP2M} {

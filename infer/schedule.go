@@ -18,20 +18,20 @@ const (
 	SDLinearEnd = 0.012
 )
 
-// Schedule is a discrete (CompVis / LDM) noise schedule: sigma_t = sqrt((1 - alphabar_t) / alphabar_t)
+// NoiseSchedule is a discrete (CompVis / LDM) noise schedule: sigma_t = sqrt((1 - alphabar_t) / alphabar_t)
 // for the 1000 training timesteps. Everything is computed in float32 in the order stable-diffusion.cpp
 // uses, so that the sigmas (and hence the sampled latents) agree with it bit for bit where the math
 // library's float functions agree.
-type Schedule struct {
+type NoiseSchedule struct {
 	alphasCumprod [Timesteps]float32
 	sigmas        [Timesteps]float32
 	logSigmas     [Timesteps]float32
 }
 
-// NewSchedule returns the scaled-linear schedule from linearStart to linearEnd (SDLinearStart and
+// NewNoiseSchedule returns the scaled-linear schedule from linearStart to linearEnd (SDLinearStart and
 // SDLinearEnd for Stable Diffusion).
-func NewSchedule(linearStart, linearEnd float32) *Schedule {
-	s := &Schedule{}
+func NewNoiseSchedule(linearStart, linearEnd float32) *NoiseSchedule {
+	s := &NoiseSchedule{}
 	lo := float32(math.Sqrt(float64(linearStart)))
 	hi := float32(math.Sqrt(float64(linearEnd)))
 	amount := hi - lo
@@ -46,25 +46,27 @@ func NewSchedule(linearStart, linearEnd float32) *Schedule {
 	return s
 }
 
-// SDSchedule returns Stable Diffusion's schedule (betas 0.00085 to 0.012, 1000 steps).
-func SDSchedule() *Schedule { return NewSchedule(SDLinearStart, SDLinearEnd) }
+// SDNoiseSchedule returns Stable Diffusion's schedule (betas 0.00085 to 0.012, 1000 steps).
+func SDNoiseSchedule() *NoiseSchedule { return NewNoiseSchedule(SDLinearStart, SDLinearEnd) }
 
 // AlphaCumprod returns alphabar_t for timestep t (clamped to 0..999).
-func (s *Schedule) AlphaCumprod(t int) float32 { return s.alphasCumprod[min(max(t, 0), Timesteps-1)] }
+func (s *NoiseSchedule) AlphaCumprod(t int) float32 {
+	return s.alphasCumprod[min(max(t, 0), Timesteps-1)]
+}
 
 // Sigma returns sigma_t for timestep t (clamped to 0..999).
-func (s *Schedule) Sigma(t int) float32 { return s.sigmas[min(max(t, 0), Timesteps-1)] }
+func (s *NoiseSchedule) Sigma(t int) float32 { return s.sigmas[min(max(t, 0), Timesteps-1)] }
 
 // SigmaMin returns the smallest sigma (timestep 0), about 0.0292 for SD.
-func (s *Schedule) SigmaMin() float32 { return s.sigmas[0] }
+func (s *NoiseSchedule) SigmaMin() float32 { return s.sigmas[0] }
 
 // SigmaMax returns the largest sigma (timestep 999), about 14.6146 for SD.
-func (s *Schedule) SigmaMax() float32 { return s.sigmas[Timesteps-1] }
+func (s *NoiseSchedule) SigmaMax() float32 { return s.sigmas[Timesteps-1] }
 
 // SigmaToT maps a sigma to a fractional timestep by linear interpolation of log sigma between the two
 // neighbouring training sigmas (clamped to 0..999), as k-diffusion's DiscreteSchedule.sigma_to_t does.
 // This is the timestep the UNet's time embedding receives. Sigmas of 0 or below, and NaN, give 0.
-func (s *Schedule) SigmaToT(sigma float32) float32 {
+func (s *NoiseSchedule) SigmaToT(sigma float32) float32 {
 	if !(sigma > 0) {
 		return 0
 	}
@@ -81,7 +83,7 @@ func (s *Schedule) SigmaToT(sigma float32) float32 {
 
 // TToSigma maps a fractional timestep to a sigma by interpolating log sigma linearly; t is clamped to
 // 0..999.
-func (s *Schedule) TToSigma(t float32) float32 {
+func (s *NoiseSchedule) TToSigma(t float32) float32 {
 	if !(t > 0) {
 		t = 0
 	}
@@ -116,7 +118,7 @@ func ParseScheduler(name string) (Scheduler, error) {
 }
 
 // Sigmas returns steps+1 decreasing sigmas for sampling, the last one 0.
-func (s *Schedule) Sigmas(kind Scheduler, steps int) ([]float32, error) {
+func (s *NoiseSchedule) Sigmas(kind Scheduler, steps int) ([]float32, error) {
 	if steps < 1 {
 		return nil, fmt.Errorf("steps must be at least 1, got %d", steps)
 	}
@@ -131,7 +133,7 @@ func (s *Schedule) Sigmas(kind Scheduler, steps int) ([]float32, error) {
 
 // discreteSigmas spaces steps timesteps evenly from 999 to 0 (sd.cpp's DiscreteScheduler; one step is
 // timestep 999 alone) and appends 0.
-func (s *Schedule) discreteSigmas(steps int) []float32 {
+func (s *NoiseSchedule) discreteSigmas(steps int) []float32 {
 	out := make([]float32, 0, steps+1)
 	const tMax = float32(Timesteps - 1)
 	if steps == 1 {

@@ -10,7 +10,7 @@ func relErr(got float32, want float64) float64 {
 }
 
 func TestSDScheduleSigmas(t *testing.T) {
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	// The extremes published with sd.cpp's Align-Your-Steps tables (SD 1.5's first and last noise level).
 	if e := relErr(s.SigmaMax(), 14.6146412293); e > 2e-5 {
 		t.Errorf("sigma max %v (rel err %g)", s.SigmaMax(), e)
@@ -37,7 +37,7 @@ func TestSDScheduleSigmas(t *testing.T) {
 }
 
 func TestSigmaTimestepMapping(t *testing.T) {
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	for _, tt := range []float32{0, 0.25, 1, 17.5, 500, 998.5, 999} {
 		sig := s.TToSigma(tt)
 		back := s.SigmaToT(sig)
@@ -63,7 +63,7 @@ func TestSigmaTimestepMapping(t *testing.T) {
 }
 
 func TestDiscreteSigmas(t *testing.T) {
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	for _, steps := range []int{1, 2, 5, 20, 50} {
 		sig, err := s.Sigmas(SchedulerDiscrete, steps)
 		if err != nil {
@@ -97,7 +97,7 @@ func TestDiscreteSigmas(t *testing.T) {
 }
 
 func TestKarrasSigmas(t *testing.T) {
-	s := SDSchedule()
+	s := SDNoiseSchedule()
 	sig, err := s.Sigmas(SchedulerKarras, 10)
 	if err != nil {
 		t.Fatal(err)

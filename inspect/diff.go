@@ -2,7 +2,6 @@ package inspect
 
 import (
 	"fmt"
-	"github.com/bytedance/sonic"
 	"io"
 	"math"
 	"regexp"
@@ -12,9 +11,10 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"github.com/bytedance/sonic"
+
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/quantize/dequant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // DiffOptions tunes Diff.
@@ -34,7 +34,7 @@ type DiffOptions struct {
 type TensorDiff struct {
 	// Name is the tensor name.
 	Name string `json:"name"`
-	// TypeA and TypeB name the stored types (dequant.Source.TypeName).
+	// TypeA and TypeB name the stored types (tensor.Source.TypeName).
 	TypeA string `json:"type_a"`
 	TypeB string `json:"type_b"`
 	// ShapeA and ShapeB are the logical shapes (orig_shape when recorded).
@@ -174,11 +174,11 @@ func (s *sums) measures() (rel, cos, snr *float64) {
 // and type, ComfyUI comfy_quant layers decoded through their scales) and
 // streamed in chunks, so memory does not grow with the model.
 func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
-	da, err := dequant.Open(a)
+	da, err := tensor.NewView(a)
 	if err != nil {
 		return nil, err
 	}
-	db, err := dequant.Open(b)
+	db, err := tensor.NewView(b)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		}
 		return false
 	}
-	type pair struct{ a, b *dequant.Source }
+	type pair struct{ a, b *tensor.Source }
 	var pairs []pair
 	for _, s := range da.Sources {
 		if !keep(s.Name) {
@@ -231,7 +231,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var sa, sb pipeline.Scratch
+			var sa, sb tensor.Scratch
 			for i := range next {
 				p := pairs[i]
 				d := TensorDiff{

@@ -1,37 +1,19 @@
-// Package inspect summarises checkpoints: format facts, metadata, parameter
-// and byte counts per type, the detected architecture and components,
-// ComfyUI quantized modules, names too long for some readers, and the tensor
-// table. It reads headers only (plus the few bytes of comfy_quant markers).
 package inspect
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/sdtool/sdtool/convrot"
 	"math"
 	"regexp"
 	"sort"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
+	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/names"
 )
-
-// Name-length limits of the readers that load GGUF files.
-const (
-	// GGMLMaxName: stock ggml refuses names of this many bytes or more.
-	GGMLMaxName = 64
-	// ComfyGGUFMaxName is the longest name ComfyUI-GGUF accepts.
-	ComfyGGUFMaxName = 127
-	// SDCppMaxName is the longest name stable-diffusion.cpp accepts (it builds ggml with GGML_MAX_NAME 160).
-	SDCppMaxName = 159
-)
-
-// MaxGGMLDims is the most dims ggml's GGUF reader accepts.
-const MaxGGMLDims = 4
-
-// maxComfyQuantBytes bounds how much of a comfy_quant marker is read.
-const maxComfyQuantBytes = 1 << 16
 
 // Options selects what a Summary holds.
 type Options struct {
@@ -70,7 +52,7 @@ type Summary struct {
 	// Types counts tensors per type, largest first.
 	Types []TypeStat `json:"types"`
 	// Architecture is the detected architecture and its components.
-	Architecture Architecture `json:"architecture"`
+	Architecture names.Architecture `json:"architecture"`
 	// ComfyQuant lists the ComfyUI quantized modules.
 	ComfyQuant []ComfyQuant `json:"comfy_quant"`
 	// LongNames counts names that some GGUF readers refuse.
@@ -129,7 +111,7 @@ type ComfyQuant struct {
 
 // LongNames counts tensor names that some GGUF readers refuse.
 type LongNames struct {
-	// Count is the number of names of GGMLMaxName (64) bytes or more.
+	// Count is the number of names of gguf.GGMLMaxName (64) bytes or more.
 	Count int `json:"count"`
 	// OverComfyGGUF counts names longer than 127 bytes.
 	OverComfyGGUF int `json:"over_comfyui_gguf"`
@@ -200,21 +182,21 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		st.Tensors++
 		st.Params += n
 		st.Bytes += t.Size
-		if l := len(t.Name); l >= GGMLMaxName {
+		if l := len(t.Name); l >= gguf.GGMLMaxName {
 			s.LongNames.Count++
 			s.LongNames.Names = append(s.LongNames.Names, t.Name)
-			if l > ComfyGGUFMaxName {
+			if l > gguf.ComfyGGUFMaxName {
 				s.LongNames.OverComfyGGUF++
 			}
-			if l > SDCppMaxName {
+			if l > gguf.SDCppMaxName {
 				s.LongNames.OverSDCpp++
 			}
 		}
 		s.LongNames.Longest = max(s.LongNames.Longest, len(t.Name))
-		if len(t.Shape) > MaxGGMLDims {
+		if len(t.Shape) > gguf.GGMLMaxDims {
 			s.HighRank = append(s.HighRank, t.Name)
 		}
-		if strings.HasSuffix(t.Name, ".comfy_quant") {
+		if strings.HasSuffix(t.Name, comfyquant.MarkerSuffix) {
 			s.ComfyQuant = append(s.ComfyQuant, readComfyQuant(m, t))
 		}
 		if matchAny(opts.Filters, t.Name) {
@@ -239,7 +221,7 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		}
 		return s.Types[i].Type < s.Types[j].Type
 	})
-	s.Architecture = Detect(tensors)
+	s.Architecture = names.DetectArchitecture(tensors)
 	return s, nil
 }
 
@@ -257,12 +239,12 @@ func matchAny(res []*regexp.Regexp, name string) bool {
 
 // readComfyQuant reads and parses a comfy_quant marker tensor.
 func readComfyQuant(m formats.Model, t *formats.Tensor) ComfyQuant {
-	q := ComfyQuant{Module: strings.TrimSuffix(t.Name, ".comfy_quant")}
+	q := ComfyQuant{Module: strings.TrimSuffix(t.Name, comfyquant.MarkerSuffix)}
 	if t.Type != formats.U8 && t.Type != formats.I8 {
 		q.Error = fmt.Sprintf("stored as %s, not U8", t.Type)
 		return q
 	}
-	if t.Size > maxComfyQuantBytes {
+	if t.Size > comfyquant.MaxMarkerSize {
 		q.Error = fmt.Sprintf("%d bytes, more than a marker holds", t.Size)
 		return q
 	}
@@ -281,8 +263,8 @@ func readComfyQuant(m formats.Model, t *formats.Tensor) ComfyQuant {
 		q.Format = f
 	}
 	// convrot validates what sdtool can decode (group sizes, known formats).
-	cfg, err := convrot.ParseQuantConfig(data)
-	if errors.Is(err, convrot.ErrUnsupportedFormat) {
+	cfg, err := comfyquant.ParseQuantConfig(data)
+	if errors.Is(err, comfyquant.ErrUnsupportedFormat) {
 		q.Settings = q.Format + " (sdtool cannot decode this format)"
 		return q
 	}

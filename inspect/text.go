@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/bytedance/sonic"
+	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // Text-mode shortening of metadata values.
@@ -40,7 +42,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	}
 	row("tensors", thousands(int64(s.TensorCount)))
 	row("parameters", fmt.Sprintf("%s (%s)", thousands(s.ParamCount), humanCount(s.ParamCount)))
-	row("tensor data", fmt.Sprintf("%s bytes (%s)", thousands(s.TotalBytes), humanBytes(s.TotalBytes)))
+	row("tensor data", fmt.Sprintf("%s bytes (%s)", thousands(s.TotalBytes), pipeline.HumanBytes(s.TotalBytes)))
 	row("architecture", s.Architecture.Name)
 	tw.Flush()
 
@@ -63,7 +65,7 @@ func WriteText(w io.Writer, s *Summary) error {
 				prefix = "(no prefix)"
 			}
 			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s params\t%s\n", name, c.Kind, prefix,
-				plural(c.Tensors, "tensor"), humanCount(c.Params), humanBytes(c.Bytes))
+				plural(c.Tensors, "tensor"), humanCount(c.Params), pipeline.HumanBytes(c.Bytes))
 		}
 		tw.Flush()
 	}
@@ -75,7 +77,7 @@ func WriteText(w io.Writer, s *Summary) error {
 		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 		for _, t := range s.Types {
 			fmt.Fprintf(tw, "    %s\t%s\t%s params\t%s\t%.2f%%\n", t.Type, plural(t.Tensors, "tensor"),
-				humanCount(t.Params), humanBytes(t.Bytes), t.Percent)
+				humanCount(t.Params), pipeline.HumanBytes(t.Bytes), t.Percent)
 		}
 		tw.Flush()
 	}
@@ -91,7 +93,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	}
 	if ln := s.LongNames; ln.Count > 0 {
 		p("  long names: %s of %d bytes or more (longest %d); stock ggml refuses names of %d bytes or more; sd.cpp accepts up to %d, ComfyUI-GGUF %d",
-			plural(ln.Count, "name"), GGMLMaxName, ln.Longest, GGMLMaxName, SDCppMaxName, ComfyGGUFMaxName)
+			plural(ln.Count, "name"), gguf.GGMLMaxName, ln.Longest, gguf.GGMLMaxName, gguf.SDCppMaxName, gguf.ComfyGGUFMaxName)
 		if ln.OverComfyGGUF > 0 || ln.OverSDCpp > 0 {
 			p(" (%d over ComfyUI-GGUF's limit, %d over sd.cpp's)", ln.OverComfyGGUF, ln.OverSDCpp)
 		}
@@ -99,7 +101,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	}
 	if len(s.HighRank) > 0 {
 		p("  more than %d dims: %s (%s); ggml's GGUF reader refuses them, sd.cpp folds 5-D to 4-D, ComfyUI-GGUF reads them\n",
-			MaxGGMLDims, plural(len(s.HighRank), "tensor"), strings.Join(firstN(s.HighRank, 3), ", "))
+			gguf.GGMLMaxDims, plural(len(s.HighRank), "tensor"), strings.Join(firstN(s.HighRank, 3), ", "))
 	}
 	if len(s.Metadata) > 0 {
 		p("  metadata (%d):\n", len(s.Metadata))
@@ -268,17 +270,4 @@ func humanCount(n int64) string {
 		return fmt.Sprintf("%.1fK", float64(n)/1e3)
 	}
 	return strconv.FormatInt(n, 10)
-}
-
-func humanBytes(n int64) string {
-	const k = 1024
-	switch {
-	case n >= k*k*k:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(k*k*k))
-	case n >= k*k:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(k*k))
-	case n >= k:
-		return fmt.Sprintf("%.1f KiB", float64(n)/k)
-	}
-	return fmt.Sprintf("%d B", n)
 }

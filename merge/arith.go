@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,7 +11,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quantize/dequant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Method is an arithmetic merge method.
@@ -88,21 +87,12 @@ type Arithmetic struct {
 	AllowMissing bool
 }
 
-// AlphaRule is one REGEX=ALPHA item of --alpha-rules.
-type AlphaRule struct {
-	// Pattern is the regular expression, searched anywhere in the tensor name.
-	Pattern string
-	// Alpha is the tensor's α when the pattern matches.
-	Alpha float64
-
-	re *regexp.Regexp
-}
-
-// ParseAlphaRules parses "REGEX=ALPHA,REGEX=ALPHA". An item is split at its
+// ParseAlphaRules parses "REGEX=ALPHA,REGEX=ALPHA" into rules whose Value
+// is the tensor's α, the first match winning. An item is split at its
 // last '='; a comma inside a pattern (a{1,2}) is kept when the text before
 // it has no '=' yet. Empty items are skipped.
-func ParseAlphaRules(s string) ([]AlphaRule, error) {
-	var rules []AlphaRule
+func ParseAlphaRules(s string) ([]pipeline.Rule[float64], error) {
+	var rules []pipeline.Rule[float64]
 	pending := ""
 	parts := strings.Split(s, ",")
 	for i, part := range parts {
@@ -131,21 +121,19 @@ func ParseAlphaRules(s string) ([]AlphaRule, error) {
 		if err != nil || math.IsNaN(a) || math.IsInf(a, 0) {
 			return nil, fmt.Errorf("--alpha-rules: item %q: alpha %q is not a finite number", item, val)
 		}
-		re, err := regexp.Compile(pat)
+		re, err := pipeline.CompilePattern(pat)
 		if err != nil {
-			return nil, fmt.Errorf("--alpha-rules: pattern %q: %v", pat, err)
+			return nil, fmt.Errorf("--alpha-rules: %v", err)
 		}
-		rules = append(rules, AlphaRule{Pattern: pat, Alpha: a, re: re})
+		rules = append(rules, pipeline.Rule[float64]{Pattern: pat, Re: re, Value: a})
 	}
 	return rules, nil
 }
 
 // alphaFor returns the first matching rule's α, or def.
-func alphaFor(rules []AlphaRule, name string, def float64) float64 {
-	for _, r := range rules {
-		if r.re.MatchString(name) {
-			return r.Alpha
-		}
+func alphaFor(rules []pipeline.Rule[float64], name string, def float64) float64 {
+	if i := pipeline.FirstMatch(rules, name); i >= 0 {
+		return rules[i].Value
 	}
 	return def
 }
@@ -179,11 +167,12 @@ func ParseMethod(s string) (Method, error) {
 // (.safetensors or .gguf by extension). Missing tensors, shape mismatches,
 // types the output cannot hold and parameters out of range are reported
 // here, before anything is created.
-func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
-	format, err := outputFormat(out)
+func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
+	p, err := newPlan(out)
 	if err != nil {
 		return nil, err
 	}
+	format := p.Format
 	m, err := ParseMethod(string(a.Method))
 	if err != nil {
 		return nil, err
@@ -233,8 +222,8 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 		if !ok {
 			return nil, fmt.Errorf("--type %q: unknown type", a.Type)
 		}
-		if !storable(format, t) {
-			return nil, fmt.Errorf("--type %s cannot be stored in %s (%s)", t, format, out)
+		if !format.Stores(t) {
+			return nil, fmt.Errorf("--type %s cannot be stored in %s (%s)", t, format.Name, out)
 		}
 		if enc, err = quant.Encoder(t); err != nil {
 			return nil, fmt.Errorf("--type %s: %w", t, err)
@@ -245,19 +234,18 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 		want = t
 	}
 
-	p := &Plan{Output: out, Format: format}
 	defer func() {
 		if err != nil {
 			p.Close()
 		}
 	}()
-	open := func(path string) (formats.Model, *dequant.Model, error) {
+	open := func(path string) (formats.Model, *tensor.View, error) {
 		fm, err := formats.Open(path)
 		if err != nil {
 			return nil, nil, err
 		}
-		p.addInput(fm)
-		dm, err := dequant.Open(fm)
+		p.Use(fm)
+		dm, err := tensor.NewView(fm)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -271,7 +259,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var dc *dequant.Model
+	var dc *tensor.View
 	if a.C != "" {
 		if _, dc, err = open(a.C); err != nil {
 			return nil, err
@@ -280,14 +268,13 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 
 	var errs errList
 	var missing []string
-	others := []*dequant.Model{db}
+	others := []*tensor.View{db}
 	otherPaths := []string{a.B}
 	if dc != nil {
 		others, otherPaths = append(others, dc), append(otherPaths, a.C)
 	}
 	for _, sa := range da.Sources {
 		name := sa.Name
-		e := Entry{Name: name, File: fa.Path(), Source: name}
 		// The type this tensor would have without --type.
 		base := sa.Tensor.Type
 		if sa.Module != nil {
@@ -300,14 +287,13 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 				outT = base
 			}
 		}
-		if !storable(format, outT) {
-			errs.add(fmt.Errorf("%s: tensor %q: %s cannot be stored in %s (%s); choose another --type", fa.Path(), name, outT, format, out))
+		if !format.Stores(outT) {
+			errs.add(fmt.Errorf("%s: tensor %q: %s cannot be stored in %s (%s); choose another --type", fa.Path(), name, outT, format.Name, out))
 			continue
 		}
-		e.Type, e.Shape = outT, sa.Shape()
 
 		// Find the tensor in the other inputs.
-		var peers []*dequant.Source
+		var peers []*tensor.Source
 		var why string
 		var undecodable error
 		for i, om := range others {
@@ -336,9 +322,9 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 				continue
 			}
 			// Copied from A: raw bytes when the type stays, decoded otherwise.
-			e.How = "copy from A"
+			how := "copy from A"
 			if why != "" {
-				e.How += " (" + why + ")"
+				how += " (" + why + ")"
 			}
 			var prod pipeline.Producer
 			if sa.Module == nil && outT == sa.Tensor.Type {
@@ -351,7 +337,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 				}
 				prod = c
 			}
-			p.add(e, prod, sa)
+			add(p, name, outT, sa.Shape(), how, prod, sa)
 			continue
 		}
 		al := alphaFor(rules, name, alpha)
@@ -361,14 +347,14 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 			continue
 		}
 		c.density, c.dropP, c.seed = density, dropP, a.Seed
-		e.How = fmt.Sprintf("%s alpha=%g", m, al)
+		how := fmt.Sprintf("%s alpha=%g", m, al)
 		switch m {
 		case TIES:
-			e.How += fmt.Sprintf(" density=%g", density)
+			how += fmt.Sprintf(" density=%g", density)
 		case DARE:
-			e.How += fmt.Sprintf(" p=%g seed=%d", dropP, a.Seed)
+			how += fmt.Sprintf(" p=%g seed=%d", dropP, a.Seed)
 		}
-		p.add(e, c, sa)
+		add(p, name, outT, sa.Shape(), how, c, sa)
 	}
 	// Tensors that only B or C has.
 	for i, om := range others {
@@ -385,23 +371,18 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *Plan, err error) {
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
-	p.setArithmeticMetadata(fa, a, m)
-	if err := p.checkHeader(); err != nil {
+	p.Header.Metadata = arithmeticMetadata(p.Format, fa, a, m)
+	if err := p.Check(); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-func (p *Plan) add(e Entry, prod pipeline.Producer, src *dequant.Source) {
-	t := src.Tensor
-	p.Entries = append(p.Entries, e)
-	p.Pipeline.Outputs = append(p.Pipeline.Outputs, pipeline.Output{Name: e.Name, Type: e.Type, Shape: e.Shape, Producer: prod, Source: &t})
-}
-
-// setArithmeticMetadata keeps A's metadata when A has the output's format
-// (without general.file_type, which the new types may contradict) and adds
-// sdtool.merge, a one-line description of the merge.
-func (p *Plan) setArithmeticMetadata(fa formats.Model, a *Arithmetic, m Method) {
+// arithmeticMetadata keeps A's metadata when A has the output's format
+// (without general.file_type, which the new types may contradict; strings
+// only for safetensors) and adds sdtool.merge, a one-line description of
+// the merge.
+func arithmeticMetadata(format formats.Creator, fa formats.Model, a *Arithmetic, m Method) formats.Metadata {
 	desc := fmt.Sprintf("method=%s a=%s b=%s", m, filepath.Base(a.A), filepath.Base(a.B))
 	if a.C != "" {
 		desc += " c=" + filepath.Base(a.C)
@@ -412,20 +393,16 @@ func (p *Plan) setArithmeticMetadata(fa formats.Model, a *Arithmetic, m Method) 
 	if a.AlphaRules != "" {
 		desc += " alpha_rules=" + strconv.Quote(a.AlphaRules)
 	}
-	p.Metadata = map[string]string{}
-	p.GGUFMetadata = nil
-	if fa.Info().Format == p.Format {
+	var meta formats.Metadata
+	if fa.Info().Format == format.Name {
 		for _, kv := range fa.Metadata() {
 			if kv.Key == "general.file_type" || kv.Key == "sdtool.merge" {
 				continue
 			}
-			if p.Format == "gguf" {
-				p.GGUFMetadata = append(p.GGUFMetadata, kv)
-			} else if s, ok := kv.Value.(string); ok {
-				p.Metadata[kv.Key] = s
+			if _, ok := kv.Value.(string); ok || format.Name == "gguf" {
+				meta = append(meta, kv)
 			}
 		}
 	}
-	p.Metadata["sdtool.merge"] = desc
-	p.GGUFMetadata = append(p.GGUFMetadata, formats.KV{Key: "sdtool.merge", Type: formats.TypeString, Value: desc})
+	return append(meta, formats.KV{Key: "sdtool.merge", Type: formats.TypeString, Value: desc})
 }

@@ -24,7 +24,7 @@ var (
 
 // abc writes A, B and C (F32) with the same tensor names.
 func abc(t *testing.T, dir string) (a, b, c string, vals [3]map[string][]float32) {
-	pos := tensor{"pos", formats.I64, []int64{3}, bytesOf(24, 9)}
+	pos := testTensor{"pos", formats.I64, []int64{3}, bytesOf(24, 9)}
 	paths := make([]string, 3)
 	for i, n := range []string{"a", "b", "c"} {
 		vals[i] = map[string][]float32{"w": ramp(512, uint64(10+i)), "v": ramp(300, uint64(20+i))}
@@ -37,7 +37,7 @@ func abc(t *testing.T, dir string) (a, b, c string, vals [3]map[string][]float32
 func ptr(v float64) *float64 { return &v }
 
 // merged runs an arithmetic merge and returns the output tensors.
-func merged(t *testing.T, a *Arithmetic, out string, threads int, chunk int64) map[string]tensor {
+func merged(t *testing.T, a *Arithmetic, out string, threads int, chunk int64) map[string]testTensor {
 	t.Helper()
 	p, err := PlanArithmetic(a, out)
 	if err != nil {
@@ -326,7 +326,7 @@ func TestAlphaRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rules) != 3 || rules[0].Pattern != `input_blocks\.[0-9]{1,2}\.` || rules[1].Pattern != " out" || rules[2].Alpha != -1 {
+	if len(rules) != 3 || rules[0].Pattern != `input_blocks\.[0-9]{1,2}\.` || rules[1].Pattern != " out" || rules[2].Value != -1 {
 		t.Fatalf("rules = %+v", rules)
 	}
 	if a := alphaFor(rules, "m.input_blocks.11.w", 0.5); a != 0.3 {
@@ -403,7 +403,7 @@ func TestOutputTypes(t *testing.T) {
 
 	// A quantized A cannot go into safetensors as it is.
 	qa := filepath.Join(dir, "qa.gguf")
-	write(t, qa, nil, tensor{"w", formats.Q8_0, shapeW, gq["w"].data})
+	write(t, qa, nil, testTensor{"w", formats.Q8_0, shapeW, gq["w"].data})
 	qb := write(t, filepath.Join(dir, "qb.safetensors"), nil, tF32("w", shapeW, v[1]["w"]))
 	_, err = PlanArithmetic(&Arithmetic{Method: WeightedSum, A: qa, B: qb}, filepath.Join(dir, "x.safetensors"))
 	wantErr(t, err, `tensor "w": q8_0 cannot be stored in safetensors`)
@@ -483,7 +483,7 @@ func TestUniformIsCounterBased(t *testing.T) {
 func TestUndecodablePeer(t *testing.T) {
 	dir := t.TempDir()
 	pa := write(t, filepath.Join(dir, "a.safetensors"), nil, tF32("w", []int64{4}, []float32{1, 2, 3, 4}))
-	pb := write(t, filepath.Join(dir, "b.safetensors"), nil, tensor{"w", formats.F6_E2M3, []int64{4}, []byte{1, 2, 3}})
+	pb := write(t, filepath.Join(dir, "b.safetensors"), nil, testTensor{"w", formats.F6_E2M3, []int64{4}, []byte{1, 2, 3}})
 	for _, allow := range []bool{false, true} {
 		_, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, AllowMissing: allow}, filepath.Join(dir, "o.safetensors"))
 		wantErr(t, err, pb, `tensor "w"`, "f6_e2m3")
@@ -505,7 +505,7 @@ func TestArithmeticInterrupted(t *testing.T) {
 	statChunk = 1000
 	defer func() { statChunk = saved }()
 	ctx, cancel := context.WithCancel(context.Background())
-	err = p.Run(ctx, Options{Threads: 2, Progress: func(done, total int64) { cancel() }})
+	err = pipeline.Run(ctx, p, pipeline.Options{Threads: 2, Progress: func(done, total int64) { cancel() }})
 	if !errors.Is(err, pipeline.ErrInterrupted) {
 		t.Fatalf("err = %v, want an interruption", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // benchEnv selects the synthetic inputs of BenchmarkMergePeakRSS as
@@ -119,7 +120,7 @@ func TestMergeBenchChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := p.Run(context.Background(), Options{Force: true}); err != nil {
+	if err := pipeline.Run(context.Background(), p, pipeline.Options{Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	secs := time.Since(start).Seconds()

@@ -9,7 +9,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quantize/dequant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // statChunk is the number of elements the statistics pass of slerp and TIES
@@ -20,21 +20,21 @@ var statChunk int64 = 1 << 18
 // statScratch recycles the buffers of statistics passes between tensors:
 // fresh multi-megabyte buffers per tensor would leave garbage that the
 // collector lets grow to the size of the live heap.
-var statScratch = sync.Pool{New: func() any { return new(pipeline.Scratch) }}
+var statScratch = sync.Pool{New: func() any { return new(tensor.Scratch) }}
 
 // histPool recycles TIES's 512 KiB histograms for the same reason.
 var histPool = sync.Pool{New: func() any { h := make([]int64, 1<<16); return &h }}
 
 // combo produces one merged tensor: it reads A and the peers (B, then C) as
-// float32 through package dequant, combines them element-wise and encodes
+// float32 through package tensor, combines them element-wise and encodes
 // the result. Slerp and TIES first stream the whole tensor once (twice for
 // TIES) for their statistics; the first chunk to need them computes them
 // and the others of the same tensor wait.
 type combo struct {
 	method Method
 	alpha  float32
-	a      *dequant.Source
-	peers  []*dequant.Source
+	a      *tensor.Source
+	peers  []*tensor.Source
 	out    formats.DType
 	enc    quant.Codec
 	rowLen int64
@@ -51,7 +51,7 @@ type combo struct {
 	keys    []uint64 // DARE: per peer
 }
 
-func newCombo(m Method, alpha float64, a *dequant.Source, peers []*dequant.Source, out formats.DType) (*combo, error) {
+func newCombo(m Method, alpha float64, a *tensor.Source, peers []*tensor.Source, out formats.DType) (*combo, error) {
 	if err := a.Err(); err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (c *combo) Prepare(o *pipeline.Output) (int64, error) {
 }
 
 // Produce merges rows [firstRow, firstRow+nRows).
-func (c *combo) Produce(ctx context.Context, dst []byte, firstRow, nRows int64, s *pipeline.Scratch) error {
+func (c *combo) Produce(ctx context.Context, dst []byte, firstRow, nRows int64, s *tensor.Scratch) error {
 	if nRows <= 0 {
 		return nil
 	}
@@ -141,7 +141,7 @@ func (c *combo) stats(ctx context.Context) error {
 // stream reads the whole tensor from A and the peers in statChunk pieces
 // and calls f on each piece; f gets the index of the piece's first element.
 func (c *combo) stream(ctx context.Context, f func(first int64, a []float32, xs [][]float32)) error {
-	s := statScratch.Get().(*pipeline.Scratch)
+	s := statScratch.Get().(*tensor.Scratch)
 	defer statScratch.Put(s)
 	total := c.a.Elements()
 	xs := make([][]float32, len(c.peers))

@@ -42,7 +42,7 @@ func FuzzParseAlphaRules(f *testing.F) {
 			return
 		}
 		for _, r := range rules {
-			if r.Pattern == "" || r.re == nil || math.IsNaN(r.Alpha) || math.IsInf(r.Alpha, 0) {
+			if r.Pattern == "" || r.Re == nil || math.IsNaN(r.Value) || math.IsInf(r.Value, 0) {
 				t.Fatalf("accepted %+v from %q", r, s)
 			}
 			_ = alphaFor(rules, "model.input_blocks.1.weight", 0.5)

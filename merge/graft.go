@@ -7,6 +7,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // ParseFloatDType parses the --dtype of a recipe merge: "" (none), f32, f16 or bf16.
@@ -37,11 +38,12 @@ type picked struct {
 // bf16) asks for ggml-quantized tensors to be decoded to that type; every
 // other tensor is copied byte for byte. Every problem of the recipe is
 // reported here, before anything is created; on error no input stays open.
-func PlanRecipe(r *Recipe, out, dtype string) (_ *Plan, err error) {
-	format, err := outputFormat(out)
+func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
+	p, err := newPlan(out)
 	if err != nil {
 		return nil, err
 	}
+	format := p.Format
 	dt, dtSet, err := ParseFloatDType(dtype)
 	if err != nil {
 		return nil, err
@@ -49,7 +51,6 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *Plan, err error) {
 	if len(r.Sources) == 0 {
 		return nil, fmt.Errorf("%s: no sources", r.File)
 	}
-	p := &Plan{Output: out, Format: format}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -65,7 +66,7 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *Plan, err error) {
 			continue
 		}
 		models[i] = m
-		p.addInput(m)
+		p.Use(m)
 	}
 	if err := errs.err(); err != nil {
 		return nil, err
@@ -107,13 +108,13 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *Plan, err error) {
 	var noGGML, quantized []string
 	for _, pk := range sel {
 		t := pk.tensor
-		e := Entry{Name: pk.out, Type: t.Type, Shape: t.Shape, File: pk.file, Source: t.Name, How: "copy"}
+		typ, how := t.Type, "copy"
 		var prod pipeline.Producer
 		switch {
 		case t.Type.Quantized() && dtSet:
-			dec, err := quant.Decoder(t.Type)
-			if err != nil {
-				errs.add(fmt.Errorf("%s: tensor %q: %w", pk.file, t.Name, err))
+			src := tensor.Plain(models[pk.src], t)
+			if err := src.Err(); err != nil {
+				errs.add(err)
 				continue
 			}
 			enc, err := quant.Encoder(dt)
@@ -121,22 +122,19 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *Plan, err error) {
 				errs.add(err)
 				continue
 			}
-			e.Type, e.How = dt, "dequantize "+t.Type.String()
-			prod = pipeline.Convert(models[pk.src], t, dt, pipeline.DecodeWith(dec.Dequantize), pipeline.EncodeWith(dt, enc.Quantize, nil))
-		case t.Type.Quantized() && format == "safetensors":
+			typ, how = dt, "dequantize "+t.Type.String()
+			prod = pipeline.Convert(src, dt, pipeline.EncodeRows(dt, enc.Quantize, nil))
+		case t.Type.Quantized() && format.Name == "safetensors":
 			quantized = append(quantized, fmt.Sprintf("%q (%s, from %s)", t.Name, t.Type, pk.file))
 			continue
-		case !storable(format, t.Type):
+		case !format.Stores(t.Type):
 			noGGML = append(noGGML, fmt.Sprintf("%q (%s, from %s)", t.Name, t.Type, pk.file))
 			continue
 		default:
 			prod = pipeline.Copy(models[pk.src], t)
 		}
 		src := t
-		p.Entries = append(p.Entries, e)
-		p.Pipeline.Outputs = append(p.Pipeline.Outputs, pipeline.Output{
-			Name: e.Name, Type: e.Type, Shape: e.Shape, Producer: prod, Source: &src,
-		})
+		p.Outputs = append(p.Outputs, pipeline.Output{Name: pk.out, Type: typ, Shape: t.Shape, Producer: prod, Source: &src, Note: how})
 	}
 	if len(quantized) > 0 {
 		errs.add(fmt.Errorf("%s: %d ggml-quantized tensors cannot be copied into safetensors (pass --dtype f16, bf16 or f32 to dequantize them): %s",
@@ -149,9 +147,8 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *Plan, err error) {
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
-	p.Metadata = r.Metadata
-	p.GGUFMetadata = stringMetadata(r.Metadata)
-	if err := p.checkHeader(); err != nil {
+	p.Header.Metadata = stringMetadata(r.Metadata)
+	if err := p.Check(); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -175,21 +172,4 @@ func listSome(items []string) string {
 		return strings.Join(items, ", ")
 	}
 	return strings.Join(items[:show], ", ") + fmt.Sprintf(", and %d more", len(items)-show)
-}
-
-// checkHeader builds the output header without writing it, so that what the
-// writer refuses (zero outer dims in GGUF, bad metadata) is an error of the
-// plan rather than of a started run.
-func (p *Plan) checkHeader() error {
-	if err := p.Pipeline.Validate(); err != nil {
-		return fmt.Errorf("%s: %w", p.Output, err)
-	}
-	ts, err := p.Pipeline.Tensors()
-	if err != nil {
-		return fmt.Errorf("%s: %w", p.Output, err)
-	}
-	if _, err := p.newWriter()(nil, ts); err != nil {
-		return fmt.Errorf("%s: %w", p.Output, err)
-	}
-	return nil
 }

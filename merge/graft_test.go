@@ -20,22 +20,22 @@ import (
 func graftFixture(t *testing.T) string {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "body.safetensors"), map[string]string{"format": "pt"},
-		tensor{"blocks.0.attn.weight", formats.BF16, []int64{4, 8}, bytesOf(64, 1)},
-		tensor{"blocks.0.adaln_proj.linear.weight", formats.BF16, []int64{4, 8}, bytesOf(64, 2)},
-		tensor{"time_embedder.weight", formats.BF16, []int64{8}, bytesOf(16, 3)},
-		tensor{"adaln_t_table", formats.BF16, []int64{2, 8}, bytesOf(32, 4)},
-		tensor{"final.bias", formats.BF16, []int64{8}, bytesOf(16, 5)},
+		testTensor{"blocks.0.attn.weight", formats.BF16, []int64{4, 8}, bytesOf(64, 1)},
+		testTensor{"blocks.0.adaln_proj.linear.weight", formats.BF16, []int64{4, 8}, bytesOf(64, 2)},
+		testTensor{"time_embedder.weight", formats.BF16, []int64{8}, bytesOf(16, 3)},
+		testTensor{"adaln_t_table", formats.BF16, []int64{2, 8}, bytesOf(32, 4)},
+		testTensor{"final.bias", formats.BF16, []int64{8}, bytesOf(16, 5)},
 	)
 	write(t, filepath.Join(dir, "int8.safetensors"), nil,
-		tensor{"blocks.0.attn.weight", formats.I8, []int64{4, 8}, bytesOf(32, 6)},
-		tensor{"blocks.0.adaln_proj.linear.weight", formats.I8, []int64{4, 8}, bytesOf(32, 7)},
-		tensor{"blocks.0.adaln_proj.linear.weight_scale", formats.F32, []int64{4, 1}, bytesOf(16, 8)},
-		tensor{"blocks.0.adaln_proj.linear.comfy_quant", formats.U8, []int64{5}, []byte(`{"a":`)},
-		tensor{"adaln_t_table", formats.F32, []int64{2, 8}, bytesOf(64, 9)},
+		testTensor{"blocks.0.attn.weight", formats.I8, []int64{4, 8}, bytesOf(32, 6)},
+		testTensor{"blocks.0.adaln_proj.linear.weight", formats.I8, []int64{4, 8}, bytesOf(32, 7)},
+		testTensor{"blocks.0.adaln_proj.linear.weight_scale", formats.F32, []int64{4, 1}, bytesOf(16, 8)},
+		testTensor{"blocks.0.adaln_proj.linear.comfy_quant", formats.U8, []int64{5}, []byte(`{"a":`)},
+		testTensor{"adaln_t_table", formats.F32, []int64{2, 8}, bytesOf(64, 9)},
 	)
 	write(t, filepath.Join(dir, "qf.safetensors"), nil,
-		tensor{"layers.0.weight", formats.F16, []int64{2, 4}, bytesOf(16, 10)},
-		tensor{"layers.0.bias", formats.F16, []int64{2}, bytesOf(4, 11)},
+		testTensor{"layers.0.weight", formats.F16, []int64{2, 4}, bytesOf(16, 10)},
+		testTensor{"layers.0.bias", formats.F16, []int64{2}, bytesOf(4, 11)},
 	)
 	return dir
 }
@@ -97,13 +97,13 @@ func TestRecipeDryRunListsSources(t *testing.T) {
 	}
 	defer p.Close()
 	var b bytes.Buffer
-	if err := p.WriteDryRun(&b); err != nil {
+	if err := p.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
 	s := b.String()
 	for _, want := range []string{
-		"queryformer.layers.0.weight", filepath.Join(dir, "qf.safetensors"), "layers.0.weight",
-		"7 tensors", "nothing written",
+		"queryformer.layers.0.weight", filepath.Join(dir, "qf.safetensors") + ":layers.0.weight",
+		"SOURCE", out + ": 7 tensors",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, s)
@@ -111,9 +111,9 @@ func TestRecipeDryRunListsSources(t *testing.T) {
 	}
 	found := false
 	for _, line := range strings.Split(s, "\n") {
-		if f := strings.Fields(line); len(f) == 7 && f[0] == "adaln_t_table" {
+		if f := strings.Fields(line); len(f) == 9 && f[0] == "adaln_t_table" {
 			found = true
-			if f[1] != "f32" || !strings.HasSuffix(f[4], "int8.safetensors") || f[6] != "copy" {
+			if f[1] != "f32" || f[2] != "f32" || !strings.HasSuffix(f[7], "int8.safetensors:adaln_t_table") || f[8] != "copy" {
 				t.Errorf("adaln_t_table row: %q", f)
 			}
 		}
@@ -137,9 +137,9 @@ func withoutU8(r *Recipe) *Recipe {
 func TestRecipeRenameStripPrefixAndGGUF(t *testing.T) {
 	dir := t.TempDir()
 	write(t, filepath.Join(dir, "a.gguf"), nil,
-		tensor{"model.diffusion_model.in.0.weight", formats.F16, []int64{2, 4}, bytesOf(16, 1)},
-		tensor{"model.diffusion_model.out.weight", formats.F32, []int64{4}, bytesOf(16, 2)},
-		tensor{"vae.x", formats.F32, []int64{1}, bytesOf(4, 3)},
+		testTensor{"model.diffusion_model.in.0.weight", formats.F16, []int64{2, 4}, bytesOf(16, 1)},
+		testTensor{"model.diffusion_model.out.weight", formats.F32, []int64{4}, bytesOf(16, 2)},
+		testTensor{"vae.x", formats.F32, []int64{1}, bytesOf(4, 3)},
 	)
 	r := recipeFile(t, dir, `{"sources": [
 		{"path": "a.gguf", "include": ["^model\\.diffusion_model\\."], "strip_prefix": "model.diffusion_model.",
@@ -222,7 +222,7 @@ func TestRecipeQuantizedGGUF(t *testing.T) {
 	}
 	enc.Quantize(q, vals, nil)
 	write(t, filepath.Join(dir, "q.gguf"), nil,
-		tensor{"blk.weight", formats.Q8_0, []int64{1, 64}, q},
+		testTensor{"blk.weight", formats.Q8_0, []int64{1, 64}, q},
 		tF32("blk.norm", []int64{2}, []float32{1, 2}))
 	r := recipeFile(t, dir, `{"sources": [{"path": "q.gguf", "include": ["."]}]}`)
 
@@ -268,8 +268,8 @@ func TestRecipeQuantizedGGUF(t *testing.T) {
 func TestRecipeNoGGMLType(t *testing.T) {
 	dir := graftFixture(t)
 	write(t, filepath.Join(dir, "fp8.safetensors"), nil,
-		tensor{"f8.weight", formats.F8_E4M3, []int64{2, 2}, bytesOf(4, 1)},
-		tensor{"mask", formats.Bool, []int64{2}, []byte{0, 1}})
+		testTensor{"f8.weight", formats.F8_E4M3, []int64{2, 2}, bytesOf(4, 1)},
+		testTensor{"mask", formats.Bool, []int64{2}, []byte{0, 1}})
 	r := recipeFile(t, dir, strings.Replace(issueRecipe, `"sources": [`, `"sources": [{"path": "fp8.safetensors", "include": ["."]},`, 1))
 	out := filepath.Join(dir, "o.gguf")
 	_, err := PlanRecipe(r, out, "f16")
@@ -290,7 +290,7 @@ func TestRecipeOutputChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = p.Run(context.Background(), Options{Force: true})
+	err = pipeline.Run(context.Background(), p, pipeline.Options{Force: true})
 	p.Close()
 	if !errors.Is(err, pipeline.ErrOutputIsInput) {
 		t.Errorf("output = input: %v", err)
@@ -302,11 +302,11 @@ func TestRecipeOutputChecks(t *testing.T) {
 	out := filepath.Join(dir, "o.safetensors")
 	os.WriteFile(out, []byte("old"), 0o644)
 	p, _ = PlanRecipe(r, out, "")
-	err = p.Run(context.Background(), Options{})
+	err = pipeline.Run(context.Background(), p, pipeline.Options{})
 	if !errors.Is(err, pipeline.ErrExists) {
 		t.Errorf("existing output: %v", err)
 	}
-	if err := p.Run(context.Background(), Options{Force: true}); err != nil {
+	if err := pipeline.Run(context.Background(), p, pipeline.Options{Force: true}); err != nil {
 		t.Errorf("--force: %v", err)
 	}
 	p.Close()
@@ -315,9 +315,9 @@ func TestRecipeOutputChecks(t *testing.T) {
 // An interrupted run leaves neither the output nor its .partial file.
 func TestRecipeInterrupted(t *testing.T) {
 	dir := t.TempDir()
-	var ts []tensor
+	var ts []testTensor
 	for i := range 64 {
-		ts = append(ts, tensor{name: "t" + string(rune('A'+i%26)) + string(rune('a'+i/26)), typ: formats.F32, shape: []int64{64, 256}, data: bytesOf(64*256*4, byte(i))})
+		ts = append(ts, testTensor{name: "t" + string(rune('A'+i%26)) + string(rune('a'+i/26)), typ: formats.F32, shape: []int64{64, 256}, data: bytesOf(64*256*4, byte(i))})
 	}
 	write(t, filepath.Join(dir, "big.safetensors"), nil, ts...)
 	r := recipeFile(t, dir, `{"sources": [{"path": "big.safetensors", "include": ["."]}]}`)
@@ -328,7 +328,7 @@ func TestRecipeInterrupted(t *testing.T) {
 	}
 	defer p.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	err = p.Run(ctx, Options{Threads: 1, ChunkBytes: 64 << 10, Progress: func(done, total int64) {
+	err = pipeline.Run(ctx, p, pipeline.Options{Threads: 1, ChunkBytes: 64 << 10, Progress: func(done, total int64) {
 		if done > 0 && done < total {
 			cancel()
 		}
@@ -378,7 +378,7 @@ func TestRecipeReadErrorLeavesNothing(t *testing.T) {
 	if err := os.Truncate(src, st.Size()-100); err != nil {
 		t.Fatal(err)
 	}
-	err = p.Run(context.Background(), Options{Threads: 1})
+	err = pipeline.Run(context.Background(), p, pipeline.Options{Threads: 1})
 	wantErr(t, err, "o.safetensors", `tensor "w"`)
 	noOutput(t, out)
 }

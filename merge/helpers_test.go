@@ -13,10 +13,12 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/internal/splitmix"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
-// tensor is a test tensor with its raw data.
-type tensor struct {
+// testTensor is a test tensor with its raw data.
+type testTensor struct {
 	name  string
 	typ   formats.DType
 	shape []int64
@@ -45,13 +47,13 @@ func floats(b []byte) []float32 {
 func ramp(n int, seed uint64) []float32 {
 	out := make([]float32, n)
 	for i := range out {
-		out[i] = float32(int64(mix64(seed*1000003+uint64(i))>>40)-(1<<23)) / (1 << 23)
+		out[i] = float32(int64(splitmix.Mix(seed*1000003+uint64(i))>>40)-(1<<23)) / (1 << 23)
 	}
 	return out
 }
 
-func tF32(name string, shape []int64, vals []float32) tensor {
-	return tensor{name: name, typ: formats.F32, shape: shape, data: f32(vals...)}
+func tF32(name string, shape []int64, vals []float32) testTensor {
+	return testTensor{name: name, typ: formats.F32, shape: shape, data: f32(vals...)}
 }
 
 // bytesOf returns n distinct bytes (so that copies are checked for order).
@@ -64,7 +66,7 @@ func bytesOf(n int, seed byte) []byte {
 }
 
 // write writes tensors to path as safetensors or GGUF (by extension).
-func write(t *testing.T, path string, meta map[string]string, ts ...tensor) string {
+func write(t *testing.T, path string, meta map[string]string, ts ...testTensor) string {
 	t.Helper()
 	desc := make([]formats.Tensor, len(ts))
 	for i, x := range ts {
@@ -96,21 +98,21 @@ func write(t *testing.T, path string, meta map[string]string, ts ...tensor) stri
 }
 
 // readAll opens path and returns every tensor's bytes by name, and the names in order.
-func readAll(t *testing.T, path string) (map[string]tensor, []string, formats.Model) {
+func readAll(t *testing.T, path string) (map[string]testTensor, []string, formats.Model) {
 	t.Helper()
 	m, err := formats.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	out := map[string]tensor{}
+	out := map[string]testTensor{}
 	var names []string
 	for _, x := range m.Tensors() {
 		data, err := formats.ReadTensor(m, &x)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[x.Name] = tensor{name: x.Name, typ: x.Type, shape: x.Shape, data: data}
+		out[x.Name] = testTensor{name: x.Name, typ: x.Type, shape: x.Shape, data: data}
 		names = append(names, x.Name)
 	}
 	return out, names, m
@@ -141,10 +143,10 @@ func recipeFile(t *testing.T, dir, js string) *Recipe {
 }
 
 // runPlan runs a plan to completion with the given threads and chunk size.
-func runPlan(t *testing.T, p *Plan, threads int, chunk int64) {
+func runPlan(t *testing.T, p *pipeline.Plan, threads int, chunk int64) {
 	t.Helper()
 	defer p.Close()
-	if err := p.Run(context.Background(), Options{Threads: threads, ChunkBytes: chunk, MaxMemory: 64 << 20}); err != nil {
+	if err := pipeline.Run(context.Background(), p, pipeline.Options{Threads: threads, ChunkBytes: chunk, MaxMemory: 64 << 20}); err != nil {
 		t.Fatal(err)
 	}
 }

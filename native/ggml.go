@@ -7,31 +7,12 @@ package native
 #include <stdint.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdlib.h>
 
-// Declarations of the part of ggml's C API that sdtool uses; ggml itself is
-// compiled by the blank-imported ollama package.
-typedef void (*sdt_to_float_t)(const void * x, float * y, int64_t k);
-typedef void (*sdt_from_float_t)(const float * x, void * y, int64_t k);
-struct ggml_type_traits {
-	const char * type_name;
-	int64_t blck_size;
-	int64_t blck_size_interleave;
-	size_t type_size;
-	bool is_quantized;
-	sdt_to_float_t to_float;
-	sdt_from_float_t from_float_ref;
-};
-const struct ggml_type_traits * ggml_get_type_traits(int type);
+// Declarations of the part of ggml's quantization API that sdtool's codecs
+// call; ggml itself is compiled by the blank-imported ollama package.
 size_t ggml_quantize_chunk(int type, const float * src, void * dst, int64_t start, int64_t nrows, int64_t n_per_row, const float * imatrix);
 bool ggml_quantize_requires_imatrix(int type);
 void ggml_quantize_init(int type);
-
-static const char * sdt_type_name(int t) { return ggml_get_type_traits(t)->type_name; }
-static int64_t sdt_blck_size(int t) { return ggml_get_type_traits(t)->blck_size; }
-static size_t sdt_type_size(int t) { return ggml_get_type_traits(t)->type_size; }
-static bool sdt_has_to_float(int t) { return ggml_get_type_traits(t)->to_float != NULL; }
-static void sdt_to_float(int t, const void * x, float * y, int64_t k) { ggml_get_type_traits(t)->to_float(x, y, k); }
 */
 import "C"
 
@@ -47,55 +28,53 @@ import (
 // Available reports whether ggml is linked into this binary.
 const Available = true
 
-// TypeName returns ggml's name of a type id known to the linked ggml.
-func TypeName(t formats.DType) string {
-	if !t.InLinkedGGML() {
-		return ""
-	}
-	return C.GoString(C.sdt_type_name(C.int(t)))
-}
-
-// BlockLayout returns the linked ggml's elements and bytes per block of t.
-func BlockLayout(t formats.DType) (block int, bytes int) {
-	if !t.InLinkedGGML() {
-		return 0, 0
-	}
-	return int(C.sdt_blck_size(C.int(t))), int(C.sdt_type_size(C.int(t)))
-}
-
 // RequiresImatrix reports whether ggml refuses to quantize t without importance weights.
 func RequiresImatrix(t formats.DType) bool {
 	return t.InLinkedGGML() && bool(C.ggml_quantize_requires_imatrix(C.int(t)))
 }
 
-// QuantizeChunk runs ggml_quantize_chunk on nrows rows of nPerRow floats.
-// weights is nil (ggml's reference path) or nPerRow importance values. Inputs
-// are checked first, because ggml aborts the process on a failed assert.
-func QuantizeChunk(t formats.DType, src []float32, nPerRow int, weights []float32) ([]byte, error) {
+// QuantizeInit builds ggml's search tables for t (ggml_quantize_init), which
+// takes seconds for some grid types. ggml_quantize_chunk does it on first
+// use under a global lock; calling it up front keeps that cost out of the
+// first row. It is a no-op for types without tables or unknown to ggml.
+func QuantizeInit(t formats.DType) {
+	if t.InLinkedGGML() {
+		C.ggml_quantize_init(C.int(t))
+	}
+}
+
+// QuantizeChunkInto runs ggml_quantize_chunk on the rows of nPerRow floats
+// in src, writing into dst, which must be exactly the encoded size of the
+// rows; it allocates nothing. weights is nil (ggml's reference path) or
+// nPerRow importance values. Inputs are checked first, because ggml aborts
+// the process on a failed assert.
+func QuantizeChunkInto(t formats.DType, dst []byte, src []float32, nPerRow int, weights []float32) error {
 	if !t.InLinkedGGML() {
-		return nil, fmt.Errorf("ggml: type %s is not in the linked ggml", t)
+		return fmt.Errorf("ggml: type %s is not in the linked ggml", t)
 	}
 	switch t {
 	case formats.Q8_1, formats.Q8_K, formats.I8, formats.I16, formats.I32, formats.I64, formats.F64:
-		return nil, fmt.Errorf("ggml: cannot quantize to %s", t)
+		return fmt.Errorf("ggml: cannot quantize to %s", t)
 	}
 	if nPerRow <= 0 || len(src)%nPerRow != 0 {
-		return nil, fmt.Errorf("ggml: %d floats is not a whole number of rows of %d", len(src), nPerRow)
+		return fmt.Errorf("ggml: %d floats is not a whole number of rows of %d", len(src), nPerRow)
 	}
 	rb, err := t.RowBytes(int64(nPerRow))
 	if err != nil {
-		return nil, fmt.Errorf("ggml: %v", err)
-	}
-	if weights != nil && len(weights) != nPerRow {
-		return nil, fmt.Errorf("ggml: %d importance weights for rows of %d", len(weights), nPerRow)
-	}
-	if weights == nil && RequiresImatrix(t) {
-		return nil, fmt.Errorf("ggml: %s needs importance weights", t)
+		return fmt.Errorf("ggml: %v", err)
 	}
 	nrows := len(src) / nPerRow
-	dst := make([]byte, int64(nrows)*rb+1)
+	if int64(len(dst)) != int64(nrows)*rb {
+		return fmt.Errorf("ggml: output of %d bytes for %d rows of %s, want %d", len(dst), nrows, t, int64(nrows)*rb)
+	}
+	if weights != nil && len(weights) != nPerRow {
+		return fmt.Errorf("ggml: %d importance weights for rows of %d", len(weights), nPerRow)
+	}
+	if weights == nil && RequiresImatrix(t) {
+		return fmt.Errorf("ggml: %s needs importance weights", t)
+	}
 	if nrows == 0 {
-		return dst[:0], nil
+		return nil
 	}
 	var w *C.float
 	if weights != nil {
@@ -104,27 +83,7 @@ func QuantizeChunk(t formats.DType, src []float32, nPerRow int, weights []float3
 	n := C.ggml_quantize_chunk(C.int(t), (*C.float)(unsafe.Pointer(&src[0])), unsafe.Pointer(&dst[0]),
 		0, C.int64_t(nrows), C.int64_t(nPerRow), w)
 	if int64(n) != int64(nrows)*rb {
-		return nil, fmt.Errorf("ggml: quantize %s wrote %d bytes, want %d", t, n, int64(nrows)*rb)
+		return fmt.Errorf("ggml: quantize %s wrote %d bytes, want %d", t, n, int64(nrows)*rb)
 	}
-	return dst[:n], nil
-}
-
-// Dequantize decodes n elements of type t with ggml's to_float.
-func Dequantize(t formats.DType, src []byte, n int) ([]float32, error) {
-	if !t.InLinkedGGML() || !bool(C.sdt_has_to_float(C.int(t))) {
-		return nil, fmt.Errorf("ggml: no dequantizer for %s", t)
-	}
-	need, err := t.RowBytes(int64(n))
-	if err != nil {
-		return nil, fmt.Errorf("ggml: %v", err)
-	}
-	if int64(len(src)) < need {
-		return nil, fmt.Errorf("ggml: %d bytes for %d elements of %s, want %d", len(src), n, t, need)
-	}
-	dst := make([]float32, n)
-	if n == 0 {
-		return dst, nil
-	}
-	C.sdt_to_float(C.int(t), unsafe.Pointer(&src[0]), (*C.float)(unsafe.Pointer(&dst[0])), C.int64_t(n))
-	return dst, nil
+	return nil
 }

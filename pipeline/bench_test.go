@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // benchDir is where benchmarks put their files: $SDTOOL_BENCH_DIR, else
@@ -64,7 +65,7 @@ func BenchmarkCopyThroughput(b *testing.B) {
 	for b.Loop() {
 		out := filepath.Join(dir, "out.fake")
 		start := time.Now()
-		if err := Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Force: true, Inputs: []string{in}}); err != nil {
+		if err := Run(context.Background(), at(&plan, out, newFakeWriter, []string{in}...), Options{Force: true}); err != nil {
 			b.Fatal(err)
 		}
 		d := time.Since(start)
@@ -124,7 +125,7 @@ func BenchmarkManySmallTensors(b *testing.B) {
 	}
 	out := filepath.Join(dir, "small.fake")
 	for b.Loop() {
-		if err := Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Force: true}); err != nil {
+		if err := Run(context.Background(), at(&plan, out, newFakeWriter), Options{Force: true}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -139,14 +140,14 @@ func BenchmarkConvertThreads(b *testing.B) {
 	var plan Plan
 	for i := range 8 {
 		t := m.add(fmt.Sprintf("w%d", i), formats.F16, []int64{1024, 4096}, f16Data(1024*4096, uint32(i)))
-		plan.Outputs = append(plan.Outputs, Output{Name: t.Name, Type: toyType, Shape: t.Shape, Producer: Convert(m, t, toyType, decodeF16, encodeToy)})
+		plan.Outputs = append(plan.Outputs, Output{Name: t.Name, Type: toyType, Shape: t.Shape, Producer: Convert(tensor.Plain(m, t), toyType, encodeToy)})
 	}
 	for _, threads := range []int{1, 2} {
 		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
 			b.SetBytes(64 << 20)
 			out := filepath.Join(dir, "conv.fake")
 			for b.Loop() {
-				if err := Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Force: true, Threads: threads}); err != nil {
+				if err := Run(context.Background(), at(&plan, out, newFakeWriter), Options{Force: true, Threads: threads}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -8,12 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"runtime"
 	"sync"
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Defaults of Options.
@@ -36,16 +36,8 @@ const (
 	minSlots       = 8
 )
 
-// NewWriterFunc makes the output's TensorWriter for the planned tensor
-// descriptors, writing to w (the header may be written at once or lazily).
-type NewWriterFunc func(w io.Writer, tensors []formats.Tensor) (formats.TensorWriter, error)
-
 // Options configures Run.
 type Options struct {
-	// OutPath is the output file; it is written as OutPath+".partial" and renamed when complete.
-	OutPath string
-	// NewWriter makes the format writer (GGUF, safetensors) for the plan's tensors.
-	NewWriter NewWriterFunc
 	// Threads is the number of producer workers; 0 means runtime.NumCPU().
 	Threads int
 	// MaxMemory bounds the bytes of chunk buffers in flight; 0 means DefaultMaxMemory.
@@ -57,11 +49,8 @@ type Options struct {
 	// 0 picks min(DefaultChunkBytes, MaxMemory/8), at least 64 KiB. A row
 	// larger than a chunk makes a chunk of its own.
 	ChunkBytes int64
-	// Force allows replacing an existing OutPath (never an input).
+	// Force allows replacing an existing output (never an input).
 	Force bool
-	// Inputs are the paths of every input file (all shards: formats.Info.Files);
-	// OutPath and its .partial must not be one of them.
-	Inputs []string
 	// Progress, when set, is called with the data bytes written so far and the total.
 	Progress func(done, total int64)
 	// Logger receives per-tensor Debug records and warnings; nil discards them.
@@ -92,12 +81,12 @@ type layout struct {
 	slots     int
 }
 
-func (o *Options) normalise() error {
-	if o.OutPath == "" {
+func (o *Options) normalise(plan *Plan) error {
+	if plan.Path == "" {
 		return errors.New("no output path")
 	}
-	if o.NewWriter == nil {
-		return errors.New("no output writer")
+	if plan.Format.New == nil {
+		return fmt.Errorf("%s: no output format", plan.Path)
 	}
 	if o.Threads <= 0 {
 		o.Threads = runtime.NumCPU()
@@ -156,27 +145,25 @@ func prepare(plan *Plan, o *Options) (*layout, error) {
 	return l, errors.Join(errs...)
 }
 
-// Run writes the plan's outputs to opts.OutPath: producers run on
-// opts.Threads workers, at most opts.MaxMemory of chunks are in flight, and
-// a single writer writes the chunks in header order, so the output is the
-// same for any thread count.
+// Run writes the plan's outputs to plan.Path in plan.Format: producers run
+// on opts.Threads workers, at most opts.MaxMemory of chunks are in flight,
+// and a single writer writes the chunks in header order, so the output is
+// the same for any thread count.
 //
 // The plan and every producer's Prepare are checked before anything is
-// created. The data goes to OutPath+".partial", created exclusively; a
-// .partial left by a crashed run is replaced (it can never be a valid
-// output, and keeping it would block every later run). A complete output is
-// fsynced and renamed over OutPath, and the directory is fsynced. OutPath is
-// refused when it exists without Force, and always when it or its .partial
-// is one of opts.Inputs (by path or, through links, as the same file); the
-// inputs are only stat'ed here, never opened. On any error or cancellation
-// the partial file is removed and the error, prefixed with OutPath, says
-// what happened: it wraps ErrInterrupted (and the context's cause) when ctx
-// was cancelled, and says "no space left on device" when the disk is full.
+// created. The file is written through the atomic publish (CreateAtomic):
+// Path+".partial", created exclusively, fsynced and renamed over Path when
+// complete. Path is refused when it exists without opts.Force, and always
+// when it or its .partial is one of plan.Inputs. On any error or
+// cancellation the partial file is removed and the error, prefixed with
+// Path, says what happened: it wraps ErrInterrupted (and the context's
+// cause) when ctx was cancelled, and says "no space left on device" when
+// the disk is full.
 func Run(ctx context.Context, plan *Plan, opts Options) error {
-	if err := opts.normalise(); err != nil {
+	if err := opts.normalise(plan); err != nil {
 		return err
 	}
-	out := opts.OutPath
+	out := plan.Path
 	l, err := prepare(plan, &opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", out, err)
@@ -188,28 +175,21 @@ func Run(ctx context.Context, plan *Plan, opts Options) error {
 	if ctx.Err() != nil {
 		return interrupted(out, ctx, "nothing written")
 	}
-	if err := checkOutput(out, opts.Inputs, opts.Force); err != nil {
-		return err
-	}
-	f, err := createPartial(out, opts.Logger)
+	a, err := CreateAtomic(out, PublishOptions{Force: opts.Force, Inputs: plan.Inputs, Logger: opts.Logger})
 	if err != nil {
 		return err
 	}
-	err = write(ctx, f, plan, tensors, l, &opts)
-	if err == nil {
-		err = publish(f, out, opts.Logger)
-		if err == nil {
-			return nil
-		}
+	if err := write(ctx, a, plan, tensors, l, &opts); err != nil {
+		return a.Abort(ctx, err)
 	}
-	return failed(ctx, f, out, err)
+	return a.Commit()
 }
 
 // write streams the plan into f through the format writer and checks the
 // resulting size; it does not close f.
-func write(ctx context.Context, f *os.File, plan *Plan, tensors []formats.Tensor, l *layout, o *Options) error {
+func write(ctx context.Context, f *AtomicFile, plan *Plan, tensors []formats.Tensor, l *layout, o *Options) error {
 	bw := bufio.NewWriterSize(f, writeBufferBytes)
-	tw, err := o.NewWriter(bw, tensors)
+	tw, err := plan.Format.New(bw, tensors, plan.header())
 	if err != nil {
 		return err
 	}
@@ -234,8 +214,8 @@ func write(ctx context.Context, f *os.File, plan *Plan, tensors []formats.Tensor
 	if err := bw.Flush(); err != nil {
 		return err
 	}
-	if st, err := f.Stat(); err == nil && st.Size() != tw.Size() {
-		return fmt.Errorf("wrote %d bytes, the writer announced %d", st.Size(), tw.Size())
+	if n, err := f.Size(); err == nil && n != tw.Size() {
+		return fmt.Errorf("wrote %d bytes, the writer announced %d", n, tw.Size())
 	}
 	return nil
 }
@@ -336,7 +316,7 @@ func dispatch(ctx context.Context, plan *Plan, l *layout, sem chan struct{}, poo
 // work runs producers for chunks until jobs is closed; the first error
 // cancels the whole run.
 func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chunk, chunkSize int64) {
-	var s Scratch
+	var s tensor.Scratch
 	for c := range jobs {
 		if ctx.Err() == nil {
 			c.err = produce(ctx, c, &s)
@@ -353,7 +333,7 @@ func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chun
 		close(c.done)
 		if !c.pooled {
 			// Drop the scratch an oversized row grew, so that memory falls back to the budget.
-			s.trim(chunkSize)
+			s.Trim(chunkSize)
 		}
 	}
 }
@@ -361,7 +341,7 @@ func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chun
 // produce runs the chunk's producer, turning a panic (a codec bug on an
 // unexpected shape) into an error so that the partial output is still
 // removed and the process exits cleanly.
-func produce(ctx context.Context, c *chunk, s *Scratch) (err error) {
+func produce(ctx context.Context, c *chunk, s *tensor.Scratch) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("rows [%d, %d): producer panicked: %v", c.first, c.first+c.n, r)
@@ -429,18 +409,4 @@ func logTensor(log *slog.Logger, o *Output, bytes int64, d time.Duration) {
 		attrs = append(attrs, "source", o.Source.Name, "source_type", o.Source.Type.String())
 	}
 	log.Debug("wrote tensor", attrs...)
-}
-
-// trim drops scratch buffers larger than limit bytes.
-func (s *Scratch) trim(limit int64) {
-	for i, b := range s.bytes {
-		if int64(cap(b)) > limit {
-			s.bytes[i] = nil
-		}
-	}
-	for i, f := range s.floats {
-		if 4*int64(cap(f)) > limit {
-			s.floats[i] = nil
-		}
-	}
 }

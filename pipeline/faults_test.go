@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // rawInput writes a raw file holding two F16 tensors and returns a model
@@ -66,11 +67,11 @@ func TestNoSpaceLeft(t *testing.T) {
 	for _, limit := range []int64{0, 10, 100, 5000, size / 2, size - 1} {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
 			out := filepath.Join(dir, "out.fake")
-			err := Run(context.Background(), plan, Options{
-				OutPath: out, Inputs: []string{m.tensors[0].File}, ChunkBytes: 1024, MaxMemory: 4096,
-				NewWriter: func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
-					return newFakeWriter(&enospcWriter{w: w, limit: limit}, ts)
-				},
+			err := Run(context.Background(), at(plan, out, func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
+				return newFakeWriter(&enospcWriter{w: w, limit: limit}, ts)
+			}, []string{m.tensors[0].File}...), Options{
+				ChunkBytes: 1024,
+				MaxMemory:  4096,
 			})
 			if err == nil {
 				t.Fatal("no error")
@@ -100,13 +101,13 @@ func TestInterrupted(t *testing.T) {
 		// Cancel from inside the run, after a few chunks were produced.
 		inner := plan.Outputs[0].Producer
 		var n int
-		plan.Outputs[0].Producer = ProducerFunc(func(c context.Context, dst []byte, first, rows int64, s *Scratch) error {
+		plan.Outputs[0].Producer = ProducerFunc(func(c context.Context, dst []byte, first, rows int64, s *tensor.Scratch) error {
 			if n++; n == 3 {
 				cancel()
 			}
 			return inner.Produce(c, dst, first, rows, s)
 		})
-		err := Run(ctx, plan, Options{OutPath: out, NewWriter: newFakeWriter, Threads: 1, ChunkBytes: 512, MaxMemory: 2048})
+		err := Run(ctx, at(plan, out, newFakeWriter), Options{Threads: 1, ChunkBytes: 512, MaxMemory: 2048})
 		if !errors.Is(err, ErrInterrupted) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "interrupted") {
 			t.Fatalf("error %v, want interrupted", err)
 		}
@@ -117,21 +118,22 @@ func TestInterrupted(t *testing.T) {
 	})
 
 	t.Run("signal while producers block", func(t *testing.T) {
+		// The command cancels with a cause that names the signal.
+		signal := errors.New("received SIGINT")
 		ctx, cancel := context.WithCancelCause(context.Background())
 		plan := copyPlan(m)
-		plan.Outputs[1].Producer = ProducerFunc(func(c context.Context, _ []byte, _, _ int64, _ *Scratch) error {
+		plan.Outputs[1].Producer = ProducerFunc(func(c context.Context, _ []byte, _, _ int64, _ *tensor.Scratch) error {
 			<-c.Done() // a long producer that honours cancellation
 			return c.Err()
 		})
-		time.AfterFunc(50*time.Millisecond, func() { cancel(&SignalError{Signal: os.Interrupt}) })
+		time.AfterFunc(50*time.Millisecond, func() { cancel(signal) })
 		start := time.Now()
-		err := Run(ctx, plan, Options{OutPath: out, NewWriter: newFakeWriter, Threads: 4})
+		err := Run(ctx, at(plan, out, newFakeWriter), Options{Threads: 4})
 		if !errors.Is(err, ErrInterrupted) || !strings.Contains(err.Error(), "interrupted (received SIGINT)") {
 			t.Fatalf("error %v, want interrupted by SIGINT", err)
 		}
-		var se *SignalError
-		if !errors.As(err, &se) || se.Signal != os.Interrupt {
-			t.Errorf("error %v does not carry the signal", err)
+		if !errors.Is(err, signal) {
+			t.Errorf("error %v does not carry the cause", err)
 		}
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("Run took %v to stop", d)
@@ -142,7 +144,7 @@ func TestInterrupted(t *testing.T) {
 	t.Run("before start", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		err := Run(ctx, copyPlan(m), Options{OutPath: out, NewWriter: newFakeWriter})
+		err := Run(ctx, at(copyPlan(m), out, newFakeWriter), Options{})
 		if !errors.Is(err, ErrInterrupted) {
 			t.Fatalf("error %v, want interrupted", err)
 		}
@@ -191,7 +193,7 @@ func TestOutputIsInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			// Force must not override this refusal.
-			err := Run(context.Background(), copyPlan(m), Options{OutPath: c.out, Inputs: c.inputs, Force: true, NewWriter: newFakeWriter})
+			err := Run(context.Background(), at(copyPlan(m), c.out, newFakeWriter, c.inputs...), Options{Force: true})
 			if !errors.Is(err, ErrOutputIsInput) || !strings.Contains(err.Error(), "input") {
 				t.Fatalf("error %v, want refusal", err)
 			}
@@ -210,14 +212,14 @@ func TestExistingOutput(t *testing.T) {
 	if err := os.WriteFile(out, []byte("previous"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := Run(context.Background(), copyPlan(m), Options{OutPath: out, NewWriter: newFakeWriter})
+	err := Run(context.Background(), at(copyPlan(m), out, newFakeWriter), Options{})
 	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("error %v, want refusal without --force", err)
 	}
 	if b, _ := os.ReadFile(out); string(b) != "previous" {
 		t.Fatal("existing output changed without --force")
 	}
-	if err := Run(context.Background(), copyPlan(m), Options{OutPath: out, NewWriter: newFakeWriter, Force: true}); err != nil {
+	if err := Run(context.Background(), at(copyPlan(m), out, newFakeWriter), Options{Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, data := readFake(t, out); len(data) != 2 {
@@ -225,7 +227,7 @@ func TestExistingOutput(t *testing.T) {
 	}
 	noPartial(t, out)
 
-	if err := Run(context.Background(), copyPlan(m), Options{OutPath: dir, NewWriter: newFakeWriter, Force: true}); err == nil {
+	if err := Run(context.Background(), at(copyPlan(m), dir, newFakeWriter), Options{Force: true}); err == nil {
 		t.Error("a directory as output was accepted")
 	}
 }
@@ -237,7 +239,7 @@ func TestStalePartialReplaced(t *testing.T) {
 	if err := os.WriteFile(out+PartialSuffix, bytes.Repeat([]byte("junk"), 1000), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := Run(context.Background(), copyPlan(m), Options{OutPath: out, NewWriter: newFakeWriter}); err != nil {
+	if err := Run(context.Background(), at(copyPlan(m), out, newFakeWriter), Options{}); err != nil {
 		t.Fatal(err)
 	}
 	names, _ := readFake(t, out)
@@ -252,7 +254,7 @@ func TestProducerErrorNamesTensor(t *testing.T) {
 	m := testModel(t)
 	m.readErr["bias"] = errors.New("disk read failed")
 	out := filepath.Join(dir, "out.fake")
-	err := Run(context.Background(), copyPlan(m), Options{OutPath: out, NewWriter: newFakeWriter})
+	err := Run(context.Background(), at(copyPlan(m), out, newFakeWriter), Options{})
 	if err == nil || !strings.Contains(err.Error(), `tensor "bias"`) || !strings.Contains(err.Error(), "disk read failed") ||
 		!strings.Contains(err.Error(), m.path) {
 		t.Fatalf("error %v, want the file, the tensor and the problem", err)
@@ -264,8 +266,8 @@ func TestProducerErrorNamesTensor(t *testing.T) {
 
 	// A producer that does not name the tensor gets it named.
 	plan := &Plan{Outputs: []Output{{Name: "gen", Type: formats.F32, Shape: []int64{4}, Producer: ProducerFunc(
-		func(context.Context, []byte, int64, int64, *Scratch) error { return errors.New("boom") })}}}
-	err = Run(context.Background(), plan, Options{OutPath: out, NewWriter: newFakeWriter})
+		func(context.Context, []byte, int64, int64, *tensor.Scratch) error { return errors.New("boom") })}}}
+	err = Run(context.Background(), at(plan, out, newFakeWriter), Options{})
 	if err == nil || !strings.Contains(err.Error(), `tensor "gen": boom`) {
 		t.Fatalf("error %v", err)
 	}
@@ -277,7 +279,7 @@ func TestProducerErrorNamesTensor(t *testing.T) {
 	st.Size = 32
 	short.tensors[0] = st
 	plan = &Plan{Outputs: []Output{{Name: "s", Type: formats.F32, Shape: []int64{8}, Producer: Copy(short, st)}}}
-	err = Run(context.Background(), plan, Options{OutPath: out, NewWriter: newFakeWriter})
+	err = Run(context.Background(), at(plan, out, newFakeWriter), Options{})
 	if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), `short.raw: tensor "s"`) {
 		t.Fatalf("error %v", err)
 	}
@@ -298,7 +300,7 @@ func TestTmpfsFull(t *testing.T) {
 	m := newMemModel("in.mem")
 	m.add("w", formats.F16, []int64{1024, 1024}, f16Data(1024*1024, 7)) // 2 MiB, twice the disk
 	out := filepath.Join(mnt, "out.fake")
-	err := Run(context.Background(), copyPlan(m), Options{OutPath: out, NewWriter: newFakeWriter})
+	err := Run(context.Background(), at(copyPlan(m), out, newFakeWriter), Options{})
 	if err == nil || !strings.Contains(err.Error(), "no space left on device") || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("error %v, want no space left on device", err)
 	}
@@ -322,8 +324,11 @@ func unmount(t *testing.T, dir string) {
 func TestProducerPanic(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.fake")
 	plan := &Plan{Outputs: []Output{{Name: "p", Type: formats.F32, Shape: []int64{16, 4}, Producer: ProducerFunc(
-		func(_ context.Context, dst []byte, _, _ int64, _ *Scratch) error { _ = dst[len(dst)]; return nil })}}}
-	err := Run(context.Background(), plan, Options{OutPath: out, NewWriter: newFakeWriter})
+		func(_ context.Context, dst []byte, _, _ int64, _ *tensor.Scratch) error {
+			_ = dst[len(dst)]
+			return nil
+		})}}}
+	err := Run(context.Background(), at(plan, out, newFakeWriter), Options{})
 	if err == nil || !strings.Contains(err.Error(), `tensor "p"`) || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("error %v", err)
 	}
@@ -340,13 +345,13 @@ func TestPartialReplacedByAnotherRun(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.fake")
 	partial := out + PartialSuffix
 	plan := &Plan{Outputs: []Output{{Name: "x", Type: formats.F32, Shape: []int64{4}, Producer: ProducerFunc(
-		func(context.Context, []byte, int64, int64, *Scratch) error {
+		func(context.Context, []byte, int64, int64, *tensor.Scratch) error {
 			if err := os.Remove(partial); err != nil {
 				return err
 			}
 			return os.WriteFile(partial, []byte("theirs"), 0o644)
 		})}}}
-	err := Run(context.Background(), plan, Options{OutPath: out, NewWriter: newFakeWriter})
+	err := Run(context.Background(), at(plan, out, newFakeWriter), Options{})
 	if err == nil || !strings.Contains(err.Error(), "replaced by another process") {
 		t.Fatalf("error %v", err)
 	}

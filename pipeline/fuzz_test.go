@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // FuzzChunking runs random plans (shapes, types, chunk sizes, budgets,
@@ -33,7 +34,7 @@ func FuzzChunking(f *testing.F) {
 				continue // a shape the type cannot hold; the plan check is tested elsewhere
 			}
 			seed := byte(len(plan.Outputs))
-			o.Producer = ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *Scratch) error {
+			o.Producer = ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *tensor.Scratch) error {
 				for j := range dst {
 					dst[j] = byte(first+int64(j)/rb) ^ seed
 				}
@@ -43,9 +44,10 @@ func FuzzChunking(f *testing.F) {
 		}
 		var got map[string][]byte
 		out := filepath.Join(t.TempDir(), "out.fake")
-		err := Run(context.Background(), &plan, Options{
-			OutPath: out, Threads: int(threads%8) + 1, ChunkBytes: int64(chunk) + 1, MaxMemory: int64(mem) + 1,
-			NewWriter: func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) { return newFakeWriter(w, ts) },
+		err := Run(context.Background(), at(&plan, out, func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) { return newFakeWriter(w, ts) }), Options{
+			Threads:    int(threads%8) + 1,
+			ChunkBytes: int64(chunk) + 1,
+			MaxMemory:  int64(mem) + 1,
 		})
 		if err != nil {
 			t.Fatal(err)

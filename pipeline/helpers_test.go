@@ -343,3 +343,20 @@ func f16Data(n int, seed uint32) []byte {
 	}
 	return b
 }
+
+// writerFunc makes a TensorWriter for a plan's tensors.
+type writerFunc func(w io.Writer, tensors []formats.Tensor) (formats.TensorWriter, error)
+
+// at points p at the output out, written by nw (nil: the fake format),
+// reading inputs, and returns it.
+func at(p *Plan, out string, nw writerFunc, inputs ...string) *Plan {
+	if nw == nil {
+		nw = newFakeWriter
+	}
+	p.Path, p.Inputs = out, inputs
+	p.Format = formats.Creator{Name: "fake", Ext: ".fake",
+		New: func(w io.Writer, ts []formats.Tensor, _ formats.WriteOptions) (formats.TensorWriter, error) {
+			return nw(w, ts)
+		}}
+	return p
+}

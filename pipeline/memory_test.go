@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 const memChildEnv = "SDTOOL_PIPELINE_MEMCHILD"
@@ -95,9 +96,9 @@ func TestMemoryChild(t *testing.T) {
 	for off := int64(0); off+tsize <= mib<<20; off += tsize {
 		tt := formats.Tensor{Name: fmt.Sprintf("t%d", off/tsize), Type: formats.F16, Shape: []int64{rows, cols}, File: in, Offset: off, Size: tsize}
 		m.tensors = append(m.tensors, tt)
-		plan.Outputs = append(plan.Outputs, Output{Name: tt.Name, Type: toyType, Shape: tt.Shape, Producer: Convert(m, tt, toyType, decodeF16, encodeToy)})
+		plan.Outputs = append(plan.Outputs, Output{Name: tt.Name, Type: toyType, Shape: tt.Shape, Producer: Convert(tensor.Plain(m, tt), toyType, encodeToy)})
 	}
-	err = Run(context.Background(), &plan, Options{OutPath: out, NewWriter: newFakeWriter, Threads: 2, MaxMemory: 16 << 20, Inputs: []string{in}})
+	err = Run(context.Background(), at(&plan, out, newFakeWriter, []string{in}...), Options{Threads: 2, MaxMemory: 16 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // toyType is the output type of the toy codec: q8_1 has its block shape
@@ -49,9 +50,6 @@ func copyPlan(m formats.Model) *Plan {
 
 func run(t *testing.T, ctx context.Context, plan *Plan, opts Options) error {
 	t.Helper()
-	if opts.NewWriter == nil {
-		opts.NewWriter = newFakeWriter
-	}
 	return Run(ctx, plan, opts)
 }
 
@@ -66,8 +64,10 @@ func TestCopyRoundTrip(t *testing.T) {
 	m := testModel(t)
 	out := filepath.Join(t.TempDir(), "out.fake")
 	var calls, last, total int64
-	err := run(t, context.Background(), copyPlan(m), Options{
-		OutPath: out, Threads: 3, ChunkBytes: 4096, MaxMemory: 16384,
+	err := run(t, context.Background(), at(copyPlan(m), out, nil), Options{
+		Threads:    3,
+		ChunkBytes: 4096,
+		MaxMemory:  16384,
 		Progress: func(d, tot int64) {
 			if d < last {
 				t.Errorf("progress went back from %d to %d", last, d)
@@ -116,7 +116,7 @@ func (s slowProducer) Prepare(o *Output) (int64, error) {
 	return 0, nil
 }
 
-func (s slowProducer) Produce(ctx context.Context, dst []byte, first, n int64, sc *Scratch) error {
+func (s slowProducer) Produce(ctx context.Context, dst []byte, first, n int64, sc *tensor.Scratch) error {
 	time.Sleep(time.Duration((first*7919)%5) * time.Millisecond)
 	return s.Producer.Produce(ctx, dst, first, n, sc)
 }
@@ -128,7 +128,7 @@ func convertPlan(m *memModel, slow bool) (*Plan, map[string][]byte) {
 		if t.Type != formats.F16 || t.RowLength()%toyBlock != 0 {
 			continue
 		}
-		var prod Producer = Convert(m, t, toyType, decodeF16, encodeToy)
+		var prod Producer = Convert(tensor.Plain(m, t), toyType, encodeToy)
 		if slow {
 			prod = slowProducer{prod}
 		}
@@ -155,7 +155,7 @@ func TestDeterministicAcrossThreads(t *testing.T) {
 	for _, threads := range []int{1, 2, 7} {
 		plan, want := convertPlan(m, true)
 		out := filepath.Join(dir, fmt.Sprintf("out%d.fake", threads))
-		if err := run(t, context.Background(), plan, Options{OutPath: out, Threads: threads, ChunkBytes: 1000, MaxMemory: 8000}); err != nil {
+		if err := run(t, context.Background(), at(plan, out, nil), Options{Threads: threads, ChunkBytes: 1000, MaxMemory: 8000}); err != nil {
 			t.Fatal(err)
 		}
 		_, data := readFake(t, out)
@@ -182,7 +182,7 @@ type recorder struct {
 	maxChunk int64
 }
 
-func (r *recorder) Produce(_ context.Context, dst []byte, first, n int64, _ *Scratch) error {
+func (r *recorder) Produce(_ context.Context, dst []byte, first, n int64, _ *tensor.Scratch) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if int64(len(dst)) != n*r.rowBytes {
@@ -225,7 +225,7 @@ func TestChunking(t *testing.T) {
 			rec := &recorder{rowBytes: rb, seen: map[int64]int{}}
 			o.Producer = rec
 			out := filepath.Join(t.TempDir(), "out.fake")
-			if err := run(t, context.Background(), &Plan{Outputs: []Output{o}}, Options{OutPath: out, Threads: 4, ChunkBytes: c.chunk, MaxMemory: c.maxMem}); err != nil {
+			if err := run(t, context.Background(), at(&Plan{Outputs: []Output{o}}, out, nil), Options{Threads: 4, ChunkBytes: c.chunk, MaxMemory: c.maxMem}); err != nil {
 				t.Fatal(err)
 			}
 			if int64(len(rec.seen)) != rows {
@@ -267,7 +267,7 @@ func (m meteredWriter) Write(p []byte) (int, error) {
 func TestMemoryBudgetInFlight(t *testing.T) {
 	var inFlight, peak atomic.Int64
 	const rowBytes, maxMem = 256, 4096
-	prod := ProducerFunc(func(_ context.Context, dst []byte, _, _ int64, _ *Scratch) error {
+	prod := ProducerFunc(func(_ context.Context, dst []byte, _, _ int64, _ *tensor.Scratch) error {
 		v := inFlight.Add(int64(len(dst)))
 		for {
 			p := peak.Load()
@@ -279,12 +279,13 @@ func TestMemoryBudgetInFlight(t *testing.T) {
 	})
 	plan := &Plan{Outputs: []Output{{Name: "w", Type: formats.F32, Shape: []int64{400, rowBytes / 4}, Producer: prod}}}
 	out := filepath.Join(t.TempDir(), "out.fake")
-	err := run(t, context.Background(), plan, Options{
-		OutPath: out, Threads: 8, MaxMemory: maxMem, ChunkBytes: 1024,
-		NewWriter: func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
-			fw, err := newFakeWriter(w, ts)
-			return meteredWriter{fw, &inFlight, &peak}, err
-		},
+	err := run(t, context.Background(), at(plan, out, func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
+		fw, err := newFakeWriter(w, ts)
+		return meteredWriter{fw, &inFlight, &peak}, err
+	}), Options{
+		Threads:    8,
+		MaxMemory:  maxMem,
+		ChunkBytes: 1024,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -302,9 +303,9 @@ func TestConvertReshapeAndChecks(t *testing.T) {
 	decodeF16(f, m.data["w"])
 	want := make([]byte, 8*toyBlockBytes)
 	encodeToy(want, f, 32)
-	plan := &Plan{Outputs: []Output{{Name: "w", Type: toyType, Shape: []int64{8, 32}, Producer: Convert(m, src, toyType, decodeF16, encodeToy)}}}
+	plan := &Plan{Outputs: []Output{{Name: "w", Type: toyType, Shape: []int64{8, 32}, Producer: Convert(tensor.Plain(m, src), toyType, encodeToy)}}}
 	out := filepath.Join(t.TempDir(), "out.fake")
-	if err := run(t, context.Background(), plan, Options{OutPath: out, ChunkBytes: 100}); err != nil {
+	if err := run(t, context.Background(), at(plan, out, nil), Options{ChunkBytes: 100}); err != nil {
 		t.Fatal(err)
 	}
 	if _, data := readFake(t, out); !bytes.Equal(data["w"], want) {
@@ -316,9 +317,9 @@ func TestConvertReshapeAndChecks(t *testing.T) {
 		o    Output
 		want string
 	}{
-		{"elements", Output{Name: "w", Type: toyType, Shape: []int64{4, 32}, Producer: Convert(m, src, toyType, decodeF16, encodeToy)}, "has 128 elements"},
-		{"type", Output{Name: "w", Type: formats.Q8_0, Shape: []int64{4, 64}, Producer: Convert(m, src, toyType, decodeF16, encodeToy)}, "encodes q8_1"},
-		{"no codec", Output{Name: "w", Type: toyType, Shape: []int64{4, 64}, Producer: Convert(m, src, toyType, nil, encodeToy)}, "no decoder"},
+		{"elements", Output{Name: "w", Type: toyType, Shape: []int64{4, 32}, Producer: Convert(tensor.Plain(m, src), toyType, encodeToy)}, "has 128 elements"},
+		{"type", Output{Name: "w", Type: formats.Q8_0, Shape: []int64{4, 64}, Producer: Convert(tensor.Plain(m, src), toyType, encodeToy)}, "encodes q8_1"},
+		{"no codec", Output{Name: "w", Type: toyType, Shape: []int64{4, 64}, Producer: Convert(tensor.Plain(m, src), toyType, nil)}, "no encoder"},
 		{"copy type", Output{Name: "w", Type: formats.BF16, Shape: []int64{4, 64}, Producer: Copy(m, src)}, "cannot copy f16"},
 		{"copy size", Output{Name: "w", Type: formats.F16, Shape: []int64{2, 64}, Producer: Copy(m, src)}, "needs 256 bytes"},
 		{"block", Output{Name: "w", Type: formats.Q4_0, Shape: []int64{4, 48}, Producer: Copy(m, src)}, "block size"},
@@ -328,7 +329,7 @@ func TestConvertReshapeAndChecks(t *testing.T) {
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out.fake")
-			err := run(t, context.Background(), &Plan{Outputs: []Output{c.o}}, Options{OutPath: out})
+			err := run(t, context.Background(), at(&Plan{Outputs: []Output{c.o}}, out, nil), Options{})
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), `"w"`) {
 				t.Fatalf("error %v, want one naming the tensor and saying %q", err, c.want)
 			}
@@ -350,7 +351,7 @@ func TestDuplicateNames(t *testing.T) {
 	}
 }
 
-func TestEncodeWith(t *testing.T) {
+func TestEncodeRows(t *testing.T) {
 	// A stand-in quantizer that records the weights of each call.
 	var calls [][]float32
 	q := func(dst []byte, src, w []float32) {
@@ -359,14 +360,14 @@ func TestEncodeWith(t *testing.T) {
 			dst[i] = byte(len(src))
 		}
 	}
-	enc := EncodeWith(formats.Q8_0, q, nil)
+	enc := EncodeRows(formats.Q8_0, q, nil)
 	dst := make([]byte, 3*34)
 	if err := enc(dst, make([]float32, 96), 32); err != nil || len(calls) != 1 || dst[0] != 96 {
 		t.Fatalf("unweighted: %v, %d calls, dst[0]=%d", err, len(calls), dst[0])
 	}
 	calls = nil
 	w := make([]float32, 32)
-	enc = EncodeWith(formats.Q8_0, q, w)
+	enc = EncodeRows(formats.Q8_0, q, w)
 	if err := enc(dst, make([]float32, 96), 32); err != nil || len(calls) != 3 || dst[0] != 32 {
 		t.Fatalf("weighted: %v, %d calls, dst[0]=%d", err, len(calls), dst[0])
 	}
@@ -378,14 +379,11 @@ func TestEncodeWith(t *testing.T) {
 func TestLayoutMismatch(t *testing.T) {
 	m := testModel(t)
 	out := filepath.Join(t.TempDir(), "out.fake")
-	err := run(t, context.Background(), copyPlan(m), Options{
-		OutPath: out,
-		NewWriter: func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
-			ts = append([]formats.Tensor(nil), ts...)
-			ts[1].Size++
-			return newFakeWriter(w, ts)
-		},
-	})
+	err := run(t, context.Background(), at(copyPlan(m), out, func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
+		ts = append([]formats.Tensor(nil), ts...)
+		ts[1].Size++
+		return newFakeWriter(w, ts)
+	}), Options{})
 	if err == nil || !strings.Contains(err.Error(), `"bias"`) {
 		t.Fatalf("error %v, want a layout mismatch on bias", err)
 	}
@@ -397,7 +395,7 @@ func TestDebugLogPerTensor(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	out := filepath.Join(t.TempDir(), "out.fake")
-	if err := run(t, context.Background(), copyPlan(m), Options{OutPath: out, Logger: log}); err != nil {
+	if err := run(t, context.Background(), at(copyPlan(m), out, nil), Options{Logger: log}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range m.tensors {
@@ -447,13 +445,13 @@ func TestSummary(t *testing.T) {
 func TestConvertSteadyStateAllocs(t *testing.T) {
 	m := newMemModel("in")
 	src := m.add("w", formats.F16, []int64{64, 256}, f16Data(64*256, 8))
-	p := Convert(m, src, toyType, decodeF16, encodeToy)
+	p := Convert(tensor.Plain(m, src), toyType, encodeToy)
 	o := Output{Name: "w", Type: toyType, Shape: src.Shape}
 	if _, err := p.(Preparer).Prepare(&o); err != nil {
 		t.Fatal(err)
 	}
 	_, rb, _ := o.Rows()
-	var s Scratch
+	var s tensor.Scratch
 	dst := make([]byte, 8*rb)
 	row := int64(0)
 	allocs := testing.AllocsPerRun(20, func() {
@@ -485,7 +483,7 @@ func TestProducersRunInParallel(t *testing.T) {
 	var mu sync.Mutex
 	arrived := 0
 	open := make(chan struct{})
-	prod := ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *Scratch) error {
+	prod := ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *tensor.Scratch) error {
 		mu.Lock()
 		arrived++
 		if arrived == threads {
@@ -505,7 +503,7 @@ func TestProducersRunInParallel(t *testing.T) {
 		{Name: "b", Type: formats.F32, Shape: []int64{6, 256}, Producer: prod},
 	}}
 	out := filepath.Join(t.TempDir(), "out.fake")
-	if err := run(t, context.Background(), plan, Options{OutPath: out, Threads: threads, ChunkBytes: 1024, MaxMemory: 1 << 20}); err != nil {
+	if err := run(t, context.Background(), at(plan, out, nil), Options{Threads: threads, ChunkBytes: 1024, MaxMemory: 1 << 20}); err != nil {
 		t.Fatal(err)
 	}
 }

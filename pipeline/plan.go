@@ -1,17 +1,3 @@
-// Package pipeline is the streaming engine every writing command runs on: a
-// Plan lists every output tensor (name, type, shape, producer) before any
-// byte is written, Run produces the tensors' bytes in row chunks on a worker
-// pool within a memory budget, writes them strictly in header order through a
-// formats.TensorWriter, and publishes the result atomically (OUT.partial,
-// fsync, rename).
-//
-// A command builds Outputs from opened models with Copy (raw bytes) or
-// Convert (decode to float32, encode), or with its own Producer; prints
-// Plan.Summary for --dry-run; and otherwise calls Run with a context from
-// SignalContext, a NewWriter for its format and, for a terminal, the Update
-// method of a progress.Bar (package pipeline/progress) as Options.Progress.
-// Inputs are read with ReadAt into bounded buffers, never mapped or read
-// whole, so peak memory does not grow with the model.
 package pipeline
 
 import (
@@ -20,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Producer fills the output bytes of a range of rows of one output tensor.
@@ -28,14 +15,14 @@ type Producer interface {
 	// which holds exactly nRows*RowBytes bytes. scratch belongs to the
 	// calling worker and may be used for temporary buffers; Produce is called
 	// concurrently for different chunks and must not keep dst or scratch.
-	Produce(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *Scratch) error
+	Produce(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *tensor.Scratch) error
 }
 
 // ProducerFunc adapts a function to the Producer interface.
-type ProducerFunc func(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *Scratch) error
+type ProducerFunc func(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *tensor.Scratch) error
 
 // Produce calls f.
-func (f ProducerFunc) Produce(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *Scratch) error {
+func (f ProducerFunc) Produce(ctx context.Context, dst []byte, firstRow, nRows int64, scratch *tensor.Scratch) error {
 	return f(ctx, dst, firstRow, nRows, scratch)
 }
 
@@ -63,6 +50,13 @@ type Output struct {
 	// Source is the input tensor this output comes from, for summaries and
 	// logs; nil when there is no single source (a combination, a new tensor).
 	Source *formats.Tensor
+	// From names the source's type in the dry-run table when
+	// Source.Type.String() does not say it ("int8_convrot" for a ComfyUI
+	// module); "" means Source.Type.
+	From string
+	// Note says, in the dry-run table, why the output has its type or how
+	// it is made ("copied", "row of 320 is not a multiple of ...").
+	Note string
 }
 
 // Elements returns the number of elements of the output, 0 when the shape is invalid.
@@ -118,10 +112,83 @@ func (o *Output) Descriptor() (formats.Tensor, error) {
 	return formats.Tensor{Name: o.Name, Type: o.Type, Shape: append([]int64(nil), o.Shape...), Size: size}, nil
 }
 
-// Plan lists every output tensor, in the order they are written.
+// Plan is everything a writing command decides before any byte is
+// written: the output file, its format and header, every output tensor in
+// write order, the inputs it reads (which the output must never replace)
+// and the notes its summary ends with. convert, quantize and merge each
+// turn their options into a Plan; Run writes it; WriteTable prints it for
+// --dry-run.
 type Plan struct {
+	// Path is the output file; it is written as Path+".partial" and renamed
+	// when complete.
+	Path string
+	// Format is the output's file format (usually formats.CreatorFor(Path)).
+	Format formats.Creator
+	// Header holds the format's settings (metadata, layout options).
+	Header formats.WriteOptions
 	// Outputs are the output tensors in header order.
 	Outputs []Output
+	// Inputs are the paths of every input file (all shards).
+	Inputs []string
+	// Notes are the lines the summary ends with: what the command found
+	// that the table does not show (consumers, unused imatrix entries).
+	Notes []string
+
+	models []formats.Model
+}
+
+// Use records m as an input of the plan: its files join Inputs and it is
+// closed with the plan.
+func (p *Plan) Use(m formats.Model) {
+	p.models = append(p.models, m)
+	files := m.Info().Files
+	if len(files) == 0 {
+		files = []string{m.Path()}
+	}
+	p.Inputs = append(p.Inputs, files...)
+	if m.Path() != files[0] {
+		p.Inputs = append(p.Inputs, m.Path())
+	}
+}
+
+// Close closes the models the plan uses.
+func (p *Plan) Close() error {
+	var errs []error
+	for _, m := range p.models {
+		errs = append(errs, m.Close())
+	}
+	p.models = nil
+	return errors.Join(errs...)
+}
+
+// Check validates the plan (Validate) and builds the output's header
+// without writing it, so that what the format refuses (a type it cannot
+// hold, zero outer dims in GGUF, bad metadata) is an error of the plan
+// rather than of a started run. Errors are prefixed with Path.
+func (p *Plan) Check() error {
+	if p.Format.New == nil {
+		return fmt.Errorf("%s: no output format", p.Path)
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", p.Path, err)
+	}
+	ts, err := p.Tensors()
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.Path, err)
+	}
+	if _, err := p.Format.New(nil, ts, p.header()); err != nil {
+		return fmt.Errorf("%s: %w", p.Path, err)
+	}
+	return nil
+}
+
+// header returns Header with the output's name filled in.
+func (p *Plan) header() formats.WriteOptions {
+	h := p.Header
+	if h.Name == "" {
+		h.Name = p.Path
+	}
+	return h
 }
 
 // Tensors returns the writer descriptors of every output in order.

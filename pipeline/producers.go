@@ -5,38 +5,8 @@ import (
 	"fmt"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/tensor"
 )
-
-// Scratch holds one worker's reusable buffers. Buffers are indexed by slot so
-// that a producer can hold several at once; a buffer keeps its capacity
-// between chunks, so a steady stream of chunks allocates nothing.
-type Scratch struct {
-	bytes  [][]byte
-	floats [][]float32
-}
-
-// Bytes returns a buffer of n bytes in the given slot (its contents are
-// whatever the last user left there).
-func (s *Scratch) Bytes(slot, n int) []byte {
-	for len(s.bytes) <= slot {
-		s.bytes = append(s.bytes, nil)
-	}
-	if cap(s.bytes[slot]) < n {
-		s.bytes[slot] = make([]byte, n)
-	}
-	return s.bytes[slot][:n]
-}
-
-// Float32s returns a buffer of n float32 values in the given slot.
-func (s *Scratch) Float32s(slot, n int) []float32 {
-	for len(s.floats) <= slot {
-		s.floats = append(s.floats, nil)
-	}
-	if cap(s.floats[slot]) < n {
-		s.floats[slot] = make([]float32, n)
-	}
-	return s.floats[slot][:n]
-}
 
 // copyProducer copies a source tensor's raw bytes.
 type copyProducer struct {
@@ -68,7 +38,7 @@ func (p *copyProducer) Prepare(o *Output) (int64, error) {
 }
 
 // Produce reads the bytes of the requested rows.
-func (p *copyProducer) Produce(_ context.Context, dst []byte, firstRow, nRows int64, _ *Scratch) error {
+func (p *copyProducer) Produce(_ context.Context, dst []byte, firstRow, nRows int64, _ *tensor.Scratch) error {
 	if nRows <= 0 {
 		return nil
 	}
@@ -77,27 +47,14 @@ func (p *copyProducer) Produce(_ context.Context, dst []byte, firstRow, nRows in
 	return formats.ReadFull(p.m, &p.t, dst, firstRow*rowBytes)
 }
 
-// Decoder decodes src, a whole number of blocks of the source type, into dst
-// (one float per element).
-type Decoder func(dst []float32, src []byte) error
+// RowEncoder encodes src, made of rows of rowLen floats, into dst, which
+// holds exactly the output bytes of those rows. It may overwrite src.
+type RowEncoder func(dst []byte, src []float32, rowLen int) error
 
-// Encoder encodes src, made of rows of rowLen floats, into dst, which holds
-// exactly the output bytes of those rows.
-type Encoder func(dst []byte, src []float32, rowLen int) error
-
-// DecodeWith adapts a decoding function that cannot fail (the shape of
-// quant.Codec.Dequantize) to a Decoder.
-func DecodeWith(f func(dst []float32, src []byte)) Decoder {
-	return func(dst []float32, src []byte) error {
-		f(dst, src)
-		return nil
-	}
-}
-
-// EncodeWith adapts a row quantizer (the shape of quant.Codec.Quantize) to an
-// Encoder for type t. weights is nil (ggml's unweighted path) or one
+// EncodeRows adapts a row quantizer (the shape of quant.Codec.Quantize) to
+// a RowEncoder for type t. weights is nil (ggml's unweighted path) or one
 // importance value per element of a row, applied to every row.
-func EncodeWith(t formats.DType, quantize func(dst []byte, src, weights []float32), weights []float32) Encoder {
+func EncodeRows(t formats.DType, quantize func(dst []byte, src, weights []float32), weights []float32) RowEncoder {
 	return func(dst []byte, src []float32, rowLen int) error {
 		if weights == nil {
 			// Unweighted block codecs treat every block alike, so all rows go in one call.
@@ -119,81 +76,80 @@ func EncodeWith(t formats.DType, quantize func(dst []byte, src, weights []float3
 	}
 }
 
-// convertProducer decodes source rows to float32 and encodes them.
+// convertProducer reads an output's elements from a source as float32 and
+// encodes them.
 type convertProducer struct {
-	m       formats.Model
-	t       formats.Tensor
-	dst     formats.DType
-	decode  Decoder
-	encode  Encoder
-	rowLen  int64 // output elements per row unit
-	srcRow  int64 // source bytes per row unit
-	checked bool
+	src    *tensor.Source
+	encode RowEncoder
+	out    formats.DType
+	rowLen int64 // output elements per row unit
 }
 
-// Convert returns a producer that reads t's rows into a reusable buffer,
-// decodes them to float32 with decode and encodes them to dstType with
-// encode. The output must have t's element count; its rows are taken from
-// t's data in element order, so a reshape is allowed when the row boundaries
-// fall on whole blocks of t's type.
-func Convert(m formats.Model, t formats.Tensor, dstType formats.DType, decode Decoder, encode Encoder) Producer {
-	return &convertProducer{m: m, t: t, dst: dstType, decode: decode, encode: encode}
+// Convert returns a producer that reads the output's rows from src as
+// float32 (any stored type, ComfyUI modules included; any reshape that
+// keeps the element order) and encodes them to type to with encode.
+func Convert(src *tensor.Source, to formats.DType, encode RowEncoder) Producer {
+	return &convertProducer{src: src, out: to, encode: encode}
 }
 
-// Prepare checks the output against the source and returns the scratch
-// (source bytes and floats) one row needs.
+// Prepare checks the element count and returns the scratch one row needs:
+// its floats, its raw source bytes and an unaligned-range buffer.
 func (p *convertProducer) Prepare(o *Output) (int64, error) {
-	if p.decode == nil || p.encode == nil {
-		return 0, fmt.Errorf("tensor %q: converting %s to %s: no decoder or encoder", o.Name, p.t.Type, p.dst)
+	if err := p.src.Err(); err != nil {
+		return 0, err
 	}
-	if o.Type != p.dst {
-		return 0, fmt.Errorf("tensor %q: producer encodes %s but the output is %s", o.Name, p.dst, o.Type)
+	if p.encode == nil {
+		return 0, fmt.Errorf("tensor %q: converting %s to %s: no encoder", o.Name, p.src.TypeName(), p.out)
+	}
+	if o.Type != p.out {
+		return 0, fmt.Errorf("tensor %q: producer encodes %s but the output is %s", o.Name, p.out, o.Type)
 	}
 	n := o.Elements()
-	if n != p.t.Elements() {
+	if n != p.src.Elements() {
 		return 0, fmt.Errorf("tensor %q: output shape %v has %d elements, source %q in %s has %d",
-			o.Name, o.Shape, n, p.t.Name, p.t.File, p.t.Elements())
+			o.Name, o.Shape, n, p.src.Name, p.src.Tensor.File, p.src.Elements())
 	}
 	rows, _, err := o.Rows()
 	if err != nil {
 		return 0, fmt.Errorf("tensor %q: %v", o.Name, err)
 	}
 	if rows == 0 {
-		p.checked = true
 		return 0, nil
 	}
 	p.rowLen = n / rows
-	p.srcRow, err = p.t.Type.RowBytes(p.rowLen)
-	if err != nil {
-		return 0, fmt.Errorf("tensor %q: rows of %d elements do not split source %q (%s) on block boundaries: %v",
-			o.Name, p.rowLen, p.t.Name, p.t.Type, err)
-	}
-	if p.srcRow*rows != p.t.Size {
-		return 0, fmt.Errorf("%s: tensor %q: %d bytes of %s data, expected %d for %d elements",
-			p.t.File, p.t.Name, p.t.Size, p.t.Type, p.srcRow*rows, n)
-	}
-	p.checked = true
-	return p.srcRow + 4*p.rowLen, nil
+	return 8*p.rowLen + p.src.RawBytes(p.rowLen), nil
 }
 
-// Produce converts the requested rows using the worker's scratch buffers.
-func (p *convertProducer) Produce(_ context.Context, dst []byte, firstRow, nRows int64, s *Scratch) error {
+// Produce decodes and encodes rows [firstRow, firstRow+nRows).
+func (p *convertProducer) Produce(_ context.Context, dst []byte, firstRow, nRows int64, s *tensor.Scratch) error {
 	if nRows <= 0 {
 		return nil
 	}
-	if !p.checked {
-		return fmt.Errorf("tensor %q: convert producer used before Prepare", p.t.Name)
-	}
-	src := s.Bytes(0, int(nRows*p.srcRow))
-	if err := formats.ReadFull(p.m, &p.t, src, firstRow*p.srcRow); err != nil {
-		return err
+	if p.rowLen == 0 {
+		return fmt.Errorf("tensor %q: convert producer used before Prepare", p.src.Name)
 	}
 	f := s.Float32s(0, int(nRows*p.rowLen))
-	if err := p.decode(f, src); err != nil {
-		return fmt.Errorf("%s: tensor %q: decoding %s: %w", p.t.File, p.t.Name, p.t.Type, err)
+	if err := p.src.Read(f, firstRow*p.rowLen, s); err != nil {
+		return err
 	}
 	if err := p.encode(dst, f, int(p.rowLen)); err != nil {
-		return fmt.Errorf("encoding %s: %w", p.dst, err)
+		return fmt.Errorf("encoding %s: %w", p.out, err)
 	}
 	return nil
+}
+
+// Constant returns a producer of fixed bytes (a comfy_quant marker, a
+// tensor-wise scale): rows of the output are consecutive slices of b.
+func Constant(b []byte) Producer {
+	return ProducerFunc(func(_ context.Context, dst []byte, first, n int64, _ *tensor.Scratch) error {
+		if n <= 0 {
+			return nil
+		}
+		rb := int64(len(dst)) / n
+		if (first+n)*rb > int64(len(b)) {
+			return fmt.Errorf("constant of %d bytes: rows [%d, %d) of %d bytes out of range", len(b), first, first+n, rb)
+		}
+		copy(dst, b[first*rb:])
+		return nil
+	})
 }

@@ -2,7 +2,10 @@ package pipeline
 
 import (
 	"fmt"
+	"io"
+	"slices"
 	"sort"
+	"text/tabwriter"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -113,4 +116,105 @@ func (p *Plan) Summary() (Summary, error) {
 	s.BitsPerWeight = bpw(s.Bytes, s.Elements)
 	s.SourceBitsPerWeight = bpw(s.SourceBytes, srcElements)
 	return s, nil
+}
+
+// Totals are what a summary's first line says: the bytes before and after,
+// the parameters (elements of outputs with a source) and the output's bits
+// per weight over those parameters.
+func (s *Summary) Totals() (in, out, params int64, bitsPerWeight float64) {
+	for _, t := range s.Tensors {
+		if t.SourceType != "" {
+			params += t.Elements
+		}
+	}
+	return s.SourceBytes, s.Bytes, params, bpw(s.Bytes, params)
+}
+
+// source names the input an output comes from, "FILE:TENSOR".
+func source(o *Output) string {
+	if o.Source == nil {
+		return ""
+	}
+	return o.Source.File + ":" + o.Source.Name
+}
+
+// showSources reports whether the table needs a SOURCE column: some output
+// comes from a tensor of another name, or the outputs come from more than
+// one file.
+func (p *Plan) showSources() bool {
+	file := ""
+	for i := range p.Outputs {
+		o := &p.Outputs[i]
+		if o.Source == nil {
+			continue
+		}
+		if o.Source.Name != o.Name || file != "" && o.Source.File != file {
+			return true
+		}
+		file = o.Source.File
+	}
+	return false
+}
+
+// WriteTable prints the plan as --dry-run shows it for every writing
+// command: one line per output tensor (name, source type, output type,
+// shape, bytes before and after, where it comes from when that is not
+// obvious, and the note), then WriteSummary.
+func (p *Plan) WriteTable(w io.Writer) error {
+	s, err := p.Summary()
+	if err != nil {
+		return err
+	}
+	sources := p.showSources()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "TENSOR\tFROM\tTO\tSHAPE\tBYTES IN\tBYTES OUT\tNOTE"
+	if sources {
+		head = "TENSOR\tFROM\tTO\tSHAPE\tBYTES IN\tBYTES OUT\tSOURCE\tNOTE"
+	}
+	fmt.Fprintln(tw, head)
+	for i := range p.Outputs {
+		o, row := &p.Outputs[i], &s.Tensors[i]
+		shape := fmt.Sprint(o.Shape)
+		if o.Source != nil && !slices.Equal(o.Source.Shape, o.Shape) {
+			shape += fmt.Sprintf(" (was %v)", o.Source.Shape)
+		}
+		from := o.From
+		if from == "" {
+			from = row.SourceType
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t", o.Name, from, row.Type, shape, row.SourceBytes, row.Bytes)
+		if sources {
+			fmt.Fprintf(tw, "%s\t", source(o))
+		}
+		fmt.Fprintln(tw, o.Note)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	return p.writeSummary(w, &s)
+}
+
+// WriteSummary prints what a run writes (or a dry run would): "PATH: N
+// tensors, P parameters: IN -> OUT (B bits per weight)", the tensors and
+// bytes per output type, then the plan's Notes.
+func (p *Plan) WriteSummary(w io.Writer) error {
+	s, err := p.Summary()
+	if err != nil {
+		return err
+	}
+	return p.writeSummary(w, &s)
+}
+
+func (p *Plan) writeSummary(w io.Writer, s *Summary) error {
+	in, out, params, b := s.Totals()
+	fmt.Fprintf(w, "%s: %d tensors, %d parameters: %s -> %s (%.2f bits per weight)\n",
+		p.Path, len(s.Tensors), params, HumanBytes(in), HumanBytes(out), b)
+	for _, t := range s.ByType {
+		fmt.Fprintf(w, "  %-8s %5d tensors  %s\n", t.Type, t.Tensors, HumanBytes(t.Bytes))
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintln(w, n)
+	}
+	return nil
 }

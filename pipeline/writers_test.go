@@ -14,6 +14,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // The pipeline with the real format writers, read back with the real readers.
@@ -27,13 +28,13 @@ func encodeF32(dst []byte, src []float32, _ int) error {
 
 // mixedPlan copies some tensors and converts others, returning the bytes each
 // output must hold (computed without the pipeline).
-func mixedPlan(m *memModel, to formats.DType, enc Encoder, encodeAll func([]float32, int) []byte) (*Plan, map[string][]byte) {
+func mixedPlan(m *memModel, to formats.DType, enc RowEncoder, encodeAll func([]float32, int) []byte) (*Plan, map[string][]byte) {
 	var p Plan
 	want := map[string][]byte{}
 	for _, t := range m.tensors {
 		src := t
 		if t.Type == formats.F16 && len(t.Shape) == 2 {
-			p.Outputs = append(p.Outputs, Output{Name: t.Name, Type: to, Shape: t.Shape, Producer: Convert(m, t, to, decodeF16, enc), Source: &src})
+			p.Outputs = append(p.Outputs, Output{Name: t.Name, Type: to, Shape: t.Shape, Producer: Convert(tensor.Plain(m, t), to, enc), Source: &src})
 			f := make([]float32, t.Elements())
 			decodeF16(f, m.data[t.Name])
 			want[t.Name] = encodeAll(f, int(t.RowLength()))
@@ -92,7 +93,7 @@ func TestWithGGUFWriter(t *testing.T) {
 			return b
 		})
 		out := filepath.Join(dir, fmt.Sprintf("out%d.gguf", threads))
-		if err := Run(context.Background(), plan, Options{OutPath: out, NewWriter: newGGUF, Threads: threads, ChunkBytes: 2048, MaxMemory: 16384}); err != nil {
+		if err := Run(context.Background(), at(plan, out, newGGUF), Options{Threads: threads, ChunkBytes: 2048, MaxMemory: 16384}); err != nil {
 			t.Fatal(err)
 		}
 		noPartial(t, out)
@@ -129,7 +130,7 @@ func TestWithSafetensorsWriter(t *testing.T) {
 	newST := func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
 		return safetensors.NewWriter(w, ts, map[string]string{"format": "pt"}, nil)
 	}
-	if err := Run(context.Background(), plan, Options{OutPath: out, NewWriter: newST, Threads: 3, ChunkBytes: 1000}); err != nil {
+	if err := Run(context.Background(), at(plan, out, newST), Options{Threads: 3, ChunkBytes: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	noPartial(t, out)

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 )
 
 // TestCanaryGGMLUnfused fails when the linked ggml's q4_0 reference
@@ -22,7 +22,7 @@ func TestCanaryGGMLUnfused(t *testing.T) {
 	for _, c := range cases {
 		src = append(src, c.block[:]...)
 	}
-	out, err := native.QuantizeChunk(formats.Q4_0, src, 32, nil)
+	out, err := ggmltest.QuantizeChunk(formats.Q4_0, src, 32, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 )
 
 // sweepFloats returns every float32 whose low 13 bits are one of a few
@@ -28,7 +28,7 @@ func sweepFloats() []float32 {
 
 func TestF16MatchesGGML(t *testing.T) {
 	src := sweepFloats()
-	want := native.FP32ToFP16Row(src)
+	want := ggmltest.FP32ToFP16Row(src)
 	row := make([]byte, 2*len(src))
 	F32ToF16Row(row, src)
 	for i, f := range src {
@@ -43,7 +43,7 @@ func TestF16MatchesGGML(t *testing.T) {
 	for i := range all {
 		all[i] = uint16(i)
 	}
-	wantF := native.FP16ToFP32Row(all)
+	wantF := ggmltest.FP16ToFP32Row(all)
 	for i, h := range all {
 		if got := F16ToF32(h); math.Float32bits(got) != math.Float32bits(wantF[i]) {
 			t.Fatalf("f16 %#04x: got %#08x, ggml %#08x", h, math.Float32bits(got), math.Float32bits(wantF[i]))
@@ -53,7 +53,7 @@ func TestF16MatchesGGML(t *testing.T) {
 
 func TestBF16MatchesGGML(t *testing.T) {
 	src := sweepFloats()
-	want := native.FP32ToBF16RowRef(src)
+	want := ggmltest.FP32ToBF16RowRef(src)
 	row := make([]byte, 2*len(src))
 	F32ToBF16Row(row, src)
 	for i, f := range src {
@@ -68,7 +68,7 @@ func TestBF16MatchesGGML(t *testing.T) {
 	for i := range all {
 		all[i] = uint16(i)
 	}
-	wantF := native.BF16ToFP32Row(all)
+	wantF := ggmltest.BF16ToFP32Row(all)
 	for i, h := range all {
 		if got := BF16ToF32(h); math.Float32bits(got) != math.Float32bits(wantF[i]) {
 			t.Fatalf("bf16 %#04x: got %#08x, ggml %#08x", h, math.Float32bits(got), math.Float32bits(wantF[i]))

@@ -6,12 +6,12 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 )
 
 func init() {
 	fuzzCompare = func(t *testing.T, typ formats.DType, src []float32, n int, weights []float32, got []byte) {
-		want, err := native.QuantizeChunk(typ, src, n, weights)
+		want, err := ggmltest.QuantizeChunk(typ, src, n, weights)
 		if err != nil {
 			t.Fatalf("ggml: %v", err)
 		}

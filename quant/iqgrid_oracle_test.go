@@ -10,6 +10,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 )
 
 // iqGridTypes are the grid IQ types whose dequantizers live in iqgrid.go.
@@ -46,7 +47,7 @@ func TestIQGridDequantValidBlocks(t *testing.T) {
 				continue
 			}
 			t.Run(typ.String()+"/"+ws.name, func(t *testing.T) {
-				q, err := native.QuantizeChunk(typ, src, n, ws.vec)
+				q, err := ggmltest.QuantizeChunk(typ, src, n, ws.vec)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -105,7 +106,7 @@ func compareIQDequant(t *testing.T, typ formats.DType, src []byte, nanEqual bool
 	if err := DequantizeRows(typ, got, src, 2); err != nil {
 		t.Fatal(err)
 	}
-	want, err := native.Dequantize(typ, src, n)
+	want, err := ggmltest.Dequantize(typ, src, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func FuzzIQGridDequant(f *testing.F) {
 			if err := DequantizeRows(typ, got, src, 1); err != nil {
 				t.Fatal(err)
 			}
-			want, err := native.Dequantize(typ, src, n)
+			want, err := ggmltest.Dequantize(typ, src, n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +185,7 @@ func BenchmarkDequantizeIQGrid(b *testing.B) {
 		b.Run(typ.String()+"/ggml", func(b *testing.B) {
 			b.SetBytes(int64(4 * len(dst)))
 			for b.Loop() {
-				if _, err := native.Dequantize(typ, src, len(dst)); err != nil {
+				if _, err := ggmltest.Dequantize(typ, src, len(dst)); err != nil {
 					b.Fatal(err)
 				}
 			}

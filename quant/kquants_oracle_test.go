@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 )
 
 // The k-quant and iq4_xs codecs against the linked ggml, both paths, on the
@@ -46,7 +46,7 @@ func TestKQuantGoldenIsGGML(t *testing.T) {
 			if path == "ref" {
 				weights = nil
 			}
-			want, err := native.QuantizeChunk(typ, src, n, weights)
+			want, err := ggmltest.QuantizeChunk(typ, src, n, weights)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 )
 
 func TestOracleQ4_0(t *testing.T) { checkAgainstGGML(t, formats.Q4_0) }
@@ -50,7 +50,7 @@ func TestDequantQ8KAndQ8_1MatchGGML(t *testing.T) {
 	if err := DequantizeRows(formats.Q8_K, got, k, 1); err != nil {
 		t.Fatal(err)
 	}
-	want, err := native.DequantizeQ8K(k, len(got))
+	want, err := ggmltest.DequantizeQ8K(k, len(got))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestDequantQ8KAndQ8_1MatchGGML(t *testing.T) {
 	if err := DequantizeRows(formats.Q8_1, got1, q1, 1); err != nil {
 		t.Fatal(err)
 	}
-	want1, err := native.Dequantize(formats.Q8_0, q0, len(got1))
+	want1, err := ggmltest.Dequantize(formats.Q8_0, q0, len(got1))
 	if err != nil {
 		t.Fatal(err)
 	}

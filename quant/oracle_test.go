@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 )
 
 // checkAgainstGGML compares the Go codec of typ with the linked ggml on every
@@ -40,7 +40,7 @@ func checkAgainstGGML(t *testing.T, typ formats.DType) {
 }
 
 func compareWithGGML(t *testing.T, typ formats.DType, rs rowSet, ws weightSet) {
-	want, err := native.QuantizeChunk(typ, rs.data, rs.nPerRow, ws.vec)
+	want, err := ggmltest.QuantizeChunk(typ, rs.data, rs.nPerRow, ws.vec)
 	if err != nil {
 		t.Fatalf("ggml: %v", err)
 	}
@@ -53,7 +53,7 @@ func compareWithGGML(t *testing.T, typ formats.DType, rs rowSet, ws weightSet) {
 	if typ == formats.F32 {
 		// ggml has no to_float for f32: its rows are used as they are.
 		wantF = rs.data
-	} else if wantF, err = native.Dequantize(typ, want, len(rs.data)); err != nil {
+	} else if wantF, err = ggmltest.Dequantize(typ, want, len(rs.data)); err != nil {
 		t.Fatalf("ggml: %v", err)
 	}
 	if i := firstDiffBits(gotF, wantF); i >= 0 {
@@ -151,7 +151,7 @@ func checkDequantRandom(t *testing.T, typ formats.DType) {
 	if err := DequantizeRows(typ, got, src, 1); err != nil {
 		t.Fatal(err)
 	}
-	want, err := native.Dequantize(typ, src, n)
+	want, err := ggmltest.Dequantize(typ, src, n)
 	if err != nil {
 		t.Fatalf("ggml: %v", err)
 	}
@@ -181,7 +181,7 @@ func checkSpecialsAgainstGGML(t *testing.T, typ formats.DType) {
 				continue
 			}
 			t.Run(rs.name+"/"+ws.name, func(t *testing.T) {
-				want, err := native.QuantizeChunk(typ, rs.data, rs.nPerRow, ws.vec)
+				want, err := ggmltest.QuantizeChunk(typ, rs.data, rs.nPerRow, ws.vec)
 				if err != nil {
 					t.Fatalf("ggml: %v", err)
 				}
@@ -192,7 +192,7 @@ func checkSpecialsAgainstGGML(t *testing.T, typ formats.DType) {
 				}
 				wantF := rs.data
 				if typ != formats.F32 {
-					if wantF, err = native.Dequantize(typ, want, len(rs.data)); err != nil {
+					if wantF, err = ggmltest.Dequantize(typ, want, len(rs.data)); err != nil {
 						t.Fatalf("ggml: %v", err)
 					}
 				}

@@ -1,6 +1,3 @@
-// Package quant holds sdtool's codecs for every tensor type: float
-// conversions and ggml's block quantizers and dequantizers, with and without
-// importance weights, plus row-parallel helpers.
 package quant
 
 import (

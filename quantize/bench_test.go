@@ -8,6 +8,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/internal/benchutil"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 )
 
@@ -64,8 +65,8 @@ func BenchmarkQuantize(b *testing.B) {
 				canPeak := benchutil.ResetPeakRSS()
 				b.SetBytes(size)
 				for b.Loop() {
-					opts := Options{Input: in, Output: out, Type: typ, Threads: threads, Force: true, MaxMemory: 256 << 20}
-					if _, err := Run(context.Background(), &opts); err != nil {
+					opts := Options{Input: in, Output: out, Type: typ}
+					if _, err := quantizeRun(context.Background(), &opts, pipeline.Options{Threads: threads, Force: true, MaxMemory: 256 << 20}, false); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -8,23 +8,29 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/inspect"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quantize"
 )
 
 // Quantize the tiny SD1 model to Q8_0 and compare the result with its
 // source.
-func ExampleRun() {
+func ExamplePlan() {
 	dir, _ := os.MkdirTemp("", "example")
 	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "tiny-q8_0.gguf")
-	res, err := quantize.Run(context.Background(), &quantize.Options{
+	plan, rep, err := quantize.Plan(&quantize.Options{
 		Input: "../testdata/tiny-sd1.safetensors", Output: out, Type: "Q8_0",
 	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(res.Format, res.FType.Name, res.ComfyArch, len(res.Rows))
+	defer plan.Close()
+	if err := pipeline.Run(context.Background(), plan, pipeline.Options{}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(rep.Format, rep.FType.Name, rep.ComfyArch, len(plan.Outputs))
 
 	a, _ := formats.Open("../testdata/tiny-sd1.safetensors")
 	defer a.Close()

@@ -2,16 +2,20 @@ package quantize
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
 	_ "github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // memModel is a model held in memory: descriptors, optional data (zeros
@@ -67,30 +71,72 @@ var (
 	wanSpec  = synth.Spec{Arch: "wan", Scale: 1.0 / 6, Depth: 1, DType: formats.BF16}
 )
 
-// plan runs PrepareModel with a dry-run of opts on m.
-func plan(t *testing.T, m formats.Model, opts Options) *Result {
+// planned is a plan with its report, as the tests look at them.
+type planned struct {
+	*pipeline.Plan
+	*Report
+}
+
+// plan runs PlanModel with opts on m.
+func plan(t *testing.T, m formats.Model, opts Options) *planned {
 	t.Helper()
 	if opts.Output == "" {
 		opts.Output = "out.gguf"
 	}
-	opts.DryRun = true
-	res, err := PrepareModel(&opts, m)
+	p, r, err := PlanModel(&opts, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res
+	return &planned{p, r}
 }
 
-// rowOf finds the plan row of a tensor.
-func rowOf(t *testing.T, r *Result, name string) Row {
+// quantizeRun plans opts and, unless dryRun, writes the plan with ro, as
+// `sdtool quantize` does.
+func quantizeRun(ctx context.Context, opts *Options, ro pipeline.Options, dryRun bool) (*planned, error) {
+	p, r, err := Plan(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if !dryRun {
+		err = pipeline.Run(ctx, p, ro)
+	}
+	return &planned{p, r}, err
+}
+
+// row is what the tests check about one output tensor.
+type row struct {
+	Name, Reason      string
+	To                formats.DType
+	Shape             []int64
+	SourceShape       []int64 // the stored source's shape when the output has another
+	Reshaped, Imatrix bool
+}
+
+// rows lists the plan's outputs as rows.
+func (r *planned) rows() []row {
+	var out []row
+	for _, o := range r.Outputs {
+		w := row{Name: o.Name, To: o.Type, Shape: o.Shape, Reason: o.Note}
+		w.Reason, w.Imatrix = strings.CutPrefix(o.Note, "imatrix; ")
+		if o.Source != nil && !slices.Equal(o.Source.Shape, o.Shape) {
+			w.SourceShape, w.Reshaped = o.Source.Shape, true
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// rowOf finds the row of a tensor.
+func rowOf(t *testing.T, r *planned, name string) row {
 	t.Helper()
-	for _, row := range r.Rows {
-		if row.Name == name {
-			return row
+	for _, w := range r.rows() {
+		if w.Name == name {
+			return w
 		}
 	}
 	t.Fatalf("no tensor %q in the plan", name)
-	return Row{}
+	return row{}
 }
 
 const tinyPath = "../testdata/tiny-sd1.safetensors"

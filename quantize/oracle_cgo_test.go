@@ -8,7 +8,8 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // TestGGMLReaderAccepts quantizes the tiny model's short-named tensors
@@ -19,17 +20,17 @@ func TestGGMLReaderAccepts(t *testing.T) {
 	dir := t.TempDir()
 	in := shortNames(t, dir)
 	out := filepath.Join(dir, "short-q4_k_m.gguf")
-	res := run(t, Options{Input: in, Output: out, Type: "Q4_K_M", Targets: []string{"ggml"}, Strict: true})
-	info, err := native.ReadGGUF(out)
+	res := run(t, Options{Input: in, Output: out, Type: "Q4_K_M", Targets: []string{"ggml"}, Strict: true}, pipeline.Options{})
+	info, err := ggmltest.ReadGGUF(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Alignment != 32 || len(info.Tensors) != len(res.Rows) {
-		t.Fatalf("ggml read alignment %d and %d tensors, want 32 and %d", info.Alignment, len(info.Tensors), len(res.Rows))
+	if info.Alignment != 32 || len(info.Tensors) != len(res.rows()) {
+		t.Fatalf("ggml read alignment %d and %d tensors, want 32 and %d", info.Alignment, len(info.Tensors), len(res.rows()))
 	}
 	quantized := 0
 	for i, gt := range info.Tensors {
-		row := res.Rows[i]
+		row := res.rows()[i]
 		if gt.Name != row.Name || gt.Type != row.To {
 			t.Errorf("tensor %d: ggml read %s %s, planned %s %s", i, gt.Name, gt.Type, row.Name, row.To)
 		}
@@ -69,7 +70,7 @@ func TestMatchesGGMLQuantizeChunk(t *testing.T) {
 		imatrix []string
 	}{{"unweighted", nil}, {"dat", []string{dat}}, {"gguf", []string{gg}}} {
 		out := filepath.Join(dir, c.name+".gguf")
-		run(t, Options{Input: tinyPath, Output: out, Type: "Q4_K_M", Imatrix: c.imatrix})
+		run(t, Options{Input: tinyPath, Output: out, Type: "Q4_K_M", Imatrix: c.imatrix}, pipeline.Options{})
 		g := mustOpen(t, out)
 		for _, name := range fc2 {
 			st := find(t, src, name)
@@ -82,7 +83,7 @@ func TestMatchesGGMLQuantizeChunk(t *testing.T) {
 			if c.imatrix != nil {
 				w = means[name]
 			}
-			want, err := native.QuantizeChunk(formats.Q4_K, f, int(st.RowLength()), w)
+			want, err := ggmltest.QuantizeChunk(formats.Q4_K, f, int(st.RowLength()), w)
 			if err != nil {
 				t.Fatal(err)
 			}

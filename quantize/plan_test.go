@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/gguf"
 )
 
 // TestPlanTypes checks which type each tensor gets for several mixes,
@@ -89,7 +90,7 @@ func TestPlanShapes(t *testing.T) {
 		t.Errorf("patch_embedding: %v from %v, want [4096 1 2 2] from [256 16 1 2 2]", pe.Shape, pe.SourceShape)
 	}
 	origShape(t, r, "patch_embedding.weight", []int32{256, 16, 1, 2, 2})
-	if _, ok := r.Metadata.Get(OrigShapePrefix + "blocks.0.self_attn.q.weight"); ok {
+	if _, ok := r.Header.Metadata.Get(gguf.OrigShapePrefix + "blocks.0.self_attn.q.weight"); ok {
 		t.Error("orig_shape written for a tensor that kept its shape")
 	}
 
@@ -109,11 +110,11 @@ func TestPlanShapes(t *testing.T) {
 	}
 }
 
-func origShape(t *testing.T, r *Result, name string, want []int32) {
+func origShape(t *testing.T, r *planned, name string, want []int32) {
 	t.Helper()
-	kv, ok := r.Metadata.Get(OrigShapePrefix + name)
+	kv, ok := r.Header.Metadata.Get(gguf.OrigShapePrefix + name)
 	if !ok {
-		t.Fatalf("no %s%s", OrigShapePrefix, name)
+		t.Fatalf("no %s%s", gguf.OrigShapePrefix, name)
 	}
 	a, ok := kv.Value.(formats.Array)
 	if !ok || kv.Type != formats.TypeArray || a.Elem != formats.TypeInt32 || !slices.Equal(a.Values.([]int32), want) {
@@ -121,7 +122,7 @@ func origShape(t *testing.T, r *Result, name string, want []int32) {
 	}
 }
 
-func consumer(r *Result, name string) Consumer {
+func consumer(r *planned, name string) Consumer {
 	for _, c := range r.Consumers {
 		if c.Name == name {
 			return c
@@ -133,23 +134,23 @@ func consumer(r *Result, name string) Consumer {
 // TestPlanMetadata checks the automatic keys, --metadata and the none preset.
 func TestPlanMetadata(t *testing.T) {
 	r := plan(t, synthModel(t, fluxSpec), Options{Type: "Q5_K_S", Metadata: []string{"general.name=test", "general.license=mit"}})
-	if r.Metadata[0].Key != "general.architecture" || r.Metadata[0].Value != "flux" {
-		t.Errorf("first key %+v, want general.architecture = flux", r.Metadata[0])
+	if r.Header.Metadata[0].Key != "general.architecture" || r.Header.Metadata[0].Value != "flux" {
+		t.Errorf("first key %+v, want general.architecture = flux", r.Header.Metadata[0])
 	}
 	want := map[string]any{"general.file_type": uint32(16), "general.quantization_version": uint32(2), "general.name": "test", "general.license": "mit"}
 	for k, v := range want {
-		if kv, ok := r.Metadata.Get(k); !ok || kv.Value != v {
+		if kv, ok := r.Header.Metadata.Get(k); !ok || kv.Value != v {
 			t.Errorf("%s = %v, want %v", k, kv.Value, v)
 		}
 	}
 	none := plan(t, synthModel(t, fluxSpec), Options{Type: "Q5_K_S", MetadataPreset: "none", Metadata: []string{"general.name=x"}})
-	if len(none.Metadata) != 1 || none.Metadata[0].Key != "general.name" {
-		t.Errorf("preset none wrote %v", none.Metadata)
+	if len(none.Header.Metadata) != 1 || none.Header.Metadata[0].Key != "general.name" {
+		t.Errorf("preset none wrote %v", none.Header.Metadata)
 	}
 	// No ComfyUI-GGUF name for the architecture: no general.architecture, and a warning.
 	m := &memModel{path: "x.safetensors", tensors: []formats.Tensor{{Name: "a.weight", Type: formats.F16, Shape: []int64{256, 256}, Size: 256 * 256 * 2}}}
 	u := plan(t, m, Options{Type: "Q8_0"})
-	if _, ok := u.Metadata.Get("general.architecture"); ok {
+	if _, ok := u.Header.Metadata.Get("general.architecture"); ok {
 		t.Error("general.architecture written for an unknown architecture")
 	}
 	if !strings.Contains(strings.Join(u.Warnings, "\n"), "general.architecture") {
@@ -157,8 +158,8 @@ func TestPlanMetadata(t *testing.T) {
 	}
 	// A u8 tensor has no GGUF type: left out with a warning.
 	m.tensors = append(m.tensors, formats.Tensor{Name: "mask", Type: formats.U8, Shape: []int64{4}, Size: 4})
-	if u8 := plan(t, m, Options{Type: "Q8_0"}); len(u8.Rows) != 1 || !strings.Contains(strings.Join(u8.Warnings, "\n"), "no GGUF type") {
-		t.Errorf("u8 tensor: %d rows, warnings %q", len(u8.Rows), u8.Warnings)
+	if u8 := plan(t, m, Options{Type: "Q8_0"}); len(u8.rows()) != 1 || !strings.Contains(strings.Join(u8.Warnings, "\n"), "no GGUF type") {
+		t.Errorf("u8 tensor: %d rows, warnings %q", len(u8.rows()), u8.Warnings)
 	}
 	if c := consumer(u, TargetComfyUI); len(c.Notes) == 0 {
 		t.Error("ComfyUI-GGUF compatibility mode not noted")
@@ -175,11 +176,11 @@ func TestPlanConsumers(t *testing.T) {
 	if c := consumer(r, TargetSDCpp); !c.OK {
 		t.Errorf("sd.cpp with tq2_0: %+v", c)
 	}
-	_, err := PrepareModel(&Options{Type: "tq2_0", Output: "o.gguf", Targets: []string{"comfyui"}, Strict: true}, flux)
+	_, _, err := PlanModel(&Options{Type: "tq2_0", Output: "o.gguf", Targets: []string{"comfyui"}, Strict: true}, flux)
 	if err == nil || !strings.Contains(err.Error(), "--strict") {
 		t.Errorf("--strict --target comfyui with tq2_0: %v", err)
 	}
-	if _, err := PrepareModel(&Options{Type: "tq2_0", Output: "o.gguf", Targets: []string{"sdcpp,ggml"}, Strict: true}, flux); err != nil {
+	if _, _, err := PlanModel(&Options{Type: "tq2_0", Output: "o.gguf", Targets: []string{"sdcpp,ggml"}, Strict: true}, flux); err != nil {
 		t.Errorf("--strict --target sdcpp,ggml with tq2_0: %v", err)
 	}
 	long := &memModel{path: "l.safetensors", tensors: []formats.Tensor{{Name: strings.Repeat("x", 100) + ".weight", Type: formats.F16, Shape: []int64{32, 32}, Size: 2048}}}
@@ -218,7 +219,7 @@ func TestPlanErrors(t *testing.T) {
 		{Options{Type: "iq2_xxs", Output: "o.gguf"}, "iq2_xxs"},
 	}
 	for _, c := range cases {
-		_, err := PrepareModel(&c.opts, flux)
+		_, _, err := PlanModel(&c.opts, flux)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one containing %q", c.opts, err, c.want)
 		}

@@ -1,35 +1,27 @@
-// Package quantize builds and runs the plan of `sdtool quantize`, the
-// llama-quantize-style command: one model in (GGUF, safetensors, sharded),
-// one file out, GGUF for ggml types and llama.cpp mixes tuned for image
-// models (package quant/mix), or ComfyUI comfy_quant safetensors for the
-// INT8 and FP8 types (package convrot). It handles requantization, user
-// type rules, importance matrices with llama.cpp's arithmetic, the metadata
-// ComfyUI-GGUF expects, shapes (no trimming, 5-D folding, --reshape-conv)
-// and a report of which consumers can load the output.
 package quantize
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 
-	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
+	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/formats/gguf"
-	"github.com/sdtool/sdtool/formats/safetensors"
-	"github.com/sdtool/sdtool/inspect"
+	// The safetensors reader and writer (formats.Open, formats.CreatorFor).
+	_ "github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/quant/mix"
-	"github.com/sdtool/sdtool/quantize/dequant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // Options is one `sdtool quantize` invocation.
@@ -63,59 +55,20 @@ type Options struct {
 	Metadata []string
 	// MetadataPreset is "" or "default" (automatic keys) or "none".
 	MetadataPreset string
-	// Threads, MaxMemory and Force are passed to the pipeline.
-	Threads   int
-	MaxMemory int64
-	Force     bool
-	// DryRun plans without writing.
-	DryRun bool
-	// Progress receives the bytes written and the total.
-	Progress func(done, total int64)
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
 }
 
-// Row is one output tensor of the plan, as --dry-run shows it.
-type Row struct {
-	// Name is the output tensor name.
-	Name string `json:"name"`
-	// From names the stored source type ("f16", "q4_K", "int8_convrot");
-	// empty for tensors with no single source (weight_scale, comfy_quant).
-	From string `json:"from"`
-	// To is the output type.
-	To formats.DType `json:"-"`
-	// Shape is the output shape (PyTorch order); SourceShape the input's.
-	Shape       []int64 `json:"shape"`
-	SourceShape []int64 `json:"source_shape,omitempty"`
-	// BytesIn and BytesOut are the stored sizes before and after.
-	BytesIn  int64 `json:"bytes_in"`
-	BytesOut int64 `json:"bytes_out"`
-	// Reason says why the type was chosen.
-	Reason string `json:"reason"`
-	// Module is the ComfyUI type of a module weight ("int8_convrot", ...), or "".
-	Module string `json:"module,omitempty"`
-	// Reshaped marks a tensor stored with another shape (comfy.gguf.orig_shape).
-	Reshaped bool `json:"reshaped,omitempty"`
-	// Imatrix marks a tensor quantized with an importance vector.
-	Imatrix bool `json:"imatrix,omitempty"`
-}
-
-// Result is a prepared quantization.
-type Result struct {
+// Report is what planning found beside the plan itself: the mix, the
+// detected architecture, which consumers can load the output, the imatrix
+// coverage and the warnings.
+type Report struct {
 	// Type is the --type as given; Format is "gguf" or "safetensors".
 	Type, Format string
 	// FType is the mix (GGUF outputs).
 	FType mix.FType
 	// Arch is the detected architecture, ComfyArch its ComfyUI-GGUF name ("" for none).
 	Arch, ComfyArch string
-	// Rows describes every output tensor in order.
-	Rows []Row
-	// Plan is the pipeline plan.
-	Plan *pipeline.Plan
-	// Metadata is the GGUF metadata to write (GGUF outputs).
-	Metadata formats.Metadata
-	// STMetadata is the safetensors metadata to write (safetensors outputs).
-	STMetadata map[string]string
 	// Consumers says which targets can load the output.
 	Consumers []Consumer
 	// ImatrixMissing lists tensors that could use importance weights but have no entry;
@@ -123,53 +76,40 @@ type Result struct {
 	ImatrixMissing, ImatrixUnused []string
 	// Warnings are the problems that did not stop the plan.
 	Warnings []string
-	// Inputs are every input file (all shards).
-	Inputs []string
-}
 
-func (r *Result) reshaped() int {
-	n := 0
-	for _, row := range r.Rows {
-		if row.Reshaped {
-			n++
-		}
-	}
-	return n
+	reshaped int            // outputs stored with another shape
+	modules  map[string]int // ComfyUI modules written, by type name
 }
 
 // ErrRequantize is wrapped by the error for quantized inputs without AllowRequantize.
 var ErrRequantize = errors.New("input is already quantized")
 
-// OrigShapePrefix is the ComfyUI-GGUF metadata key prefix of a tensor's torch shape.
-const OrigShapePrefix = dequant.OrigShapePrefix
-
-// Prepare opens the input and builds the plan; every problem in the
-// arguments is found here, before anything is written. The caller closes
-// the returned model.
-func Prepare(opts *Options) (*Result, formats.Model, error) {
-	return prepareWith(opts, func() (formats.Model, error) { return formats.Open(opts.Input) })
+// Plan opens the input and plans the quantization; every problem in the
+// arguments is found here, before anything is written. The plan keeps the
+// input open until its Close.
+func Plan(opts *Options) (*pipeline.Plan, *Report, error) {
+	return planWith(opts, func() (formats.Model, error) { return formats.Open(opts.Input) })
 }
 
-// PrepareModel is Prepare for a model that is already open (opts.Input
-// only names it in messages, and is m.Path() when empty); the caller keeps
-// m open while the plan runs and closes it.
-func PrepareModel(opts *Options, m formats.Model) (*Result, error) {
+// PlanModel is Plan for a model that is already open (opts.Input only
+// names it in messages, and is m.Path() when empty); the caller keeps m
+// open while the plan runs and closes it.
+func PlanModel(opts *Options, m formats.Model) (*pipeline.Plan, *Report, error) {
 	o := *opts
 	if o.Input == "" {
 		o.Input = m.Path()
 	}
-	res, _, err := prepareWith(&o, func() (formats.Model, error) { return keepOpen{m}, nil })
-	return res, err
+	return planWith(&o, func() (formats.Model, error) { return keepOpen{m}, nil })
 }
 
 // keepOpen is a model whose Close is left to its owner.
 type keepOpen struct{ formats.Model }
 
-// Close does nothing: PrepareModel's caller closes the model.
+// Close does nothing: PlanModel's caller closes the model.
 func (keepOpen) Close() error { return nil }
 
-// prepareWith checks the options, then opens the model and plans.
-func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, formats.Model, error) {
+// planWith checks the options, then opens the model and plans.
+func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan, *Report, error) {
 	log := opts.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -183,7 +123,7 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 	if opts.Type == "" {
 		return nil, nil, errors.New("no --type (see sdtool quantize --help for the table)")
 	}
-	res := &Result{Type: opts.Type}
+	res := &Report{Type: opts.Type, modules: map[string]int{}}
 	ct, convrotErr := convrot.ParseType(opts.Type)
 	var ft mix.FType
 	if convrotErr == nil {
@@ -195,8 +135,9 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 		}
 		res.Format, res.FType = "gguf", ft
 	}
-	if ext := strings.ToLower(filepath.Ext(opts.Output)); ext != "."+res.Format {
-		return nil, nil, fmt.Errorf("%s: --type %s writes %s: the output must end in .%s, not %q", opts.Output, opts.Type, res.Format, res.Format, ext)
+	format, err := formats.CreatorFor(opts.Output)
+	if err != nil || format.Name != res.Format {
+		return nil, nil, fmt.Errorf("%s: --type %s writes %s: the output must end in .%s, not %q", opts.Output, opts.Type, res.Format, res.Format, filepath.Ext(opts.Output))
 	}
 	switch opts.MetadataPreset {
 	case "", "default", "none":
@@ -240,30 +181,31 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 	if err != nil {
 		return nil, nil, err
 	}
-	fail := func(err error) (*Result, formats.Model, error) {
-		m.Close()
+	plan := &pipeline.Plan{Path: opts.Output, Format: format}
+	plan.Use(m)
+	fail := func(err error) (*pipeline.Plan, *Report, error) {
+		plan.Close()
 		return nil, nil, err
 	}
-	res.Inputs = append(append([]string{}, m.Info().Files...), m.Path())
 	for _, w := range m.Info().Warnings {
 		log.Warn(w)
 		res.Warnings = append(res.Warnings, w)
 	}
-	dm, err := dequant.Open(m)
+	dm, err := tensor.NewView(m)
 	if err != nil {
 		return fail(err)
 	}
 	if err := checkRequantize(opts, dm, log, res); err != nil {
 		return fail(err)
 	}
-	arch := inspect.Detect(m.Tensors())
+	arch := names.DetectArchitecture(m.Tensors())
 	res.Arch = arch.Name
 	res.ComfyArch = mix.ComfyArch[arch.Name]
 	planArch := res.ComfyArch
 	if planArch == "" {
 		planArch = arch.Name
 	}
-	b := &builder{opts: opts, res: res, dm: dm, m: m, log: log, imp: imp, arch: planArch}
+	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: planArch}
 	if imp != nil {
 		// Entries written by sd.cpp are named as sd.cpp converts names.
 		v := names.DetectVersion(m.Tensors())
@@ -277,11 +219,11 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 	if err != nil {
 		return fail(err)
 	}
-	if err := res.Plan.Validate(); err != nil {
-		return fail(fmt.Errorf("%s: %w", opts.Output, err))
-	}
 	b.metadata(userMeta)
-	res.Consumers = checkConsumers(res, targets)
+	if err := plan.Check(); err != nil {
+		return fail(err)
+	}
+	res.Consumers = checkConsumers(res, plan, targets)
 	for _, c := range res.Consumers {
 		if !c.OK {
 			msg := fmt.Sprintf("%s cannot load %s: %s", c.Name, opts.Output, strings.Join(c.Problems, "; "))
@@ -296,40 +238,13 @@ func prepareWith(opts *Options, open func() (formats.Model, error)) (*Result, fo
 			}
 		}
 	}
-	return res, m, nil
-}
-
-// Run quantizes as opts says; with DryRun it only plans. It returns the plan.
-func Run(ctx context.Context, opts *Options) (*Result, error) {
-	res, m, err := Prepare(opts)
-	if err != nil {
-		return nil, err
-	}
-	defer m.Close()
-	if opts.DryRun {
-		return res, nil
-	}
-	var nw pipeline.NewWriterFunc
-	if res.Format == "safetensors" {
-		nw = func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
-			return safetensors.NewWriter(w, ts, res.STMetadata, nil)
-		}
-	} else {
-		nw = func(w io.Writer, ts []formats.Tensor) (formats.TensorWriter, error) {
-			// Full n_dims (no trimming), alignment 32 and end padding, as ggml writes.
-			return gguf.NewWriter(w, ts, res.Metadata, &gguf.WriterOptions{PadEnd: true})
-		}
-	}
-	err = pipeline.Run(ctx, res.Plan, pipeline.Options{
-		OutPath: opts.Output, NewWriter: nw, Threads: opts.Threads, MaxMemory: opts.MaxMemory,
-		Force: opts.Force, Inputs: res.Inputs, Progress: opts.Progress, Logger: opts.Log,
-	})
-	return res, err
+	plan.Notes = notes(res)
+	return plan, res, nil
 }
 
 // checkRequantize refuses ggml-quantized inputs unless allowed, and warns
 // about what is dequantized.
-func checkRequantize(opts *Options, dm *dequant.Model, log *slog.Logger, res *Result) error {
+func checkRequantize(opts *Options, dm *tensor.View, log *slog.Logger, res *Report) error {
 	var q []string
 	modules := 0
 	for _, s := range dm.Sources {
@@ -356,7 +271,7 @@ func checkRequantize(opts *Options, dm *dequant.Model, log *slog.Logger, res *Re
 	return nil
 }
 
-func firstType(dm *dequant.Model, name string) string {
+func firstType(dm *tensor.View, name string) string {
 	s, _ := dm.Lookup(name)
 	return s.TypeName()
 }
@@ -382,7 +297,7 @@ func parseMetadata(items []string) ([][2]string, error) {
 		if seen[k] {
 			return nil, fmt.Errorf("--metadata: key %q given twice", k)
 		}
-		if strings.HasPrefix(k, OrigShapePrefix) || k == "general.alignment" {
+		if strings.HasPrefix(k, gguf.OrigShapePrefix) || k == "general.alignment" {
 			return nil, fmt.Errorf("--metadata: key %q is written by sdtool itself", k)
 		}
 		seen[k] = true
@@ -394,8 +309,9 @@ func parseMetadata(items []string) ([][2]string, error) {
 // builder accumulates the plan.
 type builder struct {
 	opts *Options
-	res  *Result
-	dm   *dequant.Model
+	res  *Report
+	plan *pipeline.Plan
+	dm   *tensor.View
 	m    formats.Model
 	log  *slog.Logger
 	imp  *Importance
@@ -440,7 +356,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		folded[i] = fo
 		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
 	}
-	choices, err := mix.Plan(f, inputs, mix.Options{Arch: b.arch, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
+	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
 	if err != nil {
 		return err
 	}
@@ -452,7 +368,6 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		b.log.Warn(w)
 		b.res.Warnings = append(b.res.Warnings, w)
 	}
-	plan := &pipeline.Plan{}
 	used := map[string]bool{}
 	for i, s := range srcs {
 		c := choices[i]
@@ -470,27 +385,24 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		if err := s.Err(); err != nil {
 			return err
 		}
-		row := Row{Name: s.Name, From: s.TypeName(), To: t, Shape: c.Shape, BytesIn: s.Tensor.Size, Reason: c.Reason}
-		if s.Module != nil {
-			row.Module = s.TypeName()
-		}
-		if folded[i] || c.Reshaped {
-			row.SourceShape, row.Reshaped = s.Shape(), true
+		st := s.Tensor
+		out := pipeline.Output{Name: s.Name, Type: t, Shape: c.Shape, Source: &st, From: s.TypeName(), Note: c.Reason}
+		reshaped := folded[i] || c.Reshaped
+		if reshaped {
+			b.res.reshaped++
 			b.origShape = append(b.origShape, struct {
 				name  string
 				shape []int64
 			}{s.Name, s.Shape()})
 			if folded[i] && !c.Reshaped {
-				row.Reason += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
+				out.Note += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
 			}
 		}
-		st := s.Tensor
-		out := pipeline.Output{Name: s.Name, Type: t, Shape: c.Shape, Source: &st}
 		// Raw bytes can be copied when the type is kept and the rows are the
 		// same (any shape for one-element blocks).
 		if t == s.Tensor.Type && s.Module == nil && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
 			out.Producer = pipeline.Copy(b.m, s.Tensor)
-			row.Reason = withCopied(row.Reason)
+			out.Note = withCopied(out.Note)
 		} else {
 			codec, err := quant.Encoder(t)
 			if err != nil {
@@ -512,7 +424,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 					}
 				}
 				switch {
-				case err != nil && row.Reshaped:
+				case err != nil && reshaped:
 					w := fmt.Sprintf("tensor %q: %v (reshaped to rows of %d): quantized without it", s.Name, err, rowLen)
 					b.log.Warn(w)
 					b.res.Warnings = append(b.res.Warnings, w)
@@ -520,7 +432,8 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 				case err != nil:
 					return fmt.Errorf("%s: tensor %q: %v", b.opts.Input, s.Name, err)
 				case ok:
-					weights, row.Imatrix, used[key] = v, true, true
+					weights, used[key] = v, true
+					out.Note = "imatrix; " + out.Note
 				default:
 					b.res.ImatrixMissing = append(b.res.ImatrixMissing, s.Name)
 				}
@@ -528,15 +441,13 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 			if weights == nil && codec.NeedsWeights {
 				return fmt.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give --imatrix, or another type with --tensor-type)", b.opts.Input, s.Name, t)
 			}
-			out.Producer = &floatProducer{src: s, encode: ggmlEncoder(t, codec.Quantize, weights)}
+			out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, weights))
 		}
-		if row.BytesOut, err = out.Bytes(); err != nil {
+		if _, err := out.Bytes(); err != nil {
 			return fmt.Errorf("tensor %q: %v", s.Name, err)
 		}
-		plan.Outputs = append(plan.Outputs, out)
-		b.res.Rows = append(b.res.Rows, row)
+		b.plan.Outputs = append(b.plan.Outputs, out)
 	}
-	b.res.Plan = plan
 	if b.imp != nil {
 		for _, name := range b.imp.Order {
 			if !used[name] {
@@ -571,11 +482,10 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		inputs[i] = mix.Input{Name: s.Name, Shape: s.Shape(), Source: typ}
 	}
 	q8, _ := mix.Parse("q8_0")
-	choices, err := mix.Plan(q8, inputs, mix.Options{Arch: b.arch, Pure: true})
+	choices, err := mix.Choose(q8, inputs, mix.Options{Arch: b.arch, Pure: true})
 	if err != nil {
 		return err
 	}
-	plan := &pipeline.Plan{}
 	for i, s := range srcs {
 		c := choices[i]
 		if err := s.Err(); err != nil {
@@ -605,7 +515,7 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			}
 		}
 		if quantize {
-			p, err := convrot.PlanModule(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
+			p, err := convrot.NewLayer(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
 			if err != nil {
 				return err
 			}
@@ -620,24 +530,24 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			if mt == convrot.Int8Convrot && p.Config.Convrot {
 				reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
 			}
-			module := dequant.ModuleType(p.Config)
+			b.res.modules[convrot.TypeName(p.Config)]++
 			if p.Note != "" {
 				reason += "; " + p.Note
 				b.log.Info("plain int8 fallback", "tensor", s.Name, "note", p.Note)
 			}
-			for j, o := range outs {
-				row := Row{Name: o.Name, To: o.Type, Shape: o.Shape, Reason: reason}
+			for j := range outs {
+				o := &outs[j]
+				o.Note = reason
 				if j == 0 {
-					row.From, row.BytesIn, row.Module = s.TypeName(), s.Tensor.Size, module
+					o.From = s.TypeName()
 				} else {
-					row.Reason = "part of module " + p.Module
+					o.Note = "part of module " + p.Module
 				}
-				if row.BytesOut, err = o.Bytes(); err != nil {
+				if _, err := o.Bytes(); err != nil {
 					return fmt.Errorf("tensor %q: %v", o.Name, err)
 				}
-				b.res.Rows = append(b.res.Rows, row)
 			}
-			plan.Outputs = append(plan.Outputs, outs...)
+			b.plan.Outputs = append(b.plan.Outputs, outs...)
 			continue
 		}
 		t := c.Type
@@ -651,25 +561,22 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		if ruleNote != "" {
 			reason = ruleNote
 		}
-		row := Row{Name: s.Name, From: s.TypeName(), To: t, Shape: s.Shape(), BytesIn: s.Tensor.Size, Reason: reason}
-		out := pipeline.Output{Name: s.Name, Type: t, Shape: s.Shape(), Source: &st}
+		out := pipeline.Output{Name: s.Name, Type: t, Shape: s.Shape(), Source: &st, From: s.TypeName(), Note: reason}
 		if t == s.Tensor.Type && s.Module == nil {
 			out.Producer = pipeline.Copy(b.m, s.Tensor)
-			row.Reason = withCopied(row.Reason)
+			out.Note = withCopied(out.Note)
 		} else {
 			codec, err := quant.Encoder(t)
 			if err != nil {
 				return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
 			}
-			out.Producer = &floatProducer{src: s, encode: ggmlEncoder(t, codec.Quantize, nil)}
+			out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, nil))
 		}
-		if row.BytesOut, err = out.Bytes(); err != nil {
+		if _, err := out.Bytes(); err != nil {
 			return fmt.Errorf("tensor %q: %v", s.Name, err)
 		}
-		plan.Outputs = append(plan.Outputs, out)
-		b.res.Rows = append(b.res.Rows, row)
+		b.plan.Outputs = append(b.plan.Outputs, out)
 	}
-	b.res.Plan = plan
 	return nil
 }
 
@@ -688,7 +595,7 @@ func (b *builder) metadata(user [][2]string) {
 		meta := map[string]string{}
 		if preset && b.m.Info().Format == "safetensors" {
 			for _, kv := range inMeta {
-				if s, ok := kv.Value.(string); ok && kv.Key != convrot.SourceMetadata {
+				if s, ok := kv.Value.(string); ok && kv.Key != comfyquant.SourceMetadata {
 					meta[kv.Key] = s
 				}
 			}
@@ -696,7 +603,14 @@ func (b *builder) metadata(user [][2]string) {
 		for _, kv := range user {
 			meta[kv[0]] = kv[1]
 		}
-		b.res.STMetadata = meta
+		keys := make([]string, 0, len(meta))
+		for k := range meta {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			b.plan.Header.Metadata = append(b.plan.Header.Metadata, formats.KV{Key: k, Type: formats.TypeString, Value: meta[k]})
+		}
 		return
 	}
 	var meta formats.Metadata
@@ -729,7 +643,7 @@ func (b *builder) metadata(user [][2]string) {
 					k == "general.alignment" || strings.HasPrefix(k, "split.") || strings.HasPrefix(k, "quantize.imatrix.") {
 					continue
 				}
-				if strings.HasPrefix(k, OrigShapePrefix) {
+				if strings.HasPrefix(k, gguf.OrigShapePrefix) {
 					// Recomputed below: sources are read with their recorded torch shapes.
 					continue
 				}
@@ -749,14 +663,15 @@ func (b *builder) metadata(user [][2]string) {
 		set(str(kv[0], kv[1]))
 	}
 	for _, o := range b.origShape {
-		key := OrigShapePrefix + o.name
+		key := gguf.OrigShapePrefix + o.name
 		dims := make([]int32, len(o.shape))
 		for i, d := range o.shape {
 			dims[i] = int32(d)
 		}
 		set(formats.KV{Key: key, Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeInt32, Values: dims}})
 	}
-	b.res.Metadata = meta
+	// Full n_dims (no trimming), alignment 32 and end padding, as ggml writes.
+	b.plan.Header = formats.WriteOptions{Metadata: meta, PadEnd: true}
 }
 
 // withCopied notes in a reason that the bytes are copied unchanged.

@@ -3,77 +3,43 @@ package quantize
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
-	"github.com/sdtool/sdtool/convert"
-	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quant/convrot"
 )
 
-// ruleSet turns the --tensor-type (last match wins) or --tensor-type-rules
-// (first match wins, comma-separated) options into a lookup of the type a
-// tensor name gets, with parse reading each TYPE. It returns nil when
-// neither option is given.
+// ruleSet turns the --tensor-type (llama.cpp: last match wins) or
+// --tensor-type-rules (sd.cpp: first match wins, comma-separated) options
+// into a lookup of the type a tensor name gets, with parse reading each
+// TYPE. It returns nil when neither option is given.
 func ruleSet[T any](opts *Options, parse func(string) (T, error)) (func(string) (T, bool), error) {
 	if len(opts.TensorTypes) > 0 && opts.TensorTypeRules != "" {
 		return nil, errors.New("--tensor-type (llama.cpp: last match wins) and --tensor-type-rules (sd.cpp: first match wins) cannot be combined")
 	}
-	type rule struct {
-		re *regexp.Regexp
-		t  T
-	}
-	var rules []rule
-	add := func(flag, item, pat, typ string) error {
-		t, err := parse(typ)
-		if err != nil {
-			return fmt.Errorf("%s %q: %v", flag, item, err)
+	var rules []pipeline.Rule[T]
+	match := pipeline.LastMatch[T]
+	if opts.TensorTypeRules != "" {
+		var err error
+		if rules, err = pipeline.ParseRules(opts.TensorTypeRules, parse); err != nil {
+			return nil, fmt.Errorf("--tensor-type-rules: %v", err)
 		}
-		re, err := convert.CompilePattern(pat)
-		if err != nil {
-			return fmt.Errorf("%s %q: %v", flag, item, err)
-		}
-		rules = append(rules, rule{re, t})
-		return nil
-	}
-	firstWins := opts.TensorTypeRules != ""
-	if firstWins {
-		// sd.cpp's syntax: split on every comma, then at the first '='.
-		for _, item := range strings.Split(opts.TensorTypeRules, ",") {
-			if item == "" {
-				continue
-			}
-			pat, typ, ok := strings.Cut(item, "=")
-			if !ok {
-				return nil, fmt.Errorf("--tensor-type-rules %q: want PATTERN=TYPE", item)
-			}
-			if err := add("--tensor-type-rules", item, pat, typ); err != nil {
-				return nil, err
-			}
-		}
+		match = pipeline.FirstMatch[T]
 	}
 	for _, s := range opts.TensorTypes {
-		// Split at the last '=': type names have none, patterns may.
-		i := strings.LastIndexByte(s, '=')
-		if i <= 0 {
-			return nil, fmt.Errorf("--tensor-type %q: want REGEX=TYPE", s)
+		r, err := pipeline.ParseRule(s, parse)
+		if err != nil {
+			return nil, fmt.Errorf("--tensor-type: %v", err)
 		}
-		if err := add("--tensor-type", s, s[:i], s[i+1:]); err != nil {
-			return nil, err
-		}
+		rules = append(rules, r)
 	}
 	if len(rules) == 0 {
 		return nil, nil
 	}
 	return func(name string) (T, bool) {
-		for k := range rules {
-			i := k
-			if !firstWins {
-				i = len(rules) - 1 - k
-			}
-			if rules[i].re.MatchString(name) {
-				return rules[i].t, true
-			}
+		if i := match(rules, name); i >= 0 {
+			return rules[i].Value, true
 		}
 		var zero T
 		return zero, false
@@ -87,7 +53,7 @@ func parseGGMLRuleType(typ string) (formats.DType, error) {
 	if !ok || !t.IsGGML() {
 		return 0, fmt.Errorf("unknown ggml type %q", typ)
 	}
-	if err := convert.CheckWritable(t); err != nil {
+	if err := pipeline.CheckTarget(t); err != nil {
 		return 0, err
 	}
 	return t, nil

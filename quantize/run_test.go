@@ -11,17 +11,19 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
+	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/inspect"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
-// run quantizes with opts and fails the test on error.
-func run(t *testing.T, opts Options) *Result {
+// run quantizes with opts, writing with ro, and fails the test on error.
+func run(t *testing.T, opts Options, ro pipeline.Options) *planned {
 	t.Helper()
-	res, err := Run(context.Background(), &opts)
+	res, err := quantizeRun(context.Background(), &opts, ro, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +41,7 @@ var maxRelError = map[string]float64{"q4_K": 0.1, "q5_0": 0.06, "q8_0": 0.01, "q
 // dequantizes close to the source and unquantized tensors are unchanged.
 func TestQuantizeTinyQ4KM(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "tiny-q4_k_m.gguf")
-	res := run(t, Options{Input: tinyPath, Output: out, Type: "Q4_K_M", Threads: 2})
+	res := run(t, Options{Input: tinyPath, Output: out, Type: "Q4_K_M"}, pipeline.Options{Threads: 2})
 	g := mustOpen(t, out)
 	meta := g.Metadata()
 	for k, v := range map[string]any{"general.architecture": "sd1", "general.file_type": uint32(15), "general.quantization_version": uint32(2)} {
@@ -56,8 +58,8 @@ func TestQuantizeTinyQ4KM(t *testing.T) {
 	if ts := find(t, g, "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc2.weight"); ts.Type != formats.Q4_K {
 		t.Errorf("fc2 is %s, want q4_K", ts.Type)
 	}
-	if len(g.Tensors()) != len(res.Rows) {
-		t.Errorf("%d tensors written, %d planned", len(g.Tensors()), len(res.Rows))
+	if len(g.Tensors()) != len(res.rows()) {
+		t.Errorf("%d tensors written, %d planned", len(g.Tensors()), len(res.rows()))
 	}
 	src := mustOpen(t, tinyPath)
 	d, err := inspect.Diff(src, g, inspect.DiffOptions{ChunkElements: 1000})
@@ -95,8 +97,8 @@ func TestQuantizeTinyQ4KM(t *testing.T) {
 func TestQuantizeDeterministic(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.gguf"), filepath.Join(dir, "b.gguf")
-	run(t, Options{Input: tinyPath, Output: a, Type: "Q4_K_M", Threads: 1})
-	run(t, Options{Input: tinyPath, Output: b, Type: "Q4_K_M", Threads: 3, MaxMemory: 256 << 10})
+	run(t, Options{Input: tinyPath, Output: a, Type: "Q4_K_M"}, pipeline.Options{Threads: 1})
+	run(t, Options{Input: tinyPath, Output: b, Type: "Q4_K_M"}, pipeline.Options{Threads: 3, MaxMemory: 256 << 10})
 	da, _ := os.ReadFile(a)
 	db, _ := os.ReadFile(b)
 	if !bytes.Equal(da, db) {
@@ -106,12 +108,12 @@ func TestQuantizeDeterministic(t *testing.T) {
 
 // TestQuantizeConvrot writes int8_convrot safetensors and checks the exact
 // tensor names, dtypes, shapes and comfy_quant JSON of a rotated and a
-// plain-fallback module, that convrot.Detect reads them back, and that the
+// plain-fallback module, that comfyquant.Detect reads them back, and that the
 // streamed bytes equal convrot's whole-tensor Plan.Encode.
 func TestQuantizeConvrot(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "tiny-int8.safetensors")
 	var logs bytes.Buffer
-	res := run(t, Options{Input: tinyPath, Output: out, Type: "int8_convrot", GroupSize: 16, Log: logTo(&logs)})
+	res := run(t, Options{Input: tinyPath, Output: out, Type: "int8_convrot", GroupSize: 16, Log: logTo(&logs)}, pipeline.Options{})
 	g := mustOpen(t, out)
 	const (
 		rot   = "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc2"       // in = 256
@@ -145,7 +147,7 @@ func TestQuantizeConvrot(t *testing.T) {
 	if _, ok := formats.Find(g, "model.diffusion_model.input_blocks.0.0.weight.comfy_quant"); ok {
 		t.Error("a conv kernel became a module")
 	}
-	mods, err := convrot.Detect(g)
+	mods, err := comfyquant.Detect(g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +157,7 @@ func TestQuantizeConvrot(t *testing.T) {
 	// Oracle: the whole-tensor encoder gives the same bytes.
 	src := mustOpen(t, tinyPath)
 	st := find(t, src, rot+".weight")
-	p, err := convrot.PlanModule(formats.Tensor{Name: st.Name, Type: formats.F32, Shape: st.Shape}, convrot.Options{Type: convrot.Int8Convrot, GroupSize: 16})
+	p, err := convrot.NewLayer(formats.Tensor{Name: st.Name, Type: formats.F32, Shape: st.Shape}, convrot.Options{Type: convrot.Int8Convrot, GroupSize: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,11 +174,11 @@ func TestQuantizeConvrot(t *testing.T) {
 	gotW, _ := formats.ReadTensor(g, &gw)
 	gotS, _ := formats.ReadTensor(g, &gs)
 	if !bytes.Equal(gotW, wantW) || !bytes.Equal(gotS, wantS) {
-		t.Error("streamed int8_convrot bytes differ from convrot.Plan.Encode")
+		t.Error("streamed int8_convrot bytes differ from convrot.Layer.Encode")
 	}
 	// Requantizing the ComfyUI file to GGUF decodes the modules exactly.
 	back := filepath.Join(t.TempDir(), "back.gguf")
-	run(t, Options{Input: out, Output: back, Type: "F16"})
+	run(t, Options{Input: out, Output: back, Type: "F16"}, pipeline.Options{})
 	d, err := inspect.Diff(src, mustOpen(t, back), inspect.DiffOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +209,7 @@ func f16(b []byte) float32 {
 // TestQuantizeFP8 checks the FP8 layout: a 0-d F32 scale of amax/448.
 func TestQuantizeFP8(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "tiny-fp8.safetensors")
-	run(t, Options{Input: tinyPath, Output: out, Type: "fp8_e4m3"})
+	run(t, Options{Input: tinyPath, Output: out, Type: "fp8_e4m3"}, pipeline.Options{})
 	g := mustOpen(t, out)
 	const mod = "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc2"
 	w, s := find(t, g, mod+".weight"), find(t, g, mod+".weight_scale")
@@ -232,13 +234,13 @@ func TestQuantizeFP8(t *testing.T) {
 func TestQuantizeRefusals(t *testing.T) {
 	dir := t.TempDir()
 	q := filepath.Join(dir, "q.gguf")
-	run(t, Options{Input: tinyPath, Output: q, Type: "Q4_K_M"})
+	run(t, Options{Input: tinyPath, Output: q, Type: "Q4_K_M"}, pipeline.Options{})
 	again := filepath.Join(dir, "again.gguf")
-	if _, err := Run(context.Background(), &Options{Input: q, Output: again, Type: "Q8_0"}); !errors.Is(err, ErrRequantize) || !strings.Contains(err.Error(), "--allow-requantize") {
+	if _, err := quantizeRun(context.Background(), &Options{Input: q, Output: again, Type: "Q8_0"}, pipeline.Options{}, false); !errors.Is(err, ErrRequantize) || !strings.Contains(err.Error(), "--allow-requantize") {
 		t.Errorf("requantize without the flag: %v", err)
 	}
 	var logs bytes.Buffer
-	res := run(t, Options{Input: q, Output: again, Type: "Q4_K_M", AllowRequantize: true, Log: logTo(&logs)})
+	res := run(t, Options{Input: q, Output: again, Type: "Q4_K_M", AllowRequantize: true, Log: logTo(&logs)}, pipeline.Options{})
 	if !strings.Contains(logs.String(), "requantizing") {
 		t.Error("requantizing gave no warning")
 	}
@@ -255,7 +257,7 @@ func TestQuantizeRefusals(t *testing.T) {
 	}
 	// A GGUF input's keys are kept, the recomputed ones replaced.
 	meta := filepath.Join(dir, "meta.gguf")
-	run(t, Options{Input: again, Output: meta, Type: "Q8_0", AllowRequantize: true, Metadata: []string{"general.name=tiny"}})
+	run(t, Options{Input: again, Output: meta, Type: "Q8_0", AllowRequantize: true, Metadata: []string{"general.name=tiny"}}, pipeline.Options{})
 	mm := mustOpen(t, meta).Metadata()
 	seen := map[string]int{}
 	for _, kv := range mm {
@@ -264,14 +266,14 @@ func TestQuantizeRefusals(t *testing.T) {
 	if kv, _ := mm.Get("general.file_type"); kv.Value != uint32(7) || seen["general.architecture"] != 1 || seen["general.name"] != 1 {
 		t.Errorf("requantized metadata: file_type %v, keys %v", kv.Value, seen)
 	}
-	if _, err := Run(context.Background(), &Options{Input: tinyPath, Output: q, Type: "Q8_0"}); !errors.Is(err, pipeline.ErrExists) {
+	if _, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: q, Type: "Q8_0"}, pipeline.Options{}, false); !errors.Is(err, pipeline.ErrExists) {
 		t.Errorf("existing output: %v", err)
 	}
-	run(t, Options{Input: tinyPath, Output: q, Type: "Q8_0", Force: true})
-	if _, err := Run(context.Background(), &Options{Input: q, Output: q, Type: "Q8_0", Force: true, AllowRequantize: true}); !errors.Is(err, pipeline.ErrOutputIsInput) {
+	run(t, Options{Input: tinyPath, Output: q, Type: "Q8_0"}, pipeline.Options{Force: true})
+	if _, err := quantizeRun(context.Background(), &Options{Input: q, Output: q, Type: "Q8_0", AllowRequantize: true}, pipeline.Options{Force: true}, false); !errors.Is(err, pipeline.ErrOutputIsInput) {
 		t.Errorf("output = input: %v", err)
 	}
-	if _, err := Run(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(dir, "x.safetensors"), Type: "Q8_0"}); err == nil || !strings.Contains(err.Error(), ".gguf") {
+	if _, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(dir, "x.safetensors"), Type: "Q8_0"}, pipeline.Options{}, false); err == nil || !strings.Contains(err.Error(), ".gguf") {
 		t.Errorf("wrong extension: %v", err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -330,9 +332,9 @@ func TestQuantizeImatrix(t *testing.T) {
 	dir := t.TempDir()
 	dat, gg, _ := imatrixFiles(t, dir, fc2)
 	plainOut, datOut, ggOut := filepath.Join(dir, "plain.gguf"), filepath.Join(dir, "dat.gguf"), filepath.Join(dir, "gguf.gguf")
-	run(t, Options{Input: tinyPath, Output: plainOut, Type: "Q4_K_M"})
-	res := run(t, Options{Input: tinyPath, Output: datOut, Type: "Q4_K_M", Imatrix: []string{dat}})
-	run(t, Options{Input: tinyPath, Output: ggOut, Type: "Q4_K_M", Imatrix: []string{gg}})
+	run(t, Options{Input: tinyPath, Output: plainOut, Type: "Q4_K_M"}, pipeline.Options{})
+	res := run(t, Options{Input: tinyPath, Output: datOut, Type: "Q4_K_M", Imatrix: []string{dat}}, pipeline.Options{})
+	run(t, Options{Input: tinyPath, Output: ggOut, Type: "Q4_K_M", Imatrix: []string{gg}}, pipeline.Options{})
 	p, d, g := mustOpen(t, plainOut), mustOpen(t, datOut), mustOpen(t, ggOut)
 	for _, name := range fc2 {
 		pt, dt, gt := find(t, p, name), find(t, d, name), find(t, g, name)
@@ -364,7 +366,7 @@ func TestQuantizeImatrix(t *testing.T) {
 	}
 	// Two files: call-count-weighted average. The same file twice is the same means.
 	twice := filepath.Join(dir, "twice.gguf")
-	run(t, Options{Input: tinyPath, Output: twice, Type: "Q4_K_M", Imatrix: []string{dat, gg}})
+	run(t, Options{Input: tinyPath, Output: twice, Type: "Q4_K_M", Imatrix: []string{dat, gg}}, pipeline.Options{})
 	tw := mustOpen(t, twice)
 	tt, dt := find(t, tw, fc2[0]), find(t, d, fc2[0])
 	tb, _ := formats.ReadTensor(tw, &tt)
@@ -387,7 +389,7 @@ func TestImportanceErrors(t *testing.T) {
 		return p
 	}
 	short := write("short.gguf", &imatrix.Entry{Name: fc2[0], Sum2: make([]float32, 100), Counts: []float32{1}})
-	_, err := Run(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(dir, "o.gguf"), Type: "Q4_K_M", Imatrix: []string{short}, DryRun: true})
+	_, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(dir, "o.gguf"), Type: "Q4_K_M", Imatrix: []string{short}}, pipeline.Options{}, true)
 	if err == nil || !strings.Contains(err.Error(), "has 100 values") || !strings.Contains(err.Error(), fc2[0]) {
 		t.Errorf("short vector: %v", err)
 	}
@@ -419,17 +421,17 @@ func TestReshapeConvRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	rs := filepath.Join(dir, "rs.gguf")
 	var logs bytes.Buffer
-	res := run(t, Options{Input: tinyPath, Output: rs, Type: "Q4_K_M", ReshapeConv: true, Log: logTo(&logs)})
+	res := run(t, Options{Input: tinyPath, Output: rs, Type: "Q4_K_M", ReshapeConv: true, Log: logTo(&logs)}, pipeline.Options{})
 	if !strings.Contains(logs.String(), "cannot load") {
 		t.Error("no warning that sd.cpp cannot load --reshape-conv output")
 	}
-	n := res.reshaped()
+	n := res.Report.reshaped
 	if n == 0 {
 		t.Fatal("nothing reshaped")
 	}
 	g := mustOpen(t, rs)
 	var conv string
-	for _, row := range res.Rows {
+	for _, row := range res.rows() {
 		if row.Reshaped && len(row.SourceShape) == 4 {
 			conv = row.Name
 			break
@@ -438,7 +440,7 @@ func TestReshapeConvRoundTrip(t *testing.T) {
 	if ts := find(t, g, conv); len(ts.Shape) != 2 || ts.Shape[1] != 256 {
 		t.Errorf("%s stored as %v", conv, ts.Shape)
 	}
-	if _, ok := g.Metadata().Get(OrigShapePrefix + conv); !ok {
+	if _, ok := g.Metadata().Get(gguf.OrigShapePrefix + conv); !ok {
 		t.Errorf("no orig_shape for %s", conv)
 	}
 	d, err := inspect.Diff(mustOpen(t, tinyPath), g, inspect.DiffOptions{})
@@ -449,16 +451,16 @@ func TestReshapeConvRoundTrip(t *testing.T) {
 		t.Errorf("reshaped file: %d shape changes, %d skipped, error %v", d.Totals.ShapeChanges, len(d.Skipped), *d.Totals.RelError)
 	}
 	back := filepath.Join(dir, "back.gguf")
-	br := run(t, Options{Input: rs, Output: back, Type: "Q8_0", AllowRequantize: true, Targets: []string{"sdcpp"}, Strict: true})
-	if br.reshaped() != 0 {
-		t.Errorf("%d tensors still reshaped", br.reshaped())
+	br := run(t, Options{Input: rs, Output: back, Type: "Q8_0", AllowRequantize: true, Targets: []string{"sdcpp"}, Strict: true}, pipeline.Options{})
+	if br.Report.reshaped != 0 {
+		t.Errorf("%d tensors still reshaped", br.Report.reshaped)
 	}
 	bg := mustOpen(t, back)
 	if ts := find(t, bg, conv); len(ts.Shape) != 4 {
 		t.Errorf("%s back as %v, want its 4-D torch shape", conv, ts.Shape)
 	}
 	for _, kv := range bg.Metadata() {
-		if strings.HasPrefix(kv.Key, OrigShapePrefix) {
+		if strings.HasPrefix(kv.Key, gguf.OrigShapePrefix) {
 			t.Errorf("stale %s", kv.Key)
 		}
 	}
@@ -470,7 +472,7 @@ func TestQuantizeInterrupted(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "x.gguf")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := Run(ctx, &Options{Input: tinyPath, Output: out, Type: "Q4_K_M"}); !errors.Is(err, pipeline.ErrInterrupted) {
+	if _, err := quantizeRun(ctx, &Options{Input: tinyPath, Output: out, Type: "Q4_K_M"}, pipeline.Options{}, false); !errors.Is(err, pipeline.ErrInterrupted) {
 		t.Errorf("cancelled run: %v", err)
 	}
 	for _, p := range []string{out, out + pipeline.PartialSuffix} {
@@ -514,7 +516,7 @@ func TestQuantizeConvrotRules(t *testing.T) {
 		out := filepath.Join(t.TempDir(), "r.safetensors")
 		opts := flags
 		opts.Input, opts.Output, opts.Type, opts.GroupSize = tinyPath, out, "int8_convrot", 16
-		run(t, opts)
+		run(t, opts, pipeline.Options{})
 		g := mustOpen(t, out)
 		src := mustOpen(t, tinyPath)
 		if w := find(t, g, fc2+".weight"); w.Type != formats.F8_E4M3 {
@@ -530,12 +532,11 @@ func TestQuantizeConvrotRules(t *testing.T) {
 			t.Errorf("%v: to_k %s, want bf16", flags, w.Type)
 		}
 	}
-	res, err := Run(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"),
-		Type: "int8", TensorTypeRules: `input_blocks\.0\.0\.weight=int8`, DryRun: true})
+	res, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"), Type: "int8", TensorTypeRules: `input_blocks\.0\.0\.weight=int8`}, pipeline.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range res.Rows {
+	for _, r := range res.rows() {
 		if r.Name == conv && (r.To == formats.I8 || !strings.Contains(r.Reason, "only 2-D .weight tensors")) {
 			t.Errorf("int8 rule on a conv kernel: %s (%s)", r.To, r.Reason)
 		}

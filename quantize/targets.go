@@ -6,7 +6,9 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/inspect"
+	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // Consumer names for --target.
@@ -70,14 +72,14 @@ func ParseTargets(values []string) ([]string, error) {
 }
 
 // checkConsumers evaluates the planned output for each target.
-func checkConsumers(r *Result, targets []string) []Consumer {
+func checkConsumers(r *Report, plan *pipeline.Plan, targets []string) []Consumer {
 	var out []Consumer
 	for _, name := range targets {
 		c := Consumer{Name: name}
 		if r.Format == "safetensors" {
 			checkSafetensors(r, &c)
 		} else {
-			checkGGUF(r, &c)
+			checkGGUF(r, plan, &c)
 		}
 		c.OK = len(c.Problems) == 0
 		out = append(out, c)
@@ -85,11 +87,11 @@ func checkConsumers(r *Result, targets []string) []Consumer {
 	return out
 }
 
-func checkGGUF(r *Result, c *Consumer) {
-	maxName := map[string]int{TargetGGML: inspect.GGMLMaxName - 1, TargetSDCpp: inspect.SDCppMaxName, TargetComfyUI: inspect.ComfyGGUFMaxName}[c.Name]
+func checkGGUF(r *Report, plan *pipeline.Plan, c *Consumer) {
+	maxName := map[string]int{TargetGGML: gguf.GGMLMaxName - 1, TargetSDCpp: gguf.SDCppMaxName, TargetComfyUI: gguf.ComfyGGUFMaxName}[c.Name]
 	var long, longest, deep int
 	bad := map[formats.DType]int{}
-	for _, row := range r.Rows {
+	for _, row := range plan.Outputs {
 		if n := len(row.Name); n > maxName {
 			long++
 			longest = max(longest, n)
@@ -97,11 +99,11 @@ func checkGGUF(r *Result, c *Consumer) {
 		if len(row.Shape) > 4 {
 			deep++
 		}
-		if c.Name == TargetComfyUI && !comfyTypes[row.To] && row.To.Quantized() {
-			bad[row.To]++
+		if c.Name == TargetComfyUI && !comfyTypes[row.Type] && row.Type.Quantized() {
+			bad[row.Type]++
 		}
-		if c.Name != TargetComfyUI && !row.To.InLinkedGGML() {
-			bad[row.To]++
+		if c.Name != TargetComfyUI && !row.Type.InLinkedGGML() {
+			bad[row.Type]++
 		}
 	}
 	if long > 0 {
@@ -123,7 +125,7 @@ func checkGGUF(r *Result, c *Consumer) {
 	}
 	switch c.Name {
 	case TargetSDCpp:
-		if n := r.reshaped(); n > 0 {
+		if n := r.reshaped; n > 0 {
 			c.Problems = append(c.Problems, fmt.Sprintf("%d tensors reshaped by --reshape-conv (sd.cpp expects the original shapes)", n))
 		}
 	case TargetComfyUI:
@@ -133,22 +135,15 @@ func checkGGUF(r *Result, c *Consumer) {
 	}
 }
 
-func checkSafetensors(r *Result, c *Consumer) {
+func checkSafetensors(r *Report, c *Consumer) {
 	switch c.Name {
 	case TargetGGML:
 		c.Problems = append(c.Problems, "the output is safetensors, not GGUF")
 	case TargetComfyUI:
 		c.Notes = append(c.Notes, "comfy_quant layers ("+r.Type+")")
 	case TargetSDCpp:
-		rotated, fp8 := 0, 0
-		for _, row := range r.Rows {
-			switch row.Module {
-			case "int8_convrot":
-				rotated++
-			case "fp8_e4m3", "fp8_e5m2":
-				fp8++
-			}
-		}
+		rotated := r.modules[convrot.Int8Convrot.String()]
+		fp8 := r.modules[convrot.FP8E4M3.String()] + r.modules[convrot.FP8E5M2.String()]
 		if rotated > 0 {
 			c.Problems = append(c.Problems, fmt.Sprintf("%d layers use the convrot rotation, which sd.cpp does not apply to activations", rotated))
 		}

@@ -8,8 +8,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/convert"
-	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/pipeline/progress"
 )
 
 // convertInputs maps convert's input flags to convert.Components flags.
@@ -70,44 +68,25 @@ func runConvert(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return fmt.Errorf("convert: unexpected argument %q (inputs are given with -m, --diffusion-model, --vae, ...)", c.Args().First())
 	}
-	cfg := &convert.Config{
+	opts := &convert.Options{
 		Inputs:      map[string]string{},
 		Output:      c.String("output"),
 		Type:        c.String("type"),
 		Rules:       strings.Join(c.StringSlice("tensor-type-rules"), ","),
 		Imatrix:     c.StringSlice("imatrix"),
-		Threads:     c.Int("threads"),
-		MaxMemory:   c.Int64("max-memory"),
-		Force:       c.Bool("force"),
-		DryRun:      c.Bool("dry-run"),
 		ConvertName: c.Bool("convert-name"),
 		Dequantize:  c.Bool("dequantize"),
 		Log:         slog.Default(),
 	}
 	for _, in := range convertInputs {
 		if v := c.String(in.flag); v != "" {
-			cfg.Inputs[in.flag] = v
+			opts.Inputs[in.flag] = v
 		}
 	}
-	if cfg.DryRun {
-		res, err := convert.Run(c.Context, cfg)
-		if err != nil {
-			return err
-		}
-		return convert.WritePlan(c.App.Writer, res)
-	}
-	ctx, stop := pipeline.SignalContext()
-	defer stop()
-	bar := progress.New("convert", 0)
-	cfg.Progress = bar.Update
-	res, err := convert.Run(ctx, cfg)
+	plan, err := convert.Plan(opts)
 	if err != nil {
-		bar.Abandon()
 		return err
 	}
-	bar.Finish()
-	in, out, params, bpw := convert.Totals(res.Rows)
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d tensors, %d parameters, %s -> %s (%.2f bits per weight)\n",
-		cfg.Output, len(res.Rows), params, convert.HumanBytes(in), convert.HumanBytes(out), bpw)
-	return nil
+	defer plan.Close()
+	return writePlan(c, plan, "convert")
 }

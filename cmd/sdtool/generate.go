@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"image"
 	_ "image/png" // init images
@@ -12,11 +11,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/infer/pngtext"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // generate runs SD 1.x/2.x through ggml. Without cgo the command exists
@@ -83,10 +84,8 @@ func runGenerate(c *cli.Context) error {
 		return err
 	}
 	for i := range prompts {
-		if o := promptOutput(out, i, len(prompts)); !c.Bool("force") {
-			if _, err := os.Stat(o); err == nil {
-				return fmt.Errorf("%s exists (use --force to replace it)", o)
-			}
+		if err := pipeline.CheckOutput(promptOutput(out, i, len(prompts)), generateInputs(c), c.Bool("force")); err != nil {
+			return err
 		}
 	}
 	method, err := infer.ParseMethod(c.String("sampling-method"))
@@ -158,7 +157,11 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		CFGScale: req.CFGScale, Seed: int64(req.Seed), Width: req.Width, Height: req.Height,
 		Model: filepath.Base(c.String("model")), RNG: req.RNG, Strength: req.Strength, Version: "sdtool " + version,
 	}
-	if err := writePNGFile(out, img, params); err != nil {
+	err = pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: generateInputs(c), Logger: slog.Default()},
+		func(w io.Writer) error {
+			return pngtext.Write(w, img, map[string]string{pngtext.ParametersKey: params.String()}, nil)
+		})
+	if err != nil {
 		return err
 	}
 	t := res.Timings
@@ -186,16 +189,9 @@ func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
 // generateWithBar runs req with a per-step progress bar when stderr is a terminal.
 func generateWithBar(stderr io.Writer, m *infer.Model, req infer.Request, label string) (*infer.Result, error) {
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar := progressbar.NewOptions(req.Steps, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription(label),
-			progressbar.OptionShowCount(), progressbar.OptionSetItsString("step"), progressbar.OptionShowIts(),
-			progressbar.OptionClearOnFinish())
-		req.OnStep = func(step, steps int) {
-			bar.ChangeMax(steps)
-			bar.Set(step)
-		}
-		defer bar.Finish()
-	}
+	update, finish := console.Steps(stderr, label, req.Steps)
+	defer finish()
+	req.OnStep = update
 	return m.Generate(req)
 }
 
@@ -214,15 +210,15 @@ func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infe
 	if err != nil {
 		return err
 	}
-	psnr, err := infer.PSNR(refImg, img)
+	psnr, err := metrics.PSNR(refImg, img)
 	if err != nil {
 		return err
 	}
-	ssim, err := infer.SSIM(refImg, img)
+	ssim, err := metrics.SSIM(refImg, img)
 	if err != nil {
 		return err
 	}
-	cos, err := infer.CosineSimilarity(ref.Latent, res.Latent)
+	cos, err := metrics.CosineSimilarity(ref.Latent, res.Latent)
 	if err != nil {
 		return err
 	}
@@ -240,7 +236,7 @@ func compareWith(c *cli.Context, refPath string, opt infer.LoadOptions, req infe
 			fmt.Fprintf(w, "  %-18s (missing in the reference)\n", b.Name)
 			continue
 		}
-		e, err := infer.CompareTensors(rv, b.Values)
+		e, err := metrics.CompareTensors(rv, b.Values)
 		if err != nil {
 			fmt.Fprintf(w, "  %-18s %v\n", b.Name, err)
 			continue
@@ -263,15 +259,13 @@ func readPNG(path string) (image.Image, error) {
 	return img, nil
 }
 
-// writePNGFile writes the image through path+".partial".
-func writePNGFile(path string, img image.Image, p infer.GenerationParams) error {
-	var buf bytes.Buffer
-	if err := infer.WritePNGWithParams(&buf, img, p); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+// generateInputs lists the files generate reads, which no output may replace.
+func generateInputs(c *cli.Context) []string {
+	var in []string
+	for _, f := range []string{"model", "vae", "compare", "init-img", "prompt-file"} {
+		if p := c.String(f); p != "" {
+			in = append(in, p)
+		}
 	}
-	if err := os.WriteFile(path+".partial", buf.Bytes(), 0o644); err != nil {
-		os.Remove(path + ".partial")
-		return err
-	}
-	return os.Rename(path+".partial", path)
+	return append(in, c.StringSlice("imatrix-in")...)
 }

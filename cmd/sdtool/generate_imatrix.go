@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
@@ -103,8 +106,8 @@ func startImatrix(c *cli.Context, m *infer.Model) (*imatrixRun, error) {
 		}
 		r.priors = append(r.priors, mx)
 	}
-	if _, err := os.Stat(out); err == nil && !c.Bool("force") && !containsSame(ins, out) {
-		return nil, fmt.Errorf("%s exists (use --force to replace it)", out)
+	if err := pipeline.CheckOutput(out, nil, c.Bool("force") || containsSame(ins, out)); err != nil {
+		return nil, err
 	}
 	r.stats = infer.NewImatrixStats()
 	m.SetImatrix(r.stats)
@@ -113,7 +116,7 @@ func startImatrix(c *cli.Context, m *infer.Model) (*imatrixRun, error) {
 
 func containsSame(files []string, f string) bool {
 	for _, x := range files {
-		if sameFile(x, f) {
+		if pipeline.SameFile(x, f) {
 			return true
 		}
 	}
@@ -121,7 +124,7 @@ func containsSame(files []string, f string) bool {
 }
 
 // finish merges the earlier files and writes the matrix (.gguf by
-// extension, else .dat) through a .partial file.
+// extension, else .dat) through the pipeline's atomic publish.
 func (r *imatrixRun) finish(c *cli.Context, dataset string) error {
 	if r == nil {
 		return nil
@@ -136,29 +139,16 @@ func (r *imatrixRun) finish(c *cli.Context, dataset string) error {
 	if n := r.stats.Skipped(); n > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "imatrix: %d products with non-finite activations were left out\n", n)
 	}
-	tmp := r.out + ".partial"
-	f, err := os.Create(tmp)
+	var long []string
+	// The output may be one of the --imatrix-in files, read above: continuing in place replaces it.
+	force := c.Bool("force") || containsSame(r.files, r.out)
+	err = pipeline.WriteAtomic(c.Context, r.out, pipeline.PublishOptions{Force: force, Logger: slog.Default()},
+		func(w io.Writer) (err error) {
+			long, err = imatrix.Encode(w, r.out, m)
+			return err
+		})
 	if err != nil {
 		return err
-	}
-	var long []string
-	if strings.EqualFold(filepath.Ext(r.out), ".gguf") {
-		long, err = imatrix.WriteGGUF(f, m)
-	} else {
-		err = imatrix.WriteDat(f, m)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, r.out)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("%s: %w", r.out, err)
 	}
 	if len(long) > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "warning: %s: %d GGUF imatrix names are 64 bytes or longer (first %q); stock llama.cpp refuses them: write .dat for it\n",

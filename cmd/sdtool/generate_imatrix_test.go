@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/pngtext"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
@@ -42,11 +42,11 @@ func TestGenerateImatrixPromptFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		text, err := infer.PNGText(bytes.NewReader(b))
+		text, err := pngtext.Read(bytes.NewReader(b))
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := text[infer.PNGParametersKey]
+		p := text[pngtext.ParametersKey]
 		if !strings.HasPrefix(p, want) || !strings.Contains(p, []string{"Seed: 42", "Seed: 43"}[i]) {
 			t.Errorf("image %d: parameters %q", i+1, p)
 		}

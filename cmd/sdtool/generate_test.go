@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/pngtext"
 )
 
 const tinyGGUF = "../../testdata/tiny-sd1.gguf"
@@ -39,11 +39,11 @@ func TestGenerateSameSeedSameBytes(t *testing.T) {
 	if bytes.Equal(pngs[0], pngs[2]) {
 		t.Error("another seed wrote the same PNG")
 	}
-	text, err := infer.PNGText(bytes.NewReader(pngs[0]))
+	text, err := pngtext.Read(bytes.NewReader(pngs[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := text[infer.PNGParametersKey]
+	p := text[pngtext.ParametersKey]
 	for _, want := range []string{"a cat", "Negative prompt: ugly", "Steps: 2", "Seed: 5", "Size: 64x64", "tiny-sd1.gguf"} {
 		if !strings.Contains(p, want) {
 			t.Errorf("parameters %q lack %q", p, want)

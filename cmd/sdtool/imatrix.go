@@ -3,14 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
@@ -120,44 +120,22 @@ func runImatrixConvert(c *cli.Context) error {
 	return writeImatrix(c, m, c.Args().Slice())
 }
 
-// writeImatrix writes m to --output (GGUF by extension, else .dat) through a
-// .partial file, refusing inputs and, without --force, existing files.
+// writeImatrix writes m to --output (GGUF by extension, else .dat) through
+// the pipeline's atomic publish, refusing inputs and, without --force,
+// existing files.
 func writeImatrix(c *cli.Context, m *imatrix.Matrix, inputs []string) error {
 	out := c.String("output")
 	if out == "" {
 		return errors.New("imatrix: no output: give -o FILE.gguf or -o FILE.dat")
 	}
-	for _, in := range inputs {
-		if sameFile(in, out) {
-			return fmt.Errorf("%s: the output is one of the inputs", out)
-		}
-	}
-	if _, err := os.Stat(out); err == nil && !c.Bool("force") {
-		return fmt.Errorf("%s: already exists (use --force to replace it)", out)
-	}
-	tmp := out + ".partial"
-	f, err := os.Create(tmp)
+	var long []string
+	err := pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: inputs, Logger: slog.Default()},
+		func(w io.Writer) (err error) {
+			long, err = imatrix.Encode(w, out, m)
+			return err
+		})
 	if err != nil {
 		return err
-	}
-	var long []string
-	if strings.EqualFold(filepath.Ext(out), ".gguf") {
-		long, err = imatrix.WriteGGUF(f, m)
-	} else {
-		err = imatrix.WriteDat(f, m)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, out)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("%s: %w", out, err)
 	}
 	if len(long) > 0 {
 		slog.Warn("GGUF imatrix names of 64 bytes or more: stock llama.cpp refuses them; write .dat for it",
@@ -165,11 +143,4 @@ func writeImatrix(c *cli.Context, m *imatrix.Matrix, inputs []string) error {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d entries\n", out, len(m.Entries))
 	return nil
-}
-
-// sameFile reports whether two paths name the same existing file.
-func sameFile(a, b string) bool {
-	sa, err1 := os.Stat(a)
-	sb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }

@@ -1,11 +1,3 @@
-// Command sdtool inspects, converts and quantizes the weights of diffusion
-// models (Stable Diffusion 1.x/2.x/XL, SD3, Flux, Wan, Qwen-Image, Z-Image
-// and their text encoders and VAEs) in GGUF and safetensors files.
-//
-// Each subcommand lives in its own file and registers itself from init;
-// cli.go holds what they share: flags after positional arguments, -v for
-// debug logging, examples in every help, and "sdtool: message" errors with
-// exit status 1.
 package main
 
 import (

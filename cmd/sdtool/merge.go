@@ -3,13 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/merge"
 	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/pipeline/progress"
 )
 
 func init() {
@@ -71,7 +69,7 @@ func runMerge(c *cli.Context) error {
 		return fmt.Errorf("merge: unexpected arguments %q (inputs are given with --recipe or -a/-b/-c; see sdtool merge --help)", c.Args().Slice())
 	}
 	recipe, method := c.String("recipe"), c.String("method")
-	var plan *merge.Plan
+	var plan *pipeline.Plan
 	var err error
 	switch {
 	case recipe != "" && method != "":
@@ -120,25 +118,5 @@ func runMerge(c *cli.Context) error {
 		return errors.New("merge: give --recipe RECIPE.json or --method METHOD (see sdtool merge --help)")
 	}
 	defer plan.Close()
-	if c.Bool("dry-run") {
-		return plan.WriteDryRun(c.App.Writer)
-	}
-	ctx, stop := pipeline.SignalContext()
-	defer stop()
-	bar := progress.New("merge", 0)
-	err = plan.Run(ctx, merge.Options{
-		Force:     c.Bool("force"),
-		Threads:   c.Int("threads"),
-		MaxMemory: c.Int64("max-memory"),
-		Progress:  bar.Update,
-		Log:       slog.Default(),
-	})
-	if err != nil {
-		bar.Abandon()
-		return err
-	}
-	bar.Finish()
-	total, _ := plan.Pipeline.Bytes()
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d tensors, %d bytes of data\n", plan.Output, len(plan.Entries), total)
-	return nil
+	return writePlan(c, plan, "merge")
 }

@@ -6,8 +6,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/pipeline/progress"
 	"github.com/sdtool/sdtool/quantize"
 )
 
@@ -80,30 +78,12 @@ func runQuantize(c *cli.Context) error {
 		GroupSize:       c.Int("convrot-group-size"),
 		Metadata:        c.StringSlice("metadata"),
 		MetadataPreset:  c.String("metadata-preset"),
-		Threads:         c.Int("threads"),
-		MaxMemory:       c.Int64("max-memory"),
-		Force:           c.Bool("force"),
-		DryRun:          c.Bool("dry-run"),
 		Log:             slog.Default(),
 	}
-	if opts.DryRun {
-		res, err := quantize.Run(c.Context, opts)
-		if err != nil {
-			return err
-		}
-		return quantize.WritePlan(c.App.Writer, res)
-	}
-	ctx, stop := pipeline.SignalContext()
-	defer stop()
-	bar := progress.New("quantize", 0)
-	opts.Progress = bar.Update
-	res, err := quantize.Run(ctx, opts)
+	plan, _, err := quantize.Plan(opts)
 	if err != nil {
-		bar.Abandon()
 		return err
 	}
-	bar.Finish()
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", opts.Output)
-	quantize.WriteSummary(c.App.ErrWriter, res)
-	return nil
+	defer plan.Close()
+	return writePlan(c, plan, "quantize")
 }

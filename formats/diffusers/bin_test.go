@@ -86,7 +86,7 @@ func TestBin(t *testing.T) {
 	os.WriteFile(filepath.Join(te, "pytorch_model.bin.index.json"), []byte(`{"weight_map": {"a": "pytorch_model-00002-of-00002.bin", "b": "pytorch_model-00002-of-00002.bin"}}`), 0o644)
 	if _, err := Open(dir); err == nil {
 		t.Error("a mis-mapped tensor was accepted")
-	} else if want := `tensor "a" is mapped to pytorch_model-00002-of-00002.bin`; !bytes.Contains([]byte(err.Error()), []byte(want)) {
+	} else if want := `tensor "a": mapped to pytorch_model-00002-of-00002.bin`; !bytes.Contains([]byte(err.Error()), []byte(want)) {
 		t.Errorf("error %q lacks %q", err, want)
 	}
 }

@@ -264,7 +264,7 @@ func TestWriterStreamErrors(t *testing.T) {
 	if _, err := w.Write(make([]byte, 20)); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Close(); err == nil || !strings.Contains(err.Error(), `tensor "b": 4 of its 8 bytes written`) {
+	if err := w.Close(); err == nil || !errors.Is(err, formats.ErrIncomplete) || !strings.Contains(err.Error(), `tensor "b": 4 of its 8 bytes written`) {
 		t.Errorf("short close: %v", err)
 	}
 	w, _ = NewWriter(&bytes.Buffer{}, ts, nil, nil)
@@ -303,8 +303,12 @@ func TestGGMLTypes(t *testing.T) {
 
 func TestFormatErrorUnwraps(t *testing.T) {
 	_, err := parseBytes([]byte("nope"))
-	if !errors.Is(err, ErrFormat) {
-		t.Errorf("%v does not wrap ErrFormat", err)
+	if !errors.Is(err, ErrFormat) || !errors.Is(err, formats.ErrFormat) {
+		t.Errorf("%v does not wrap gguf.ErrFormat and formats.ErrFormat", err)
+	}
+	var fe *formats.FormatError
+	if !errors.As(err, &fe) || fe.File != "mem.gguf" {
+		t.Errorf("%v is not a *formats.FormatError naming mem.gguf", err)
 	}
 	if !strings.HasPrefix(err.Error(), "mem.gguf: ") {
 		t.Errorf("error %q does not name the file", err)

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 )
 
 // ggmlMeta is allValues without what ggml refuses (arrays of arrays).
@@ -55,7 +55,7 @@ func compareWithGGML(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 	defer ours.Close()
-	theirs, err := native.ReadGGUF(path)
+	theirs, err := ggmltest.ReadGGUF(path)
 	if err != nil {
 		t.Fatalf("ggml refused our file: %v", err)
 	}
@@ -155,7 +155,7 @@ func TestGGMLRefuses(t *testing.T) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := native.ReadGGUF(path); err == nil {
+		if _, err := ggmltest.ReadGGUF(path); err == nil {
 			t.Errorf("%s: ggml accepted the file", name)
 		}
 	}

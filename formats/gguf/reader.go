@@ -29,27 +29,6 @@ const headerBuffer = 64 << 10
 // file could otherwise reserve many times the file size up front.
 func capHint(n int64) int { return int(min(n, 1<<12)) }
 
-// FormatError describes a problem in a GGUF file; it unwraps to ErrFormat.
-type FormatError struct {
-	// File is the file name given to Open or Parse.
-	File string
-	// Tensor is the tensor concerned, or "" for the header and metadata.
-	Tensor string
-	// Msg says what is wrong.
-	Msg string
-}
-
-// Error returns "file: tensor "name": message".
-func (e *FormatError) Error() string {
-	if e.Tensor != "" {
-		return fmt.Sprintf("%s: tensor %q: %s", e.File, e.Tensor, e.Msg)
-	}
-	return fmt.Sprintf("%s: %s", e.File, e.Msg)
-}
-
-// Unwrap returns ErrFormat.
-func (e *FormatError) Unwrap() error { return ErrFormat }
-
 // File is an opened GGUF file: its header, metadata and tensor descriptors,
 // with data read on demand. It implements formats.Model.
 type File struct {
@@ -73,7 +52,7 @@ var _ formats.Model = (*File)(nil)
 
 // Open opens one GGUF file. Use OpenModel to open a split GGUF as a whole.
 func Open(path string) (*File, error) {
-	g, f, err := formats.OpenFile(path, Parse, func() error { return &FormatError{File: path, Msg: "is a directory"} })
+	g, f, err := formats.OpenFile(path, Parse, func() error { return formatError(path, "", "is a directory") })
 	if err != nil {
 		return nil, err
 	}
@@ -109,11 +88,11 @@ type parser struct {
 }
 
 func (p *parser) errorf(format string, args ...any) error {
-	return &FormatError{File: p.name, Msg: fmt.Sprintf(format, args...)}
+	return formatError(p.name, "", fmt.Sprintf(format, args...))
 }
 
 func (p *parser) tensorErrorf(tensor, format string, args ...any) error {
-	return &FormatError{File: p.name, Tensor: tensor, Msg: fmt.Sprintf(format, args...)}
+	return formatError(p.name, tensor, fmt.Sprintf(format, args...))
 }
 
 func (p *parser) left() int64 { return p.size - p.pos }

@@ -56,10 +56,10 @@ func OpenSplit(path string) (*formats.Sharded, error) {
 	dir, base := filepath.Split(path)
 	prefix, no, count, ok := ParseSplitPath(base)
 	if !ok {
-		return nil, &FormatError{File: path, Msg: "not named like a split GGUF shard (NAME-00001-of-00003.gguf)"}
+		return nil, formatError(path, "", "not named like a split GGUF shard (NAME-00001-of-00003.gguf)")
 	}
 	if count < 1 || no < 1 || no > count {
-		return nil, &FormatError{File: path, Msg: fmt.Sprintf("shard number %d of %d is out of range", no, count)}
+		return nil, formatError(path, "", fmt.Sprintf("shard number %d of %d is out of range", no, count))
 	}
 	parts := make([]formats.Model, 0, count)
 	files := make([]string, 0, count)
@@ -96,7 +96,7 @@ func OpenSplit(path string) (*formats.Sharded, error) {
 	if kv, ok := first.meta.Get(SplitTensorsCountKey); ok {
 		if n, isInt := intValue(kv.Value); isInt && n != int64(total) {
 			closeAll()
-			return nil, &FormatError{File: first.path, Msg: fmt.Sprintf("%s is %d but the %d shards hold %d tensors", SplitTensorsCountKey, n, count, total)}
+			return nil, formatError(first.path, "", fmt.Sprintf("%s is %d but the %d shards hold %d tensors", SplitTensorsCountKey, n, count, total))
 		}
 	}
 	info := first.Info()
@@ -115,13 +115,13 @@ func checkShard(f *File, no, count int) error {
 	if kv, ok := f.meta.Get(SplitCountKey); ok {
 		n, isInt := intValue(kv.Value)
 		if !isInt || n != int64(count) {
-			return &FormatError{File: f.path, Msg: fmt.Sprintf("%s is %v but the name says %d shards", SplitCountKey, kv.Value, count)}
+			return formatError(f.path, "", fmt.Sprintf("%s is %v but the name says %d shards", SplitCountKey, kv.Value, count))
 		}
 	}
 	if kv, ok := f.meta.Get(SplitNoKey); ok {
 		n, isInt := intValue(kv.Value)
 		if !isInt || n != int64(no-1) {
-			return &FormatError{File: f.path, Msg: fmt.Sprintf("%s is %v but the name says shard %d (split.no is 0-based)", SplitNoKey, kv.Value, no)}
+			return formatError(f.path, "", fmt.Sprintf("%s is %v but the name says shard %d (split.no is 0-based)", SplitNoKey, kv.Value, no))
 		}
 	}
 	return nil

@@ -498,7 +498,7 @@ func (w *Writer) Close() error {
 	w.skipComplete()
 	if w.cur < len(w.tensors) {
 		t := w.tensors[w.cur]
-		w.err = fmt.Errorf("gguf writer: tensor %q: %d of its %d bytes written", t.Name, w.curDone, t.Size)
+		w.err = fmt.Errorf("gguf writer: tensor %q: %d of its %d bytes written: %w", t.Name, w.curDone, t.Size, ErrIncomplete)
 		return w.err
 	}
 	if err := w.zeros(w.dataEnd - w.dpos); err != nil {

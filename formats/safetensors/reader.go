@@ -1,7 +1,3 @@
-// Package safetensors reads and writes Hugging Face safetensors files: a
-// validating reader that reads only the header and fetches tensor data on
-// demand, sharded checkpoints (index.json or NAME-0000k-of-0000n names), and a
-// streaming writer whose header is computed from the tensor descriptors.
 package safetensors
 
 import (
@@ -18,37 +14,6 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 )
-
-// MaxHeaderSize is the largest header length accepted, as in the Hugging Face reader.
-const MaxHeaderSize = 100_000_000
-
-// metadataKey is the reserved top-level key that holds string metadata.
-const metadataKey = "__metadata__"
-
-// ErrInvalid is wrapped by every *Error: the file breaks the safetensors rules.
-var ErrInvalid = errors.New("invalid safetensors file")
-
-// Error is a violation of the safetensors format found in one file; it
-// unwraps to ErrInvalid.
-type Error struct {
-	// File is the path or name of the file.
-	File string
-	// Tensor is the tensor concerned, or "" when the problem is not about one tensor.
-	Tensor string
-	// Msg says what is wrong.
-	Msg string
-}
-
-// Error formats the problem as "FILE: tensor "NAME": MSG".
-func (e *Error) Error() string {
-	if e.Tensor != "" {
-		return fmt.Sprintf("%s: tensor %q: %s", e.File, e.Tensor, e.Msg)
-	}
-	return e.File + ": " + e.Msg
-}
-
-// Unwrap returns ErrInvalid.
-func (e *Error) Unwrap() error { return ErrInvalid }
 
 // File is an opened safetensors file: its header is parsed and validated,
 // and tensor data is read on demand with ReadAt.
@@ -68,7 +33,7 @@ var _ formats.Model = (*File)(nil)
 // 8-byte length and the header only; the file stays open for ReadTensorAt
 // until Close.
 func Open(path string) (*File, error) {
-	sf, f, err := formats.OpenFile(path, Parse, func() error { return &Error{File: path, Msg: "is a directory"} })
+	sf, f, err := formats.OpenFile(path, Parse, func() error { return formatError(path, "", "is a directory") })
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +52,7 @@ func Parse(r io.ReaderAt, size int64, name string) (*File, error) {
 // parse is Parse with a choice of JSON tokenizer (nil: the fast one).
 func parse(r io.ReaderAt, size int64, name string, newTokens func([]byte) tokenSource) (*File, error) {
 	if size < 8 {
-		return nil, &Error{File: name, Msg: fmt.Sprintf("file has %d bytes, too short for the 8-byte header length", size)}
+		return nil, formatError(name, "", fmt.Sprintf("file has %d bytes, too short for the 8-byte header length", size))
 	}
 	var lenBuf [8]byte
 	if err := readFullAt(r, lenBuf[:], 0); err != nil {
@@ -95,10 +60,10 @@ func parse(r io.ReaderAt, size int64, name string, newTokens func([]byte) tokenS
 	}
 	n := binary.LittleEndian.Uint64(lenBuf[:])
 	if n > MaxHeaderSize {
-		return nil, &Error{File: name, Msg: fmt.Sprintf("header length %d exceeds the limit of %d bytes", n, MaxHeaderSize)}
+		return nil, formatError(name, "", fmt.Sprintf("header length %d exceeds the limit of %d bytes", n, MaxHeaderSize))
 	}
 	if int64(n) > size-8 {
-		return nil, &Error{File: name, Msg: fmt.Sprintf("header length %d runs past the end of the file (%d bytes)", n, size)}
+		return nil, formatError(name, "", fmt.Sprintf("header length %d runs past the end of the file (%d bytes)", n, size))
 	}
 	// Allocation is bounded by both the limit and the real file size checked above.
 	header := make([]byte, n)
@@ -214,10 +179,10 @@ type headerParser struct {
 }
 
 func (p *headerParser) errf(tensor, format string, args ...any) error {
-	return &Error{File: p.file, Tensor: tensor, Msg: fmt.Sprintf(format, args...)}
+	return formatError(p.file, tensor, fmt.Sprintf(format, args...))
 }
 
-// token returns the next JSON token, turning decoder errors into *Error.
+// token returns the next JSON token, turning decoder errors into *formats.FormatError.
 func (p *headerParser) token() (json.Token, error) {
 	tok, err := p.dec.Token()
 	if err == nil {

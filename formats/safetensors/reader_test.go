@@ -185,8 +185,8 @@ func TestParseMalformed(t *testing.T) {
 					t.Errorf("error %q does not mention %q", msg, w)
 				}
 			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Errorf("error %q does not wrap ErrInvalid", msg)
+			if !errors.Is(err, ErrFormat) || !errors.Is(err, formats.ErrFormat) {
+				t.Errorf("error %q does not wrap ErrFormat", msg)
 			}
 		})
 	}

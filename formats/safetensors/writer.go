@@ -2,7 +2,6 @@ package safetensors
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -231,9 +230,6 @@ func (w *Writer) writeHeader() error {
 	}
 	return nil
 }
-
-// ErrIncomplete is wrapped by Close when less data was written than the header declares.
-var ErrIncomplete = errors.New("tensor data incomplete")
 
 // Close checks that all declared data was written (writing the header if no
 // data was needed); it does not close the underlying writer.

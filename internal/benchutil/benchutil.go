@@ -1,6 +1,3 @@
-// Package benchutil holds what the writing commands' benchmarks share: a
-// synthetic F16 model of a chosen size, written once per process, and the
-// peak resident memory of the process.
 package benchutil
 
 import (

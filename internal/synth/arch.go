@@ -43,6 +43,8 @@ type clipConfig struct {
 	Projection bool
 	// PositionIDs adds the I64 embeddings.position_ids buffer that SD1 checkpoints carry.
 	PositionIDs bool
+	// LogitScale adds OpenCLIP's logit_scale (SDXL's CLIP-G carries it).
+	LogitScale bool
 }
 
 // fluxConfig describes the Flux MMDiT.
@@ -92,7 +94,7 @@ var sdxlUNet = unetConfig{
 	Depth: []int{0, 2, 10}, MiddleDepth: 10, LinearProj: true, ADMIn: 2816,
 }
 
-var clipG = clipConfig{Hidden: 1280, FF: 5120, Layers: 32, Vocab: 49408, Positions: 77, Projection: true}
+var clipG = clipConfig{Hidden: 1280, FF: 5120, Layers: 32, Vocab: 49408, Positions: 77, Projection: true, LogitScale: true}
 
 var fluxDev = fluxConfig{
 	Hidden: 3072, HeadDim: 128, MLP: 12288, Double: 19, Single: 38,
@@ -530,7 +532,9 @@ func (c clipConfig) buildOpenCLIP(b *builder) {
 	}
 	b.norm("ln_final", c.Hidden)
 	b.add("text_projection", InitWeight, c.Hidden, c.Hidden)
-	b.add("logit_scale", InitOne)
+	if c.LogitScale {
+		b.add("logit_scale", InitOne)
+	}
 }
 
 // build expands a T5 encoder; block 0 holds the relative attention bias.

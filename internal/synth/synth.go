@@ -1,8 +1,3 @@
-// Package synth generates synthetic checkpoints with the real tensor names
-// and shapes of diffusion-model architectures (Stable Diffusion 1.x, SDXL,
-// Flux, Wan, and the SD1 UNet, VAE, CLIP-L and T5-XXL alone) at a chosen scale, filled with deterministic pseudo-random
-// data. Tests and benchmarks use it to get realistic files of any size; the
-// data is produced on the fly, so multi-gigabyte outputs take bounded memory.
 package synth
 
 import (
@@ -13,6 +8,7 @@ import (
 	"math"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/splitmix"
 )
 
 // Spec selects what to generate.
@@ -142,36 +138,27 @@ func Data(spec Spec, t TensorSpec) io.Reader {
 		fan = t.Shape[0]
 	}
 	return &dataReader{
-		t:     t,
-		left:  n,
-		state: uint64(spec.Seed) ^ h.Sum64(),
-		std:   float32(1 / math.Sqrt(float64(max(fan, 1)))),
+		t:    t,
+		left: n,
+		rng:  splitmix.Stream{State: uint64(spec.Seed) ^ h.Sum64()},
+		std:  float32(1 / math.Sqrt(float64(max(fan, 1)))),
 	}
 }
 
 type dataReader struct {
-	t     TensorSpec
-	i     int64 // elements produced so far
-	left  int64 // elements still to produce
-	state uint64
-	std   float32
-	buf   [8]byte
-	pend  []byte // bytes of a partly consumed element
-}
-
-// next advances splitmix64.
-func (r *dataReader) next() uint64 {
-	r.state += 0x9e3779b97f4a7c15
-	z := r.state
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
-	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
-	return z ^ (z >> 31)
+	t    TensorSpec
+	i    int64 // elements produced so far
+	left int64 // elements still to produce
+	rng  splitmix.Stream
+	std  float32
+	buf  [8]byte
+	pend []byte // bytes of a partly consumed element
 }
 
 // normal returns an approximately standard normal value: the sum of four
 // 16-bit uniforms (Irwin-Hall), which is cheap and smooth enough for weights.
 func (r *dataReader) normal() float32 {
-	v := r.next()
+	v := r.rng.Next()
 	s := float32(v&0xffff) + float32(v>>16&0xffff) + float32(v>>32&0xffff) + float32(v>>48)
 	// Mean 2×65535.5... and variance 4×65536²/12 for four uniforms.
 	return (s - 131070) / 37837.23

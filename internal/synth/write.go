@@ -1,17 +1,16 @@
 package synth
 
 import (
-	"bufio"
+	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/formats/gguf"
-	"github.com/sdtool/sdtool/formats/safetensors"
+	// The formats the generator writes, registered with formats.CreatorFor.
+	_ "github.com/sdtool/sdtool/formats/gguf"
+	_ "github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // TinySD1 is the spec of testdata/tiny-sd1.safetensors: every SD1 tensor
@@ -19,35 +18,20 @@ import (
 // MLP rows (k-quants apply to mlp.fc2) and two layers, f16.
 var TinySD1 = Spec{Arch: "sd1", Scale: 0.025, TextScale: 1.0 / 12, VAEScale: 1.0 / 32, Depth: 2, Seed: 1, DType: formats.F16}
 
-// Write generates spec into path: GGUF when the name ends in .gguf,
-// safetensors otherwise. The file is written through path+".partial" and
-// renamed when complete.
-func Write(path string, spec Spec) (err error) {
-	f, err := os.Create(path + ".partial")
+// Write generates spec into path in the format its extension chooses
+// (formats.CreatorFor: .gguf or .safetensors), through the pipeline's
+// atomic publish.
+func Write(path string, spec Spec) error {
+	c, err := formats.CreatorFor(path)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(path + ".partial")
+	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
+		if err := WriteTo(w, c.Name, spec); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
 		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	format := "safetensors"
-	if strings.EqualFold(filepath.Ext(path), ".gguf") {
-		format = "gguf"
-	}
-	if err := WriteTo(bw, format, spec); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(path+".partial", path)
+		return nil
+	})
 }
 
 // Metadata returns the metadata written with spec: the architecture, the
@@ -77,20 +61,24 @@ func WriteTo(w io.Writer, format string, spec Spec) error {
 	if err != nil {
 		return err
 	}
-	var tw formats.TensorWriter
+	var meta formats.Metadata
 	switch format {
 	case "safetensors":
-		tw, err = safetensors.NewWriter(w, desc, Metadata(spec), nil)
+		for k, v := range Metadata(spec) {
+			meta = append(meta, formats.KV{Key: k, Type: formats.TypeString, Value: v})
+		}
 	case "gguf":
-		meta := formats.Metadata{
+		meta = formats.Metadata{
 			{Key: "general.architecture", Type: formats.TypeString, Value: spec.Arch},
 			{Key: "general.name", Type: formats.TypeString, Value: "synthetic " + spec.Arch},
 			{Key: "sdtool.synth", Type: formats.TypeString, Value: spec.String()},
 		}
-		tw, err = gguf.NewWriter(w, desc, meta, nil)
-	default:
+	}
+	c, ok := formats.CreatorNamed(format)
+	if !ok {
 		return fmt.Errorf("synth: unknown output format %q", format)
 	}
+	tw, err := c.New(w, desc, formats.WriteOptions{Metadata: meta})
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,3 @@
-//go:build cgo
-
 package codecs
 
 import (
@@ -12,7 +10,10 @@ import (
 )
 
 func init() {
-	for _, t := range native.GridIQTypes {
+	if !native.Available {
+		return // quant.Encoder then says that these types need ggml
+	}
+	for _, t := range GridIQTypes {
 		quant.Register(quant.Codec{
 			Type:         t,
 			Quantize:     gridQuantizer(t),
@@ -48,7 +49,7 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // aborts the process on a failed assert.
 //
 // Behaviour: each block goes to ggml_quantize_chunk as it is unless ggml's
-// search could abort on it (see native.SanitizeGridBlock for the rules), so
+// search could abort on it (see sanitizeGridBlock for the rules), so
 // ordinary input gets exactly ggml's bytes. With nil weights, the types that
 // ggml refuses to quantize without an imatrix (iq2_xxs, iq2_xs, iq1_s) use a
 // vector of ones, as stable-diffusion.cpp does; callers that want to warn
@@ -59,7 +60,7 @@ func gridQuantizer(t formats.DType) func(dst []byte, src, weights []float32) {
 	needsWeights := native.RequiresImatrix(t)
 	var once sync.Once
 	return func(dst []byte, src, weights []float32) {
-		if err := native.CheckGridRow(t, dst, src, weights); err != nil {
+		if err := checkGridRow(t, dst, src, weights); err != nil {
 			panic(err)
 		}
 		once.Do(func() { native.QuantizeInit(t) })
@@ -73,7 +74,7 @@ func gridQuantizer(t formats.DType) func(dst []byte, src, weights []float32) {
 			} else if needsWeights {
 				w = ones
 			}
-			x, w = native.SanitizeGridBlock(x, w, s.x[:], s.w[:])
+			x, w = sanitizeGridBlock(x, w, s.x[:], s.w[:])
 			if err := native.QuantizeChunkInto(t, dst[bb*b:bb*(b+1)], x, 256, w); err != nil {
 				panic(fmt.Sprintf("quantize %s block %d: %v", t, b, err))
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/native/ggmltest"
 	"github.com/sdtool/sdtool/quant"
 )
 
@@ -46,7 +47,7 @@ func gaussRows(seed uint64, n, rows int, scale float32) []float32 {
 }
 
 func TestRegistered(t *testing.T) {
-	for _, typ := range native.GridIQTypes {
+	for _, typ := range GridIQTypes {
 		c, err := quant.Encoder(typ)
 		if err != nil {
 			t.Fatalf("%s: %v", typ, err)
@@ -98,7 +99,7 @@ func TestRoundTrip(t *testing.T) {
 		formats.IQ3_S: 0.21, formats.IQ1_S: 0.72, formats.IQ1_M: 0.59,
 	}
 	got := map[formats.DType]float64{}
-	for _, typ := range native.GridIQTypes {
+	for _, typ := range GridIQTypes {
 		for _, w := range [][]float32{ones, nil} {
 			if w == nil && native.RequiresImatrix(typ) {
 				continue
@@ -143,13 +144,13 @@ func TestTransparent(t *testing.T) {
 		w[i] = float32(math.Pow(10, 4*r.Float64()-2))
 		ones[i] = 1
 	}
-	for _, typ := range native.GridIQTypes {
+	for _, typ := range GridIQTypes {
 		for _, vec := range [][]float32{w, nil} {
 			ref := vec
 			if vec == nil && native.RequiresImatrix(typ) {
 				ref = ones
 			}
-			want, err := native.QuantizeChunk(typ, x, n, ref)
+			want, err := ggmltest.QuantizeChunk(typ, x, n, ref)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +219,7 @@ func TestExtremeInputs(t *testing.T) {
 		{"w-mixed-decades", xb(1), func(i int) float32 { return float32(math.Pow(10, float64(i%64-32))) }, true},
 		{"w-2^-16-x-2^-30", xb(1.0 / (1 << 30)), func(int) float32 { return 1.0 / (1 << 16) }, true},
 	}
-	for _, typ := range native.GridIQTypes {
+	for _, typ := range GridIQTypes {
 		rb := typ.Info().BlockBytes
 		for _, c := range cases {
 			x := make([]float32, 256)

@@ -13,7 +13,10 @@
 // input, and round-trip error). Their Go dequantizers live in package quant
 // and are checked bit for bit against ggml there.
 //
-// The registration lives in this package rather than in package native
-// because quant's own oracle tests import native: if native imported quant,
-// those tests would form an import cycle.
+// The registration lives in this package rather than in package native, so
+// that native stays the ggml bindings alone and imports nothing above
+// formats: quant's oracle tests import native (through native/ggmltest), and
+// native importing quant would make those tests an import cycle. The rules
+// that keep ggml's grid searches from aborting on extreme input
+// (sanitizeGridBlock) live here too, in grid.go.
 package codecs

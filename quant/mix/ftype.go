@@ -1,8 +1,3 @@
-// Package mix decides which type each tensor gets when `sdtool quantize`
-// writes a llama.cpp-style mix (Q4_K_M, Q5_K_S, ...) for a diffusion model:
-// the ftype table, eligibility, per-architecture never-quantize lists, the
-// image-model upgrades of V projections, fused qkv and FFN-down weights,
-// user rules and the row-size fallback.
 package mix
 
 import (

@@ -1,64 +1,91 @@
-// Command gensynth writes synthetic checkpoints. Without arguments it
-// regenerates testdata/tiny-sd1.safetensors (run it from the repository
-// root); with -arch it writes any architecture the generator knows:
-//
-//	go run ./internal/synth/cmd/gensynth
-//	go run ./internal/synth/cmd/gensynth -arch flux -scale 0.0625 -depth 2 -o flux-small.gguf
-//
-// It also writes testdata/tiny-sd1.imatrix.dat, a synthetic importance matrix
-// for the tiny model's linear layers (-imatrix "" skips it).
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
+// presets are the runnable SD models -sd names.
+var presets = map[string]synth.SD{"tiny": synth.TinySD, "sd15": synth.FullSD15}
+
 func main() {
-	arch := flag.String("arch", "", "architecture ("+strings.Join(synth.Archs(), ", ")+"); empty: regenerate the tiny SD1 test model")
+	arch := flag.String("arch", "", "architecture ("+strings.Join(synth.Archs(), ", ")+")")
+	sd := flag.String("sd", "", "runnable SD preset: tiny (testdata/tiny-sd1.gguf) or sd15 (SD 1.5's full size)")
+	q := flag.String("quant", "", "with -sd: type of the linear weights (q8_0, q4_K, ...)")
 	scale := flag.Float64("scale", 0, "width multiplier of the diffusion model (0: real size)")
 	textScale := flag.Float64("text-scale", 0, "width multiplier of the text encoders (0: -scale)")
 	vaeScale := flag.Float64("vae-scale", 0, "width multiplier of the VAE (0: -scale)")
 	depth := flag.Int("depth", 0, "cap on repeated blocks (0: real counts)")
 	seed := flag.Int64("seed", 1, "data seed")
 	dtype := flag.String("dtype", "f16", "storage type: f32, f16 or bf16")
-	out := flag.String("o", "testdata/tiny-sd1.safetensors", "output file (.gguf or .safetensors)")
-	imat := flag.String("imatrix", "testdata/tiny-sd1.imatrix.dat", "also write a synthetic legacy imatrix for the model here (\"\": none)")
+	out := flag.String("o", "", "output file (.gguf or .safetensors; -sd writes GGUF)")
+	imat := flag.String("imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
 	flag.Parse()
 
-	spec := synth.TinySD1
-	if *arch != "" {
+	switch {
+	case *arch != "" && *sd != "":
+		fail(errors.New("-arch and -sd exclude each other"))
+	case *sd != "":
+		c, ok := presets[*sd]
+		if !ok {
+			fail(fmt.Errorf("unknown -sd preset %q (want tiny or sd15)", *sd))
+		}
+		if *q != "" {
+			t, ok := formats.ParseType(*q)
+			if !ok {
+				fail(fmt.Errorf("unknown type %q", *q))
+			}
+			c.Quant = t
+		}
+		if *out == "" {
+			fail(errors.New("-sd needs -o OUT.gguf"))
+		}
+		check(c.Write(*out))
+	case *arch != "":
 		dt, ok := formats.ParseType(*dtype)
 		if !ok {
 			fail(fmt.Errorf("unknown dtype %q", *dtype))
 		}
-		spec = synth.Spec{Arch: *arch, Scale: *scale, TextScale: *textScale, VAEScale: *vaeScale,
-			Depth: *depth, Seed: *seed, DType: dt}
+		if *out == "" {
+			fail(errors.New("-arch needs -o OUT.gguf or OUT.safetensors"))
+		}
+		spec := synth.Spec{Arch: *arch, Scale: *scale, TextScale: *textScale, VAEScale: *vaeScale, Depth: *depth, Seed: *seed, DType: dt}
+		check(synth.Write(*out, spec))
+		if *imat != "" {
+			check(writeImatrix(*imat, spec))
+		}
+	default:
+		check(synth.Write("testdata/tiny-sd1.safetensors", synth.TinySD1))
+		check(writeImatrix("testdata/tiny-sd1.imatrix.dat", synth.TinySD1))
+		check(synth.TinySD.Write("testdata/tiny-sd1.gguf"))
 	}
-	if err := synth.Write(*out, spec); err != nil {
+}
+
+// writeImatrix writes spec's synthetic importance matrix (4 calls) to path.
+func writeImatrix(path string, spec synth.Spec) error {
+	m, err := synth.Imatrix(spec, 4)
+	if err != nil {
+		return err
+	}
+	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
+		_, err := imatrix.Encode(w, path, m)
+		return err
+	})
+}
+
+func check(err error) {
+	if err != nil {
 		fail(err)
-	}
-	if *imat != "" {
-		m, err := synth.Imatrix(spec, 4)
-		if err != nil {
-			fail(err)
-		}
-		f, err := os.Create(*imat)
-		if err != nil {
-			fail(err)
-		}
-		if err := imatrix.WriteDat(f, m); err != nil {
-			fail(err)
-		}
-		if err := f.Close(); err != nil {
-			fail(err)
-		}
 	}
 }
 

@@ -1,0 +1,23 @@
+// Package comfyquant reads and writes the container layout of ComfyUI's
+// quantized linear layers: which tensors make up a module and what the
+// `<module>.comfy_quant` marker says.
+//
+// For a linear layer whose weight has shape [out, in], a module <m> is
+// stored as <m>.weight (I8 or F8 [out, in]), <m>.weight_scale (F32 [out, 1]
+// for INT8, a 0-d F32 scalar for FP8) and <m>.comfy_quant, a U8 tensor
+// holding a small JSON object such as
+//
+//	{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 256}
+//
+// Older files describe their layers in the safetensors metadata entry
+// "_quantization_metadata" instead, or mark FP8 weights with a "scaled_fp8"
+// tensor and <m>.scale_weight; Detect finds all three. Biases and every
+// other tensor are stored as they are.
+//
+// The package is one room of the formats/ floor (see DESIGN.md): struct.go
+// holds the definitions the reader and writer share, reader.go parses
+// markers and finds modules (Detect), writer.go marshals markers and lays
+// out a module's tensors (NewLayout). It knows the layout, not the numbers:
+// the INT8/FP8 codecs and the Hadamard rotation are in quant/convrot, and
+// package tensor decodes modules to float32. It imports only formats.
+package comfyquant

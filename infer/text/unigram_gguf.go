@@ -1,0 +1,339 @@
+package text
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// GGUF metadata keys of a unigram tokenizer, as llama.cpp names them (gguf-py's Keys.Tokenizer) and reads
+// them for its "t5" (UGM) vocabulary; ComfyUI-GGUF's text-encoder loader rebuilds a SentencePiece model
+// from the same keys. Types as gguf-py writes them: the model and pre-tokenizer names are strings, tokens
+// an array of strings, scores of float32, token types of int32 (the PieceType numbers), token ids uint32,
+// flags bool, and the precompiled charsmap an array of uint8.
+const (
+	GGUFTokenizerModel          = "tokenizer.ggml.model"
+	GGUFTokenizerPre            = "tokenizer.ggml.pre"
+	GGUFTokenizerTokens         = "tokenizer.ggml.tokens"
+	GGUFTokenizerScores         = "tokenizer.ggml.scores"
+	GGUFTokenizerTokenType      = "tokenizer.ggml.token_type"
+	GGUFTokenizerBOSID          = "tokenizer.ggml.bos_token_id"
+	GGUFTokenizerEOSID          = "tokenizer.ggml.eos_token_id"
+	GGUFTokenizerUnknownID      = "tokenizer.ggml.unknown_token_id"
+	GGUFTokenizerPaddingID      = "tokenizer.ggml.padding_token_id"
+	GGUFTokenizerAddBOS         = "tokenizer.ggml.add_bos_token"
+	GGUFTokenizerAddEOS         = "tokenizer.ggml.add_eos_token"
+	GGUFTokenizerAddSpacePrefix = "tokenizer.ggml.add_space_prefix"
+	GGUFTokenizerRemoveExtraWS  = "tokenizer.ggml.remove_extra_whitespaces"
+	GGUFTokenizerCharsMap       = "tokenizer.ggml.precompiled_charsmap"
+)
+
+// The two SentencePiece flags llama.cpp has no key for (it always escapes whitespace and never treats it
+// as a suffix); sdtool writes them, as bools, only when a model departs from those defaults.
+const (
+	GGUFUnigramEscapeWhitespaces       = "sdtool.tokenizer.unigram.escape_whitespaces"
+	GGUFUnigramTreatWhitespaceAsSuffix = "sdtool.tokenizer.unigram.treat_whitespace_as_suffix"
+)
+
+// GGUFUnigramModelName is the tokenizer.ggml.model value of a unigram vocabulary: llama.cpp calls its
+// SentencePiece unigram tokenizer "t5" whatever the model.
+const GGUFUnigramModelName = "t5"
+
+// GGUFMetadata returns the tokenizer as GGUF metadata under llama.cpp's keys, so that one model file
+// carries its tokenizer: UnigramFromMetadata, llama.cpp and ComfyUI-GGUF read it back. Ids the model lacks
+// (T5 has no <s>) are left out, as is an empty charsmap; a reader then assumes llama.cpp's defaults, so a
+// model without </s> or <pad> reads back with 1 or 0 there when the vocabulary is that large.
+func (t *UnigramTokenizer) GGUFMetadata() formats.Metadata {
+	sp := &t.spec
+	n := len(sp.Pieces)
+	tokens := make([]string, n)
+	scores := make([]float32, n)
+	types := make([]int32, n)
+	for i, p := range sp.Pieces {
+		tokens[i], scores[i], types[i] = p.Text, p.Score, int32(p.Type)
+	}
+	str := func(k, v string) formats.KV { return formats.KV{Key: k, Type: formats.TypeString, Value: v} }
+	flag := func(k string, v bool) formats.KV { return formats.KV{Key: k, Type: formats.TypeBool, Value: v} }
+	md := formats.Metadata{
+		str(GGUFTokenizerModel, GGUFUnigramModelName),
+		str(GGUFTokenizerPre, "default"),
+		{Key: GGUFTokenizerTokens, Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeString, Values: tokens}},
+		{Key: GGUFTokenizerScores, Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeFloat32, Values: scores}},
+		{Key: GGUFTokenizerTokenType, Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeInt32, Values: types}},
+	}
+	for _, id := range []struct {
+		key string
+		id  int32
+	}{{GGUFTokenizerBOSID, sp.BOSID}, {GGUFTokenizerEOSID, sp.EOSID}, {GGUFTokenizerUnknownID, sp.UnkID}, {GGUFTokenizerPaddingID, sp.PadID}} {
+		if id.id >= 0 {
+			md = append(md, formats.KV{Key: id.key, Type: formats.TypeUint32, Value: uint32(id.id)})
+		}
+	}
+	md = append(md,
+		flag(GGUFTokenizerAddBOS, sp.AddBOS),
+		flag(GGUFTokenizerAddEOS, sp.AddEOS),
+		flag(GGUFTokenizerAddSpacePrefix, sp.AddDummyPrefix),
+		flag(GGUFTokenizerRemoveExtraWS, sp.RemoveExtraWhitespaces),
+	)
+	if len(sp.PrecompiledCharsMap) > 0 {
+		md = append(md, formats.KV{Key: GGUFTokenizerCharsMap, Type: formats.TypeArray,
+			Value: formats.Array{Elem: formats.TypeUint8, Values: append([]uint8(nil), sp.PrecompiledCharsMap...)}})
+	}
+	if !sp.EscapeWhitespaces {
+		md = append(md, flag(GGUFUnigramEscapeWhitespaces, false))
+	}
+	if sp.TreatWhitespaceAsSuffix {
+		md = append(md, flag(GGUFUnigramTreatWhitespaceAsSuffix, true))
+	}
+	return md
+}
+
+// EmbedUnigram returns meta with t's tokenizer keys in place of any tokenizer.ggml.* (and sdtool unigram)
+// keys it had, leaving every other entry in order; meta itself is not changed.
+func EmbedUnigram(meta formats.Metadata, t *UnigramTokenizer) formats.Metadata {
+	out := make(formats.Metadata, 0, len(meta)+16)
+	for _, kv := range meta {
+		if strings.HasPrefix(kv.Key, "tokenizer.ggml.") || strings.HasPrefix(kv.Key, "sdtool.tokenizer.unigram.") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, t.GGUFMetadata()...)
+}
+
+// UnigramFromMetadata builds the unigram tokenizer stored in model metadata under llama.cpp's keys
+// (GGUFMetadata's, or what llama.cpp's converter writes for T5). It returns ErrNoUnigramTokenizer when
+// tokenizer.ggml.model is absent or names another algorithm. Missing ids take llama.cpp's defaults for
+// "t5" (</s> 1, <unk> 2, <pad> 0, no <s>), missing flags its defaults (no dummy prefix, no whitespace
+// removal, EOS added, BOS not); missing token types make every piece normal but the special ones, and
+// byte fallback is on when the vocabulary has byte pieces. source (usually the model path) names the
+// input in errors.
+func UnigramFromMetadata(source string, md formats.Metadata) (*UnigramTokenizer, error) {
+	fail := func(key, format string, a ...any) error {
+		return fmt.Errorf("%s: %w: metadata key %s: %s", source, ErrUnigram, key, fmt.Sprintf(format, a...))
+	}
+	kv, ok := md.Get(GGUFTokenizerModel)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w (no key %s)", source, ErrNoUnigramTokenizer, GGUFTokenizerModel)
+	}
+	model, ok := kv.Value.(string)
+	if !ok {
+		return nil, fail(GGUFTokenizerModel, "is a %s, not a string", kv.Type)
+	}
+	if model != GGUFUnigramModelName {
+		return nil, fmt.Errorf("%s: %w: %s is %q, not the unigram tokenizer %q", source, ErrNoUnigramTokenizer, GGUFTokenizerModel, model, GGUFUnigramModelName)
+	}
+	kv, ok = md.Get(GGUFTokenizerTokens)
+	if !ok {
+		return nil, fail(GGUFTokenizerTokens, "missing")
+	}
+	arr, _ := kv.Value.(formats.Array)
+	tokens, ok := arr.Values.([]string)
+	if !ok || len(tokens) == 0 {
+		return nil, fail(GGUFTokenizerTokens, "is not a non-empty array of strings")
+	}
+	n := len(tokens)
+	spec := UnigramSpec{Pieces: make([]UnigramPiece, n), EscapeWhitespaces: true}
+	for i, s := range tokens {
+		spec.Pieces[i].Text = s
+	}
+	if kv, ok := md.Get(GGUFTokenizerScores); ok {
+		scores, err := metadataFloats(kv, n)
+		if err != nil {
+			return nil, fail(GGUFTokenizerScores, "%v", err)
+		}
+		for i, s := range scores {
+			spec.Pieces[i].Score = s
+		}
+	}
+	ids := []struct {
+		key string
+		def int64
+		dst *int32
+	}{
+		{GGUFTokenizerBOSID, -1, &spec.BOSID}, {GGUFTokenizerEOSID, 1, &spec.EOSID},
+		{GGUFTokenizerUnknownID, 2, &spec.UnkID}, {GGUFTokenizerPaddingID, 0, &spec.PadID},
+	}
+	unkGiven := false
+	for _, id := range ids {
+		v := id.def
+		if kv, ok := md.Get(id.key); ok {
+			unkGiven = unkGiven || id.dst == &spec.UnkID
+			var err error
+			if v, err = metadataInt(kv); err != nil {
+				return nil, fail(id.key, "%v", err)
+			}
+			if v < 0 || v >= int64(n) {
+				return nil, fail(id.key, "token id %d outside the %d tokens", v, n)
+			}
+		} else if v >= int64(n) {
+			v = -1
+		}
+		*id.dst = int32(v)
+	}
+	if kv, ok := md.Get(GGUFTokenizerTokenType); ok {
+		types, err := metadataInts(kv, n)
+		if err != nil {
+			return nil, fail(GGUFTokenizerTokenType, "%v", err)
+		}
+		for i, v := range types {
+			if v < int64(PieceNormal) || v > int64(PieceByte) {
+				return nil, fail(GGUFTokenizerTokenType, "token %d (%q) has type %d, not one of 1..6", i, tokens[i], v)
+			}
+			spec.Pieces[i].Type = PieceType(v)
+			if spec.Pieces[i].Type == PieceByte {
+				spec.ByteFallback = true
+			}
+		}
+	} else {
+		for i := range spec.Pieces {
+			spec.Pieces[i].Type = PieceNormal
+		}
+		for _, id := range []int32{spec.BOSID, spec.EOSID, spec.PadID} {
+			if id >= 0 {
+				spec.Pieces[id].Type = PieceControl
+			}
+		}
+		if spec.UnkID >= 0 {
+			spec.Pieces[spec.UnkID].Type = PieceUnknown
+		}
+	}
+	if !unkGiven {
+		// Without the key, the piece typed UNKNOWN is the unknown token wherever it is.
+		for i, p := range spec.Pieces {
+			if p.Type == PieceUnknown {
+				spec.UnkID = int32(i)
+				break
+			}
+		}
+	}
+	spec.AddEOS = spec.EOSID >= 0
+	for _, f := range []struct {
+		key string
+		dst *bool
+	}{
+		{GGUFTokenizerAddBOS, &spec.AddBOS}, {GGUFTokenizerAddEOS, &spec.AddEOS},
+		{GGUFTokenizerAddSpacePrefix, &spec.AddDummyPrefix}, {GGUFTokenizerRemoveExtraWS, &spec.RemoveExtraWhitespaces},
+		{GGUFUnigramEscapeWhitespaces, &spec.EscapeWhitespaces}, {GGUFUnigramTreatWhitespaceAsSuffix, &spec.TreatWhitespaceAsSuffix},
+	} {
+		if kv, ok := md.Get(f.key); ok {
+			b, ok := kv.Value.(bool)
+			if !ok {
+				return nil, fail(f.key, "is a %s, not a bool", kv.Type)
+			}
+			*f.dst = b
+		}
+	}
+	if kv, ok := md.Get(GGUFTokenizerCharsMap); ok {
+		arr, _ := kv.Value.(formats.Array)
+		switch v := arr.Values.(type) {
+		case []uint8:
+			spec.PrecompiledCharsMap = v
+		case []int8: // llama.cpp reads the array's raw bytes whatever their declared type
+			spec.PrecompiledCharsMap = make([]byte, len(v))
+			for i, b := range v {
+				spec.PrecompiledCharsMap[i] = byte(b)
+			}
+		default:
+			return nil, fail(GGUFTokenizerCharsMap, "is not an array of bytes")
+		}
+	}
+	t, err := NewUnigramTokenizer(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: metadata tokenizer: %w", source, err)
+	}
+	return t, nil
+}
+
+// metadataInt reads an integer metadata value of any integer type.
+func metadataInt(kv formats.KV) (int64, error) {
+	switch v := kv.Value.(type) {
+	case uint8:
+		return int64(v), nil
+	case int8:
+		return int64(v), nil
+	case uint16:
+		return int64(v), nil
+	case int16:
+		return int64(v), nil
+	case uint32:
+		return int64(v), nil
+	case int32:
+		return int64(v), nil
+	case uint64:
+		if v > math.MaxInt64 {
+			return 0, fmt.Errorf("value %d is too large", v)
+		}
+		return int64(v), nil
+	case int64:
+		return v, nil
+	}
+	return 0, fmt.Errorf("is a %s, not an integer", kv.Type)
+}
+
+// metadataInts reads an integer array of length n.
+func metadataInts(kv formats.KV, n int) ([]int64, error) {
+	arr, ok := kv.Value.(formats.Array)
+	if !ok {
+		return nil, fmt.Errorf("is a %s, not an array", kv.Type)
+	}
+	if arr.Len() != n {
+		return nil, fmt.Errorf("has %d entries for %d tokens", arr.Len(), n)
+	}
+	out := make([]int64, n)
+	switch v := arr.Values.(type) {
+	case []int32:
+		for i, x := range v {
+			out[i] = int64(x)
+		}
+	case []uint32:
+		for i, x := range v {
+			out[i] = int64(x)
+		}
+	case []int8:
+		for i, x := range v {
+			out[i] = int64(x)
+		}
+	case []uint8:
+		for i, x := range v {
+			out[i] = int64(x)
+		}
+	case []int16:
+		for i, x := range v {
+			out[i] = int64(x)
+		}
+	case []uint16:
+		for i, x := range v {
+			out[i] = int64(x)
+		}
+	case []int64:
+		copy(out, v)
+	default:
+		return nil, fmt.Errorf("is an array of %s, not of integers", arr.Elem)
+	}
+	return out, nil
+}
+
+// metadataFloats reads a float array of length n.
+func metadataFloats(kv formats.KV, n int) ([]float32, error) {
+	arr, ok := kv.Value.(formats.Array)
+	if !ok {
+		return nil, fmt.Errorf("is a %s, not an array", kv.Type)
+	}
+	if arr.Len() != n {
+		return nil, fmt.Errorf("has %d entries for %d tokens", arr.Len(), n)
+	}
+	switch v := arr.Values.(type) {
+	case []float32:
+		return v, nil
+	case []float64:
+		out := make([]float32, n)
+		for i, x := range v {
+			out[i] = float32(x)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("is an array of %s, not of floats", arr.Elem)
+}

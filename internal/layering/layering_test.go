@@ -1,0 +1,278 @@
+package layering
+
+import (
+	"fmt"
+	"go/build/constraint"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// module is the module path the table's package paths are relative to.
+const module = "github.com/sdtool/sdtool"
+
+// layers is the package map, lowest first: a package may import packages
+// of lower layers only, never one of its own layer or above. A path ending
+// in "/*" stands for every package below it (not the package itself), so
+// that the subpackages of infer and native (infer/text, infer/metrics,
+// native/ggmltest, ...) need no row of their own.
+var layers = []struct {
+	name string
+	pkgs []string
+}{
+	{"leaves", []string{"internal/splitmix"}},
+	{"vocabulary", []string{"formats"}},
+	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant"}},
+	{"folders of containers", []string{"formats/diffusers"}},
+	{"codecs, names and ggml", []string{"quant", "names", "native"}},
+	{"codec policies and ggml-backed codecs", []string{"quant/mix", "quant/imatrix", "quant/convrot", "native/*"}},
+	{"any tensor as float32", []string{"tensor"}},
+	{"adapters (LoRA and its kin) over a base's tensors", []string{"lora"}},
+	{"the writing engine", []string{"pipeline"}},
+	{"parts of inference", []string{"infer/*"}},
+	{"commands", []string{"convert", "quantize", "merge", "inspect", "infer", "internal/synth"}},
+	{"command support", []string{"cmd/sdtool/internal/*", "internal/benchutil", "internal/layering"}},
+	{"programs", []string{"cmd/sdtool", "internal/synth/cmd/*"}},
+}
+
+// siblings are packages that must never import each other, named in the
+// error when one does (the layer rule forbids it too; this says why).
+var siblings = []string{"convert", "quantize", "merge"}
+
+// cgoHome is where import "C" may appear.
+const cgoHome = "native"
+
+// pkg is one package of the tree: its module-relative path, the module
+// packages it imports (from every non-test file, whatever its build tags)
+// and whether it imports "C".
+type pkg struct {
+	path    string
+	imports []string
+	cgo     bool
+}
+
+// layerOf returns the layer of a package path, or -1 when the table has no
+// row for it.
+func layerOf(path string) int {
+	best, bestLen := -1, -1
+	for i, l := range layers {
+		for _, p := range l.pkgs {
+			switch {
+			case p == path:
+				return i
+			case strings.HasSuffix(p, "/*") && strings.HasPrefix(path, strings.TrimSuffix(p, "*")) && len(p) > bestLen:
+				best, bestLen = i, len(p)
+			}
+		}
+	}
+	return best
+}
+
+// check returns every violation of the map in the graph, sorted.
+func check(graph []pkg) []string {
+	var bad []string
+	for _, p := range graph {
+		from := layerOf(p.path)
+		if p.cgo && p.path != cgoHome && !strings.HasPrefix(p.path, cgoHome+"/") {
+			bad = append(bad, fmt.Sprintf("%s imports \"C\": cgo belongs in %s/ only", p.path, cgoHome))
+		}
+		if from < 0 {
+			if len(p.imports) > 0 {
+				bad = append(bad, fmt.Sprintf("%s is not on the map: give it a row in the layering table (it imports %s)", p.path, strings.Join(p.imports, ", ")))
+			}
+			continue // a leaf can sit anywhere
+		}
+		for _, imp := range p.imports {
+			to := layerOf(imp)
+			switch {
+			case isSibling(p.path) && isSibling(imp):
+				bad = append(bad, fmt.Sprintf("%s imports %s: %s must not import each other", p.path, imp, strings.Join(siblings, ", ")))
+			case to >= from:
+				what := "its own layer"
+				if to > from {
+					what = "a higher layer"
+				}
+				bad = append(bad, fmt.Sprintf("%s (%s) imports %s (%s), %s", p.path, layers[from].name, imp, layers[to].name, what))
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+func isSibling(path string) bool {
+	for _, s := range siblings {
+		if s == path {
+			return true
+		}
+	}
+	return false
+}
+
+// TestImportsPointDown reads the import graph of the whole module from the
+// source (every non-test file, so cgo and !cgo variants alike) and fails on
+// any import that does not point down the map.
+func TestImportsPointDown(t *testing.T) {
+	graph, err := readGraph(moduleRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(graph) < 20 {
+		t.Fatalf("read only %d packages; is the module root right?", len(graph))
+	}
+	for _, v := range check(graph) {
+		t.Error(v)
+	}
+	// Every row names a package that exists, so that the table does not rot.
+	have := map[string]bool{}
+	for _, p := range graph {
+		have[p.path] = true
+	}
+	for _, l := range layers {
+		for _, p := range l.pkgs {
+			if !strings.HasSuffix(p, "/*") && !have[p] {
+				t.Errorf("the layering table names %s, which has no package", p)
+			}
+		}
+	}
+}
+
+// The checker itself: each kind of violation is caught, and a graph that
+// follows the map passes.
+func TestCheckFindsViolations(t *testing.T) {
+	good := []pkg{
+		{path: "formats"},
+		{path: "formats/gguf", imports: []string{"formats"}},
+		{path: "pipeline", imports: []string{"formats", "tensor"}},
+		{path: "infer/text", imports: []string{"tensor"}},
+		{path: "infer", imports: []string{"infer/text", "native"}},
+		{path: "native", imports: []string{"formats"}, cgo: true},
+		{path: "native/ggmltest", imports: []string{"native", "quant"}, cgo: true},
+		{path: "pngtext"}, // an unknown leaf is tolerated
+	}
+	if v := check(good); len(v) != 0 {
+		t.Errorf("a graph that follows the map: %q", v)
+	}
+	for _, c := range []struct {
+		p    pkg
+		want string
+	}{
+		{pkg{path: "tensor", imports: []string{"pipeline"}}, "a higher layer"},
+		{pkg{path: "quant", imports: []string{"names"}}, "its own layer"},
+		{pkg{path: "quantize", imports: []string{"convert"}}, "must not import each other"},
+		{pkg{path: "infer/text", imports: []string{"infer"}}, "a higher layer"},
+		{pkg{path: "pipeline", cgo: true}, "cgo belongs in native/"},
+		{pkg{path: "family", imports: []string{"formats"}}, "not on the map"},
+	} {
+		v := check([]pkg{c.p})
+		if len(v) != 1 || !strings.Contains(v[0], c.want) {
+			t.Errorf("%+v: %q, want one violation saying %q", c.p, v, c.want)
+		}
+	}
+}
+
+// moduleRoot finds the directory of go.mod above this package.
+func moduleRoot(t *testing.T) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test")
+		}
+		dir = parent
+	}
+}
+
+// readGraph parses the imports of every non-test Go file below root,
+// skipping testdata, hidden directories and files built only with the
+// "ignore" tag (generators run by hand).
+func readGraph(root string) ([]pkg, error) {
+	byDir := map[string]*pkg{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != root {
+				return filepath.SkipDir // another module
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly|parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		for _, cg := range f.Comments {
+			if cg.Pos() >= f.Package {
+				break
+			}
+			for _, c := range cg.List {
+				if expr, err := constraint.Parse(c.Text); err == nil && expr.String() == "ignore" {
+					return nil
+				}
+			}
+		}
+		rel, err := filepath.Rel(root, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		p := byDir[rel]
+		if p == nil {
+			p = &pkg{path: rel}
+			byDir[rel] = p
+		}
+		for _, spec := range f.Imports {
+			ip, err := strconv.Unquote(spec.Path.Value)
+			if err != nil {
+				return err
+			}
+			if ip == "C" {
+				p.cgo = true
+			}
+			if rest, ok := strings.CutPrefix(ip, module+"/"); ok && !contains(p.imports, rest) {
+				p.imports = append(p.imports, rest)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []pkg
+	for _, p := range byDir {
+		sort.Strings(p.imports)
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,13 @@
+// Package synth generates synthetic checkpoints with the real tensor names
+// and shapes of diffusion-model architectures (Stable Diffusion 1.x, SDXL,
+// Flux, Wan, and the SD1 UNet, VAE, CLIP-L and T5-XXL alone) at a chosen scale, filled with deterministic pseudo-random
+// data. Tests and benchmarks use it to get realistic files of any size; the
+// data is produced on the fly, so multi-gigabyte outputs take bounded memory.
+//
+// It is the one generator: testdata/tiny-sd1.safetensors is the TinySD1
+// spec, and the models sdtool generate runs (testdata/tiny-sd1.gguf and
+// larger variants) are SD presets built by the same UNet, VAE and CLIP
+// builders (sd.go). It writes through the pipeline's atomic publish and
+// the formats' Create registry, so on the map (DESIGN.md) it stands with
+// the commands; tests and cmd/gensynth import it.
+package synth

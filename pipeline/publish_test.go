@@ -1,0 +1,109 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestWriteAtomic(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "x.dat")
+	write := func(s string) func(io.Writer) error {
+		return func(w io.Writer) error {
+			_, err := io.WriteString(w, s)
+			return err
+		}
+	}
+	if err := WriteAtomic(context.Background(), out, PublishOptions{}, write("one")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "one" {
+		t.Fatalf("wrote %q", b)
+	}
+	if _, err := os.Lstat(out + PartialSuffix); err == nil {
+		t.Error("the .partial file is left after a commit")
+	}
+	// An existing output needs Force.
+	if err := WriteAtomic(context.Background(), out, PublishOptions{}, write("two")); !errors.Is(err, ErrExists) {
+		t.Errorf("existing output: %v", err)
+	}
+	if err := WriteAtomic(context.Background(), out, PublishOptions{Force: true}, write("two")); err != nil {
+		t.Fatal(err)
+	}
+	// An input is never overwritten, even with Force.
+	if err := WriteAtomic(context.Background(), out, PublishOptions{Force: true, Inputs: []string{out}}, write("three")); !errors.Is(err, ErrOutputIsInput) {
+		t.Errorf("output is input: %v", err)
+	}
+	// A failing writer leaves the old output and no partial file.
+	boom := errors.New("boom")
+	err := WriteAtomic(context.Background(), out, PublishOptions{Force: true}, func(w io.Writer) error {
+		io.WriteString(w, "half")
+		return boom
+	})
+	if !errors.Is(err, boom) || !strings.HasPrefix(err.Error(), out+": ") || !strings.Contains(err.Error(), "partial output removed") {
+		t.Errorf("failed write: %v", err)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "two" {
+		t.Errorf("output after a failed write: %q", b)
+	}
+	if _, err := os.Lstat(out + PartialSuffix); err == nil {
+		t.Error("the .partial file is left after a failure")
+	}
+	// A cancelled context aborts even when write itself succeeded.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := WriteAtomic(ctx, out, PublishOptions{Force: true}, write("four")); !errors.Is(err, ErrInterrupted) {
+		t.Errorf("cancelled: %v", err)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "two" {
+		t.Errorf("output after a cancelled write: %q", b)
+	}
+}
+
+// A stale .partial that is a symlink is removed, not followed: the file it
+// points to is left as it was.
+func TestWriteAtomicSymlinkPartial(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("symlinks need privileges on Windows")
+	}
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out.dat")
+	if err := os.Symlink(victim, out+PartialSuffix); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteAtomic(context.Background(), out, PublishOptions{}, func(w io.Writer) error {
+		_, err := io.WriteString(w, "new")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Errorf("the symlink's target was written: %q", b)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "new" {
+		t.Errorf("output %q", b)
+	}
+}
+
+func TestSameFile(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "a")
+	os.WriteFile(a, nil, 0o644)
+	if !SameFile(a, filepath.Join(dir, ".", "a")) || SameFile(a, filepath.Join(dir, "missing")) {
+		t.Error("SameFile is wrong")
+	}
+	if err := CheckOutput(a, []string{filepath.Join(dir, "..", filepath.Base(dir), "a")}, true); !errors.Is(err, ErrOutputIsInput) {
+		t.Errorf("CheckOutput: %v", err)
+	}
+}

@@ -1,0 +1,16 @@
+// Package tensor reads any tensor of an opened model as float32 values, in
+// element ranges and bounded memory: plain float and integer dtypes, ggml
+// block types with a registered dequantizer (package quant), and ComfyUI
+// quantized linear layers (comfy_quant INT8 with or without the convrot
+// rotation, FP8 with a scale), found by formats/comfyquant and decoded
+// exactly with the quant/convrot codecs.
+//
+// NewView lists a model's tensors as Sources; Source.Read decodes any
+// element range; Dequantized presents a model whose ComfyUI modules read as
+// plain F32 tensors. Scratch is the one set of reusable buffers that the
+// pipeline's workers, the readers and the producers share.
+//
+// On the map (DESIGN.md) the package sits below pipeline and above quant
+// and formats: the writing commands, inspect's diff, merge and infer read
+// their inputs through it, and it knows nothing of outputs.
+package tensor

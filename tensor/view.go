@@ -1,0 +1,233 @@
+package tensor
+
+import (
+	"fmt"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
+	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/convrot"
+)
+
+// Source is one logical tensor of a model, readable as float32 values.
+type Source struct {
+	// Name is the tensor's name (a module's weight name for ComfyUI modules).
+	Name string
+	// Tensor is the stored tensor (for a module, its I8 or F8 weight).
+	Tensor formats.Tensor
+	// Module is the ComfyUI quantized module the weight belongs to, nil for
+	// plain tensors.
+	Module *comfyquant.Module
+	// OrigShape is the torch shape a GGUF records for the tensor in
+	// comfy.gguf.orig_shape.<name> (ComfyUI-GGUF's reshaped conv kernels,
+	// folded 5-D tensors), nil when there is none or it does not hold the
+	// same number of elements.
+	OrigShape []int64
+
+	m         formats.Model
+	dec       *moduleDecoder // modules
+	codec     quant.Codec    // plain tensors
+	unit      int64          // elements decoded together (block size, or a module row)
+	unitBytes int64
+	err       error // why the tensor cannot be decoded, reported by Read
+}
+
+// View is a model's tensors as Sources, with the auxiliary tensors of
+// quantized modules (scales, markers) left out.
+type View struct {
+	// Sources lists the tensors in file order.
+	Sources []*Source
+	// Aux lists the names of the module tensors that are not Sources
+	// (weight_scale, comfy_quant, input_scale, scaled_fp8).
+	Aux []string
+	// Modules lists the ComfyUI quantized modules found (Unsupported ones included).
+	Modules []comfyquant.Module
+
+	byName map[string]*Source
+}
+
+// NewView lists m's tensors as Sources. ComfyUI quantized modules are found
+// with comfyquant.Detect: their weight becomes one Source decoded through
+// the module's scales, and their other tensors are listed in Aux. A module
+// in a format quant/convrot cannot decode, or a tensor type with no
+// dequantizer, gives a Source whose Read fails with the reason.
+func NewView(m formats.Model) (*View, error) {
+	mods, err := comfyquant.Detect(m)
+	if err != nil {
+		return nil, err
+	}
+	out := &View{Modules: mods, byName: map[string]*Source{}}
+	aux := map[string]bool{}
+	modByWeight := map[string]*comfyquant.Module{}
+	for i := range mods {
+		mod := &mods[i]
+		for _, a := range mod.Aux() {
+			aux[a] = true
+		}
+		if mod.Source == comfyquant.SourceScaledFP8 {
+			aux["scaled_fp8"] = true
+		}
+		if mod.Weight.Name != "" {
+			modByWeight[mod.Weight.Name] = mod
+		} else if mod.Unsupported {
+			modByWeight[mod.Name+".weight"] = mod
+		}
+	}
+	for _, t := range m.Tensors() {
+		if aux[t.Name] {
+			out.Aux = append(out.Aux, t.Name)
+			continue
+		}
+		mod, ok := modByWeight[t.Name]
+		if !ok {
+			s := Plain(m, t)
+			s.OrigShape = origShape(m.Metadata(), t)
+			out.Sources = append(out.Sources, s)
+			out.byName[s.Name] = s
+			continue
+		}
+		s := &Source{Name: t.Name, Tensor: t, m: m, OrigShape: origShape(m.Metadata(), t), Module: mod}
+		s.unit, s.unitBytes = 1, 1
+		if len(t.Shape) == 2 {
+			s.unit, s.unitBytes = t.Shape[1], t.Shape[1]
+		}
+		if s.dec, err = newModuleDecoder(m, *mod); err != nil {
+			s.err = err
+		}
+		out.Sources = append(out.Sources, s)
+		out.byName[s.Name] = s
+	}
+	return out, nil
+}
+
+// Plain returns a Source that reads t as stored, with its type's codec: no
+// ComfyUI module is looked for and no recorded shape applied. A type with
+// no dequantizer gives a Source whose Read fails with the reason.
+func Plain(m formats.Model, t formats.Tensor) *Source {
+	s := &Source{Name: t.Name, Tensor: t, m: m}
+	info := t.Type.Info()
+	s.unit, s.unitBytes = int64(max(info.BlockSize, 1)), int64(info.BlockBytes)
+	var err error
+	if s.codec, err = quant.Decoder(t.Type); err != nil {
+		s.err = fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
+	} else if t.Type == formats.F6_E2M3 || t.Type == formats.F6_E3M2 {
+		s.err = fmt.Errorf("%s: tensor %q: the bit packing of %s is not defined", t.File, t.Name, t.Type)
+	}
+	return s
+}
+
+// Lookup returns the Source of a tensor name.
+func (d *View) Lookup(name string) (*Source, bool) {
+	s, ok := d.byName[name]
+	return s, ok
+}
+
+// Elements returns the number of elements of the tensor.
+func (s *Source) Elements() int64 { return s.Tensor.Elements() }
+
+// Shape returns the tensor's logical shape in PyTorch order: OrigShape
+// when the file records one, else the stored shape. The elements are in
+// the same order either way.
+func (s *Source) Shape() []int64 {
+	if s.OrigShape != nil {
+		return s.OrigShape
+	}
+	return s.Tensor.Shape
+}
+
+// origShape reads t's comfy.gguf.orig_shape entry.
+func origShape(meta formats.Metadata, t formats.Tensor) []int64 {
+	kv, ok := meta.Get(gguf.OrigShapePrefix + t.Name)
+	if !ok {
+		return nil
+	}
+	a, ok := kv.Value.(formats.Array)
+	if !ok {
+		return nil
+	}
+	v, ok := a.Values.([]int32)
+	if !ok {
+		return nil
+	}
+	out := make([]int64, len(v))
+	for i, d := range v {
+		out[i] = int64(d)
+	}
+	if n, err := formats.Elements(out); err != nil || n != t.Elements() {
+		return nil
+	}
+	return out
+}
+
+// TypeName names the stored type: the ggml or safetensors type name, or
+// the module's format ("int8_convrot", "int8", "fp8_e4m3", "fp8_e5m2").
+func (s *Source) TypeName() string {
+	if s.Module == nil {
+		return s.Tensor.Type.String()
+	}
+	return convrot.TypeName(s.Module.Config)
+}
+
+// Quantized reports a lossy stored form: a ggml block type or a ComfyUI module.
+func (s *Source) Quantized() bool { return s.Module != nil || s.Tensor.Type.Quantized() }
+
+// Float reports whether the stored values are floating point (plain float
+// dtypes, block types, modules), as opposed to integers and booleans.
+func (s *Source) Float() bool {
+	return s.Module != nil || s.Tensor.Type.Info().Float || s.Tensor.Type.Quantized()
+}
+
+// Err returns why the tensor cannot be decoded, nil when it can.
+func (s *Source) Err() error { return s.err }
+
+// RawBytes returns the bytes of stored data that Read needs for n elements
+// starting anywhere: at most two partial units more than n elements take.
+func (s *Source) RawBytes(n int64) int64 {
+	units := (n+s.unit-1)/s.unit + 1
+	return units * s.unitBytes
+}
+
+// Read decodes elements [first, first+len(dst)) of the tensor, in storage
+// (row-major) order, into dst. Ranges need not fall on block or row
+// boundaries: the covering blocks are decoded into a scratch buffer and the
+// range copied out. The reader's buffers are scratch's own, apart from the
+// numbered ones, so dst may be one of those; it is safe to call
+// concurrently with different scratches.
+func (s *Source) Read(dst []float32, first int64, scratch *Scratch) error {
+	if s.err != nil {
+		return s.err
+	}
+	n := int64(len(dst))
+	total := s.Elements()
+	if first < 0 || first+n > total {
+		return fmt.Errorf("%s: tensor %q: elements [%d, %d) out of range (%d elements)", s.Tensor.File, s.Name, first, first+n, total)
+	}
+	if n == 0 {
+		return nil
+	}
+	u0 := first / s.unit
+	u1 := (first + n + s.unit - 1) / s.unit
+	scratch.raw = grow(scratch.raw, int((u1-u0)*s.unitBytes))
+	raw := scratch.raw
+	if err := formats.ReadFull(s.m, &s.Tensor, raw, u0*s.unitBytes); err != nil {
+		return err
+	}
+	out := dst
+	aligned := u0*s.unit == first && u1*s.unit == first+n
+	if !aligned {
+		scratch.wide = grow(scratch.wide, int((u1-u0)*s.unit))
+		out = scratch.wide
+	}
+	if s.dec != nil {
+		if err := s.dec.decode(out, u0, raw); err != nil {
+			return fmt.Errorf("%s: %w", s.Tensor.File, err)
+		}
+	} else if err := quant.DequantizeRows(s.Tensor.Type, out, raw, 1); err != nil {
+		return fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Name, err)
+	}
+	if !aligned {
+		copy(dst, out[first-u0*s.unit:])
+	}
+	return nil
+}
