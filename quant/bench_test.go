@@ -2,6 +2,7 @@ package quant
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -77,25 +78,40 @@ func BenchmarkQuantize(b *testing.B) {
 				}
 			})
 			// Alternating the two codecs iteration by iteration keeps a loaded
-			// machine's changing speed out of the ratio.
+			// machine's changing speed out of the ratio. Where the thread's
+			// CPU clock can be read, the ratio of CPU times is reported too:
+			// time spent descheduled on a shared machine does not count.
 			b.Run(t.String()+"/"+path+"/ratio", func(b *testing.B) {
 				if err := ggmlQuantize(t, dst, src, n, weights); err != nil {
 					b.Skip(err)
 				}
-				var goTime, cTime time.Duration
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				var goTime, cTime, goCPU, cCPU time.Duration
 				for b.Loop() {
+					// The same clock reads bracket both codecs.
+					c0, _ := threadCPU()
 					t0 := time.Now()
 					if err := QuantizeRows(t, dst, src, n, weights, 1); err != nil {
 						b.Fatal(err)
 					}
 					t1 := time.Now()
+					c1, _ := threadCPU()
+					t2 := time.Now()
 					if err := ggmlQuantize(t, dst, src, n, weights); err != nil {
 						b.Fatal(err)
 					}
+					t3 := time.Now()
+					c2, _ := threadCPU()
 					goTime += t1.Sub(t0)
-					cTime += time.Since(t1)
+					cTime += t3.Sub(t2)
+					goCPU += c1 - c0
+					cCPU += c2 - c1
 				}
 				b.ReportMetric(float64(goTime)/float64(cTime), "go/ggml-time")
+				if _, ok := threadCPU(); ok && cCPU > 0 {
+					b.ReportMetric(float64(goCPU)/float64(cCPU), "go/ggml-cpu")
+				}
 			})
 		}
 	}

@@ -76,7 +76,7 @@ func F32ToBF16(f float32) uint16 {
 func F32ToF16Row(dst []byte, src []float32) int {
 	n := min(len(src), len(dst)/2)
 	dst, src = dst[:2*n], src[:n]
-	i := 0
+	i := f16Rows(dst, src)
 	for ; i+4 <= n; i += 4 {
 		x := (*[4]float32)(src[i:])
 		b0, b1, b2, b3 := math.Float32bits(x[0]), math.Float32bits(x[1]), math.Float32bits(x[2]), math.Float32bits(x[3])
@@ -120,7 +120,7 @@ func f32ToF16Fast(f float32) uint16 {
 func F16ToF32Row(dst []float32, src []byte) int {
 	n := min(len(dst), len(src)/2)
 	dst, src = dst[:n], src[:2*n]
-	for i := range dst {
+	for i := f16Decode(dst, src); i < n; i++ {
 		h := binary.LittleEndian.Uint16(src[2*i:])
 		if e := h >> 10 & 0x1f; e != 0 && e != 0x1f {
 			// A normal half (nearly every weight): rebias the exponent and
@@ -138,11 +138,25 @@ func F16ToF32Row(dst []float32, src []byte) int {
 func F32ToBF16Row(dst []byte, src []float32) int {
 	n := min(len(src), len(dst)/2)
 	dst, src = dst[:2*n], src[:n]
-	i := 0
+	i := bf16Rows(dst, src)
 	for ; i+4 <= n; i += 4 {
 		x := (*[4]float32)(src[i:])
-		h := uint64(F32ToBF16(x[0])) | uint64(F32ToBF16(x[1]))<<16 |
-			uint64(F32ToBF16(x[2]))<<32 | uint64(F32ToBF16(x[3]))<<48
+		// Two floats per 64-bit word: neither the NaN test nor the
+		// rounding of a non-NaN value carries out of its 32-bit lane.
+		v0 := uint64(math.Float32bits(x[0])) | uint64(math.Float32bits(x[1]))<<32
+		v1 := uint64(math.Float32bits(x[2])) | uint64(math.Float32bits(x[3]))<<32
+		const abs, nanAdd, top = 0x7fffffff7fffffff, 0x007fffff007fffff, 0x8000000080000000
+		if ((v0&abs+nanAdd)|(v1&abs+nanAdd))&top != 0 {
+			// A NaN among the four: F32ToBF16 keeps its payload.
+			h := uint64(F32ToBF16(x[0])) | uint64(F32ToBF16(x[1]))<<16 |
+				uint64(F32ToBF16(x[2]))<<32 | uint64(F32ToBF16(x[3]))<<48
+			binary.LittleEndian.PutUint64(dst[2*i:], h)
+			continue
+		}
+		const half, one = 0x00007fff00007fff, 0x0000000100000001
+		r0 := v0 + half + (v0>>16)&one
+		r1 := v1 + half + (v1>>16)&one
+		h := (r0>>16)&0xffff | (r0>>32)&0xffff0000 | (r1<<16)&0xffff00000000 | r1&0xffff000000000000
 		binary.LittleEndian.PutUint64(dst[2*i:], h)
 	}
 	for ; i < n; i++ {

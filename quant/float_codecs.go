@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -94,8 +95,21 @@ func DecodeFloats(t formats.DType, dst []float32, src []byte) error {
 	return DequantizeRows(t, dst, src, 1)
 }
 
+// littleEndian reports a little-endian machine, where a float32 slice in
+// memory already is its little-endian encoding.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// floatBytes is the memory of f as bytes.
+func floatBytes(f []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
+}
+
 func quantizeF32(dst []byte, src []float32, _ []float32) {
 	dst = dst[:4*len(src)]
+	if littleEndian {
+		copyBytes(dst, floatBytes(src))
+		return
+	}
 	for i, f := range src {
 		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(f))
 	}
@@ -103,6 +117,10 @@ func quantizeF32(dst []byte, src []float32, _ []float32) {
 
 func dequantizeF32(dst []float32, src []byte) {
 	src = src[:4*len(dst)]
+	if littleEndian {
+		copy(floatBytes(dst), src)
+		return
+	}
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
@@ -425,5 +426,45 @@ func TestHalfRowsMatchScalar(t *testing.T) {
 		if got, want := binary.LittleEndian.Uint16(enc[2*i:]), F32ToBF16(f); got != want {
 			t.Fatalf("bf16 row of %g: %#04x, scalar %#04x", f, got, want)
 		}
+	}
+}
+
+// TestHalfRowEncodersAllPatterns checks the row encoders (the vector
+// kernels where the CPU has them) against the scalar conversions on a
+// spread of bit patterns covering every exponent, both signs, NaN payloads
+// and the f16 rounding boundaries, and with SDTOOL_EXHAUSTIVE on every
+// float32 bit pattern.
+func TestHalfRowEncodersAllPatterns(t *testing.T) {
+	const chunk = 1 << 16
+	src := make([]float32, chunk)
+	f16, bf16 := make([]byte, 2*chunk), make([]byte, 2*chunk)
+	check := func(src []float32) {
+		F32ToF16Row(f16, src)
+		F32ToBF16Row(bf16, src)
+		for i, f := range src {
+			if got, want := binary.LittleEndian.Uint16(f16[2*i:]), F32ToF16(f); got != want {
+				t.Fatalf("f16 row of %#08x: %#04x, scalar %#04x", math.Float32bits(f), got, want)
+			}
+			if got, want := binary.LittleEndian.Uint16(bf16[2*i:]), F32ToBF16(f); got != want {
+				t.Fatalf("bf16 row of %#08x: %#04x, scalar %#04x", math.Float32bits(f), got, want)
+			}
+		}
+	}
+	if os.Getenv("SDTOOL_EXHAUSTIVE") != "" {
+		for hi := range uint64(1 << 16) {
+			for lo := range src {
+				src[lo] = math.Float32frombits(uint32(hi<<16) | uint32(lo))
+			}
+			check(src)
+		}
+		return
+	}
+	// Every 16-bit top half with a few low halves: each exponent and the
+	// bits just above and below the f16 and bf16 rounding points.
+	for _, lo := range []uint32{0, 1, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x7fff, 0x8000, 0x8001, 0xe000, 0xffff} {
+		for hi := range src {
+			src[hi] = math.Float32frombits(uint32(hi)<<16 | lo)
+		}
+		check(src)
 	}
 }

@@ -225,3 +225,33 @@ func testSpecialRowSets(seed uint64, block int) []rowSet {
 	}
 	return []rowSet{{name: "nan-inf", nPerRow: n, data: data}}
 }
+
+// kernelMode is a setting of the kernel flags that the oracle tests run.
+type kernelMode struct {
+	name  string
+	flags simdFlags
+}
+
+// kernelModes lists the settings every oracle test runs: the scalar
+// searches ("scalar"), and every search in the lane form ("lanes"), with
+// this CPU's assembly kernels where it has them and with the portable Go
+// kernels otherwise (a purego build, another architecture), so that the
+// lane-form drivers are tested everywhere; on a CPU with AVX-512, the lane
+// form once with its AVX-512 kernels ("lanes-wide") and once without.
+func kernelModes() []kernelMode {
+	lanes := simdFlags{qx: true, qkx: true, legacy: true, floats: true}
+	modes := []kernelMode{{"scalar", simdFlags{}}, {"lanes", lanes}}
+	if simdDetected.wide {
+		lanes.wide = true
+		modes = append(modes, kernelMode{"lanes-wide", lanes})
+	}
+	return modes
+}
+
+// withKernels runs fn with the kernel flags set to f.
+func withKernels(f simdFlags, fn func()) {
+	old := simd
+	simd = f
+	defer func() { simd = old }()
+	fn()
+}

@@ -18,58 +18,72 @@ const iq4XSBytes = 136
 // iq4_xs.
 var iq4nlValues = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
 
-// iq4nlFloats are the iq4_nl levels as floats; iq4nlSearch holds levels
-// 1..14 padded with +Inf to 16 entries for the search in bestIndexIQ4.
+// iq4nlFloats are the iq4_nl levels as floats.
+var iq4nlFloats [16]float32
+
+// iq4nlByHalf maps floor(2x)+512 to the index of the level nearest to x,
+// for -256 <= x < 256 (see bestIndexIQ4), and iq4nlLevelByHalf to the level
+// itself.
 var (
-	iq4nlFloats [16]float32
-	iq4nlSearch [16]float32
+	iq4nlByHalf      [1024]uint8
+	iq4nlLevelByHalf [1024]float32
 )
 
 func init() {
 	for i, v := range iq4nlValues {
 		iq4nlFloats[i] = float32(v)
 	}
-	for i := range iq4nlSearch {
-		iq4nlSearch[i] = float32(math.Inf(1))
-	}
-	for i := 1; i <= 14; i++ {
-		iq4nlSearch[i-1] = float32(iq4nlValues[i])
+	for k := range iq4nlByHalf {
+		// Every x with floor(2x) = k-254 lies on the same side of every
+		// midpoint, since the midpoints are multiples of 0.5.
+		h := k - 512
+		n := 0
+		for i := range 15 {
+			if h >= int(iq4nlValues[i])+int(iq4nlValues[i+1]) {
+				n++
+			}
+		}
+		iq4nlByHalf[k] = uint8(n)
+		iq4nlLevelByHalf[k] = float32(iq4nlValues[n])
 	}
 }
 
 // bestIndexIQ4 is ggml's best_index_int8 on the iq4_nl levels: the nearest
-// level to x, ties and NaN resolved as ggml's do. ggml bisects to the first
-// level above x; counting the levels 1..14 at or below x finds the same one
-// (for x strictly inside the range), here with a branch-free search, and the
-// final choice is ggml's own float comparison.
+// level to x, ties and NaN resolved as ggml's do. ggml bisects to the two
+// levels around x and keeps the lower one when x-lo < hi-x. Near a
+// midpoint both differences are exact (the operands are within one binade
+// of each other), so that comparison is x < (lo+hi)/2, with a tie going up.
+// The midpoints are multiples of 0.5, so floor(2x) alone decides, and a
+// table indexed by it replaces the bisection and its unpredictable branches
+// (TestBestIndexIQ4MatchesBisection checks it against ggml's bisection).
 func bestIndexIQ4(x float32) uint8 {
+	// Callers pass products (id·x); rounding x explicitly keeps an inlined
+	// product from fusing into x + x below.
+	x = float32(x)
 	if x <= -127 {
 		return 0
 	}
 	if !(x < 113) { // x >= 113, or NaN, which ggml's bisection takes to 15
 		return 15
 	}
-	t := &iq4nlSearch
-	b := 0
-	if t[b+7] <= x {
-		b += 8
+	y := x + x // exact
+	t := int32(y)
+	if float32(t) > y { // truncation rounded a negative y up
+		t--
 	}
-	if t[(b+3)&15] <= x {
-		b += 4
-	}
-	if t[(b+1)&15] <= x {
-		b += 2
-	}
-	if t[b&15] <= x {
-		b++
-	}
-	// b levels among 1..14 are <= x, so level b+1 is the first above it.
-	f := &iq4nlFloats
-	lo, hi := f[b&15], f[(b+1)&15]
-	if x-lo < hi-x {
-		return uint8(b)
-	}
-	return uint8(b + 1)
+	return iq4nlByHalf[uint32(t+512)&1023]
+}
+
+// iq4Level is the level bestIndexIQ4(x) picks, for |x| < 256, without a
+// branch: the table covers the outer levels' ranges too, and floor(2x) is
+// the truncation minus the sign bit of the (exact) remainder, which errs
+// only for -0, where floor(2x) = -1 and 0 pick the same level.
+func iq4Level(x float32) float32 {
+	x = float32(x) // as in bestIndexIQ4
+	y := x + x
+	t := int32(y)
+	t -= int32(math.Float32bits(y-float32(t)) >> 31)
+	return iq4nlLevelByHalf[uint32(t+512)&1023]
 }
 
 func quantizeIQ4XS(dst []byte, src, weights []float32) {
@@ -121,31 +135,7 @@ func quantizeBlockIQ4XS(y *[iq4XSBytes]byte, x, qw *[qkBlock]float32) {
 			scales[ib] = 0
 			continue
 		}
-		d := -vmax / float32(iq4nlValues[0])
-		id := 1 / d
-		var sumqx, sumq2 float32
-		for j, v := range xb {
-			q := float32(iq4nlValues[bestIndexIQ4(id*v)])
-			wq := float32(weight[j] * q)
-			sumqx += float32(wq * v)
-			sumq2 += float32(wq * q)
-		}
-		d = sumqx / sumq2
-		best := d * sumqx
-		for itry := int32(-7); itry <= 7; itry++ {
-			id = float32(itry+int32(iq4nlValues[0])) / vmax
-			sumqx, sumq2 = 0, 0
-			for j, v := range xb {
-				q := float32(iq4nlValues[bestIndexIQ4(id*v)])
-				wq := float32(weight[j] * q)
-				sumqx += float32(wq * v)
-				sumq2 += float32(wq * q)
-			}
-			if sumq2 > 0 && float32(sumqx*sumqx) > float32(best*sumq2) {
-				d = sumqx / sumq2
-				best = d * sumqx
-			}
-		}
+		d := iq4Search(xb, &weight, vmax)
 		scales[ib] = d
 		if a := cFabs(d); a > amaxScale {
 			amaxScale, maxScale = a, d

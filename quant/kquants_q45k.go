@@ -212,25 +212,18 @@ func quantizeQ5K(dst []byte, src, weights []float32) {
 		qh := (*[32]byte)(y[16:48])
 		qs := (*[128]byte)(y[48:])
 		*qh = [32]byte{}
-		m1, m2 := uint8(1), uint8(2)
+		// Every level is in 0..31: bit 4 goes to qh (bit 2k for the first 32
+		// of group k, 2k+1 for the second), the low four to qs.
 		for n := 0; n < qkBlock; n += 64 {
 			lo := (*[32]uint8)(L[n:])
 			hi := (*[32]uint8)(L[n+32:])
 			o := (*[32]byte)(qs[n/2:])
+			shift := uint(n / 32)
 			for j := range o {
 				l1, l2 := lo[j], hi[j]
-				if l1 > 15 {
-					l1 -= 16
-					qh[j] |= m1
-				}
-				if l2 > 15 {
-					l2 -= 16
-					qh[j] |= m2
-				}
-				o[j] = l1 | l2<<4
+				qh[j] |= (l1>>4)<<shift | (l2>>4)<<(shift+1)
+				o[j] = l1&15 | l2<<4
 			}
-			m1 <<= 2
-			m2 <<= 2
 		}
 	}
 }

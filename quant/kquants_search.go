@@ -1,6 +1,9 @@
 package quant
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // This file holds the scale searches that ggml's k-quants share
 // (make_qx_quants, make_q3_quants, make_qkx2/qkx3_quants, make_qp_quants in
@@ -41,6 +44,14 @@ var qxSteps = [18]float32{-9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 
 // qw[i], or x[i]^2 when qw is nil. L receives the levels plus nmax. x holds
 // at most 32 elements.
 func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
+	if simd.qx {
+		return makeQxQuantsLanes(nmax, x, L, qw)
+	}
+	return makeQxQuantsScalar(nmax, x, L, qw)
+}
+
+// makeQxQuantsScalar is makeQxQuants one candidate after another.
+func makeQxQuantsScalar(nmax int32, x []float32, L []int8, qw []float32) float32 {
 	n := len(x)
 	L = L[:n]
 	// w and wx are each element's weight and weight times x; ggml forms
@@ -116,6 +127,97 @@ func makeQxQuants(nmax int32, x []float32, L []int8, qw []float32) float32 {
 	return scale
 }
 
+// qxNumerators holds, for nmax = 4, 8, 16 and 32, the numerators of
+// make_qx_quants' 19 inverse scales (the scale is numerator/max): -nmax,
+// then -(nmax+0.1·is) for is = -9..9 without 0, padded with -nmax.
+var qxNumerators [4][qxLanes]float32
+
+func init() {
+	for j := range qxNumerators {
+		nmax := int32(4) << j
+		num := &qxNumerators[j]
+		fn := float32(nmax)
+		for k := range num {
+			num[k] = float32(-nmax)
+		}
+		for k, step := range qxSteps {
+			num[k+1] = -(fn + float32(float32(0.1)*step))
+		}
+	}
+}
+
+// makeQxQuantsLanes is makeQxQuants with all 19 candidates' sums formed at
+// once by qxLaneSums (a lane each), then compared in ggml's order.
+func makeQxQuantsLanes(nmax int32, x []float32, L []int8, qw []float32) float32 {
+	var num *[qxLanes]float32
+	switch nmax {
+	case 4, 8, 16, 32:
+		num = &qxNumerators[bits.TrailingZeros32(uint32(nmax))-2]
+	}
+	n := len(x)
+	amaxBits, imax := absMaxFirstN(x)
+	if num == nil || n > 32 || amaxBits > 0x7f800000 {
+		// A NaN element (or an nmax no codec uses): the scalar search
+		// follows ggml's comparisons, which skip NaN.
+		return makeQxQuantsScalar(nmax, x, L, qw)
+	}
+	L = L[:n]
+	amax, vmax := math.Float32frombits(amaxBits), x[imax]
+	if amax < groupMaxEps {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0
+	}
+	var w2 [32]float32
+	w := w2[:n]
+	if qw != nil {
+		copy(w, qw[:n])
+	} else {
+		for i, v := range x {
+			w[i] = float32(v * v)
+		}
+	}
+	// The largest |num| is that of is = 9, and dividing by the same vmax
+	// keeps the order of the magnitudes.
+	fast := float32(cFabs(num[len(qxSteps)]/vmax)*amax) < roundLimit
+	var sumlx, suml2 [qxLanes]float32
+	qxLaneSums(x, w, num, vmax, -nmax, nmax-1, &sumlx, &suml2, fast)
+	scale := float32(0)
+	if suml2[0] != 0 {
+		scale = sumlx[0] / suml2[0]
+	}
+	best, win := scale*sumlx[0], 0
+	for k := 1; k <= len(qxSteps); k++ {
+		if suml2[k] > 0 && float32(sumlx[k]*sumlx[k]) > float32(best*suml2[k]) {
+			scale = sumlx[k] / suml2[k]
+			best, win = scale*sumlx[k], k
+		}
+	}
+	iscale := num[win] / vmax
+	for i, v := range x {
+		L[i] = int8(clampInt32(cNearestInt(float32(iscale*v)), -nmax, nmax-1) + nmax)
+	}
+	return scale
+}
+
+// absMaxFirstN is absMaxFirst for up to 32 elements: the largest of the bit
+// patterns of |x[i]| and the first index that has it.
+func absMaxFirstN(x []float32) (uint32, int) {
+	x = x[:min(len(x), 32)]
+	var k0, k1 uint64
+	i := 0
+	for ; i+2 <= len(x); i += 2 {
+		k0 = max(k0, uint64(math.Float32bits(x[i])&^(1<<31))<<5|uint64(31-i))
+		k1 = max(k1, uint64(math.Float32bits(x[i+1])&^(1<<31))<<5|uint64(30-i))
+	}
+	if i < len(x) {
+		k0 = max(k0, uint64(math.Float32bits(x[i])&^(1<<31))<<5|uint64(31-i))
+	}
+	k := max(k0, k1)
+	return uint32(k >> 5), 31 - int(k&31)
+}
+
 // qxLevels2 computes the levels clamp(round(iscale*x), -nmax, nmax-1) of
 // two make_qx_quants candidates, ia into la and ib into lb, each stored as
 // the bits of level+roundMagic. It reports whether la changed from the
@@ -177,9 +279,14 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 	n := len(x)
 	L = L[:n]
 	var vmax, amax float32
-	for _, v := range x {
-		if ax := cFabs(v); ax > amax {
-			amax, vmax = ax, v
+	if amaxBits, imax := absMaxFirstN(x); n <= 32 && amaxBits <= 0x7f800000 {
+		amax, vmax = math.Float32frombits(amaxBits), x[imax]
+	} else {
+		// A NaN, which ggml's "ax > amax" skips.
+		for _, v := range x {
+			if ax := cFabs(v); ax > amax {
+				amax, vmax = ax, v
+			}
 		}
 	}
 	if amax < groupMaxEps {
@@ -188,29 +295,34 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 		}
 		return 0
 	}
+	// ggml forms the weight x² and x²·x afresh in every pass; they are
+	// the same each time, so they are formed once.
+	var w2, wx2 [32]float32
+	w, wx := w2[:n], wx2[:n]
 	iscale := float32(-nmax) / vmax
 	var sumlx, suml2 float32
 	for i, v := range x {
 		l := clampInt32(cNearestInt(float32(iscale*v)), -nmax, nmax-1)
 		L[i] = int8(l)
 		fl := float32(l)
-		w := float32(v * v)
-		sumlx += float32(float32(w*v) * fl)
-		suml2 += float32(float32(w*fl) * fl)
+		wi := float32(v * v)
+		w[i], wx[i] = wi, float32(wi*v)
+		sumlx += float32(wx[i] * fl)
+		suml2 += float32(float32(wi*fl) * fl)
 	}
 	for range 5 {
 		changed := false
 		for i, v := range x {
-			w := float32(v * v)
+			wi, wxi := w[i], wx[i]
 			li := float32(L[i])
-			slx := sumlx - float32(float32(w*v)*li)
+			slx := sumlx - float32(wxi*li)
 			if slx > 0 {
-				sl2 := suml2 - float32(float32(w*li)*li)
+				sl2 := suml2 - float32(float32(wi*li)*li)
 				nl := clampInt32(cNearestInt(float32(v*sl2)/slx), -nmax, nmax-1)
 				if nl != int32(L[i]) {
 					fl := float32(nl)
-					slx += float32(float32(w*v) * fl)
-					sl2 += float32(float32(w*fl) * fl)
+					slx += float32(wxi * fl)
+					sl2 += float32(float32(wi*fl) * fl)
 					if sl2 > 0 && float32(float32(slx*slx)*suml2) > float32(float32(sumlx*sumlx)*sl2) {
 						L[i] = int8(nl)
 						sumlx, suml2 = slx, sl2
@@ -241,6 +353,149 @@ func makeQ3Quants(nmax int32, x []float32, L []int8) float32 {
 // otherwise) is smaller. It returns the scale and the offset to subtract
 // (ggml's the_min, never negative). x holds at most 32 elements.
 func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
+	if simd.qkx && len(x) <= 32 {
+		return makeQkxQuantsLanes(nmax, x, weights, L, rmin, rdelta, nstep, useMad)
+	}
+	return makeQkxQuantsScalar(nmax, x, weights, L, rmin, rdelta, nstep, useMad)
+}
+
+// makeQkxQuantsLanes is makeQkxQuants with the candidates evaluated eight
+// at a time by qkxLaneEval (a lane each), then compared in ggml's order. A
+// winning candidate changes the offset that the later candidates' levels
+// depend on, so the lanes after a winner are discarded and the next group
+// starts right after it.
+func makeQkxQuantsLanes(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
+	n := len(x)
+	weights = weights[:n]
+	L = L[:n]
+	vmin, vmax, ok := minMaxFast(x)
+	sumW := weights[0]
+	sumX := float32(sumW * x[0])
+	for i := 1; i < n; i++ {
+		v := x[i]
+		if !ok {
+			// ggml's comparisons, for NaN and ±0 extremes.
+			if v < vmin {
+				vmin = v
+			}
+			if v > vmax {
+				vmax = v
+			}
+		}
+		w := weights[i]
+		sumW += w
+		sumX += float32(w * v)
+	}
+	xlo := vmin
+	if vmin > 0 {
+		vmin = 0
+	}
+	if vmax == vmin {
+		for i := range L {
+			L[i] = 0
+		}
+		return 0, -vmin
+	}
+	var xm2 [32]float32
+	xm := xm2[:n]
+	nanIn := sumX != sumX
+	// See makeQkxQuantsScalar: a bound on |x[i]-min| for the fast-path
+	// test, NaN when the input holds a NaN.
+	xmBound := func() float32 {
+		a, b := cFabs(vmax-vmin), cFabs(xlo-vmin)
+		if b > a {
+			a = b
+		}
+		if nanIn {
+			return float32(math.NaN())
+		}
+		return a
+	}
+	xmMax := xmBound()
+	span := vmax - vmin
+	fn := float32(nmax)
+	for i, v := range x {
+		xm[i] = v - vmin
+	}
+	// Lane 0 of the first group is ggml's first candidate, nmax/(max-min)
+	// with its reciprocal as the scale; lanes 1..7 are is = 0..6.
+	iscale0 := fn / span
+	p := qkxParams{
+		is0: -1, rmin: rmin, rdelta: rdelta, nmax: fn, span: span, sumW: sumW, sumX: sumX,
+		init: 1, iscale0: iscale0, s0: 1 / iscale0, m0: vmin,
+	}
+	if useMad {
+		p.mad = 1
+	}
+	var o qkxLaneOut
+	var bestErr float32
+	take := func(k int) {
+		for i := range L {
+			L[i] = uint8(o.lv[i][k])
+		}
+		bestErr = o.err[k]
+		scale, vmin = o.s[k], o.m[k]
+	}
+	first := true
+	for is := -1; is <= nstep; {
+		cnt := min(qkxLanes, nstep+1-is)
+		p.is0, p.span = float32(is), span
+		// The inverse scales grow with is (rmin+nmax > 0), so the last
+		// lane's bounds them all (and the first candidate's).
+		top := max(cFabs((rmin+float32(rdelta*float32(is+qkxLanes-1))+fn)/span), cFabs(p.iscale0))
+		qkxLaneEval(x, weights, xm, &p, &o, float32(top*xmMax) < roundLimit)
+		k := 0
+		if first {
+			// The first candidate always sets the state, and it keeps the
+			// offset, so the rest of its group (is = 0..6) stays valid.
+			first, p.init, p.iscale0 = false, 0, 0
+			take(0)
+			if nstep < 1 {
+				break
+			}
+			k = 1
+		}
+		for k < cnt && !(o.err[k] < bestErr) {
+			k++
+		}
+		if k == cnt {
+			is += cnt
+			continue
+		}
+		take(k)
+		// Later candidates use the new offset, in x-min and in max-min.
+		for i, v := range x {
+			xm[i] = v - vmin
+		}
+		span = vmax - vmin
+		xmMax = xmBound()
+		is += k + 1
+	}
+	return scale, -vmin
+}
+
+// minMaxFast returns the smallest and largest element of x (1 <= len(x)
+// <= 32) without branches, when ggml's "x < min" / "x > max" scan gives
+// the same: ok is false when x holds a NaN or Inf, or when an extreme is a
+// zero (±0 compare equal, so the scan keeps the first one met).
+func minMaxFast(x []float32) (mn, mx float32, ok bool) {
+	lo, hi := int32(math.MaxInt32), int32(math.MinInt32)
+	var abits uint32
+	for _, v := range x {
+		b := math.Float32bits(v)
+		k := orderKey(b)
+		lo, hi = min(lo, k), max(hi, k)
+		abits = max(abits, b&^(1<<31))
+	}
+	l, h := keyBits(lo), keyBits(hi)
+	if len(x) == 0 || abits >= 0x7f800000 || l&^(1<<31) == 0 || h&^(1<<31) == 0 {
+		return x[0], x[0], false
+	}
+	return math.Float32frombits(l), math.Float32frombits(h), true
+}
+
+// makeQkxQuantsScalar is makeQkxQuants one candidate (or pair) at a time.
+func makeQkxQuantsScalar(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
 	n := len(x)
 	weights = weights[:n]
 	L = L[:n]

@@ -349,56 +349,100 @@ func TestBestIndexIQ4MatchesBisection(t *testing.T) {
 	for range 200000 {
 		xs = append(xs, float32(300*r.Float64()-150), math.Float32frombits(r.Uint32()))
 	}
-	for _, x := range xs {
-		if got, want := bestIndexIQ4(x), bisectIQ4(x); got != want {
+	// Every float within 4096 ulps of a level or a midpoint.
+	for i, v := range iq4nlValues {
+		pts := []float32{float32(v)}
+		if i < 15 {
+			pts = append(pts, (float32(v)+float32(iq4nlValues[i+1]))/2)
+		}
+		for _, p := range pts {
+			lo, hi := p, p
+			for range 4096 {
+				lo, hi = math.Nextafter32(lo, -1000), math.Nextafter32(hi, 1000)
+				xs = append(xs, lo, hi)
+			}
+		}
+	}
+	check := func(x float32) {
+		want := bisectIQ4(x)
+		if got := bestIndexIQ4(x); got != want {
 			t.Fatalf("bestIndexIQ4(%v = %#08x) = %d, ggml's bisection gives %d", x, math.Float32bits(x), got, want)
+		}
+		if cFabs(x) < 256 {
+			if got := iq4Level(x); got != float32(iq4nlValues[want]) {
+				t.Fatalf("iq4Level(%v = %#08x) = %v, ggml's bisection gives level %d", x, math.Float32bits(x), got, iq4nlValues[want])
+			}
+		}
+	}
+	for _, x := range xs {
+		check(x)
+	}
+	if os.Getenv("SDTOOL_EXHAUSTIVE") != "" {
+		// Every float32 bit pattern (about a minute).
+		for b := uint64(0); b < 1<<32; b++ {
+			check(math.Float32frombits(uint32(b)))
 		}
 	}
 }
 
 // TestNoFusedMultiplyAdd cross-compiles this package for arm64, where
-// Go may fuse a*b+c into one instruction, and fails on any fused
-// multiply-add in a function of the codec files (every non-test file of
-// package quant): ggml's bytes come
-// from unfused arithmetic. Products reach additions in non-obvious ways
+// Go may fuse a*b+c into one instruction, and for amd64 at x86-64-v3, and
+// fails on any fused multiply-add in a function of the codec files (every
+// non-test Go and assembly file of package quant): ggml's bytes come from
+// unfused arithmetic. Products reach additions in non-obvious ways
 // (through inlined helpers, across statements, or from x/256 rewritten as
-// x*2^-8), so this looks at the machine code. It needs the go command and
-// runs only when SDTOOL_FMA_CHECK is set.
+// x*2^-8), so this looks at the machine code, which also covers the
+// assembly kernels. It needs the go command and runs only when
+// SDTOOL_FMA_CHECK is set.
 func TestNoFusedMultiplyAdd(t *testing.T) {
 	if os.Getenv("SDTOOL_FMA_CHECK") == "" {
-		t.Skip("set SDTOOL_FMA_CHECK=1 to check the arm64 code for fused multiply-adds")
+		t.Skip("set SDTOOL_FMA_CHECK=1 to check the arm64 and amd64 code for fused multiply-adds")
 	}
-	bin := filepath.Join(t.TempDir(), "quant-arm64.test")
-	build := exec.Command("go", "test", "-c", "-o", bin, ".")
-	build.Env = append(os.Environ(), "GOARCH=arm64", "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("cross-compiling for arm64: %v\n%s", err, out)
+	for _, target := range []struct {
+		goarch string
+		env    []string
+		fused  *regexp.Regexp
+	}{
+		// Scalar FMADD/FMSUB/FNMADD/FNMSUB and the vector FMLA/FMLS (VFMLA/VFMLS in Go syntax).
+		{"arm64", nil, regexp.MustCompile(`\b(F(N?MADD|N?MSUB)[SD]|V?FML[AS])\b`)},
+		{"amd64", []string{"GOAMD64=v3"}, regexp.MustCompile(`\bVFN?M(ADD|SUB)`)},
+	} {
+		t.Run(target.goarch, func(t *testing.T) {
+			bin := filepath.Join(t.TempDir(), "quant-"+target.goarch+".test")
+			build := exec.Command("go", "test", "-c", "-o", bin, ".")
+			build.Env = append(append(os.Environ(), "GOARCH="+target.goarch, "CGO_ENABLED=0"), target.env...)
+			if out, err := build.CombinedOutput(); err != nil {
+				t.Fatalf("cross-compiling for %s: %v\n%s", target.goarch, err, out)
+			}
+			dump, err := exec.Command("go", "tool", "objdump", bin).Output()
+			if err != nil {
+				t.Fatalf("objdump: %v", err)
+			}
+			codecFile := regexp.MustCompile(`/quant/[a-z0-9_]+\.(go|s)$`)
+			var fn string
+			inCodec, found, asmFuncs := false, 0, 0
+			sc := bufio.NewScanner(bytes.NewReader(dump))
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				line := sc.Text()
+				if rest, ok := strings.CutPrefix(line, "TEXT "); ok {
+					f := strings.Fields(rest)
+					fn = f[0]
+					inCodec = len(f) > 1 && codecFile.MatchString(f[1]) && !strings.HasSuffix(f[1], "_test.go")
+					if inCodec && strings.HasSuffix(f[1], ".s") {
+						asmFuncs++
+					}
+					continue
+				}
+				if inCodec && target.fused.MatchString(line) {
+					found++
+					t.Errorf("%s: %s", fn, strings.Join(strings.Fields(line), " "))
+				}
+			}
+			if err := sc.Err(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d fused multiply-adds in the codecs (%d assembly functions checked)", found, asmFuncs)
+		})
 	}
-	dump, err := exec.Command("go", "tool", "objdump", bin).Output()
-	if err != nil {
-		t.Fatalf("objdump: %v", err)
-	}
-	codecFile := regexp.MustCompile(`/quant/[a-z0-9_]+\.go$`)
-	fused := regexp.MustCompile(`\bF(N?MADD|N?MSUB)[SD]\b`)
-	var fn string
-	inCodec, found := false, 0
-	sc := bufio.NewScanner(bytes.NewReader(dump))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, "TEXT "); ok {
-			f := strings.Fields(rest)
-			fn = f[0]
-			inCodec = len(f) > 1 && codecFile.MatchString(f[1]) && !strings.HasSuffix(f[1], "_test.go")
-			continue
-		}
-		if inCodec && fused.MatchString(line) {
-			found++
-			t.Errorf("%s: %s", fn, strings.Join(strings.Fields(line), " "))
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d fused multiply-adds in the codecs", found)
 }

@@ -52,7 +52,12 @@ func quantizeQ4_0(dst []byte, src, weights []float32) {
 	nb := len(src) / 32
 	dst = dst[:nb*q4_0Bytes]
 	if weights == nil {
-		for i := range nb {
+		for i := 0; i < nb; i++ {
+			if simd.legacy {
+				if i += rowsQ4_0(dst[i*q4_0Bytes:], src[i*32:], nb-i); i == nb {
+					break
+				}
+			}
 			quantizeBlockQ4_0((*[q4_0Bytes]byte)(dst[i*q4_0Bytes:]), (*[32]float32)(src[i*32:]))
 		}
 		return
@@ -171,7 +176,12 @@ func quantizeQ4_1(dst []byte, src, weights []float32) {
 	nb := len(src) / 32
 	dst = dst[:nb*q4_1Bytes]
 	if weights == nil {
-		for i := range nb {
+		for i := 0; i < nb; i++ {
+			if simd.legacy {
+				if i += rowsQ4_1(dst[i*q4_1Bytes:], src[i*32:], nb-i); i == nb {
+					break
+				}
+			}
 			quantizeBlockQ4_1((*[q4_1Bytes]byte)(dst[i*q4_1Bytes:]), (*[32]float32)(src[i*32:]))
 		}
 		return
@@ -298,7 +308,12 @@ func quantizeQ5_0(dst []byte, src, weights []float32) {
 	nb := len(src) / 32
 	dst = dst[:nb*q5_0Bytes]
 	if weights == nil {
-		for i := range nb {
+		for i := 0; i < nb; i++ {
+			if simd.legacy {
+				if i += rowsQ5_0(dst[i*q5_0Bytes:], src[i*32:], nb-i); i == nb {
+					break
+				}
+			}
 			quantizeBlockQ5_0((*[q5_0Bytes]byte)(dst[i*q5_0Bytes:]), (*[32]float32)(src[i*32:]))
 		}
 		return
@@ -400,7 +415,12 @@ func quantizeQ5_1(dst []byte, src, weights []float32) {
 	nb := len(src) / 32
 	dst = dst[:nb*q5_1Bytes]
 	if weights == nil {
-		for i := range nb {
+		for i := 0; i < nb; i++ {
+			if simd.legacy {
+				if i += rowsQ5_1(dst[i*q5_1Bytes:], src[i*32:], nb-i); i == nb {
+					break
+				}
+			}
 			quantizeBlockQ5_1((*[q5_1Bytes]byte)(dst[i*q5_1Bytes:]), (*[32]float32)(src[i*32:]))
 		}
 		return
@@ -484,7 +504,12 @@ func dequantizeQ5_1(dst []float32, src []byte) {
 func quantizeQ8_0(dst []byte, src, _ []float32) {
 	nb := len(src) / 32
 	dst = dst[:nb*q8_0Bytes]
-	for i := range nb {
+	for i := 0; i < nb; i++ {
+		if simd.legacy {
+			if i += rowsQ8_0(dst[i*q8_0Bytes:], src[i*32:], nb-i); i == nb {
+				break
+			}
+		}
 		quantizeBlockQ8_0((*[q8_0Bytes]byte)(dst[i*q8_0Bytes:]), (*[32]float32)(src[i*32:]))
 	}
 }

@@ -62,6 +62,17 @@ func quantizeMXFP4(dst []byte, src, _ []float32) {
 		}
 		d := e8m0Half(e)
 		y[0] = e
+		if e >= 3 && absMaxBits(x) < 0x7f800000 {
+			// Finite values and a normal d: nearest levels by thresholds.
+			var thr [7]uint32
+			for k, m := range mxfp4Mids {
+				thr[k] = math.Float32bits(m * d)
+			}
+			for j := range 16 {
+				y[1+j] = mxfp4Code(x[j], &thr) | mxfp4Code(x[j+16], &thr)<<4
+			}
+			continue
+		}
 		// The products level·d are the same for every element: form them
 		// once (the same roundings ggml performs per comparison).
 		var lv [16]float32
@@ -72,6 +83,27 @@ func quantizeMXFP4(dst []byte, src, _ []float32) {
 			y[1+j] = mxfp4NearestLevel(x[j], &lv) | mxfp4NearestLevel(x[j+16], &lv)<<4
 		}
 	}
+}
+
+// mxfp4Mids are the midpoints between consecutive positive mxfp4Values.
+var mxfp4Mids = [7]float32{0.5, 1.5, 2.5, 3.5, 5, 7, 10}
+
+// mxfp4Code is mxfp4NearestLevel for a finite x when d is a normal power
+// of two (e >= 3), given thr, the bits of mxfp4Mids·d (exact). Near a
+// midpoint both of ggml's differences |level·d - x| are exact (the two
+// operands are within a factor of two of each other), so the first nearest
+// level is the count of midpoints below |x|, a tie going to the lower
+// level; bits of non-negative floats order like their values. A negative x
+// takes the negative level of that count, but level 0 rather than -0.
+func mxfp4Code(x float32, thr *[7]uint32) uint8 {
+	b := math.Float32bits(x)
+	a := int32(b &^ (1 << 31))
+	var k uint32
+	for _, t := range thr {
+		k += uint32(int32(t)-a) >> 31
+	}
+	neg := b >> 31 & (uint32(int32(thr[0])-a) >> 31)
+	return uint8(k | neg<<3)
 }
 
 // mxfp4Nearest is ggml's best_index_mxfp4: the first level with the

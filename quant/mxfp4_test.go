@@ -34,3 +34,35 @@ func TestMXFP4NearestLevelMatchesSearch(t *testing.T) {
 		}
 	}
 }
+
+// TestMXFP4CodeMatchesSearch checks the threshold form against ggml's scan
+// for every scale it is used with, at each level, midpoint and their
+// neighbours, both signs, and random values.
+func TestMXFP4CodeMatchesSearch(t *testing.T) {
+	r := rand.New(rand.NewPCG(harnessSeed, 45))
+	for e := 3; e <= 252; e++ {
+		d := e8m0Half(uint8(e))
+		var thr [7]uint32
+		for k, m := range mxfp4Mids {
+			thr[k] = math.Float32bits(m * d)
+		}
+		xs := []float32{0, float32(math.Copysign(0, -1)), 16 * d, -16 * d}
+		for _, q := range []float32{0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12} {
+			v := q * d
+			for _, p := range []float32{v, math.Nextafter32(v, 0), math.Nextafter32(v, float32(math.Inf(1)))} {
+				xs = append(xs, p, -p)
+			}
+		}
+		for range 200 {
+			xs = append(xs, float32(r.NormFloat64())*d*6)
+		}
+		for _, x := range xs {
+			if math.IsInf(float64(x), 0) {
+				continue // 16·d overflows at the largest scales; blocks with Inf take the other path
+			}
+			if got, want := mxfp4Code(x, &thr), mxfp4Nearest(x, d); got != want {
+				t.Fatalf("e=%d x=%g: got %d, want %d", e, x, got, want)
+			}
+		}
+	}
+}

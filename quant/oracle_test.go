@@ -44,13 +44,7 @@ func compareWithGGML(t *testing.T, typ formats.DType, rs rowSet, ws weightSet) {
 	if err != nil {
 		t.Fatalf("ggml: %v", err)
 	}
-	got := make([]byte, len(want))
-	if err := QuantizeRows(typ, got, rs.data, rs.nPerRow, ws.vec, 1); err != nil {
-		t.Fatal(err)
-	}
-	if i := firstDiffBlock(got, want, typ.Info().BlockBytes); i >= 0 {
-		reportBlock(t, typ, rs, ws, got, want, i)
-	}
+	checkModesAgainst(t, typ, rs, ws, want)
 	gotF := make([]float32, len(rs.data))
 	if err := DequantizeRows(typ, gotF, want, 1); err != nil {
 		t.Fatal(err)
@@ -65,6 +59,24 @@ func compareWithGGML(t *testing.T, typ formats.DType, rs rowSet, ws weightSet) {
 	if i := firstDiffBits(gotF, wantF); i >= 0 {
 		t.Errorf("dequantize element %d: got %g (%#08x), ggml %g (%#08x)",
 			i, gotF[i], math.Float32bits(gotF[i]), wantF[i], math.Float32bits(wantF[i]))
+	}
+}
+
+// checkModesAgainst quantizes rs under ws in every kernel mode and compares
+// the bytes with ggml's (want).
+func checkModesAgainst(t *testing.T, typ formats.DType, rs rowSet, ws weightSet, want []byte) {
+	t.Helper()
+	for _, m := range kernelModes() {
+		got := make([]byte, len(want))
+		var err error
+		withKernels(m.flags, func() { err = QuantizeRows(typ, got, rs.data, rs.nPerRow, ws.vec, 1) })
+		if err != nil {
+			t.Fatalf("%s kernels: %v", m.name, err)
+		}
+		if i := firstDiffBlock(got, want, typ.Info().BlockBytes); i >= 0 {
+			t.Logf("with the %s kernels:", m.name)
+			reportBlock(t, typ, rs, ws, got, want, i)
+		}
 	}
 }
 
@@ -173,13 +185,7 @@ func checkSpecialsAgainstGGML(t *testing.T, typ formats.DType) {
 				if err != nil {
 					t.Fatalf("ggml: %v", err)
 				}
-				got := make([]byte, len(want))
-				if err := QuantizeRows(typ, got, rs.data, rs.nPerRow, ws.vec, 1); err != nil {
-					t.Fatal(err)
-				}
-				if i := firstDiffBlock(got, want, typ.Info().BlockBytes); i >= 0 {
-					reportBlock(t, typ, rs, ws, got, want, i)
-				}
+				checkModesAgainst(t, typ, rs, ws, want)
 				gotF := make([]float32, len(rs.data))
 				if err := DequantizeRows(typ, gotF, want, 1); err != nil {
 					t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -28,12 +29,27 @@ type Codec struct {
 	Experimental bool
 	// Native marks a codec provided by the linked ggml through cgo.
 	Native bool
+
+	// elementwise marks a codec that encodes element by element, without
+	// weights, so that QuantizeRows may hand it many rows in one call.
+	elementwise bool
 }
 
 var (
-	mu     sync.RWMutex
-	codecs = map[formats.DType]Codec{}
+	// mu serializes Register; codecs is replaced, never modified, so that
+	// Lookup (once per QuantizeRows call) reads it without a lock.
+	mu     sync.Mutex
+	codecs atomic.Pointer[map[formats.DType]Codec]
 )
+
+// registry is the current codec map (nil, which reads as empty, before
+// the first Register).
+func registry() map[formats.DType]Codec {
+	if m := codecs.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
 
 // Register adds or replaces the codec of c.Type. Quantize or Dequantize may
 // be nil when the type cannot be encoded or decoded. A Go codec is never
@@ -41,7 +57,8 @@ var (
 func Register(c Codec) {
 	mu.Lock()
 	defer mu.Unlock()
-	old, ok := codecs[c.Type]
+	cur := registry()
+	old, ok := cur[c.Type]
 	if ok && c.Native {
 		if old.Quantize != nil && !old.Native {
 			c.Quantize, c.UsesWeights, c.NeedsWeights = old.Quantize, old.UsesWeights, old.NeedsWeights
@@ -51,14 +68,18 @@ func Register(c Codec) {
 			c.Dequantize = old.Dequantize
 		}
 	}
-	codecs[c.Type] = c
+	c.elementwise = c.Type.Info().BlockSize == 1 && !c.UsesWeights
+	next := make(map[formats.DType]Codec, len(cur)+1)
+	for t, v := range cur {
+		next[t] = v
+	}
+	next[c.Type] = c
+	codecs.Store(&next)
 }
 
 // Lookup returns the codec of t.
 func Lookup(t formats.DType) (Codec, bool) {
-	mu.RLock()
-	defer mu.RUnlock()
-	c, ok := codecs[t]
+	c, ok := registry()[t]
 	return c, ok
 }
 
@@ -76,10 +97,9 @@ func CanDequantize(t formats.DType) bool {
 
 // Registered lists the types that have a codec, in id order.
 func Registered() []formats.DType {
-	mu.RLock()
-	defer mu.RUnlock()
-	out := make([]formats.DType, 0, len(codecs))
-	for t := range codecs {
+	cur := registry()
+	out := make([]formats.DType, 0, len(cur))
+	for t := range cur {
 		out = append(out, t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })

@@ -62,6 +62,12 @@ func QuantizeRows(t formats.DType, dst []byte, src []float32, nPerRow int, weigh
 // closure, so that the single-worker path allocates nothing.
 func quantizeSpan(c Codec, dst []byte, src, weights []float32, nPerRow, rowBytes, r0, r1 int) (err error) {
 	defer recoverCodec(&err, "quantize", c.Type, r0, r1)
+	if c.elementwise {
+		// An element-wise codec does not see row boundaries: one call
+		// encodes the whole span.
+		c.Quantize(dst[r0*rowBytes:r1*rowBytes], src[r0*nPerRow:r1*nPerRow], nil)
+		return nil
+	}
 	for r := r0; r < r1; r++ {
 		c.Quantize(dst[r*rowBytes:(r+1)*rowBytes], src[r*nPerRow:(r+1)*nPerRow], weights)
 	}

@@ -1,6 +1,10 @@
 package quant
 
-import "github.com/sdtool/sdtool/formats"
+import (
+	"math"
+
+	"github.com/sdtool/sdtool/formats"
+)
 
 // The ternary types (BitNet b1.58, TriLMs): 256 elements per block, each
 // rounded to -1, 0 or +1 times the block's absolute maximum d (f16). ggml
@@ -47,32 +51,66 @@ func ternaryScale(x *[256]float32) (d, id float32) {
 // trit is the code 0, 1 or 2 of x·id, computed as `int xi = lroundf(x*id) + 1`.
 func trit(x, id float32) int32 { return cLroundf(x*id) + 1 }
 
-// packTrits5 packs five trits (first most significant) into one byte.
-func packTrits5(t0, t1, t2, t3, t4 int32) byte {
-	var q uint8
-	for _, t := range [5]int32{t0, t1, t2, t3, t4} {
-		q = uint8(int32(q*3) + t)
+// ternaryTrits computes the codes of a whole block into t. For a block of
+// finite values whose inverse scale is finite, every x·id lies within
+// [-1-ε, 1+ε], where adding the largest float below 0.5 with the sign of
+// x·id and truncating is lroundf (see roundHalf) and the block maximum is
+// an integer maximum of the magnitudes' bits; otherwise ggml's own
+// semantics run element by element.
+func ternaryTrits(t *[256]uint8, x *[256]float32) (d float32) {
+	var m0, m1, m2, m3 uint32
+	for j := 0; j < 256; j += 4 {
+		m0 = max(m0, math.Float32bits(x[j])&^(1<<31))
+		m1 = max(m1, math.Float32bits(x[j+1])&^(1<<31))
+		m2 = max(m2, math.Float32bits(x[j+2])&^(1<<31))
+		m3 = max(m3, math.Float32bits(x[j+3])&^(1<<31))
 	}
-	return uint8((uint32(q)*256 + 242) / 243)
+	amax := max(m0, m1, m2, m3)
+	var id float32
+	if amax != 0 {
+		id = 1 / math.Float32frombits(amax)
+	}
+	if amax >= 0x7f800000 || math.Float32bits(id) >= 0x7f800000 {
+		d, id = ternaryScale(x)
+		for j, v := range x {
+			t[j] = uint8(trit(v, id))
+		}
+		return d
+	}
+	for j, v := range x {
+		p := float32(v * id)
+		h := math.Float32frombits(roundHalf | math.Float32bits(p)&(1<<31))
+		t[j] = uint8(int32(p+h) + 1)
+	}
+	return math.Float32frombits(amax)
+}
+
+// packTrits5 packs five trits (first most significant) into one byte. The
+// base-3 number is formed in uint8 arithmetic, as ggml does, which matters
+// for the out-of-range codes a NaN-reset block maximum can give.
+func packTrits5(t0, t1, t2, t3, t4 uint8) byte {
+	q := uint32(t0*81 + t1*27 + t2*9 + t3*3 + t4)
+	return uint8((q*256 + 242) / 243)
 }
 
 func quantizeTQ1_0(dst []byte, src, _ []float32) {
 	nb := len(src) / 256
 	dst = dst[:nb*tq1Bytes]
+	var t [256]uint8
 	for i := range nb {
 		y, x := (*[tq1Bytes]byte)(dst[i*tq1Bytes:]), (*[256]float32)(src[i*256:])
-		d, id := ternaryScale(x)
+		d := ternaryTrits(&t, x)
 		for m := range 32 {
-			y[m] = packTrits5(trit(x[m], id), trit(x[m+32], id), trit(x[m+64], id), trit(x[m+96], id), trit(x[m+128], id))
+			y[m] = packTrits5(t[m], t[m+32], t[m+64], t[m+96], t[m+128])
 		}
 		for m := range 16 {
 			b := 160 + m
-			y[32+m] = packTrits5(trit(x[b], id), trit(x[b+16], id), trit(x[b+32], id), trit(x[b+48], id), trit(x[b+64], id))
+			y[32+m] = packTrits5(t[b], t[b+16], t[b+32], t[b+48], t[b+64])
 		}
 		for j := range 4 {
 			b := 240 + j
 			// Four trits, then one more (x3) so that they fill the top.
-			y[48+j] = packTrits5(trit(x[b], id), trit(x[b+4], id), trit(x[b+8], id), trit(x[b+12], id), 0)
+			y[48+j] = packTrits5(t[b], t[b+4], t[b+8], t[b+12], 0)
 		}
 		putHalf(y[52:], d)
 	}
@@ -112,17 +150,15 @@ func dequantizeTQ1_0(dst []float32, src []byte) {
 func quantizeTQ2_0(dst []byte, src, _ []float32) {
 	nb := len(src) / 256
 	dst = dst[:nb*tq2Bytes]
+	var t [256]uint8
 	for i := range nb {
 		y, x := (*[tq2Bytes]byte)(dst[i*tq2Bytes:]), (*[256]float32)(src[i*256:])
-		d, id := ternaryScale(x)
+		d := ternaryTrits(&t, x)
 		for j := 0; j < 64; j += 32 {
-			xb := x[j*4:]
-			for m := range 32 {
-				var q uint8
-				for n := range 4 {
-					q += uint8(trit(xb[m+n*32], id)&3) << (2 * n)
-				}
-				y[j+m] = q
+			tb := (*[128]uint8)(t[j*4:])
+			o := (*[32]byte)(y[j:])
+			for m := range o {
+				o[m] = tb[m]&3 | (tb[m+32]&3)<<2 | (tb[m+64]&3)<<4 | (tb[m+96]&3)<<6
 			}
 		}
 		putHalf(y[64:], d)
