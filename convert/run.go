@@ -33,6 +33,13 @@ type Options struct {
 	ConvertName bool
 	// Dequantize decodes ComfyUI int8/FP8 modules to floats first (sd-cli keeps them as they are).
 	Dequantize bool
+	// NoMetadata writes no metadata at all, as sd-cli does: its exact bytes
+	// for inputs that have metadata. Without it the inputs' model metadata
+	// is carried (pipeline.CarryMetadata); inputs without any give sd-cli's
+	// bytes either way.
+	NoMetadata bool
+	// Metadata are --metadata KEY=VALUE strings added to the output's metadata.
+	Metadata []string
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
 }
@@ -50,6 +57,13 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	}
 	if opts.Output == "" {
 		return nil, errors.New("no output: give -o OUT.gguf or -o OUT.safetensors")
+	}
+	userMeta, err := pipeline.ParseMetadataItems(opts.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	if opts.NoMetadata && len(userMeta) > 0 {
+		return nil, errors.New("--no-metadata writes none: it excludes --metadata")
 	}
 	var pol policy
 	if opts.Type != "" {
@@ -97,6 +111,8 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		}
 	}()
 	models := map[string]formats.Model{}
+	var mdFrom []string
+	var mds []formats.Metadata
 	for _, c := range Components {
 		path, ok := opts.Inputs[c.Flag]
 		if !ok {
@@ -107,6 +123,7 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 			return nil, err
 		}
 		plan.Use(m)
+		mdFrom, mds = append(mdFrom, path), append(mds, m.Metadata())
 		if opts.Dequantize {
 			view, n, err := tensor.Dequantized(m)
 			if err != nil {
@@ -166,6 +183,9 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 			log.Info("tensor note", "tensor", o.Name, "note", o.Note)
 		}
 	}
+	if !opts.NoMetadata {
+		carryMetadata(plan, format.Name, mdFrom, mds, userMeta, log)
+	}
 	if len(unused) > 0 {
 		log.Warn("imatrix entries matched no quantized tensor", "count", len(unused), "first", unused[0])
 	}
@@ -176,6 +196,51 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		return nil, err
 	}
 	return plan, nil
+}
+
+// carryMetadata gives the output the inputs' model metadata (first input
+// first where two disagree) and the --metadata items, and notes what it
+// left out. Safetensors' "format": "pt" is a mark of that container, which
+// sd-cli does not write, so a checkpoint with no other metadata converts to
+// sd-cli's exact bytes.
+func carryMetadata(plan *pipeline.Plan, format string, from []string, mds []formats.Metadata, user [][2]string, log *slog.Logger) {
+	carried := make([]formats.Metadata, len(mds))
+	var dropped []pipeline.DroppedKey
+	for i, md := range mds {
+		var d []pipeline.DroppedKey
+		carried[i], d = pipeline.CarryMetadata(md, format)
+		for j := range d {
+			d[j].Reason = from[i] + ": " + d[j].Reason
+		}
+		dropped = append(dropped, d...)
+		kept := carried[i][:0]
+		for _, kv := range carried[i] {
+			if kv.Key != "format" {
+				kept = append(kept, kv)
+			}
+		}
+		carried[i] = kept
+	}
+	md, conflicts := pipeline.MergeMetadata(from, carried)
+	dropped = append(dropped, conflicts...)
+	for _, kv := range user {
+		md = pipeline.SetMetadata(md, formats.KV{Key: kv[0], Type: formats.TypeString, Value: kv[1]})
+	}
+	plan.Header.Metadata = md
+	if n := len(md) - len(user); n > 0 {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("metadata: %d %s carried from the input (--no-metadata writes sd-cli's exact bytes)", n, plural(n, "key", "keys")))
+	}
+	for _, d := range dropped {
+		log.Warn("metadata not carried", "key", d.Key, "why", d.Reason)
+		plan.Notes = append(plan.Notes, fmt.Sprintf("metadata %s not carried: %s", d.Key, d.Reason))
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // detectVersion runs sd.cpp's version detection on the export names and shapes.

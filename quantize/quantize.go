@@ -12,7 +12,6 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
-	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/formats/gguf"
 	// The safetensors reader and writer (formats.Open, formats.CreatorFor).
 	_ "github.com/sdtool/sdtool/formats/safetensors"
@@ -286,24 +285,15 @@ func parseOverrides(opts *Options) (mix.Override, error) {
 }
 
 // parseMetadata reads --metadata KEY=VALUE items.
-func parseMetadata(items []string) ([][2]string, error) {
-	var out [][2]string
-	seen := map[string]bool{}
-	for _, s := range items {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--metadata %q: want KEY=VALUE", s)
-		}
-		if seen[k] {
-			return nil, fmt.Errorf("--metadata: key %q given twice", k)
-		}
-		if strings.HasPrefix(k, gguf.OrigShapePrefix) || k == "general.alignment" {
-			return nil, fmt.Errorf("--metadata: key %q is written by sdtool itself", k)
-		}
-		seen[k] = true
-		out = append(out, [2]string{k, v})
+func parseMetadata(items []string) ([][2]string, error) { return pipeline.ParseMetadataItems(items) }
+
+// reportDropped warns about input metadata the output cannot hold.
+func (b *builder) reportDropped(dropped []pipeline.DroppedKey) {
+	for _, d := range dropped {
+		w := fmt.Sprintf("metadata %s of %s is not carried: %s", d.Key, b.opts.Input, d.Reason)
+		b.log.Warn(w)
+		b.res.Warnings = append(b.res.Warnings, w)
 	}
-	return out, nil
 }
 
 // builder accumulates the plan.
@@ -593,12 +583,14 @@ func (b *builder) metadata(user [][2]string) {
 	inMeta := b.m.Metadata()
 	if b.res.Format == "safetensors" {
 		meta := map[string]string{}
-		if preset && b.m.Info().Format == "safetensors" {
-			for _, kv := range inMeta {
-				if s, ok := kv.Value.(string); ok && kv.Key != comfyquant.SourceMetadata {
-					meta[kv.Key] = s
-				}
+		if preset {
+			// Any input's model metadata (a GGUF's head counts and tokenizer
+			// included), as strings; arrays do not fit and are reported.
+			carried, dropped := pipeline.CarryMetadata(inMeta, "safetensors")
+			for _, kv := range carried {
+				meta[kv.Key] = kv.Value.(string)
 			}
+			b.reportDropped(dropped)
 		}
 		for _, kv := range user {
 			meta[kv[0]] = kv[1]
@@ -636,17 +628,12 @@ func (b *builder) metadata(user [][2]string) {
 			b.log.Warn(w)
 			b.res.Warnings = append(b.res.Warnings, w)
 		}
-		if b.m.Info().Format == "gguf" {
-			for _, kv := range inMeta {
-				k := kv.Key
-				if k == "general.architecture" || k == "general.file_type" || k == "general.quantization_version" ||
-					k == "general.alignment" || strings.HasPrefix(k, "split.") || strings.HasPrefix(k, "quantize.imatrix.") {
-					continue
-				}
-				if strings.HasPrefix(k, gguf.OrigShapePrefix) {
-					// Recomputed below: sources are read with their recorded torch shapes.
-					continue
-				}
+		// The input's model metadata, from any format (safetensors'
+		// "format": "pt" describes that container only). Storage keys
+		// (file type, imatrix, comfy.gguf.orig_shape, ...) are recomputed.
+		carried, _ := pipeline.CarryMetadata(inMeta, "gguf")
+		for _, kv := range carried {
+			if kv.Key != "general.architecture" && !(kv.Key == "format" && b.m.Info().Format == "safetensors") {
 				set(kv)
 			}
 		}

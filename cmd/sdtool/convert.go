@@ -38,6 +38,8 @@ func init() {
 		&cli.StringSliceFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"`: first match wins; repeated flags are joined with commas as sd-cli does"},
 		&cli.StringSliceFlag{Name: "imatrix", Aliases: []string{"imat-in"}, Usage: "importance matrix `FILE` (.dat or GGUF; repeatable: stored values are summed as sd.cpp does)"},
 		&cli.BoolFlag{Name: "convert-name", Usage: "store sd.cpp's converted tensor names"},
+		&cli.BoolFlag{Name: "no-metadata", Usage: "write no metadata, as sd-cli does (its exact bytes even for inputs with metadata)"},
+		&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string added to the output's metadata (repeatable), e.g. sdtool.unet.num_heads=8"},
 		&cli.BoolFlag{Name: "dequantize", Usage: "decode ComfyUI int8 (convrot) and FP8 modules to floats first, then convert (sd-cli keeps them as stored)"},
 		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "worker `N` (default: all cores)"},
 		&cli.Int64Flag{Name: "max-memory", Usage: "`BYTES` of chunks in flight (default 1 GiB)"},
@@ -52,6 +54,10 @@ func init() {
 			"order, its dtype handling (F64 to F32, I64 to I32, F8 to F16, U8 skipped, int8_tensorwise kept), its\n" +
 			"exclusions (biases, embeddings, rows that do not fit the block), --tensor-type-rules where the first\n" +
 			"match wins, and ggml's weighted quantizers with an all-ones vector or the summed --imatrix files.\n" +
+			"Unlike sd-cli, the inputs' metadata is carried into the output (GGUF keys as typed; safetensors\n" +
+			"__metadata__ as strings, arrays left out), so head counts and an embedded tokenizer survive and\n" +
+			"`sdtool generate` runs the result; --no-metadata writes none, sd-cli's exact bytes (inputs without\n" +
+			"metadata, or with only safetensors' \"format\", give those bytes either way).\n" +
 			"Unlike sd-cli, a bad type, rule or regex is an error before anything is written (Go regexps are RE2:\n" +
 			"no lookaround or backreferences), tensors that cannot change type are kept and reported, and the\n" +
 			"output is written to OUT.partial and renamed only when complete. FP8 is not a GGUF type: use\n" +
@@ -76,6 +82,8 @@ func runConvert(c *cli.Context) error {
 		Imatrix:     c.StringSlice("imatrix"),
 		ConvertName: c.Bool("convert-name"),
 		Dequantize:  c.Bool("dequantize"),
+		NoMetadata:  c.Bool("no-metadata"),
+		Metadata:    c.StringSlice("metadata"),
 		Log:         slog.Default(),
 	}
 	for _, in := range convertInputs {

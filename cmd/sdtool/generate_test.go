@@ -76,7 +76,6 @@ func TestGenerateErrors(t *testing.T) {
 		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "y.png"), "-W", "100"},
 		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "y.png"), "--sampling-method", "ddim"},
 		{"generate", "-m", filepath.Join(dir, "missing.gguf"), "-p", "a", "-o", filepath.Join(dir, "y.png")},
-		{"generate", "-m", "../../testdata/tiny-sd1.safetensors", "-p", "a", "-o", filepath.Join(dir, "y.png")},
 	} {
 		code, _, errOut := runApp(t, args...)
 		// The last line is the error (the no-AVX2 warning may come first).
@@ -84,5 +83,30 @@ func TestGenerateErrors(t *testing.T) {
 		if code != 1 || !strings.HasPrefix(lines[len(lines)-1], "sdtool: ") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
 		}
+	}
+}
+
+// A copy converted without metadata (sd-cli's bytes) cannot tell its head
+// count: generate names the missing key and the command that adds it, and
+// a copy converted the default way runs.
+func TestGenerateConvertedCopies(t *testing.T) {
+	dir := t.TempDir()
+	bare, kept := filepath.Join(dir, "bare.gguf"), filepath.Join(dir, "kept.gguf")
+	for _, args := range [][]string{
+		{"convert", "-m", tinyGGUF, "-o", bare, "--type", "q8_0", "--no-metadata"},
+		{"convert", "-m", "../../testdata/tiny-sd1.safetensors", "-o", kept, "--type", "q8_0"},
+	} {
+		if code, _, errOut := runApp(t, args...); code != 0 {
+			t.Fatalf("%q: %s", args, errOut)
+		}
+	}
+	code, _, errOut := runApp(t, "generate", "-m", bare, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "-t", "1", "-o", filepath.Join(dir, "b.png"))
+	if code != 1 || !strings.Contains(errOut, "sdtool.unet.num_heads") || !strings.Contains(errOut, "--metadata") {
+		t.Errorf("no-metadata copy: exit %d, stderr %q", code, errOut)
+	}
+	code, stdout, errOut := runApp(t, "generate", "-m", kept, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "-t", "1",
+		"--cfg-scale", "1", "-o", filepath.Join(dir, "k.png"), "--compare", "../../testdata/tiny-sd1.safetensors")
+	if code != 0 || !strings.Contains(stdout, "PSNR") {
+		t.Errorf("converted copy: exit %d, stderr %q", code, errOut)
 	}
 }

@@ -2,26 +2,72 @@ package synth
 
 import (
 	"bytes"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+	_ "github.com/sdtool/sdtool/formats/gguf"
+	_ "github.com/sdtool/sdtool/formats/safetensors"
 )
 
-// Regenerating the committed tiny model gives identical bytes.
+// Regenerating the committed tiny model gives identical bytes, in both of
+// its formats.
 func TestTinySDGolden(t *testing.T) {
-	want, err := os.ReadFile("../../testdata/tiny-sd1.gguf")
+	for _, format := range []string{"gguf", "safetensors"} {
+		path := "../../testdata/tiny-sd1." + format
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := TinySD.EncodeAs(&buf, format); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), want) {
+			t.Errorf("regenerated tiny model (%d bytes) differs from %s (%d bytes); run go run ./internal/synth/cmd/gensynth -testdata testdata -force", buf.Len(), path, len(want))
+		}
+		if len(want) > 4<<20 {
+			t.Errorf("%s is %d bytes, want at most 4 MiB", path, len(want))
+		}
+	}
+}
+
+// The two committed files are one model: the same tensors, shapes, values
+// and metadata (safetensors holds the numbers as text).
+func TestTinySDOneModelTwoFormats(t *testing.T) {
+	g, err := formats.Open("../../testdata/tiny-sd1.gguf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := TinySD.Encode(&buf); err != nil {
+	defer g.Close()
+	s, err := formats.Open("../../testdata/tiny-sd1.safetensors")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(buf.Bytes(), want) {
-		t.Fatalf("regenerated tiny model (%d bytes) differs from testdata (%d bytes); run go run ./internal/synth/cmd/gensynth", buf.Len(), len(want))
+	defer s.Close()
+	if len(g.Tensors()) != len(s.Tensors()) {
+		t.Fatalf("%d tensors in the GGUF, %d in the safetensors", len(g.Tensors()), len(s.Tensors()))
 	}
-	if len(want) > 4<<20 {
-		t.Errorf("tiny model is %d bytes, want at most 4 MiB", len(want))
+	for _, gt := range g.Tensors() {
+		st, ok := formats.Find(s, gt.Name)
+		if !ok {
+			t.Errorf("tensor %q only in the GGUF", gt.Name)
+			continue
+		}
+		a, _ := formats.ReadTensor(g, &gt)
+		b, _ := formats.ReadTensor(s, &st)
+		if st.Type != gt.Type || !slices.Equal(st.Shape, gt.Shape) || !bytes.Equal(a, b) {
+			t.Errorf("tensor %q differs: %s %v and %s %v", gt.Name, gt.Type, gt.Shape, st.Type, st.Shape)
+		}
+	}
+	for _, kv := range g.Metadata() {
+		v, ok := s.Metadata().String(kv.Key)
+		if !ok || v != fmt.Sprint(kv.Value) {
+			t.Errorf("metadata %s = %v in the GGUF, %q in the safetensors", kv.Key, kv.Value, v)
+		}
 	}
 }
 
