@@ -83,10 +83,8 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	for i := range prompts {
-		if err := pipeline.CheckOutput(promptOutput(out, i, len(prompts)), generateInputs(c), c.Bool("force")); err != nil {
-			return err
-		}
+	if err := checkGenerateOutputs(c, out, len(prompts)); err != nil {
+		return err
 	}
 	method, err := infer.ParseMethod(c.String("sampling-method"))
 	if err != nil {

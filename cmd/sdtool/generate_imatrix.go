@@ -65,6 +65,22 @@ func generatePrompts(c *cli.Context) ([]string, error) {
 	return out, nil
 }
 
+// checkGenerateOutputs refuses, before any work, every output generate
+// would write: each prompt's image and the --imatrix-out file (which may be
+// one of its --imatrix-in files: continuing in place), so that a missing
+// folder or an existing file fails at once.
+func checkGenerateOutputs(c *cli.Context, out string, prompts int) error {
+	for i := range prompts {
+		if err := pipeline.CheckOutput(promptOutput(out, i, prompts), generateInputs(c), c.Bool("force")); err != nil {
+			return err
+		}
+	}
+	if im := c.String("imatrix-out"); im != "" {
+		return pipeline.CheckOutput(im, nil, c.Bool("force") || containsSame(c.StringSlice("imatrix-in"), im))
+	}
+	return nil
+}
+
 // promptOutput names the image of prompt i (0-based) of n: OUT itself for
 // one prompt, OUT-<i+1>.png for several.
 func promptOutput(out string, i, n int) string {

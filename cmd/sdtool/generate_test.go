@@ -110,3 +110,19 @@ func TestGenerateConvertedCopies(t *testing.T) {
 		t.Errorf("converted copy: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// Outputs in a missing folder are refused before the model is even opened,
+// naming the folder, not the internal .partial file.
+func TestGenerateChecksOutputFoldersFirst(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.gguf")
+	for _, args := range [][]string{
+		{"-o", filepath.Join(dir, "nodir", "x.png")},
+		{"-o", filepath.Join(dir, "x.png"), "--imatrix-out", filepath.Join(dir, "nodir", "x.dat")},
+	} {
+		code, _, errOut := runApp(t, append([]string{"generate", "-m", missing, "-p", "a cat"}, args...)...)
+		if code != 1 || !strings.Contains(errOut, "folder "+filepath.Join(dir, "nodir")+" does not exist") || strings.Contains(errOut, ".partial") {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
