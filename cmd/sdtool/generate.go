@@ -54,7 +54,7 @@ func init() {
 			&cli.StringFlag{Name: "scheduler", Value: "discrete", Usage: "`SCHEDULE`: discrete or karras"},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "`eps` or `v` (default: metadata, else detected as sd.cpp does)"},
-			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS` (default: all cores)"},
+			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "tokenizer.json or a folder with vocab.json and merges.txt (`PATH`)"},
 			&cli.StringFlag{Name: "vae", Usage: "separate VAE `FILE` replacing the model's"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
@@ -97,7 +97,7 @@ func runGenerate(c *cli.Context) error {
 	if !infer.LinkedAVX2() {
 		slog.Warn("the linked ggml was compiled without AVX2, so inference is slow; build with CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" CGO_CXXFLAGS=\"-O3 -march=native -ffp-contract=off\"")
 	}
-	opt := infer.LoadOptions{VAE: c.String("vae"), Tokenizer: c.String("tokenizer"), Threads: c.Int("threads"), Prediction: c.String("prediction")}
+	opt := infer.LoadOptions{VAE: c.String("vae"), Tokenizer: c.String("tokenizer"), Threads: ggmlThreads(c), Prediction: c.String("prediction")}
 	m, err := infer.Load(c.String("model"), opt)
 	if err != nil {
 		return err
