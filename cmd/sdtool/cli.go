@@ -141,6 +141,10 @@ func setupLogging(c *cli.Context, stderr io.Writer) {
 // run runs the command line args (args[0] is the program name) and returns
 // the exit status: 0, or 1 after printing "sdtool: <message>" on one line.
 func run(args []string, stdout, stderr io.Writer) int {
+	if err := checkCPU(); err != nil {
+		fmt.Fprintf(stderr, "sdtool: %s\n", oneLine(err))
+		return 1
+	}
 	app := newApp(stdout, stderr)
 	if err := app.Run(normalizeArgs(app, args)); err != nil {
 		fmt.Fprintf(stderr, "sdtool: %s\n", oneLine(err))

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/pngtext"
 )
 
@@ -78,9 +79,9 @@ func TestGenerateErrors(t *testing.T) {
 		{"generate", "-m", filepath.Join(dir, "missing.gguf"), "-p", "a", "-o", filepath.Join(dir, "y.png")},
 	} {
 		code, _, errOut := runApp(t, args...)
-		// The last line is the error (the no-AVX2 warning may come first).
-		lines := strings.Split(strings.TrimSpace(errOut), "\n")
-		if code != 1 || !strings.HasPrefix(lines[len(lines)-1], "sdtool: ") {
+		// The error alone: the note about a build without SIMD kernels
+		// comes only when the work starts.
+		if code != 1 || !strings.HasPrefix(errOut, "sdtool: ") || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
 		}
 	}
@@ -124,5 +125,25 @@ func TestGenerateChecksOutputFoldersFirst(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "folder "+filepath.Join(dir, "nodir")+" does not exist") || strings.Contains(errOut, ".partial") {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
 		}
+	}
+}
+
+// A build without SIMD kernels says so once per run, when the work starts;
+// a build with them says nothing.
+func TestGenerateSlowBuildNoteOnce(t *testing.T) {
+	dir := t.TempDir()
+	prompts := filepath.Join(dir, "p.txt")
+	os.WriteFile(prompts, []byte("a cat\na dog\n"), 0o644)
+	code, _, errOut := runApp(t, "generate", "-m", tinyGGUF, "--prompt-file", prompts, "--steps", "1", "-W", "64", "-H", "64",
+		"-t", "1", "--cfg-scale", "1", "-o", filepath.Join(dir, "x.png"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := 1
+	if infer.LinkedAVX2() {
+		want = 0
+	}
+	if n := strings.Count(errOut, "built without ggml's SIMD kernels"); n != want {
+		t.Errorf("the slow-build note appears %d times, want %d:\n%s", n, want, errOut)
 	}
 }
