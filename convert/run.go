@@ -40,6 +40,10 @@ type Options struct {
 	NoMetadata bool
 	// Metadata are --metadata KEY=VALUE strings added to the output's metadata.
 	Metadata []string
+	// Tokenizers are --tokenizer paths whose tokenizers are embedded in the
+	// output's metadata, where generate reads them (CLIP: GGUF or
+	// safetensors; SentencePiece: GGUF only).
+	Tokenizers []string
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
 }
@@ -62,8 +66,8 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.NoMetadata && len(userMeta) > 0 {
-		return nil, errors.New("--no-metadata writes none: it excludes --metadata")
+	if opts.NoMetadata && (len(userMeta) > 0 || len(opts.Tokenizers) > 0) {
+		return nil, errors.New("--no-metadata writes none: it excludes --metadata and --tokenizer")
 	}
 	var pol policy
 	if opts.Type != "" {
@@ -100,6 +104,14 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		if format, ok = formats.CreatorNamed("gguf"); !ok {
 			return nil, errors.New("the GGUF writer is not linked in (import sdtool/formats/gguf)")
 		}
+	}
+	var toks []embedded
+	for _, p := range opts.Tokenizers {
+		e, err := loadTokenizer(p, format.Name)
+		if err != nil {
+			return nil, err
+		}
+		toks = append(toks, e)
 	}
 	plan := &pipeline.Plan{Path: opts.Output, Format: format,
 		// sd-cli's layout: compact unpadded safetensors with no metadata,
@@ -185,6 +197,10 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	}
 	if !opts.NoMetadata {
 		carryMetadata(plan, format.Name, mdFrom, mds, userMeta, log)
+		for i, e := range toks {
+			plan.Header.Metadata = e.apply(plan.Header.Metadata)
+			plan.Notes = append(plan.Notes, fmt.Sprintf("tokenizer: %s embedded from %s", e.What, opts.Tokenizers[i]))
+		}
 	}
 	if len(unused) > 0 {
 		log.Warn("imatrix entries matched no quantized tensor", "count", len(unused), "first", unused[0])

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/pngtext"
 )
@@ -145,5 +146,36 @@ func TestGenerateSlowBuildNoteOnce(t *testing.T) {
 	}
 	if n := strings.Count(errOut, "built without ggml's SIMD kernels"); n != want {
 		t.Errorf("the slow-build note appears %d times, want %d:\n%s", n, want, errOut)
+	}
+}
+
+// The command generate's missing-tokenizer error names exists and fixes it.
+func TestGenerateMissingTokenizerNamesAWorkingFix(t *testing.T) {
+	dir := t.TempDir()
+	bare, fixed := filepath.Join(dir, "bare.gguf"), filepath.Join(dir, "fixed.gguf")
+	merges := filepath.Join(dir, "merges.txt")
+	src, err := formats.Open(tinyGGUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := src.Metadata().String("sdtool.tokenizer.clip.merges")
+	src.Close()
+	os.WriteFile(merges, []byte(m), 0o644)
+	heads := filepath.Join(dir, "heads.gguf")
+	if code, _, errOut := runApp(t, "convert", "-m", tinyGGUF, "-o", bare, "--no-metadata"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := runApp(t, "convert", "-m", bare, "-o", heads, "--metadata", "sdtool.unet.num_heads=8", "--metadata", "sdtool.clip.num_heads=2"); code != 0 {
+		t.Fatal(errOut)
+	}
+	code, _, errOut := runApp(t, "generate", "-m", heads, "-p", "a cat", "-o", filepath.Join(dir, "x.png"), "--steps", "1", "-W", "64", "-H", "64")
+	if code != 1 || !strings.Contains(errOut, "sdtool convert --tokenizer") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := runApp(t, "convert", "-m", heads, "-o", fixed, "--tokenizer", merges); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := runApp(t, "generate", "-m", fixed, "-p", "a cat", "-o", filepath.Join(dir, "x.png"), "--steps", "1", "-W", "64", "-H", "64"); code != 0 {
+		t.Errorf("after convert --tokenizer: exit %d, %s", code, errOut)
 	}
 }
