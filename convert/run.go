@@ -183,6 +183,22 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
+	decoded, beyondSDCLI := 0, 0
+	for _, o := range plan.Outputs {
+		if o.Source.Type.Quantized() && !o.Type.Quantized() {
+			decoded++
+		}
+		if strings.Contains(o.Note, "dequantized from") {
+			beyondSDCLI++
+		}
+	}
+	if decoded > 0 {
+		note := fmt.Sprintf("dequantized: %d quantized %s decoded to a float type", decoded, plural(decoded, "tensor", "tensors"))
+		if beyondSDCLI > 0 {
+			note += fmt.Sprintf(" (%d of them sd-cli would keep as stored)", beyondSDCLI)
+		}
+		plan.Notes = append(plan.Notes, note)
+	}
 	if format.Name == "safetensors" {
 		for _, o := range plan.Outputs {
 			if !format.Stores(o.Type) {

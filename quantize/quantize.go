@@ -75,6 +75,9 @@ type Report struct {
 	ImatrixMissing, ImatrixUnused []string
 	// Warnings are the problems that did not stop the plan.
 	Warnings []string
+	// Dequantized counts the input's ggml-quantized tensors decoded to a
+	// float --type (no --allow-requantize needed: nothing is quantized again).
+	Dequantized int
 
 	reshaped int            // outputs stored with another shape
 	modules  map[string]int // ComfyUI modules written, by type name
@@ -253,7 +256,12 @@ func checkRequantize(opts *Options, dm *tensor.View, log *slog.Logger, res *Repo
 			q = append(q, s.Name)
 		}
 	}
-	if len(q) > 0 {
+	if len(q) > 0 && dequantizeOnly(opts, res) {
+		// Back to a float type: every quantized tensor is decoded exactly,
+		// nothing is quantized again, so there is no quality to lose.
+		res.Dequantized = len(q)
+		log.Info("dequantizing quantized tensors", "count", len(q), "file", opts.Input, "type", res.FType.Base)
+	} else if len(q) > 0 {
 		if !opts.AllowRequantize {
 			return fmt.Errorf("%s: %d tensors are already quantized (tensor %q is %s): %w; requantizing loses quality, pass --allow-requantize to dequantize and quantize again",
 				opts.Input, len(q), q[0], firstType(dm, q[0]), ErrRequantize)
@@ -268,6 +276,12 @@ func checkRequantize(opts *Options, dm *tensor.View, log *slog.Logger, res *Repo
 		res.Warnings = append(res.Warnings, w)
 	}
 	return nil
+}
+
+// dequantizeOnly reports a GGUF output whose every tensor is a float type:
+// a float --type (F16, BF16, F32) and no rules that could pick a block type.
+func dequantizeOnly(opts *Options, res *Report) bool {
+	return res.Format == "gguf" && !res.FType.Base.Quantized() && len(opts.TensorTypes) == 0 && opts.TensorTypeRules == ""
 }
 
 func firstType(dm *tensor.View, name string) string {

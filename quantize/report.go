@@ -31,6 +31,9 @@ func notes(r *Report) []string {
 			out = append(out, fmt.Sprintf("%-8s note: %s", "", n))
 		}
 	}
+	if r.Dequantized > 0 {
+		out = append(out, fmt.Sprintf("dequantized: %d quantized tensors of the input decoded to %s", r.Dequantized, r.FType.Base))
+	}
 	if n := len(r.ImatrixMissing); n > 0 {
 		out = append(out, fmt.Sprintf("imatrix: %d tensors have no entry and are quantized without importance weights (first %q)", n, r.ImatrixMissing[0]))
 	}

@@ -15,8 +15,9 @@ func init() {
 		Usage:     "quantize a model to a ggml type or mix (GGUF) or to ComfyUI INT8/FP8 (safetensors), like llama-quantize",
 		ArgsUsage: "IN -o OUT --type TYPE",
 		Description: "Reads IN (GGUF, split GGUF, safetensors, a sharded index or shard; ComfyUI int8/fp8 layers are\n" +
-			"dequantized exactly, ggml-quantized tensors only with --allow-requantize) and writes OUT. The output\n" +
-			"format follows --type, and OUT must have its extension:\n\n" +
+			"dequantized exactly; ggml-quantized tensors are decoded for a float --type, and requantized only\n" +
+			"with --allow-requantize) and writes OUT. The output format follows --type, and OUT must have its\n" +
+			"extension:\n\n" +
 			quantize.TypeTableText("   ") + "\n" +
 			"Mix names are case-insensitive (Q4_K means Q4_K_M, as in llama.cpp); a lower-case ggml name such as\n" +
 			"q4_K is that type alone. Every mix quantizes only 2-D .weight tensors; norms, 1-D and small tensors\n" +
@@ -38,7 +39,7 @@ func init() {
 			&cli.StringSliceFlag{Name: "tensor-type", Usage: "`REGEX=TYPE` for matching eligible tensors (repeatable; the last match wins)"},
 			&cli.StringFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"` as sd.cpp reads them (the first match wins); not with --tensor-type"},
 			&cli.StringSliceFlag{Name: "imatrix", Usage: "importance matrix `FILE` (.dat or GGUF; repeatable)"},
-			&cli.BoolFlag{Name: "allow-requantize", Usage: "accept ggml-quantized inputs (dequantized first; quality suffers)"},
+			&cli.BoolFlag{Name: "allow-requantize", Usage: "accept ggml-quantized inputs for a quantized --type (dequantized first; quality suffers); a float --type (F16, BF16, F32) needs no flag"},
 			&cli.BoolFlag{Name: "reshape-conv", Usage: "sd1/sdxl: store tensors as rows of 256 so k-quants apply (ComfyUI-GGUF only; sd.cpp cannot load it)"},
 			&cli.StringSliceFlag{Name: "target", Usage: "`CONSUMER` to check: sdcpp, comfyui, ggml or all (repeatable or comma-separated; default all)"},
 			&cli.BoolFlag{Name: "strict", Usage: "refuse an output that a --target cannot load"},
