@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/inspect"
 )
@@ -56,10 +57,16 @@ func runDiff(c *cli.Context) error {
 		return err
 	}
 	defer b.Close()
+	ctx, stop := console.SignalContext()
+	defer stop()
+	bar := console.New("diff", 0)
+	opts.Context, opts.Progress = ctx, bar.Update
 	r, err := inspect.Diff(a, b, opts)
 	if err != nil {
-		return err
+		bar.Abandon()
+		return fmt.Errorf("diff: %w", err)
 	}
+	bar.Finish()
 	if c.Bool("json") {
 		return inspect.WriteDiffJSON(c.App.Writer, r)
 	}

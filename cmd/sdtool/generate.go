@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"image"
 	_ "image/png" // init images
@@ -129,9 +130,15 @@ func runGenerate(c *cli.Context) error {
 	}
 	slog.Debug("model", "path", m.Path, "version", cfg.Version, "unet", fmt.Sprintf("%+v", cfg.UNet),
 		"clip", fmt.Sprintf("%+v", cfg.CLIP), "prediction", cfg.Prediction, "load", m.LoadTime)
+	ctx, stop := console.SignalContext()
+	defer stop()
+	req.Context = ctx
 	for i, p := range prompts {
 		req.Prompt, req.Seed = p, uint64(c.Int64("seed")+int64(i))
 		if err := generateOne(c, m, opt, req, promptOutput(out, i, len(prompts))); err != nil {
+			if errors.Is(err, infer.ErrInterrupted) {
+				return interruptedGenerate(c, imat, err, i, len(prompts))
+			}
 			return err
 		}
 	}

@@ -173,3 +173,27 @@ func (r *imatrixRun) finish(c *cli.Context, dataset string) error {
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d entries, %d UNet evaluations\n", r.out, len(m.Entries), m.ChunkCount)
 	return nil
 }
+
+// interruptedGenerate ends a run that Ctrl-C or SIGTERM stopped during
+// prompt i (0-based) of n: the images of the earlier prompts stay, the
+// current one is not written, and a calibration run writes the importance
+// matrix it has collected so far (every UNet evaluation that completed,
+// the interrupted prompt's included: the statistics are sums, so a partial
+// set is still a valid one). The error says all of that on one line.
+func interruptedGenerate(c *cli.Context, imat *imatrixRun, err error, i, n int) error {
+	msg := fmt.Sprintf("generate: %v", err)
+	if n > 1 {
+		msg += fmt.Sprintf(" of prompt %d of %d (%d %s written before)", i+1, n, i, plural(i, "image", "images"))
+	}
+	msg += "; its image is not written"
+	if imat != nil {
+		if imat.stats.Len() == 0 {
+			return fmt.Errorf("%s; %s not written: nothing was collected yet", msg, imat.out)
+		}
+		if werr := imat.finish(c, c.String("prompt-file")); werr != nil {
+			return fmt.Errorf("%s; writing what was collected failed: %v", msg, werr)
+		}
+		msg += fmt.Sprintf("; %s holds what was collected so far", imat.out)
+	}
+	return errors.New(msg)
+}
