@@ -218,9 +218,9 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	var enc quant.Codec
 	typeSet := a.Type != ""
 	if typeSet {
-		t, ok := formats.ParseType(a.Type)
-		if !ok {
-			return nil, fmt.Errorf("--type %q: unknown type", a.Type)
+		t, err := formats.LookupType(a.Type)
+		if err != nil {
+			return nil, fmt.Errorf("--type: %w", err)
 		}
 		if !format.Stores(t) {
 			return nil, fmt.Errorf("--type %s cannot be stored in %s (%s)", t, format.Name, out)

@@ -133,6 +133,10 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	} else {
 		var err error
 		if ft, err = mix.Parse(opts.Type); err != nil {
+			if _, known := formats.ParseType(opts.Type); !known {
+				// One wording, with the nearest of every --type value.
+				err = fmt.Errorf("%w (see `sdtool quantize --help` for the table)", formats.UnknownType(opts.Type, append(mix.Names(), convrot.Names()...)))
+			}
 			return nil, nil, fmt.Errorf("--type: %v", err)
 		}
 		res.Format, res.FType = "gguf", ft

@@ -49,9 +49,12 @@ func ruleSet[T any](opts *Options, parse func(string) (T, error)) (func(string) 
 // parseGGMLRuleType reads a rule TYPE for GGUF outputs: a ggml type name
 // (case-insensitive) that convert can write.
 func parseGGMLRuleType(typ string) (formats.DType, error) {
-	t, ok := formats.ParseType(typ)
-	if !ok || !t.IsGGML() {
-		return 0, fmt.Errorf("unknown ggml type %q", typ)
+	t, err := formats.LookupType(typ)
+	if err != nil {
+		return 0, err
+	}
+	if !t.IsGGML() {
+		return 0, fmt.Errorf("type %s is not a ggml type", t)
 	}
 	if err := pipeline.CheckTarget(t); err != nil {
 		return 0, err
@@ -79,5 +82,6 @@ func parseComfyRuleType(typ string) (comfyChoice, error) {
 	if t, ok := formats.ParseType(typ); ok && (t == formats.F16 || t == formats.BF16 || t == formats.F32) {
 		return comfyChoice{float: t}, nil
 	}
-	return comfyChoice{}, fmt.Errorf("type %q: a ComfyUI output takes int8_convrot, int8, fp8_e4m3, fp8_e5m2, keep, f16, bf16 or f32", typ)
+	err := formats.UnknownType(typ, []string{"int8_convrot", "int8", "fp8_e4m3", "fp8_e5m2", "keep", "f16", "bf16", "f32"})
+	return comfyChoice{}, fmt.Errorf("%v: a ComfyUI output takes int8_convrot, int8, fp8_e4m3, fp8_e5m2, keep, f16, bf16 or f32", err)
 }

@@ -34,7 +34,7 @@ func init() {
 	}
 	flags = append(flags,
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE`: .gguf (default layout of sd-cli) or .safetensors"},
-		&cli.StringFlag{Name: "type", Usage: "target `TYPE` (ggml name, case-sensitive: f32, f16, bf16, q8_0, q4_K, iq4_xs, ...)"},
+		&cli.StringFlag{Name: "type", Usage: "target `TYPE`: a ggml type name in any case (f32, f16, bf16, q8_0, q4_K, iq4_xs, ...)"},
 		&cli.StringSliceFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"`: first match wins; repeated flags are joined with commas as sd-cli does"},
 		&cli.StringSliceFlag{Name: "imatrix", Aliases: []string{"imat-in"}, Usage: "importance matrix `FILE` (.dat or GGUF; repeatable: stored values are summed as sd.cpp does)"},
 		&cli.BoolFlag{Name: "convert-name", Usage: "store sd.cpp's converted tensor names"},

@@ -1,0 +1,26 @@
+package formats
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLookupType(t *testing.T) {
+	for name, want := range map[string]DType{"q4_K": Q4_K, "Q4_K": Q4_K, "q4_k": Q4_K, "Q8_0": Q8_0, "IQ4_XS": IQ4_XS, "BF16": BF16} {
+		if got, err := LookupType(name); err != nil || got != want {
+			t.Errorf("LookupType(%q) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	for name, suggestion := range map[string]string{"q4k": "q4_K", "q80": "q8_0", "iq4xs": "iq4_xs"} {
+		_, err := LookupType(name)
+		if err == nil || err.Error() != `unknown type "`+name+`" (did you mean `+suggestion+`?)` {
+			t.Errorf("LookupType(%q): %v, want the suggestion %s", name, err, suggestion)
+		}
+	}
+	if _, err := LookupType("banana"); err == nil || strings.Contains(err.Error(), "did you mean") {
+		t.Errorf("a name close to nothing: %v", err)
+	}
+	if err := UnknownType("int8convrot", []string{"int8_convrot", "int8", "fp8_e4m3"}); !strings.Contains(err.Error(), "did you mean int8_convrot?") {
+		t.Errorf("suggestion among a command's own names: %v", err)
+	}
+}

@@ -1,0 +1,50 @@
+package quantize
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// A mix named in another case says in the plan which mix it is and how to
+// ask for the plain type; the canonical spellings and plain types do not.
+func TestMixSpellingIsNoted(t *testing.T) {
+	src := mustOpen(t, tinyPath)
+	defer src.Close()
+	for _, c := range []struct {
+		typ, want string
+		base      formats.DType
+		plain     bool
+	}{
+		{"q4_k", "--type q4_k is the mix Q4_K_M (mix names are case-insensitive); for q4_K alone, with no mix upgrades, write --type q4_K", formats.Q4_K, false},
+		{"q4_k_m", "--type q4_k_m is the mix Q4_K_M", formats.Q4_K, false},
+		{"q4_K", "", formats.Q4_K, true},
+		{"Q4_K_M", "", formats.Q4_K, false},
+	} {
+		r := plan(t, src, Options{Type: c.typ})
+		got := strings.Join(notes(r.Report), "\n")
+		if c.want != "" && !strings.Contains(got, c.want) || c.want == "" && strings.Contains(got, "is the mix") {
+			t.Errorf("--type %s: notes\n%s\nwant %q", c.typ, got, c.want)
+		}
+		if r.FType.Base != c.base || r.FType.Plain != c.plain {
+			t.Errorf("--type %s: %+v", c.typ, r.FType)
+		}
+	}
+}
+
+// Every command's unknown type gets the same wording with a suggestion.
+func TestUnknownTypeSuggests(t *testing.T) {
+	src := mustOpen(t, tinyPath)
+	defer src.Close()
+	for typ, want := range map[string]string{"q4k": "did you mean q4_K?", "int8convrot": "did you mean int8_convrot?", "Q4_K_X": "did you mean Q4_K_S?"} {
+		_, _, err := PlanModel(&Options{Type: typ, Output: "out.gguf"}, src)
+		if err == nil || !strings.Contains(err.Error(), `unknown type "`+typ+`" (`+want+`)`) {
+			t.Errorf("--type %s: %v", typ, err)
+		}
+	}
+	_, _, err := PlanModel(&Options{Type: "q8_0", Output: "out.gguf", TensorTypes: []string{"attn=q4k"}}, src)
+	if err == nil || !strings.Contains(err.Error(), `unknown type "q4k" (did you mean q4_K?)`) {
+		t.Errorf("--tensor-type: %v", err)
+	}
+}
