@@ -71,3 +71,18 @@ func TestFloatTypeDequantizesEverything(t *testing.T) {
 		}
 	}
 }
+
+// An output named neither .gguf nor .safetensors is refused before
+// anything is written (sd-cli writes a GGUF under any other name).
+func TestConvertRefusesOtherExtensions(t *testing.T) {
+	dir := t.TempDir()
+	for _, out := range []string{"out.bin", "out", "out.ckpt"} {
+		_, err := Plan(&Options{Inputs: map[string]string{"model": tinyGGUF}, Output: filepath.Join(dir, out)})
+		if err == nil || !strings.Contains(err.Error(), "must end in .gguf or .safetensors") {
+			t.Errorf("%s: %v", out, err)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("wrote %s", entries[0].Name())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
@@ -97,13 +98,12 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 			return nil, fmt.Errorf("--imatrix: %w", err)
 		}
 	}
-	// sd-cli writes safetensors for that extension and GGUF for any other.
-	format, ferr := formats.CreatorFor(opts.Output)
-	if ferr != nil || format.Name != "safetensors" {
-		var ok bool
-		if format, ok = formats.CreatorNamed("gguf"); !ok {
-			return nil, errors.New("the GGUF writer is not linked in (import sdtool/formats/gguf)")
-		}
+	// sd-cli writes safetensors for that extension and GGUF for any other;
+	// a GGUF named out.bin misleads every tool that goes by the name, so
+	// sdtool refuses other extensions, as quantize and merge do.
+	format, err := formats.CreatorFor(opts.Output)
+	if err != nil || format.Name != "gguf" && format.Name != "safetensors" {
+		return nil, fmt.Errorf("%s: the output must end in .gguf or .safetensors, not %q", opts.Output, filepath.Ext(opts.Output))
 	}
 	var toks []embedded
 	for _, p := range opts.Tokenizers {

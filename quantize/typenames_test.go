@@ -48,3 +48,14 @@ func TestUnknownTypeSuggests(t *testing.T) {
 		t.Errorf("--tensor-type: %v", err)
 	}
 }
+
+// quantize refuses an output whose extension is not the type's format.
+func TestQuantizeRefusesOtherExtensions(t *testing.T) {
+	src := mustOpen(t, tinyPath)
+	defer src.Close()
+	for _, c := range []struct{ typ, out string }{{"Q8_0", "out.bin"}, {"Q8_0", "out.safetensors"}, {"int8", "out.gguf"}} {
+		if _, _, err := PlanModel(&Options{Type: c.typ, Output: c.out}, src); err == nil || !strings.Contains(err.Error(), "the output must end in") {
+			t.Errorf("--type %s -o %s: %v", c.typ, c.out, err)
+		}
+	}
+}
