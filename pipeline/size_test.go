@@ -1,6 +1,9 @@
 package pipeline
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestHumanBytes(t *testing.T) {
 	for n, want := range map[int64]string{
@@ -9,6 +12,28 @@ func TestHumanBytes(t *testing.T) {
 	} {
 		if got := HumanBytes(n); got != want {
 			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{
+		"1073741824": 1 << 30, "2GiB": 2 << 30, "2 GiB": 2 << 30, "512MiB": 512 << 20, "1.5GiB": 3 << 29,
+		"2G": 2 << 30, "2gb": 2e9, "64k": 64 << 10, "100B": 100, "0": 0,
+	} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "GiB", "-1", "2XB", "1.5", "0.1KiB", "1e3", "99999999TiB"} {
+		if _, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) accepted", in)
+		}
+	}
+	// HumanBytes reads back.
+	for _, n := range []int64{0, 512, 1 << 20, 3 << 29} {
+		if got, err := ParseBytes(strings.ReplaceAll(HumanBytes(n), " ", "")); err != nil || got != n {
+			t.Errorf("ParseBytes(HumanBytes(%d)) = %d, %v", n, got, err)
 		}
 	}
 }

@@ -171,11 +171,12 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// helpExamples returns the example command lines of a subcommand's --help.
-func helpExamples(t *testing.T, name string) []string {
-	code, out, errOut := runApp(t, name, "--help")
+// helpExamples returns the example command lines of a subcommand's --help
+// (path: "inspect", or "imatrix show" for a nested one).
+func helpExamples(t *testing.T, path string) []string {
+	code, out, errOut := runApp(t, append(strings.Fields(path), "--help")...)
 	if code != 0 {
-		t.Fatalf("%s --help: exit %d: %s", name, code, errOut)
+		t.Fatalf("%s --help: exit %d: %s", path, code, errOut)
 	}
 	_, after, ok := strings.Cut(out, "\n"+examplesHeader+"\n")
 	if !ok {
@@ -320,24 +321,37 @@ func TestDocumentedCommands(t *testing.T) {
 	}
 	t.Run("README", func(t *testing.T) { runLines(t, append(readme, readme...)) })
 
-	app := newApp(&bytes.Buffer{}, &bytes.Buffer{})
-	for _, c := range app.Commands {
-		ex := helpExamples(t, c.Name)
+	for _, path := range commandPaths(newApp(&bytes.Buffer{}, &bytes.Buffer{}).Commands, "") {
+		ex := helpExamples(t, path)
 		if len(ex) == 0 {
-			t.Errorf("sdtool %s --help shows no examples", c.Name)
+			t.Errorf("sdtool %s --help shows no examples", path)
 			continue
 		}
 		for _, e := range ex {
-			if !strings.HasPrefix(e, "sdtool "+c.Name+" ") {
-				t.Errorf("sdtool %s example %q does not start with \"sdtool %s \"", c.Name, e, c.Name)
+			if !strings.HasPrefix(e, "sdtool "+path+" ") {
+				t.Errorf("sdtool %s example %q does not start with \"sdtool %s \"", path, e, path)
 			}
 		}
-		if !native.Available && needsGGML.MatchString("sdtool "+c.Name) {
-			t.Logf("sdtool %s examples need a cgo build", c.Name)
+		if !native.Available && needsGGML.MatchString("sdtool "+path) {
+			t.Logf("sdtool %s examples need a cgo build", path)
 			continue
 		}
-		t.Run(c.Name, func(t *testing.T) { runLines(t, ex) })
+		t.Run(path, func(t *testing.T) { runLines(t, ex) })
 	}
+}
+
+// commandPaths lists every command below cmds as its path ("inspect",
+// "imatrix", "imatrix show", ...), leaving out urfave's help commands.
+func commandPaths(cmds []*cli.Command, prefix string) []string {
+	var out []string
+	for _, c := range cmds {
+		if c.Name == "help" {
+			continue
+		}
+		out = append(out, prefix+c.Name)
+		out = append(out, commandPaths(c.Subcommands, prefix+c.Name+" ")...)
+	}
+	return out
 }
 
 // needsGGML matches documented command lines that run models through ggml,

@@ -42,8 +42,8 @@ func init() {
 		&cli.BoolFlag{Name: "no-metadata", Usage: "write no metadata, as sd-cli does (its exact bytes even for inputs with metadata)"},
 		&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string added to the output's metadata (repeatable), e.g. sdtool.unet.num_heads=8"},
 		&cli.BoolFlag{Name: "dequantize", Usage: "decode ComfyUI int8 (convrot) and FP8 modules to floats first, then convert (sd-cli keeps them as stored)"},
-		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "worker `N` (default: all cores)"},
-		&cli.Int64Flag{Name: "max-memory", Usage: "`BYTES` of chunks in flight (default 1 GiB)"},
+		threadsFlag("`N` worker threads"),
+		maxMemoryFlag(),
 		&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, bits per weight) and write nothing"},
 	)

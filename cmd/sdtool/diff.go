@@ -25,7 +25,7 @@ func init() {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "write JSON (docs/diff-json.md)"},
 			&cli.StringSliceFlag{Name: "filter", Usage: "compare only tensors whose name matches `REGEX` (repeatable: any may match)"},
-			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "tensors compared at once, `N` (default: all cores)"},
+			threadsFlag("`N` tensors compared at once"),
 		},
 		Action: runDiff,
 	},
@@ -46,7 +46,11 @@ func runDiff(c *cli.Context) error {
 		}
 		opts.Filters = append(opts.Filters, re)
 	}
-	opts.Threads = c.Int("threads")
+	threads, err := threadsOf(c)
+	if err != nil {
+		return err
+	}
+	opts.Threads = threads
 	a, err := formats.Open(c.Args().Get(0))
 	if err != nil {
 		return err

@@ -55,7 +55,7 @@ func init() {
 			&cli.StringFlag{Name: "sampling-method", Value: "euler_a", Usage: "`SAMPLER`: euler, euler_a or dpm++2m"},
 			&cli.StringFlag{Name: "scheduler", Value: "discrete", Usage: "`SCHEDULE`: discrete or karras"},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
-			&cli.StringFlag{Name: "prediction", Usage: "`eps` or `v` (default: metadata, else detected as sd.cpp does)"},
+			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps or v", DefaultText: "metadata, else detected as sd.cpp does"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "tokenizer.json or a folder with vocab.json and merges.txt (`PATH`)"},
 			&cli.StringFlag{Name: "vae", Usage: "separate VAE `FILE` replacing the model's"},
@@ -96,7 +96,11 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	opt := infer.LoadOptions{VAE: c.String("vae"), Tokenizer: c.String("tokenizer"), Threads: ggmlThreads(c), Prediction: c.String("prediction")}
+	threads, err := ggmlThreads(c)
+	if err != nil {
+		return err
+	}
+	opt := infer.LoadOptions{VAE: c.String("vae"), Tokenizer: c.String("tokenizer"), Threads: threads, Prediction: c.String("prediction")}
 	m, err := infer.Load(c.String("model"), opt)
 	if err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/urfave/cli/v2"
 )
 
 // ggml's CPU workers wait for each other in spinning barriers, so a graph
@@ -24,13 +26,14 @@ const (
 )
 
 // ggmlThreads returns generate's --threads, or the default when it is unset.
-func ggmlThreads(c interface{ Int(string) int }) int {
-	if n := c.Int("threads"); n > 0 {
-		return n
+func ggmlThreads(c *cli.Context) (int, error) {
+	n, err := threadsOf(c)
+	if n > 0 || err != nil {
+		return n, err
 	}
-	n := defaultGGMLThreads()
+	n = defaultGGMLThreads()
 	slog.Debug("ggml threads", "threads", n, "cpus", runtime.GOMAXPROCS(0))
-	return n
+	return n, nil
 }
 
 // defaultGGMLThreads returns generate's default thread count: the CPUs this
