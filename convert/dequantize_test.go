@@ -86,3 +86,27 @@ func TestConvertRefusesOtherExtensions(t *testing.T) {
 		t.Errorf("wrote %s", entries[0].Name())
 	}
 }
+
+// A rule that matches no tensor is reported by its text, and an imatrix
+// entry for a tensor sd.cpp keeps in float is told apart from one that
+// names no tensor of the model.
+func TestConvertReportsRulesAndEntriesThatDoNothing(t *testing.T) {
+	dir := t.TempDir()
+	plan, err := Plan(&Options{Inputs: map[string]string{"model": tinyGGUF}, Output: filepath.Join(dir, "x.gguf"), Type: "q4_0",
+		Rules: `zzz=f16,attn2\.to_k=q8_0`, Imatrix: []string{"../testdata/tiny-sd1.imatrix.dat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plan.Close()
+	notes := strings.Join(plan.Notes, "\n")
+	for _, want := range []string{`--tensor-type-rules rule "zzz=f16" matches no tensor`, "entries are for tensors that stay unquantized", "entries weight the quantization"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+	for _, bad := range []string{`attn2\.to_k=q8_0`, "is it for another model"} {
+		if strings.Contains(notes, bad) {
+			t.Errorf("notes wrongly say %q:\n%s", bad, notes)
+		}
+	}
+}

@@ -183,6 +183,15 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
+	names := make([]string, len(plan.Outputs))
+	for i, o := range plan.Outputs {
+		names[i] = o.Name
+	}
+	for _, r := range pipeline.UnmatchedRules(pol.Rules, names) {
+		w := fmt.Sprintf("--tensor-type-rules rule %q matches no tensor", r.Pattern+"="+r.Value.String())
+		log.Warn(w)
+		plan.Notes = append(plan.Notes, w)
+	}
 	decoded, beyondSDCLI := 0, 0
 	for _, o := range plan.Outputs {
 		if o.Source.Type.Quantized() && !o.Type.Quantized() {
@@ -218,11 +227,32 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 			plan.Notes = append(plan.Notes, fmt.Sprintf("tokenizer: %s embedded from %s", e.What, opts.Tokenizers[i]))
 		}
 	}
-	if len(unused) > 0 {
-		log.Warn("imatrix entries matched no quantized tensor", "count", len(unused), "first", unused[0])
+	// An entry for a tensor that stays a float (sd.cpp never converts
+	// time_embed, and sd-cli collects it all the same) is expected; one
+	// that names no tensor of the model says the imatrix is for another.
+	keys := map[string]bool{}
+	for _, src := range sources {
+		keys[pol.ImatrixKey(src.Name)] = true
 	}
+	var foreign, kept []string
 	for _, name := range unused {
-		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix entry %q matched no quantized tensor", name))
+		if keys[name] {
+			kept = append(kept, name)
+		} else {
+			foreign = append(foreign, name)
+		}
+	}
+	if len(foreign) > 0 {
+		log.Warn("imatrix entries name no tensor of the model", "count", len(foreign), "first", foreign[0])
+		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d %s no tensor of the model (first %q): is it for another model?",
+			len(foreign), plural(len(foreign), "entry names", "entries name"), foreign[0]))
+	}
+	if len(kept) > 0 {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d %s for tensors that stay unquantized (first %q)",
+			len(kept), plural(len(kept), "entry is", "entries are"), kept[0]))
+	}
+	if used := len(pol.Imatrix) - len(unused); len(pol.Imatrix) > 0 {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d of %d entries weight the quantization", used, len(pol.Imatrix)))
 	}
 	if err := plan.Check(); err != nil {
 		return nil, err

@@ -229,6 +229,15 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if err := plan.Check(); err != nil {
 		return fail(err)
 	}
+	names := make([]string, len(dm.Sources))
+	for i, s := range dm.Sources {
+		names[i] = s.Name
+	}
+	unmatched := unmatchedRules(opts, names)
+	for _, w := range unmatched {
+		log.Warn(w)
+		res.Warnings = append(res.Warnings, w)
+	}
 	res.Consumers = checkConsumers(res, plan, targets)
 	for _, c := range res.Consumers {
 		if !c.OK {
@@ -244,7 +253,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 			}
 		}
 	}
-	plan.Notes = notes(res)
+	plan.Notes = append(notes(res), unmatched...)
 	return plan, res, nil
 }
 

@@ -10,6 +10,28 @@ import (
 	"github.com/sdtool/sdtool/quant/convrot"
 )
 
+// unmatchedRules returns a warning for every pattern of the user's type
+// rules that matches none of names (whatever the rules' TYPE syntax).
+func unmatchedRules(opts *Options, names []string) []string {
+	flag := "--tensor-type"
+	var rules []pipeline.Rule[string]
+	keep := func(s string) (string, error) { return s, nil }
+	if opts.TensorTypeRules != "" {
+		flag = "--tensor-type-rules"
+		rules, _ = pipeline.ParseRules(opts.TensorTypeRules, keep)
+	}
+	for _, s := range opts.TensorTypes {
+		if r, err := pipeline.ParseRule(s, keep); err == nil {
+			rules = append(rules, r)
+		}
+	}
+	var out []string
+	for _, r := range pipeline.UnmatchedRules(rules, names) {
+		out = append(out, fmt.Sprintf("%s rule %q matches no tensor of %s", flag, r.Pattern+"="+r.Value, opts.Input))
+	}
+	return out
+}
+
 // ruleSet turns the --tensor-type (llama.cpp: last match wins) or
 // --tensor-type-rules (sd.cpp: first match wins, comma-separated) options
 // into a lookup of the type a tensor name gets, with parse reading each

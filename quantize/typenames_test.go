@@ -59,3 +59,20 @@ func TestQuantizeRefusesOtherExtensions(t *testing.T) {
 		}
 	}
 }
+
+// A --tensor-type or --tensor-type-rules rule that matches no tensor is
+// reported by its text; one that matches is not.
+func TestQuantizeReportsUnmatchedRules(t *testing.T) {
+	src := mustOpen(t, tinyPath)
+	defer src.Close()
+	r := plan(t, src, Options{Type: "Q8_0", TensorTypes: []string{"nomatch=f16", `attn2\.to_k=f16`}})
+	got := strings.Join(r.Notes, "\n")
+	if !strings.Contains(got, `--tensor-type rule "nomatch=f16" matches no tensor`) || strings.Contains(got, "to_k=f16") {
+		t.Errorf("notes:\n%s", got)
+	}
+	r = plan(t, src, Options{Type: "int8", TensorTypeRules: "zzz=f16,mlp=keep", Output: "o.safetensors"})
+	got = strings.Join(r.Notes, "\n")
+	if !strings.Contains(got, `--tensor-type-rules rule "zzz=f16" matches no tensor`) || strings.Contains(got, "mlp=keep") {
+		t.Errorf("notes:\n%s", got)
+	}
+}
