@@ -27,3 +27,21 @@ func TestArithmeticNotesAndMetadata(t *testing.T) {
 		t.Error("no sdtool.merge")
 	}
 }
+
+// Two sources that overlap on many tensors make one short error that
+// counts them and names the first few, not one clause per tensor.
+func TestRecipeConflictsGrouped(t *testing.T) {
+	r, err := ParseRecipe("r.json", []byte(`{"sources": [{"path": "../testdata/tiny-sd1.safetensors", "include": [".*"]}, {"path": "../testdata/tiny-sd1.gguf", "include": ["attn"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = PlanRecipe(r, filepath.Join(t.TempDir(), "o.safetensors"), "")
+	if err == nil {
+		t.Fatal("overlapping sources accepted")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "output tensors are selected twice, by sources[0] ../testdata/tiny-sd1.safetensors and by sources[1] ../testdata/tiny-sd1.gguf: first ") ||
+		strings.Count(msg, "selected twice") != 1 || len(msg) > 600 {
+		t.Errorf("error (%d bytes): %s", len(msg), msg)
+	}
+}
