@@ -202,7 +202,7 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		}
 	}
 	if decoded > 0 {
-		note := fmt.Sprintf("dequantized: %d quantized %s decoded to a float type", decoded, plural(decoded, "tensor", "tensors"))
+		note := fmt.Sprintf("dequantized: %s decoded to a float type", pipeline.Count(decoded, "quantized tensor", "quantized tensors"))
 		if beyondSDCLI > 0 {
 			note += fmt.Sprintf(" (%d of them sd-cli would keep as stored)", beyondSDCLI)
 		}
@@ -245,11 +245,11 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	if len(foreign) > 0 {
 		log.Warn("imatrix entries name no tensor of the model", "count", len(foreign), "first", foreign[0])
 		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d %s no tensor of the model (first %q): is it for another model?",
-			len(foreign), plural(len(foreign), "entry names", "entries name"), foreign[0]))
+			len(foreign), map[bool]string{true: "entry names", false: "entries name"}[len(foreign) == 1], foreign[0]))
 	}
 	if len(kept) > 0 {
 		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d %s for tensors that stay unquantized (first %q)",
-			len(kept), plural(len(kept), "entry is", "entries are"), kept[0]))
+			len(kept), map[bool]string{true: "entry is", false: "entries are"}[len(kept) == 1], kept[0]))
 	}
 	if used := len(pol.Imatrix) - len(unused); len(pol.Imatrix) > 0 {
 		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d of %d entries weight the quantization", used, len(pol.Imatrix)))
@@ -290,19 +290,12 @@ func carryMetadata(plan *pipeline.Plan, format string, from []string, mds []form
 	}
 	plan.Header.Metadata = md
 	if n := len(md) - len(user); n > 0 {
-		plan.Notes = append(plan.Notes, fmt.Sprintf("metadata: %d %s carried from the input (--no-metadata writes sd-cli's exact bytes)", n, plural(n, "key", "keys")))
+		plan.Notes = append(plan.Notes, fmt.Sprintf("metadata: %s carried from the input (--no-metadata writes sd-cli's exact bytes)", pipeline.Count(n, "key", "keys")))
 	}
 	for _, d := range dropped {
 		log.Warn("metadata not carried", "key", d.Key, "why", d.Reason)
 		plan.Notes = append(plan.Notes, fmt.Sprintf("metadata %s not carried: %s", d.Key, d.Reason))
 	}
-}
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }
 
 // detectVersion runs sd.cpp's version detection on the export names and shapes.

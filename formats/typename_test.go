@@ -24,3 +24,14 @@ func TestLookupType(t *testing.T) {
 		t.Errorf("suggestion among a command's own names: %v", err)
 	}
 }
+
+func TestFormatShape(t *testing.T) {
+	for _, c := range []struct {
+		in   []int64
+		want string
+	}{{[]int64{77, 64}, "[77, 64]"}, {[]int64{8}, "[8]"}, {nil, "[]"}, {[]int64{320, 4, 3, 3}, "[320, 4, 3, 3]"}} {
+		if got := FormatShape(c.in); got != c.want {
+			t.Errorf("FormatShape(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

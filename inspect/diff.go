@@ -265,7 +265,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 				results[i] = d
 				n := p.a.Elements()
 				if n != p.b.Elements() {
-					errs[i] = fmt.Sprintf("element counts differ: %v has %d, %v has %d", d.ShapeA, n, d.ShapeB, p.b.Elements())
+					errs[i] = fmt.Sprintf("element counts differ: %s has %d, %s has %d", formats.FormatShape(d.ShapeA), n, formats.FormatShape(d.ShapeB), p.b.Elements())
 					continue
 				}
 				var s sums
@@ -397,9 +397,9 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENSOR\tTYPE A\tTYPE B\tSHAPE\tREL ERROR\tCOSINE\tSNR dB\tMAX |A-B|")
 	for _, d := range r.Tensors {
-		shape := fmt.Sprint(d.ShapeA)
+		shape := formats.FormatShape(d.ShapeA)
 		if d.ShapeChanged {
-			shape = fmt.Sprintf("%v -> %v", d.ShapeA, d.ShapeB)
+			shape = formats.FormatShape(d.ShapeA) + " -> " + formats.FormatShape(d.ShapeB)
 		}
 		types := d.TypeB
 		if !d.TypeChanged {
@@ -416,8 +416,8 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 		return err
 	}
 	t := r.Totals
-	fmt.Fprintf(w, "\n%d tensors compared (%d identical, %d shape changes, %d type changes), %d elements; %d only in A, %d only in B, %d not compared\n",
-		t.Compared, t.Identical, t.ShapeChanges, t.TypeChanges, t.Elements, len(r.Missing), len(r.Extra), len(r.Skipped))
+	fmt.Fprintf(w, "\n%s compared (%d identical, %d shape changes, %d type changes), %d elements; %d only in A, %d only in B, %d not compared\n",
+		pipeline.Count(t.Compared, "tensor", "tensors"), t.Identical, t.ShapeChanges, t.TypeChanges, t.Elements, len(r.Missing), len(r.Extra), len(r.Skipped))
 	fmt.Fprintf(w, "overall: relative error %s, cosine %s, SNR %s dB\n",
 		fmtMeasure(t.RelError, "%.6f", "undefined"), fmtMeasure(t.Cosine, "%.6f", "-"), fmtMeasure(t.SNRdB, "%.2f", "inf"))
 	if t.Worst != "" {

@@ -139,7 +139,7 @@ func TestDiffMeasures(t *testing.T) {
 	if err := WriteDiffText(&text, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"only in A (1):", "only in B (1):", "element counts differ", "[2 2] -> [4]", "identical", "undefined", "worst: zero"} {
+	for _, s := range []string{"only in A (1):", "only in B (1):", "element counts differ", "[2, 2] -> [4]", "identical", "undefined", "worst: zero"} {
 		if !strings.Contains(text.String(), s) {
 			t.Errorf("text output lacks %q:\n%s", s, text.String())
 		}

@@ -59,3 +59,12 @@ func ParseBytes(s string) (int64, error) {
 	}
 	return int64(n), nil
 }
+
+// Count is the one way sdtool prints a count with its noun: singular for
+// one ("1 tensor"), plural otherwise ("0 tensors", "3 tensors").
+func Count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}

@@ -37,3 +37,9 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestCount(t *testing.T) {
+	if a, b, c := Count(1, "tensor", "tensors"), Count(0, "tensor", "tensors"), Count(3, "entry", "entries"); a != "1 tensor" || b != "0 tensors" || c != "3 entries" {
+		t.Errorf("Count: %q %q %q", a, b, c)
+	}
+}

@@ -340,11 +340,3 @@ func reorderArgs(flags []cli.Flag, args []string) []string {
 	// "--" keeps positionals that look like flags (or negative numbers) positional.
 	return append(append(fl, "--"), pos...)
 }
-
-// plural returns one when n is 1 and many otherwise ("1 tensor", "2 tensors").
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}

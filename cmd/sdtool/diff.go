@@ -9,6 +9,7 @@ import (
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/inspect"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 func init() {
@@ -36,7 +37,7 @@ func init() {
 
 func runDiff(c *cli.Context) error {
 	if c.NArg() != 2 {
-		return fmt.Errorf("diff: want two models A and B, got %d arguments", c.NArg())
+		return fmt.Errorf("diff: want two models A and B, got %s", pipeline.Count(c.NArg(), "argument", "arguments"))
 	}
 	var opts inspect.DiffOptions
 	for _, f := range c.StringSlice("filter") {

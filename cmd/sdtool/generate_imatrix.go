@@ -170,7 +170,7 @@ func (r *imatrixRun) finish(c *cli.Context, dataset string) error {
 		fmt.Fprintf(c.App.ErrWriter, "warning: %s: %d GGUF imatrix names are 64 bytes or longer (first %q); stock llama.cpp refuses them: write .dat for it\n",
 			r.out, len(long), long[0]+".in_sum2")
 	}
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d entries, %d UNet evaluations\n", r.out, len(m.Entries), m.ChunkCount)
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %s\n", r.out, pipeline.Count(len(m.Entries), "entry", "entries"), pipeline.Count(m.ChunkCount, "UNet evaluation", "UNet evaluations"))
 	return nil
 }
 
@@ -183,7 +183,7 @@ func (r *imatrixRun) finish(c *cli.Context, dataset string) error {
 func interruptedGenerate(c *cli.Context, imat *imatrixRun, err error, i, n int) error {
 	msg := fmt.Sprintf("generate: %v", err)
 	if n > 1 {
-		msg += fmt.Sprintf(" of prompt %d of %d (%d %s written before)", i+1, n, i, plural(i, "image", "images"))
+		msg += fmt.Sprintf(" of prompt %d of %d (%s written before)", i+1, n, pipeline.Count(i, "image", "images"))
 	}
 	msg += "; its image is not written"
 	if imat != nil {

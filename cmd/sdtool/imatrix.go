@@ -136,7 +136,7 @@ func runImatrixShow(c *cli.Context) error {
 	if c.Bool("json") {
 		return showJSON(w, c.Args().First(), m, c.Int("top"))
 	}
-	fmt.Fprintf(w, "%s: %d entries, %d chunks", c.Args().First(), len(m.Entries), m.ChunkCount)
+	fmt.Fprintf(w, "%s: %s, %s", c.Args().First(), pipeline.Count(len(m.Entries), "entry", "entries"), pipeline.Count(m.ChunkCount, "chunk", "chunks"))
 	if m.ChunkSize > 0 {
 		fmt.Fprintf(w, " of %d", m.ChunkSize)
 	}
@@ -214,6 +214,6 @@ func writeImatrix(c *cli.Context, m *imatrix.Matrix, inputs []string) error {
 		slog.Warn("GGUF imatrix names of 64 bytes or more: stock llama.cpp refuses them; write .dat for it",
 			"file", out, "count", len(long), "first", long[0])
 	}
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d entries\n", out, len(m.Entries))
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s\n", out, pipeline.Count(len(m.Entries), "entry", "entries"))
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quantize"
 )
 
@@ -62,7 +63,7 @@ func init() {
 
 func runQuantize(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return fmt.Errorf("quantize: want one input model, got %d arguments (see sdtool quantize --help)", c.NArg())
+		return fmt.Errorf("quantize: want one input model, got %s (see sdtool quantize --help)", pipeline.Count(c.NArg(), "argument", "arguments"))
 	}
 	opts := &quantize.Options{
 		Input:           c.Args().First(),
