@@ -31,8 +31,11 @@ func init() {
 		ArgsUsage: "-m MODEL -p PROMPT -o OUT.png",
 		Description: "Runs the text encoder, the UNet (configuration detected from tensor shapes) and the VAE with ggml's CPU\n" +
 			"kernels, the same kernels stable-diffusion.cpp uses, on any file sdtool reads (GGUF of any ggml type,\n" +
-			"safetensors, .ckpt, diffusers folders, ComfyUI INT8/FP8). The tokenizer comes from --tokenizer or from\n" +
-			"the model's metadata (sdtool.tokenizer.clip.merges). The PNG gets A1111-style \"parameters\" text.\n\n" +
+			"safetensors, .ckpt, diffusers folders, ComfyUI INT8/FP8). The CLIP tokenizer comes from --tokenizer, else\n" +
+			"the model's metadata (sdtool.tokenizer.clip.merges), else the first found beside the model, in its\n" +
+			"diffusers folder's tokenizer/, in the comfy/sd1_tokenizer of a ComfyUI install the model is in, or in\n" +
+			"the Hugging Face cache (openai/clip-vit-large-patch14, the SD pipelines); generate says which. The PNG\n" +
+			"gets A1111-style \"parameters\" text.\n\n" +
 			"--compare REF runs the same seed with REF's weights and prints the PSNR and SSIM of the two images, the\n" +
 			"cosine similarity of the final latents and each UNet block's output error at the first step, so a\n" +
 			"quantized model can be checked against its source. Width, height and steps default to the model's\n" +
@@ -57,7 +60,7 @@ func init() {
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps or v", DefaultText: "metadata, else detected as sd.cpp does"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
-			&cli.StringFlag{Name: "tokenizer", Usage: "tokenizer.json or a folder with vocab.json and merges.txt (`PATH`)"},
+			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "the model's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "vae", Usage: "separate VAE `FILE` replacing the model's"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
@@ -100,12 +103,19 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	opt := infer.LoadOptions{VAE: c.String("vae"), Tokenizer: c.String("tokenizer"), Threads: threads, Prediction: c.String("prediction")}
+	tok, tokSaid, err := resolveTokenizer(c.String("tokenizer"), c.String("model"))
+	if err != nil {
+		return err
+	}
+	opt := infer.LoadOptions{VAE: c.String("vae"), Tokenizer: tok, Threads: threads, Prediction: c.String("prediction")}
 	m, err := infer.Load(c.String("model"), opt)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	if tokSaid != "" {
+		fmt.Fprintln(c.App.ErrWriter, tokSaid)
+	}
 	imat, err := startImatrix(c, m)
 	if err != nil {
 		return err

@@ -152,8 +152,10 @@ func TestGenerateSlowBuildNoteOnce(t *testing.T) {
 // The command generate's missing-tokenizer error names exists and fixes it.
 func TestGenerateMissingTokenizerNamesAWorkingFix(t *testing.T) {
 	dir := t.TempDir()
+	noTokenizers(t, dir)
 	bare, fixed := filepath.Join(dir, "bare.gguf"), filepath.Join(dir, "fixed.gguf")
-	merges := filepath.Join(dir, "merges.txt")
+	os.Mkdir(filepath.Join(dir, "tok"), 0o755)
+	merges := filepath.Join(dir, "tok", "merges.txt")
 	src, err := formats.Open(tinyGGUF)
 	if err != nil {
 		t.Fatal(err)
@@ -177,5 +179,56 @@ func TestGenerateMissingTokenizerNamesAWorkingFix(t *testing.T) {
 	}
 	if code, _, errOut := runApp(t, "generate", "-m", fixed, "-p", "a cat", "-o", filepath.Join(dir, "x.png"), "--steps", "1", "-W", "64", "-H", "64"); code != 0 {
 		t.Errorf("after convert --tokenizer: exit %d, %s", code, errOut)
+	}
+}
+
+// noTokenizers points the places generate searches for a CLIP tokenizer
+// (home folder, Hugging Face cache) at the empty folder dir.
+func noTokenizers(t *testing.T, dir string) {
+	t.Setenv("HOME", dir)
+	t.Setenv("HF_HOME", filepath.Join(dir, "hf"))
+	t.Setenv("HF_HUB_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "")
+}
+
+// A model without a tokenizer finds the one beside it and says so; with
+// none anywhere the error lists where it looked; --tokenizer wins.
+func TestGenerateFindsTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	noTokenizers(t, dir)
+	src, err := formats.Open(tinyGGUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merges, _ := src.Metadata().String("sdtool.tokenizer.clip.merges")
+	src.Close()
+	model := filepath.Join(dir, "models", "m.gguf")
+	os.Mkdir(filepath.Join(dir, "models"), 0o755)
+	bare := filepath.Join(dir, "bare.gguf")
+	if code, _, errOut := runApp(t, "convert", "-m", tinyGGUF, "-o", bare, "--no-metadata"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := runApp(t, "convert", "-m", bare, "-o", model, "--metadata", "sdtool.unet.num_heads=8", "--metadata", "sdtool.clip.num_heads=2"); code != 0 {
+		t.Fatal(errOut)
+	}
+	gen := func(extra ...string) (int, string) {
+		args := append([]string{"generate", "-m", model, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "--cfg-scale", "1", "-o", filepath.Join(dir, "x.png"), "--force"}, extra...)
+		code, _, errOut := runApp(t, args...)
+		return code, errOut
+	}
+	code, errOut := gen()
+	if code != 1 || !strings.Contains(errOut, "no CLIP tokenizer found") || !strings.Contains(errOut, filepath.Join(dir, "models", "tokenizer.json")) ||
+		!strings.Contains(errOut, filepath.Join(dir, "hf", "hub", "models--openai--clip-vit-large-patch14")) {
+		t.Errorf("no tokenizer anywhere: exit %d, %q", code, errOut)
+	}
+	beside := filepath.Join(dir, "models", "merges.txt")
+	os.WriteFile(beside, []byte(merges), 0o644)
+	if code, errOut := gen(); code != 0 || !strings.Contains(errOut, "tokenizer: "+beside+" (beside the model)") {
+		t.Errorf("tokenizer beside the model: exit %d, %q", code, errOut)
+	}
+	other := filepath.Join(dir, "other.txt")
+	os.WriteFile(other, []byte(merges), 0o644)
+	if code, errOut := gen("--tokenizer", other); code != 0 || strings.Contains(errOut, "tokenizer: ") {
+		t.Errorf("--tokenizer: exit %d, %q", code, errOut)
 	}
 }
