@@ -69,10 +69,11 @@ func init() {
 		}, generateImatrixFlags()...),
 		Action: runGenerate,
 	},
-		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o cat.png --threads 1",
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o cat.png",
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a (red:1.3) house' -n blurry --steps 2 --sampling-method dpm++2m --scheduler karras -o house.png --threads 1",
-		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o calib.png --imatrix-out calib.dat --threads 1 --force",
-		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a red house' --steps 1 -W 64 -H 64 -o calib.png --imatrix-in calib.dat --imatrix-out calib.dat --threads 1 --force",
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o calib.png --imatrix-out calib.dat --force",
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a red house' --steps 1 -W 64 -H 64 -o calib.png --imatrix-in calib.dat --imatrix-out calib.dat --force",
+		"sdtool generate -m testdata/tiny-sd1.safetensors -p 'a cat' --steps 1 -W 64 -H 64 -o cmp.png --compare testdata/tiny-sd1.gguf",
 	)
 }
 
