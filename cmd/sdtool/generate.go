@@ -18,6 +18,7 @@ import (
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
+	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -104,13 +105,15 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	tok, tokSaid, err := resolveTokenizer(c.String("tokenizer"), c.String("model"))
-	if err != nil {
-		return err
-	}
+	tok, tokSaid, notFound := resolveTokenizer(c.String("tokenizer"), c.String("model"))
 	opt := infer.LoadOptions{VAE: c.String("vae"), Tokenizer: tok, Threads: threads, Prediction: c.String("prediction")}
 	m, err := infer.Load(c.String("model"), opt)
 	if err != nil {
+		// The model's own problems come first (infer checks them before the
+		// tokenizer); a missing tokenizer is said with where it was looked for.
+		if notFound != nil && errors.Is(err, text.ErrNoTokenizer) {
+			return notFound
+		}
 		return err
 	}
 	defer m.Close()

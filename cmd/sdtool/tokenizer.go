@@ -14,7 +14,9 @@ import (
 // (text.FindCLIPTokenizer: beside the model, a diffusers folder's
 // tokenizer/, a ComfyUI install, the Hugging Face cache), which it returns
 // with what to tell the user. When none is found the error lists where it
-// looked. A model that cannot be opened is left to infer.Load to report.
+// looked; the caller reports it when infer.Load then fails for want of a
+// tokenizer (text.ErrNoTokenizer), so that the model's other problems are
+// said first. A model that cannot be opened is left to infer.Load.
 func resolveTokenizer(flag, model string) (path, said string, err error) {
 	if flag != "" {
 		return flag, "", nil
