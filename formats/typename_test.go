@@ -35,3 +35,23 @@ func TestFormatShape(t *testing.T) {
 		}
 	}
 }
+
+// FuzzLookupType: no name panics, an accepted name is a known type whose
+// own name reads back as it, and every refusal is the one wording.
+func FuzzLookupType(f *testing.F) {
+	for _, s := range []string{"q4_K", "Q8_0", "q4k", "", "int8convrot", "ÿ"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		typ, err := LookupType(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "unknown type ") && err.Error() != "no type given" {
+				t.Fatalf("LookupType(%q): %v", s, err)
+			}
+			return
+		}
+		if back, err := LookupType(typ.String()); err != nil || back != typ {
+			t.Fatalf("%q -> %v does not read back: %v %v", s, typ, back, err)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -42,4 +43,23 @@ func TestCount(t *testing.T) {
 	if a, b, c := Count(1, "tensor", "tensors"), Count(0, "tensor", "tensors"), Count(3, "entry", "entries"); a != "1 tensor" || b != "0 tensors" || c != "3 entries" {
 		t.Errorf("Count: %q %q %q", a, b, c)
 	}
+}
+
+// FuzzParseBytes: no input panics, every accepted size is non-negative, and
+// a plain decimal byte count reads back as itself.
+func FuzzParseBytes(f *testing.F) {
+	for _, s := range []string{"2GiB", "512 MiB", "1.5g", "0", "99999999999TB", "-1", "", "1e9", ".5KiB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseBytes(s)
+		if err == nil && n < 0 {
+			t.Fatalf("ParseBytes(%q) = %d", s, n)
+		}
+		if err == nil {
+			if back, err := ParseBytes(strconv.FormatInt(n, 10)); err != nil || back != n {
+				t.Fatalf("%d does not read back: %d, %v", n, back, err)
+			}
+		}
+	})
 }
