@@ -190,7 +190,12 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		out, res.Width, res.Height, round(m.LoadTime), round(t.Text), round(t.Sampling),
 		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode))
 	if ref := c.String("compare"); ref != "" {
-		return compareWith(c, ref, opt, req, res, img)
+		if err := compareWith(c, ref, opt, req, res, img); err != nil {
+			if errors.Is(err, infer.ErrInterrupted) {
+				return fmt.Errorf("%w during the --compare reference run (%s was written; no comparison)", err, out)
+			}
+			return err
+		}
 	}
 	return nil
 }

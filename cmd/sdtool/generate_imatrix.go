@@ -185,7 +185,9 @@ func interruptedGenerate(c *cli.Context, imat *imatrixRun, err error, i, n int) 
 	if n > 1 {
 		msg += fmt.Sprintf(" of prompt %d of %d (%s written before)", i+1, n, pipeline.Count(i, "image", "images"))
 	}
-	msg += "; its image is not written"
+	if !strings.Contains(msg, "--compare reference run") {
+		msg += "; its image is not written"
+	}
 	if imat != nil {
 		if imat.stats.Len() == 0 {
 			return fmt.Errorf("%s; %s not written: nothing was collected yet", msg, imat.out)
