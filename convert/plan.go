@@ -42,6 +42,13 @@ func build(plan *pipeline.Plan, sources []Source, pol policy) ([]string, error) 
 			name = pol.ConvertName(name)
 		}
 		d := Decide(name, s.Storage, s.RowLength(), s.Int8Tensorwise, pol.Type, pol.HasType, pol.Rules)
+		if to, ok := pol.floatTarget(d); ok && d.Type.Quantized() && d.Type != to {
+			// A float type asked for a quantized tensor that sd.cpp's policy
+			// keeps (an embedding, a row the block does not fit): decoding it
+			// loses nothing, and keeping it would defeat "back to f16".
+			d.Kept = fmt.Sprintf("dequantized from %s (sd-cli keeps it: %s)", d.Type, d.Kept)
+			d.Type = to
+		}
 		out := pipeline.Output{Name: name, Type: d.Type, Shape: s.Shape, Source: &s.Tensor, Note: joinNotes(s.Folded, d.Kept)}
 		var weights []float32
 		if d.Type.Quantized() {
@@ -72,6 +79,16 @@ func build(plan *pipeline.Plan, sources []Source, pol policy) ([]string, error) 
 	}
 	sort.Strings(unused)
 	return unused, nil
+}
+
+// floatTarget returns the type d's tensor was asked to become (its rule's,
+// else --type) when that is a float type (f32, f16, bf16).
+func (pol policy) floatTarget(d Decision) (formats.DType, bool) {
+	to, ok := pol.Type, pol.HasType
+	if d.Rule >= 0 {
+		to, ok = pol.Rules[d.Rule].Value, true
+	}
+	return to, ok && (to == formats.F32 || to == formats.F16 || to == formats.BF16)
 }
 
 func joinNotes(a, b string) string {

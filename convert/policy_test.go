@@ -70,7 +70,7 @@ func TestDecide(t *testing.T) {
 
 func TestParseRulesErrors(t *testing.T) {
 	for in, want := range map[string]string{
-		"a=Q8_0":          "case-sensitive",
+		"a=q4k":           `unknown type "q4k" (did you mean q4_K?)`,
 		"a=bogus":         "unknown type",
 		"a=q8_1":          "cannot be written",
 		"a=q8_K":          "cannot be written",
@@ -88,6 +88,11 @@ func TestParseRulesErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseRules(%q) = %v, want an error containing %q", in, err, want)
 		}
+	}
+	// sd-cli takes only ggml's spelling; no two ggml names differ only in
+	// case, so sdtool takes any capitalisation.
+	if r, err := ParseRules("a=Q8_0,b=Q4_K"); err != nil || r[0].Value != formats.Q8_0 || r[1].Value != formats.Q4_K {
+		t.Errorf("upper-case type names: %v %v", r, err)
 	}
 	r, err := ParseRules(",a=f32,,b=q4_K,")
 	if err != nil || len(r) != 2 || r[0].Value != formats.F32 || r[1].Value != formats.Q4_K {

@@ -14,19 +14,20 @@ func ParseRules(s string) ([]pipeline.Rule[formats.DType], error) {
 	return pipeline.ParseRules(s, ParseTargetType)
 }
 
-// ParseTargetType parses a --type or rule type name the way sd-cli does
-// (exact ggml spelling, case-sensitive) and refuses types that cannot be
-// written (pipeline.CheckTarget).
+// ParseTargetType parses a --type or rule type name with formats.LookupType
+// (ggml's spelling or any other capitalisation of it: sd-cli takes only the
+// exact one, but no two ggml names differ only in case, so "Q8_0" is q8_0)
+// and refuses types that cannot be written (pipeline.CheckTarget).
 func ParseTargetType(name string) (formats.DType, error) {
-	t, ok := formats.TypeByName(name)
-	if !ok {
-		if alt, ok := formats.ParseType(name); ok && alt.IsGGML() {
-			return 0, fmt.Errorf("unknown type %q (type names are case-sensitive: did you mean %q?)", name, alt.String())
-		}
-		if strings.HasPrefix(strings.ToLower(name), "fp8") || strings.HasPrefix(strings.ToLower(name), "f8") {
-			return 0, fmt.Errorf("type %q: FP8 is not a GGUF type; use `sdtool quantize --type fp8_e4m3` to write ComfyUI FP8 safetensors", name)
-		}
-		return 0, fmt.Errorf("unknown type %q", name)
+	if l := strings.ToLower(name); strings.HasPrefix(l, "fp8") || strings.HasPrefix(l, "f8") {
+		return 0, fmt.Errorf("type %q: FP8 is not a GGUF type; use `sdtool quantize --type fp8_e4m3` to write ComfyUI FP8 safetensors", name)
+	}
+	t, err := formats.LookupType(name)
+	if err != nil {
+		return 0, err
+	}
+	if !t.IsGGML() {
+		return 0, fmt.Errorf("type %s is not a ggml type", t)
 	}
 	if err := pipeline.CheckTarget(t); err != nil {
 		return 0, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
@@ -33,6 +34,17 @@ type Options struct {
 	ConvertName bool
 	// Dequantize decodes ComfyUI int8/FP8 modules to floats first (sd-cli keeps them as they are).
 	Dequantize bool
+	// NoMetadata writes no metadata at all, as sd-cli does: its exact bytes
+	// for inputs that have metadata. Without it the inputs' model metadata
+	// is carried (pipeline.CarryMetadata); inputs without any give sd-cli's
+	// bytes either way.
+	NoMetadata bool
+	// Metadata are --metadata KEY=VALUE strings added to the output's metadata.
+	Metadata []string
+	// Tokenizers are --tokenizer paths whose tokenizers are embedded in the
+	// output's metadata, where generate reads them (CLIP: GGUF or
+	// safetensors; SentencePiece: GGUF only).
+	Tokenizers []string
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
 }
@@ -50,6 +62,13 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	}
 	if opts.Output == "" {
 		return nil, errors.New("no output: give -o OUT.gguf or -o OUT.safetensors")
+	}
+	userMeta, err := pipeline.ParseMetadataItems(opts.Metadata)
+	if err != nil {
+		return nil, err
+	}
+	if opts.NoMetadata && (len(userMeta) > 0 || len(opts.Tokenizers) > 0) {
+		return nil, errors.New("--no-metadata writes none: it excludes --metadata and --tokenizer")
 	}
 	var pol policy
 	if opts.Type != "" {
@@ -79,13 +98,20 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 			return nil, fmt.Errorf("--imatrix: %w", err)
 		}
 	}
-	// sd-cli writes safetensors for that extension and GGUF for any other.
-	format, ferr := formats.CreatorFor(opts.Output)
-	if ferr != nil || format.Name != "safetensors" {
-		var ok bool
-		if format, ok = formats.CreatorNamed("gguf"); !ok {
-			return nil, errors.New("the GGUF writer is not linked in (import sdtool/formats/gguf)")
+	// sd-cli writes safetensors for that extension and GGUF for any other;
+	// a GGUF named out.bin misleads every tool that goes by the name, so
+	// sdtool refuses other extensions, as quantize and merge do.
+	format, err := formats.CreatorFor(opts.Output)
+	if err != nil || format.Name != "gguf" && format.Name != "safetensors" {
+		return nil, fmt.Errorf("%s: the output must end in .gguf or .safetensors, not %q", opts.Output, filepath.Ext(opts.Output))
+	}
+	var toks []embedded
+	for _, p := range opts.Tokenizers {
+		e, err := loadTokenizer(p, format.Name)
+		if err != nil {
+			return nil, err
 		}
+		toks = append(toks, e)
 	}
 	plan := &pipeline.Plan{Path: opts.Output, Format: format,
 		// sd-cli's layout: compact unpadded safetensors with no metadata,
@@ -97,6 +123,8 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		}
 	}()
 	models := map[string]formats.Model{}
+	var mdFrom []string
+	var mds []formats.Metadata
 	for _, c := range Components {
 		path, ok := opts.Inputs[c.Flag]
 		if !ok {
@@ -107,6 +135,7 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 			return nil, err
 		}
 		plan.Use(m)
+		mdFrom, mds = append(mdFrom, path), append(mds, m.Metadata())
 		if opts.Dequantize {
 			view, n, err := tensor.Dequantized(m)
 			if err != nil {
@@ -154,6 +183,31 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
+	names := make([]string, len(plan.Outputs))
+	for i, o := range plan.Outputs {
+		names[i] = o.Name
+	}
+	for _, r := range pipeline.UnmatchedRules(pol.Rules, names) {
+		w := fmt.Sprintf("--tensor-type-rules rule %q matches no tensor", r.Pattern+"="+r.Value.String())
+		log.Warn(w)
+		plan.Notes = append(plan.Notes, w)
+	}
+	decoded, beyondSDCLI := 0, 0
+	for _, o := range plan.Outputs {
+		if o.Source.Type.Quantized() && !o.Type.Quantized() {
+			decoded++
+		}
+		if strings.Contains(o.Note, "dequantized from") {
+			beyondSDCLI++
+		}
+	}
+	if decoded > 0 {
+		note := fmt.Sprintf("dequantized: %s decoded to a float type", pipeline.Count(decoded, "quantized tensor", "quantized tensors"))
+		if beyondSDCLI > 0 {
+			note += fmt.Sprintf(" (%d of them sd-cli would keep as stored)", beyondSDCLI)
+		}
+		plan.Notes = append(plan.Notes, note)
+	}
 	if format.Name == "safetensors" {
 		for _, o := range plan.Outputs {
 			if !format.Stores(o.Type) {
@@ -166,16 +220,82 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 			log.Info("tensor note", "tensor", o.Name, "note", o.Note)
 		}
 	}
-	if len(unused) > 0 {
-		log.Warn("imatrix entries matched no quantized tensor", "count", len(unused), "first", unused[0])
+	if !opts.NoMetadata {
+		carryMetadata(plan, format.Name, mdFrom, mds, userMeta, log)
+		for i, e := range toks {
+			plan.Header.Metadata = e.apply(plan.Header.Metadata)
+			plan.Notes = append(plan.Notes, fmt.Sprintf("tokenizer: %s embedded from %s", e.What, opts.Tokenizers[i]))
+		}
 	}
+	// An entry for a tensor that stays a float (sd.cpp never converts
+	// time_embed, and sd-cli collects it all the same) is expected; one
+	// that names no tensor of the model says the imatrix is for another.
+	keys := map[string]bool{}
+	for _, src := range sources {
+		keys[pol.ImatrixKey(src.Name)] = true
+	}
+	var foreign, kept []string
 	for _, name := range unused {
-		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix entry %q matched no quantized tensor", name))
+		if keys[name] {
+			kept = append(kept, name)
+		} else {
+			foreign = append(foreign, name)
+		}
+	}
+	if len(foreign) > 0 {
+		log.Warn("imatrix entries name no tensor of the model", "count", len(foreign), "first", foreign[0])
+		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d %s no tensor of the model (first %q): is it for another model?",
+			len(foreign), map[bool]string{true: "entry names", false: "entries name"}[len(foreign) == 1], foreign[0]))
+	}
+	if len(kept) > 0 {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d %s for tensors that stay unquantized (first %q)",
+			len(kept), map[bool]string{true: "entry is", false: "entries are"}[len(kept) == 1], kept[0]))
+	}
+	if used := len(pol.Imatrix) - len(unused); len(pol.Imatrix) > 0 {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d of %d entries weight the quantization", used, len(pol.Imatrix)))
 	}
 	if err := plan.Check(); err != nil {
 		return nil, err
 	}
 	return plan, nil
+}
+
+// carryMetadata gives the output the inputs' model metadata (first input
+// first where two disagree) and the --metadata items, and notes what it
+// left out. Safetensors' "format": "pt" is a mark of that container, which
+// sd-cli does not write, so a checkpoint with no other metadata converts to
+// sd-cli's exact bytes.
+func carryMetadata(plan *pipeline.Plan, format string, from []string, mds []formats.Metadata, user [][2]string, log *slog.Logger) {
+	carried := make([]formats.Metadata, len(mds))
+	var dropped []pipeline.DroppedKey
+	for i, md := range mds {
+		var d []pipeline.DroppedKey
+		carried[i], d = pipeline.CarryMetadata(md, format)
+		for j := range d {
+			d[j].Reason = from[i] + ": " + d[j].Reason
+		}
+		dropped = append(dropped, d...)
+		kept := carried[i][:0]
+		for _, kv := range carried[i] {
+			if kv.Key != "format" {
+				kept = append(kept, kv)
+			}
+		}
+		carried[i] = kept
+	}
+	md, conflicts := pipeline.MergeMetadata(from, carried)
+	dropped = append(dropped, conflicts...)
+	for _, kv := range user {
+		md = pipeline.SetMetadata(md, formats.KV{Key: kv[0], Type: formats.TypeString, Value: kv[1]})
+	}
+	plan.Header.Metadata = md
+	if n := len(md) - len(user); n > 0 {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("metadata: %s carried from the input (--no-metadata writes sd-cli's exact bytes)", pipeline.Count(n, "key", "keys")))
+	}
+	for _, d := range dropped {
+		log.Warn("metadata not carried", "key", d.Key, "why", d.Reason)
+		plan.Notes = append(plan.Notes, fmt.Sprintf("metadata %s not carried: %s", d.Key, d.Reason))
+	}
 }
 
 // detectVersion runs sd.cpp's version detection on the export names and shapes.

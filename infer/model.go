@@ -608,11 +608,14 @@ func (m *Model) Generate(req Request) (*Result, error) {
 		return den
 	}
 	t1 := time.Now()
+	if err := req.interrupted(0, len(sigmas)-1); err != nil {
+		return nil, err
+	}
 	err = SamplePrediction(req.Method, pred, denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
 		if req.OnStep != nil {
 			req.OnStep(step, steps)
 		}
-		return nil
+		return req.interrupted(step, steps)
 	})
 	if denErr != nil {
 		return nil, denErr

@@ -389,6 +389,9 @@ func detectUNet(s shapes, md formats.Metadata, c *UNetConfig) error {
 			continue
 		}
 		if c.NumHeads > 0 && ch%c.NumHeads != 0 || c.NumHeads == 0 && ch%c.HeadDim != 0 {
+			if !hok && !dok {
+				return missingHeads(level, ch, c)
+			}
 			return fmt.Errorf("level %d: %d channels do not split into heads (%d heads, head dim %d)", level, ch, c.NumHeads, c.HeadDim)
 		}
 	}
@@ -398,6 +401,18 @@ func detectUNet(s shapes, md formats.Metadata, c *UNetConfig) error {
 		}
 	}
 	return nil
+}
+
+// missingHeads is the error for a UNet whose width does not fit the head
+// layout assumed without metadata: it names the keys and how to add them.
+func missingHeads(level, ch int, c *UNetConfig) error {
+	assumed := fmt.Sprintf("%d heads (SD 1.x's count, for a 768-wide context)", c.NumHeads)
+	if c.NumHeads == 0 {
+		assumed = fmt.Sprintf("heads %d wide (SD 2.x's width)", c.HeadDim)
+	}
+	return fmt.Errorf("level %d: %d channels do not split into %s, assumed because the model has no %s or %s metadata; "+
+		"add the head count with `sdtool convert -m MODEL -o OUT.gguf --metadata %s=N` (or the width with --metadata %s=N)",
+		level, ch, assumed, MetaUNetHeads, MetaUNetHeadDim, MetaUNetHeads, MetaUNetHeadDim)
 }
 
 // countBlocks counts prefix0., prefix1., ... that have a norm1 weight.

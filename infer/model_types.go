@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -53,6 +54,22 @@ type Request struct {
 	CaptureBlocks bool
 	// OnStep, when set, is called after every step.
 	OnStep func(step, steps int)
+	// Context stops the generation between steps when cancelled (nil:
+	// never); Generate then returns an error wrapping ErrInterrupted and the
+	// context's cause. A step under way runs to its end.
+	Context context.Context
+}
+
+// ErrInterrupted is wrapped by Generate's error when Request.Context was cancelled.
+var ErrInterrupted = errors.New("interrupted")
+
+// interrupted returns nil, or the error for a cancelled request after step
+// of steps.
+func (r *Request) interrupted(step, steps int) error {
+	if r.Context == nil || r.Context.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("%w (%v) after step %d of %d", ErrInterrupted, context.Cause(r.Context), step, steps)
 }
 
 func (r *Request) check() error {

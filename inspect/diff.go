@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -9,11 +10,13 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 
 	"github.com/bytedance/sonic"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -26,6 +29,12 @@ type DiffOptions struct {
 	// ChunkElements bounds the elements decoded at once per tensor and
 	// side (0: 1 Mi), which bounds memory whatever the model size.
 	ChunkElements int64
+	// Context stops the comparison when cancelled (nil: never); Diff then
+	// returns an error wrapping pipeline.ErrInterrupted and the cause.
+	Context context.Context
+	// Progress, when set, is called from the workers with the stored bytes
+	// of A and B read so far and the total (it must be safe for concurrent use).
+	Progress func(done, total int64)
 }
 
 // TensorDiff compares one tensor present in both models. Error measures
@@ -222,6 +231,19 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
+	ctx := opts.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var total, done int64
+	for _, p := range pairs {
+		total += p.a.Tensor.Size + p.b.Tensor.Size
+	}
+	report := func(n int64) {
+		if opts.Progress != nil {
+			opts.Progress(atomic.AddInt64(&done, n), total)
+		}
+	}
 	results := make([]TensorDiff, len(pairs))
 	sumsOf := make([]sums, len(pairs))
 	errs := make([]string, len(pairs))
@@ -243,11 +265,16 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 				results[i] = d
 				n := p.a.Elements()
 				if n != p.b.Elements() {
-					errs[i] = fmt.Sprintf("element counts differ: %v has %d, %v has %d", d.ShapeA, n, d.ShapeB, p.b.Elements())
+					errs[i] = fmt.Sprintf("element counts differ: %s has %d, %s has %d", formats.FormatShape(d.ShapeA), n, formats.FormatShape(d.ShapeB), p.b.Elements())
 					continue
 				}
 				var s sums
+				size := p.a.Tensor.Size + p.b.Tensor.Size
+				reported := int64(0)
 				for first := int64(0); first < n; first += chunk {
+					if ctx.Err() != nil {
+						break
+					}
 					k := min(chunk, n-first)
 					fa, fb := sa.Float32s(0, int(k)), sb.Float32s(0, int(k))
 					if err := p.a.Read(fa, first, &sa); err != nil {
@@ -259,6 +286,10 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 						break
 					}
 					s.accumulate(fa, fb)
+					if part := size * (first + k) / n; part > reported {
+						report(part - reported)
+						reported = part
+					}
 				}
 				results[i].Elements = n
 				sumsOf[i] = s
@@ -266,12 +297,18 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		}()
 	}
 	for i := range pairs {
+		if ctx.Err() != nil {
+			break
+		}
 		next <- i
 	}
 	close(next)
 	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w (%v) after %s of %s", pipeline.ErrInterrupted, context.Cause(ctx), pipeline.HumanBytes(atomic.LoadInt64(&done)), pipeline.HumanBytes(total))
+	}
 
-	var total sums
+	var all sums
 	for i, d := range results {
 		if errs[i] != "" {
 			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: errs[i]})
@@ -282,7 +319,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		d.MaxAbsDiff, d.NormA, d.NormB, d.NonFinite = s.maxAbs, math.Sqrt(s.aa), math.Sqrt(s.bb), s.nonFinite
 		d.Identical = s.diffCount == 0
 		r.Tensors = append(r.Tensors, d)
-		total.add(s)
+		all.add(s)
 		r.Totals.Elements += d.Elements
 		if d.Identical {
 			r.Totals.Identical++
@@ -302,7 +339,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		return r.Tensors[i].Name < r.Tensors[j].Name
 	})
 	r.Totals.Compared = len(r.Tensors)
-	r.Totals.RelError, r.Totals.Cosine, r.Totals.SNRdB = total.measures()
+	r.Totals.RelError, r.Totals.Cosine, r.Totals.SNRdB = all.measures()
 	if len(r.Tensors) > 0 && !r.Tensors[0].Identical {
 		r.Totals.Worst = r.Tensors[0].Name
 	}
@@ -360,9 +397,9 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENSOR\tTYPE A\tTYPE B\tSHAPE\tREL ERROR\tCOSINE\tSNR dB\tMAX |A-B|")
 	for _, d := range r.Tensors {
-		shape := fmt.Sprint(d.ShapeA)
+		shape := formats.FormatShape(d.ShapeA)
 		if d.ShapeChanged {
-			shape = fmt.Sprintf("%v -> %v", d.ShapeA, d.ShapeB)
+			shape = formats.FormatShape(d.ShapeA) + " -> " + formats.FormatShape(d.ShapeB)
 		}
 		types := d.TypeB
 		if !d.TypeChanged {
@@ -379,8 +416,8 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 		return err
 	}
 	t := r.Totals
-	fmt.Fprintf(w, "\n%d tensors compared (%d identical, %d shape changes, %d type changes), %d elements; %d only in A, %d only in B, %d not compared\n",
-		t.Compared, t.Identical, t.ShapeChanges, t.TypeChanges, t.Elements, len(r.Missing), len(r.Extra), len(r.Skipped))
+	fmt.Fprintf(w, "\n%s compared (%d identical, %d shape changes, %d type changes), %d elements; %d only in A, %d only in B, %d not compared\n",
+		pipeline.Count(t.Compared, "tensor", "tensors"), t.Identical, t.ShapeChanges, t.TypeChanges, t.Elements, len(r.Missing), len(r.Extra), len(r.Skipped))
 	fmt.Fprintf(w, "overall: relative error %s, cosine %s, SNR %s dB\n",
 		fmtMeasure(t.RelError, "%.6f", "undefined"), fmtMeasure(t.Cosine, "%.6f", "-"), fmtMeasure(t.SNRdB, "%.2f", "inf"))
 	if t.Worst != "" {

@@ -2,8 +2,10 @@ package inspect
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"regexp"
@@ -11,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 )
 
@@ -136,7 +139,7 @@ func TestDiffMeasures(t *testing.T) {
 	if err := WriteDiffText(&text, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"only in A (1):", "only in B (1):", "element counts differ", "[2 2] -> [4]", "identical", "undefined", "worst: zero"} {
+	for _, s := range []string{"only in A (1):", "only in B (1):", "element counts differ", "[2, 2] -> [4]", "identical", "undefined", "worst: zero"} {
 		if !strings.Contains(text.String(), s) {
 			t.Errorf("text output lacks %q:\n%s", s, text.String())
 		}
@@ -192,5 +195,29 @@ func TestDiffOrigShapeAndJSON(t *testing.T) {
 	z := v["tensors"].([]any)[1].(map[string]any)
 	if z["name"] != "z" || z["cosine"] != nil || z["snr_db"] != nil || z["rel_error"] != 0.0 || z["identical"] != true {
 		t.Errorf("zero tensor JSON %v", z)
+	}
+}
+
+// Progress counts the stored bytes of both sides up to their total, and a
+// cancelled context stops the comparison with an error that says so.
+func TestDiffProgressAndCancel(t *testing.T) {
+	vals := make([]float32, 1000)
+	a := (&diffModel{path: "a"}).add("w", formats.F32, []int64{10, 100}, vals...).add("v", formats.F16, []int64{10, 100}, vals...)
+	b := (&diffModel{path: "b"}).add("w", formats.F16, []int64{10, 100}, vals...).add("v", formats.F16, []int64{10, 100}, vals...)
+	var last, total int64
+	diffOf(t, a, b, DiffOptions{ChunkElements: 64, Threads: 1, Progress: func(done, tot int64) {
+		if done < last {
+			t.Errorf("progress went back from %d to %d", last, done)
+		}
+		last, total = done, tot
+	}})
+	if want := int64(4000 + 2000 + 2000 + 2000); total != want || last != want {
+		t.Errorf("progress ended at %d of %d, want %d of %d", last, total, want, want)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stopped := errors.New("test stop")
+	_, err := Diff(a, b, DiffOptions{ChunkElements: 64, Threads: 1, Context: ctx, Progress: func(int64, int64) { cancel(stopped) }})
+	if !errors.Is(err, pipeline.ErrInterrupted) || !strings.Contains(err.Error(), "test stop") {
+		t.Errorf("cancelled diff: %v", err)
 	}
 }

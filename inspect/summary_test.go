@@ -256,7 +256,7 @@ func TestSummarizeFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _ := synth.Tensors(synth.TinySD1)
+	want := synth.TinySD.Tensors()
 	if s.Format != "safetensors" || s.TensorCount != len(want) || s.Architecture.Name != "sd1" || len(s.Tensors) != len(want) {
 		t.Errorf("tiny: format %s, %d tensors, arch %s", s.Format, s.TensorCount, s.Architecture.Name)
 	}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bytedance/sonic"
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/pipeline"
 )
@@ -122,7 +123,7 @@ func WriteText(w io.Writer, s *Summary) error {
 		}
 		fmt.Fprintln(tw)
 		for _, t := range s.Tensors {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d", t.Name, t.Type, shapeString(t.Shape), t.Size, t.Offset)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d", t.Name, t.Type, formats.FormatShape(t.Shape), t.Size, t.Offset)
 			if files {
 				fmt.Fprintf(tw, "\t%s", t.File)
 			}
@@ -160,14 +161,6 @@ func (e *errWriter) Write(p []byte) (int, error) {
 	n, err := e.w.Write(p)
 	e.err = err
 	return n, err
-}
-
-func shapeString(s []int64) string {
-	parts := make([]string, len(s))
-	for i, d := range s {
-		parts[i] = strconv.FormatInt(d, 10)
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
 }
 
 // shortValue renders a metadata value on one line, shortening long arrays

@@ -218,9 +218,9 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	var enc quant.Codec
 	typeSet := a.Type != ""
 	if typeSet {
-		t, ok := formats.ParseType(a.Type)
-		if !ok {
-			return nil, fmt.Errorf("--type %q: unknown type", a.Type)
+		t, err := formats.LookupType(a.Type)
+		if err != nil {
+			return nil, fmt.Errorf("--type: %w", err)
 		}
 		if !format.Stores(t) {
 			return nil, fmt.Errorf("--type %s cannot be stored in %s (%s)", t, format.Name, out)
@@ -371,6 +371,13 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	if err := errs.err(); err != nil {
 		return nil, err
 	}
+	names := make([]string, len(da.Sources))
+	for i, s := range da.Sources {
+		names[i] = s.Name
+	}
+	for _, r := range pipeline.UnmatchedRules(rules, names) {
+		p.Notes = append(p.Notes, fmt.Sprintf("--alpha-rules rule %q matches no tensor of %s", r.Pattern+"="+strconv.FormatFloat(r.Value, 'g', -1, 64), a.A))
+	}
 	p.Header.Metadata = arithmeticMetadata(p.Format, fa, a, m)
 	if err := p.Check(); err != nil {
 		return nil, err
@@ -378,8 +385,8 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	return p, nil
 }
 
-// arithmeticMetadata keeps A's metadata when A has the output's format
-// (without general.file_type, which the new types may contradict; strings
+// arithmeticMetadata keeps A's model metadata (without general.file_type
+// and the other storage keys, which the new types may contradict; strings
 // only for safetensors) and adds sdtool.merge, a one-line description of
 // the merge.
 func arithmeticMetadata(format formats.Creator, fa formats.Model, a *Arithmetic, m Method) formats.Metadata {
@@ -393,16 +400,15 @@ func arithmeticMetadata(format formats.Creator, fa formats.Model, a *Arithmetic,
 	if a.AlphaRules != "" {
 		desc += " alpha_rules=" + strconv.Quote(a.AlphaRules)
 	}
+	// A's model metadata, in either output format (pipeline.CarryMetadata:
+	// head counts and an embedded tokenizer survive, storage keys do not).
+	carried, _ := pipeline.CarryMetadata(fa.Metadata(), format.Name)
 	var meta formats.Metadata
-	if fa.Info().Format == format.Name {
-		for _, kv := range fa.Metadata() {
-			if kv.Key == "general.file_type" || kv.Key == "sdtool.merge" {
-				continue
-			}
-			if _, ok := kv.Value.(string); ok || format.Name == "gguf" {
-				meta = append(meta, kv)
-			}
+	for _, kv := range carried {
+		if kv.Key == "sdtool.merge" || kv.Key == "format" && format.Name != fa.Info().Format {
+			continue
 		}
+		meta = append(meta, kv)
 	}
 	return append(meta, formats.KV{Key: "sdtool.merge", Type: formats.TypeString, Value: desc})
 }

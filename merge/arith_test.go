@@ -399,7 +399,7 @@ func TestOutputTypes(t *testing.T) {
 	_, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, Type: "q8_0"}, filepath.Join(dir, "q.safetensors"))
 	wantErr(t, err, "--type q8_0 cannot be stored in safetensors")
 	_, err = PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, Type: "nope"}, filepath.Join(dir, "x.gguf"))
-	wantErr(t, err, `--type "nope"`)
+	wantErr(t, err, `--type: unknown type "nope"`)
 
 	// A quantized A cannot go into safetensors as it is.
 	qa := filepath.Join(dir, "qa.gguf")

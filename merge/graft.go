@@ -2,6 +2,7 @@ package merge
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
@@ -75,6 +76,11 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 	// Select, name and check for conflicts on the output names.
 	var sel []picked
 	byOut := map[string]int{}
+	// Conflicts are grouped by the pair of sources, in order of discovery,
+	// so that two overlapping includes make one readable error.
+	type pair struct{ first, second int }
+	var pairs []pair
+	conflicts := map[pair][][2]picked{}
 	for i := range r.Sources {
 		s := &r.Sources[i]
 		n := 0
@@ -89,7 +95,11 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 				continue
 			}
 			if j, dup := byOut[pk.out]; dup {
-				errs.add(conflict(pk, sel[j]))
+				key := pair{sel[j].src, pk.src}
+				if _, seen := conflicts[key]; !seen {
+					pairs = append(pairs, key)
+				}
+				conflicts[key] = append(conflicts[key], [2]picked{pk, sel[j]})
 				continue
 			}
 			byOut[pk.out] = len(sel)
@@ -99,6 +109,9 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 			errs.add(fmt.Errorf("%s: sources[%d] (%s) selects no tensor: none of its %d tensors matches include %q without matching exclude %q",
 				r.File, i, models[i].Path(), len(models[i].Tensors()), s.Include, s.Exclude))
 		}
+	}
+	for _, key := range pairs {
+		errs.add(conflictGroup(conflicts[key]))
 	}
 	if err := errs.err(); err != nil {
 		return nil, err
@@ -163,6 +176,21 @@ func conflict(a, b picked) error {
 		return fmt.Sprintf("sources[%d] %s (as %q)", x.src, x.file, x.tensor.Name)
 	}
 	return fmt.Errorf("output tensor %q is selected twice: by %s and by %s", a.out, desc(b), desc(a))
+}
+
+// conflictGroup is the error for the output names two sources both
+// select: conflict's message for one, a count with the first three for more.
+func conflictGroup(group [][2]picked) error {
+	if len(group) == 1 {
+		return conflict(group[0][0], group[0][1])
+	}
+	a, b := group[0][1], group[0][0]
+	var first []string
+	for _, g := range group[:min(3, len(group))] {
+		first = append(first, strconv.Quote(g[0].out))
+	}
+	return fmt.Errorf("%d output tensors are selected twice, by sources[%d] %s and by sources[%d] %s: first %s (give one of them an exclude, or a prefix)",
+		len(group), a.src, a.file, b.src, b.file, strings.Join(first, ", "))
 }
 
 // listSome lists up to ten items and counts the rest.

@@ -11,9 +11,12 @@
 // in header order through a formats.TensorWriter, and publishes the file
 // atomically; WriteTable prints a plan for --dry-run and WriteSummary its
 // totals. The atomic publish (CreateAtomic, WriteAtomic: an exclusive
-// .partial, fsync, rename) is what every writer in sdtool uses, HumanBytes
-// the one way sizes are printed, and ParseRules the one parser of
-// PATTERN=TYPE rules.
+// .partial, fsync, rename; CheckOutput refuses a bad output, its folder
+// included, before any work) is what every writer in sdtool uses,
+// HumanBytes and ParseBytes the one way sizes are printed and read, Count
+// the one way counts are, ParseRules the one parser of PATTERN=TYPE rules
+// (UnmatchedRules finds the ones that match nothing), and CarryMetadata
+// what an output keeps of its input's metadata.
 //
 // Inputs are read with ReadAt into bounded buffers, never mapped or read
 // whole, so peak memory does not grow with the model. Progress is reported

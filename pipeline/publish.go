@@ -183,9 +183,39 @@ func checkOutput(out string, inputs []string, force bool) error {
 			return fmt.Errorf("%s: %w (use --force to replace it)", out, ErrExists)
 		}
 	} else if !errors.Is(outErr, fs.ErrNotExist) {
-		return fmt.Errorf("%s: %w", out, outErr)
+		if err := checkFolder(out); err != nil {
+			return err
+		}
+		return fmt.Errorf("%s: %w", out, unwrapPath(outErr))
+	}
+	return checkFolder(out)
+}
+
+// checkFolder refuses an output whose folder is missing or is not a
+// folder, naming the folder, so that a command fails before its work and
+// not when it creates the file.
+func checkFolder(out string) error {
+	dir := filepath.Dir(out)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: folder %s does not exist", out, dir)
+	case err != nil:
+		return fmt.Errorf("%s: folder %s: %w", out, dir, unwrapPath(err))
+	case !st.IsDir():
+		return fmt.Errorf("%s: %s is not a folder", out, dir)
 	}
 	return nil
+}
+
+// unwrapPath returns the cause of a *fs.PathError, whose message repeats a
+// path (often the internal .partial one) that the caller names better.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // createPartial creates OUT.partial exclusively. A .partial left by a crashed
@@ -206,7 +236,11 @@ func createPartial(out string, log *slog.Logger) (*os.File, error) {
 	}
 	f, err := os.OpenFile(partial, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", out, err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: folder %s does not exist", out, filepath.Dir(out))
+		}
+		// The .partial name is an internal detail: say what could not be done.
+		return nil, fmt.Errorf("%s: cannot create it in %s: %w", out, filepath.Dir(out), unwrapPath(err))
 	}
 	return f, nil
 }

@@ -107,3 +107,24 @@ func TestSameFile(t *testing.T) {
 		t.Errorf("CheckOutput: %v", err)
 	}
 }
+
+// An output in a missing folder is refused by CheckOutput, before any work,
+// naming the folder; neither error names the internal .partial file.
+func TestOutputFolderChecked(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, nil, 0o644)
+	for _, c := range []struct{ out, want string }{
+		{filepath.Join(dir, "nodir", "x.png"), "folder " + filepath.Join(dir, "nodir") + " does not exist"},
+		{filepath.Join(file, "x.png"), "is not a folder"},
+	} {
+		err := CheckOutput(c.out, nil, false)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), PartialSuffix) {
+			t.Errorf("CheckOutput(%s) = %v, want %q", c.out, err, c.want)
+		}
+		err = WriteAtomic(context.Background(), c.out, PublishOptions{}, func(io.Writer) error { return nil })
+		if err == nil || strings.Contains(err.Error(), PartialSuffix) {
+			t.Errorf("WriteAtomic(%s) = %v", c.out, err)
+		}
+	}
+}

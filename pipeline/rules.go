@@ -140,3 +140,23 @@ func CheckTarget(t formats.DType) error {
 	}
 	return nil
 }
+
+// UnmatchedRules returns the rules whose pattern matches none of names: a
+// typo in a pattern, or a rule written for another model, which would
+// otherwise be accepted without a word.
+func UnmatchedRules[T any](rules []Rule[T], names []string) []Rule[T] {
+	var out []Rule[T]
+	for _, r := range rules {
+		matched := false
+		for _, n := range names {
+			if r.Re.MatchString(n) {
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			out = append(out, r)
+		}
+	}
+	return out
+}

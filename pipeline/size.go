@@ -1,6 +1,11 @@
 package pipeline
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
 
 // HumanBytes formats a byte count with a binary unit, the one way sdtool
 // prints sizes: "512 B", "1.50 KiB", "3.41 GiB".
@@ -15,4 +20,51 @@ func HumanBytes(n int64) string {
 		i++
 	}
 	return fmt.Sprintf("%.2f %ciB", f, "KMGTPE"[i])
+}
+
+// byteUnits are the size suffixes ParseBytes takes, lower-cased: binary
+// (KiB, K) and decimal (KB) units.
+var byteUnits = map[string]float64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
+	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
+	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
+	"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
+}
+
+// ParseBytes reads a size as people write it: "1073741824", "512MiB",
+// "2GiB", "1.5 GiB", "2G" (binary) or "2GB" (decimal), the inverse of
+// HumanBytes. It refuses negative, fractional-byte and overflowing sizes.
+func ParseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := strings.IndexFunc(t, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.') })
+	if i < 0 {
+		i = len(t)
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	mult, ok := byteUnits[unit]
+	if !ok || num == "" {
+		return 0, fmt.Errorf("size %q: want a number of bytes with an optional unit, such as 512MiB or 2GiB", s)
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: want a number of bytes with an optional unit, such as 512MiB or 2GiB", s)
+	}
+	n := v * mult
+	if n >= math.MaxInt64 {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	if n != math.Trunc(n) {
+		return 0, fmt.Errorf("size %q is not a whole number of bytes", s)
+	}
+	return int64(n), nil
+}
+
+// Count is the one way sdtool prints a count with its noun: singular for
+// one ("1 tensor"), plural otherwise ("0 tensors", "3 tensors").
+func Count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }

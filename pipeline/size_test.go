@@ -1,6 +1,10 @@
 package pipeline
 
-import "testing"
+import (
+	"strconv"
+	"strings"
+	"testing"
+)
 
 func TestHumanBytes(t *testing.T) {
 	for n, want := range map[int64]string{
@@ -11,4 +15,51 @@ func TestHumanBytes(t *testing.T) {
 			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{
+		"1073741824": 1 << 30, "2GiB": 2 << 30, "2 GiB": 2 << 30, "512MiB": 512 << 20, "1.5GiB": 3 << 29,
+		"2G": 2 << 30, "2gb": 2e9, "64k": 64 << 10, "100B": 100, "0": 0,
+	} {
+		if got, err := ParseBytes(in); err != nil || got != want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "GiB", "-1", "2XB", "1.5", "0.1KiB", "1e3", "99999999TiB"} {
+		if _, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) accepted", in)
+		}
+	}
+	// HumanBytes reads back.
+	for _, n := range []int64{0, 512, 1 << 20, 3 << 29} {
+		if got, err := ParseBytes(strings.ReplaceAll(HumanBytes(n), " ", "")); err != nil || got != n {
+			t.Errorf("ParseBytes(HumanBytes(%d)) = %d, %v", n, got, err)
+		}
+	}
+}
+
+func TestCount(t *testing.T) {
+	if a, b, c := Count(1, "tensor", "tensors"), Count(0, "tensor", "tensors"), Count(3, "entry", "entries"); a != "1 tensor" || b != "0 tensors" || c != "3 entries" {
+		t.Errorf("Count: %q %q %q", a, b, c)
+	}
+}
+
+// FuzzParseBytes: no input panics, every accepted size is non-negative, and
+// a plain decimal byte count reads back as itself.
+func FuzzParseBytes(f *testing.F) {
+	for _, s := range []string{"2GiB", "512 MiB", "1.5g", "0", "99999999999TB", "-1", "", "1e9", ".5KiB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseBytes(s)
+		if err == nil && n < 0 {
+			t.Fatalf("ParseBytes(%q) = %d", s, n)
+		}
+		if err == nil {
+			if back, err := ParseBytes(strconv.FormatInt(n, 10)); err != nil || back != n {
+				t.Fatalf("%d does not read back: %d, %v", n, back, err)
+			}
+		}
+	})
 }

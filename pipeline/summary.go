@@ -174,9 +174,9 @@ func (p *Plan) WriteTable(w io.Writer) error {
 	fmt.Fprintln(tw, head)
 	for i := range p.Outputs {
 		o, row := &p.Outputs[i], &s.Tensors[i]
-		shape := fmt.Sprint(o.Shape)
+		shape := formats.FormatShape(o.Shape)
 		if o.Source != nil && !slices.Equal(o.Source.Shape, o.Shape) {
-			shape += fmt.Sprintf(" (was %v)", o.Source.Shape)
+			shape += fmt.Sprintf(" (was %s)", formats.FormatShape(o.Source.Shape))
 		}
 		from := o.From
 		if from == "" {
@@ -208,10 +208,10 @@ func (p *Plan) WriteSummary(w io.Writer) error {
 
 func (p *Plan) writeSummary(w io.Writer, s *Summary) error {
 	in, out, params, b := s.Totals()
-	fmt.Fprintf(w, "%s: %d tensors, %d parameters: %s -> %s (%.2f bits per weight)\n",
-		p.Path, len(s.Tensors), params, HumanBytes(in), HumanBytes(out), b)
+	fmt.Fprintf(w, "%s: %s, %s: %s -> %s (%.2f bits per weight)\n",
+		p.Path, Count(len(s.Tensors), "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
 	for _, t := range s.ByType {
-		fmt.Fprintf(w, "  %-8s %5d tensors  %s\n", t.Type, t.Tensors, HumanBytes(t.Bytes))
+		fmt.Fprintf(w, "  %-8s %13s  %s\n", t.Type, Count(t.Tensors, "tensor", "tensors"), HumanBytes(t.Bytes))
 	}
 	for _, n := range p.Notes {
 		fmt.Fprintln(w, n)

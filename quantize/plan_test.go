@@ -205,7 +205,7 @@ func TestPlanErrors(t *testing.T) {
 	}{
 		{Options{Type: "Q4_K_M", Output: "o.safetensors"}, "must end in .gguf"},
 		{Options{Type: "int8_convrot", Output: "o.gguf"}, "must end in .safetensors"},
-		{Options{Type: "Q9_K", Output: "o.gguf"}, "unknown quantization type"},
+		{Options{Type: "Q9_K", Output: "o.gguf"}, `unknown type "Q9_K" (did you mean`},
 		{Options{Type: "Q4_K_M", Output: "o.gguf", TensorTypes: []string{"a=q8_0"}, TensorTypeRules: "b=q8_0"}, "cannot be combined"},
 		{Options{Type: "Q4_K_M", Output: "o.gguf", TensorTypes: []string{"noequals"}}, "want REGEX=TYPE"},
 		{Options{Type: "Q4_K_M", Output: "o.gguf", TensorTypes: []string{"(?=x)=q8_0"}}, "lookahead"},

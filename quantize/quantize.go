@@ -12,7 +12,6 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
-	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/formats/gguf"
 	// The safetensors reader and writer (formats.Open, formats.CreatorFor).
 	_ "github.com/sdtool/sdtool/formats/safetensors"
@@ -76,6 +75,9 @@ type Report struct {
 	ImatrixMissing, ImatrixUnused []string
 	// Warnings are the problems that did not stop the plan.
 	Warnings []string
+	// Dequantized counts the input's ggml-quantized tensors decoded to a
+	// float --type (no --allow-requantize needed: nothing is quantized again).
+	Dequantized int
 
 	reshaped int            // outputs stored with another shape
 	modules  map[string]int // ComfyUI modules written, by type name
@@ -131,6 +133,10 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	} else {
 		var err error
 		if ft, err = mix.Parse(opts.Type); err != nil {
+			if _, known := formats.ParseType(opts.Type); !known {
+				// One wording, with the nearest of every --type value.
+				err = fmt.Errorf("%w (see `sdtool quantize --help` for the table)", formats.UnknownType(opts.Type, append(mix.Names(), convrot.Names()...)))
+			}
 			return nil, nil, fmt.Errorf("--type: %v", err)
 		}
 		res.Format, res.FType = "gguf", ft
@@ -223,6 +229,15 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if err := plan.Check(); err != nil {
 		return fail(err)
 	}
+	names := make([]string, len(dm.Sources))
+	for i, s := range dm.Sources {
+		names[i] = s.Name
+	}
+	unmatched := unmatchedRules(opts, names)
+	for _, w := range unmatched {
+		log.Warn(w)
+		res.Warnings = append(res.Warnings, w)
+	}
 	res.Consumers = checkConsumers(res, plan, targets)
 	for _, c := range res.Consumers {
 		if !c.OK {
@@ -238,7 +253,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 			}
 		}
 	}
-	plan.Notes = notes(res)
+	plan.Notes = append(notes(res), unmatched...)
 	return plan, res, nil
 }
 
@@ -254,7 +269,12 @@ func checkRequantize(opts *Options, dm *tensor.View, log *slog.Logger, res *Repo
 			q = append(q, s.Name)
 		}
 	}
-	if len(q) > 0 {
+	if len(q) > 0 && dequantizeOnly(opts, res) {
+		// Back to a float type: every quantized tensor is decoded exactly,
+		// nothing is quantized again, so there is no quality to lose.
+		res.Dequantized = len(q)
+		log.Info("dequantizing quantized tensors", "count", len(q), "file", opts.Input, "type", res.FType.Base)
+	} else if len(q) > 0 {
 		if !opts.AllowRequantize {
 			return fmt.Errorf("%s: %d tensors are already quantized (tensor %q is %s): %w; requantizing loses quality, pass --allow-requantize to dequantize and quantize again",
 				opts.Input, len(q), q[0], firstType(dm, q[0]), ErrRequantize)
@@ -269,6 +289,12 @@ func checkRequantize(opts *Options, dm *tensor.View, log *slog.Logger, res *Repo
 		res.Warnings = append(res.Warnings, w)
 	}
 	return nil
+}
+
+// dequantizeOnly reports a GGUF output whose every tensor is a float type:
+// a float --type (F16, BF16, F32) and no rules that could pick a block type.
+func dequantizeOnly(opts *Options, res *Report) bool {
+	return res.Format == "gguf" && !res.FType.Base.Quantized() && len(opts.TensorTypes) == 0 && opts.TensorTypeRules == ""
 }
 
 func firstType(dm *tensor.View, name string) string {
@@ -286,24 +312,15 @@ func parseOverrides(opts *Options) (mix.Override, error) {
 }
 
 // parseMetadata reads --metadata KEY=VALUE items.
-func parseMetadata(items []string) ([][2]string, error) {
-	var out [][2]string
-	seen := map[string]bool{}
-	for _, s := range items {
-		k, v, ok := strings.Cut(s, "=")
-		if !ok || k == "" {
-			return nil, fmt.Errorf("--metadata %q: want KEY=VALUE", s)
-		}
-		if seen[k] {
-			return nil, fmt.Errorf("--metadata: key %q given twice", k)
-		}
-		if strings.HasPrefix(k, gguf.OrigShapePrefix) || k == "general.alignment" {
-			return nil, fmt.Errorf("--metadata: key %q is written by sdtool itself", k)
-		}
-		seen[k] = true
-		out = append(out, [2]string{k, v})
+func parseMetadata(items []string) ([][2]string, error) { return pipeline.ParseMetadataItems(items) }
+
+// reportDropped warns about input metadata the output cannot hold.
+func (b *builder) reportDropped(dropped []pipeline.DroppedKey) {
+	for _, d := range dropped {
+		w := fmt.Sprintf("metadata %s of %s is not carried: %s", d.Key, b.opts.Input, d.Reason)
+		b.log.Warn(w)
+		b.res.Warnings = append(b.res.Warnings, w)
 	}
-	return out, nil
 }
 
 // builder accumulates the plan.
@@ -593,12 +610,14 @@ func (b *builder) metadata(user [][2]string) {
 	inMeta := b.m.Metadata()
 	if b.res.Format == "safetensors" {
 		meta := map[string]string{}
-		if preset && b.m.Info().Format == "safetensors" {
-			for _, kv := range inMeta {
-				if s, ok := kv.Value.(string); ok && kv.Key != comfyquant.SourceMetadata {
-					meta[kv.Key] = s
-				}
+		if preset {
+			// Any input's model metadata (a GGUF's head counts and tokenizer
+			// included), as strings; arrays do not fit and are reported.
+			carried, dropped := pipeline.CarryMetadata(inMeta, "safetensors")
+			for _, kv := range carried {
+				meta[kv.Key] = kv.Value.(string)
 			}
+			b.reportDropped(dropped)
 		}
 		for _, kv := range user {
 			meta[kv[0]] = kv[1]
@@ -636,17 +655,12 @@ func (b *builder) metadata(user [][2]string) {
 			b.log.Warn(w)
 			b.res.Warnings = append(b.res.Warnings, w)
 		}
-		if b.m.Info().Format == "gguf" {
-			for _, kv := range inMeta {
-				k := kv.Key
-				if k == "general.architecture" || k == "general.file_type" || k == "general.quantization_version" ||
-					k == "general.alignment" || strings.HasPrefix(k, "split.") || strings.HasPrefix(k, "quantize.imatrix.") {
-					continue
-				}
-				if strings.HasPrefix(k, gguf.OrigShapePrefix) {
-					// Recomputed below: sources are read with their recorded torch shapes.
-					continue
-				}
+		// The input's model metadata, from any format (safetensors'
+		// "format": "pt" describes that container only). Storage keys
+		// (file type, imatrix, comfy.gguf.orig_shape, ...) are recomputed.
+		carried, _ := pipeline.CarryMetadata(inMeta, "gguf")
+		for _, kv := range carried {
+			if kv.Key != "general.architecture" && !(kv.Key == "format" && b.m.Info().Format == "safetensors") {
 				set(kv)
 			}
 		}

@@ -3,6 +3,8 @@ package quantize
 import (
 	"fmt"
 	"strings"
+
+	"github.com/sdtool/sdtool/formats"
 )
 
 // notes returns what the plan's summary says after the totals: the type
@@ -14,6 +16,15 @@ func notes(r *Report) []string {
 		what = r.FType.Name
 	}
 	out := []string{fmt.Sprintf("type: %s (%s)", what, r.Format)}
+	if r.Format == "gguf" && !r.FType.Plain && r.Type != r.FType.Name {
+		// A spelling other than the mix's own: say which mix it means, and
+		// that a ggml name spelt the same way in other case is the plain type.
+		note := fmt.Sprintf("--type %s is the mix %s (mix names are case-insensitive)", r.Type, r.FType.Name)
+		if t, ok := formats.ParseType(r.Type); ok && t.IsGGML() {
+			note += fmt.Sprintf("; for %s alone, with no mix upgrades, write --type %s", t, t)
+		}
+		out = append(out, note)
+	}
 	if r.Arch != "" && r.Format == "gguf" {
 		arch := r.ComfyArch
 		if arch == "" {
@@ -30,6 +41,9 @@ func notes(r *Report) []string {
 		for _, n := range c.Notes {
 			out = append(out, fmt.Sprintf("%-8s note: %s", "", n))
 		}
+	}
+	if r.Dequantized > 0 {
+		out = append(out, fmt.Sprintf("dequantized: %d quantized tensors of the input decoded to %s", r.Dequantized, r.FType.Base))
 	}
 	if n := len(r.ImatrixMissing); n > 0 {
 		out = append(out, fmt.Sprintf("imatrix: %d tensors have no entry and are quantized without importance weights (first %q)", n, r.ImatrixMissing[0]))

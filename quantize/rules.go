@@ -10,6 +10,28 @@ import (
 	"github.com/sdtool/sdtool/quant/convrot"
 )
 
+// unmatchedRules returns a warning for every pattern of the user's type
+// rules that matches none of names (whatever the rules' TYPE syntax).
+func unmatchedRules(opts *Options, names []string) []string {
+	flag := "--tensor-type"
+	var rules []pipeline.Rule[string]
+	keep := func(s string) (string, error) { return s, nil }
+	if opts.TensorTypeRules != "" {
+		flag = "--tensor-type-rules"
+		rules, _ = pipeline.ParseRules(opts.TensorTypeRules, keep)
+	}
+	for _, s := range opts.TensorTypes {
+		if r, err := pipeline.ParseRule(s, keep); err == nil {
+			rules = append(rules, r)
+		}
+	}
+	var out []string
+	for _, r := range pipeline.UnmatchedRules(rules, names) {
+		out = append(out, fmt.Sprintf("%s rule %q matches no tensor of %s", flag, r.Pattern+"="+r.Value, opts.Input))
+	}
+	return out
+}
+
 // ruleSet turns the --tensor-type (llama.cpp: last match wins) or
 // --tensor-type-rules (sd.cpp: first match wins, comma-separated) options
 // into a lookup of the type a tensor name gets, with parse reading each
@@ -49,9 +71,12 @@ func ruleSet[T any](opts *Options, parse func(string) (T, error)) (func(string) 
 // parseGGMLRuleType reads a rule TYPE for GGUF outputs: a ggml type name
 // (case-insensitive) that convert can write.
 func parseGGMLRuleType(typ string) (formats.DType, error) {
-	t, ok := formats.ParseType(typ)
-	if !ok || !t.IsGGML() {
-		return 0, fmt.Errorf("unknown ggml type %q", typ)
+	t, err := formats.LookupType(typ)
+	if err != nil {
+		return 0, err
+	}
+	if !t.IsGGML() {
+		return 0, fmt.Errorf("type %s is not a ggml type", t)
 	}
 	if err := pipeline.CheckTarget(t); err != nil {
 		return 0, err
@@ -79,5 +104,6 @@ func parseComfyRuleType(typ string) (comfyChoice, error) {
 	if t, ok := formats.ParseType(typ); ok && (t == formats.F16 || t == formats.BF16 || t == formats.F32) {
 		return comfyChoice{float: t}, nil
 	}
-	return comfyChoice{}, fmt.Errorf("type %q: a ComfyUI output takes int8_convrot, int8, fp8_e4m3, fp8_e5m2, keep, f16, bf16 or f32", typ)
+	err := formats.UnknownType(typ, []string{"int8_convrot", "int8", "fp8_e4m3", "fp8_e5m2", "keep", "f16", "bf16", "f32"})
+	return comfyChoice{}, fmt.Errorf("%v: a ComfyUI output takes int8_convrot, int8, fp8_e4m3, fp8_e5m2, keep, f16, bf16 or f32", err)
 }

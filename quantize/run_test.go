@@ -113,18 +113,18 @@ func TestQuantizeDeterministic(t *testing.T) {
 func TestQuantizeConvrot(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "tiny-int8.safetensors")
 	var logs bytes.Buffer
-	res := run(t, Options{Input: tinyPath, Output: out, Type: "int8_convrot", GroupSize: 16, Log: logTo(&logs)}, pipeline.Options{})
+	res := run(t, Options{Input: tinyPath, Output: out, Type: "int8_convrot", GroupSize: 64, Log: logTo(&logs)}, pipeline.Options{})
 	g := mustOpen(t, out)
 	const (
 		rot   = "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc2"       // in = 256
-		plain = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q" // in = 8
+		plain = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q" // in = 32
 	)
 	for _, c := range []struct {
 		mod, json string
 		shape     []int64
 	}{
-		{rot, `{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 16}`, []int64{64, 256}},
-		{plain, `{"format": "int8_tensorwise"}`, []int64{8, 8}},
+		{rot, `{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 64}`, []int64{64, 256}},
+		{plain, `{"format": "int8_tensorwise"}`, []int64{32, 32}},
 	} {
 		w, s, mk := find(t, g, c.mod+".weight"), find(t, g, c.mod+".weight_scale"), find(t, g, c.mod+".comfy_quant")
 		if w.Type != formats.I8 || !slices.Equal(w.Shape, c.shape) {
@@ -141,7 +141,7 @@ func TestQuantizeConvrot(t *testing.T) {
 			t.Errorf("%s.comfy_quant: %s %q, want U8 %q", c.mod, mk.Type, raw, c.json)
 		}
 	}
-	if !strings.Contains(logs.String(), "plain int8") || !strings.Contains(rowOf(t, res, plain+".weight").Reason, "not divisible by 16") {
+	if !strings.Contains(logs.String(), "plain int8") || !strings.Contains(rowOf(t, res, plain+".weight").Reason, "not divisible by 64") {
 		t.Error("the plain int8 fallback is not reported")
 	}
 	if _, ok := formats.Find(g, "model.diffusion_model.input_blocks.0.0.weight.comfy_quant"); ok {
@@ -157,7 +157,7 @@ func TestQuantizeConvrot(t *testing.T) {
 	// Oracle: the whole-tensor encoder gives the same bytes.
 	src := mustOpen(t, tinyPath)
 	st := find(t, src, rot+".weight")
-	p, err := convrot.NewLayer(formats.Tensor{Name: st.Name, Type: formats.F32, Shape: st.Shape}, convrot.Options{Type: convrot.Int8Convrot, GroupSize: 16})
+	p, err := convrot.NewLayer(formats.Tensor{Name: st.Name, Type: formats.F32, Shape: st.Shape}, convrot.Options{Type: convrot.Int8Convrot, GroupSize: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

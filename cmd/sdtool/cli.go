@@ -63,6 +63,16 @@ func register(cmd *cli.Command, examples ...string) {
 	subcommands = append(subcommands, subcommand{cmd: cmd, examples: examples})
 }
 
+// nestedExamples holds the examples of nested commands ("imatrix show"),
+// by their path below sdtool.
+var nestedExamples = map[string][]string{}
+
+// registerNested gives the nested command at path ("imatrix show") the
+// examples its help shows, run by the same test as register's.
+func registerNested(path string, examples ...string) {
+	nestedExamples[path] = examples
+}
+
 func verboseFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log details (debug level) to stderr"}
 }
@@ -90,24 +100,43 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	list := append([]subcommand(nil), subcommands...)
 	sort.Slice(list, func(i, j int) bool { return list[i].cmd.Name < list[j].cmd.Name })
 	for _, sc := range list {
-		// Copy so that building several apps (tests) never stacks flags twice.
-		c := *sc.cmd
-		c.Flags = append(append([]cli.Flag(nil), c.Flags...), verboseFlag())
-		c.OnUsageError = usageError
-		before := c.Before
-		c.Before = func(ctx *cli.Context) error {
-			setupLogging(ctx, stderr)
-			if before != nil {
-				return before(ctx)
-			}
-			return nil
-		}
-		if len(sc.examples) > 0 {
-			c.CustomHelpTemplate = cli.CommandHelpTemplate + examplesSection(sc.examples)
-		}
-		app.Commands = append(app.Commands, &c)
+		app.Commands = append(app.Commands, prepare(sc.cmd, sc.cmd.Name, sc.examples, stderr))
 	}
 	return app
+}
+
+// prepare returns a copy of cmd (so that building several apps, as tests
+// do, never stacks flags twice) with what every command of sdtool has, at
+// every depth: -v, sdtool's usage errors, logging set up before the
+// action, and its examples in the help; nested commands get the same.
+func prepare(cmd *cli.Command, path string, examples []string, stderr io.Writer) *cli.Command {
+	c := *cmd
+	c.Flags = append(append([]cli.Flag(nil), c.Flags...), verboseFlag())
+	c.OnUsageError = usageError
+	before := c.Before
+	c.Before = func(ctx *cli.Context) error {
+		setupLogging(ctx, stderr)
+		if before != nil {
+			return before(ctx)
+		}
+		return nil
+	}
+	tmpl := cli.CommandHelpTemplate
+	if len(c.Subcommands) > 0 {
+		// The template that lists the nested commands.
+		tmpl = cli.SubcommandHelpTemplate
+	}
+	if len(examples) > 0 {
+		c.CustomHelpTemplate = tmpl + examplesSection(examples)
+	} else if len(c.Subcommands) > 0 {
+		c.CustomHelpTemplate = tmpl
+	}
+	c.Subcommands = nil
+	for _, sub := range cmd.Subcommands {
+		p := path + " " + sub.Name
+		c.Subcommands = append(c.Subcommands, prepare(sub, p, nestedExamples[p], stderr))
+	}
+	return &c
 }
 
 // examplesHeader starts the examples section of a subcommand's help; each
@@ -124,7 +153,38 @@ func examplesSection(examples []string) string {
 	return b.String()
 }
 
-func usageError(_ *cli.Context, err error, _ bool) error { return err }
+// goFlagMessage and goFlagValue match the errors of Go's flag package,
+// which urfave/cli passes on with the flag spelt with one dash whatever the
+// user typed.
+var (
+	goFlagMessage = regexp.MustCompile(`^(flag provided but not defined|flag needs an argument): -{1,2}(\S+)$`)
+	goFlagValue   = regexp.MustCompile(`^invalid (?:boolean )?value "([^"]*)" for (?:flag )?-{1,2}([^\s:]+): (.*)$`)
+)
+
+// usageError rewrites a flag-parsing error in sdtool's wording, naming the
+// flag as it is spelt (--name, or -x for one letter).
+func usageError(_ *cli.Context, err error, _ bool) error {
+	dashed := func(name string) string {
+		if len(name) == 1 {
+			return "-" + name
+		}
+		return "--" + name
+	}
+	if m := goFlagMessage.FindStringSubmatch(err.Error()); m != nil {
+		if m[1] == "flag needs an argument" {
+			return fmt.Errorf("%s needs a value", dashed(m[2]))
+		}
+		return fmt.Errorf("unknown flag %s (see --help)", dashed(m[2]))
+	}
+	if m := goFlagValue.FindStringSubmatch(err.Error()); m != nil {
+		why := m[3]
+		if why == "parse error" {
+			why = "not a valid value"
+		}
+		return fmt.Errorf("%s %q: %s", dashed(m[2]), m[1], why)
+	}
+	return err
+}
 
 func setupLogging(c *cli.Context, stderr io.Writer) {
 	level := slog.LevelWarn
@@ -141,6 +201,10 @@ func setupLogging(c *cli.Context, stderr io.Writer) {
 // run runs the command line args (args[0] is the program name) and returns
 // the exit status: 0, or 1 after printing "sdtool: <message>" on one line.
 func run(args []string, stdout, stderr io.Writer) int {
+	if err := checkCPU(); err != nil {
+		fmt.Fprintf(stderr, "sdtool: %s\n", oneLine(err))
+		return 1
+	}
 	app := newApp(stdout, stderr)
 	if err := app.Run(normalizeArgs(app, args)); err != nil {
 		fmt.Fprintf(stderr, "sdtool: %s\n", oneLine(err))

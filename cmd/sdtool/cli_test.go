@@ -171,11 +171,12 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// helpExamples returns the example command lines of a subcommand's --help.
-func helpExamples(t *testing.T, name string) []string {
-	code, out, errOut := runApp(t, name, "--help")
+// helpExamples returns the example command lines of a subcommand's --help
+// (path: "inspect", or "imatrix show" for a nested one).
+func helpExamples(t *testing.T, path string) []string {
+	code, out, errOut := runApp(t, append(strings.Fields(path), "--help")...)
 	if code != 0 {
-		t.Fatalf("%s --help: exit %d: %s", name, code, errOut)
+		t.Fatalf("%s --help: exit %d: %s", path, code, errOut)
 	}
 	_, after, ok := strings.Cut(out, "\n"+examplesHeader+"\n")
 	if !ok {
@@ -241,8 +242,15 @@ func readmeBlocks(t *testing.T) [][]string {
 // (tests, vet, builds): .ci/run runs those; running them here would recurse.
 var goToolchain = regexp.MustCompile(`^([A-Z_]+=("[^"]*"|\S*) +)*go +(test|vet|build|install|generate|mod)\b`)
 
+// scratchDir is the folder README.md's examples write into (git ignores it).
+const scratchDir = "out"
+
 func TestReadmeStartsWithRunAndTest(t *testing.T) {
 	cmds := readmeCommands(t)
+	// The scratch folder is made first: outputs need their folder.
+	if len(cmds) > 0 && cmds[0] == "mkdir -p "+scratchDir {
+		cmds = cmds[1:]
+	}
 	if len(cmds) < 2 || !strings.HasPrefix(cmds[0], "go run ./cmd/sdtool ") || cmds[1] != "go test ./..." {
 		t.Fatalf("README must start with a go run ./cmd/sdtool command and then go test ./...; has %q", cmds[:min(2, len(cmds))])
 	}
@@ -275,18 +283,24 @@ func TestDocumentedCommands(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "sdtool"), []byte(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// "go run [flags] ./cmd/sdtool ARGS" becomes "sdtool ARGS"; any other
-	// use of go in a documented line is a mistake in this test's scope.
+	// "go run [flags] ./cmd/sdtool ARGS" becomes "sdtool ARGS", and
+	// "go run ./build" (the SIMD build helper) puts this binary at ./sdtool,
+	// as the helper would build it there; any other use of go in a
+	// documented line is a mistake in this test's scope.
 	prelude := `go() {
   if [ "$1" = run ]; then
     shift
     while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done
-    case "$1" in ./cmd/sdtool|github.com/sdtool/sdtool/cmd/sdtool) shift; sdtool "$@"; return;; esac
+    case "$1" in
+      ./cmd/sdtool|github.com/sdtool/sdtool/cmd/sdtool) shift; sdtool "$@"; return;;
+      ./build) shift; [ $# -eq 0 ] || { echo "go run ./build $*: only the plain form is supported here" >&2; return 99; }
+        cp "$(command -v sdtool)" ./sdtool; return;;
+    esac
   fi
   echo "documented line runs go $*: not supported by this test" >&2; return 99
 }
 `
-	runLines := func(t *testing.T, lines []string) {
+	runLines := func(t *testing.T, lines []string) string {
 		dir := t.TempDir()
 		copyDir(t, "../../testdata", filepath.Join(dir, "testdata"))
 		for _, line := range lines {
@@ -298,6 +312,7 @@ func TestDocumentedCommands(t *testing.T) {
 				t.Errorf("%s: %v\n%s", line, err, out)
 			}
 		}
+		return dir
 	}
 
 	var readme []string
@@ -318,31 +333,72 @@ func TestDocumentedCommands(t *testing.T) {
 	if len(readme) == 0 {
 		t.Fatal("no runnable command lines in README.md")
 	}
-	t.Run("README", func(t *testing.T) { runLines(t, append(readme, readme...)) })
+	t.Run("README", func(t *testing.T) {
+		dir := runLines(t, append(readme, readme...))
+		// Examples write into the scratch folder only: nothing in the
+		// repository root (but the ./sdtool that go run ./build makes,
+		// which git ignores), nothing in testdata/.
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			if n := e.Name(); n != scratchDir && n != "testdata" && n != "sdtool" {
+				t.Errorf("README examples wrote %s outside %s/", n, scratchDir)
+			}
+		}
+		if got, want := listFiles(t, filepath.Join(dir, "testdata")), listFiles(t, "../../testdata"); !reflect.DeepEqual(got, want) {
+			t.Errorf("README examples changed testdata/: %q, was %q", got, want)
+		}
+	})
 
-	app := newApp(&bytes.Buffer{}, &bytes.Buffer{})
-	for _, c := range app.Commands {
-		ex := helpExamples(t, c.Name)
+	for _, path := range commandPaths(newApp(&bytes.Buffer{}, &bytes.Buffer{}).Commands, "") {
+		ex := helpExamples(t, path)
 		if len(ex) == 0 {
-			t.Errorf("sdtool %s --help shows no examples", c.Name)
+			t.Errorf("sdtool %s --help shows no examples", path)
 			continue
 		}
 		for _, e := range ex {
-			if !strings.HasPrefix(e, "sdtool "+c.Name+" ") {
-				t.Errorf("sdtool %s example %q does not start with \"sdtool %s \"", c.Name, e, c.Name)
+			if !strings.HasPrefix(e, "sdtool "+path+" ") {
+				t.Errorf("sdtool %s example %q does not start with \"sdtool %s \"", path, e, path)
 			}
 		}
-		if !native.Available && needsGGML.MatchString("sdtool "+c.Name) {
-			t.Logf("sdtool %s examples need a cgo build", c.Name)
+		if !native.Available && needsGGML.MatchString("sdtool "+path) {
+			t.Logf("sdtool %s examples need a cgo build", path)
 			continue
 		}
-		t.Run(c.Name, func(t *testing.T) { runLines(t, ex) })
+		t.Run(path, func(t *testing.T) { runLines(t, ex) })
 	}
+}
+
+// commandPaths lists every command below cmds as its path ("inspect",
+// "imatrix", "imatrix show", ...), leaving out urfave's help commands.
+func commandPaths(cmds []*cli.Command, prefix string) []string {
+	var out []string
+	for _, c := range cmds {
+		if c.Name == "help" {
+			continue
+		}
+		out = append(out, prefix+c.Name)
+		out = append(out, commandPaths(c.Subcommands, prefix+c.Name+" ")...)
+	}
+	return out
 }
 
 // needsGGML matches documented command lines that run models through ggml,
 // which a CGO_ENABLED=0 build cannot (it says so and exits 1).
-var needsGGML = regexp.MustCompile(`(^|\s)(sdtool|\./cmd/sdtool) generate\b`)
+var needsGGML = regexp.MustCompile(`(^|\s)(\./)?(sdtool|\./cmd/sdtool) generate\b`)
+
+// listFiles returns the files under dir, relative to it, sorted.
+func listFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	return out
+}
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
@@ -365,5 +421,23 @@ func copyDir(t *testing.T, src, dst string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The README says what the first build costs and what gcc prints during
+// it, so that a newcomer does not think it is stuck or broken.
+func TestReadmeSaysWhatTheFirstBuildCosts(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Join(strings.Fields(string(data)), " ")
+	for _, want := range []string{"expect 4 to 9 minutes", "-Wstringop-overflow", "the build succeeds"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
+	if strings.Contains(s, "takes about a minute") {
+		t.Error("README.md still says the first build takes about a minute")
 	}
 }

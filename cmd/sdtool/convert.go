@@ -34,13 +34,16 @@ func init() {
 	}
 	flags = append(flags,
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE`: .gguf (default layout of sd-cli) or .safetensors"},
-		&cli.StringFlag{Name: "type", Usage: "target `TYPE` (ggml name, case-sensitive: f32, f16, bf16, q8_0, q4_K, iq4_xs, ...)"},
+		&cli.StringFlag{Name: "type", Usage: "target `TYPE`: a ggml type name in any case (f32, f16, bf16, q8_0, q4_K, iq4_xs, ...)"},
 		&cli.StringSliceFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"`: first match wins; repeated flags are joined with commas as sd-cli does"},
 		&cli.StringSliceFlag{Name: "imatrix", Aliases: []string{"imat-in"}, Usage: "importance matrix `FILE` (.dat or GGUF; repeatable: stored values are summed as sd.cpp does)"},
 		&cli.BoolFlag{Name: "convert-name", Usage: "store sd.cpp's converted tensor names"},
+		&cli.StringSliceFlag{Name: "tokenizer", Usage: "embed the tokenizer at `PATH` (CLIP: tokenizer.json, vocab.json+merges.txt or their folder; T5: spiece.model or its tokenizer.json, GGUF only) where generate finds it (repeatable)"},
+		&cli.BoolFlag{Name: "no-metadata", Usage: "write no metadata, as sd-cli does (its exact bytes even for inputs with metadata)"},
+		&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string added to the output's metadata (repeatable), e.g. sdtool.unet.num_heads=8"},
 		&cli.BoolFlag{Name: "dequantize", Usage: "decode ComfyUI int8 (convrot) and FP8 modules to floats first, then convert (sd-cli keeps them as stored)"},
-		&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "worker `N` (default: all cores)"},
-		&cli.Int64Flag{Name: "max-memory", Usage: "`BYTES` of chunks in flight (default 1 GiB)"},
+		threadsFlag("`N` worker threads"),
+		maxMemoryFlag(),
 		&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, bits per weight) and write nothing"},
 	)
@@ -52,6 +55,10 @@ func init() {
 			"order, its dtype handling (F64 to F32, I64 to I32, F8 to F16, U8 skipped, int8_tensorwise kept), its\n" +
 			"exclusions (biases, embeddings, rows that do not fit the block), --tensor-type-rules where the first\n" +
 			"match wins, and ggml's weighted quantizers with an all-ones vector or the summed --imatrix files.\n" +
+			"Unlike sd-cli, the inputs' metadata is carried into the output (GGUF keys as typed; safetensors\n" +
+			"__metadata__ as strings, arrays left out), so head counts and an embedded tokenizer survive and\n" +
+			"`sdtool generate` runs the result; --no-metadata writes none, sd-cli's exact bytes (inputs without\n" +
+			"metadata, or with only safetensors' \"format\", give those bytes either way).\n" +
 			"Unlike sd-cli, a bad type, rule or regex is an error before anything is written (Go regexps are RE2:\n" +
 			"no lookaround or backreferences), tensors that cannot change type are kept and reported, and the\n" +
 			"output is written to OUT.partial and renamed only when complete. FP8 is not a GGUF type: use\n" +
@@ -76,6 +83,9 @@ func runConvert(c *cli.Context) error {
 		Imatrix:     c.StringSlice("imatrix"),
 		ConvertName: c.Bool("convert-name"),
 		Dequantize:  c.Bool("dequantize"),
+		NoMetadata:  c.Bool("no-metadata"),
+		Metadata:    c.StringSlice("metadata"),
+		Tokenizers:  c.StringSlice("tokenizer"),
 		Log:         slog.Default(),
 	}
 	for _, in := range convertInputs {

@@ -6,8 +6,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/inspect"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 func init() {
@@ -24,7 +26,7 @@ func init() {
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "write JSON (docs/diff-json.md)"},
 			&cli.StringSliceFlag{Name: "filter", Usage: "compare only tensors whose name matches `REGEX` (repeatable: any may match)"},
-			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "tensors compared at once, `N` (default: all cores)"},
+			threadsFlag("`N` tensors compared at once"),
 		},
 		Action: runDiff,
 	},
@@ -35,7 +37,7 @@ func init() {
 
 func runDiff(c *cli.Context) error {
 	if c.NArg() != 2 {
-		return fmt.Errorf("diff: want two models A and B, got %d arguments", c.NArg())
+		return fmt.Errorf("diff: want two models A and B, got %s", pipeline.Count(c.NArg(), "argument", "arguments"))
 	}
 	var opts inspect.DiffOptions
 	for _, f := range c.StringSlice("filter") {
@@ -45,7 +47,11 @@ func runDiff(c *cli.Context) error {
 		}
 		opts.Filters = append(opts.Filters, re)
 	}
-	opts.Threads = c.Int("threads")
+	threads, err := threadsOf(c)
+	if err != nil {
+		return err
+	}
+	opts.Threads = threads
 	a, err := formats.Open(c.Args().Get(0))
 	if err != nil {
 		return err
@@ -56,10 +62,16 @@ func runDiff(c *cli.Context) error {
 		return err
 	}
 	defer b.Close()
+	ctx, stop := console.SignalContext()
+	defer stop()
+	bar := console.New("diff", 0)
+	opts.Context, opts.Progress = ctx, bar.Update
 	r, err := inspect.Diff(a, b, opts)
 	if err != nil {
-		return err
+		bar.Abandon()
+		return fmt.Errorf("diff: %w", err)
 	}
+	bar.Finish()
 	if c.Bool("json") {
 		return inspect.WriteDiffJSON(c.App.Writer, r)
 	}

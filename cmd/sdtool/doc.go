@@ -4,8 +4,13 @@
 //
 // Each subcommand lives in its own file and registers itself from init;
 // cli.go holds what they share: flags after positional arguments, -v for
-// debug logging, examples in every help, and "sdtool: message" errors with
-// exit status 1.
+// debug logging at every depth, examples in every help, flag errors in
+// sdtool's words, and "sdtool: message" errors with exit status 1. write.go
+// has the writing commands' --threads and --max-memory; cpucheck.go refuses a
+// CPU the linked ggml was not compiled for; threads.go, slowbuild.go and
+// tokenizer.go are generate's default thread count, its note about a build
+// without SIMD kernels (`go run ./build` makes one with them), and where its
+// CLIP tokenizer comes from.
 //
 // On the map (DESIGN.md) the command is the top floor: flags become
 // options, options become a plan (convert, quantize, merge) or a summary

@@ -18,6 +18,7 @@ import (
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
+	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/internal/benchutil"
 	"github.com/sdtool/sdtool/pipeline"
 )
@@ -88,8 +89,7 @@ func init() {
 			"ggml's CPU kernels, the same kernels stable-diffusion.cpp uses, on any file sdtool reads (GGUF of any ggml type,\n" +
 			"safetensors, .ckpt, diffusers folders, ComfyUI INT8/FP8). The model is one file (-m) or separate components as\n" +
 			"sd-cli names them (--diffusion-model, --clip_l, --clip_g, --t5xxl, --vae), in any mix of formats and types; the\n" +
-			"family (SD 1.x, SD 2.x, SDXL) is detected from the tensors. The tokenizer comes from --tokenizer or from a\n" +
-			"component's metadata (sdtool.tokenizer.clip.merges). The PNG gets A1111-style \"parameters\" text.\n\n" +
+			"family (SD 1.x, SD 2.x, SDXL) is detected from the tensors. The PNG gets A1111-style \"parameters\" text.\n\n" +
 			"--compare REF runs the same seed with REF's weights and prints the PSNR and SSIM of the two images, the\n" +
 			"cosine similarity of the final latents and each network block's output error at the first step, so a\n" +
 			"quantized model can be checked against its source; --compare-diffusion-model, --compare-clip_l, ... name\n" +
@@ -98,8 +98,12 @@ func init() {
 			"default to sd-cli's choice for the family. --imatrix-out collects an importance matrix of the diffusion\n" +
 			"network's and text encoders' linear weights (Σx² per input column, as sd-cli --imat-out; not the VAE, not\n" +
 			"convolutions) for `convert --imatrix` and `quantize --imatrix`; --prompt-file runs a calibration set in one\n" +
-			"command. ggml built without -march is slow: build with\n" +
-			"CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" (and the same CGO_CXXFLAGS).",
+			"command. The CLIP tokenizer comes from --tokenizer, else a component's metadata, else the first found beside\n" +
+			"the model, in its diffusers folder's tokenizer/, in the comfy/sd1_tokenizer of a ComfyUI install the model is\n" +
+			"in, or in the Hugging Face cache (openai/clip-vit-large-patch14, the SD pipelines); generate says which.\n" +
+			"A plain `go build` leaves ggml's SIMD kernels out (about 15x slower on a real model): build with\n" +
+			"`go run ./build` in the repository, which sets the compiler flags for this CPU. --threads defaults to\n" +
+			"the idle cores (ggml's spinning workers collapse on busy ones).",
 		Flags: append(append(modelFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` ((word:1.2) weights allowed; or --prompt-file)"},
 			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
@@ -113,23 +117,24 @@ func init() {
 			&cli.StringFlag{Name: "sampling-method", Usage: "`SAMPLER`: euler, euler_a or dpm++2m", DefaultText: "the family's: euler_a for SD 1.x/2.x/XL"},
 			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: discrete, karras, simple or sgm_uniform", DefaultText: "the family's: discrete for SD 1.x/2.x/XL"},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
-			&cli.StringFlag{Name: "prediction", Usage: "`eps`, `v` or `flow` (default: metadata, else the family's; SD 2.x is probed as sd.cpp does)"},
-			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS` (default: all cores)"},
+			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
+			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.BoolFlag{Name: "sdcpp-text-projection", Usage: "multiply by an OpenCLIP text_projection as stored, as stable-diffusion.cpp does (it transposes SDXL's pooled embedding from single-file checkpoints), to reproduce sd-cli's images"},
-			&cli.StringFlag{Name: "tokenizer", Usage: "tokenizer.json or a folder with vocab.json and merges.txt (`PATH`)"},
+			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 		}...), generateImatrixFlags()...),
 		Action: runGenerate,
 	},
-		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o cat.png --threads 1",
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o cat.png",
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a (red:1.3) house' -n blurry --steps 2 --sampling-method dpm++2m --scheduler karras -o house.png --threads 1",
-		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o calib.png --imatrix-out calib.dat --threads 1 --force",
-		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a red house' --steps 1 -W 64 -H 64 -o calib.png --imatrix-in calib.dat --imatrix-out calib.dat --threads 1 --force",
-		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a photo of a (red:1.2) cat' -n blurry -o cat-xl.png --threads 1 --force",
-		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 2 --scheduler sgm_uniform -W 64 -H 64 -o cat-xl.png --compare testdata/tiny-sdxl.gguf --sdcpp-text-projection --threads 1 --force",
-		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o xl-calib.png --imatrix-out xl-calib.dat --threads 1 --force",
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o calib.png --imatrix-out calib.dat --force",
+		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a red house' --steps 1 -W 64 -H 64 -o calib.png --imatrix-in calib.dat --imatrix-out calib.dat --force",
+		"sdtool generate -m testdata/tiny-sd1.safetensors -p 'a cat' --steps 1 -W 64 -H 64 -o cmp.png --compare testdata/tiny-sd1.gguf",
+		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a photo of a (red:1.2) cat' -n blurry -o cat-xl.png --force",
+		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 2 --scheduler sgm_uniform -W 64 -H 64 -o cat-xl.png --compare testdata/tiny-sdxl.gguf --sdcpp-text-projection --force",
+		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o xl-calib.png --imatrix-out xl-calib.dat --force",
 	)
 }
 
@@ -145,10 +150,8 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	for i := range prompts {
-		if err := pipeline.CheckOutput(promptOutput(out, i, len(prompts)), generateInputs(c), c.Bool("force")); err != nil {
-			return err
-		}
+	if err := checkGenerateOutputs(c, out, len(prompts)); err != nil {
+		return err
 	}
 	method, err := infer.ParseMethod(c.String("sampling-method"))
 	if err != nil {
@@ -158,20 +161,30 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if !infer.LinkedAVX2() {
-		slog.Warn("the linked ggml was compiled without AVX2, so inference is slow; build with CGO_CFLAGS=\"-O3 -march=native -ffp-contract=off\" CGO_CXXFLAGS=\"-O3 -march=native -ffp-contract=off\"")
+	threads, err := ggmlThreads(c)
+	if err != nil {
+		return err
 	}
-	opt := infer.LoadOptions{Tokenizer: c.String("tokenizer"), Threads: c.Int("threads"), Prediction: c.String("prediction"),
-		StoredLayout: c.Bool("sdcpp-text-projection")}
 	comps := components(c, "")
 	if comps.Model == "" && comps.DiffusionModel == "" {
 		return errors.New("generate: give a model: -m FILE, or --diffusion-model FILE with its text encoders and VAE")
 	}
+	tok, tokSaid, notFound := resolveTokenizer(c.String("tokenizer"), comps)
+	opt := infer.LoadOptions{Tokenizer: tok, Threads: threads, Prediction: c.String("prediction"),
+		StoredLayout: c.Bool("sdcpp-text-projection")}
 	m, err := infer.Load(comps, opt)
 	if err != nil {
+		// The model's own problems come first (infer checks them before the
+		// tokenizer); a missing tokenizer is said with where it was looked for.
+		if notFound != nil && errors.Is(err, text.ErrNoTokenizer) {
+			return notFound
+		}
 		return err
 	}
 	defer m.Close()
+	if tokSaid != "" {
+		fmt.Fprintln(c.App.ErrWriter, tokSaid)
+	}
 	imat, err := startImatrix(c, m)
 	if err != nil {
 		return err
@@ -212,9 +225,15 @@ func runGenerate(c *cli.Context) error {
 	}
 	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "unet", fmt.Sprintf("%+v", cfg.UNet),
 		"text", fmt.Sprintf("%+v", cfg.Text), "vae", fmt.Sprintf("%+v", cfg.VAE), "prediction", cfg.Prediction, "load", m.LoadTime)
+	ctx, stop := console.SignalContext()
+	defer stop()
+	req.Context = ctx
 	for i, p := range prompts {
 		req.Prompt, req.Seed = p, uint64(c.Int64("seed")+int64(i))
 		if err := generateOne(c, m, opt, req, promptOutput(out, i, len(prompts))); err != nil {
+			if errors.Is(err, infer.ErrInterrupted) {
+				return interruptedGenerate(c, imat, err, i, len(prompts))
+			}
 			return err
 		}
 	}
@@ -248,7 +267,12 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		out, res.Width, res.Height, m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
 		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), peakRSS())
 	if comparing(c) {
-		return compareWith(c, components(c, "compare-").WithDefaults(m.Components), opt, req, res, img)
+		if err := compareWith(c, components(c, "compare-").WithDefaults(m.Components), opt, req, res, img); err != nil {
+			if errors.Is(err, infer.ErrInterrupted) {
+				return fmt.Errorf("%w during the --compare reference run (%s was written; no comparison)", err, out)
+			}
+			return err
+		}
 	}
 	return nil
 }
@@ -270,7 +294,15 @@ func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 func generateWithBar(stderr io.Writer, m *infer.Model, req infer.Request, label string) (*infer.Result, error) {
 	update, finish := console.Steps(stderr, label, req.Steps)
 	defer finish()
-	req.OnStep = update
+	req.OnStep = func(step, steps int) {
+		// After the first step every argument has been checked and the
+		// work is under way: the moment to say the build is slow (before
+		// the step bar draws its first frame).
+		noteSlowBuildOnce(stderr, infer.LinkedAVX2())
+		if update != nil {
+			update(step, steps)
+		}
+	}
 	return m.Generate(req)
 }
 

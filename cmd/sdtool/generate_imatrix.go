@@ -65,6 +65,22 @@ func generatePrompts(c *cli.Context) ([]string, error) {
 	return out, nil
 }
 
+// checkGenerateOutputs refuses, before any work, every output generate
+// would write: each prompt's image and the --imatrix-out file (which may be
+// one of its --imatrix-in files: continuing in place), so that a missing
+// folder or an existing file fails at once.
+func checkGenerateOutputs(c *cli.Context, out string, prompts int) error {
+	for i := range prompts {
+		if err := pipeline.CheckOutput(promptOutput(out, i, prompts), generateInputs(c), c.Bool("force")); err != nil {
+			return err
+		}
+	}
+	if im := c.String("imatrix-out"); im != "" {
+		return pipeline.CheckOutput(im, nil, c.Bool("force") || containsSame(c.StringSlice("imatrix-in"), im))
+	}
+	return nil
+}
+
 // promptOutput names the image of prompt i (0-based) of n: OUT itself for
 // one prompt, OUT-<i+1>.png for several.
 func promptOutput(out string, i, n int) string {
@@ -154,6 +170,32 @@ func (r *imatrixRun) finish(c *cli.Context, dataset string) error {
 		fmt.Fprintf(c.App.ErrWriter, "warning: %s: %d GGUF imatrix names are 64 bytes or longer (first %q); stock llama.cpp refuses them: write .dat for it\n",
 			r.out, len(long), long[0]+".in_sum2")
 	}
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d entries, %d UNet evaluations\n", r.out, len(m.Entries), m.ChunkCount)
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %s\n", r.out, pipeline.Count(len(m.Entries), "entry", "entries"), pipeline.Count(m.ChunkCount, "UNet evaluation", "UNet evaluations"))
 	return nil
+}
+
+// interruptedGenerate ends a run that Ctrl-C or SIGTERM stopped during
+// prompt i (0-based) of n: the images of the earlier prompts stay, the
+// current one is not written, and a calibration run writes the importance
+// matrix it has collected so far (every UNet evaluation that completed,
+// the interrupted prompt's included: the statistics are sums, so a partial
+// set is still a valid one). The error says all of that on one line.
+func interruptedGenerate(c *cli.Context, imat *imatrixRun, err error, i, n int) error {
+	msg := fmt.Sprintf("generate: %v", err)
+	if n > 1 {
+		msg += fmt.Sprintf(" of prompt %d of %d (%s written before)", i+1, n, pipeline.Count(i, "image", "images"))
+	}
+	if !strings.Contains(msg, "--compare reference run") {
+		msg += "; its image is not written"
+	}
+	if imat != nil {
+		if imat.stats.Len() == 0 {
+			return fmt.Errorf("%s; %s not written: nothing was collected yet", msg, imat.out)
+		}
+		if werr := imat.finish(c, c.String("prompt-file")); werr != nil {
+			return fmt.Errorf("%s; writing what was collected failed: %v", msg, werr)
+		}
+		msg += fmt.Sprintf("; %s holds what was collected so far", imat.out)
+	}
+	return errors.New(msg)
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/pngtext"
 )
 
@@ -76,12 +78,11 @@ func TestGenerateErrors(t *testing.T) {
 		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "y.png"), "-W", "100"},
 		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "y.png"), "--sampling-method", "ddim"},
 		{"generate", "-m", filepath.Join(dir, "missing.gguf"), "-p", "a", "-o", filepath.Join(dir, "y.png")},
-		{"generate", "-m", "../../testdata/tiny-sd1.safetensors", "-p", "a", "-o", filepath.Join(dir, "y.png")},
 	} {
 		code, _, errOut := runApp(t, args...)
-		// The last line is the error (the no-AVX2 warning may come first).
-		lines := strings.Split(strings.TrimSpace(errOut), "\n")
-		if code != 1 || !strings.HasPrefix(lines[len(lines)-1], "sdtool: ") {
+		// The error alone: the note about a build without SIMD kernels
+		// comes only when the work starts.
+		if code != 1 || !strings.HasPrefix(errOut, "sdtool: ") || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
 		}
 	}
@@ -120,5 +121,150 @@ func TestGenerateSDXLMixedComponents(t *testing.T) {
 	}
 	if strings.Contains(stdout, "PSNR +Inf") || !strings.Contains(stdout, "image PSNR") || !strings.Contains(stdout, "middle_block") {
 		t.Errorf("compare output:\n%s", stdout)
+	}
+}
+
+// A copy converted without metadata (sd-cli's bytes) cannot tell its head
+// count: generate names the missing key and the command that adds it, and
+// a copy converted the default way runs.
+func TestGenerateConvertedCopies(t *testing.T) {
+	dir := t.TempDir()
+	bare, kept := filepath.Join(dir, "bare.gguf"), filepath.Join(dir, "kept.gguf")
+	for _, args := range [][]string{
+		{"convert", "-m", tinyGGUF, "-o", bare, "--type", "q8_0", "--no-metadata"},
+		{"convert", "-m", "../../testdata/tiny-sd1.safetensors", "-o", kept, "--type", "q8_0"},
+	} {
+		if code, _, errOut := runApp(t, args...); code != 0 {
+			t.Fatalf("%q: %s", args, errOut)
+		}
+	}
+	code, _, errOut := runApp(t, "generate", "-m", bare, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "-t", "1", "-o", filepath.Join(dir, "b.png"))
+	if code != 1 || !strings.Contains(errOut, "sdtool.unet.num_heads") || !strings.Contains(errOut, "--metadata") {
+		t.Errorf("no-metadata copy: exit %d, stderr %q", code, errOut)
+	}
+	code, stdout, errOut := runApp(t, "generate", "-m", kept, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "-t", "1",
+		"--cfg-scale", "1", "-o", filepath.Join(dir, "k.png"), "--compare", "../../testdata/tiny-sd1.safetensors")
+	if code != 0 || !strings.Contains(stdout, "PSNR") {
+		t.Errorf("converted copy: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// Outputs in a missing folder are refused before the model is even opened,
+// naming the folder, not the internal .partial file.
+func TestGenerateChecksOutputFoldersFirst(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing.gguf")
+	for _, args := range [][]string{
+		{"-o", filepath.Join(dir, "nodir", "x.png")},
+		{"-o", filepath.Join(dir, "x.png"), "--imatrix-out", filepath.Join(dir, "nodir", "x.dat")},
+	} {
+		code, _, errOut := runApp(t, append([]string{"generate", "-m", missing, "-p", "a cat"}, args...)...)
+		if code != 1 || !strings.Contains(errOut, "folder "+filepath.Join(dir, "nodir")+" does not exist") || strings.Contains(errOut, ".partial") {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+}
+
+// A build without SIMD kernels says so once per run, when the work starts;
+// a build with them says nothing.
+func TestGenerateSlowBuildNoteOnce(t *testing.T) {
+	dir := t.TempDir()
+	prompts := filepath.Join(dir, "p.txt")
+	os.WriteFile(prompts, []byte("a cat\na dog\n"), 0o644)
+	code, _, errOut := runApp(t, "generate", "-m", tinyGGUF, "--prompt-file", prompts, "--steps", "1", "-W", "64", "-H", "64",
+		"-t", "1", "--cfg-scale", "1", "-o", filepath.Join(dir, "x.png"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := 1
+	if infer.LinkedAVX2() {
+		want = 0
+	}
+	if n := strings.Count(errOut, "built without ggml's SIMD kernels"); n != want {
+		t.Errorf("the slow-build note appears %d times, want %d:\n%s", n, want, errOut)
+	}
+}
+
+// The command generate's missing-tokenizer error names exists and fixes it.
+func TestGenerateMissingTokenizerNamesAWorkingFix(t *testing.T) {
+	dir := t.TempDir()
+	noTokenizers(t, dir)
+	bare, fixed := filepath.Join(dir, "bare.gguf"), filepath.Join(dir, "fixed.gguf")
+	os.Mkdir(filepath.Join(dir, "tok"), 0o755)
+	merges := filepath.Join(dir, "tok", "merges.txt")
+	src, err := formats.Open(tinyGGUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := src.Metadata().String("sdtool.tokenizer.clip.merges")
+	src.Close()
+	os.WriteFile(merges, []byte(m), 0o644)
+	heads := filepath.Join(dir, "heads.gguf")
+	if code, _, errOut := runApp(t, "convert", "-m", tinyGGUF, "-o", bare, "--no-metadata"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := runApp(t, "convert", "-m", bare, "-o", heads, "--metadata", "sdtool.unet.num_heads=8", "--metadata", "sdtool.clip.num_heads=2"); code != 0 {
+		t.Fatal(errOut)
+	}
+	code, _, errOut := runApp(t, "generate", "-m", heads, "-p", "a cat", "-o", filepath.Join(dir, "x.png"), "--steps", "1", "-W", "64", "-H", "64")
+	if code != 1 || !strings.Contains(errOut, "sdtool convert --tokenizer") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := runApp(t, "convert", "-m", heads, "-o", fixed, "--tokenizer", merges); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := runApp(t, "generate", "-m", fixed, "-p", "a cat", "-o", filepath.Join(dir, "x.png"), "--steps", "1", "-W", "64", "-H", "64"); code != 0 {
+		t.Errorf("after convert --tokenizer: exit %d, %s", code, errOut)
+	}
+}
+
+// noTokenizers points the places generate searches for a CLIP tokenizer
+// (home folder, Hugging Face cache) at the empty folder dir.
+func noTokenizers(t *testing.T, dir string) {
+	t.Setenv("HOME", dir)
+	t.Setenv("HF_HOME", filepath.Join(dir, "hf"))
+	t.Setenv("HF_HUB_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "")
+}
+
+// A model without a tokenizer finds the one beside it and says so; with
+// none anywhere the error lists where it looked; --tokenizer wins.
+func TestGenerateFindsTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	noTokenizers(t, dir)
+	src, err := formats.Open(tinyGGUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merges, _ := src.Metadata().String("sdtool.tokenizer.clip.merges")
+	src.Close()
+	model := filepath.Join(dir, "models", "m.gguf")
+	os.Mkdir(filepath.Join(dir, "models"), 0o755)
+	bare := filepath.Join(dir, "bare.gguf")
+	if code, _, errOut := runApp(t, "convert", "-m", tinyGGUF, "-o", bare, "--no-metadata"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := runApp(t, "convert", "-m", bare, "-o", model, "--metadata", "sdtool.unet.num_heads=8", "--metadata", "sdtool.clip.num_heads=2"); code != 0 {
+		t.Fatal(errOut)
+	}
+	gen := func(extra ...string) (int, string) {
+		args := append([]string{"generate", "-m", model, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "--cfg-scale", "1", "-o", filepath.Join(dir, "x.png"), "--force"}, extra...)
+		code, _, errOut := runApp(t, args...)
+		return code, errOut
+	}
+	code, errOut := gen()
+	if code != 1 || !strings.Contains(errOut, "no CLIP tokenizer found") || !strings.Contains(errOut, filepath.Join(dir, "models", "tokenizer.json")) ||
+		!strings.Contains(errOut, filepath.Join(dir, "hf", "hub", "models--openai--clip-vit-large-patch14")) {
+		t.Errorf("no tokenizer anywhere: exit %d, %q", code, errOut)
+	}
+	beside := filepath.Join(dir, "models", "merges.txt")
+	os.WriteFile(beside, []byte(merges), 0o644)
+	if code, errOut := gen(); code != 0 || !strings.Contains(errOut, "tokenizer: "+beside+" (beside the model)") {
+		t.Errorf("tokenizer beside the model: exit %d, %q", code, errOut)
+	}
+	other := filepath.Join(dir, "other.txt")
+	os.WriteFile(other, []byte(merges), 0o644)
+	if code, errOut := gen("--tokenizer", other); code != 0 || strings.Contains(errOut, "tokenizer: ") {
+		t.Errorf("--tokenizer: exit %d, %q", code, errOut)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/bytedance/sonic"
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/pipeline"
@@ -26,14 +27,17 @@ func init() {
 		Subcommands: []*cli.Command{
 			{
 				Name: "show", Usage: "entries, calls, value statistics and the most important columns", ArgsUsage: "FILE",
-				Flags:  []cli.Flag{&cli.IntFlag{Name: "top", Value: 5, Usage: "show the `N` most important columns per entry"}},
+				Flags: []cli.Flag{
+					&cli.IntFlag{Name: "top", Value: 5, Usage: "show the `N` most important columns per entry"},
+					&cli.BoolFlag{Name: "json", Usage: "write JSON (docs/imatrix-json.md)"},
+				},
 				Action: runImatrixShow,
 			},
 			{
 				Name: "merge", Usage: "combine several files into one", ArgsUsage: "FILE...",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf or .dat)"},
-					&cli.StringFlag{Name: "mode", Value: "llama", Usage: "`llama` (sum squared activations and counts: a call-weighted average) or sdcpp (sum stored mean x ncall values, as sd.cpp loads several --imat-in)"},
+					&cli.StringFlag{Name: "mode", Value: "llama", Usage: "`MODE`: llama (sum squared activations and counts: a call-weighted average) or sdcpp (sum stored mean x ncall values, as sd.cpp loads several --imat-in)"},
 					&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 				},
 				Action: runImatrixMerge,
@@ -52,6 +56,69 @@ func init() {
 		"sdtool imatrix convert testdata/tiny-sd1.imatrix.dat -o tiny-sd1.imatrix.gguf --force",
 		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat tiny-sd1.imatrix.gguf -o merged.dat --mode sdcpp --force",
 	)
+	registerNested("imatrix show",
+		"sdtool imatrix show testdata/tiny-sd1.imatrix.dat --top 3",
+		"sdtool imatrix show testdata/tiny-sd1.imatrix.dat --json --top 1",
+	)
+	registerNested("imatrix merge",
+		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat testdata/tiny-sd1.imatrix.dat -o twice.dat",
+		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat testdata/tiny-sd1.imatrix.dat -o twice.gguf --mode sdcpp",
+	)
+	registerNested("imatrix convert",
+		"sdtool imatrix convert testdata/tiny-sd1.imatrix.dat -o tiny-sd1.imatrix.gguf",
+		"sdtool imatrix convert tiny-sd1.imatrix.gguf -o back.dat",
+	)
+}
+
+// imatrixShowJSON is `imatrix show --json` (docs/imatrix-json.md).
+type imatrixShowJSON struct {
+	File       string             `json:"file"`
+	Chunks     int                `json:"chunks"`
+	ChunkSize  int                `json:"chunk_size"`
+	Datasets   []string           `json:"datasets"`
+	EntryCount int                `json:"entry_count"`
+	Entries    []imatrixEntryJSON `json:"entries"`
+}
+
+// imatrixEntryJSON is one entry's statistics of the mean squared
+// activations; min, mean, max and std are null for an empty entry.
+type imatrixEntryJSON struct {
+	Name   string              `json:"name"`
+	Calls  int                 `json:"calls"`
+	Values int                 `json:"values"`
+	Min    *float64            `json:"min"`
+	Mean   *float64            `json:"mean"`
+	Max    *float64            `json:"max"`
+	Std    *float64            `json:"std"`
+	Top    []imatrixColumnJSON `json:"top"`
+}
+
+type imatrixColumnJSON struct {
+	Column int     `json:"column"`
+	Value  float32 `json:"value"`
+}
+
+func showJSON(w io.Writer, file string, m *imatrix.Matrix, top int) error {
+	out := imatrixShowJSON{File: file, Chunks: m.ChunkCount, ChunkSize: m.ChunkSize, Datasets: append([]string{}, m.Datasets...),
+		EntryCount: len(m.Entries), Entries: []imatrixEntryJSON{}}
+	for _, name := range m.Names() {
+		e, _ := m.Lookup(name)
+		s := imatrix.Summarize(e, top)
+		j := imatrixEntryJSON{Name: s.Name, Calls: s.NCall, Values: s.Len, Top: []imatrixColumnJSON{}}
+		if s.Len > 0 {
+			j.Min, j.Mean, j.Max, j.Std = &s.Min, &s.Mean, &s.Max, &s.Std
+		}
+		for _, c := range s.Top {
+			j.Top = append(j.Top, imatrixColumnJSON{c.Index, c.Value})
+		}
+		out.Entries = append(out.Entries, j)
+	}
+	b, err := sonic.ConfigStd.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 func runImatrixShow(c *cli.Context) error {
@@ -62,8 +129,14 @@ func runImatrixShow(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Int("top") < 0 {
+		return fmt.Errorf("imatrix show: --top %d: want 0 or more", c.Int("top"))
+	}
 	w := c.App.Writer
-	fmt.Fprintf(w, "%s: %d entries, %d chunks", c.Args().First(), len(m.Entries), m.ChunkCount)
+	if c.Bool("json") {
+		return showJSON(w, c.Args().First(), m, c.Int("top"))
+	}
+	fmt.Fprintf(w, "%s: %s, %s", c.Args().First(), pipeline.Count(len(m.Entries), "entry", "entries"), pipeline.Count(m.ChunkCount, "chunk", "chunks"))
 	if m.ChunkSize > 0 {
 		fmt.Fprintf(w, " of %d", m.ChunkSize)
 	}
@@ -141,6 +214,6 @@ func writeImatrix(c *cli.Context, m *imatrix.Matrix, inputs []string) error {
 		slog.Warn("GGUF imatrix names of 64 bytes or more: stock llama.cpp refuses them; write .dat for it",
 			"file", out, "count", len(long), "first", long[0])
 	}
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d entries\n", out, len(m.Entries))
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s\n", out, pipeline.Count(len(m.Entries), "entry", "entries"))
 	return nil
 }

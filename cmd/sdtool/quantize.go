@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quantize"
 )
 
@@ -15,8 +16,9 @@ func init() {
 		Usage:     "quantize a model to a ggml type or mix (GGUF) or to ComfyUI INT8/FP8 (safetensors), like llama-quantize",
 		ArgsUsage: "IN -o OUT --type TYPE",
 		Description: "Reads IN (GGUF, split GGUF, safetensors, a sharded index or shard; ComfyUI int8/fp8 layers are\n" +
-			"dequantized exactly, ggml-quantized tensors only with --allow-requantize) and writes OUT. The output\n" +
-			"format follows --type, and OUT must have its extension:\n\n" +
+			"dequantized exactly; ggml-quantized tensors are decoded for a float --type, and requantized only\n" +
+			"with --allow-requantize) and writes OUT. The output format follows --type, and OUT must have its\n" +
+			"extension:\n\n" +
 			quantize.TypeTableText("   ") + "\n" +
 			"Mix names are case-insensitive (Q4_K means Q4_K_M, as in llama.cpp); a lower-case ggml name such as\n" +
 			"q4_K is that type alone. Every mix quantizes only 2-D .weight tensors; norms, 1-D and small tensors\n" +
@@ -38,15 +40,15 @@ func init() {
 			&cli.StringSliceFlag{Name: "tensor-type", Usage: "`REGEX=TYPE` for matching eligible tensors (repeatable; the last match wins)"},
 			&cli.StringFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"` as sd.cpp reads them (the first match wins); not with --tensor-type"},
 			&cli.StringSliceFlag{Name: "imatrix", Usage: "importance matrix `FILE` (.dat or GGUF; repeatable)"},
-			&cli.BoolFlag{Name: "allow-requantize", Usage: "accept ggml-quantized inputs (dequantized first; quality suffers)"},
+			&cli.BoolFlag{Name: "allow-requantize", Usage: "accept ggml-quantized inputs for a quantized --type (dequantized first; quality suffers); a float --type (F16, BF16, F32) needs no flag"},
 			&cli.BoolFlag{Name: "reshape-conv", Usage: "sd1/sdxl: store tensors as rows of 256 so k-quants apply (ComfyUI-GGUF only; sd.cpp cannot load it)"},
 			&cli.StringSliceFlag{Name: "target", Usage: "`CONSUMER` to check: sdcpp, comfyui, ggml or all (repeatable or comma-separated; default all)"},
 			&cli.BoolFlag{Name: "strict", Usage: "refuse an output that a --target cannot load"},
 			&cli.IntFlag{Name: "convrot-group-size", Value: 256, Usage: "rotation group `G` for int8_convrot (a power of 4); layers whose input width G does not divide get plain int8"},
 			&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string written into the output's metadata (repeatable)"},
 			&cli.StringFlag{Name: "metadata-preset", Value: "default", Usage: "`PRESET`: default (architecture, file type, imatrix keys, input GGUF keys) or none"},
-			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "worker `N` (default: all cores)"},
-			&cli.Int64Flag{Name: "max-memory", Usage: "`BYTES` of chunks in flight (default 1 GiB)"},
+			threadsFlag("`N` worker threads"),
+			maxMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, reasons, consumers) and write nothing"},
 		},
@@ -61,7 +63,7 @@ func init() {
 
 func runQuantize(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return fmt.Errorf("quantize: want one input model, got %d arguments (see sdtool quantize --help)", c.NArg())
+		return fmt.Errorf("quantize: want one input model, got %s (see sdtool quantize --help)", pipeline.Count(c.NArg(), "argument", "arguments"))
 	}
 	opts := &quantize.Options{
 		Input:           c.Args().First(),

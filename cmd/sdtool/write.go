@@ -10,19 +10,58 @@ import (
 	"github.com/sdtool/sdtool/pipeline"
 )
 
+// threadsFlag is the --threads flag of a command whose default is every
+// core; usage says what a thread does there, with the `N` placeholder.
+func threadsFlag(usage string) cli.Flag {
+	return &cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: usage, DefaultText: "all cores"}
+}
+
+// maxMemoryFlag is the --max-memory flag of the writing commands: a size
+// with or without a unit.
+func maxMemoryFlag() cli.Flag {
+	return &cli.StringFlag{Name: "max-memory", Usage: "`SIZE` of chunks in flight: bytes, or with a unit (512MiB, 2GiB)", DefaultText: "1GiB"}
+}
+
+// threadsOf returns --threads, refusing a negative count (0 and unset
+// mean the command's default).
+func threadsOf(c *cli.Context) (int, error) {
+	n := c.Int("threads")
+	if n < 0 {
+		return 0, fmt.Errorf("--threads %d: want 1 or more (leave it out for the default)", n)
+	}
+	return n, nil
+}
+
 // runOptions are the pipeline settings every writing subcommand takes.
-func runOptions(c *cli.Context) pipeline.Options {
+func runOptions(c *cli.Context) (pipeline.Options, error) {
+	threads, err := threadsOf(c)
+	if err != nil {
+		return pipeline.Options{}, err
+	}
+	var maxMem int64
+	if s := c.String("max-memory"); s != "" {
+		if maxMem, err = pipeline.ParseBytes(s); err != nil {
+			return pipeline.Options{}, fmt.Errorf("--max-memory: %v", err)
+		}
+		if maxMem == 0 {
+			return pipeline.Options{}, fmt.Errorf("--max-memory %s: want more than 0 bytes", s)
+		}
+	}
 	return pipeline.Options{
-		Threads:   c.Int("threads"),
-		MaxMemory: c.Int64("max-memory"),
+		Threads:   threads,
+		MaxMemory: maxMem,
 		Force:     c.Bool("force"),
 		Logger:    slog.Default(),
-	}
+	}, nil
 }
 
 // writePlan prints plan for --dry-run, or writes it with a progress bar
 // on a terminal, Ctrl-C cancelling cleanly, and prints what it wrote.
 func writePlan(c *cli.Context, plan *pipeline.Plan, label string) error {
+	ro, err := runOptions(c)
+	if err != nil {
+		return err
+	}
 	if c.Bool("dry-run") {
 		if err := plan.WriteTable(c.App.Writer); err != nil {
 			return err
@@ -33,7 +72,6 @@ func writePlan(c *cli.Context, plan *pipeline.Plan, label string) error {
 	ctx, stop := console.SignalContext()
 	defer stop()
 	bar := console.New(label, 0)
-	ro := runOptions(c)
 	ro.Progress = bar.Update
 	if err := pipeline.Run(ctx, plan, ro); err != nil {
 		bar.Abandon()

@@ -1,7 +1,9 @@
 // Package text turns prompts into token ids for the text encoders of
 // diffusion models: CLIP's byte-level BPE tokenizer with its loaders
 // (tokenizer.json, vocab.json and merges.txt, bare merges, or merges embedded
-// in a model's metadata under CLIPMergesKey), and the A1111 / stable-diffusion.cpp
+// in a model's metadata under CLIPMergesKey, which MetadataKV writes), the
+// search for one where people keep it (FindCLIPTokenizer: beside the model, a
+// diffusers folder, a ComfyUI install, the Hugging Face cache), and the A1111 / stable-diffusion.cpp
 // prompt-weight syntax (ParseAttention, CLIPTokenizer.EncodeWeighted), and
 // SentencePiece's unigram tokenizer for T5/UMT5 (UnigramTokenizer, read from a
 // spiece.model, a unigram tokenizer.json, a folder holding either, or GGUF

@@ -4,10 +4,10 @@
 // data. Tests and benchmarks use it to get realistic files of any size; the
 // data is produced on the fly, so multi-gigabyte outputs take bounded memory.
 //
-// It is the one generator: testdata/tiny-sd1.safetensors is the TinySD1
-// spec, and the models sdtool generate runs (testdata/tiny-sd1.gguf and
-// larger variants) are SD presets built by the same UNet, VAE and CLIP
-// builders (sd.go). It writes through the pipeline's atomic publish and
+// It is the one generator: the models sdtool generate runs are SD presets
+// (sd.go) built by the same UNet, VAE and CLIP builders as the scaled
+// architectures; testdata/tiny-sd1.gguf and testdata/tiny-sd1.safetensors
+// are one of them, TinySD, in both formats. It writes through the pipeline's atomic publish and
 // the formats' Create registry, so on the map (DESIGN.md) it stands with
 // the commands; tests and cmd/gensynth import it.
 package synth

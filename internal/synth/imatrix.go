@@ -19,7 +19,15 @@ func Imatrix(spec Spec, ncall int) (*imatrix.Matrix, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := rand.New(rand.NewPCG(uint64(spec.Seed), 0x1a7))
+	return imatrixFor(ts, spec.Seed, ncall), nil
+}
+
+// Imatrix returns a synthetic importance matrix for the model's linear
+// weights, drawn as the package-level Imatrix draws one for a Spec.
+func (c SD) Imatrix(ncall int) *imatrix.Matrix { return imatrixFor(c.Tensors(), c.Seed, ncall) }
+
+func imatrixFor(ts []TensorSpec, seed int64, ncall int) *imatrix.Matrix {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x1a7))
 	m := &imatrix.Matrix{ChunkCount: ncall, Datasets: []string{"synthetic"}}
 	for _, t := range ts {
 		if len(t.Shape) != 2 || !strings.HasSuffix(t.Name, ".weight") ||
@@ -35,5 +43,5 @@ func Imatrix(spec Spec, ncall int) (*imatrix.Matrix, error) {
 		}
 		m.Entries = append(m.Entries, e)
 	}
-	return m, nil
+	return m
 }

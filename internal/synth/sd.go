@@ -3,6 +3,7 @@ package synth
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -21,8 +22,9 @@ import (
 // the same deterministic values, a CLIP tokenizer for a short word list
 // embedded in the metadata, and the metadata overrides that shape detection
 // cannot infer (head counts, default image size and steps).
-// testdata/tiny-sd1.gguf is TinySD and testdata/tiny-sdxl.gguf TinySDXL;
-// quality tests use wider variants with quantized linear weights.
+// testdata/tiny-sd1.gguf and testdata/tiny-sd1.safetensors are TinySD and
+// testdata/tiny-sdxl.gguf TinySDXL; quality tests use wider variants with
+// quantized linear weights.
 type SD struct {
 	// ModelChannels, Mult, NumRes, Depth and MiddleDepth shape the UNet as in LDM's config.
 	ModelChannels int
@@ -85,7 +87,7 @@ var TinySDXL = SD{
 	Words: DefaultWords, Seed: 2, Type: formats.F16, Width: 128, Height: 128, Steps: 4, SDXL: true,
 }
 
-// TinySD is testdata/tiny-sd1.gguf: a 32-wide UNet over four levels (two
+// TinySD is testdata/tiny-sd1.gguf and testdata/tiny-sd1.safetensors: a 32-wide UNet over four levels (two
 // residual blocks each, attention on the first three), a 64-wide two-layer
 // CLIP and a 32-wide VAE, f16 (about 3.6 MB), with 128x128 images in 4
 // steps by default.
@@ -151,7 +153,8 @@ func (c SD) Tensors() []TensorSpec {
 		Depth: c.Depth, MiddleDepth: c.MiddleDepth, LinearProj: c.SD2 || c.SDXL,
 	}, ctx: c.TextHidden}
 	vae := vaeConfig{Ch: c.VAECh, InCh: 3, ZCh: 4, Mult: c.VAEMult, NumRes: 2}
-	text := clipConfig{Hidden: c.TextHidden, FF: c.TextFF, Layers: c.TextLayers, Vocab: c.Vocab(), Positions: 77}
+	// SD 1.x checkpoints carry CLIP's I64 position_ids buffer (sd.cpp drops it).
+	text := clipConfig{Hidden: c.TextHidden, FF: c.TextFF, Layers: c.TextLayers, Vocab: c.Vocab(), Positions: 77, PositionIDs: !c.SD2}
 	parts := []component{
 		{"model.diffusion_model.", "diffusion", unet.build},
 		{"first_stage_model.", "vae", vae.build},
@@ -185,6 +188,9 @@ func (c SD) Tensors() []TensorSpec {
 
 // typeOf is the stored type of a tensor.
 func (c SD) typeOf(t TensorSpec) formats.DType {
+	if t.Init == InitIndex {
+		return formats.I64
+	}
 	if c.Quant != 0 && len(t.Shape) == 2 && !strings.Contains(t.Name, "embedding") &&
 		t.Shape[1]%int64(c.Quant.Info().BlockSize) == 0 {
 		return c.Quant
@@ -228,18 +234,49 @@ func (c SD) Metadata() formats.Metadata {
 }
 
 // Encode writes the model as GGUF to w.
-func (c SD) Encode(w io.Writer) error {
+func (c SD) Encode(w io.Writer) error { return c.EncodeAs(w, "gguf") }
+
+// EncodeAs writes the model to w in format "gguf" or "safetensors": the
+// same tensors and values either way, and the same metadata (as strings in
+// safetensors' __metadata__, where infer reads numbers from their text).
+func (c SD) EncodeAs(w io.Writer, format string) error {
 	ts := c.Tensors()
 	desc := make([]formats.Tensor, len(ts))
 	for i, t := range ts {
 		desc[i] = formats.Tensor{Name: t.Name, Type: c.typeOf(t), Shape: t.Shape}
 	}
-	tw, err := gguf.NewWriter(w, desc, c.Metadata(), nil)
+	var tw formats.TensorWriter
+	var err error
+	switch format {
+	case "gguf":
+		tw, err = gguf.NewWriter(w, desc, c.Metadata(), nil)
+	case "safetensors":
+		md, _ := pipeline.CarryMetadata(c.Metadata(), "safetensors")
+		cr, ok := formats.CreatorNamed("safetensors")
+		if !ok {
+			return errors.New("synth: the safetensors writer is not linked in")
+		}
+		for i := range desc {
+			if desc[i].Size, err = desc[i].Type.Bytes(desc[i].Shape); err != nil {
+				return fmt.Errorf("tensor %q: %w", desc[i].Name, err)
+			}
+		}
+		tw, err = cr.New(w, desc, formats.WriteOptions{Metadata: md})
+	default:
+		return fmt.Errorf("synth: unknown output format %q", format)
+	}
 	if err != nil {
 		return err
 	}
 	spec := Spec{Seed: c.Seed, DType: formats.F32}
 	for i, t := range ts {
+		if t.Init == InitIndex {
+			t.Type = formats.I64
+			if _, err := io.Copy(tw, Data(spec, t)); err != nil {
+				return fmt.Errorf("tensor %q: %w", t.Name, err)
+			}
+			continue
+		}
 		t.Type = formats.F32
 		n, _ := formats.Elements(t.Shape)
 		raw := make([]byte, 4*n)
@@ -271,7 +308,15 @@ func (c SD) Encode(w io.Writer) error {
 	return tw.Close()
 }
 
-// Write generates the model into path through the pipeline's atomic publish.
+// Write generates the model into path, in the format its extension
+// chooses (.gguf or .safetensors), through the pipeline's atomic publish.
+// It replaces an existing file: callers that must not (gensynth) check first.
 func (c SD) Write(path string) error {
-	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, c.Encode)
+	cr, err := formats.CreatorFor(path)
+	if err != nil {
+		return err
+	}
+	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
+		return c.EncodeAs(w, cr.Name)
+	})
 }

@@ -13,9 +13,11 @@ import (
 	"github.com/sdtool/sdtool/pipeline"
 )
 
-// TinySD1 is the spec of testdata/tiny-sd1.safetensors: every SD1 tensor
-// name, UNet model channels 8, VAE channels 4, a 64-wide CLIP-L with 256-wide
-// MLP rows (k-quants apply to mlp.fc2) and two layers, f16.
+// TinySD1 is a Spec of every real SD1 tensor name (skip connections and
+// shortcut convolutions included) at a tiny width: UNet model channels 8, VAE
+// channels 4, a 64-wide CLIP-L with 256-wide MLP rows (k-quants apply to
+// mlp.fc2) and two layers, f16. Too narrow to run (GroupNorm needs 32
+// channels); the committed runnable model is TinySD.
 var TinySD1 = Spec{Arch: "sd1", Scale: 0.025, TextScale: 1.0 / 12, VAEScale: 1.0 / 32, Depth: 2, Seed: 1, DType: formats.F16}
 
 // Write generates spec into path in the format its extension chooses

@@ -49,6 +49,15 @@ func ParseType(name string) (Type, error) {
 // Types lists the types in a fixed order, for help texts.
 func Types() []Type { return []Type{Int8Convrot, Int8, FP8E4M3, FP8E5M2} }
 
+// Names lists the names of Types, in the same order.
+func Names() []string {
+	var out []string
+	for _, t := range Types() {
+		out = append(out, t.String())
+	}
+	return out
+}
+
 // TypeName names a ComfyUI quantization config the way `sdtool quantize
 // --type` does ("int8_convrot", "int8", "fp8_e4m3", "fp8_e5m2"), or by its
 // format for the others.

@@ -75,7 +75,20 @@ func Parse(name string) (FType, error) {
 	if t, ok := formats.ParseType(name); ok {
 		return plain(t)
 	}
-	return FType{}, fmt.Errorf("unknown quantization type %q (see `sdtool quantize --help` for the table)", name)
+	return FType{}, fmt.Errorf("%w (see `sdtool quantize --help` for the table)", formats.UnknownType(name, Names()))
+}
+
+// Names lists every name Parse accepts as spelt canonically: the mixes,
+// their aliases and the ggml type names.
+func Names() []string {
+	out := formats.TypeNames()
+	for _, f := range FTypes {
+		out = append(out, f.Name)
+	}
+	for a := range aliases {
+		out = append(out, a)
+	}
+	return out
 }
 
 // plain returns the FType of a single ggml type used for every eligible tensor.

@@ -1,14 +1,14 @@
-// Command gensynth writes synthetic checkpoints with package synth. Without
-// arguments it regenerates the committed test models (run it from the
-// repository root): testdata/tiny-sd1.safetensors (synth.TinySD1), its
-// synthetic importance matrix testdata/tiny-sd1.imatrix.dat, and
-// testdata/tiny-sd1.gguf and testdata/tiny-sdxl.gguf (synth.TinySD and
-// synth.TinySDXL, which generate runs). With -arch it
+// Command gensynth writes synthetic checkpoints with package synth. With
+// -testdata DIR it writes the committed test files into DIR:
+// tiny-sd1.gguf and tiny-sd1.safetensors (one model, synth.TinySD, in both
+// formats; generate runs either), its synthetic importance matrix
+// tiny-sd1.imatrix.dat, and tiny-sdxl.gguf (synth.TinySDXL). With -arch it
 // writes any architecture the generator knows, scaled; with -sd a runnable
-// SD preset, optionally with quantized linear weights:
+// SD preset, optionally with quantized linear weights. It never replaces an
+// existing file unless -force is given, so regenerating the committed files
+// is asked for explicitly:
 //
-//	go run ./internal/synth/cmd/gensynth
+//	go run ./internal/synth/cmd/gensynth -testdata testdata -force
 //	go run ./internal/synth/cmd/gensynth -arch flux -scale 0.0625 -depth 2 -o flux-small.gguf
-//	go run ./internal/synth/cmd/gensynth -sd tiny-sdxl -o testdata/tiny-sdxl.gguf
 //	go run ./internal/synth/cmd/gensynth -sd sd15 [-quant q4_K] -o /tmp/sd15.gguf
 package main

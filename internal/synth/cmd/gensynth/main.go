@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
@@ -19,56 +20,115 @@ import (
 var presets = map[string]synth.SD{"tiny": synth.TinySD, "tiny-sdxl": synth.TinySDXL, "sd15": synth.FullSD15}
 
 func main() {
-	arch := flag.String("arch", "", "architecture ("+strings.Join(synth.Archs(), ", ")+")")
-	sd := flag.String("sd", "", "runnable SD preset: tiny (testdata/tiny-sd1.gguf), tiny-sdxl (testdata/tiny-sdxl.gguf) or sd15 (SD 1.5's full size)")
-	q := flag.String("quant", "", "with -sd: type of the linear weights (q8_0, q4_K, ...)")
-	scale := flag.Float64("scale", 0, "width multiplier of the diffusion model (0: real size)")
-	textScale := flag.Float64("text-scale", 0, "width multiplier of the text encoders (0: -scale)")
-	vaeScale := flag.Float64("vae-scale", 0, "width multiplier of the VAE (0: -scale)")
-	depth := flag.Int("depth", 0, "cap on repeated blocks (0: real counts)")
-	seed := flag.Int64("seed", 1, "data seed")
-	dtype := flag.String("dtype", "f16", "storage type: f32, f16 or bf16")
-	out := flag.String("o", "", "output file (.gguf or .safetensors; -sd writes GGUF)")
-	imat := flag.String("imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
-	flag.Parse()
+	err := run(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gensynth:", err)
+		os.Exit(1)
+	}
+}
+
+// run is gensynth with its arguments; usage goes to stderr.
+func run(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gensynth", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	arch := fs.String("arch", "", "architecture ("+strings.Join(synth.Archs(), ", ")+")")
+	sd := fs.String("sd", "", "runnable SD preset: tiny (testdata/tiny-sd1.gguf and .safetensors), tiny-sdxl (testdata/tiny-sdxl.gguf) or sd15 (SD 1.5's full size)")
+	q := fs.String("quant", "", "with -sd: type of the linear weights (q8_0, q4_K, ...)")
+	scale := fs.Float64("scale", 0, "width multiplier of the diffusion model (0: real size)")
+	textScale := fs.Float64("text-scale", 0, "width multiplier of the text encoders (0: -scale)")
+	vaeScale := fs.Float64("vae-scale", 0, "width multiplier of the VAE (0: -scale)")
+	depth := fs.Int("depth", 0, "cap on repeated blocks (0: real counts)")
+	seed := fs.Int64("seed", 1, "data seed")
+	dtype := fs.String("dtype", "f16", "storage type: f32, f16 or bf16")
+	out := fs.String("o", "", "output file (.gguf or .safetensors)")
+	imat := fs.String("imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
+	testdata := fs.String("testdata", "", "write the committed test files (tiny-sd1.gguf, tiny-sd1.safetensors, tiny-sd1.imatrix.dat, tiny-sdxl.gguf) into `DIR`")
+	force := fs.Bool("force", false, "replace existing files")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	// Refuse every existing output before writing any, so that a run
+	// without -force never leaves the committed files half replaced.
+	outputs := []string{*out, *imat}
+	if *testdata != "" {
+		outputs = testdataFiles(*testdata)
+	}
+	if !*force {
+		for _, o := range outputs {
+			if _, err := os.Stat(o); o != "" && err == nil {
+				return fmt.Errorf("%s exists (pass -force to replace it)", o)
+			}
+		}
+	}
 
 	switch {
+	case *testdata != "" && (*arch != "" || *sd != "" || *out != ""):
+		return errors.New("-testdata writes the committed files; it takes no -arch, -sd or -o")
+	case *testdata != "":
+		files := testdataFiles(*testdata)
+		if err := synth.TinySD.Write(files[0]); err != nil {
+			return err
+		}
+		if err := synth.TinySD.Write(files[1]); err != nil {
+			return err
+		}
+		if err := writeMatrix(files[2], synth.TinySD.Imatrix(4)); err != nil {
+			return err
+		}
+		return synth.TinySDXL.Write(files[3])
 	case *arch != "" && *sd != "":
-		fail(errors.New("-arch and -sd exclude each other"))
+		return errors.New("-arch and -sd exclude each other")
 	case *sd != "":
 		c, ok := presets[*sd]
 		if !ok {
-			fail(fmt.Errorf("unknown -sd preset %q (want tiny, tiny-sdxl or sd15)", *sd))
+			return fmt.Errorf("unknown -sd preset %q (want tiny, tiny-sdxl or sd15)", *sd)
 		}
 		if *q != "" {
 			t, ok := formats.ParseType(*q)
 			if !ok {
-				fail(fmt.Errorf("unknown type %q", *q))
+				return fmt.Errorf("unknown type %q", *q)
 			}
 			c.Quant = t
 		}
 		if *out == "" {
-			fail(errors.New("-sd needs -o OUT.gguf"))
+			return errors.New("-sd needs -o OUT.gguf")
 		}
-		check(c.Write(*out))
+		return c.Write(*out)
 	case *arch != "":
 		dt, ok := formats.ParseType(*dtype)
 		if !ok {
-			fail(fmt.Errorf("unknown dtype %q", *dtype))
+			return fmt.Errorf("unknown dtype %q", *dtype)
 		}
 		if *out == "" {
-			fail(errors.New("-arch needs -o OUT.gguf or OUT.safetensors"))
+			return errors.New("-arch needs -o OUT.gguf or OUT.safetensors")
 		}
 		spec := synth.Spec{Arch: *arch, Scale: *scale, TextScale: *textScale, VAEScale: *vaeScale, Depth: *depth, Seed: *seed, DType: dt}
-		check(synth.Write(*out, spec))
-		if *imat != "" {
-			check(writeImatrix(*imat, spec))
+		if err := synth.Write(*out, spec); err != nil {
+			return err
 		}
+		if *imat != "" {
+			return writeImatrix(*imat, spec)
+		}
+		return nil
 	default:
-		check(synth.Write("testdata/tiny-sd1.safetensors", synth.TinySD1))
-		check(writeImatrix("testdata/tiny-sd1.imatrix.dat", synth.TinySD1))
-		check(synth.TinySD.Write("testdata/tiny-sd1.gguf"))
-		check(synth.TinySDXL.Write("testdata/tiny-sdxl.gguf"))
+		fs.Usage()
+		return flag.ErrHelp
+	}
+}
+
+// testdataFiles are the committed files -testdata writes, in DIR.
+func testdataFiles(dir string) []string {
+	return []string{
+		filepath.Join(dir, "tiny-sd1.gguf"),
+		filepath.Join(dir, "tiny-sd1.safetensors"),
+		filepath.Join(dir, "tiny-sd1.imatrix.dat"),
+		filepath.Join(dir, "tiny-sdxl.gguf"),
 	}
 }
 
@@ -78,19 +138,13 @@ func writeImatrix(path string, spec synth.Spec) error {
 	if err != nil {
 		return err
 	}
+	return writeMatrix(path, m)
+}
+
+// writeMatrix writes m to path (.gguf or legacy .dat by extension).
+func writeMatrix(path string, m *imatrix.Matrix) error {
 	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
 		_, err := imatrix.Encode(w, path, m)
 		return err
 	})
-}
-
-func check(err error) {
-	if err != nil {
-		fail(err)
-	}
-}
-
-func fail(err error) {
-	fmt.Fprintln(os.Stderr, "gensynth:", err)
-	os.Exit(1)
 }

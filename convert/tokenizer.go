@@ -1,0 +1,77 @@
+package convert
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/infer/text"
+	"github.com/sdtool/sdtool/pipeline"
+)
+
+// embedded is a tokenizer read for --tokenizer, as the metadata that
+// carries it.
+type embedded struct {
+	// Meta are the entries: CLIP's merges under text.CLIPMergesKey, or a
+	// unigram vocabulary under llama.cpp's tokenizer.ggml.* keys.
+	Meta formats.Metadata
+	// What describes it for the summary ("CLIP BPE, 48894 merges").
+	What string
+	// Replaces are key prefixes whose carried entries this tokenizer
+	// replaces whole (a unigram vocabulary's optional keys included).
+	Replaces []string
+}
+
+// apply returns md with the tokenizer's entries in place of the ones it replaces.
+func (e embedded) apply(md formats.Metadata) formats.Metadata {
+	out := md[:0:0]
+	for _, kv := range md {
+		if !hasAnyPrefix(kv.Key, e.Replaces) {
+			out = append(out, kv)
+		}
+	}
+	for _, kv := range e.Meta {
+		out = pipeline.SetMetadata(out, kv)
+	}
+	return out
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// loadTokenizer reads the tokenizer at path (a CLIP tokenizer.json,
+// vocab.json with merges.txt or a merges file, a SentencePiece model or a
+// unigram tokenizer.json, or a folder holding one) for an output in
+// format: CLIP's fits GGUF and safetensors (one string), a unigram
+// vocabulary only GGUF (arrays). infer/text, below convert on the package
+// map, does the reading and the encoding, so that what convert embeds is
+// exactly what generate reads.
+func loadTokenizer(path, format string) (embedded, error) {
+	if _, err := os.Stat(path); err != nil {
+		return embedded{}, fmt.Errorf("--tokenizer: %w", err)
+	}
+	clip, clipErr := text.LoadCLIPTokenizer(path)
+	if clipErr == nil {
+		kv, err := clip.MetadataKV()
+		if err != nil {
+			return embedded{}, fmt.Errorf("--tokenizer %s: %w", path, err)
+		}
+		return embedded{Meta: formats.Metadata{kv}, What: fmt.Sprintf("CLIP BPE tokenizer (%d merges) under %s", len(clip.Merges()), text.CLIPMergesKey)}, nil
+	}
+	uni, uniErr := text.LoadUnigram(path)
+	if uniErr == nil {
+		if format == "safetensors" {
+			return embedded{}, fmt.Errorf("--tokenizer %s: a SentencePiece vocabulary is stored as GGUF arrays, which safetensors' string metadata cannot hold: write a .gguf", path)
+		}
+		return embedded{Meta: uni.GGUFMetadata(), What: fmt.Sprintf("SentencePiece unigram tokenizer (%d pieces) under tokenizer.ggml.*", uni.VocabSize()),
+			Replaces: []string{"tokenizer.ggml.", "sdtool.tokenizer.unigram."}}, nil
+	}
+	return embedded{}, fmt.Errorf("--tokenizer %s: not a CLIP tokenizer (%v) nor a SentencePiece one (%v)", path, clipErr, uniErr)
+}

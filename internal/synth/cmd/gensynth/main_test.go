@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// -testdata writes exactly the committed files, and never replaces a file
+// unless -force is given; a run without arguments writes nothing.
+func TestTestdataRegeneratesAndRefusesToOverwrite(t *testing.T) {
+	committed, err := filepath.Abs("../../../../testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	// Run from an empty folder holding a testdata/ as the repository does.
+	cwd := t.TempDir()
+	os.Mkdir(filepath.Join(cwd, "testdata"), 0o755)
+	t.Chdir(cwd)
+	var stderr bytes.Buffer
+	if err := run(nil, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("no arguments: %v, want the usage", err)
+	}
+	if entries, _ := os.ReadDir("testdata"); len(entries) > 0 {
+		t.Errorf("a run without arguments wrote %s", entries[0].Name())
+	}
+	if err := run([]string{"-testdata", dir}, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range testdataFiles(dir) {
+		got, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(filepath.Join(committed, filepath.Base(f)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from the committed file", filepath.Base(f))
+		}
+	}
+	before, _ := os.Stat(testdataFiles(dir)[0])
+	err = run([]string{"-testdata", dir}, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "exists (pass -force") {
+		t.Fatalf("second run without -force: %v", err)
+	}
+	if after, _ := os.Stat(testdataFiles(dir)[0]); !after.ModTime().Equal(before.ModTime()) {
+		t.Error("the refused run touched the file")
+	}
+	if err := run([]string{"-testdata", dir, "-force"}, &stderr); err != nil {
+		t.Errorf("-force: %v", err)
+	}
+	out := filepath.Join(dir, "x.gguf")
+	os.WriteFile(out, []byte("keep"), 0o644)
+	if err := run([]string{"-arch", "sd1", "-scale", "0.025", "-depth", "1", "-o", out}, &stderr); err == nil {
+		t.Error("-o over an existing file without -force was accepted")
+	}
+	if b, _ := os.ReadFile(out); string(b) != "keep" {
+		t.Error("-o replaced an existing file without -force")
+	}
+}

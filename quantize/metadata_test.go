@@ -1,0 +1,37 @@
+package quantize
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/sdtool/sdtool/pipeline"
+)
+
+// A GGUF's model metadata (head counts, the embedded tokenizer) survives a
+// quantization to ComfyUI INT8 safetensors, as strings, and a safetensors
+// input's survives a quantization to GGUF; storage keys are not carried.
+func TestQuantizeCarriesMetadataAcrossFormats(t *testing.T) {
+	dir := t.TempDir()
+	st := filepath.Join(dir, "i8.safetensors")
+	run(t, Options{Input: "../testdata/tiny-sd1.gguf", Output: st, Type: "int8_convrot", GroupSize: 16}, pipeline.Options{})
+	m := mustOpen(t, st)
+	for key, want := range map[string]string{"sdtool.unet.num_heads": "8", "sdtool.clip.hidden_act": "quick_gelu", "general.name": "tiny synthetic sd1"} {
+		if v, ok := m.Metadata().String(key); !ok || v != want {
+			t.Errorf("int8_convrot output: %s = %q, want %q", key, v, want)
+		}
+	}
+	if _, ok := m.Metadata().String("sdtool.tokenizer.clip.merges"); !ok {
+		t.Error("int8_convrot output lost the embedded tokenizer")
+	}
+	m.Close()
+	gg := filepath.Join(dir, "q8.gguf")
+	run(t, Options{Input: tinyPath, Output: gg, Type: "Q8_0"}, pipeline.Options{})
+	g := mustOpen(t, gg)
+	defer g.Close()
+	if kv, ok := g.Metadata().Get("sdtool.unet.num_heads"); !ok || kv.Value != "8" {
+		t.Errorf("GGUF from safetensors: sdtool.unet.num_heads = %v", kv.Value)
+	}
+	if _, ok := g.Metadata().Get("format"); ok {
+		t.Error("safetensors' format key was carried into the GGUF")
+	}
+}
