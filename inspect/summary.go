@@ -65,6 +65,9 @@ type Summary struct {
 	Matched int `json:"matched_tensors"`
 	// Tensors lists the matching tensors (none with Options.NoTensors).
 	Tensors []TensorSummary `json:"tensors"`
+	// Adapter describes an adapter file (LoRA and its kin); nil (and left
+	// out of the JSON) for a model.
+	Adapter *AdapterSummary `json:"adapter,omitempty"`
 }
 
 // MetaEntry is one metadata key and value.
@@ -222,6 +225,7 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		return s.Types[i].Type < s.Types[j].Type
 	})
 	s.Architecture = names.DetectArchitecture(tensors)
+	s.Adapter = summarizeAdapter(m)
 	return s, nil
 }
 

@@ -348,3 +348,62 @@ func TestSharedGoldenInput(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAdapterSummary checks the adapter section of the committed tiny LoRA
+// (text and JSON, every field documented) and that a model has none.
+func TestAdapterSummary(t *testing.T) {
+	m, err := formats.Open("../testdata/tiny-sd1-lora.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Summarize(m, Options{NoTensors: true})
+	m.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := s.Adapter
+	if a == nil || a.Format != "kohya" || a.Layers != 16 || a.Kinds["lora"] != 16 || a.Parts["unet"] != 16 ||
+		len(a.Ranks) != 1 || a.Ranks[0] != 2 || len(a.Alphas) != 1 || a.Alphas[0] != 2 || a.Family != "sd1" {
+		t.Fatalf("adapter summary %+v", a)
+	}
+	var text bytes.Buffer
+	if err := WriteText(&text, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "adapter:       kohya, 16 layers for sd1") || !strings.Contains(text.String(), "ranks:       2") {
+		t.Errorf("text:\n%s", text.String())
+	}
+	var b bytes.Buffer
+	if err := WriteJSON(&b, []*Summary{s}); err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(b.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../docs/inspect-json.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]bool{}
+	jsonKeys(v["adapter"], keys)
+	for k := range keys {
+		if k == "kohya" || k == "lora" || k == "unet" {
+			continue // map keys, not fields
+		}
+		if !bytes.Contains(doc, []byte("| `"+k+"` |")) {
+			t.Errorf("adapter JSON field %q is not documented in docs/inspect-json.md", k)
+		}
+	}
+	if len(keys) < 10 {
+		t.Errorf("adapter JSON has only %d fields", len(keys))
+	}
+	model, err := formats.Open("../testdata/tiny-sd1.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer model.Close()
+	if ms, _ := Summarize(model, Options{NoTensors: true}); ms.Adapter != nil {
+		t.Errorf("a checkpoint summarised as an adapter: %+v", ms.Adapter)
+	}
+}

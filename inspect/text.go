@@ -73,6 +73,9 @@ func WriteText(w io.Writer, s *Summary) error {
 	if s.Architecture.Unassigned > 0 {
 		p("  other tensors: %d (no recognised component)\n", s.Architecture.Unassigned)
 	}
+	if s.Adapter != nil {
+		writeAdapter(ew, s.Adapter)
+	}
 	if len(s.Types) > 0 {
 		p("  types:\n")
 		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)

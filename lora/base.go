@@ -79,12 +79,12 @@ func NewBase(tensors []formats.Tensor, v names.Version, prefix string) (*Base, e
 
 // DetectBase finds the version of a base model and the prefix its names
 // need: the names as stored, or with "model.diffusion_model." before them
-// (a Flux, Wan or other diffusion model saved on its own). It returns
-// names.Unknown when neither is recognised.
+// (a Flux, Wan or other diffusion model saved on its own). sd.cpp's
+// detection comes first; where it fails (it reads some widths, which a
+// scaled-down test model does not have) the architecture that
+// names.DetectArchitecture sees in the names is taken when it names a
+// version. It returns names.Unknown when nothing is recognised.
 func DetectBase(tensors []formats.Tensor) (names.Version, string) {
-	if v := names.DetectVersion(tensors); v != names.Unknown {
-		return v, ""
-	}
 	const p = "model.diffusion_model."
 	prefixed := make([]formats.Tensor, len(tensors))
 	for i, t := range tensors {
@@ -93,8 +93,21 @@ func DetectBase(tensors []formats.Tensor) (names.Version, string) {
 			prefixed[i].Name = p + t.Name
 		}
 	}
-	if v := names.DetectVersion(prefixed); v != names.Unknown {
-		return v, p
+	for _, c := range []struct {
+		list   []formats.Tensor
+		prefix string
+	}{{tensors, ""}, {prefixed, p}} {
+		if v := names.DetectVersion(c.list); v != names.Unknown {
+			return v, c.prefix
+		}
+	}
+	for _, c := range []struct {
+		list   []formats.Tensor
+		prefix string
+	}{{tensors, ""}, {prefixed, p}} {
+		if v, err := names.ParseVersion(names.DetectArchitecture(c.list).Name); err == nil && v != names.Unknown {
+			return v, c.prefix
+		}
 	}
 	return names.Unknown, ""
 }

@@ -46,7 +46,10 @@
 // writes it; after the tensor's last chunk it calls Release. Chunks of
 // whole rows (RowElems) are cheapest and are needed where a DoRA layer
 // applies. Only the factors of the layers changing the tensors in flight
-// are in memory.
+// are in memory. Bake does all of that behind a formats.Model: the base with
+// the adapters baked in, computed as it is read, which any writer that
+// reads through package tensor (quantize's plans, merge's) writes as it
+// would write a stored model.
 //
 // A streamed extraction ("lora extract"): PlanExtract; with a fixed rank,
 // ExtractLayer.Rank and Shapes give every output tensor's shape before any

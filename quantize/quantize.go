@@ -101,7 +101,14 @@ func PlanModel(opts *Options, m formats.Model) (*pipeline.Plan, *Report, error) 
 	if o.Input == "" {
 		o.Input = m.Path()
 	}
-	return planWith(&o, func() (formats.Model, error) { return keepOpen{m}, nil })
+	return planWith(&o, func() (formats.Model, error) {
+		if c, ok := m.(tensor.Computed); ok {
+			// A model that computes tensors (a LoRA bake) must stay one, so
+			// that its float32 values are quantized without a rounding first.
+			return keepOpenComputed{c}, nil
+		}
+		return keepOpen{m}, nil
+	})
 }
 
 // keepOpen is a model whose Close is left to its owner.
@@ -109,6 +116,12 @@ type keepOpen struct{ formats.Model }
 
 // Close does nothing: PlanModel's caller closes the model.
 func (keepOpen) Close() error { return nil }
+
+// keepOpenComputed is keepOpen for a tensor.Computed model.
+type keepOpenComputed struct{ tensor.Computed }
+
+// Close does nothing: PlanModel's caller closes the model.
+func (keepOpenComputed) Close() error { return nil }
 
 // planWith checks the options, then opens the model and plans.
 func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan, *Report, error) {

@@ -7,7 +7,9 @@
 //
 // NewView lists a model's tensors as Sources; Source.Read decodes any
 // element range; Dequantized presents a model whose ComfyUI modules read as
-// plain F32 tensors. Scratch is the one set of reusable buffers that the
+// plain F32 tensors. A model that computes some tensors (Computed: a base
+// with adapters baked in) hands their float32 values to Read directly.
+// Scratch is the one set of reusable buffers that the
 // pipeline's workers, the readers and the producers share.
 //
 // On the map (DESIGN.md) the package sits below pipeline and above quant

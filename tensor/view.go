@@ -30,7 +30,22 @@ type Source struct {
 	codec     quant.Codec    // plain tensors
 	unit      int64          // elements decoded together (block size, or a module row)
 	unitBytes int64
-	err       error // why the tensor cannot be decoded, reported by Read
+	comp      Computed // the model computes the values (nil: decode the stored bytes)
+	err       error    // why the tensor cannot be decoded, reported by Read
+}
+
+// Computed is a model that computes some of its tensors rather than
+// storing them (a base model with adapters baked in, see package lora).
+// ReadTensorAt gives a computed tensor's values encoded to its listed type;
+// a Source of it reads the float32 values from ReadFloat32 instead, so that
+// a reader converting them to another type rounds them once, not twice.
+type Computed interface {
+	formats.Model
+	// Computes reports whether t is computed.
+	Computes(t *formats.Tensor) bool
+	// ReadFloat32 reads elements [first, first+len(dst)) of a computed
+	// tensor, in storage (row-major) order; it is safe to call concurrently.
+	ReadFloat32(t *formats.Tensor, dst []float32, first int64) error
 }
 
 // View is a model's tensors as Sources, with the auxiliary tensors of
@@ -103,9 +118,13 @@ func NewView(m formats.Model) (*View, error) {
 
 // Plain returns a Source that reads t as stored, with its type's codec: no
 // ComfyUI module is looked for and no recorded shape applied. A type with
-// no dequantizer gives a Source whose Read fails with the reason.
+// no dequantizer gives a Source whose Read fails with the reason. A tensor
+// that m computes (Computed) is read as m computes it.
 func Plain(m formats.Model, t formats.Tensor) *Source {
 	s := &Source{Name: t.Name, Tensor: t, m: m}
+	if c, ok := m.(Computed); ok && c.Computes(&t) {
+		s.comp = c
+	}
 	info := t.Type.Info()
 	s.unit, s.unitBytes = int64(max(info.BlockSize, 1)), int64(info.BlockBytes)
 	var err error
@@ -205,6 +224,9 @@ func (s *Source) Read(dst []float32, first int64, scratch *Scratch) error {
 	}
 	if n == 0 {
 		return nil
+	}
+	if s.comp != nil {
+		return s.comp.ReadFloat32(&s.Tensor, dst, first)
 	}
 	u0 := first / s.unit
 	u1 := (first + n + s.unit - 1) / s.unit

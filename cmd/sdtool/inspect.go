@@ -20,7 +20,10 @@ func init() {
 		Description: "Prints, for each FILE (GGUF, split GGUF, safetensors, a sharded safetensors index or shard), the\n" +
 			"format, alignment, data offset, shards, warnings, metadata (long arrays and strings shortened),\n" +
 			"tensor and parameter counts, bytes per type, the detected architecture and components, ComfyUI\n" +
-			"quantized modules, over-long names, and a table of every tensor. Only headers are read.\n" +
+			"quantized modules, over-long names, and a table of every tensor. An adapter file (LoRA, LoCon, LoHa,\n" +
+			"LoKr, full diffs) also gets its naming (kohya, PEFT, diffusers, LyCORIS, ...), layer kinds and count,\n" +
+			"the parts it adapts, ranks, alphas and the family it was made for. Only headers are read (and the\n" +
+			"few bytes of comfy_quant markers and adapter alphas).\n" +
 			"--json writes the schema documented in docs/inspect-json.md (an array for several files).",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "write JSON (one object per file; an array for several files)"},
@@ -32,6 +35,7 @@ func init() {
 		"sdtool inspect testdata/tiny-sd1.safetensors --no-tensors",
 		"sdtool inspect testdata/tiny-sd1.safetensors --filter 'attn2\\.to_[kv]' --filter '^first_stage_model\\.decoder\\.conv_(in|out)'",
 		"sdtool inspect --json testdata/tiny-sd1.safetensors --filter 'input_blocks\\.1\\.1\\..*\\.weight$'",
+		"sdtool inspect testdata/tiny-sd1-lora.safetensors --no-tensors",
 	)
 }
 

@@ -3,18 +3,22 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/merge"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quantize"
 )
 
 func init() {
 	register(&cli.Command{
 		Name:      "merge",
-		Usage:     "graft tensors from several files by rules (--recipe), or merge models arithmetically (--method)",
-		ArgsUsage: "--recipe RECIPE.json -o OUT | --method METHOD -a A -b B [-c C] -o OUT",
+		Usage:     "graft tensors by rules (--recipe), merge models arithmetically (--method), or bake LoRAs into a model (--base --lora)",
+		ArgsUsage: "--recipe RECIPE.json -o OUT | --method METHOD -a A -b B [-c C] -o OUT | --base MODEL --lora FILE[:STRENGTH]... -o OUT [--type T]",
 		Description: "Recipe merge: each source of RECIPE.json (see docs/merge-recipe.md) contributes the tensors that match\n" +
 			"one of its include regexes and none of its exclude regexes (unanchored searches on the source's own\n" +
 			"names; use ^ and $ to anchor), renamed by strip_prefix, rename and prefix. An output name selected\n" +
@@ -33,7 +37,19 @@ func init() {
 			"merges. Output types follow A unless --type (any ggml or float type; block types apply to 2-D+\n" +
 			"tensors whose rows are whole blocks). Tensors missing from B or C, or with another shape, are\n" +
 			"errors unless --allow-missing (A's tensor is copied). Integer tensors are copied from A.\n\n" +
-			"Both write OUT (.safetensors or .gguf, by extension) as OUT.partial and rename it when complete;\n" +
+			"LoRA bake (--base MODEL --lora FILE[:STRENGTH], repeatable; strength 1 by default): adds each adapter's\n" +
+			"delta (strength x alpha/rank x up.down; LoCon, LoHa, LoKr, full diffs and DoRA too; kohya, PEFT,\n" +
+			"diffusers, LyCORIS, ComfyUI and sd.cpp names, Flux qkv split or joined as the base needs) in f32 to\n" +
+			"the base's weights (ggml-quantized and ComfyUI quantized bases are dequantized first), streamed: only\n" +
+			"the tensors being written and the factors of the layers changing them are in memory. Adapter keys\n" +
+			"that change no base tensor are listed and are an error unless --allow-unmatched; a delta that does not\n" +
+			"fit its tensor names both. Without --type every tensor keeps the base's type (a ComfyUI quantized\n" +
+			"layer becomes its dequantized f32 weight); --type f32|f16|bf16 into .safetensors converts every float\n" +
+			"tensor; any other --type is one of sdtool quantize's types or mixes, quantized in the same pass exactly\n" +
+			"as quantize would quantize the baked model (GGUF, or ComfyUI int8/fp8 safetensors), with --imatrix,\n" +
+			"--tensor-type, --tensor-type-rules and --pure.\n" +
+			"--dry-run lists which tensors each adapter changes, then the plan.\n\n" +
+			"All three write OUT (.safetensors or .gguf, by extension) as OUT.partial and rename it when complete;\n" +
 			"an existing OUT needs --force, and OUT can never be an input.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "recipe", Usage: "recipe `FILE` (JSON) for a rule-based merge"},
@@ -46,7 +62,14 @@ func init() {
 			&cli.Float64Flag{Name: "density", Value: merge.DefaultDensity, Usage: "ties: fraction `D` of each delta kept"},
 			&cli.Float64Flag{Name: "drop-p", Value: merge.DefaultDropP, Usage: "dare: drop probability `P`"},
 			&cli.Int64Flag{Name: "seed", Usage: "dare: random `SEED`"},
-			&cli.StringFlag{Name: "dtype", Aliases: []string{"type"}, Usage: "output `TYPE`: recipe: f32, f16 or bf16 for ggml-quantized tensors; arithmetic: any type"},
+			&cli.StringFlag{Name: "dtype", Aliases: []string{"type"}, Usage: "output `TYPE`: recipe: f32, f16 or bf16 for ggml-quantized tensors; arithmetic: any type; lora: f32, f16, bf16 or any type or mix of sdtool quantize"},
+			&cli.StringFlag{Name: "base", Usage: "lora: the `MODEL` the adapters are baked into"},
+			&cli.StringSliceFlag{Name: "lora", Usage: "lora: adapter `FILE[:STRENGTH]` (repeatable; applied in order)"},
+			&cli.BoolFlag{Name: "allow-unmatched", Usage: "lora: bake what matches when some adapter keys change no base tensor"},
+			&cli.StringSliceFlag{Name: "imatrix", Usage: "lora with a quantized --type: importance matrix `FILE` (.dat or GGUF; repeatable)"},
+			&cli.StringSliceFlag{Name: "tensor-type", Usage: "lora with a quantized --type: `REGEX=TYPE` as in sdtool quantize (the last match wins)"},
+			&cli.StringFlag{Name: "tensor-type-rules", Usage: "lora with a quantized --type: `\"REGEX=TYPE,...\"` as sd.cpp reads them (the first match wins)"},
+			&cli.BoolFlag{Name: "pure", Usage: "lora with a mix --type: give every eligible tensor the base type"},
 			&cli.BoolFlag{Name: "allow-missing", Usage: "copy A's tensor where B or C lacks it or has another shape"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.safetensors or .gguf)"},
 			threadsFlag("`N` worker threads"),
@@ -61,6 +84,9 @@ func init() {
 		"sdtool merge --method weighted_sum -a testdata/tiny-sd1.safetensors -b grafted.gguf --allow-missing --alpha 0.3 -o avg.safetensors",
 		"sdtool merge --method add_difference -a avg.safetensors -b testdata/tiny-sd1.safetensors -c avg.safetensors --alpha-rules 'input_blocks\\.=0.3,output_blocks\\.=0.7' -o diff.gguf --type q8_0",
 		"sdtool merge --method dare -a testdata/tiny-sd1.safetensors -b avg.safetensors --drop-p 0.9 --seed 7 -o dare.safetensors",
+		"sdtool merge --base testdata/tiny-sd1.safetensors --lora testdata/tiny-sd1-lora.safetensors:0.8 -o baked.safetensors --dry-run",
+		"sdtool merge --base testdata/tiny-sd1.safetensors --lora testdata/tiny-sd1-lora.safetensors:0.8 -o baked.safetensors",
+		"sdtool merge --base testdata/tiny-sd1.safetensors --lora testdata/tiny-sd1-lora.safetensors --lora testdata/tiny-sd1-lora.safetensors:-0.5 -o baked-q4_k_m.gguf --type Q4_K_M --imatrix testdata/tiny-sd1.imatrix.dat",
 	)
 }
 
@@ -72,9 +98,17 @@ func runMerge(c *cli.Context) error {
 	var plan *pipeline.Plan
 	var err error
 	switch {
+	case c.IsSet("base") || c.IsSet("lora"):
+		if recipe != "" || method != "" {
+			return errors.New("merge: --base/--lora (a LoRA bake) excludes --recipe and --method")
+		}
+		return runMergeLoRA(c)
 	case recipe != "" && method != "":
 		return errors.New("merge: --recipe and --method exclude each other")
 	case recipe != "":
+		if err := loraOnly(c); err != nil {
+			return err
+		}
 		for _, f := range []string{"a", "b", "c", "alpha", "alpha-rules", "density", "drop-p", "seed", "allow-missing"} {
 			if c.IsSet(f) {
 				dash := "--"
@@ -93,6 +127,9 @@ func runMerge(c *cli.Context) error {
 			return err
 		}
 	case method != "":
+		if err := loraOnly(c); err != nil {
+			return err
+		}
 		a := &merge.Arithmetic{
 			Method:       merge.Method(method),
 			A:            c.String("a"),
@@ -118,5 +155,89 @@ func runMerge(c *cli.Context) error {
 		return errors.New("merge: give --recipe RECIPE.json or --method METHOD (see sdtool merge --help)")
 	}
 	defer plan.Close()
+	return writePlan(c, plan, "merge")
+}
+
+// loraFlags are the flags only a LoRA bake takes.
+var loraFlags = []string{"allow-unmatched", "imatrix", "tensor-type", "tensor-type-rules", "pure"}
+
+func loraOnly(c *cli.Context) error {
+	for _, f := range loraFlags {
+		if c.IsSet(f) {
+			return fmt.Errorf("merge: --%s is for LoRA bakes (--base --lora)", f)
+		}
+	}
+	return nil
+}
+
+// runMergeLoRA bakes adapters into a base. Without --type, or with a float
+// type into .safetensors, merge plans the output; any other type is
+// quantize's (types, mixes, importance matrices, ComfyUI int8/fp8), planned
+// by quantize over the baked model as it would plan a stored one.
+func runMergeLoRA(c *cli.Context) error {
+	for _, f := range []string{"a", "b", "c", "alpha", "alpha-rules", "density", "drop-p", "seed", "allow-missing"} {
+		if c.IsSet(f) {
+			dash := "--"
+			if len(f) == 1 {
+				dash = "-"
+			}
+			return fmt.Errorf("merge: %s%s is for arithmetic merges (--method), not a LoRA bake", dash, f)
+		}
+	}
+	if !c.IsSet("base") {
+		return errors.New("merge: --lora needs --base MODEL")
+	}
+	if !c.IsSet("lora") {
+		return errors.New("merge: --base needs at least one --lora FILE[:STRENGTH]")
+	}
+	opts := &merge.BakeOptions{Base: c.String("base"), AllowUnmatched: c.Bool("allow-unmatched"), Log: slog.Default()}
+	for _, s := range c.StringSlice("lora") {
+		a, err := merge.ParseAdapter(s)
+		if err != nil {
+			return err
+		}
+		opts.Adapters = append(opts.Adapters, a)
+	}
+	bake, err := merge.OpenBake(opts)
+	if err != nil {
+		return err
+	}
+	defer bake.Close()
+	out, typ := c.String("output"), c.String("dtype")
+	var plan *pipeline.Plan
+	if _, float, _ := merge.ParseFloatDType(typ); typ == "" || float && strings.EqualFold(filepath.Ext(out), ".safetensors") {
+		for _, f := range []string{"imatrix", "tensor-type", "tensor-type-rules", "pure"} {
+			if c.IsSet(f) {
+				return fmt.Errorf("merge: --%s applies with a --type that quantizes (see sdtool quantize --help)", f)
+			}
+		}
+		if plan, err = bake.PlanOutput(out, typ); err != nil {
+			return err
+		}
+	} else {
+		plan, _, err = quantize.PlanModel(&quantize.Options{
+			Input:           opts.Base,
+			Output:          out,
+			Type:            typ,
+			Pure:            c.Bool("pure"),
+			TensorTypes:     c.StringSlice("tensor-type"),
+			TensorTypeRules: c.String("tensor-type-rules"),
+			Imatrix:         c.StringSlice("imatrix"),
+			AllowRequantize: true,
+			Metadata:        []string{"sdtool.merge=" + bake.Description()},
+			Log:             slog.Default(),
+		}, bake.Model)
+		if err != nil {
+			return err
+		}
+		bake.Annotate(plan)
+	}
+	defer plan.Close()
+	if c.Bool("dry-run") {
+		if err := bake.WriteChanges(c.App.Writer); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.App.Writer)
+	}
 	return writePlan(c, plan, "merge")
 }
