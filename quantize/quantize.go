@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
@@ -217,14 +218,14 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if err := checkRequantize(opts, dm, log, res); err != nil {
 		return fail(err)
 	}
-	arch := names.DetectArchitecture(m.Tensors())
+	arch := family.Detect(m.Tensors(), m.Metadata())
 	res.Arch = arch.Name
-	res.ComfyArch = mix.ComfyArch[arch.Name]
-	planArch := res.ComfyArch
-	if planArch == "" {
-		planArch = arch.Name
+	if f := arch.Main(); f != nil && f.Kind == family.KindDiffusion {
+		// Text encoders keep sd.cpp's names, which ComfyUI-GGUF's text
+		// loader does not map: no architecture that would promise it can.
+		res.ComfyArch = f.ComfyArch
 	}
-	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: planArch}
+	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: arch.Name, layout: &arch}
 	if imp != nil {
 		// Entries written by sd.cpp are named as sd.cpp converts names.
 		v := names.DetectVersion(m.Tensors())
@@ -346,6 +347,9 @@ type builder struct {
 	log  *slog.Logger
 	imp  *Importance
 	arch string
+	// layout is the detected checkpoint: each tensor is planned with the
+	// family of its component.
+	layout *family.Architecture
 	// imatrixKey maps a tensor name to the name an imatrix may hold it
 	// under when there is no exact entry (nil: exact names only).
 	imatrixKey func(string) string
@@ -386,11 +390,11 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		folded[i] = fo
 		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
 	}
-	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
+	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
 	if err != nil {
 		return err
 	}
-	if b.opts.ReshapeConv && b.arch != "sd1" && b.arch != "sdxl" {
+	if f := b.layout.Main(); b.opts.ReshapeConv && (f == nil || f.ComfyArch != "sd1" && f.ComfyArch != "sdxl") {
 		return fmt.Errorf("--reshape-conv applies to sd1/sdxl models; %s is %q", b.opts.Input, b.res.Arch)
 	}
 	if b.opts.ReshapeConv {
@@ -494,6 +498,21 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 	return nil
 }
 
+// moduleKinds are the component kinds whose linear layers become ComfyUI
+// modules by default. ComfyUI's own converters quantize the diffusion
+// model only; measured in sd-cli on SD 1.5 (docs/families.md), modules on
+// the text encoder cost quality that the bytes saved do not buy back.
+var moduleKinds = []string{family.KindDiffusion}
+
+// floatType is the type a tensor left out of the modules is written in:
+// its own float type, or F16 for anything else.
+func (b *builder) floatType(s *tensor.Source) formats.DType {
+	if t := s.Tensor.Type; s.Module == nil && t.Info().Float && !t.Quantized() {
+		return t
+	}
+	return formats.F16
+}
+
 // planConvrot plans a ComfyUI safetensors output: every eligible linear
 // weight (what a Q8_0 mix would quantize: 2-D, named .weight, not a norm,
 // not on the architecture's keep list) becomes a comfy_quant module; other
@@ -512,7 +531,7 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		inputs[i] = mix.Input{Name: s.Name, Shape: s.Shape(), Source: typ}
 	}
 	q8, _ := mix.Parse("q8_0")
-	choices, err := mix.Choose(q8, inputs, mix.Options{Arch: b.arch, Pure: true})
+	choices, err := mix.Choose(q8, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: true})
 	if err != nil {
 		return err
 	}
@@ -522,8 +541,16 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			return err
 		}
 		st := s.Tensor
-		linear := strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) == 2
-		quantize, mt, ruleNote := c.Quantized && linear, ct, ""
+		fam := b.layout.Of(s.Name)
+		cls := fam.Classify(s.Name, s.Shape())
+		quantize, mt, ruleNote := c.Quantized && cls.Linear, ct, ""
+		if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
+			quantize, c.Reason = false, fmt.Sprintf("%s layer of %s: ComfyUI modules go on the diffusion model's linear layers only", strings.ReplaceAll(fam.Kind, "_", " "), fam.ID)
+			c.Type = b.floatType(s)
+		}
+		if !quantize && c.Quantized && !cls.Linear && cls.NotLinear != "" {
+			c.Reason = cls.NotLinear + ": no ComfyUI module"
+		}
 		if rules != nil {
 			if r, ok := rules(s.Name); ok {
 				switch {
@@ -536,9 +563,19 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 					}
 				case r.float != 0:
 					quantize, ruleNote, c.Type = false, "user rule: "+r.float.String(), r.float
-				case !linear:
-					// Like sd.cpp's rules, a module type never applies to a tensor that cannot take it.
-					quantize, ruleNote = false, fmt.Sprintf("user rule asks for %s, but only 2-D .weight tensors can be ComfyUI modules; %s", r.module, c.Reason)
+				case !cls.Linear && strings.HasSuffix(s.Name, ".weight"):
+					// ComfyUI builds modules from Linear layers only, and
+					// sd.cpp refuses an int8 lookup table: a rule that asks
+					// for one on a weight is a mistake, not a preference.
+					why := cls.NotLinear
+					if why == "" {
+						why = fmt.Sprintf("a %d-D weight (a convolution or a parameter)", len(s.Shape()))
+					}
+					return fmt.Errorf("%s: tensor %q: a rule asks for %s, but ComfyUI modules go on linear layers only and this is %s", b.opts.Input, s.Name, r.module, why)
+				case !cls.Linear:
+					// Like sd.cpp's rules, a module type never applies to a
+					// bias or buffer that a pattern for its layer also matches.
+					quantize, ruleNote = false, fmt.Sprintf("user rule asks for %s, but only linear .weight tensors can be ComfyUI modules; %s", r.module, c.Reason)
 				default:
 					quantize, mt, ruleNote = true, r.module, "user rule"
 				}

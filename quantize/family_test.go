@@ -1,0 +1,206 @@
+package quantize
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/family"
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/pipeline"
+)
+
+// writeHeaderOnly writes a safetensors file of tensors whose data is a
+// hole (a sparse file): planning reads headers only, so each family's
+// layout at its real detection widths costs no disk and no time.
+func writeHeaderOnly(t *testing.T, path string, tensors []formats.Tensor, meta map[string]string) {
+	t.Helper()
+	type entry struct {
+		DType   string   `json:"dtype"`
+		Shape   []int64  `json:"shape"`
+		Offsets [2]int64 `json:"data_offsets"`
+	}
+	head := map[string]any{}
+	if len(meta) > 0 {
+		head["__metadata__"] = meta
+	}
+	var off int64
+	for _, x := range tensors {
+		name, _ := x.Type.SafetensorsName()
+		head[x.Name] = entry{name, x.Shape, [2]int64{off, off + x.Size}}
+		off += x.Size
+	}
+	js, err := json.Marshal(head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(js)%8 != 0 {
+		js = append(js, ' ')
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n := uint64(len(js))
+	hdr := []byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24), byte(n >> 32), byte(n >> 40), byte(n >> 48), byte(n >> 56)}
+	if _, err := f.Write(append(hdr, js...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(int64(8+len(js)) + off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// familyCases are the synthetic layouts of every family the table knows,
+// with what detection must find: the main family, its variant and the
+// components (family IDs, in file order). meta adds metadata for variants
+// only metadata tells apart.
+var familyCases = []struct {
+	layout, family, variant string
+	meta                    map[string]string
+	comps                   []string
+}{
+	{"layout-sd1", "sd1", "", nil, []string{"sd1", "vae", "clip_l"}},
+	{"layout-sd1-inpaint", "sd1", "inpaint", nil, []string{"sd1", "vae", "clip_l"}},
+	{"layout-sd2", "sd2", "", nil, []string{"sd2", "vae", "clip_h"}},
+	{"layout-sdxl", "sdxl", "", nil, []string{"sdxl", "vae", "clip_l", "clip_g"}},
+	{"layout-sdxl-inpaint", "sdxl", "inpaint", nil, []string{"sdxl", "vae", "clip_l", "clip_g"}},
+	{"layout-sdxl-refiner", "sdxl", "refiner", nil, []string{"sdxl", "vae", "clip_g"}},
+	{"layout-sd3-medium", "sd3", "medium", nil, nil},
+	{"layout-sd3.5-medium", "sd3", "3.5-medium", nil, nil},
+	{"layout-sd3.5-large", "sd3", "large", nil, nil},
+	{"layout-flux-dev", "flux", "dev", nil, nil},
+	{"layout-flux-schnell", "flux", "schnell", nil, nil},
+	{"layout-flux-fill", "flux", "fill", nil, nil},
+	{"layout-flux-dev", "flux", "kontext", map[string]string{"modelspec.title": "FLUX.1 Kontext [dev]"}, nil},
+	{"layout-chroma", "chroma", "", nil, nil},
+	{"layout-flux2-dev", "flux2", "dev", nil, nil},
+	{"layout-flux2-klein", "flux2", "klein", nil, nil},
+	{"layout-wan-t2v", "wan", "t2v", nil, nil},
+	{"layout-wan-i2v", "wan", "i2v", nil, nil},
+	{"layout-wan2.2-i2v", "wan", "2.2-i2v", nil, nil},
+	{"layout-wan2.2-ti2v-5b", "wan", "ti2v-5b", nil, nil},
+	{"layout-wan-t2v", "wan", "a14b-high-noise", map[string]string{"modelspec.title": "wan2.2_t2v_high_noise_14B"}, nil},
+	{"layout-wan-t2v", "wan", "a14b-low-noise", map[string]string{"modelspec.title": "wan2.2_t2v_low_noise_14B"}, nil},
+	{"layout-hunyuan-video-1.5", "hunyuan_video", "1.5", nil, nil},
+	{"layout-ltxv", "ltxv", "", nil, nil},
+	{"layout-ltx2", "ltx2", "", nil, nil},
+	{"layout-qwen-image", "qwen_image", "", nil, nil},
+	{"layout-qwen-image", "qwen_image", "edit", map[string]string{"modelspec.title": "Qwen-Image-Edit-2509"}, nil},
+	{"layout-z-image", "z_image", "", nil, nil},
+	{"layout-hidream", "hidream", "", nil, nil},
+	{"layout-cosmos", "cosmos", "", nil, nil},
+	{"layout-auraflow", "aura", "", nil, nil},
+	{"layout-krea2", "krea2", "", nil, nil},
+	{"layout-minimax-h3", "minimax_h3", "", nil, nil},
+	{"layout-clip-l", "clip_l", "", nil, nil},
+	{"layout-clip-g", "clip_g", "", nil, nil},
+	{"layout-t5xxl", "t5xxl", "", nil, nil},
+	{"layout-umt5xxl", "umt5xxl", "", nil, nil},
+	{"layout-qwen2.5-vl", "qwen2.5vl", "", nil, nil},
+	{"layout-qwen3", "qwen3", "", nil, nil},
+	{"layout-mistral", "mistral", "", nil, nil},
+	{"layout-gemma3", "gemma3", "", nil, nil},
+	{"layout-llama3", "llama3", "", nil, nil},
+	{"layout-vae-sd", "vae", "4ch", nil, nil},
+	{"layout-vae-flux", "flux_vae", "16ch", nil, nil},
+	{"layout-vae-wan2.1", "wan_vae", "2.1", nil, nil},
+	{"layout-vae-wan2.2", "wan_vae", "2.2", nil, nil},
+	{"layout-vae-ltx", "ltx_vae", "", nil, nil},
+}
+
+// TestFamilyTable: on each family's synthetic layout, detection names the
+// family, variant and components; a Q4_K_M dry run keeps every tensor the
+// table marks high precision unquantized; a
+// diffusion model's GGUF carries its ComfyUI-GGUF architecture.
+func TestFamilyTable(t *testing.T) {
+	dir := t.TempDir()
+	covered := map[string]bool{}
+	for _, c := range familyCases {
+		tensors, err := synth.Descriptors(synth.Spec{Arch: c.layout, DType: formats.F16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var md formats.Metadata
+		for k, v := range c.meta {
+			md = append(md, formats.KV{Key: k, Type: formats.TypeString, Value: v})
+		}
+		arch := family.Detect(tensors, md)
+		if arch.Name != c.family || arch.Variant() != c.variant {
+			t.Errorf("%s: detected %s (%q), want %s (%q)", c.layout, arch.Name, arch.Variant(), c.family, c.variant)
+			continue
+		}
+		covered[c.family] = true
+		if c.comps != nil {
+			var got []string
+			for _, x := range arch.Components {
+				got = append(got, x.Name)
+				covered[x.Name] = true
+			}
+			if !slices.Equal(got, c.comps) {
+				t.Errorf("%s: components %v, want %v", c.layout, got, c.comps)
+			}
+		}
+		in := filepath.Join(dir, c.layout+".safetensors")
+		writeHeaderOnly(t, in, tensors, c.meta)
+		res, err := quantizeRun(t.Context(), &Options{Input: in, Output: filepath.Join(dir, "out.gguf"), Type: "Q4_K_M"}, pipeline.Options{}, true)
+		if err != nil {
+			t.Errorf("%s: %v", c.layout, err)
+			continue
+		}
+		f := family.ByID(c.family)
+		if res.Arch != c.family {
+			t.Errorf("%s: quantize saw %q", c.layout, res.Arch)
+		}
+		want := ""
+		if f.Kind == family.KindDiffusion {
+			want = f.ComfyArch
+		}
+		if got, _ := res.Header.Metadata.String("general.architecture"); got != want {
+			t.Errorf("%s: general.architecture %q, want %q", c.layout, got, want)
+		}
+		kept := 0
+		for _, r := range res.rows() {
+			cls := arch.Of(r.Name).Classify(r.Name, r.Shape)
+			if cls.Keep == "" && cls.F32 == "" {
+				continue
+			}
+			kept++
+			if r.To.Quantized() {
+				t.Errorf("%s: %s is %s (%s), want it kept in high precision", c.layout, r.Name, r.To, r.Reason)
+			}
+		}
+		if f.Kind == family.KindDiffusion && kept == 0 {
+			t.Errorf("%s: no tensor of the layout is on %s's keep lists", c.layout, c.family)
+		}
+	}
+	for _, f := range family.Families {
+		if !covered[f.ID] && f.ID != "clip" && f.ID != "t5" && f.ID != "llm" {
+			t.Errorf("family %s has no synthetic layout in familyCases", f.ID)
+		}
+	}
+}
+
+// TestSD35LargeFallbacks: rows of 2432/4 are whole 32-element blocks but
+// not 256-element ones, so Q4_K_M's q4_K becomes q5_0 with the reason said.
+func TestSD35LargeFallbacks(t *testing.T) {
+	tensors, err := synth.Descriptors(synth.Spec{Arch: "layout-sd3.5-large", DType: formats.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(t.TempDir(), "large.safetensors")
+	writeHeaderOnly(t, in, tensors, nil)
+	res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q4_K_M"}, pipeline.Options{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rowOf(t, res, "joint_blocks.0.x_block.attn.proj.weight")
+	if r.To != formats.Q5_0 || !strings.Contains(r.Reason, "does not fit q4_K") {
+		t.Errorf("attn.proj: %s (%s), want the q5_0 fallback", r.To, r.Reason)
+	}
+}
