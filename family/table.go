@@ -101,6 +101,7 @@ var Families = []*Family{
 	{
 		ID: "sd2", Title: "SD 2.x", Kind: KindDiffusion, ComfyArch: "sd1", SDCpp: "sd2", Generate: true,
 		Detect: []Rule{
+			rule("", rank(ldmProjIn, 2), lacks(ldmLabelEmb)),
 			rule("", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024)),
 			rule("inpaint", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024), shape(ldmIn, -1, 9, -1, -1)),
 			rule("diffusers", rank(dfProjIn, 2), lacks(dfAddEmb), shape(dfAttnKV, -1, 1024)),
