@@ -159,7 +159,7 @@ var Families = []*Family{
 		Note: "Flux.1 without the modulation layers: ComfyUI-GGUF loads it under its flux architecture, sd.cpp as a Flux variant.",
 	},
 	{
-		ID: "flux2", Title: "Flux.2", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux2-klein",
+		ID: "flux2", Title: "Flux.2", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux2",
 		Detect: []Rule{
 			rule("klein", has(fluxDouble), has(fluxSingle), has(flux2Mod), has(`^single_stream_modulation\.`)),
 			rule("dev", has(fluxDouble), has(fluxSingle), has(flux2Mod), has(`^single_stream_modulation\.`), has(`^single_blocks\.47\.`)),

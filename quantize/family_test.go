@@ -204,3 +204,30 @@ func TestSD35LargeFallbacks(t *testing.T) {
 		t.Errorf("attn.proj: %s (%s), want the q5_0 fallback", r.To, r.Reason)
 	}
 }
+
+// TestSDCppTarget: stable-diffusion.cpp 97d2990 runs int8_tensorwise
+// (convrot or not) natively and does not
+// apply FP8's weight_scale outside Ideogram 4.
+func TestSDCppTarget(t *testing.T) {
+	for _, c := range []struct {
+		typ   string
+		group int
+		ok    bool
+		want  string
+	}{
+		{"int8_convrot", 16, true, "run natively"},
+		{"int8", 0, true, "run natively"},
+		{"fp8_e4m3", 0, false, "weight_scale"},
+	} {
+		res, err := quantizeRun(t.Context(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"), Type: c.typ, GroupSize: c.group, Targets: []string{TargetSDCpp}}, pipeline.Options{}, true)
+		if err != nil {
+			t.Errorf("%s group %d: %v", c.typ, c.group, err)
+			continue
+		}
+		sd := res.Report.Consumers[0]
+		all := strings.Join(append(sd.Problems, sd.Notes...), "; ")
+		if sd.OK != c.ok || !strings.Contains(all, c.want) {
+			t.Errorf("%s group %d: ok %v (%s), want ok %v and %q", c.typ, c.group, sd.OK, all, c.ok, c.want)
+		}
+	}
+}

@@ -21,7 +21,9 @@ const (
 // AllTargets lists the consumers --target accepts, in report order.
 var AllTargets = []string{TargetSDCpp, TargetComfyUI, TargetGGML}
 
-// comfyTypes are the types ComfyUI-GGUF has dequantizers for.
+// comfyTypes are the types ComfyUI-GGUF has dequantizers for (its
+// dequant.py at 795e451, December 2025), besides F32 and F16 that it loads
+// as they are.
 var comfyTypes = map[formats.DType]bool{
 	formats.F32: true, formats.F16: true, formats.BF16: true, formats.Q8_0: true, formats.Q5_1: true,
 	formats.Q5_0: true, formats.Q4_1: true, formats.Q4_0: true, formats.Q6_K: true, formats.Q5_K: true,
@@ -142,13 +144,18 @@ func checkSafetensors(r *Report, c *Consumer) {
 	case TargetComfyUI:
 		c.Notes = append(c.Notes, "comfy_quant layers ("+r.Type+")")
 	case TargetSDCpp:
-		rotated := r.modules[convrot.Int8Convrot.String()]
-		fp8 := r.modules[convrot.FP8E4M3.String()] + r.modules[convrot.FP8E5M2.String()]
-		if rotated > 0 {
-			c.Problems = append(c.Problems, fmt.Sprintf("%d layers use the convrot rotation, which sd.cpp does not apply to activations", rotated))
+		// Checked against stable-diffusion.cpp 97d2990 (its
+		// docs/int8_convrot.md and safetensors reader): int8_tensorwise
+		// modules, with or without convrot, run natively (the group size
+		// must be a power of four, which quant/convrot already enforces);
+		// FP8 weights are
+		// widened to f16 at load, but a tensor-wise weight_scale is applied
+		// only by the layers that opt in (Ideogram 4's in that version).
+		if n := r.modules[convrot.Int8Convrot.String()] + r.modules[convrot.Int8.String()]; n > 0 {
+			c.Notes = append(c.Notes, fmt.Sprintf("%d int8_tensorwise layers run natively (sd.cpp 97d2990 and later)", n))
 		}
-		if fp8 > 0 {
-			c.Problems = append(c.Problems, fmt.Sprintf("%d FP8 layers with a tensor-wise weight_scale, which sd.cpp does not apply", fp8))
+		if n := r.modules[convrot.FP8E4M3.String()] + r.modules[convrot.FP8E5M2.String()]; n > 0 {
+			c.Problems = append(c.Problems, fmt.Sprintf("%d FP8 layers with a tensor-wise weight_scale: sd.cpp 97d2990 loads FP8 weights but applies weight_scale only in Ideogram 4's layers, so other models' outputs would be off by the scale", n))
 		}
 	}
 }
