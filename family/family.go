@@ -63,6 +63,10 @@ type Family struct {
 	// spelling where names models it, sd.cpp's enum otherwise; "" when
 	// sd.cpp has none).
 	SDCpp string
+	// GGUFNames, for a text encoder that ComfyUI-GGUF's text loader
+	// reads, are the renames (Hugging Face fragment, llama.cpp fragment,
+	// applied in order) that give llama.cpp's tensor names.
+	GGUFNames [][2]string
 	// Generate reports that sdtool's generate runs the family.
 	Generate bool
 	// Note is one line for docs/families.md (what differs, what is missing).
@@ -212,3 +216,15 @@ func upgrades(pairs ...string) []Upgrade {
 func with[T any](base []T, extra ...T) []T { return append(slices.Clone(base), extra...) }
 
 func mustRE(s string) *regexp.Regexp { return regexp.MustCompile(s) }
+
+// LlamaName returns name as llama.cpp names the tensor (f.GGUFNames
+// applied in order); name itself when f has no such table.
+func (f *Family) LlamaName(name string) string {
+	if f == nil {
+		return name
+	}
+	for _, r := range f.GGUFNames {
+		name = strings.Replace(name, r[0], r[1], 1)
+	}
+	return name
+}

@@ -64,6 +64,31 @@ var (
 	llmTables = []string{"embed_tokens.", "token_embd."}
 )
 
+// llama.cpp's tensor names for T5 encoders and Qwen decoders, the inverse
+// of the maps ComfyUI-GGUF's loader.py (795e451) applies to a text
+// encoder GGUF (T5_SD_MAP, LLAMA_SD_MAP). Llama-architecture decoders
+// (Mistral, Llama 3) are left out: ComfyUI-GGUF un-permutes their q/k
+// rows, which llama.cpp's converter permutes, and sdtool does not.
+var (
+	t5GGUF = [][2]string{
+		{"encoder.block.", "enc.blk."},
+		{"layer.0.SelfAttention.q.", "attn_q."}, {"layer.0.SelfAttention.k.", "attn_k."},
+		{"layer.0.SelfAttention.v.", "attn_v."}, {"layer.0.SelfAttention.o.", "attn_o."},
+		{"layer.0.SelfAttention.relative_attention_bias.", "attn_rel_b."}, {"layer.0.layer_norm.", "attn_norm."},
+		{"layer.1.DenseReluDense.wi_0.", "ffn_gate."}, {"layer.1.DenseReluDense.wi_1.", "ffn_up."},
+		{"layer.1.DenseReluDense.wo.", "ffn_down."}, {"layer.1.layer_norm.", "ffn_norm."},
+		{"encoder.final_layer_norm.", "enc.output_norm."}, {"encoder.embed_tokens.", "token_embd."}, {"shared.", "token_embd."},
+	}
+	qwenGGUF = [][2]string{
+		{"model.language_model.", "model."}, {"model.layers.", "blk."},
+		{"self_attn.q_proj.", "attn_q."}, {"self_attn.k_proj.", "attn_k."}, {"self_attn.v_proj.", "attn_v."},
+		{"self_attn.o_proj.", "attn_output."}, {"self_attn.q_norm.", "attn_q_norm."}, {"self_attn.k_norm.", "attn_k_norm."},
+		{"mlp.gate_proj.", "ffn_gate."}, {"mlp.up_proj.", "ffn_up."}, {"mlp.down_proj.", "ffn_down."},
+		{"input_layernorm.", "attn_norm."}, {"post_attention_layernorm.", "ffn_norm."},
+		{"model.embed_tokens.", "token_embd."}, {"model.norm.", "output_norm."}, {"lm_head.", "output."},
+	}
+)
+
 // UNet checkpoint layouts (LDM / SGM prefixes).
 var (
 	sd1Parts  = []Part{{"sd1", "model.diffusion_model."}, {"vae", "first_stage_model."}, {"clip_l", "cond_stage_model.transformer."}}
@@ -300,17 +325,17 @@ var Families = []*Family{
 	{
 		ID: "t5", Title: "T5 encoder (width unknown)", Kind: KindTextEncoder, ComfyArch: "t5encoder",
 		Detect: []Rule{rule("", has(t5Layer))},
-		Keep:   t5Keep, NotLinear: t5Tables, Upgrades: Std,
+		Keep:   t5Keep, NotLinear: t5Tables, Upgrades: Std, GGUFNames: t5GGUF,
 	},
 	{
 		ID: "t5xxl", Title: "T5-XXL", Kind: KindTextEncoder, ComfyArch: "t5encoder",
 		Detect: []Rule{rule("", has(t5Layer), shape(t5Layer, -1, 4096))},
-		Keep:   t5Keep, NotLinear: t5Tables, Upgrades: Std,
+		Keep:   t5Keep, NotLinear: t5Tables, Upgrades: Std, GGUFNames: t5GGUF,
 	},
 	{
 		ID: "umt5xxl", Title: "UMT5-XXL", Kind: KindTextEncoder, ComfyArch: "t5encoder",
 		Detect: []Rule{rule("", has(t5Layer), shape(t5Layer, -1, 4096), shape(t5Embed, 256384, -1))},
-		Keep:   t5Keep, NotLinear: t5Tables, Upgrades: Std,
+		Keep:   t5Keep, NotLinear: t5Tables, Upgrades: Std, GGUFNames: t5GGUF,
 		Note: "Wan's text encoder; ComfyUI-GGUF rebuilds its tokenizer from the GGUF's tokenizer.ggml.* keys.",
 	},
 	{
@@ -321,13 +346,13 @@ var Families = []*Family{
 	{
 		ID: "qwen3", Title: "Qwen3", Kind: KindTextEncoder, ComfyArch: "qwen3",
 		Detect:    []Rule{rule("", has(llmLayer), has(llmQNorm), shape(llmEmbed, 151936, -1), lacks(`pre_feedforward_layernorm`))},
-		NotLinear: llmTables, Upgrades: Std,
+		NotLinear: llmTables, Upgrades: Std, GGUFNames: qwenGGUF,
 		Note: "Z-Image's and Flux.2 klein's text encoder.",
 	},
 	{
 		ID: "qwen2.5vl", Title: "Qwen2.5-VL", Kind: KindTextEncoder, ComfyArch: "qwen2vl",
 		Detect:    []Rule{rule("", has(llmLayer), lacks(llmQNorm), shape(llmEmbed, 152064, -1))},
-		NotLinear: llmTables, Upgrades: Std,
+		NotLinear: llmTables, Upgrades: Std, GGUFNames: qwenGGUF,
 		Note: "Qwen-Image's text encoder.",
 	},
 	{

@@ -158,7 +158,7 @@ func TestFamilyTable(t *testing.T) {
 			t.Errorf("%s: quantize saw %q", c.layout, res.Arch)
 		}
 		want := ""
-		if f.Kind == family.KindDiffusion {
+		if f.Kind == family.KindDiffusion || f.GGUFNames != nil {
 			want = f.ComfyArch
 		}
 		if got, _ := res.Header.Metadata.String("general.architecture"); got != want {
@@ -228,6 +228,85 @@ func TestSDCppTarget(t *testing.T) {
 		all := strings.Join(append(sd.Problems, sd.Notes...), "; ")
 		if sd.OK != c.ok || !strings.Contains(all, c.want) {
 			t.Errorf("%s group %d: ok %v (%s), want ok %v and %q", c.typ, c.group, sd.OK, all, c.ok, c.want)
+		}
+	}
+}
+
+// comfyTextMaps are ComfyUI-GGUF's loader.py (795e451) renames from
+// llama.cpp's names back to the ones its text encoders load (T5_SD_MAP,
+// LLAMA_SD_MAP, applied in order to every name): the oracle for the names
+// sdtool writes.
+var comfyTextMaps = map[string][][2]string{
+	"t5encoder": {{"enc.", "encoder."}, {".blk.", ".block."}, {"token_embd", "shared"}, {"output_norm", "final_layer_norm"},
+		{"attn_q", "layer.0.SelfAttention.q"}, {"attn_k", "layer.0.SelfAttention.k"}, {"attn_v", "layer.0.SelfAttention.v"},
+		{"attn_o", "layer.0.SelfAttention.o"}, {"attn_norm", "layer.0.layer_norm"}, {"attn_rel_b", "layer.0.SelfAttention.relative_attention_bias"},
+		{"ffn_up", "layer.1.DenseReluDense.wi_1"}, {"ffn_down", "layer.1.DenseReluDense.wo"}, {"ffn_gate", "layer.1.DenseReluDense.wi_0"},
+		{"ffn_norm", "layer.1.layer_norm"}},
+	"llama": {{"blk.", "model.layers."}, {"attn_norm", "input_layernorm"}, {"attn_q_norm.", "self_attn.q_norm."},
+		{"attn_k_norm.", "self_attn.k_norm."}, {"attn_v_norm.", "self_attn.v_norm."}, {"attn_q", "self_attn.q_proj"},
+		{"attn_k", "self_attn.k_proj"}, {"attn_v", "self_attn.v_proj"}, {"attn_output", "self_attn.o_proj"},
+		{"ffn_up", "mlp.up_proj"}, {"ffn_down", "mlp.down_proj"}, {"ffn_gate", "mlp.gate_proj"},
+		{"ffn_norm", "post_attention_layernorm"}, {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"},
+		{"output.weight", "lm_head.weight"}},
+}
+
+// TestTextEncoderGGUFNames: a standalone T5, UMT5, Qwen3 or Qwen2.5-VL
+// quantized to GGUF gets llama.cpp's names, which ComfyUI-GGUF's renames
+// turn back into the source names, and its llama.cpp architecture;
+// --te-names sdcpp keeps the source names, and --target comfyui says that
+// ComfyUI-GGUF cannot load that (nor a UMT5 without tokenizer metadata).
+func TestTextEncoderGGUFNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ layout, arch, comfyMap string }{
+		{"layout-t5xxl", "t5encoder", "t5encoder"},
+		{"layout-umt5xxl", "t5encoder", "t5encoder"},
+		{"layout-qwen3", "qwen3", "llama"},
+		{"layout-qwen2.5-vl", "qwen2vl", "llama"},
+	} {
+		tensors, err := synth.Descriptors(synth.Spec{Arch: c.layout, DType: formats.F16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := filepath.Join(dir, c.layout+".safetensors")
+		writeHeaderOnly(t, in, tensors, nil)
+		res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q8_0", Targets: []string{TargetComfyUI}}, pipeline.Options{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := res.Header.Metadata.String("general.architecture"); got != c.arch {
+			t.Errorf("%s: general.architecture %q, want %q", c.layout, got, c.arch)
+		}
+		var back []string
+		for _, o := range res.Outputs {
+			if strings.HasPrefix(o.Name, "model.") || strings.HasPrefix(o.Name, "encoder.") {
+				t.Errorf("%s: %s keeps its Hugging Face name", c.layout, o.Name)
+			}
+			n := o.Name
+			for _, r := range comfyTextMaps[c.comfyMap] {
+				n = strings.ReplaceAll(n, r[0], r[1])
+			}
+			back = append(back, n)
+		}
+		var want []string
+		for _, x := range tensors {
+			want = append(want, x.Name)
+		}
+		slices.Sort(back)
+		slices.Sort(want)
+		if !slices.Equal(back, want) {
+			t.Errorf("%s: ComfyUI-GGUF would load %v, want %v", c.layout, back, want)
+		}
+		comfy := res.Report.Consumers[0]
+		if umt5 := c.layout == "layout-umt5xxl"; comfy.OK == umt5 {
+			t.Errorf("%s: comfyui ok %v %v", c.layout, comfy.OK, comfy.Problems)
+		}
+		res, err = quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q8_0", TextEncoderNames: "sdcpp", Targets: []string{TargetComfyUI}}, pipeline.Options{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := slices.ContainsFunc(res.Outputs, func(o pipeline.Output) bool { return o.Name == tensors[0].Name })
+		if !kept || res.Report.Consumers[0].OK {
+			t.Errorf("%s --te-names sdcpp: source names kept %v, comfyui ok %v", c.layout, kept, res.Report.Consumers[0].OK)
 		}
 	}
 }

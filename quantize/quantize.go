@@ -55,6 +55,10 @@ type Options struct {
 	Metadata []string
 	// MetadataPreset is "" or "default" (automatic keys) or "none".
 	MetadataPreset string
+	// TextEncoderNames is how a standalone T5 or Qwen text encoder's GGUF
+	// names its tensors: "llama.cpp" (the default; ComfyUI-GGUF's text
+	// loader needs them, sd.cpp converts them) or "sdcpp" (the input's).
+	TextEncoderNames string
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
 }
@@ -69,6 +73,8 @@ type Report struct {
 	FType mix.FType
 	// Arch is the detected architecture, ComfyArch its ComfyUI-GGUF name ("" for none).
 	Arch, ComfyArch string
+	// LlamaNames reports a text encoder written with llama.cpp's tensor names.
+	LlamaNames bool
 	// Consumers says which targets can load the output.
 	Consumers []Consumer
 	// ImatrixMissing lists tensors that could use importance weights but have no entry;
@@ -226,6 +232,17 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		res.ComfyArch = f.ComfyArch
 	}
 	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: arch.Name, layout: &arch}
+	if f := arch.Main(); res.Format == "gguf" && f != nil && f.GGUFNames != nil && len(arch.Components) == 1 && arch.Components[0].Prefix == "" {
+		switch opts.TextEncoderNames {
+		case "", "llama.cpp":
+			// ComfyUI-GGUF's text loader reads llama.cpp's names and
+			// architecture; sd.cpp converts those names back itself.
+			b.rename, res.ComfyArch, res.LlamaNames = f.LlamaName, f.ComfyArch, true
+		case "sdcpp":
+		default:
+			return fail(fmt.Errorf("--te-names %q: want llama.cpp or sdcpp", opts.TextEncoderNames))
+		}
+	}
 	if imp != nil {
 		// Entries written by sd.cpp are named as sd.cpp converts names.
 		v := names.DetectVersion(m.Tensors())
@@ -350,6 +367,9 @@ type builder struct {
 	// layout is the detected checkpoint: each tensor is planned with the
 	// family of its component.
 	layout *family.Architecture
+	// rename, when set, gives an output tensor's name (llama.cpp's names
+	// for a standalone text encoder).
+	rename func(string) string
 	// imatrixKey maps a tensor name to the name an imatrix may hold it
 	// under when there is no exact entry (nil: exact names only).
 	imatrixKey func(string) string
@@ -403,6 +423,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		b.res.Warnings = append(b.res.Warnings, w)
 	}
 	used := map[string]bool{}
+	renamed := map[string]string{}
 	for i, s := range srcs {
 		c := choices[i]
 		t := c.Type
@@ -420,14 +441,26 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 			return err
 		}
 		st := s.Tensor
-		out := pipeline.Output{Name: s.Name, Type: t, Shape: c.Shape, Source: &st, From: s.TypeName(), Note: c.Reason}
+		name := s.Name
+		if b.rename != nil {
+			name = b.rename(s.Name)
+			if prev, dup := renamed[name]; dup {
+				// T5 files may hold the tied encoder.embed_tokens beside shared.
+				w := fmt.Sprintf("%s: tensor %q: llama.cpp names it %q like %q: left out", s.Tensor.File, s.Name, name, prev)
+				b.log.Warn(w)
+				b.res.Warnings = append(b.res.Warnings, w)
+				continue
+			}
+			renamed[name] = s.Name
+		}
+		out := pipeline.Output{Name: name, Type: t, Shape: c.Shape, Source: &st, From: s.TypeName(), Note: c.Reason}
 		reshaped := folded[i] || c.Reshaped
 		if reshaped {
 			b.res.reshaped++
 			b.origShape = append(b.origShape, struct {
 				name  string
 				shape []int64
-			}{s.Name, s.Shape()})
+			}{name, s.Shape()})
 			if folded[i] && !c.Reshaped {
 				out.Note += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
 			}

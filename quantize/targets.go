@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/pipeline"
@@ -131,8 +132,19 @@ func checkGGUF(r *Report, plan *pipeline.Plan, c *Consumer) {
 			c.Problems = append(c.Problems, fmt.Sprintf("%d tensors reshaped by --reshape-conv (sd.cpp expects the original shapes)", n))
 		}
 	case TargetComfyUI:
-		if r.ComfyArch == "" {
+		f := family.ByID(r.Arch)
+		switch {
+		case f != nil && f.Kind == family.KindTextEncoder && !r.LlamaNames:
+			// ComfyUI-GGUF 795e451's text loader refuses a GGUF without a
+			// llama.cpp architecture and maps llama.cpp names only.
+			c.Problems = append(c.Problems, fmt.Sprintf("ComfyUI-GGUF's text-encoder loader needs llama.cpp tensor names and architecture, which sdtool writes for T5, UMT5, Qwen3 and Qwen2.5-VL (--te-names llama.cpp); %s is written with its own names", f.Title))
+		case r.ComfyArch == "":
 			c.Notes = append(c.Notes, "no general.architecture: ComfyUI-GGUF detects the model from its tensor names (compatibility mode)")
+		}
+		if r.Arch == "umt5xxl" && r.LlamaNames {
+			if _, ok := plan.Header.Metadata.Get("tokenizer.ggml.tokens"); !ok {
+				c.Problems = append(c.Problems, "ComfyUI-GGUF rebuilds UMT5's tokenizer from tokenizer.ggml.* metadata, which the input does not carry")
+			}
 		}
 	}
 }
