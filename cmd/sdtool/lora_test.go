@@ -533,3 +533,33 @@ func TestBakeToComfyInt8(t *testing.T) {
 		}
 	}
 }
+
+// TestBakeTakesQuantizeFlags checks that a bake passes quantize's output
+// flags through: --metadata reaches the file, --convrot-group-size is
+// checked as quantize checks it, and --strict refuses what a --target
+// cannot load.
+func TestBakeTakesQuantizeFlags(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "c.safetensors")
+	mustRun(t, "merge", "--base", tiny, "--lora", tinyLoRA, "-o", out, "--type", "int8_convrot", "--convrot-group-size", "16", "--metadata", "modelspec.title=baked")
+	js, _ := mustRun(t, "inspect", "--json", "--no-tensors", out)
+	if !strings.Contains(js, `"modelspec.title"`) || !strings.Contains(js, `"baked"`) {
+		t.Errorf("--metadata did not reach %s: %s", out, js)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--type", "int8_convrot", "--convrot-group-size", "15"}, "15"},
+		{[]string{"--type", "int8_convrot", "--target", "ggml", "--strict"}, "ggml"},
+	} {
+		o := filepath.Join(dir, "x.safetensors")
+		code, _, errOut := runApp(t, append([]string{"merge", "--base", tiny, "--lora", tinyLoRA, "-o", o}, c.args...)...)
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%q: exit %d, stderr %q, want an error with %q", c.args, code, errOut, c.want)
+		}
+		if _, err := os.Stat(o); err == nil {
+			t.Errorf("%q: wrote %s", c.args, o)
+		}
+	}
+}
