@@ -28,9 +28,10 @@ import (
 //   - a schedule (schedules[Family.Schedule]): the sigmas and the timestep
 //     the network sees.
 //
-// The table is ordered: the first family whose markers match wins, so more
-// specific families come first. (Issue 12 moves detection into a family
-// package; everything here is already data for that.)
+// Which family a model is comes from the family table (package family,
+// family.Detect); each engine entry names its table ID, and among the
+// entries of one ID the first whose markers match wins, so more specific
+// entries come first.
 
 // Marker is one test on a model's tensors (their internal, sd.cpp names).
 type Marker struct {
