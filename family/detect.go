@@ -57,6 +57,20 @@ func (a Architecture) Variant() string {
 // component only when no prefixed one applies), else the main family. It is
 // nil when nothing was recognised.
 func (a Architecture) Of(name string) *Family {
+	f, _ := a.component(name)
+	return f
+}
+
+// Classify returns the family of the tensor called name and how that
+// family treats it (Family.Classify on the name without its component's
+// prefix).
+func (a Architecture) Classify(name string, shape []int64) (*Family, Class) {
+	f, prefix := a.component(name)
+	return f, f.Classify(strings.TrimPrefix(name, prefix), shape)
+}
+
+// component finds the family and prefix of the tensor called name.
+func (a Architecture) component(name string) (*Family, string) {
 	best := -1
 	for i, c := range a.Components {
 		if strings.HasPrefix(name, c.Prefix) && (best < 0 || len(c.Prefix) > len(a.Components[best].Prefix)) {
@@ -67,9 +81,9 @@ func (a Architecture) Of(name string) *Family {
 		}
 	}
 	if best >= 0 {
-		return a.Components[best].Family()
+		return a.Components[best].Family(), a.Components[best].Prefix
 	}
-	return a.Main()
+	return a.Main(), prefixOf(name)
 }
 
 // cond is one test of a detection rule: some tensor whose name (without the

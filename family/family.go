@@ -43,7 +43,8 @@ type Family struct {
 	Parts []Part
 	// Keep lists name fragments of tensors that stay in high precision in a
 	// quantized file: embeddings, norms, modulation, gates, the first and
-	// last layers. Matched with strings.Contains on the full name.
+	// last layers. Matched with strings.Contains on the name without its
+	// component prefix; a fragment starting with "^" must start it.
 	Keep []string
 	// F32 lists fragments of tensors stored in F32 (stable-diffusion.cpp
 	// and ComfyUI-GGUF read them as F32 parameters; a BF16 or F16 copy
@@ -112,8 +113,9 @@ type Class struct {
 	NotLinear string
 }
 
-// Classify returns how family f treats the tensor called name with shape.
-// f may be nil (an unrecognised model): then only the structural test applies.
+// Classify returns how family f treats the tensor called name (without its
+// component prefix; Architecture.Classify strips it) with shape. f may be
+// nil (an unrecognised model): then only the structural test applies.
 func (f *Family) Classify(name string, shape []int64) Class {
 	var c Class
 	if f != nil {
@@ -136,7 +138,7 @@ func (f *Family) Classify(name string, shape []int64) Class {
 
 func firstIn(name string, frags []string) string {
 	for _, s := range frags {
-		if strings.Contains(name, s) {
+		if a, anchored := strings.CutPrefix(s, "^"); anchored && strings.HasPrefix(name, a) || !anchored && strings.Contains(name, s) {
 			return s
 		}
 	}

@@ -46,8 +46,11 @@ var Std = upgrades(RoleV, vProj, RoleQKV, qkv, RoleFFNDown, ffnDown)
 // Keep lists shared by several families.
 var (
 	unetKeep = []string{"class_embedding.", "time_embedding.", "add_embedding.", "time_embed.", "label_emb.", "conv_in.", "conv_out.", "input_blocks.0.0.weight", "out.2.weight"}
-	fluxKeep = []string{"txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.", "final_layer."}
-	ltxKeep  = []string{"adaln_single.", "caption_projection.", "patchify_proj.", "proj_out.", "scale_shift_table"}
+	// fluxKeep holds BFL's names and diffusers' (whose top-level proj_out
+	// is the final layer while each single block has a proj_out too).
+	fluxKeep = []string{"txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.", "final_layer.",
+		"^x_embedder.", "^context_embedder.", "^time_text_embed.", "^norm_out.", "^proj_out."}
+	ltxKeep = []string{"adaln_single.", "caption_projection.", "patchify_proj.", "proj_out.", "scale_shift_table"}
 	// clipKeep keeps CLIP's lookup tables (token and position embeddings)
 	// out of every mix: measured with generate --compare on the tiny SD1
 	// model, quantizing them costs more than the bytes it saves (see

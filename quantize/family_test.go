@@ -166,7 +166,7 @@ func TestFamilyTable(t *testing.T) {
 		}
 		kept := 0
 		for _, r := range res.rows() {
-			cls := arch.Of(r.Name).Classify(r.Name, r.Shape)
+			_, cls := arch.Classify(r.Name, r.Shape)
 			if cls.Keep == "" && cls.F32 == "" {
 				continue
 			}

@@ -574,8 +574,7 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			return err
 		}
 		st := s.Tensor
-		fam := b.layout.Of(s.Name)
-		cls := fam.Classify(s.Name, s.Shape())
+		fam, cls := b.layout.Classify(s.Name, s.Shape())
 		quantize, mt, ruleNote := c.Quantized && cls.Linear, ct, ""
 		if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
 			quantize, c.Reason = false, fmt.Sprintf("%s layer of %s: ComfyUI modules go on the diffusion model's linear layers only", strings.ReplaceAll(fam.Kind, "_", " "), fam.ID)

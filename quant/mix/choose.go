@@ -94,12 +94,19 @@ type planner struct {
 // familyOf returns the family whose rules plan the tensor called name (nil
 // for an unrecognised model).
 func (p *planner) familyOf(name string) *family.Family {
+	f, _ := p.classify(name, nil)
+	return f
+}
+
+// classify returns the tensor's family and how that family treats it.
+func (p *planner) classify(name string, shape []int64) (*family.Family, family.Class) {
 	if p.opts.Layout != nil {
-		if f := p.opts.Layout.Of(name); f != nil {
-			return f
+		if f, c := p.opts.Layout.Classify(name, shape); f != nil {
+			return f, c
 		}
 	}
-	return family.Lookup(p.opts.Arch)
+	f := family.Lookup(p.opts.Arch)
+	return f, f.Classify(name, shape)
 }
 
 // upgrades returns the mix upgrades that apply to the tensor called name.
@@ -165,8 +172,7 @@ func (p *planner) ineligible(name string, shape []int64) string {
 	if strings.HasSuffix(name, "_norm.weight") {
 		return "norm weight"
 	}
-	f := p.familyOf(name)
-	c := f.Classify(name, shape)
+	f, c := p.classify(name, shape)
 	if c.Keep != "" {
 		return fmt.Sprintf("kept for %s (%s)", f.ID, c.Keep)
 	}
@@ -181,7 +187,7 @@ func (p *planner) ineligible(name string, shape []int64) string {
 // F32 or BF16 source; otherwise BF16 stays BF16 and the rest becomes F16.
 func (p *planner) highPrecisionType(in Input, shape []int64) formats.DType {
 	n, _ := formats.Elements(shape)
-	small := len(shape) <= 1 || n <= 1024 || p.familyOf(in.Name).Classify(in.Name, shape).F32 != ""
+	small := len(shape) <= 1 || n <= 1024 || p.f32(in.Name, shape)
 	switch {
 	case in.Source == formats.F32 && small, in.Source == formats.BF16 && small:
 		return formats.F32
@@ -315,4 +321,10 @@ func reshapeConv(shape []int64) ([]int64, bool) {
 		return nil, false
 	}
 	return []int64{n / 256, 256}, true
+}
+
+// f32 reports a tensor the family stores in F32.
+func (p *planner) f32(name string, shape []int64) bool {
+	_, c := p.classify(name, shape)
+	return c.F32 != ""
 }
