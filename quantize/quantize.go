@@ -595,13 +595,15 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 					}
 				case r.float != 0:
 					quantize, ruleNote, c.Type = false, "user rule: "+r.float.String(), r.float
-				case !cls.Linear && strings.HasSuffix(s.Name, ".weight"):
+				case !cls.Linear && strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) >= 2:
 					// ComfyUI builds modules from Linear layers only, and
 					// sd.cpp refuses an int8 lookup table: a rule that asks
-					// for one on a weight is a mistake, not a preference.
+					// for one on a convolution or a table is a mistake, not a
+					// preference. (1-D norm weights and biases that a
+					// layer's pattern also matches are skipped below.)
 					why := cls.NotLinear
 					if why == "" {
-						why = fmt.Sprintf("a %d-D weight (a convolution or a parameter)", len(s.Shape()))
+						why = fmt.Sprintf("a %d-D weight (a convolution)", len(s.Shape()))
 					}
 					return fmt.Errorf("%s: tensor %q: a rule asks for %s, but ComfyUI modules go on linear layers only and this is %s", b.opts.Input, s.Name, r.module, why)
 				case !cls.Linear:
