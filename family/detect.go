@@ -117,10 +117,39 @@ func meta(w string) cond { return cond{meta: strings.ToLower(w)} }
 type Rule struct {
 	// Variant is what the rule finds ("" for the family in general).
 	Variant string
-	conds   []cond
+	// SDCpp is sd.cpp's version name for the variant when it differs from
+	// the family's ("flux-fill", "wan2.2-i2v").
+	SDCpp string
+	conds []cond
 }
 
 func rule(variant string, conds ...cond) Rule { return Rule{Variant: variant, conds: conds} }
+
+// noSDCpp marks a variant sd.cpp has no version for.
+const noSDCpp = "-"
+
+// sd names the rule's sd.cpp version.
+func (r Rule) sd(version string) Rule { r.SDCpp = version; return r }
+
+// SDCppFor returns sd.cpp's version name for a variant of f ("" when
+// sd.cpp has none).
+func (f *Family) SDCppFor(variant string) string {
+	if f == nil {
+		return ""
+	}
+	for _, r := range f.Detect {
+		if r.Variant == variant && variant != "" && r.SDCpp != "" {
+			if r.SDCpp == noSDCpp {
+				return ""
+			}
+			return r.SDCpp
+		}
+	}
+	return f.SDCpp
+}
+
+// SDCpp returns sd.cpp's version name for the main component ("" for none).
+func (a Architecture) SDCpp() string { return a.Main().SDCppFor(a.Variant()) }
 
 // rule is one row of the flattened detection table.
 type flatRule struct {

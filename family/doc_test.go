@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	sdnames "github.com/sdtool/sdtool/names"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated table in ../docs/families.md")
@@ -33,7 +35,14 @@ func docTable() string {
 		for _, r := range f.Detect {
 			if r.Variant != "" && !seen[r.Variant] {
 				seen[r.Variant] = true
-				vs = append(vs, r.Variant)
+				v := r.Variant
+				if sd := f.SDCppFor(v); sd != f.SDCpp {
+					if sd == "" {
+						sd = "none"
+					}
+					v += " (sd.cpp: " + sd + ")"
+				}
+				vs = append(vs, v)
 			}
 		}
 		var keep []string
@@ -74,5 +83,27 @@ func TestFamiliesDoc(t *testing.T) {
 			return
 		}
 		t.Errorf("%s is out of date with the family table: run go test ./family -update", docPath)
+	}
+}
+
+// TestSDCppNames: every sd.cpp version name in the table is one that the
+// names package (which follows sd.cpp's SDVersion) knows, except the
+// versions names does not model yet.
+func TestSDCppNames(t *testing.T) {
+	notModelled := map[string]bool{"ltxav": true, "minimax-h3": true}
+	for _, f := range Families {
+		vs := []string{""}
+		for _, r := range f.Detect {
+			vs = append(vs, r.Variant)
+		}
+		for _, v := range vs {
+			sd := f.SDCppFor(v)
+			if sd == "" || notModelled[sd] {
+				continue
+			}
+			if _, err := sdnames.ParseVersion(sd); err != nil {
+				t.Errorf("%s %q: sd.cpp name %q: %v", f.ID, v, sd, err)
+			}
+		}
 	}
 }

@@ -120,8 +120,8 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("", rank(ldmProjIn, 4), lacks(ldmLabelEmb)),
 			rule("", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768)),
-			rule("inpaint", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), shape(ldmIn, -1, 9, -1, -1)),
-			rule("pix2pix", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), shape(ldmIn, -1, 8, -1, -1)),
+			rule("inpaint", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), shape(ldmIn, -1, 9, -1, -1)).sd("sd1-inpaint"),
+			rule("pix2pix", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), shape(ldmIn, -1, 8, -1, -1)).sd("sd1-pix2pix"),
 			rule("diffusers", rank(dfProjIn, 4), lacks(dfAddEmb), shape(dfAttnKV, -1, 768)),
 		},
 		Parts: sd1Parts, Keep: unetKeep, Upgrades: Std,
@@ -131,7 +131,7 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("", rank(ldmProjIn, 2), lacks(ldmLabelEmb)),
 			rule("", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024)),
-			rule("inpaint", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024), shape(ldmIn, -1, 9, -1, -1)),
+			rule("inpaint", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024), shape(ldmIn, -1, 9, -1, -1)).sd("sd2-inpaint"),
 			rule("diffusers", rank(dfProjIn, 2), lacks(dfAddEmb), shape(dfAttnKV, -1, 1024)),
 		},
 		Parts: sd2Parts, Keep: unetKeep, Upgrades: Std,
@@ -142,8 +142,8 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`)),
 			rule("", has(ldmLabelEmb), has(`^input_blocks\.[78]\.1\.transformer_blocks\.9\.`), shape(ldmAttnKV, -1, 2048)),
-			rule("refiner", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 1280)),
-			rule("inpaint", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 2048), shape(ldmIn, -1, 9, -1, -1)),
+			rule("refiner", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 1280)).sd(noSDCpp),
+			rule("inpaint", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 2048), shape(ldmIn, -1, 9, -1, -1)).sd("sdxl-inpaint"),
 			rule("diffusers", has(dfAddEmb), has(`^down_blocks\.\d+\.attentions\.`), shape(dfAttnKV, -1, 2048)),
 		},
 		Parts: sdxlParts, Keep: unetKeep, Upgrades: Std,
@@ -170,7 +170,7 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("dev", has(fluxDouble), has(fluxSingle), has(`^guidance_in\.`), lacks(flux2Mod), lacks(hyRefiner)),
 			rule("schnell", has(fluxDouble), has(fluxSingle), lacks(`^guidance_in\.`), lacks(`^distilled_guidance_layer\.`), lacks(flux2Mod), lacks(hyRefiner)),
-			rule("fill", has(fluxDouble), has(fluxSingle), has(`^guidance_in\.`), lacks(flux2Mod), lacks(hyRefiner), shape(`^img_in\.weight$`, -1, 384)),
+			rule("fill", has(fluxDouble), has(fluxSingle), has(`^guidance_in\.`), lacks(flux2Mod), lacks(hyRefiner), shape(`^img_in\.weight$`, -1, 384)).sd("flux-fill"),
 			rule("kontext", has(fluxDouble), has(fluxSingle), has(`^guidance_in\.`), lacks(flux2Mod), lacks(hyRefiner), meta("kontext")),
 			rule("diffusers", has(`^transformer_blocks\.\d+\.attn\.add_q_proj\.`), has(`^single_transformer_blocks\.\d+\.`)),
 		},
@@ -189,7 +189,7 @@ var Families = []*Family{
 	{
 		ID: "flux2", Title: "Flux.2", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux2",
 		Detect: []Rule{
-			rule("klein", has(fluxDouble), has(fluxSingle), has(flux2Mod), has(`^single_stream_modulation\.`)),
+			rule("klein", has(fluxDouble), has(fluxSingle), has(flux2Mod), has(`^single_stream_modulation\.`)).sd("flux2-klein"),
 			rule("dev", has(fluxDouble), has(fluxSingle), has(flux2Mod), has(`^single_stream_modulation\.`), has(`^single_blocks\.47\.`)),
 		},
 		Keep:     with(fluxKeep, "double_stream_modulation_img.", "double_stream_modulation_txt.", "single_stream_modulation."),
@@ -201,8 +201,8 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("t2v", has(wanQ), rank(wanPatch, 5)),
 			rule("i2v", has(wanQ), rank(wanPatch, 5), has(`^img_emb\.`)),
-			rule("2.2-i2v", has(wanQ), shape(wanPatch, -1, 36, -1, -1, -1), lacks(`^img_emb\.`)),
-			rule("ti2v-5b", has(wanQ), shape(wanPatch, -1, 48, -1, -1, -1), lacks(`^img_emb\.`)),
+			rule("2.2-i2v", has(wanQ), shape(wanPatch, -1, 36, -1, -1, -1), lacks(`^img_emb\.`)).sd("wan2.2-i2v"),
+			rule("ti2v-5b", has(wanQ), shape(wanPatch, -1, 48, -1, -1, -1), lacks(`^img_emb\.`)).sd("wan2.2-ti2v"),
 			rule("a14b-high-noise", has(wanQ), rank(wanPatch, 5), meta("high_noise")),
 			rule("a14b-low-noise", has(wanQ), rank(wanPatch, 5), meta("low_noise")),
 			rule("diffusers", has(`^blocks\.\d+\.attn1\.to_q\.weight$`), rank(wanPatch, 5)),

@@ -47,7 +47,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	row("tensor data", fmt.Sprintf("%s bytes (%s)", thousands(s.TotalBytes), pipeline.HumanBytes(s.TotalBytes)))
 	row("architecture", s.Architecture.Name)
 	if f := s.Architecture.Main(); f != nil {
-		row("family", familyLine(f, s.Architecture.Variant()))
+		row("family", familyLine(f, s.Architecture.Variant(), s.Architecture.SDCpp()))
 	}
 	tw.Flush()
 
@@ -274,7 +274,7 @@ func humanCount(n int64) string {
 
 // familyLine describes a family in one line: its title and variant, the
 // names ComfyUI-GGUF and sd.cpp know it by, and whether generate runs it.
-func familyLine(f *family.Family, variant string) string {
+func familyLine(f *family.Family, variant, sdcpp string) string {
 	out := f.Title
 	if variant != "" {
 		out += " (" + variant + ")"
@@ -289,5 +289,5 @@ func familyLine(f *family.Family, variant string) string {
 	if f.Generate {
 		gen = "yes"
 	}
-	return fmt.Sprintf("%s; ComfyUI-GGUF: %s; sd.cpp: %s; generate: %s", out, or(f.ComfyArch), or(f.SDCpp), gen)
+	return fmt.Sprintf("%s; ComfyUI-GGUF: %s; sd.cpp: %s; generate: %s", out, or(f.ComfyArch), or(sdcpp), gen)
 }

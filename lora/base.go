@@ -106,11 +106,11 @@ func DetectBase(tensors []formats.Tensor) (names.Version, string) {
 		list   []formats.Tensor
 		prefix string
 	}{{tensors, ""}, {prefixed, p}} {
-		f := family.Detect(c.list, nil).Main()
-		if f == nil || f.SDCpp == "" {
+		sd := family.Detect(c.list, nil).SDCpp()
+		if sd == "" {
 			continue
 		}
-		if v, err := names.ParseVersion(f.SDCpp); err == nil && v != names.Unknown {
+		if v, err := names.ParseVersion(sd); err == nil && v != names.Unknown {
 			return v, c.prefix
 		}
 	}
