@@ -11,6 +11,7 @@ import (
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -252,16 +253,17 @@ var comfyTextMaps = map[string][][2]string{
 
 // TestTextEncoderGGUFNames: a standalone T5, UMT5, Qwen3 or Qwen2.5-VL
 // quantized to GGUF gets llama.cpp's names, which ComfyUI-GGUF's renames
-// turn back into the source names, and its llama.cpp architecture;
+// turn back into the source names and sd.cpp's name conversion reads as
+// the source's, and its llama.cpp architecture;
 // --te-names sdcpp keeps the source names, and --target comfyui says that
 // ComfyUI-GGUF cannot load that (nor a UMT5 without tokenizer metadata).
 func TestTextEncoderGGUFNames(t *testing.T) {
 	dir := t.TempDir()
-	for _, c := range []struct{ layout, arch, comfyMap string }{
-		{"layout-t5xxl", "t5encoder", "t5encoder"},
-		{"layout-umt5xxl", "t5encoder", "t5encoder"},
-		{"layout-qwen3", "qwen3", "llama"},
-		{"layout-qwen2.5-vl", "qwen2vl", "llama"},
+	for _, c := range []struct{ layout, arch, comfyMap, sdcppPrefix string }{
+		{"layout-t5xxl", "t5encoder", "t5encoder", "text_encoders.t5xxl.transformer."},
+		{"layout-umt5xxl", "t5encoder", "t5encoder", "text_encoders.t5xxl.transformer."},
+		{"layout-qwen3", "qwen3", "llama", "text_encoders.llm."},
+		{"layout-qwen2.5-vl", "qwen2vl", "llama", "text_encoders.llm."},
 	} {
 		tensors, err := synth.Descriptors(synth.Spec{Arch: c.layout, DType: formats.F16})
 		if err != nil {
@@ -280,6 +282,11 @@ func TestTextEncoderGGUFNames(t *testing.T) {
 		for _, o := range res.Outputs {
 			if strings.HasPrefix(o.Name, "model.") || strings.HasPrefix(o.Name, "encoder.") {
 				t.Errorf("%s: %s keeps its Hugging Face name", c.layout, o.Name)
+			}
+			// sd.cpp (its name conversion, which package names follows)
+			// reads llama.cpp's names as the source's.
+			if got, want := names.Convert(c.sdcppPrefix+o.Name, names.Unknown), names.Convert(c.sdcppPrefix+o.Source.Name, names.Unknown); got != want {
+				t.Errorf("%s: sd.cpp reads %s as %s, the source %s as %s", c.layout, o.Name, got, o.Source.Name, want)
 			}
 			n := o.Name
 			for _, r := range comfyTextMaps[c.comfyMap] {
