@@ -81,13 +81,13 @@ func (l layout) dim(tok, line string) int {
 	return total
 }
 
-// linear returns the lines of a linear layer with bias.
-func linear(name, out, in string) []string {
+// layoutLinear returns the lines of a linear layer with bias.
+func layoutLinear(name, out, in string) []string {
 	return []string{name + ".weight " + out + " " + in, name + ".bias " + out}
 }
 
-// lines joins line groups.
-func lines(groups ...[]string) []string {
+// joinLines joins line groups.
+func joinLines(groups ...[]string) []string {
 	var out []string
 	for _, g := range groups {
 		out = append(out, g...)

@@ -4,16 +4,16 @@ package synth
 // widths that detection reads (CLIP's and T5's model width, the LLMs'
 // vocabularies) are real; the other dims are small.
 
-// hfCLIPLines are a Hugging Face CLIPTextModel's tensors; proj adds
+// layoutCLIP are a Hugging Face CLIPTextModel's tensors; proj adds
 // CLIP-G's text_projection.
-func hfCLIPLines(proj bool) []string {
+func layoutCLIP(proj bool) []string {
 	p := "text_model.encoder.layers.{i}."
-	l := lines(
+	l := joinLines(
 		[]string{"text_model.embeddings.token_embedding.weight V H", "text_model.embeddings.position_embedding.weight 77 H"},
-		linear(p+"self_attn.q_proj", "H", "H"), linear(p+"self_attn.k_proj", "H", "H"),
-		linear(p+"self_attn.v_proj", "H", "H"), linear(p+"self_attn.out_proj", "H", "H"),
+		layoutLinear(p+"self_attn.q_proj", "H", "H"), layoutLinear(p+"self_attn.k_proj", "H", "H"),
+		layoutLinear(p+"self_attn.v_proj", "H", "H"), layoutLinear(p+"self_attn.out_proj", "H", "H"),
 		[]string{p + "layer_norm1.weight H", p + "layer_norm1.bias H", p + "layer_norm2.weight H", p + "layer_norm2.bias H"},
-		linear(p+"mlp.fc1", "F", "H"), linear(p+"mlp.fc2", "H", "F"),
+		layoutLinear(p+"mlp.fc1", "F", "H"), layoutLinear(p+"mlp.fc2", "H", "F"),
 		[]string{"text_model.final_layer_norm.weight H", "text_model.final_layer_norm.bias H"},
 	)
 	if proj {
@@ -22,8 +22,8 @@ func hfCLIPLines(proj bool) []string {
 	return l
 }
 
-// t5Lines are a T5EncoderModel's tensors; the model width is real.
-var t5Lines = []string{
+// layoutT5 are a T5EncoderModel's tensors; the model width is real.
+var layoutT5 = []string{
 	"shared.weight V 4096",
 	"encoder.block.{i}.layer.0.SelfAttention.q.weight I 4096", "encoder.block.{i}.layer.0.SelfAttention.k.weight I 4096",
 	"encoder.block.{i}.layer.0.SelfAttention.v.weight I 4096", "encoder.block.{i}.layer.0.SelfAttention.o.weight 4096 I",
@@ -34,12 +34,12 @@ var t5Lines = []string{
 	"encoder.final_layer_norm.weight 4096",
 }
 
-// llmLines are a Hugging Face decoder's tensors (Qwen, Llama, Mistral,
+// layoutLLM are a Hugging Face decoder's tensors (Qwen, Llama, Mistral,
 // Gemma naming); qNorm adds Qwen3's and Gemma 3's q/k norms, gemma its
 // extra feed-forward norms.
-func llmLines(qNorm, gemma bool) []string {
+func layoutLLM(qNorm, gemma bool) []string {
 	p := "model.layers.{i}."
-	l := lines(
+	l := joinLines(
 		[]string{"model.embed_tokens.weight V H"},
 		[]string{p + "self_attn.q_proj.weight H H", p + "self_attn.k_proj.weight K H", p + "self_attn.v_proj.weight K H", p + "self_attn.o_proj.weight H H"},
 		[]string{p + "mlp.gate_proj.weight F H", p + "mlp.up_proj.weight F H", p + "mlp.down_proj.weight H F"},
@@ -56,16 +56,16 @@ func llmLines(qNorm, gemma bool) []string {
 
 func init() {
 	clip := func(h int) map[string]int { return map[string]int{"V": 64, "H": h, "F": 256} }
-	addLayout("layout-clip-l", layout{doc: "CLIP-L text encoder (Hugging Face names, 768 wide)", dims: clip(768), blocks: 1, lines: hfCLIPLines(false)})
-	addLayout("layout-clip-g", layout{doc: "CLIP-G text encoder (Hugging Face names, 1280 wide, text_projection)", dims: clip(1280), blocks: 1, lines: hfCLIPLines(true)})
-	addLayout("layout-t5xxl", layout{doc: "T5-XXL encoder (T5EncoderModel names, 4096 wide)", dims: map[string]int{"V": 32128, "I": 64, "F": 64}, blocks: 2, lines: t5Lines})
-	addLayout("layout-umt5xxl", layout{doc: "UMT5-XXL encoder (Wan's; its 256384-token vocabulary tells it from T5)", dims: map[string]int{"V": 256384, "I": 64, "F": 64}, blocks: 2, lines: t5Lines})
+	addLayout("layout-clip-l", layout{doc: "CLIP-L text encoder (Hugging Face names, 768 wide)", dims: clip(768), blocks: 1, lines: layoutCLIP(false)})
+	addLayout("layout-clip-g", layout{doc: "CLIP-G text encoder (Hugging Face names, 1280 wide, text_projection)", dims: clip(1280), blocks: 1, lines: layoutCLIP(true)})
+	addLayout("layout-t5xxl", layout{doc: "T5-XXL encoder (T5EncoderModel names, 4096 wide)", dims: map[string]int{"V": 32128, "I": 64, "F": 64}, blocks: 2, lines: layoutT5})
+	addLayout("layout-umt5xxl", layout{doc: "UMT5-XXL encoder (Wan's; its 256384-token vocabulary tells it from T5)", dims: map[string]int{"V": 256384, "I": 64, "F": 64}, blocks: 2, lines: layoutT5})
 	llm := func(v, h int) map[string]int { return map[string]int{"V": v, "H": h, "K": 64, "F": 256} }
-	addLayout("layout-qwen2.5-vl", layout{doc: "Qwen2.5-VL 7B language model (152064 tokens)", dims: llm(152064, 64), blocks: 2, lines: llmLines(false, false)})
-	addLayout("layout-qwen3", layout{doc: "Qwen3 4B (151936 tokens, q/k norms)", dims: llm(151936, 64), blocks: 2, lines: llmLines(true, false)})
-	addLayout("layout-mistral", layout{doc: "Mistral Small 3 (131072 tokens)", dims: llm(131072, 64), blocks: 2, lines: llmLines(false, false)})
-	addLayout("layout-gemma3", layout{doc: "Gemma 3 (262208 tokens, q/k norms, pre/post feed-forward norms)", dims: llm(262208, 64), blocks: 2, lines: llmLines(true, true)})
-	addLayout("layout-llama3", layout{doc: "Llama 3.1 8B (128256 tokens)", dims: llm(128256, 64), blocks: 2, lines: llmLines(false, false)})
+	addLayout("layout-qwen2.5-vl", layout{doc: "Qwen2.5-VL 7B language model (152064 tokens)", dims: llm(152064, 64), blocks: 2, lines: layoutLLM(false, false)})
+	addLayout("layout-qwen3", layout{doc: "Qwen3 4B (151936 tokens, q/k norms)", dims: llm(151936, 64), blocks: 2, lines: layoutLLM(true, false)})
+	addLayout("layout-mistral", layout{doc: "Mistral Small 3 (131072 tokens)", dims: llm(131072, 64), blocks: 2, lines: layoutLLM(false, false)})
+	addLayout("layout-gemma3", layout{doc: "Gemma 3 (262208 tokens, q/k norms, pre/post feed-forward norms)", dims: llm(262208, 64), blocks: 2, lines: layoutLLM(true, true)})
+	addLayout("layout-llama3", layout{doc: "Llama 3.1 8B (128256 tokens)", dims: llm(128256, 64), blocks: 2, lines: layoutLLM(false, false)})
 
 	// VAEs.
 	ldmVAE := func(z string) []string {
