@@ -69,6 +69,12 @@ type network interface {
 	build(g *builder, in *netInput) (native.Tensor, []input, []blockTensor)
 }
 
+// outputMapper is a network whose graph output is not in the latent's
+// layout (a DiT's patch tokens); runNet maps it back.
+type outputMapper interface {
+	mapOutput(out []float32, in *netInput) []float32
+}
+
 // Model is a loaded model ready to generate.
 type Model struct {
 	// Path is the file that names the model (Components.Main).
@@ -92,6 +98,7 @@ type Model struct {
 	specs []weightSpec
 	cond  conditioner
 	net   network
+	meta  formats.Metadata // every component's metadata, in sd-cli's flag order
 
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
@@ -181,7 +188,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		return nil, err
 	}
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, be: be, w: w,
-		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size()}
+		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), meta: md}
 	defer func() {
 		if err != nil {
 			model.Close()
@@ -411,6 +418,9 @@ func (m *Model) runNet(in *netInput, blocks *[]BlockOutput) ([]float32, error) {
 		var err error
 		if out, err = o.F32(); err != nil {
 			return err
+		}
+		if om, ok := m.net.(outputMapper); ok {
+			out = om.mapOutput(out, in)
 		}
 		for _, b := range kept {
 			v, err := b.t.F32()

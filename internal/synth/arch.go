@@ -34,6 +34,8 @@ type vaeConfig struct {
 	Ch, InCh, ZCh int
 	Mult          []int
 	NumRes        int
+	// NoQuantConv leaves out quant_conv and post_quant_conv (Flux's VAE).
+	NoQuantConv bool
 }
 
 // clipConfig describes a CLIP text transformer.
@@ -491,8 +493,10 @@ func (v vaeConfig) build(b *builder) {
 	}
 	b.norm("decoder.norm_out", ch)
 	b.conv("decoder.conv_out", v.InCh, ch, 3)
-	b.conv("quant_conv", 2*v.ZCh, 2*v.ZCh, 1)
-	b.conv("post_quant_conv", v.ZCh, v.ZCh, 1)
+	if !v.NoQuantConv {
+		b.conv("quant_conv", 2*v.ZCh, 2*v.ZCh, 1)
+		b.conv("post_quant_conv", v.ZCh, v.ZCh, 1)
+	}
 }
 
 // buildHF expands a Hugging Face CLIPTextModel under text_model.

@@ -1,0 +1,206 @@
+package synth
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
+)
+
+// Flux is a Flux.1 model (dev with a guidance embedding, schnell without)
+// given by its exact widths and depths: the DiT under BFL's names, CLIP-L
+// (Hugging Face names under text_model.), the 16-channel VAE without
+// quant_conv, and optionally a T5 v1.1 encoder (T5EncoderModel names),
+// with the same deterministic values as Spec and a CLIP tokenizer for a
+// short word list in the metadata. It writes the layout people download
+// (one file per component, for --diffusion-model, --clip_l, --t5xxl and
+// --vae) or one file with ComfyUI's prefixes. sd.cpp detects the DiT's
+// width, depths and heads from the weights but fixes CLIP-L's (768 wide, 12
+// layers), the VAE's (128 channels, 1 2 4 4), T5's context width (4096)
+// and the DiT's RoPE (128-wide heads), so FluxParity keeps those and cuts
+// the block counts.
+type Flux struct {
+	// Hidden and Heads shape the DiT (heads Hidden/Heads wide; its MLP is 4·Hidden).
+	Hidden, Heads int
+	// Double and Single are the block counts.
+	Double, Single int
+	// Guidance adds guidance_in (Flux.1 dev).
+	Guidance bool
+	// Context is the text tokens' width (txt_in's input; T5-XXL: 4096).
+	Context int
+	// CLIP shapes CLIP-L (its width is the DiT's vector_in input).
+	CLIP TextModel
+	// T5, when Layers > 0, adds a T5 encoder whose Hidden must be Context.
+	T5 T5Model
+	// VAECh and VAEMult shape the VAE (2 residual blocks per level).
+	VAECh   int
+	VAEMult []int
+	// Words are the prompt words the embedded CLIP tokenizer knows whole.
+	Words []string
+	// Seed selects the values.
+	Seed int64
+	// Type is the float type of every tensor (F16 or F32); Quant, when not
+	// 0, that of the DiT's 2-D linear weights whose rows are whole blocks.
+	Type, Quant formats.DType
+	// Width, Height and Steps are the generate defaults written in the metadata.
+	Width, Height, Steps int
+}
+
+// T5Model shapes a T5 v1.1 encoder.
+type T5Model struct {
+	Hidden, FF, Layers, Heads, Vocab int
+}
+
+// FluxParity is the Flux.1 dev model of the sd-cli parity test: the DiT at
+// full width (3072, 24 heads of 128) with one double and one single block,
+// the full CLIP-L and VAE, and T5-XXL's 4096-wide context.
+var FluxParity = Flux{
+	Hidden: 3072, Heads: 24, Double: 1, Single: 1, Guidance: true, Context: 4096,
+	CLIP:  TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12},
+	VAECh: 128, VAEMult: []int{1, 2, 4, 4},
+	Words: DefaultWords, Seed: 3, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
+}
+
+// TinyFlux is testdata/tiny-flux.gguf: a 128-wide DiT (one 128-wide head,
+// one block of each kind) with its guidance embedding, a 64-wide two-layer
+// CLIP-L, a 64-wide text context and a 32-wide VAE, f16, with 128x128
+// images in 4 steps by default.
+var TinyFlux = Flux{
+	Hidden: 128, Heads: 1, Double: 1, Single: 1, Guidance: true, Context: 64,
+	CLIP:  TextModel{Hidden: 64, FF: 64, Layers: 2, Heads: 1},
+	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
+	Words: DefaultWords, Seed: 4, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
+}
+
+// Vocab returns the CLIP tokenizer's vocabulary size (SD.Vocab's).
+func (c Flux) Vocab() int { return SD{Words: c.Words}.Vocab() }
+
+// clipVocab is the CLIP-L embedding's rows: sd.cpp's fixed 49408 at full
+// width, else the tokenizer's vocabulary.
+func (c Flux) clipVocab() int {
+	if c.CLIP.Hidden == 768 {
+		return 49408
+	}
+	return c.Vocab()
+}
+
+// FluxParts are the component flags Flux writes, in sd-cli's order.
+var FluxParts = []string{"diffusion-model", "clip_l", "t5xxl", "vae"}
+
+// comfyPrefix is each component's prefix in a ComfyUI single-file checkpoint.
+var comfyPrefix = map[string]string{
+	"diffusion-model": "model.diffusion_model.",
+	"clip_l":          "text_encoders.clip_l.transformer.",
+	"t5xxl":           "text_encoders.t5xxl.transformer.",
+	"vae":             "vae.",
+}
+
+// Part lists the tensors of one component (FluxParts) under its standalone
+// file's names; nil for "t5xxl" without a T5.
+func (c Flux) Part(flag string) []TensorSpec {
+	b := &builder{}
+	switch flag {
+	case "diffusion-model":
+		fluxConfig{Hidden: c.Hidden, HeadDim: c.Hidden / c.Heads, MLP: 4 * c.Hidden, Double: c.Double, Single: c.Single,
+			In: 64, VecIn: c.CLIP.Hidden, ContextIn: c.Context, TimeIn: 256, Guidance: c.Guidance}.build(b)
+	case "clip_l":
+		b.prefix = "text_model."
+		clipConfig{Hidden: c.CLIP.Hidden, FF: c.CLIP.FF, Layers: c.CLIP.Layers, Vocab: c.clipVocab(), Positions: 77}.buildHF(b)
+	case "t5xxl":
+		if c.T5.Layers == 0 {
+			return nil
+		}
+		t5Config{Model: c.T5.Hidden, FF: c.T5.FF, Layers: c.T5.Layers, Vocab: c.T5.Vocab, Heads: c.T5.Heads, Buckets: 32}.build(b)
+	case "vae":
+		vaeConfig{Ch: c.VAECh, InCh: 3, ZCh: 16, Mult: c.VAEMult, NumRes: 2, NoQuantConv: true}.build(b)
+	}
+	return b.out
+}
+
+// typeOf is the stored type of a component's tensor.
+func (c Flux) typeOf(flag string, t TensorSpec) formats.DType {
+	if c.Quant != 0 && flag == "diffusion-model" && len(t.Shape) == 2 && t.Shape[1]%int64(c.Quant.Info().BlockSize) == 0 {
+		return c.Quant
+	}
+	return c.Type
+}
+
+// Metadata returns the metadata of a component's file ("" for the single
+// file): the CLIP tokenizer's merges and heads where CLIP-L is, the
+// generate defaults where the DiT is.
+func (c Flux) Metadata(flag string) formats.Metadata {
+	u32 := func(k string, v int) formats.KV {
+		return formats.KV{Key: k, Type: formats.TypeUint32, Value: uint32(v)}
+	}
+	str := func(k, v string) formats.KV { return formats.KV{Key: k, Type: formats.TypeString, Value: v} }
+	md := formats.Metadata{str("general.name", "synthetic flux")}
+	if flag == "" || flag == "diffusion-model" {
+		md = append(md, str("general.architecture", "flux"),
+			u32("sdtool.generate.width", c.Width), u32("sdtool.generate.height", c.Height), u32("sdtool.generate.steps", c.Steps))
+	}
+	if flag == "" || flag == "clip_l" {
+		// infer.MetadataMergesKey and infer.MetaCLIPHeads, spelled out (internal packages do not import infer).
+		md = append(md, str("sdtool.tokenizer.clip.merges", "#version: 0.2\n"+strings.Join(Merges(c.Words), "\n")),
+			u32("sdtool.clip.num_heads", c.CLIP.Heads))
+	}
+	return md
+}
+
+// EncodePart writes one component's file to w in format "gguf" or "safetensors".
+func (c Flux) EncodePart(w io.Writer, format, flag string) error {
+	ts := c.Part(flag)
+	types := make([]formats.DType, len(ts))
+	for i, t := range ts {
+		types[i] = c.typeOf(flag, t)
+	}
+	return encodeSpecs(w, format, ts, nil, types, c.Metadata(flag), c.Seed)
+}
+
+// EncodeSingle writes every component into one file with ComfyUI's prefixes.
+func (c Flux) EncodeSingle(w io.Writer, format string) error {
+	var ts []TensorSpec
+	var names []string
+	var types []formats.DType
+	for _, flag := range FluxParts {
+		for _, t := range c.Part(flag) {
+			types = append(types, c.typeOf(flag, t))
+			names = append(names, comfyPrefix[flag]+t.Name)
+			ts = append(ts, t)
+		}
+	}
+	return encodeSpecs(w, format, ts, names, types, c.Metadata(""), c.Seed)
+}
+
+// WriteParts writes one file per component into dir as NAME-FLAG.EXT (ext
+// "gguf" or "safetensors") and returns the paths by flag.
+func (c Flux) WriteParts(dir, name, ext string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, flag := range FluxParts {
+		if len(c.Part(flag)) == 0 {
+			continue
+		}
+		path := filepath.Join(dir, name+"-"+flag+"."+ext)
+		err := pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
+			return c.EncodePart(w, ext, flag)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out[flag] = path
+	}
+	return out, nil
+}
+
+// WriteSingle writes the single-file checkpoint into path (.gguf or .safetensors).
+func (c Flux) WriteSingle(path string) error {
+	cr, err := formats.CreatorFor(path)
+	if err != nil {
+		return err
+	}
+	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
+		return c.EncodeSingle(w, cr.Name)
+	})
+}
