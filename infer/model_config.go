@@ -121,6 +121,8 @@ type ModelConfig struct {
 	UNet *UNetConfig
 	// Text are the CLIP text encoders, in the family's Encoders order.
 	Text []CLIPConfig
+	// T5 is the T5 encoder of a family that has one (Flux), nil otherwise.
+	T5 *T5Config
 	// VAE describes the autoencoder.
 	VAE VAEConfig
 	// Prediction is the prediction type from metadata; PredictionKnown is
