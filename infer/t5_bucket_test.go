@@ -66,7 +66,7 @@ func TestT5BucketsProperties(t *testing.T) {
 			if t5Bucket(rel, nb, maxDist) < t5Bucket(rel-1, nb, maxDist) && rel-1 > 0 {
 				t.Fatalf("%d buckets: bucket(%d) < bucket(%d)", nb, rel, rel-1)
 			}
-			if t5Bucket(-rel, nb, maxDist) < t5Bucket(-(rel - 1), nb, maxDist) {
+			if t5Bucket(-rel, nb, maxDist) < t5Bucket(-(rel-1), nb, maxDist) {
 				t.Fatalf("%d buckets: bucket(%d) < bucket(%d)", nb, -rel, -(rel - 1))
 			}
 		}
