@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/native"
 )
 
 // The T5 encoder against a plain-Go float64 reference written from T5's
@@ -173,7 +174,11 @@ func refT5(t *testing.T, w map[string]testWeight, cfg T5Config, prefix string, i
 // t5TestModel is a Model holding only the given weights, enough for EncodeT5.
 func t5TestModel(t *testing.T, w map[string]testWeight, cfg *T5Config) *Model {
 	t.Helper()
-	be := newTestBackend(t)
+	be, err := native.NewCPUBackend(1) // one thread: see model_test.go
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Free)
 	ws := makeWeights(t, be, w)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
