@@ -87,6 +87,9 @@ type Model struct {
 	Config *ModelConfig
 	// Tokenizer is the CLIP tokenizer in use (nil for a family without CLIP).
 	Tokenizer *text.CLIPTokenizer
+	// T5Tokenizer is the T5 tokenizer of a family with a T5 encoder (nil
+	// when none was found: then only an empty prompt encodes).
+	T5Tokenizer *text.UnigramTokenizer
 	// LoadTime is how long loading took.
 	LoadTime time.Duration
 	// WeightBytes is the size of the ggml buffer holding the weights.
@@ -98,7 +101,6 @@ type Model struct {
 	specs []weightSpec
 	cond  conditioner
 	net   network
-	meta  formats.Metadata // every component's metadata, in sd-cli's flag order
 
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
@@ -178,6 +180,15 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 			}
 		}
 	}
+	var t5tok *text.UnigramTokenizer
+	if cfg.T5 != nil {
+		if t5tok, err = loadT5Tokenizer(opt.T5Tokenizer, srcs); err != nil {
+			return nil, err
+		}
+		if t5tok != nil && t5tok.VocabSize() > cfg.T5.Vocab {
+			return nil, fmt.Errorf("%s: the T5 tokenizer has %d pieces, the T5 encoder's embedding %d rows", main, t5tok.VocabSize(), cfg.T5.Vocab)
+		}
+	}
 	be, err := native.NewCPUBackend(opt.Threads)
 	if err != nil {
 		return nil, err
@@ -187,8 +198,8 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		be.Free()
 		return nil, err
 	}
-	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, be: be, w: w,
-		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), meta: md}
+	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, T5Tokenizer: t5tok, be: be, w: w,
+		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size()}
 	defer func() {
 		if err != nil {
 			model.Close()

@@ -1,0 +1,213 @@
+//go:build cgo
+
+package infer
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/infer/text"
+	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/native"
+)
+
+// loadT5Component loads a T5 encoder file the way Load reads a --t5xxl
+// file (sd-cli's load prefix, names.Convert, the held types), detects its
+// configuration and returns a Model holding it, with the T5 tokenizer
+// loadT5Tokenizer finds.
+func loadT5Component(t *testing.T, path string) *Model {
+	t.Helper()
+	var ct *component
+	for i := range componentTable {
+		if componentTable[i].flag == "t5xxl" {
+			ct = &componentTable[i]
+		}
+	}
+	fm, err := formats.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fm.Close()
+	src, err := newSource(ct, fm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := selectFrom([]*openSource{src}, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := map[string][]int64{}
+	for _, s := range specs {
+		sh[s.Name] = s.Shape
+	}
+	cfg, err := DetectT5(sh, fm.Metadata(), T5Prefix)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	tok, err := loadT5Tokenizer("", []*openSource{src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, err := native.NewCPUBackend(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Free)
+	ws, err := loadWeights(be, path, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ws.free)
+	alloc := be.NewAllocator()
+	t.Cleanup(alloc.Free)
+	return &Model{Path: path, Config: &ModelConfig{T5: cfg}, T5Tokenizer: tok, be: be, w: ws, alloc: alloc, specs: specs}
+}
+
+// TestT5NamingsLoadAlike writes the tiny T5 in the three namings people
+// publish (HF names, the same under text_encoders.t5xxl.transformer., and
+// llama.cpp's GGUF names) and checks that each loads as a --t5xxl file
+// with the same configuration and gives the same hidden states.
+func TestT5NamingsLoadAlike(t *testing.T) {
+	dir := t.TempDir()
+	var want []float32
+	ids := []int32{5, 1, 0, 0, 7, 19, 2, 0, 1}
+	for _, c := range []struct{ naming, ext string }{
+		{synth.T5HF, ".safetensors"}, {synth.T5Comfy, ".safetensors"}, {synth.T5GGUF, ".gguf"}, {synth.T5HF, ".gguf"},
+	} {
+		t.Run(c.naming+c.ext, func(t *testing.T) {
+			p := synth.TinyT5
+			p.Naming = c.naming
+			path := filepath.Join(dir, "t5-"+c.naming+c.ext)
+			if err := p.Write(path); err != nil {
+				t.Fatal(err)
+			}
+			m := loadT5Component(t, path)
+			tok, _ := p.Tokenizer()
+			wantCfg := T5Config{Component: "t5xxl", Prefix: T5Prefix, Embedding: T5Prefix + "shared.weight",
+				Vocab: tok.VocabSize(), Hidden: p.Hidden, FF: p.FF, Layers: p.Layers, Heads: p.Heads, HeadDim: p.HeadDim,
+				Buckets: p.Buckets, MaxDistance: 128}
+			if *m.Config.T5 != wantCfg {
+				t.Fatalf("config %+v, want %+v", *m.Config.T5, wantCfg)
+			}
+			if (m.T5Tokenizer != nil) != (c.ext == ".gguf") {
+				t.Errorf("tokenizer found: %v, want %v (GGUF carries it)", m.T5Tokenizer != nil, c.ext == ".gguf")
+			}
+			got, err := m.EncodeT5(ids, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want == nil {
+				want = got
+				return
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("hidden states differ from the HF-named file's (relative error %g)", maxRelErr(t, got, want))
+			}
+		})
+	}
+}
+
+// TestT5ContextLayout checks the prompt path sd-cli's Flux conditioner
+// takes: 256 tokens per chunk, </s> after the pieces, <pad> after that,
+// the hidden states of each chunk as EncodeT5 gives them, prompt weights
+// applied with the mean kept, and long prompts split across chunks.
+func TestT5ContextLayout(t *testing.T) {
+	p := synth.TinyT5
+	p.Naming = synth.T5GGUF
+	path := filepath.Join(t.TempDir(), "t5.gguf")
+	if err := p.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	m := loadT5Component(t, path)
+	tok := m.T5Tokenizer
+	if tok == nil {
+		t.Fatal("no tokenizer in the GGUF file")
+	}
+	const n = text.FluxT5Length
+	ctx, tokens, err := m.t5Context(tok, "a red cat", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokens != n || len(ctx) != n*p.Hidden {
+		t.Fatalf("%d tokens, %d values; want %d, %d", tokens, len(ctx), n, n*p.Hidden)
+	}
+	ids := tok.EncodeChunked("a red cat", n)
+	if want := []int32{tok.Tokenize("a")[0], tok.Tokenize("red")[0], tok.Tokenize("cat")[0], 1, 0}; !slices.Equal(ids[:5], want) {
+		t.Fatalf("ids start %v, want %v", ids[:5], want)
+	}
+	direct, err := m.EncodeT5(ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ctx, direct) {
+		t.Error("t5Context differs from EncodeT5 on the same ids")
+	}
+	// The rest uses chunks of 16 to stay fast.
+	const s = 16
+	if ctx, _, err = m.t5Context(tok, "a red cat", s); err != nil {
+		t.Fatal(err)
+	}
+	// A weighted word: its row is scaled, and the whole chunk rescaled to the unweighted mean.
+	wctx, _, err := m.t5Context(tok, "a (red:1.5) cat", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mean := func(v []float32) float64 {
+		var s float64
+		for _, x := range v {
+			s += float64(x)
+		}
+		return s / float64(len(v))
+	}
+	if d := mean(wctx) - mean(ctx); d > 1e-6 || d < -1e-6 {
+		t.Errorf("weighted mean %g, unweighted %g", mean(wctx), mean(ctx))
+	}
+	h := p.Hidden
+	ratio := float64(wctx[h]) / float64(ctx[h]) / (float64(wctx[0]) / float64(ctx[0]))
+	if ratio < 1.49 || ratio > 1.51 {
+		t.Errorf("weighted row over unweighted row: %g times the others', want 1.5", ratio)
+	}
+	// The empty prompt: </s> then padding (what sd-cli's stubbed tokenizer
+	// also gives), with or without a tokenizer.
+	e1, _, err := m.t5Context(tok, "", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, _, err := m.t5Context(nil, "", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := make([]int32, s)
+	pad[0] = 1
+	e3, err := m.EncodeT5(pad, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(e1, e3) || !slices.Equal(e2, e3) {
+		t.Error("the empty prompt is not </s> and padding")
+	}
+	if _, _, err := m.t5Context(nil, "a cat", s); err == nil {
+		t.Error("a prompt without a tokenizer: no error")
+	}
+	// 20 words: two chunks of 16 (15 pieces and </s>, then 5 and </s> and padding).
+	long := strings.Repeat("cat ", 20)
+	lctx, tokens, err := m.t5Context(tok, long, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokens != 2*s {
+		t.Fatalf("a 20-token prompt gives %d tokens, want %d", tokens, 2*s)
+	}
+	cat := tok.Tokenize("cat")[0]
+	second := []int32{cat, cat, cat, cat, cat, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	h2, err := m.EncodeT5(second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(lctx[s*h:], h2) {
+		t.Error("the second chunk is not the last 5 pieces, </s> and padding")
+	}
+}
