@@ -14,9 +14,9 @@ type fluxConditioner struct {
 	m      *Model
 	clip   *CLIPConfig // nil without CLIP-L
 	t5     *T5Config   // nil without T5
-	tokens int // T5's sequence length
-	ctxDim int // the DiT's text token width
-	vecDim int // the DiT's pooled vector width
+	tokens int         // T5's sequence length
+	ctxDim int         // the DiT's text token width
+	vecDim int         // the DiT's pooled vector width
 }
 
 func init() {

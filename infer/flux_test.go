@@ -20,7 +20,7 @@ func writeTinyFlux(t *testing.T) (single string, parts map[string]string) {
 	if err := synth.TinyFlux.WriteSingle(single); err != nil {
 		t.Fatal(err)
 	}
-	parts, err := synth.TinyFlux.WriteParts(dir, "tiny", "safetensors")
+	parts, err := synth.TinyFlux.WriteParts(dir, "tiny", "gguf")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestTinyFluxGenerates(t *testing.T) {
 	single, parts := writeTinyFlux(t)
 	comps := map[string]Components{
 		"single": {Model: single},
-		"parts":  {DiffusionModel: parts["diffusion-model"], CLIPL: parts["clip_l"], VAE: parts["vae"]},
+		"parts":  {DiffusionModel: parts["diffusion-model"], CLIPL: parts["clip_l"], T5XXL: parts["t5xxl"], VAE: parts["vae"]},
 	}
 	var first []float32
 	for _, name := range []string{"single", "parts"} {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -33,8 +34,9 @@ type Flux struct {
 	Context int
 	// CLIP shapes CLIP-L (its width is the DiT's vector_in input).
 	CLIP TextModel
-	// T5, when Layers > 0, adds a T5 encoder whose Hidden must be Context.
-	T5 T5Model
+	// T5, when not nil, adds a T5 encoder (its Hidden must be Context),
+	// with its tokenizer in the GGUF metadata.
+	T5 *T5
 	// VAECh and VAEMult shape the VAE (2 residual blocks per level).
 	VAECh   int
 	VAEMult []int
@@ -49,28 +51,26 @@ type Flux struct {
 	Width, Height, Steps int
 }
 
-// T5Model shapes a T5 v1.1 encoder.
-type T5Model struct {
-	Hidden, FF, Layers, Heads, Vocab int
-}
-
 // FluxParity is the Flux.1 dev model of the sd-cli parity test: the DiT at
 // full width (3072, 24 heads of 128) with one double and one single block,
-// the full CLIP-L and VAE, and T5-XXL's 4096-wide context.
+// the full CLIP-L and VAE, and T5-XXL at full width (4096, 64 heads of 64,
+// its 32128-row embedding) with two layers.
 var FluxParity = Flux{
 	Hidden: 3072, Heads: 24, Double: 1, Single: 1, Guidance: true, Context: 4096,
 	CLIP:  TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12},
+	T5:    &T5{Hidden: 4096, FF: 10240, Layers: 2, Heads: 64, HeadDim: 64, Buckets: 32, Vocab: 32128, Words: DefaultWords, Seed: 3, Type: formats.F16},
 	VAECh: 128, VAEMult: []int{1, 2, 4, 4},
 	Words: DefaultWords, Seed: 3, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
 }
 
 // TinyFlux is testdata/tiny-flux.gguf: a 128-wide DiT (one 128-wide head,
 // one block of each kind) with its guidance embedding, a 64-wide two-layer
-// CLIP-L, a 64-wide text context and a 32-wide VAE, f16, with 128x128
-// images in 4 steps by default.
+// CLIP-L, TinyT5 and a 32-wide VAE, f16, with 128x128 images in 4 steps by
+// default.
 var TinyFlux = Flux{
 	Hidden: 128, Heads: 1, Double: 1, Single: 1, Guidance: true, Context: 64,
 	CLIP:  TextModel{Hidden: 64, FF: 64, Layers: 2, Heads: 1},
+	T5:    &TinyT5,
 	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
 	Words: DefaultWords, Seed: 4, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
 }
@@ -110,10 +110,14 @@ func (c Flux) Part(flag string) []TensorSpec {
 		b.prefix = "text_model."
 		clipConfig{Hidden: c.CLIP.Hidden, FF: c.CLIP.FF, Layers: c.CLIP.Layers, Vocab: c.clipVocab(), Positions: 77}.buildHF(b)
 	case "t5xxl":
-		if c.T5.Layers == 0 {
+		if c.T5 == nil {
 			return nil
 		}
-		t5Config{Model: c.T5.Hidden, FF: c.T5.FF, Layers: c.T5.Layers, Vocab: c.T5.Vocab, Heads: c.T5.Heads, Buckets: 32}.build(b)
+		ts, err := c.T5.withNaming(T5HF).Tensors()
+		if err != nil {
+			panic(err) // the presets' sizes are valid
+		}
+		return ts
 	case "vae":
 		vaeConfig{Ch: c.VAECh, InCh: 3, ZCh: 16, Mult: c.VAEMult, NumRes: 2, NoQuantConv: true}.build(b)
 	}
@@ -122,6 +126,9 @@ func (c Flux) Part(flag string) []TensorSpec {
 
 // typeOf is the stored type of a component's tensor.
 func (c Flux) typeOf(flag string, t TensorSpec) formats.DType {
+	if flag == "t5xxl" {
+		return c.T5.typeOf(t)
+	}
 	if c.Quant != 0 && flag == "diffusion-model" && len(t.Shape) == 2 && t.Shape[1]%int64(c.Quant.Info().BlockSize) == 0 {
 		return c.Quant
 	}
@@ -129,8 +136,8 @@ func (c Flux) typeOf(flag string, t TensorSpec) formats.DType {
 }
 
 // Metadata returns the metadata of a component's file ("" for the single
-// file): the CLIP tokenizer's merges and heads where CLIP-L is, the
-// generate defaults where the DiT is.
+// file): the CLIP tokenizer's merges and heads where CLIP-L is, the T5
+// tokenizer where T5 is (GGUF only), the generate defaults where the DiT is.
 func (c Flux) Metadata(flag string) formats.Metadata {
 	u32 := func(k string, v int) formats.KV {
 		return formats.KV{Key: k, Type: formats.TypeUint32, Value: uint32(v)}
@@ -145,6 +152,11 @@ func (c Flux) Metadata(flag string) formats.Metadata {
 		// infer.MetadataMergesKey and infer.MetaCLIPHeads, spelled out (internal packages do not import infer).
 		md = append(md, str("sdtool.tokenizer.clip.merges", "#version: 0.2\n"+strings.Join(Merges(c.Words), "\n")),
 			u32("sdtool.clip.num_heads", c.CLIP.Heads))
+	}
+	if c.T5 != nil && (flag == "" || flag == "t5xxl") {
+		if tok, err := c.T5.Tokenizer(); err == nil {
+			md = text.EmbedUnigram(md, tok)
+		}
 	}
 	return md
 }
