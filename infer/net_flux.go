@@ -86,7 +86,6 @@ func (f *fluxNet) build(g *builder, in *netInput) (native.Tensor, []input, []blo
 	img := newInput(g, formats.F32, int64(cfg.InChannels), li)
 	txt := newInput(g, formats.F32, int64(c.Dim), int64(c.Tokens))
 	t := newInput(g, formats.F32, 1)
-	guid := newInput(g, formats.F32, 1)
 	half := int64(cfg.HeadDim / 2)
 	l := int64(c.Tokens) + li
 	cos := newInput(g, formats.F32, half, l)
@@ -94,8 +93,12 @@ func (f *fluxNet) build(g *builder, in *netInput) (native.Tensor, []input, []blo
 	cv, sv := fluxRoPE(cfg.Axes, cfg.Theta, c.Tokens, rows, cols)
 	ins := []input{
 		{t: img, f32: patchify(in.x, ch, in.h, in.w, p)}, {t: txt, f32: c.Context},
-		{t: t, f32: []float32{in.t}}, {t: guid, f32: []float32{in.guidance}},
-		{t: cos, f32: cv}, {t: sin, f32: sv},
+		{t: t, f32: []float32{in.t}}, {t: cos, f32: cv}, {t: sin, f32: sv},
+	}
+	var guid native.Tensor // an input the graph does not read is never allocated
+	if cfg.Guidance {
+		guid = newInput(g, formats.F32, 1)
+		ins = append(ins, input{t: guid, f32: []float32{in.guidance}})
 	}
 	var y native.Tensor
 	if cfg.VecDim > 0 {

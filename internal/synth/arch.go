@@ -36,6 +36,9 @@ type vaeConfig struct {
 	NumRes        int
 	// NoQuantConv leaves out quant_conv and post_quant_conv (Flux's VAE).
 	NoQuantConv bool
+	// DecCh, when not 0, is the decoder's width in place of Ch (sd.cpp
+	// reads the decoder's from the weights and fixes the encoder's).
+	DecCh int
 }
 
 // clipConfig describes a CLIP text transformer.
@@ -478,11 +481,15 @@ func (v vaeConfig) build(b *builder) {
 	b.norm("encoder.norm_out", ch)
 	b.conv("encoder.conv_out", 2*v.ZCh, ch, 3)
 
-	ch = v.Ch * v.Mult[len(v.Mult)-1]
+	dc := v.Ch
+	if v.DecCh != 0 {
+		dc = v.DecCh
+	}
+	ch = dc * v.Mult[len(v.Mult)-1]
 	b.conv("decoder.conv_in", ch, v.ZCh, 3)
 	mid("decoder", ch)
 	for level := len(v.Mult) - 1; level >= 0; level-- {
-		out := v.Mult[level] * v.Ch
+		out := v.Mult[level] * dc
 		for i := 0; i <= v.NumRes; i++ {
 			res("decoder.up."+itoa(level)+".block."+itoa(i), ch, out)
 			ch = out

@@ -37,9 +37,10 @@ type Flux struct {
 	// T5, when not nil, adds a T5 encoder (its Hidden must be Context),
 	// with its tokenizer in the GGUF metadata.
 	T5 *T5
-	// VAECh and VAEMult shape the VAE (2 residual blocks per level).
-	VAECh   int
-	VAEMult []int
+	// VAECh and VAEMult shape the VAE (2 residual blocks per level);
+	// VAEDecCh, when not 0, narrows its decoder alone.
+	VAECh, VAEDecCh int
+	VAEMult         []int
 	// Words are the prompt words the embedded CLIP tokenizer knows whole.
 	Words []string
 	// Seed selects the values.
@@ -51,15 +52,30 @@ type Flux struct {
 	Width, Height, Steps int
 }
 
-// FluxParity is the Flux.1 dev model of the sd-cli parity test: the DiT at
-// full width (3072, 24 heads of 128) with one double and one single block,
-// the full CLIP-L and VAE, and T5-XXL at full width (4096, 64 heads of 64,
-// its 32128-row embedding) with two layers.
-var FluxParity = Flux{
+// FluxFull is a Flux.1 dev model at full widths with few blocks, for
+// sd-cli comparisons of speed and memory: the DiT 3072 wide (24 heads of
+// 128) with one double and one single block, the full CLIP-L and VAE, and
+// T5-XXL at full width (4096, 64 heads of 64, its 32128-row embedding)
+// with two layers; about 1.2 billion parameters.
+var FluxFull = Flux{
 	Hidden: 3072, Heads: 24, Double: 1, Single: 1, Guidance: true, Context: 4096,
 	CLIP:  TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12},
 	T5:    &T5{Hidden: 4096, FF: 10240, Layers: 2, Heads: 64, HeadDim: 64, Buckets: 32, Vocab: 32128, Words: DefaultWords, Seed: 3, Type: formats.F16},
 	VAECh: 128, VAEMult: []int{1, 2, 4, 4},
+	Words: DefaultWords, Seed: 3, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
+}
+
+// FluxParity is the Flux.1 dev model of the sd-cli image parity tests,
+// narrower where sd.cpp reads the width from the weights so that both
+// sides run in a minute: the DiT 768 wide (6 heads of 128) with two double
+// and two single blocks, the full CLIP-L (sd.cpp fixes it), a 512-wide T5
+// of two layers (8 heads of 64) and a VAE whose decoder is 32 wide (sd.cpp
+// fixes the encoder's 128).
+var FluxParity = Flux{
+	Hidden: 768, Heads: 6, Double: 2, Single: 2, Guidance: true, Context: 512,
+	CLIP:  TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12},
+	T5:    &T5{Hidden: 512, FF: 1024, Layers: 2, Heads: 8, HeadDim: 64, Buckets: 32, Vocab: 32128, Words: DefaultWords, Seed: 3, Type: formats.F16},
+	VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
 	Words: DefaultWords, Seed: 3, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
 }
 
@@ -119,7 +135,7 @@ func (c Flux) Part(flag string) []TensorSpec {
 		}
 		return ts
 	case "vae":
-		vaeConfig{Ch: c.VAECh, InCh: 3, ZCh: 16, Mult: c.VAEMult, NumRes: 2, NoQuantConv: true}.build(b)
+		vaeConfig{Ch: c.VAECh, DecCh: c.VAEDecCh, InCh: 3, ZCh: 16, Mult: c.VAEMult, NumRes: 2, NoQuantConv: true}.build(b)
 	}
 	return b.out
 }
@@ -161,6 +177,21 @@ func (c Flux) Metadata(flag string) formats.Metadata {
 	return md
 }
 
+// metadataFor drops the T5 tokenizer's keys from a file that cannot hold
+// them (safetensors metadata is strings; the vocabulary is arrays).
+func metadataFor(md formats.Metadata, format string) formats.Metadata {
+	if format == "gguf" {
+		return md
+	}
+	var out formats.Metadata
+	for _, kv := range md {
+		if !strings.HasPrefix(kv.Key, "tokenizer.") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // EncodePart writes one component's file to w in format "gguf" or "safetensors".
 func (c Flux) EncodePart(w io.Writer, format, flag string) error {
 	ts := c.Part(flag)
@@ -168,7 +199,7 @@ func (c Flux) EncodePart(w io.Writer, format, flag string) error {
 	for i, t := range ts {
 		types[i] = c.typeOf(flag, t)
 	}
-	return encodeSpecs(w, format, ts, nil, types, c.Metadata(flag), c.Seed)
+	return encodeSpecs(w, format, ts, nil, types, metadataFor(c.Metadata(flag), format), c.Seed)
 }
 
 // EncodeSingle writes every component into one file with ComfyUI's prefixes.
@@ -183,7 +214,7 @@ func (c Flux) EncodeSingle(w io.Writer, format string) error {
 			ts = append(ts, t)
 		}
 	}
-	return encodeSpecs(w, format, ts, names, types, c.Metadata(""), c.Seed)
+	return encodeSpecs(w, format, ts, names, types, metadataFor(c.Metadata(""), format), c.Seed)
 }
 
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT (ext

@@ -1,0 +1,172 @@
+//go:build cgo
+
+package infer
+
+import (
+	"image"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/internal/synth"
+)
+
+// Flux image parity against sd-cli (SDTOOL_SDCLI; skipped without it) on
+// synth.FluxParity written as the four component files people download:
+// the DiT at full width with one block of each kind, the full CLIP-L and
+// VAE, T5-XXL at full width with two layers. The prompt is empty: sd-cli's
+// build stubs T5's vocabulary, so its T5 sees </s> and padding whatever
+// the prompt, and so does sdtool's for the empty prompt.
+
+// fluxParityRun is one Flux generation's settings, pinned on both sides.
+type fluxParityRun struct {
+	Parts    map[string]string
+	Prompt   string
+	Size     int
+	Steps    int
+	Seed     uint64
+	Guidance float32
+	Threads  int
+}
+
+func (r fluxParityRun) sdcliArgs(out string) []string {
+	var args []string
+	for _, flag := range synth.FluxParts {
+		if p, ok := r.Parts[flag]; ok {
+			args = append(args, "--"+flag, p)
+		}
+	}
+	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
+		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
+		"--scheduler", "flux", "--cfg-scale", "1", "--guidance", strconv.FormatFloat(float64(r.Guidance), 'g', -1, 32),
+		"--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
+}
+
+func (r fluxParityRun) components() Components {
+	return Components{DiffusionModel: r.Parts["diffusion-model"], CLIPL: r.Parts["clip_l"], T5XXL: r.Parts["t5xxl"], VAE: r.Parts["vae"]}
+}
+
+func (r fluxParityRun) request() Request {
+	return Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1, Guidance: r.Guidance,
+		Seed: r.Seed, RNG: RNGCUDA, Method: Euler, Scheduler: SchedulerFlux}
+}
+
+// fluxParityModel writes c (dev, or schnell without guidance_in) as
+// component files into a temporary folder, or takes the folder in
+// SDTOOL_FLUX_PARITY_DIR (written there once and reused).
+func fluxParityModel(tb testing.TB, c synth.Flux, name string, dev bool) map[string]string {
+	tb.Helper()
+	name += "-dev"
+	if !dev {
+		c.Guidance = false
+		name = strings.TrimSuffix(name, "-dev") + "-schnell"
+	}
+	dir := os.Getenv("SDTOOL_FLUX_PARITY_DIR")
+	if dir == "" {
+		dir = tb.TempDir()
+	} else if parts, ok := existingParts(dir, name); ok {
+		return parts
+	}
+	parts, err := c.WriteParts(dir, name, "safetensors")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return parts
+}
+
+// existingParts finds an earlier WriteParts' files.
+func existingParts(dir, name string) (map[string]string, bool) {
+	parts := map[string]string{}
+	for _, flag := range synth.FluxParts {
+		p := filepath.Join(dir, name+"-"+flag+".safetensors")
+		if _, err := os.Stat(p); err != nil {
+			return nil, false
+		}
+		parts[flag] = p
+	}
+	return parts, true
+}
+
+func runFluxSDCLI(tb testing.TB, bin string, r fluxParityRun, out string) {
+	tb.Helper()
+	cmd := exec.Command(bin, r.sdcliArgs(out)...)
+	log, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("sd-cli: %v\n%s", err, tail(log))
+	}
+}
+
+func testFluxParity(t *testing.T, dev bool) {
+	bin := sdcliBinary(t) // skips without sd-cli or CLIP's real vocabulary
+	c, name := synth.FluxParity, "flux-parity"
+	if os.Getenv("SDTOOL_FLUX_FULL") != "" {
+		c, name = synth.FluxFull, "flux-full"
+	}
+	r := fluxParityRun{Parts: fluxParityModel(t, c, name, dev), Size: 128, Steps: 4, Seed: 42, Guidance: 3.5, Threads: 2}
+	for _, flag := range strings.Fields(os.Getenv("SDTOOL_FLUX_DROP")) {
+		delete(r.Parts, flag) // debugging: sd-cli and sdtool both condition on zeros in its place
+	}
+	out := filepath.Join(t.TempDir(), "sdcli.png")
+	runFluxSDCLI(t, bin, r, out)
+	ref := readPNGFile(t, out)
+	if d := os.Getenv("SDTOOL_FLUX_PARITY_DIR"); d != "" {
+		copyFile(t, out, filepath.Join(d, "sdcli.png"))
+	}
+	// CLIP's real vocabulary, as sd-cli has it built in (the files embed a small one).
+	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizer: sharedCLIPMerges})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := m.Generate(r.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := ImageFromCHW(res.Pixels, res.Width, res.Height)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := os.Getenv("SDTOOL_FLUX_PARITY_DIR"); d != "" {
+		if err := writePNGFile(filepath.Join(d, "sdtool.png"), img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	psnr, err := metrics.PSNR(ref, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sdtool vs sd-cli, %s, 128x128, 4 euler steps: PSNR %.2f dB", m.Family.Title, psnr)
+	if psnr < 50 {
+		t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
+	}
+}
+
+func TestFluxDevMatchesSDCLI(t *testing.T)     { testFluxParity(t, true) }
+func TestFluxSchnellMatchesSDCLI(t *testing.T) { testFluxParity(t, false) }
+
+func copyFile(tb testing.TB, from, to string) {
+	b, err := os.ReadFile(from)
+	if err == nil {
+		err = os.WriteFile(to, b, 0o644)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func writePNGFile(path string, img image.Image) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := png.Encode(f, img); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
