@@ -80,15 +80,15 @@ var FluxParity = Flux{
 }
 
 // TinyFlux is testdata/tiny-flux.gguf: a 128-wide DiT (one 128-wide head,
-// one block of each kind) with its guidance embedding, a 64-wide two-layer
-// CLIP-L, TinyT5 and a 32-wide VAE, f16, with 128x128 images in 4 steps by
-// default.
+// one block of each kind; its linear weights q8_0) with its guidance
+// embedding, a 64-wide two-layer CLIP-L, TinyT5 and a 32-wide VAE, f16,
+// with 128x128 images in 4 steps by default (under 3 MB).
 var TinyFlux = Flux{
 	Hidden: 128, Heads: 1, Double: 1, Single: 1, Guidance: true, Context: 64,
 	CLIP:  TextModel{Hidden: 64, FF: 64, Layers: 2, Heads: 1},
 	T5:    &TinyT5,
 	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
-	Words: DefaultWords, Seed: 4, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
+	Words: DefaultWords, Seed: 4, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
 }
 
 // Vocab returns the CLIP tokenizer's vocabulary size (SD.Vocab's).
