@@ -5,9 +5,11 @@ package infer
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -195,5 +197,52 @@ func TestFluxSigmas(t *testing.T) {
 	}
 	if fs.SigmaToT(0.25) != 0.25 {
 		t.Errorf("SigmaToT(0.25) = %g, want 0.25 (the DiT embeds sigma)", fs.SigmaToT(0.25))
+	}
+}
+
+func TestDetectFlux(t *testing.T) {
+	sh := map[string][]int64{}
+	for _, ts := range synth.FluxParity.Part("diffusion-model") {
+		sh[unetPrefix+ts.Name] = ts.Shape
+	}
+	c, err := detectFlux(shapes(sh), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Hidden != 768 || c.Heads != 6 || c.HeadDim != 128 || c.Double != 2 || c.Single != 2 || c.MLP != 3072 ||
+		c.InChannels != 64 || c.ContextDim != 512 || c.VecDim != 768 || !c.Guidance || c.LatentChannels() != 16 {
+		t.Errorf("config %+v", c)
+	}
+	// A block missing a tensor, or of another width, is named.
+	broken := map[string][]int64{}
+	for k, v := range sh {
+		broken[k] = v
+	}
+	delete(broken, unetPrefix+"single_blocks.1.linear2.weight")
+	if _, err := detectFlux(shapes(broken), nil); err == nil || !strings.Contains(err.Error(), "single_blocks.1.linear2.weight") {
+		t.Errorf("missing tensor: %v", err)
+	}
+	broken[unetPrefix+"single_blocks.1.linear2.weight"] = []int64{768, 100}
+	if _, err := detectFlux(shapes(broken), nil); err == nil || !strings.Contains(err.Error(), "single_blocks.1.linear2.weight") {
+		t.Errorf("misshapen tensor: %v", err)
+	}
+	// Heads that are not 128 wide need the axes in the metadata.
+	narrow := map[string][]int64{}
+	for _, ts := range synth.TinyFlux.Part("diffusion-model") {
+		narrow[unetPrefix+ts.Name] = ts.Shape
+	}
+	for k := range narrow {
+		if strings.HasSuffix(k, "_norm.scale") {
+			narrow[k] = []int64{64}
+		}
+	}
+	if _, err := detectFlux(shapes(narrow), nil); err == nil || !strings.Contains(err.Error(), MetaFluxAxes) {
+		t.Errorf("64-wide heads without axes: %v", err)
+	}
+	// The schnell layout has no guidance_in.
+	delete(sh, unetPrefix+"guidance_in.in_layer.weight")
+	fam, err := DetectFamily(sh)
+	if err != nil || fam.Name != "flux-schnell" {
+		t.Errorf("without guidance_in: family %v, %v", fam, err)
 	}
 }

@@ -3,6 +3,8 @@
 package infer
 
 import (
+	"encoding/json"
+	"fmt"
 	"image"
 	"image/png"
 	"os"
@@ -169,4 +171,117 @@ func writePNGFile(path string, img image.Image) error {
 		return err
 	}
 	return f.Close()
+}
+
+// fluxChildEnv carries a fluxParityRun to TestFluxGenerateChild.
+const fluxChildEnv = "SDTOOL_FLUX_CHILD"
+
+// TestFluxGenerateChild is BenchmarkFluxVsSDCLI's child process: one
+// generation of the run in $SDTOOL_FLUX_CHILD, printing its seconds per
+// step, so that the parent reads the child's peak memory alone.
+func TestFluxGenerateChild(t *testing.T) {
+	spec := os.Getenv(fluxChildEnv)
+	if spec == "" {
+		t.Skip("runs as BenchmarkFluxVsSDCLI's child process")
+	}
+	var r fluxParityRun
+	if err := json.Unmarshal([]byte(spec), &r); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizer: sharedCLIPMerges})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := m.Generate(r.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(childReport{PerStep: res.Timings.Sampling.Seconds() / float64(res.Timings.Steps)})
+	fmt.Printf("CHILD %s\n", b)
+}
+
+// BenchmarkFluxVsSDCLI alternates one sd-cli run and one sdtool run (each
+// in a fresh process) of the same Flux dev generation on synth.FluxFull's
+// component files (SDTOOL_FLUX_PARITY_DIR keeps them between runs; 128x128,
+// 4 Euler steps, SDTOOL_BENCH_THREADS threads, default 2) and reports both
+// sides' seconds per step and peak RSS and their ratios, measured in one run.
+func BenchmarkFluxVsSDCLI(b *testing.B) {
+	bin := sdcliBinary(b)
+	r := fluxParityRun{Parts: fluxParityModel(b, synth.FluxFull, "flux-full", true), Size: 128, Steps: 4, Seed: 42, Guidance: 3.5, Threads: 2}
+	if s := os.Getenv("SDTOOL_BENCH_THREADS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Threads = n
+	}
+	dir := b.TempDir()
+	spec, _ := json.Marshal(r)
+	var cliStep, ourStep float64
+	var cliPeak, ourPeak int64
+	n := 0
+	for b.Loop() {
+		s, p := sdcliStepAndPeak(b, bin, r.sdcliArgs(filepath.Join(dir, "sdcli.png")), r.Steps)
+		cliStep += s
+		cliPeak = max(cliPeak, p)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFluxGenerateChild$", "-test.v")
+		cmd.Env = append(os.Environ(), fluxChildEnv+"="+string(spec))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("child: %v\n%s", err, tail(out))
+		}
+		found := false
+		for _, line := range strings.Split(string(out), "\n") {
+			if j, ok := strings.CutPrefix(line, "CHILD "); ok {
+				var rep childReport
+				if err := json.Unmarshal([]byte(j), &rep); err != nil {
+					b.Fatal(err)
+				}
+				ourStep += rep.PerStep
+				found = true
+			}
+		}
+		if !found {
+			b.Fatalf("child printed no report:\n%s", tail(out))
+		}
+		ourPeak = max(ourPeak, maxRSS(cmd.ProcessState))
+		n++
+	}
+	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
+	b.ReportMetric(ourStep/float64(n), "sdtool-s/step")
+	b.ReportMetric(ourStep/cliStep, "step-ratio")
+	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
+	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
+	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
+}
+
+// sdcliStepAndPeak runs sd-cli with args and returns its seconds per
+// sampling step (the sampling time it logs, less the weights it loads
+// lazily inside it) and its peak resident memory.
+func sdcliStepAndPeak(tb testing.TB, bin string, args []string, steps int) (float64, int64) {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	log, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("sd-cli: %v\n%s", err, tail(log))
+	}
+	var sampling, lazy float64
+	window := false
+	for _, line := range strings.Split(string(log), "\n") {
+		switch {
+		case strings.Contains(line, "generating image:"):
+			window = true
+		case window && sdcliLoading.MatchString(line):
+			v, _ := strconv.ParseFloat(sdcliLoading.FindStringSubmatch(line)[1], 64)
+			lazy += v
+		case sdcliSampling.MatchString(line):
+			sampling, _ = strconv.ParseFloat(sdcliSampling.FindStringSubmatch(line)[1], 64)
+			window = false
+		}
+	}
+	if sampling == 0 {
+		tb.Fatalf("sd-cli logged no sampling time:\n%s", tail(log))
+	}
+	return (sampling - lazy) / float64(steps), maxRSS(cmd.ProcessState)
 }
