@@ -3,8 +3,11 @@
 package infer
 
 import (
+	"compress/gzip"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -295,5 +298,69 @@ func TestT5Imatrix(t *testing.T) {
 		if d := math.Abs(float64(e.Sum2[j]) - ref[j]); d > 1e-4*ref[j]+1e-6 {
 			t.Fatalf("column %d: Σx² %v, Go recomputation %v", j, e.Sum2[j], ref[j])
 		}
+	}
+}
+
+// TestT5RealTokenizer loads T5's own spiece.model the way --t5-tokenizer
+// does (LoadOptions.T5Tokenizer) beside an encoder with T5-XXL's 32128
+// embedding rows, and checks that a prompt reaches the encoder as the ids
+// transformers.js publishes for it, then </s> and padding to 256.
+func TestT5RealTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	gz, err := os.Open("text/testdata/t5/spiece.model.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gz.Close()
+	zr, err := gzip.NewReader(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spiece := filepath.Join(dir, "spiece.model")
+	if err := os.WriteFile(spiece, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := synth.TinyT5
+	p.Vocab = 32128
+	path := filepath.Join(dir, "t5.safetensors")
+	if err := p.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	m := loadT5Component(t, path)
+	if m.T5Tokenizer != nil {
+		t.Fatal("a safetensors T5 carries no tokenizer")
+	}
+	tok, err := loadT5Tokenizer(spiece, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, weights, err := t5Layout(tok, "How are you doing?", text.FluxT5Length)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int32, text.FluxT5Length)
+	copy(want, []int32{571, 33, 25, 692, 58, 1}) // published, </s> included; then <pad> 0
+	if !slices.Equal(layout.IDs, want) {
+		t.Fatalf("ids %v..., want %v...", layout.IDs[:8], want[:8])
+	}
+	for i, w := range weights {
+		if w != 1 {
+			t.Fatalf("weight %d is %g, want 1", i, w)
+		}
+	}
+	ctx, _, err := m.t5Context(tok, "How are you doing?", text.FluxT5Length)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := m.EncodeT5(want, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ctx, direct) {
+		t.Error("the prompt's context differs from the encoder's output on the published ids")
 	}
 }
