@@ -364,3 +364,39 @@ func TestT5RealTokenizer(t *testing.T) {
 		t.Error("the prompt's context differs from the encoder's output on the published ids")
 	}
 }
+
+// TestT5ContextMasked checks Chroma's variant: the mask marks the pieces
+// and </s>, and masking the keys changes what the tokens see.
+func TestT5ContextMasked(t *testing.T) {
+	p := synth.TinyT5
+	p.Naming = synth.T5GGUF
+	path := filepath.Join(t.TempDir(), "t5.gguf")
+	if err := p.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	m := loadT5Component(t, path)
+	const n = 12
+	plain, keep, err := m.t5ContextMasked(m.T5Tokenizer, "a red cat", n, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{true, true, true, true, false, false, false, false, false, false, false, false}
+	if !slices.Equal(keep, want) {
+		t.Fatalf("mask %v, want %v", keep, want)
+	}
+	masked, _, err := m.t5ContextMasked(m.T5Tokenizer, "a red cat", n, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := m.T5Tokenizer.EncodeChunked("a red cat", n)
+	direct, err := m.EncodeT5(ids, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(masked, direct) {
+		t.Error("the masked context is not EncodeT5 with the layout's mask")
+	}
+	if slices.Equal(masked[:p.Hidden], plain[:p.Hidden]) {
+		t.Error("masking the padding did not change the first token's state")
+	}
+}
