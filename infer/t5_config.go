@@ -2,6 +2,8 @@ package infer
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -69,7 +71,7 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 	if c.Hidden, err = s.dim(c.Embedding, 1); err != nil {
 		return nil, err
 	}
-	if c.Vocab <= 0 || c.Hidden <= 0 {
+	if len(s[c.Embedding]) != 2 || c.Vocab <= 0 || c.Hidden <= 0 {
 		return nil, fmt.Errorf("tensor %q has shape %v, want [vocab, width] with both above 0", c.Embedding, s[c.Embedding])
 	}
 	for s.has(fmt.Sprintf("%sencoder.block.%d.layer.0.SelfAttention.q.weight", prefix, c.Layers)) {
@@ -77,6 +79,19 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 	}
 	if c.Layers == 0 {
 		return nil, fmt.Errorf("no layers under %sencoder.block (no encoder.block.0.layer.0.SelfAttention.q.weight)", prefix)
+	}
+	// A block past the first gap would be left out silently; sd.cpp counts
+	// to the highest index and would miss the gap's tensors instead.
+	for name := range s {
+		rest, ok := strings.CutPrefix(name, prefix+"encoder.block.")
+		if !ok {
+			continue
+		}
+		if dot := strings.IndexByte(rest, '.'); dot > 0 {
+			if n, err := strconv.Atoi(rest[:dot]); err == nil && n >= c.Layers {
+				return nil, fmt.Errorf("tensor %q is in block %d, but block %d has no %s", name, n, c.Layers, "layer.0.SelfAttention.q.weight")
+			}
+		}
 	}
 	b0 := prefix + "encoder.block.0."
 	q := b0 + "layer.0.SelfAttention.q.weight"
@@ -93,6 +108,9 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 	}
 	if c.Heads, err = s.dim(rel, 1); err != nil {
 		return nil, err
+	}
+	if len(s[rel]) != 2 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want [buckets, heads]", rel, s[rel])
 	}
 	if h, ok, err := metaInt(md, MetaT5Heads); err != nil {
 		return nil, err

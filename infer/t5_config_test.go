@@ -2,6 +2,7 @@ package infer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,6 +94,14 @@ func TestDetectT5Errors(t *testing.T) {
 		}, nil, "gated-GELU"},
 		{"layer 1 misshapen", func(s map[string][]int64) { s[b1+"1.DenseReluDense.wo.weight"] = []int64{32, 65} }, nil, b1 + "1.DenseReluDense.wo.weight"},
 		{"layer 1 lacks a norm", func(s map[string][]int64) { delete(s, b1+"0.layer_norm.weight") }, nil, b1 + "0.layer_norm.weight"},
+		{"a gap in the blocks", func(s map[string][]int64) {
+			for k, v := range s {
+				if strings.HasPrefix(k, b1) {
+					s[strings.Replace(k, "block.1.", "block.2.", 1)] = v
+					delete(s, k)
+				}
+			}
+		}, nil, "but block 1 has no"},
 		{"no final norm", func(s map[string][]int64) { delete(s, p+"encoder.final_layer_norm.weight") }, nil, "final_layer_norm"},
 		{"empty embedding", func(s map[string][]int64) { s[p+"shared.weight"] = []int64{0, 32} }, nil, "above 0"},
 		{"q width is not the embedding's", func(s map[string][]int64) {
@@ -110,4 +119,57 @@ func TestDetectT5Errors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzDetectT5 edits the shapes of a small T5 and checks that DetectT5
+// never panics and that a configuration it accepts fits every shape the
+// graph reads.
+func FuzzDetectT5(f *testing.F) {
+	f.Add([]byte{0, 1, 7}, uint16(3))
+	f.Add([]byte{5, 0, 0, 9}, uint16(64))
+	f.Add([]byte{}, uint16(0))
+	base := t5Shapes(100, 32, 64, 2, 4, 8, 32)
+	names := make([]string, 0, len(base))
+	for k := range base {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	f.Fuzz(func(t *testing.T, edits []byte, v uint16) {
+		sh := map[string][]int64{}
+		for k, s := range base {
+			sh[k] = append([]int64(nil), s...)
+		}
+		for i := 0; i+1 < len(edits); i += 2 {
+			name := names[int(edits[i])%len(names)]
+			s := sh[name]
+			switch d := int(edits[i+1]); {
+			case d == 255:
+				delete(sh, name)
+			case d >= 128:
+				sh[name] = append(s, int64(v))
+			case len(s) > 0:
+				s[d%len(s)] = int64(v) - 8
+			}
+		}
+		c, err := DetectT5(sh, nil, T5Prefix)
+		if err != nil {
+			return
+		}
+		if c.Vocab <= 0 || c.Hidden <= 0 || c.FF <= 0 || c.Heads <= 0 || c.HeadDim <= 0 || c.Layers <= 0 {
+			t.Fatalf("accepted sizes %+v", c)
+		}
+		rel := sh[T5Prefix+"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]
+		if len(rel) != 2 || rel[0] != int64(c.Buckets) || rel[1] != int64(c.Heads) {
+			t.Fatalf("bias %v for %+v", rel, c)
+		}
+		if e := sh[c.Embedding]; len(e) != 2 || e[0] != int64(c.Vocab) || e[1] != int64(c.Hidden) {
+			t.Fatalf("embedding %v for %+v", e, c)
+		}
+		for i := 0; i < c.Layers; i++ {
+			q := sh[fmt.Sprintf("%sencoder.block.%d.layer.0.SelfAttention.q.weight", T5Prefix, i)]
+			if len(q) != 2 || q[0] != int64(c.Inner()) || q[1] != int64(c.Hidden) {
+				t.Fatalf("block %d q %v for %+v", i, q, c)
+			}
+		}
+	})
 }
