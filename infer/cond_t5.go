@@ -118,25 +118,39 @@ func (m *Model) encodeT5(cfg *T5Config, ids []int32, mask []bool) ([]float32, er
 // may be nil when no T5 tokenizer was found; then only a prompt without
 // text (which gives </s> and padding) can be encoded.
 func (m *Model) t5Context(tok *text.UnigramTokenizer, prompt string, chunkLen int) (ctx []float32, tokens int, err error) {
+	ctx, keep, err := m.t5ContextMasked(tok, prompt, chunkLen, false)
+	return ctx, len(keep), err
+}
+
+// t5ContextMasked is t5Context that also returns which tokens are not
+// padding (sd-cli's T5 attention mask, which Chroma's DiT takes), and with
+// maskKeys hides the padding from every query inside T5 as well (sd-cli's
+// chroma_use_t5_mask; text.ChromaT5Length is Chroma's chunk length).
+func (m *Model) t5ContextMasked(tok *text.UnigramTokenizer, prompt string, chunkLen int, maskKeys bool) (ctx []float32, keep []bool, err error) {
 	cfg := m.Config.T5
 	if cfg == nil {
-		return nil, 0, fmt.Errorf("%s: the model has no T5 encoder", m.Path)
+		return nil, nil, fmt.Errorf("%s: the model has no T5 encoder", m.Path)
 	}
 	layout, weights, err := t5Layout(tok, prompt, chunkLen)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", m.Path, err)
+		return nil, nil, fmt.Errorf("%s: %w", m.Path, err)
 	}
+	keep = layout.Mask()
 	n := len(layout.IDs)
 	ctx = make([]float32, 0, n*cfg.Hidden)
 	for lo := 0; lo < n; lo += chunkLen {
-		h, err := m.encodeT5(cfg, layout.IDs[lo:lo+chunkLen], nil)
+		var mask []bool
+		if maskKeys {
+			mask = keep[lo : lo+chunkLen]
+		}
+		h, err := m.encodeT5(cfg, layout.IDs[lo:lo+chunkLen], mask)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, err
 		}
 		applyWeights(h, weights[lo:lo+chunkLen], cfg.Hidden)
 		ctx = append(ctx, h...)
 	}
-	return ctx, n, nil
+	return ctx, keep, nil
 }
 
 // t5Layout tokenizes a weighted prompt for T5 as sd-cli does: each

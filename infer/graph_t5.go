@@ -39,9 +39,9 @@ func (g *builder) t5(cfg *T5Config, ids, buckets, mask native.Tensor) native.Ten
 		h = g.t5Norm(x, b+"1.layer_norm")
 		gate := g.c.GELU(g.linear(h, b+"1.DenseReluDense.wi_0"))
 		y := g.c.Mul(gate, g.linear(h, b+"1.DenseReluDense.wi_1"))
-		wo := g.weight(b + "1.DenseReluDense.wo.weight")
-		g.watch(wo, y)
-		y = g.c.Scale(g.c.MulMat(wo, g.c.Scale(y, t5FFScale)), 1/t5FFScale)
+		// wo sees the product scaled down (t5FFScale), and the imatrix
+		// records that scaled input, as sd-cli's collector does.
+		y = g.c.Scale(g.linear(g.c.Scale(y, t5FFScale), b+"1.DenseReluDense.wo"), 1/t5FFScale)
 		x = g.c.Add(x, y)
 	}
 	return g.t5Norm(x, p+"encoder.final_layer_norm")

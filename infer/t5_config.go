@@ -2,6 +2,8 @@ package infer
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -69,11 +71,27 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 	if c.Hidden, err = s.dim(c.Embedding, 1); err != nil {
 		return nil, err
 	}
+	if len(s[c.Embedding]) != 2 || c.Vocab <= 0 || c.Hidden <= 0 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want [vocab, width] with both above 0", c.Embedding, s[c.Embedding])
+	}
 	for s.has(fmt.Sprintf("%sencoder.block.%d.layer.0.SelfAttention.q.weight", prefix, c.Layers)) {
 		c.Layers++
 	}
 	if c.Layers == 0 {
 		return nil, fmt.Errorf("no layers under %sencoder.block (no encoder.block.0.layer.0.SelfAttention.q.weight)", prefix)
+	}
+	// A block past the first gap would be left out silently; sd.cpp counts
+	// to the highest index and would miss the gap's tensors instead.
+	for name := range s {
+		rest, ok := strings.CutPrefix(name, prefix+"encoder.block.")
+		if !ok {
+			continue
+		}
+		if dot := strings.IndexByte(rest, '.'); dot > 0 {
+			if n, err := strconv.Atoi(rest[:dot]); err == nil && n >= c.Layers {
+				return nil, fmt.Errorf("tensor %q is in block %d, but block %d has no %s", name, n, c.Layers, "layer.0.SelfAttention.q.weight")
+			}
+		}
 	}
 	b0 := prefix + "encoder.block.0."
 	q := b0 + "layer.0.SelfAttention.q.weight"
@@ -91,6 +109,9 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 	if c.Heads, err = s.dim(rel, 1); err != nil {
 		return nil, err
 	}
+	if len(s[rel]) != 2 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want [buckets, heads]", rel, s[rel])
+	}
 	if h, ok, err := metaInt(md, MetaT5Heads); err != nil {
 		return nil, err
 	} else if ok {
@@ -102,16 +123,25 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 		return nil, fmt.Errorf("attention width %d does not split into %d heads", inner, c.Heads)
 	}
 	c.HeadDim = inner / c.Heads
-	if c.Buckets < 2 {
-		return nil, fmt.Errorf("tensor %q has %d buckets, want at least 2", rel, c.Buckets)
+	// Half the buckets per direction, half of those exact distances: the
+	// logarithmic rest needs at least one exact bucket and a max distance
+	// beyond the exact range.
+	if c.Buckets < 4 || c.Buckets%2 != 0 {
+		return nil, fmt.Errorf("tensor %q has %d buckets, want an even count of at least 4", rel, c.Buckets)
 	}
 	if d, ok, err := metaInt(md, MetaT5MaxDistance); err != nil {
 		return nil, err
 	} else if ok {
 		c.MaxDistance = d
 	}
+	if c.MaxDistance <= c.Buckets/4 {
+		return nil, fmt.Errorf("relative attention max distance %d must exceed the %d exact distances of %d buckets", c.MaxDistance, c.Buckets/4, c.Buckets)
+	}
 	if c.FF, err = s.dim(b0+"layer.1.DenseReluDense.wi_0.weight", 0); err != nil {
 		return nil, fmt.Errorf("%w (only T5 v1.1's gated-GELU feed-forward is supported)", err)
+	}
+	if c.FF <= 0 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want [ff, %d] with ff above 0", b0+"layer.1.DenseReluDense.wi_0.weight", s[b0+"layer.1.DenseReluDense.wi_0.weight"], c.Hidden)
 	}
 	// Every layer must have the tensors the graph reads, with the shapes
 	// of layer 0, so a truncated or mixed file fails here with the name.

@@ -3,6 +3,11 @@
 package infer
 
 import (
+	"compress/gzip"
+	"fmt"
+	"io"
+	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +17,8 @@ import (
 	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // loadT5Component loads a T5 encoder file the way Load reads a --t5xxl
@@ -30,7 +37,7 @@ func loadT5Component(t *testing.T, path string) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fm.Close()
+	t.Cleanup(func() { fm.Close() })
 	src, err := newSource(ct, fm)
 	if err != nil {
 		t.Fatal(err)
@@ -209,5 +216,187 @@ func TestT5ContextLayout(t *testing.T) {
 	}
 	if !slices.Equal(lctx[s*h:], h2) {
 		t.Error("the second chunk is not the last 5 pieces, </s> and padding")
+	}
+}
+
+// TestT5Imatrix checks imatrix collection over the T5 encoder: one entry
+// per linear weight (seven per block), named as in the file (llama.cpp's
+// names for a GGUF T5), with the rows and calls of one encoding, and the
+// first attention's Σx² equal to the normed token embeddings' recomputed
+// in Go from the file's values.
+func TestT5Imatrix(t *testing.T) {
+	p := synth.TinyT5
+	p.Naming = synth.T5GGUF
+	path := filepath.Join(t.TempDir(), "t5.gguf")
+	if err := p.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	m := loadT5Component(t, path)
+	s := NewImatrixStats()
+	m.SetImatrix(s)
+	ids := []int32{5, 1, 0, 0, 7, 19, 2}
+	if _, err := m.EncodeT5(ids, nil); err != nil {
+		t.Fatal(err)
+	}
+	mx := s.Matrix("test")
+	var want []string
+	for i := 0; i < p.Layers; i++ {
+		for _, n := range []string{"attn_q", "attn_k", "attn_v", "attn_o", "ffn_gate", "ffn_up", "ffn_down"} {
+			want = append(want, fmt.Sprintf("enc.blk.%d.%s.weight", i, n))
+		}
+	}
+	slices.Sort(want)
+	if got := mx.Names(); !slices.Equal(got, want) {
+		t.Fatalf("entries:\n got %q\nwant %q", got, want)
+	}
+	for _, e := range mx.Entries {
+		in := p.Hidden
+		if strings.Contains(e.Name, "ffn_down") {
+			in = p.FF
+		}
+		if len(e.Sum2) != in || e.NCall != 1 || e.Counts[0] != float32(len(ids)) {
+			t.Errorf("%s: %d values, %d calls, %v rows; want %d, 1, %d", e.Name, len(e.Sum2), e.NCall, e.Counts[0], in, len(ids))
+		}
+	}
+	values := func(name string) []float32 {
+		for _, sp := range m.specs {
+			if sp.src.Name == name {
+				raw, err := sp.read(&tensor.Scratch{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				dec, err := quant.Decoder(sp.Type)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, _ := formats.Elements(sp.Shape)
+				f := make([]float32, n)
+				dec.Dequantize(f, raw)
+				return f
+			}
+		}
+		t.Fatalf("no tensor %s", name)
+		return nil
+	}
+	emb, norm := values("token_embd.weight"), values("enc.blk.0.attn_norm.weight")
+	h := p.Hidden
+	ref := make([]float64, h)
+	for _, id := range ids {
+		row := emb[int(id)*h : int(id+1)*h]
+		var ss float64
+		for _, v := range row {
+			ss += float64(v) * float64(v)
+		}
+		r := 1 / math.Sqrt(ss/float64(h)+1e-6)
+		for j, v := range row {
+			x := float64(v) * r * float64(norm[j])
+			ref[j] += x * x
+		}
+	}
+	e, _ := mx.Lookup("enc.blk.0.attn_q.weight")
+	for j := range ref {
+		if d := math.Abs(float64(e.Sum2[j]) - ref[j]); d > 1e-4*ref[j]+1e-6 {
+			t.Fatalf("column %d: Σx² %v, Go recomputation %v", j, e.Sum2[j], ref[j])
+		}
+	}
+}
+
+// TestT5RealTokenizer loads T5's own spiece.model the way --t5-tokenizer
+// does (LoadOptions.T5Tokenizer) beside an encoder with T5-XXL's 32128
+// embedding rows, and checks that a prompt reaches the encoder as the ids
+// transformers.js publishes for it, then </s> and padding to 256.
+func TestT5RealTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	gz, err := os.Open("text/testdata/t5/spiece.model.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gz.Close()
+	zr, err := gzip.NewReader(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spiece := filepath.Join(dir, "spiece.model")
+	if err := os.WriteFile(spiece, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := synth.TinyT5
+	p.Vocab = 32128
+	path := filepath.Join(dir, "t5.safetensors")
+	if err := p.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	m := loadT5Component(t, path)
+	if m.T5Tokenizer != nil {
+		t.Fatal("a safetensors T5 carries no tokenizer")
+	}
+	tok, err := loadT5Tokenizer(spiece, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, weights, err := t5Layout(tok, "How are you doing?", text.FluxT5Length)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int32, text.FluxT5Length)
+	copy(want, []int32{571, 33, 25, 692, 58, 1}) // published, </s> included; then <pad> 0
+	if !slices.Equal(layout.IDs, want) {
+		t.Fatalf("ids %v..., want %v...", layout.IDs[:8], want[:8])
+	}
+	for i, w := range weights {
+		if w != 1 {
+			t.Fatalf("weight %d is %g, want 1", i, w)
+		}
+	}
+	ctx, _, err := m.t5Context(tok, "How are you doing?", text.FluxT5Length)
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := m.EncodeT5(want, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ctx, direct) {
+		t.Error("the prompt's context differs from the encoder's output on the published ids")
+	}
+}
+
+// TestT5ContextMasked checks Chroma's variant: the mask marks the pieces
+// and </s>, and masking the keys changes what the tokens see.
+func TestT5ContextMasked(t *testing.T) {
+	p := synth.TinyT5
+	p.Naming = synth.T5GGUF
+	path := filepath.Join(t.TempDir(), "t5.gguf")
+	if err := p.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	m := loadT5Component(t, path)
+	const n = 12
+	plain, keep, err := m.t5ContextMasked(m.T5Tokenizer, "a red cat", n, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{true, true, true, true, false, false, false, false, false, false, false, false}
+	if !slices.Equal(keep, want) {
+		t.Fatalf("mask %v, want %v", keep, want)
+	}
+	masked, _, err := m.t5ContextMasked(m.T5Tokenizer, "a red cat", n, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := m.T5Tokenizer.EncodeChunked("a red cat", n)
+	direct, err := m.EncodeT5(ids, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(masked, direct) {
+		t.Error("the masked context is not EncodeT5 with the layout's mask")
+	}
+	if slices.Equal(masked[:p.Hidden], plain[:p.Hidden]) {
+		t.Error("masking the padding did not change the first token's state")
 	}
 }

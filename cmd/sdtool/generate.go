@@ -121,7 +121,7 @@ func init() {
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.BoolFlag{Name: "sdcpp-text-projection", Usage: "multiply by an OpenCLIP text_projection as stored, as stable-diffusion.cpp does (it transposes SDXL's pooled embedding from single-file checkpoints), to reproduce sd-cli's images"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
-			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, a unigram tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty prompt encodes"},
+			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty prompt encodes"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
@@ -174,8 +174,9 @@ func runGenerate(c *cli.Context) error {
 		return errors.New("generate: give a model: -m FILE, or --diffusion-model FILE with its text encoders and VAE")
 	}
 	tok, tokSaid, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-	opt := infer.LoadOptions{Tokenizer: tok, T5Tokenizer: c.String("t5-tokenizer"), Threads: threads, Prediction: c.String("prediction"),
+	opt := infer.LoadOptions{Tokenizer: tok, Threads: threads, Prediction: c.String("prediction"),
 		StoredLayout: c.Bool("sdcpp-text-projection")}
+	opt.T5Tokenizer = c.String("t5-tokenizer")
 	m, err := infer.Load(comps, opt)
 	if err != nil {
 		// The model's own problems come first (infer checks them before the

@@ -21,7 +21,9 @@ import (
 // its real name in one of the naming schemes people publish, deterministic
 // values, and a SentencePiece unigram tokenizer for a short word list (ids
 // 0..2 are T5's <pad>, </s> and <unk>) that Encode embeds in GGUF metadata
-// under llama.cpp's keys.
+// under llama.cpp's keys. stable-diffusion.cpp takes the head count as the
+// attention width over 64, so a file meant for sd-cli needs HeadDim 64
+// (sdtool reads the head count from the bias table, so any split loads).
 type T5 struct {
 	// Hidden (d_model), FF (d_ff), Layers, Heads and HeadDim (d_kv) shape the encoder.
 	Hidden, FF, Layers, Heads, HeadDim int
