@@ -5,7 +5,6 @@ package infer
 import (
 	"math"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/infer/text"
@@ -42,13 +41,16 @@ func TestT5MatchesSDCLIImatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	ours := s.Matrix("")
+	// sd-cli names its entries with the internal names (llama.cpp's GGUF
+	// names converted), ours are the file's.
+	internal := map[string]string{}
+	for _, sp := range m.specs {
+		internal[sp.src.Name] = sp.Name
+	}
 	compared := 0
 	worst, worstName := 0.0, ""
 	for _, e := range ours.Entries {
-		name := e.Name
-		if !strings.HasPrefix(name, T5Prefix) {
-			name = T5Prefix + name
-		}
+		name := internal[e.Name]
 		g, ok := ref.Lookup(name)
 		if !ok {
 			t.Errorf("sd-cli's imatrix has no %s", name)
