@@ -3,6 +3,7 @@
 package infer
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"testing"
@@ -81,4 +82,28 @@ func TestT5MatchesSDCLIImatrix(t *testing.T) {
 		t.Errorf("compared %d weights, want %d", compared, want)
 	}
 	t.Logf("%d T5 weights against sd-cli: worst relative difference %.3g (%s)", compared, worst, worstName)
+}
+
+// BenchmarkT5Encode times one 256-token encoding of the T5 file in
+// SDTOOL_T5_FILE (sd-cli's Flux chunk) with SDTOOL_T5_THREADS threads
+// (default 2), to set beside sd-cli's "computing condition graph" time.
+func BenchmarkT5Encode(b *testing.B) {
+	file := os.Getenv("SDTOOL_T5_FILE")
+	if file == "" {
+		b.Skip("SDTOOL_T5_FILE is not set")
+	}
+	threads := 2
+	if v := os.Getenv("SDTOOL_T5_THREADS"); v != "" {
+		fmt.Sscan(v, &threads)
+	}
+	m := loadT5Component(b, file)
+	m.SetThreads(threads)
+	ids := make([]int32, text.FluxT5Length)
+	ids[0] = 1
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := m.EncodeT5(ids, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
