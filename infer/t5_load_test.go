@@ -25,7 +25,7 @@ import (
 // file (sd-cli's load prefix, names.Convert, the held types), detects its
 // configuration and returns a Model holding it, with the T5 tokenizer
 // loadT5Tokenizer finds.
-func loadT5Component(t *testing.T, path string) *Model {
+func loadT5Component(t testing.TB, path string) *Model {
 	t.Helper()
 	var ct *component
 	for i := range componentTable {

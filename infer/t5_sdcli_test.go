@@ -3,9 +3,9 @@
 package infer
 
 import (
+	"fmt"
 	"math"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/infer/text"
@@ -42,13 +42,16 @@ func TestT5MatchesSDCLIImatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	ours := s.Matrix("")
+	// sd-cli names its entries with the internal names (llama.cpp's GGUF
+	// names converted), ours are the file's.
+	internal := map[string]string{}
+	for _, sp := range m.specs {
+		internal[sp.src.Name] = sp.Name
+	}
 	compared := 0
 	worst, worstName := 0.0, ""
 	for _, e := range ours.Entries {
-		name := e.Name
-		if !strings.HasPrefix(name, T5Prefix) {
-			name = T5Prefix + name
-		}
+		name := internal[e.Name]
 		g, ok := ref.Lookup(name)
 		if !ok {
 			t.Errorf("sd-cli's imatrix has no %s", name)
@@ -79,4 +82,28 @@ func TestT5MatchesSDCLIImatrix(t *testing.T) {
 		t.Errorf("compared %d weights, want %d", compared, want)
 	}
 	t.Logf("%d T5 weights against sd-cli: worst relative difference %.3g (%s)", compared, worst, worstName)
+}
+
+// BenchmarkT5Encode times one 256-token encoding of the T5 file in
+// SDTOOL_T5_FILE (sd-cli's Flux chunk) with SDTOOL_T5_THREADS threads
+// (default 2), to set beside sd-cli's "computing condition graph" time.
+func BenchmarkT5Encode(b *testing.B) {
+	file := os.Getenv("SDTOOL_T5_FILE")
+	if file == "" {
+		b.Skip("SDTOOL_T5_FILE is not set")
+	}
+	threads := 2
+	if v := os.Getenv("SDTOOL_T5_THREADS"); v != "" {
+		fmt.Sscan(v, &threads)
+	}
+	m := loadT5Component(b, file)
+	m.SetThreads(threads)
+	ids := make([]int32, text.FluxT5Length)
+	ids[0] = 1
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := m.EncodeT5(ids, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
