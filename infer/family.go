@@ -85,6 +85,15 @@ type TextEncoder struct {
 	// token after the final norm, through text_projection when present)
 	// joins the conditioning vector.
 	Pooled bool
+	// NoProjection pools without text_projection even when the file has
+	// one (Flux's CLIP-L, whose pooled output sd.cpp leaves unprojected).
+	NoProjection bool
+	// Tokens is the encoder's sequence length when it is not CLIP's 77
+	// (Flux's T5: 256, as sd-cli pads it).
+	Tokens int
+	// Optional lets the model load without this encoder, as sd-cli does
+	// (it conditions on zeros in its place and warns).
+	Optional bool
 }
 
 // VectorPart is one piece of a conditioning vector, in order.
@@ -153,6 +162,10 @@ type Family struct {
 	EmptyNegativeZero bool
 	// VAE is the latent format.
 	VAE VAEFacts
+	// FlowShift is the timestep shift of a flow-matching schedule's
+	// timestep-to-sigma map (sd-cli's default --flow-shift: Flux dev 1.15,
+	// schnell 1); 0 for the discrete families.
+	FlowShift float32
 	// Defaults are sd-cli's defaults.
 	Defaults Defaults
 }
