@@ -166,7 +166,7 @@ var Families = []*Family{
 		Note:     "3.5 large is 2432 wide: rows of 2432 are not whole 256-element k-quant blocks, so k-quant mixes take the legacy fallbacks (q4_K to q5_0, q5_K to q5_1, q6_K to q8_0).",
 	},
 	{
-		ID: "flux", Title: "Flux.1", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux",
+		ID: "flux", Title: "Flux.1", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux", Generate: true,
 		Detect: []Rule{
 			rule("dev", has(fluxDouble), has(fluxSingle), has(`^guidance_in\.`), lacks(flux2Mod), lacks(hyRefiner)),
 			rule("schnell", has(fluxDouble), has(fluxSingle), lacks(`^guidance_in\.`), lacks(`^distilled_guidance_layer\.`), lacks(flux2Mod), lacks(hyRefiner)),
@@ -176,7 +176,7 @@ var Families = []*Family{
 		},
 		Parts: []Part{{"flux", "model.diffusion_model."}, {"clip_l", "text_encoders.clip_l.transformer."}, {"t5xxl", "text_encoders.t5xxl.transformer."}, {"flux_vae", "vae."}},
 		Keep:  fluxKeep, Upgrades: Std,
-		Note: "Kontext has dev's tensors: only metadata that names it tells them apart.",
+		Note: "generate runs dev and schnell; Fill and Kontext are converted only. Kontext has dev's tensors: only metadata that names it tells them apart.",
 	},
 	{
 		ID: "chroma", Title: "Chroma", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux",
