@@ -20,6 +20,11 @@ func pickleSeeds() [][]byte {
 		[]byte("L119547037146038801333356L\n."),
 		[]byte("\x80\x02cos\nsystem\n."),
 		nested(70),
+		// Crafted inputs of issue 14: memo indexes that keep doubling, lists
+		// of empty dicts, many tensors aliasing one storage.
+		memoDoubling(22),
+		dictLists(3, 300),
+		newPickle(2).stateDict(aliases(8)).stop(),
 	}
 	return seeds
 }
@@ -76,6 +81,10 @@ func FuzzParse(f *testing.F) {
 	f.Add(buildZip(f, "archive", wrapped(sample, false), data))
 	f.Add(buildLegacy(wrapped(sample, true), keysOf(sample), data, elem))
 	f.Add([]byte("PK\x03\x04"))
+	f.Add(memoDoubling(22))
+	f.Add(append(legacyMagicPickle(), memoDoubling(8)...))
+	data, _ = storagesFor(aliases(8))
+	f.Add(buildZip(f, "archive", newPickle(2).stateDict(aliases(8)).stop(), data))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		file, err := Parse(bytes.NewReader(b), int64(len(b)), "fuzz.ckpt")
 		if err != nil {
