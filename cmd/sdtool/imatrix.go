@@ -202,6 +202,7 @@ func writeImatrix(c *cli.Context, m *imatrix.Matrix, inputs []string) error {
 		return errors.New("imatrix: no output: give -o FILE.gguf or -o FILE.dat")
 	}
 	var long []string
+	inputs = append(inputs, readFiles(c)...)
 	err := pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: inputs, Logger: slog.Default()},
 		func(w io.Writer) (err error) {
 			long, err = imatrix.Encode(w, out, m)

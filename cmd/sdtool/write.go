@@ -62,6 +62,7 @@ func writePlan(c *cli.Context, plan *pipeline.Plan, label string) error {
 	if err != nil {
 		return err
 	}
+	plan.Inputs = append(plan.Inputs, readFiles(c)...)
 	if c.Bool("dry-run") {
 		if err := plan.WriteTable(c.App.Writer); err != nil {
 			return err

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bytes"
+	"compress/zlib"
+	"encoding/binary"
+	"hash/crc32"
+	"image"
+	"image/png"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// copyTo copies the file src to dir/name and returns the new path.
+func copyTo(t *testing.T, src, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// unchanged fails the test when the file at path no longer holds want.
+func unchanged(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s was replaced (%d bytes, was %d)", path, len(got), len(want))
+	}
+}
+
+// TestPartialSymlinkNotFollowed: a symlink planted at OUT.partial is
+// neither written through nor published (issue 14, item 5).
+func TestPartialSymlinkNotFollowed(t *testing.T) {
+	dir := t.TempDir()
+	in := copyTo(t, "../../testdata/tiny-sd1.imatrix.dat", dir, "in.dat")
+	orig, _ := os.ReadFile(in)
+	victim := copyTo(t, in, dir, "victim.dat")
+	out := filepath.Join(dir, "q.gguf")
+	// A link to the input is refused as the input itself; a link to any
+	// other file is replaced, not written through.
+	if err := os.Symlink(in, out+".partial"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runApp(t, "imatrix", "convert", in, "-o", out); code == 0 || !strings.Contains(errOut, "which is input") {
+		t.Fatalf("link to the input: exit %d: %s", code, errOut)
+	}
+	unchanged(t, in, orig)
+	os.Remove(out + ".partial")
+	if err := os.Symlink(victim, out+".partial"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runApp(t, "imatrix", "convert", in, "-o", out); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	unchanged(t, in, orig)
+	unchanged(t, victim, orig)
+	if st, err := os.Lstat(out); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("%s is not a regular file: %v %v", out, st.Mode(), err)
+	}
+}
+
+// TestOutputsNeverReplaceInputs: with --force, no output replaces any file
+// the command reads, whichever flag names it (issue 14, item 6).
+func TestOutputsNeverReplaceInputs(t *testing.T) {
+	dir := t.TempDir()
+	model := copyTo(t, "../../testdata/tiny-sd1.safetensors", dir, "tiny-sd1.safetensors")
+	tuned := copyTo(t, "../../testdata/tiny-sd1-tuned.safetensors", dir, "tuned.safetensors")
+	lora := copyTo(t, "../../testdata/tiny-sd1-lora.safetensors", dir, "lora.safetensors")
+	// The recipe's name has an output extension, so that only the input
+	// check can refuse writing over it.
+	recipe := copyTo(t, "../../testdata/merge-recipe.json", dir, "recipe.gguf")
+	dat := copyTo(t, "../../testdata/tiny-sd1.imatrix.dat", dir, "im.dat")
+	im := filepath.Join(dir, "im.gguf")
+	if code, _, errOut := runApp(t, "imatrix", "convert", dat, "-o", im); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, tc := range []struct {
+		victim string
+		args   []string
+	}{
+		{im, []string{"quantize", model, "-o", im, "--type", "q4_K", "--imatrix", im}},
+		{im, []string{"convert", "-m", model, "-o", im, "--type", "q4_K", "--imatrix", im}},
+		{im, []string{"merge", "--base", model, "--lora", lora + ":0.5", "-o", im, "--type", "q4_K", "--imatrix", im}},
+		{lora, []string{"merge", "--base", model, "--lora", lora + ":0.5", "-o", lora}},
+		{recipe, []string{"merge", "--recipe", recipe, "-o", filepath.Join(dir, "graft.gguf")}}, // another name: must work
+		{recipe, []string{"merge", "--recipe", recipe, "-o", recipe}},
+		{tuned, []string{"lora", "extract", "--base", model, "--tuned", tuned, "--rank", "1", "-o", tuned}},
+		{dat, []string{"imatrix", "merge", dat, dat, "-o", dat}},
+	} {
+		orig, err := os.ReadFile(tc.victim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := append(tc.args, "--force")
+		code, _, errOut := runApp(t, args...)
+		out := args[len(args)-2]
+		for i, a := range args {
+			if a == "-o" {
+				out = args[i+1]
+			}
+		}
+		if out != tc.victim {
+			if code != 0 {
+				t.Errorf("%s: exit %d: %s", strings.Join(tc.args, " "), code, errOut)
+			}
+			continue
+		}
+		if code == 0 || !strings.Contains(errOut, "refusing to write over input") {
+			t.Errorf("%s: exit %d: %s", strings.Join(tc.args, " "), code, errOut)
+		}
+		unchanged(t, tc.victim, orig)
+	}
+}
+
+// pngHeader returns a grayscale PNG that declares w x h pixels but holds
+// only a few rows of zeros: what a decompression bomb's header says.
+func pngHeader(w, h uint32) []byte {
+	chunk := func(typ string, data []byte) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
+		b = append(b, typ...)
+		b = append(b, data...)
+		return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(append([]byte(typ), data...)))
+	}
+	ihdr := binary.BigEndian.AppendUint32(nil, w)
+	ihdr = binary.BigEndian.AppendUint32(ihdr, h)
+	ihdr = append(ihdr, 8, 0, 0, 0, 0) // 8-bit grayscale
+	var z bytes.Buffer
+	zw := zlib.NewWriter(&z)
+	zw.Write(make([]byte, 4*(int(w)+1)))
+	zw.Close()
+	b := []byte("\x89PNG\r\n\x1a\n")
+	b = append(b, chunk("IHDR", ihdr)...)
+	b = append(b, chunk("IDAT", z.Bytes())...)
+	return append(b, chunk("IEND", nil)...)
+}
+
+// TestInitImageBomb: an init image is refused from its header when it
+// declares more pixels than the stated limit (issue 14, item 4).
+func TestInitImageBomb(t *testing.T) {
+	dir := t.TempDir()
+	for _, sz := range [][2]uint32{{5000, 5000}, {20000, 20000}, {1, 1 << 31 / 2}} {
+		p := filepath.Join(dir, "bomb.png")
+		if err := os.WriteFile(p, pngHeader(sz[0], sz[1]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var a, b runtime.MemStats
+		runtime.ReadMemStats(&a)
+		_, err := readPNG(p)
+		runtime.ReadMemStats(&b)
+		if err == nil || !strings.Contains(err.Error(), "at most 16777216 pixels") || !strings.Contains(err.Error(), p) {
+			t.Errorf("%dx%d: %v", sz[0], sz[1], err)
+		}
+		if n := b.TotalAlloc - a.TotalAlloc; n > 1<<20 {
+			t.Errorf("%dx%d: %d bytes allocated before refusing", sz[0], sz[1], n)
+		}
+	}
+	p := filepath.Join(dir, "small.png")
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, 8, 8))); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(p, buf.Bytes(), 0o644)
+	if img, err := readPNG(p); err != nil || img.Bounds().Dx() != 8 {
+		t.Errorf("8x8 image: %v", err)
+	}
+}
