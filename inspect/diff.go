@@ -375,6 +375,7 @@ func fmtMeasure(v *float64, format, undefined string) string {
 // WriteDiffText prints the report: missing and extra names, skipped
 // tensors, a table of compared tensors worst first, and the totals.
 func WriteDiffText(w io.Writer, r *DiffReport) error {
+	w = cleanWriter{w}
 	fmt.Fprintf(w, "A: %s\nB: %s\n", r.A, r.B)
 	list := func(title string, names []string) {
 		if len(names) == 0 {
@@ -382,7 +383,7 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 		}
 		fmt.Fprintf(w, "%s (%d):\n", title, len(names))
 		for _, n := range names {
-			fmt.Fprintf(w, "  %s\n", n)
+			fmt.Fprintf(w, "  %s\n", Clean(n))
 		}
 	}
 	list("only in A", r.Missing)
@@ -390,7 +391,7 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 	if len(r.Skipped) > 0 {
 		fmt.Fprintf(w, "not compared (%d):\n", len(r.Skipped))
 		for _, s := range r.Skipped {
-			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Reason)
+			fmt.Fprintf(w, "  %s: %s\n", Clean(s.Name), Clean(s.Reason))
 		}
 	}
 	fmt.Fprintln(w)
@@ -409,7 +410,7 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 		if d.Identical {
 			snr = "identical"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4g\n", d.Name, d.TypeA, types, shape,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4g\n", Clean(d.Name), d.TypeA, types, shape,
 			fmtMeasure(d.RelError, "%.6f", "undefined"), fmtMeasure(d.Cosine, "%.6f", "-"), snr, d.MaxAbsDiff)
 	}
 	if err := tw.Flush(); err != nil {
@@ -421,7 +422,7 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 	fmt.Fprintf(w, "overall: relative error %s, cosine %s, SNR %s dB\n",
 		fmtMeasure(t.RelError, "%.6f", "undefined"), fmtMeasure(t.Cosine, "%.6f", "-"), fmtMeasure(t.SNRdB, "%.2f", "inf"))
 	if t.Worst != "" {
-		fmt.Fprintf(w, "worst: %s\n", t.Worst)
+		fmt.Fprintf(w, "worst: %s\n", Clean(t.Worst))
 	}
 	return nil
 }

@@ -176,3 +176,49 @@ func TestInitImageBomb(t *testing.T) {
 		t.Errorf("8x8 image: %v", err)
 	}
 }
+
+// hostileNames is a safetensors file whose tensor name and metadata key
+// carry terminal escapes (retitle, clear screen) and a NUL.
+func hostileNames(t *testing.T, dir string) string {
+	t.Helper()
+	hdr := `{"__metadata__":{"k\u001b]0;pwned\u0007":"v\u001b[2J"},"a\u001b[2J\u0000b\u009b31m":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
+	b = append(append(b, hdr...), 0, 0, 128, 63)
+	p := filepath.Join(dir, "names.safetensors")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestControlCharactersEscaped: inspect and diff print names and keys with
+// their control characters escaped, and no writer stores a NUL in a name
+// (issue 14, item 12).
+func TestControlCharactersEscaped(t *testing.T) {
+	dir := t.TempDir()
+	p := hostileNames(t, dir)
+	q := copyTo(t, p, dir, "names2.safetensors")
+	for _, args := range [][]string{{"inspect", p}, {"inspect", p, "--filter", "a"}, {"diff", p, q}} {
+		code, out, errOut := runApp(t, args...)
+		if code != 0 && args[0] == "inspect" {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut)
+		}
+		for _, s := range []string{out, errOut} {
+			if strings.ContainsAny(s, "\x1b\x07\x00\u009b") {
+				t.Errorf("%v: raw control characters in %q", args, s)
+			}
+		}
+		if !strings.Contains(out, `\x1b`) {
+			t.Errorf("%v: no escaped name in %q", args, out)
+		}
+	}
+	for _, args := range [][]string{
+		{"quantize", p, "-o", filepath.Join(dir, "n.gguf"), "--type", "f16"},
+		{"convert", "-m", p, "-o", filepath.Join(dir, "n.safetensors")},
+	} {
+		code, _, errOut := runApp(t, args...)
+		if code == 0 || !strings.Contains(errOut, "NUL") {
+			t.Errorf("%v: exit %d: %s", args, code, errOut)
+		}
+	}
+}

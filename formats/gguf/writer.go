@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -71,6 +72,9 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		if seen[kv.Key] {
 			return nil, fmt.Errorf("gguf writer: duplicate metadata key %q", kv.Key)
 		}
+		if strings.IndexByte(kv.Key, 0) >= 0 {
+			return nil, fmt.Errorf("gguf writer: metadata key %q contains a NUL byte, which C readers take for its end", kv.Key)
+		}
 		seen[kv.Key] = true
 		if err := checkValue(kv.Type, kv.Value, 0); err != nil {
 			return nil, fmt.Errorf("gguf writer: metadata key %q: %v", kv.Key, err)
@@ -95,6 +99,11 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 			return nil, fmt.Errorf("gguf writer: tensor %q: duplicate name", t.Name)
 		}
 		names[t.Name] = true
+		// ggml copies names into C strings: a NUL would cut the name short
+		// there and could make two tensors one.
+		if strings.IndexByte(t.Name, 0) >= 0 {
+			return nil, fmt.Errorf("gguf writer: tensor %q: name contains a NUL byte, which C readers take for its end", t.Name)
+		}
 		if !t.Type.IsGGML() {
 			return nil, fmt.Errorf("gguf writer: tensor %q: type %s is not a ggml type", t.Name, t.Type)
 		}

@@ -76,6 +76,9 @@ func FuzzParse(f *testing.F) {
 		var buf bytes.Buffer
 		w, err := NewWriter(&buf, order, meta, nil)
 		if err != nil {
+			if slices.ContainsFunc(order, func(t formats.Tensor) bool { return strings.IndexByte(t.Name, 0) >= 0 }) {
+				return // names with NUL are read but never written (issue 14, item 12)
+			}
 			t.Fatalf("rewrite: %v", err)
 		}
 		for i := range order {
