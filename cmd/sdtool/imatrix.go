@@ -173,6 +173,9 @@ func runImatrixMerge(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := m.Validate(f); err != nil {
+			return err
+		}
 		ms = append(ms, m)
 	}
 	out, err := imatrix.Merge(files, ms, mode)
@@ -188,6 +191,10 @@ func runImatrixConvert(c *cli.Context) error {
 	}
 	m, err := imatrix.Open(c.Args().First())
 	if err != nil {
+		return err
+	}
+	// NaN, infinite or negative values would be written on unchanged.
+	if err := m.Validate(c.Args().First()); err != nil {
 		return err
 	}
 	return writeImatrix(c, m, c.Args().Slice())
