@@ -167,3 +167,14 @@ func aliases(n int) []tspec {
 	}
 	return ts
 }
+
+// TestHugeStorageMessage: a storage whose byte size overflows says so, not
+// "needs 0 bytes" (issue 14, item 13).
+func TestHugeStorageMessage(t *testing.T) {
+	ts := tspec{name: "w", class: "FloatStorage", key: "0", numel: 1 << 62, size: []int64{2}}
+	data := map[string][]byte{"0": make([]byte, 8)}
+	_, err := parseBytes(t, buildZip(t, "archive", one(ts), data), "huge.ckpt")
+	if err == nil || strings.Contains(err.Error(), "needs 0 bytes") || !strings.Contains(err.Error(), "4611686018427387904 elements") {
+		t.Errorf("error %v", err)
+	}
+}

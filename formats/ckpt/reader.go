@@ -558,8 +558,11 @@ func (f *File) tensor(name string, t *tensorVal, resolve func(string) storageSpa
 		return formats.Tensor{}, f.errf(name, "%s", span.err)
 	}
 	es := ref.elemSize()
-	if ref.numel > math.MaxInt64/es || ref.numel*es > span.size {
-		return formats.Tensor{}, f.errf(name, "storage %q of %d elements needs %d bytes, but its record has %d", ref.key, ref.numel, uint64(ref.numel)*uint64(es), span.size)
+	if ref.numel > math.MaxInt64/es {
+		return formats.Tensor{}, f.errf(name, "storage %q of %d elements of %d bytes is larger than any file (its record has %d bytes)", ref.key, ref.numel, es, span.size)
+	}
+	if ref.numel*es > span.size {
+		return formats.Tensor{}, f.errf(name, "storage %q of %d elements needs %d bytes, but its record has %d", ref.key, ref.numel, ref.numel*es, span.size)
 	}
 	base, avail := span.off, ref.numel*es
 	if ref.hasView {

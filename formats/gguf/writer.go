@@ -248,7 +248,8 @@ func checkValue(t formats.ValueType, v any, depth int) error {
 }
 
 func checkArray(a formats.Array, depth int) error {
-	if depth+1 >= maxArrayDepth {
+	// The same bound as the reader's: what one accepts, the other does.
+	if depth >= maxArrayDepth {
 		return fmt.Errorf("arrays nested more than %d deep", maxArrayDepth)
 	}
 	ok := false

@@ -87,3 +87,26 @@ func TestShardedIndexEscapes(t *testing.T) {
 		t.Errorf("numbered FIFO shard: %v", err)
 	}
 }
+
+// TestTruncatedReadNamedOnce: a file cut short after it was opened gives a
+// read error that names the file and the tensor once (issue 14, item 13).
+func TestTruncatedReadNamedOnce(t *testing.T) {
+	b, _ := writeAll(t, []formats.Tensor{{Name: "s", Type: formats.F32, Shape: []int64{64}}}, nil, nil)
+	p := filepath.Join(t.TempDir(), "cut.safetensors")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := OpenModel(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := os.Truncate(p, int64(len(b)-100)); err != nil {
+		t.Fatal(err)
+	}
+	tn := m.Tensors()[0]
+	err = formats.ReadFull(m, &tn, make([]byte, tn.Size), 0)
+	if err == nil || strings.Count(err.Error(), `tensor "s"`) != 1 || strings.Count(err.Error(), p) != 1 {
+		t.Errorf("error %v", err)
+	}
+}
