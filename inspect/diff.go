@@ -68,6 +68,10 @@ type TensorDiff struct {
 	NormB float64 `json:"norm_b"`
 	// NonFinite counts positions where a or b is NaN or infinite (left out of the measures).
 	NonFinite int64 `json:"non_finite"`
+	// NonFiniteDiffs counts the positions where a or b is NaN or infinite
+	// and the two differ; any makes the measures undefined and the tensor
+	// rank as the worst.
+	NonFiniteDiffs int64 `json:"non_finite_diffs"`
 	// Identical reports that every value is equal.
 	Identical bool `json:"identical"`
 }
@@ -94,6 +98,9 @@ type DiffTotals struct {
 	RelError *float64 `json:"rel_error"`
 	Cosine   *float64 `json:"cosine"`
 	SNRdB    *float64 `json:"snr_db"`
+	// NonFiniteDiffs counts positions, over all tensors, where a non-finite
+	// value differs.
+	NonFiniteDiffs int64 `json:"non_finite_diffs"`
 	// Worst names the tensor with the largest relative error ("" when none).
 	Worst string `json:"worst"`
 }
@@ -118,8 +125,8 @@ type DiffReport struct {
 
 // sums accumulates the statistics of one tensor (or all), in float64.
 type sums struct {
-	aa, bb, ab, dd, maxAbs float64
-	nonFinite, diffCount   int64
+	aa, bb, ab, dd, maxAbs              float64
+	nonFinite, nonFiniteDiff, diffCount int64
 }
 
 func (s *sums) add(o sums) {
@@ -129,6 +136,7 @@ func (s *sums) add(o sums) {
 	s.dd += o.dd
 	s.maxAbs = max(s.maxAbs, o.maxAbs)
 	s.nonFinite += o.nonFinite
+	s.nonFiniteDiff += o.nonFiniteDiff
 	s.diffCount += o.diffCount
 }
 
@@ -139,6 +147,7 @@ func (s *sums) accumulate(a, b []float32) {
 		if math.IsNaN(fx) || math.IsInf(fx, 0) || math.IsNaN(fy) || math.IsInf(fy, 0) {
 			if !(math.IsNaN(fx) && math.IsNaN(fy)) && x != y {
 				s.diffCount++
+				s.nonFiniteDiff++
 			}
 			s.nonFinite++
 			continue
@@ -157,8 +166,12 @@ func (s *sums) accumulate(a, b []float32) {
 
 func ptr(v float64) *float64 { return &v }
 
-// measures returns relative error, cosine and SNR, nil where undefined.
+// measures returns relative error, cosine and SNR, nil where undefined:
+// all three when a non-finite value differs, since the error is unbounded.
 func (s *sums) measures() (rel, cos, snr *float64) {
+	if s.nonFiniteDiff > 0 {
+		return nil, nil, nil
+	}
 	switch {
 	case s.aa > 0:
 		rel = ptr(math.Sqrt(s.dd / s.aa))
@@ -317,6 +330,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		s := sumsOf[i]
 		d.RelError, d.Cosine, d.SNRdB = s.measures()
 		d.MaxAbsDiff, d.NormA, d.NormB, d.NonFinite = s.maxAbs, math.Sqrt(s.aa), math.Sqrt(s.bb), s.nonFinite
+		d.NonFiniteDiffs = s.nonFiniteDiff
 		d.Identical = s.diffCount == 0
 		r.Tensors = append(r.Tensors, d)
 		all.add(s)
@@ -332,7 +346,11 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		}
 	}
 	sort.SliceStable(r.Tensors, func(i, j int) bool {
-		ri, rj := relKey(r.Tensors[i]), relKey(r.Tensors[j])
+		ti, tj := r.Tensors[i], r.Tensors[j]
+		if ti.NonFiniteDiffs != tj.NonFiniteDiffs {
+			return ti.NonFiniteDiffs > tj.NonFiniteDiffs // non-finite damage first, most first
+		}
+		ri, rj := relKey(ti), relKey(tj)
 		if ri != rj {
 			return ri > rj
 		}
@@ -340,6 +358,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	})
 	r.Totals.Compared = len(r.Tensors)
 	r.Totals.RelError, r.Totals.Cosine, r.Totals.SNRdB = all.measures()
+	r.Totals.NonFiniteDiffs = all.nonFiniteDiff
 	if len(r.Tensors) > 0 && !r.Tensors[0].Identical {
 		r.Totals.Worst = r.Tensors[0].Name
 	}
@@ -410,8 +429,12 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 		if d.Identical {
 			snr = "identical"
 		}
+		rel := fmtMeasure(d.RelError, "%.6f", "undefined")
+		if d.NonFiniteDiffs > 0 {
+			rel, snr = fmt.Sprintf("non-finite (%d)", d.NonFiniteDiffs), "-"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4g\n", Clean(d.Name), d.TypeA, types, shape,
-			fmtMeasure(d.RelError, "%.6f", "undefined"), fmtMeasure(d.Cosine, "%.6f", "-"), snr, d.MaxAbsDiff)
+			rel, fmtMeasure(d.Cosine, "%.6f", "-"), snr, d.MaxAbsDiff)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -419,8 +442,12 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 	t := r.Totals
 	fmt.Fprintf(w, "\n%s compared (%d identical, %d shape changes, %d type changes), %d elements; %d only in A, %d only in B, %d not compared\n",
 		pipeline.Count(t.Compared, "tensor", "tensors"), t.Identical, t.ShapeChanges, t.TypeChanges, t.Elements, len(r.Missing), len(r.Extra), len(r.Skipped))
+	overall := fmtMeasure(t.RelError, "%.6f", "undefined")
+	if t.NonFiniteDiffs > 0 {
+		overall = fmt.Sprintf("undefined (%d non-finite values differ)", t.NonFiniteDiffs)
+	}
 	fmt.Fprintf(w, "overall: relative error %s, cosine %s, SNR %s dB\n",
-		fmtMeasure(t.RelError, "%.6f", "undefined"), fmtMeasure(t.Cosine, "%.6f", "-"), fmtMeasure(t.SNRdB, "%.2f", "inf"))
+		overall, fmtMeasure(t.Cosine, "%.6f", "-"), fmtMeasure(t.SNRdB, "%.2f", "inf"))
 	if t.Worst != "" {
 		fmt.Fprintf(w, "worst: %s\n", Clean(t.Worst))
 	}

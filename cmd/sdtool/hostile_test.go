@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"compress/zlib"
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"hash/crc32"
 	"image"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -220,5 +223,67 @@ func TestControlCharactersEscaped(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, "NUL") {
 			t.Errorf("%v: exit %d: %s", args, code, errOut)
 		}
+	}
+}
+
+// f32File writes a safetensors file of one-dimensional f32 tensors.
+func f32File(t *testing.T, path string, tensors map[string][]float32, order []string) {
+	t.Helper()
+	hdr, off := "{", 0
+	var data []byte
+	for i, name := range order {
+		v := tensors[name]
+		if i > 0 {
+			hdr += ","
+		}
+		hdr += fmt.Sprintf("%q:{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%d,%d]}", name, len(v), off, off+4*len(v))
+		off += 4 * len(v)
+		for _, x := range v {
+			data = binary.LittleEndian.AppendUint32(data, math.Float32bits(x))
+		}
+	}
+	hdr += "}"
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(hdr)))
+	if err := os.WriteFile(path, append(append(b, hdr...), data...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDiffNonFiniteIsWorst: a tensor whose values became NaN or Inf ranks
+// first, with undefined measures, not as a perfect match (issue 14, item 11).
+func TestDiffNonFiniteIsWorst(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.safetensors"), filepath.Join(dir, "b.safetensors")
+	order := []string{"nan", "small", "inf"}
+	f32File(t, a, map[string][]float32{"nan": {1, 2, 3, 4}, "small": {1, 2, 3, 4}, "inf": {0, 0, 0, 0}}, order)
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	f32File(t, b, map[string][]float32{"nan": {nan, nan, nan, nan}, "small": {1, 2, 3, 4.5}, "inf": {0, inf, 0, 0}}, order)
+	code, out, errOut := runApp(t, "diff", a, b, "--json")
+	if code > 1 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Tensors []struct {
+			Name           string   `json:"name"`
+			RelError       *float64 `json:"rel_error"`
+			NonFiniteDiffs int64    `json:"non_finite_diffs"`
+		} `json:"tensors"`
+		Totals struct {
+			RelError *float64 `json:"rel_error"`
+			Worst    string   `json:"worst"`
+		} `json:"totals"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err, out)
+	}
+	if len(r.Tensors) != 3 || r.Tensors[0].Name != "nan" || r.Tensors[1].Name != "inf" || r.Tensors[0].RelError != nil || r.Tensors[0].NonFiniteDiffs != 4 {
+		t.Errorf("order or measures: %s", out)
+	}
+	if r.Totals.RelError != nil || r.Totals.Worst != "nan" {
+		t.Errorf("totals: %s", out)
+	}
+	_, text, _ := runApp(t, "diff", a, b)
+	if !strings.Contains(text, "non-finite (4)") || strings.Contains(text, "relative error 0.0") {
+		t.Errorf("text: %s", text)
 	}
 }
