@@ -229,6 +229,13 @@ func TestControlCharactersEscaped(t *testing.T) {
 // f32File writes a safetensors file of one-dimensional f32 tensors.
 func f32File(t *testing.T, path string, tensors map[string][]float32, order []string) {
 	t.Helper()
+	f32Matrices(t, path, tensors, order, 0)
+}
+
+// f32Matrices writes a safetensors file of f32 tensors, with rows of cols
+// elements (one dimension when cols is 0).
+func f32Matrices(t *testing.T, path string, tensors map[string][]float32, order []string, cols int) {
+	t.Helper()
 	hdr, off := "{", 0
 	var data []byte
 	for i, name := range order {
@@ -236,7 +243,11 @@ func f32File(t *testing.T, path string, tensors map[string][]float32, order []st
 		if i > 0 {
 			hdr += ","
 		}
-		hdr += fmt.Sprintf("%q:{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%d,%d]}", name, len(v), off, off+4*len(v))
+		shape := fmt.Sprint(len(v))
+		if cols > 0 {
+			shape = fmt.Sprintf("%d,%d", len(v)/cols, cols)
+		}
+		hdr += fmt.Sprintf("%q:{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%d,%d]}", name, shape, off, off+4*len(v))
 		off += 4 * len(v)
 		for _, x := range v {
 			data = binary.LittleEndian.AppendUint32(data, math.Float32bits(x))
@@ -285,5 +296,43 @@ func TestDiffNonFiniteIsWorst(t *testing.T) {
 	_, text, _ := runApp(t, "diff", a, b)
 	if !strings.Contains(text, "non-finite (4)") || strings.Contains(text, "relative error 0.0") {
 		t.Errorf("text: %s", text)
+	}
+}
+
+// TestQuantizeReportsNonFinite: huge finite weights that q8_0 turns into
+// Inf, and NaN inputs, are reported per tensor with counts, and --strict
+// refuses the output (issue 14, item 11).
+func TestQuantizeReportsNonFinite(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.safetensors")
+	huge, nan, fine := make([]float32, 256), make([]float32, 256), make([]float32, 256)
+	for i := range huge {
+		huge[i] = 3e38 * float32(1-2*(i%2))
+		nan[i] = float32(i%7) / 7
+		fine[i] = float32(i%5) / 5
+	}
+	nan[40] = float32(math.NaN())
+	f32Matrices(t, in, map[string][]float32{"huge.weight": huge, "nan.weight": nan, "fine.weight": fine},
+		[]string{"fine.weight", "huge.weight", "nan.weight"}, 64)
+	out := filepath.Join(dir, "o.gguf")
+	code, _, errOut := runApp(t, "quantize", in, "-o", out, "--type", "q8_0")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"huge.weight", "finite_made_non_finite=256", "nan.weight", "non_finite_inputs=1"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("no %q in %s", want, errOut)
+		}
+	}
+	if strings.Contains(errOut, "fine.weight") {
+		t.Errorf("a clean tensor was reported: %s", errOut)
+	}
+	out2 := filepath.Join(dir, "o2.gguf")
+	code, _, errOut = runApp(t, "quantize", in, "-o", out2, "--type", "q8_0", "--strict")
+	if code == 0 || !strings.Contains(errOut, `refused for non-finite values in tensor "huge.weight"`) {
+		t.Errorf("--strict: exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(out2); err == nil {
+		t.Error("--strict left an output")
 	}
 }

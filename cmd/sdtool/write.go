@@ -51,7 +51,9 @@ func runOptions(c *cli.Context) (pipeline.Options, error) {
 		Threads:   threads,
 		MaxMemory: maxMem,
 		Force:     c.Bool("force"),
-		Logger:    slog.Default(),
+		// --strict (quantize) also refuses NaN, Inf and overflow.
+		StrictValues: c.Bool("strict"),
+		Logger:       slog.Default(),
 	}, nil
 }
 
