@@ -322,6 +322,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	}
 
 	var all sums
+	r.Tensors = make([]TensorDiff, 0, len(results))
 	for i, d := range results {
 		if errs[i] != "" {
 			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: errs[i]})

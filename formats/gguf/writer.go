@@ -81,7 +81,9 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		}
 	}
 
-	gw := &Writer{w: w}
+	// Sized up front: appending would copy the layout log2(n) times, which
+	// dominated the memory of files of many small tensors.
+	gw := &Writer{w: w, tensors: make([]formats.Tensor, 0, len(tensors)), rel: make([]int64, 0, len(tensors))}
 	b := append([]byte(nil), Magic...)
 	b = binary.LittleEndian.AppendUint32(b, 3)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(tensors)))
