@@ -336,3 +336,28 @@ func TestQuantizeReportsNonFinite(t *testing.T) {
 		t.Error("--strict left an output")
 	}
 }
+
+// TestImatrixConvertRefusesBadValues: NaN, infinite or negative values
+// are refused, naming the file and entry, not written on (issue 14, item 13).
+func TestImatrixConvertRefusesBadValues(t *testing.T) {
+	dir := t.TempDir()
+	for _, v := range []float32{float32(math.NaN()), float32(math.Inf(1)), -2} {
+		b := []byte{1, 0, 0, 0, 1, 0, 0, 0, 'x', 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 128, 63}
+		b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+		in := filepath.Join(dir, "bad.dat")
+		if err := os.WriteFile(in, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"imatrix", "convert", in}, {"imatrix", "merge", in, in}} {
+			out := filepath.Join(dir, "o.gguf")
+			code, _, errOut := runApp(t, append(args, "-o", out, "--force")...)
+			if code == 0 || !strings.Contains(errOut, in) || !strings.Contains(errOut, `entry "x"`) {
+				t.Errorf("%v with %v: exit %d: %s", args, v, code, errOut)
+			}
+			if _, err := os.Stat(out); err == nil {
+				t.Errorf("%v with %v: output written", args, v)
+				os.Remove(out)
+			}
+		}
+	}
+}
