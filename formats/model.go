@@ -3,6 +3,8 @@ package formats
 import (
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 )
 
 // Tensor describes one tensor stored in a file.
@@ -238,6 +240,11 @@ func ReadFull(m Model, t *Tensor, p []byte, off int64) error {
 			err = io.ErrUnexpectedEOF
 		}
 		if err != nil {
+			// ReadTensorAt's errors (ReadFileTensorAt's) name the file
+			// and the tensor already: say them once.
+			if strings.Contains(err.Error(), "tensor "+strconv.Quote(t.Name)+": ") {
+				return err
+			}
 			return fmt.Errorf("%s: tensor %q: %w", t.File, t.Name, err)
 		}
 	}

@@ -48,6 +48,9 @@ func Open(path string) (Model, error) {
 	}
 	var head []byte
 	if !st.IsDir() {
+		if err := CheckRegular(path, st); err != nil {
+			return nil, err
+		}
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, err
@@ -80,6 +83,12 @@ func Open(path string) (Model, error) {
 // closes it with the model; on any failure it is already closed.
 func OpenFile[T any](path string, parse func(r io.ReaderAt, size int64, name string) (T, error), notFile func() error) (T, *os.File, error) {
 	var zero T
+	// Stat first: opening a FIFO blocks, and a device has no end.
+	if st, err := os.Stat(path); err == nil && !st.IsDir() {
+		if err := CheckRegular(path, st); err != nil {
+			return zero, nil, err
+		}
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return zero, nil, err
@@ -98,4 +107,14 @@ func OpenFile[T any](path string, parse func(r io.ReaderAt, size int64, name str
 		return zero, nil, err
 	}
 	return v, f, nil
+}
+
+// CheckRegular refuses a path that is neither a regular file nor a folder
+// (st is its os.Stat): a FIFO would block the reader and a device such as
+// /dev/zero never ends, so neither is read as a model.
+func CheckRegular(path string, st os.FileInfo) error {
+	if st.IsDir() || st.Mode().IsRegular() {
+		return nil
+	}
+	return fmt.Errorf("%s: not a regular file (%s)", path, st.Mode().Type())
 }

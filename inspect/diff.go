@@ -68,6 +68,10 @@ type TensorDiff struct {
 	NormB float64 `json:"norm_b"`
 	// NonFinite counts positions where a or b is NaN or infinite (left out of the measures).
 	NonFinite int64 `json:"non_finite"`
+	// NonFiniteDiffs counts the positions where a or b is NaN or infinite
+	// and the two differ; any makes the measures undefined and the tensor
+	// rank as the worst.
+	NonFiniteDiffs int64 `json:"non_finite_diffs"`
 	// Identical reports that every value is equal.
 	Identical bool `json:"identical"`
 }
@@ -94,6 +98,9 @@ type DiffTotals struct {
 	RelError *float64 `json:"rel_error"`
 	Cosine   *float64 `json:"cosine"`
 	SNRdB    *float64 `json:"snr_db"`
+	// NonFiniteDiffs counts positions, over all tensors, where a non-finite
+	// value differs.
+	NonFiniteDiffs int64 `json:"non_finite_diffs"`
 	// Worst names the tensor with the largest relative error ("" when none).
 	Worst string `json:"worst"`
 }
@@ -118,8 +125,8 @@ type DiffReport struct {
 
 // sums accumulates the statistics of one tensor (or all), in float64.
 type sums struct {
-	aa, bb, ab, dd, maxAbs float64
-	nonFinite, diffCount   int64
+	aa, bb, ab, dd, maxAbs              float64
+	nonFinite, nonFiniteDiff, diffCount int64
 }
 
 func (s *sums) add(o sums) {
@@ -129,6 +136,7 @@ func (s *sums) add(o sums) {
 	s.dd += o.dd
 	s.maxAbs = max(s.maxAbs, o.maxAbs)
 	s.nonFinite += o.nonFinite
+	s.nonFiniteDiff += o.nonFiniteDiff
 	s.diffCount += o.diffCount
 }
 
@@ -139,6 +147,7 @@ func (s *sums) accumulate(a, b []float32) {
 		if math.IsNaN(fx) || math.IsInf(fx, 0) || math.IsNaN(fy) || math.IsInf(fy, 0) {
 			if !(math.IsNaN(fx) && math.IsNaN(fy)) && x != y {
 				s.diffCount++
+				s.nonFiniteDiff++
 			}
 			s.nonFinite++
 			continue
@@ -157,8 +166,12 @@ func (s *sums) accumulate(a, b []float32) {
 
 func ptr(v float64) *float64 { return &v }
 
-// measures returns relative error, cosine and SNR, nil where undefined.
+// measures returns relative error, cosine and SNR, nil where undefined:
+// all three when a non-finite value differs, since the error is unbounded.
 func (s *sums) measures() (rel, cos, snr *float64) {
+	if s.nonFiniteDiff > 0 {
+		return nil, nil, nil
+	}
 	switch {
 	case s.aa > 0:
 		rel = ptr(math.Sqrt(s.dd / s.aa))
@@ -309,6 +322,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	}
 
 	var all sums
+	r.Tensors = make([]TensorDiff, 0, len(results))
 	for i, d := range results {
 		if errs[i] != "" {
 			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: errs[i]})
@@ -317,6 +331,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		s := sumsOf[i]
 		d.RelError, d.Cosine, d.SNRdB = s.measures()
 		d.MaxAbsDiff, d.NormA, d.NormB, d.NonFinite = s.maxAbs, math.Sqrt(s.aa), math.Sqrt(s.bb), s.nonFinite
+		d.NonFiniteDiffs = s.nonFiniteDiff
 		d.Identical = s.diffCount == 0
 		r.Tensors = append(r.Tensors, d)
 		all.add(s)
@@ -332,7 +347,11 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		}
 	}
 	sort.SliceStable(r.Tensors, func(i, j int) bool {
-		ri, rj := relKey(r.Tensors[i]), relKey(r.Tensors[j])
+		ti, tj := r.Tensors[i], r.Tensors[j]
+		if ti.NonFiniteDiffs != tj.NonFiniteDiffs {
+			return ti.NonFiniteDiffs > tj.NonFiniteDiffs // non-finite damage first, most first
+		}
+		ri, rj := relKey(ti), relKey(tj)
 		if ri != rj {
 			return ri > rj
 		}
@@ -340,6 +359,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	})
 	r.Totals.Compared = len(r.Tensors)
 	r.Totals.RelError, r.Totals.Cosine, r.Totals.SNRdB = all.measures()
+	r.Totals.NonFiniteDiffs = all.nonFiniteDiff
 	if len(r.Tensors) > 0 && !r.Tensors[0].Identical {
 		r.Totals.Worst = r.Tensors[0].Name
 	}
@@ -375,6 +395,7 @@ func fmtMeasure(v *float64, format, undefined string) string {
 // WriteDiffText prints the report: missing and extra names, skipped
 // tensors, a table of compared tensors worst first, and the totals.
 func WriteDiffText(w io.Writer, r *DiffReport) error {
+	w = cleanWriter{w}
 	fmt.Fprintf(w, "A: %s\nB: %s\n", r.A, r.B)
 	list := func(title string, names []string) {
 		if len(names) == 0 {
@@ -382,7 +403,7 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 		}
 		fmt.Fprintf(w, "%s (%d):\n", title, len(names))
 		for _, n := range names {
-			fmt.Fprintf(w, "  %s\n", n)
+			fmt.Fprintf(w, "  %s\n", Clean(n))
 		}
 	}
 	list("only in A", r.Missing)
@@ -390,7 +411,7 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 	if len(r.Skipped) > 0 {
 		fmt.Fprintf(w, "not compared (%d):\n", len(r.Skipped))
 		for _, s := range r.Skipped {
-			fmt.Fprintf(w, "  %s: %s\n", s.Name, s.Reason)
+			fmt.Fprintf(w, "  %s: %s\n", Clean(s.Name), Clean(s.Reason))
 		}
 	}
 	fmt.Fprintln(w)
@@ -409,8 +430,12 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 		if d.Identical {
 			snr = "identical"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4g\n", d.Name, d.TypeA, types, shape,
-			fmtMeasure(d.RelError, "%.6f", "undefined"), fmtMeasure(d.Cosine, "%.6f", "-"), snr, d.MaxAbsDiff)
+		rel := fmtMeasure(d.RelError, "%.6f", "undefined")
+		if d.NonFiniteDiffs > 0 {
+			rel, snr = fmt.Sprintf("non-finite (%d)", d.NonFiniteDiffs), "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4g\n", Clean(d.Name), d.TypeA, types, shape,
+			rel, fmtMeasure(d.Cosine, "%.6f", "-"), snr, d.MaxAbsDiff)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -418,10 +443,14 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 	t := r.Totals
 	fmt.Fprintf(w, "\n%s compared (%d identical, %d shape changes, %d type changes), %d elements; %d only in A, %d only in B, %d not compared\n",
 		pipeline.Count(t.Compared, "tensor", "tensors"), t.Identical, t.ShapeChanges, t.TypeChanges, t.Elements, len(r.Missing), len(r.Extra), len(r.Skipped))
+	overall := fmtMeasure(t.RelError, "%.6f", "undefined")
+	if t.NonFiniteDiffs > 0 {
+		overall = fmt.Sprintf("undefined (%d non-finite values differ)", t.NonFiniteDiffs)
+	}
 	fmt.Fprintf(w, "overall: relative error %s, cosine %s, SNR %s dB\n",
-		fmtMeasure(t.RelError, "%.6f", "undefined"), fmtMeasure(t.Cosine, "%.6f", "-"), fmtMeasure(t.SNRdB, "%.2f", "inf"))
+		overall, fmtMeasure(t.Cosine, "%.6f", "-"), fmtMeasure(t.SNRdB, "%.2f", "inf"))
 	if t.Worst != "" {
-		fmt.Fprintf(w, "worst: %s\n", t.Worst)
+		fmt.Fprintf(w, "worst: %s\n", Clean(t.Worst))
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ const (
 
 // WriteText writes s for people: the summary, then (unless empty) the tensor table.
 func WriteText(w io.Writer, s *Summary) error {
-	ew := &errWriter{w: w}
+	ew := &errWriter{w: cleanWriter{w}}
 	p := func(format string, args ...any) { fmt.Fprintf(ew, format, args...) }
 	p("%s\n", s.Path)
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
@@ -54,7 +54,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	if len(s.Warnings) > 0 {
 		p("  warnings:\n")
 		for _, m := range s.Warnings {
-			p("    %s\n", m)
+			p("    %s\n", Clean(m))
 		}
 	}
 	if len(s.Architecture.Components) > 0 {
@@ -114,7 +114,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	if len(s.Metadata) > 0 {
 		p("  metadata (%d):\n", len(s.Metadata))
 		for _, e := range s.Metadata {
-			p("    %s = %s\n", e.Key, shortValue(e))
+			p("    %s = %s\n", Clean(e.Key), shortValue(e))
 		}
 	}
 	if len(s.Filter) > 0 {
@@ -130,7 +130,7 @@ func WriteText(w io.Writer, s *Summary) error {
 		}
 		fmt.Fprintln(tw)
 		for _, t := range s.Tensors {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d", t.Name, t.Type, formats.FormatShape(t.Shape), t.Size, t.Offset)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d", Clean(t.Name), t.Type, formats.FormatShape(t.Shape), t.Size, t.Offset)
 			if files {
 				fmt.Fprintf(tw, "\t%s", t.File)
 			}

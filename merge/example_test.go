@@ -24,7 +24,8 @@ func ExampleParseRecipe() {
 		"first_stage_model.decoder.conv_in.weight",
 	} {
 		if s.Selects(name) {
-			fmt.Println(name, "->", s.OutputName(name))
+			out, _ := s.OutputName(name)
+			fmt.Println(name, "->", out)
 		} else {
 			fmt.Println(name, "not selected")
 		}

@@ -2,6 +2,7 @@ package merge
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -9,6 +10,7 @@ import (
 // that what it accepts satisfies the rules it enforces.
 func FuzzParseRecipe(f *testing.F) {
 	f.Add([]byte(issueRecipe))
+	f.Add([]byte(doublingRecipe))
 	f.Add([]byte(`{"sources": [{"path": "a", "include": ["x"], "rename": [["a(\\d)", "$1"]], "prefix": "p", "strip_prefix": "s"}], "metadata": {"k": "v"}}`))
 	f.Add([]byte(`{"sources": [{"path": "a", "include": []}]}`))
 	f.Add([]byte(`[1, {"a": null}, "x", true, 1e400]`))
@@ -25,7 +27,23 @@ func FuzzParseRecipe(f *testing.F) {
 				t.Fatalf("source %d accepted incomplete: %+v", i, s)
 			}
 			_ = s.Selects("x.weight")
-			_ = s.OutputName("x.weight")
+			for _, name := range []string{"x.weight", "model.diffusion_model.input_blocks.1.0.weight"} {
+				got, err := s.OutputName(name)
+				if err != nil {
+					if !strings.Contains(err.Error(), "longer than") {
+						t.Fatalf("OutputName(%q): %v", name, err)
+					}
+					continue
+				}
+				// The bounded renamer agrees with the standard library's.
+				want := strings.TrimPrefix(name, s.StripPrefix)
+				for _, rn := range s.Rename {
+					want = rn.re.ReplaceAllString(want, rn.Replace)
+				}
+				if got != s.Prefix+want || len(got) > MaxOutputName {
+					t.Fatalf("OutputName(%q) = %q, want %q", name, got, s.Prefix+want)
+				}
+			}
 		}
 	})
 }

@@ -89,7 +89,12 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 				continue
 			}
 			n++
-			pk := picked{src: i, file: models[i].Path(), tensor: t, out: s.OutputName(t.Name)}
+			out, err := s.OutputName(t.Name)
+			if err != nil {
+				errs.add(fmt.Errorf("%s: sources[%d] (%s): %v", r.File, i, models[i].Path(), err))
+				continue
+			}
+			pk := picked{src: i, file: models[i].Path(), tensor: t, out: out}
 			if pk.out == "" {
 				errs.add(fmt.Errorf("%s: sources[%d] (%s): tensor %q gets an empty output name", r.File, i, pk.file, t.Name))
 				continue

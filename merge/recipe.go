@@ -336,6 +336,14 @@ func (p *recipeParser) source(path string, v any) Source {
 			if !ok1 || !ok2 {
 				continue
 			}
+			if len(s.Rename) >= maxRenames {
+				p.fail(ep, "more than %d renames", maxRenames)
+				break
+			}
+			if len(rep) > MaxOutputName {
+				p.fail(ep+"[1]", "replacement of %d bytes is longer than a name may be (%d)", len(rep), MaxOutputName)
+				continue
+			}
 			re, err := regexp.Compile(pat)
 			if err != nil {
 				p.fail(ep+"[0]", "pattern %q: %v", pat, err)
@@ -378,12 +386,46 @@ func (s *Source) Selects(name string) bool {
 	return false
 }
 
+// MaxOutputName is the longest output tensor name a recipe may make, in
+// bytes: far above any real name (GGUF readers stop at 64 to 160), low
+// enough that renames which double a name each step stop at once.
+const MaxOutputName = 4096
+
+// maxRenames bounds the renames of one source; with names and
+// replacements bounded by MaxOutputName it bounds the work per tensor.
+const maxRenames = 256
+
 // OutputName maps a source tensor name to its output name: strip_prefix
-// (when the name has it), then every rename in order, then prefix.
-func (s *Source) OutputName(name string) string {
+// (when the name has it), then every rename in order, then prefix. A name
+// that would grow beyond MaxOutputName bytes is an error naming the rename.
+func (s *Source) OutputName(name string) (string, error) {
+	in := name
 	name = strings.TrimPrefix(name, s.StripPrefix)
-	for _, r := range s.Rename {
-		name = r.re.ReplaceAllString(name, r.Replace)
+	for i, r := range s.Rename {
+		var ok bool
+		if name, ok = replaceBounded(r.re, name, r.Replace, MaxOutputName); !ok {
+			return "", fmt.Errorf("tensor %q: rename[%d] makes a name longer than %d bytes", in, i, MaxOutputName)
+		}
 	}
-	return s.Prefix + name
+	if len(s.Prefix)+len(name) > MaxOutputName {
+		return "", fmt.Errorf("tensor %q: output name is longer than %d bytes", in, MaxOutputName)
+	}
+	return s.Prefix + name, nil
+}
+
+// replaceBounded is re.ReplaceAllString(name, tmpl), built match by match
+// so that it stops (false) as soon as the result passes limit bytes.
+func replaceBounded(re *regexp.Regexp, name, tmpl string, limit int) (string, bool) {
+	var out []byte
+	last := 0
+	for _, m := range re.FindAllStringSubmatchIndex(name, -1) {
+		out = append(out, name[last:m[0]]...)
+		out = re.ExpandString(out, tmpl, name, m)
+		last = m[1]
+		if len(out) > limit {
+			return "", false
+		}
+	}
+	out = append(out, name[last:]...)
+	return string(out), len(out) <= limit
 }

@@ -2,7 +2,9 @@ package merge
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseRecipeFields(t *testing.T) {
@@ -105,8 +107,35 @@ func TestSelectsAndOutputName(t *testing.T) {
 		"norm":                        "unet.norm",
 	}
 	for in, want := range names {
-		if got := s.OutputName(in); got != want {
+		if got, err := s.OutputName(in); err != nil || got != want {
 			t.Errorf("OutputName(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// doublingRecipe is issue 14's item 9: thirteen renames that each insert
+// "ab" at every position, tripling the name each time (298 bytes that took
+// 20 s and 363 MB).
+var doublingRecipe = `{"sources": [{"path": "tiny-sd1.safetensors", "include": [".*"], "rename": [` +
+	strings.TrimSuffix(strings.Repeat(`["", "ab"], `, 13), ", ") + `]}]}`
+
+// TestRenameGrowthBounded: renames that grow names exponentially stop at
+// MaxOutputName with an error naming the tensor and the rename.
+func TestRenameGrowthBounded(t *testing.T) {
+	r, err := ParseRecipe("grow.json", []byte(doublingRecipe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = r.Sources[0].OutputName("model.diffusion_model.input_blocks.1.0.weight")
+	if err == nil || !strings.Contains(err.Error(), "rename[") || !strings.Contains(err.Error(), "longer than 4096 bytes") {
+		t.Errorf("error %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("took %v", d)
+	}
+	if _, err := ParseRecipe("many.json", []byte(`{"sources": [{"path": "a", "include": ["x"], "rename": [`+
+		strings.TrimSuffix(strings.Repeat(`["a", "b"], `, 300), ", ")+`]}]}`)); err == nil || !strings.Contains(err.Error(), "more than 256 renames") {
+		t.Errorf("300 renames: %v", err)
 	}
 }

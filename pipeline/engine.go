@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,10 @@ type Options struct {
 	Progress func(done, total int64)
 	// Logger receives per-tensor Debug records and warnings; nil discards them.
 	Logger *slog.Logger
+	// StrictValues refuses (removes) the output when encoding met NaN or
+	// infinite inputs or turned finite values non-finite; without it each
+	// such tensor gets a warning with its counts.
+	StrictValues bool
 }
 
 // chunk is one unit of work: rows [first, first+n) of one output.
@@ -182,7 +187,41 @@ func Run(ctx context.Context, plan *Plan, opts Options) error {
 	if err := write(ctx, a, plan, tensors, l, &opts); err != nil {
 		return a.Abort(ctx, err)
 	}
+	if err := checkDamage(plan, &opts); err != nil {
+		return a.Abort(ctx, err)
+	}
 	return a.Commit()
+}
+
+// checkDamage warns, per output, about the NaN and infinite inputs its
+// encoding met and the finite values it turned non-finite (they pass
+// silently otherwise: q8_0 makes +-3e38 all Inf, one Inf makes its block
+// NaN); with StrictValues they are an error naming the first tensors.
+func checkDamage(plan *Plan, o *Options) error {
+	var bad []string
+	for i := range plan.Outputs {
+		out := &plan.Outputs[i]
+		d, ok := out.Producer.(Damaged)
+		if !ok {
+			continue
+		}
+		dm := d.Damage()
+		if dm.NonFinite == 0 && dm.Spoiled == 0 {
+			continue
+		}
+		o.Logger.Warn("non-finite values", "tensor", out.Name, "type", out.Type.String(),
+			"non_finite_inputs", dm.NonFinite, "finite_made_non_finite", dm.Spoiled)
+		bad = append(bad, fmt.Sprintf("%q (%d non-finite inputs, %d finite values made non-finite)", out.Name, dm.NonFinite, dm.Spoiled))
+	}
+	if len(bad) == 0 || !o.StrictValues {
+		return nil
+	}
+	more := ""
+	if len(bad) > 3 {
+		more = fmt.Sprintf(" and %d more", len(bad)-3)
+		bad = bad[:3]
+	}
+	return fmt.Errorf("refused for non-finite values in tensor %s%s", strings.Join(bad, ", tensor "), more)
 }
 
 // write streams the plan into f through the format writer and checks the

@@ -211,6 +211,12 @@ func readFake(t testing.TB, path string) ([]string, map[string][]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parseFake(t, path, b)
+}
+
+// parseFake parses the bytes b of a fake file (named path in failures).
+func parseFake(t testing.TB, path string, b []byte) ([]string, map[string][]byte) {
+	t.Helper()
 	if len(b) < 8 || string(b[:4]) != "FAKE" {
 		t.Fatalf("%s: not a fake file", path)
 	}

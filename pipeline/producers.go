@@ -3,8 +3,11 @@ package pipeline
 import (
 	"context"
 	"fmt"
+	"math"
+	"sync/atomic"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -83,7 +86,29 @@ type convertProducer struct {
 	encode RowEncoder
 	out    formats.DType
 	rowLen int64 // output elements per row unit
+	// nonFinite and spoiled count Damage; chunks of one output run on
+	// several workers at once.
+	nonFinite, spoiled atomic.Int64
 }
+
+// Damage is what encoding did to an output's values: inputs that were NaN
+// or infinite, and finite inputs that came out non-finite (a block scale
+// that overflowed, or a non-finite value elsewhere in the block).
+type Damage struct{ NonFinite, Spoiled int64 }
+
+// Damaged is implemented by producers that count the Damage they did.
+type Damaged interface{ Damage() Damage }
+
+// Damage returns the counts so far.
+func (p *convertProducer) Damage() Damage {
+	return Damage{NonFinite: p.nonFinite.Load(), Spoiled: p.spoiled.Load()}
+}
+
+// checkAbove is the magnitude from which a chunk's encoding is decoded
+// again to look for overflow: below every type's range (fp8 e4m3 stops at
+// 448, f16 at 65504, block scales beyond), above nearly every weight, so
+// that ordinary chunks cost one scan and no decode.
+const checkAbove = 256
 
 // Convert returns a producer that reads the output's rows from src as
 // float32 (any stored type, ComfyUI modules included; any reshape that
@@ -132,9 +157,33 @@ func (p *convertProducer) Produce(_ context.Context, dst []byte, firstRow, nRows
 	if err := p.src.Read(f, firstRow*p.rowLen, s); err != nil {
 		return err
 	}
+	var nonFinite int64
+	var amax float32
+	for _, v := range f {
+		if a := float32(math.Abs(float64(v))); a <= math.MaxFloat32 {
+			amax = max(amax, a)
+		} else {
+			nonFinite++ // NaN or Inf
+		}
+	}
 	if err := p.encode(dst, f, int(p.rowLen)); err != nil {
 		return fmt.Errorf("encoding %s: %w", p.out, err)
 	}
+	if nonFinite == 0 && amax < checkAbove {
+		return nil
+	}
+	p.nonFinite.Add(nonFinite)
+	back := s.Float32s(1, len(f))
+	if quant.DecodeFloats(p.out, back, dst) != nil {
+		return nil // no decoder: nothing to count spoiled values with
+	}
+	var spoiled int64
+	for i, v := range f {
+		if math.Abs(float64(v)) <= math.MaxFloat32 && math.Abs(float64(back[i])) > math.MaxFloat32 {
+			spoiled++
+		}
+	}
+	p.spoiled.Add(spoiled)
 	return nil
 }
 

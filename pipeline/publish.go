@@ -234,7 +234,7 @@ func createPartial(out string, log *slog.Logger) (*os.File, error) {
 			return nil, fmt.Errorf("%s: removing stale %s: %w", out, partial, err)
 		}
 	}
-	f, err := os.OpenFile(partial, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(partial, os.O_WRONLY|os.O_CREATE|os.O_EXCL|oNoFollow, 0o644)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s: folder %s does not exist", out, filepath.Dir(out))

@@ -371,12 +371,28 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 	return nil
 }
 
+// maxInitPixels bounds an init image: 4096x4096, four times the largest
+// size the supported families are trained for (SDXL's 2048x2048 at most),
+// so that a small compressed file declaring a huge image is refused from
+// its header before gigabytes are decoded.
+const maxInitPixels = 4096 * 4096
+
 func readPNG(path string) (image.Image, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	cfg, _, err := image.DecodeConfig(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 || int64(cfg.Width)*int64(cfg.Height) > maxInitPixels {
+		return nil, fmt.Errorf("%s: image is %dx%d; init images may have at most %d pixels (4096x4096)", path, cfg.Width, cfg.Height, maxInitPixels)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
 	img, _, err := image.Decode(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -385,17 +401,4 @@ func readPNG(path string) (image.Image, error) {
 }
 
 // generateInputs lists the files generate reads, which no output may replace.
-func generateInputs(c *cli.Context) []string {
-	var in []string
-	files := []string{"compare", "init-img", "prompt-file"}
-	for _, f := range componentFlags[1:] {
-		files = append(files, f.name, "compare-"+f.name)
-	}
-	files = append(files, componentFlags[0].name)
-	for _, f := range files {
-		if p := c.String(f); p != "" {
-			in = append(in, p)
-		}
-	}
-	return append(in, c.StringSlice("imatrix-in")...)
-}
+func generateInputs(c *cli.Context) []string { return readFiles(c) }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -76,7 +77,7 @@ func checkGenerateOutputs(c *cli.Context, out string, prompts int) error {
 		}
 	}
 	if im := c.String("imatrix-out"); im != "" {
-		return pipeline.CheckOutput(im, nil, c.Bool("force") || containsSame(c.StringSlice("imatrix-in"), im))
+		return pipeline.CheckOutput(im, imatrixOutInputs(c, im, prompts), c.Bool("force") || containsSame(c.StringSlice("imatrix-in"), im))
 	}
 	return nil
 }
@@ -122,12 +123,28 @@ func startImatrix(c *cli.Context, m *infer.Model) (*imatrixRun, error) {
 		}
 		r.priors = append(r.priors, mx)
 	}
-	if err := pipeline.CheckOutput(out, nil, c.Bool("force") || containsSame(ins, out)); err != nil {
+	if err := pipeline.CheckOutput(out, imatrixOutInputs(c, out, 0), c.Bool("force") || containsSame(ins, out)); err != nil {
 		return nil, err
 	}
 	r.stats = infer.NewImatrixStats()
 	m.SetImatrix(r.stats)
 	return r, nil
+}
+
+// imatrixOutInputs lists what --imatrix-out OUT must not replace: every
+// file generate reads except the --imatrix-in files that are OUT itself
+// (continuing in place), and the first prompts images generate writes.
+func imatrixOutInputs(c *cli.Context, out string, prompts int) []string {
+	var in []string
+	for _, f := range readFiles(c) {
+		if !(slices.Contains(c.StringSlice("imatrix-in"), f) && (f == out || pipeline.SameFile(f, out))) {
+			in = append(in, f)
+		}
+	}
+	for i := range prompts {
+		in = append(in, promptOutput(c.String("output"), i, prompts))
+	}
+	return in
 }
 
 func containsSame(files []string, f string) bool {
@@ -158,7 +175,7 @@ func (r *imatrixRun) finish(c *cli.Context, dataset string) error {
 	var long []string
 	// The output may be one of the --imatrix-in files, read above: continuing in place replaces it.
 	force := c.Bool("force") || containsSame(r.files, r.out)
-	err = pipeline.WriteAtomic(c.Context, r.out, pipeline.PublishOptions{Force: force, Logger: slog.Default()},
+	err = pipeline.WriteAtomic(c.Context, r.out, pipeline.PublishOptions{Force: force, Inputs: imatrixOutInputs(c, r.out, 0), Logger: slog.Default()},
 		func(w io.Writer) (err error) {
 			long, err = imatrix.Encode(w, r.out, m)
 			return err

@@ -173,6 +173,9 @@ func runImatrixMerge(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := m.Validate(f); err != nil {
+			return err
+		}
 		ms = append(ms, m)
 	}
 	out, err := imatrix.Merge(files, ms, mode)
@@ -190,6 +193,10 @@ func runImatrixConvert(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	// NaN, infinite or negative values would be written on unchanged.
+	if err := m.Validate(c.Args().First()); err != nil {
+		return err
+	}
 	return writeImatrix(c, m, c.Args().Slice())
 }
 
@@ -202,6 +209,7 @@ func writeImatrix(c *cli.Context, m *imatrix.Matrix, inputs []string) error {
 		return errors.New("imatrix: no output: give -o FILE.gguf or -o FILE.dat")
 	}
 	var long []string
+	inputs = append(inputs, readFiles(c)...)
 	err := pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: inputs, Logger: slog.Default()},
 		func(w io.Writer) (err error) {
 			long, err = imatrix.Encode(w, out, m)

@@ -140,7 +140,7 @@ func runLoraExtract(c *cli.Context) error {
 		return err
 	}
 	// Refuse a bad output before minutes of decomposition.
-	if err := pipeline.CheckOutput(out, e.Inputs, c.Bool("force")); err != nil {
+	if err := pipeline.CheckOutput(out, append(e.Inputs, readFiles(c)...), c.Bool("force")); err != nil {
 		return err
 	}
 	ctx, stop := console.SignalContext()
@@ -156,6 +156,7 @@ func runLoraExtract(c *cli.Context) error {
 		return err
 	}
 	defer plan.Close()
+	plan.Inputs = append(plan.Inputs, readFiles(c)...)
 	wbar := console.New("write", 0)
 	ro, err := runOptions(c)
 	if err != nil {

@@ -51,7 +51,9 @@ func runOptions(c *cli.Context) (pipeline.Options, error) {
 		Threads:   threads,
 		MaxMemory: maxMem,
 		Force:     c.Bool("force"),
-		Logger:    slog.Default(),
+		// --strict (quantize) also refuses NaN, Inf and overflow.
+		StrictValues: c.Bool("strict"),
+		Logger:       slog.Default(),
 	}, nil
 }
 
@@ -62,6 +64,7 @@ func writePlan(c *cli.Context, plan *pipeline.Plan, label string) error {
 	if err != nil {
 		return err
 	}
+	plan.Inputs = append(plan.Inputs, readFiles(c)...)
 	if c.Bool("dry-run") {
 		if err := plan.WriteTable(c.App.Writer); err != nil {
 			return err

@@ -120,7 +120,7 @@ func TestMalformedContainer(t *testing.T) {
 		{"no data.pkl", buildZipNoPkl(t), "zip archive has no data.pkl record"},
 		{"truncated zip", buildZip(t, "archive", good, data)[:100], "reading the zip directory"},
 		{"not a checkpoint", []byte("hello world"), "not a zip or legacy PyTorch checkpoint"},
-		{"other pickle", []byte("\x80\x02K\x01."), "the first pickle is 1, not the magic number"},
+		{"other pickle", []byte("\x80\x02K\x01."), "does not start with torch's pickled magic number"},
 		{"legacy ok", legacy(func(b []byte) []byte { return b }), ""},
 		{"legacy truncated data", legacy(func(b []byte) []byte { return b[:len(b)-1] }), `storage "0" of 6 elements at offset`},
 		{"legacy truncated count", legacy(func(b []byte) []byte { return b[:len(b)-24-3] }), `storage "0" at offset`},

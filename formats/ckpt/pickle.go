@@ -23,6 +23,13 @@ const (
 	MaxPickleSize = 256 << 20
 	maxStack      = 1 << 20 // values on the stack at once
 	maxMemo       = 1 << 22 // memo entries
+	// maxObjects and maxBuiltBytes bound what one pickle may build. A
+	// tensor costs a checkpoint pickle about 16 values (its rebuild call,
+	// the storage tuple and its strings, the size and stride tuples, the
+	// dict entry), so 2M values cover 130k tensors, far beyond any model;
+	// bytes count container slots and string payloads.
+	maxObjects    = 1 << 21
+	maxBuiltBytes = 1 << 28
 	maxLine       = 1 << 10 // bytes in a GLOBAL or text INT/LONG line
 	maxDims       = 16      // dims of one tensor
 	maxLongBytes  = 1 << 10 // bytes of a LONG1/LONG4 integer
@@ -269,6 +276,9 @@ type unpickler struct {
 	op      int64 // position of the current opcode, for errors
 	// storages holds the first reference to each storage key.
 	storages map[string]*storageRef
+	// objects and built count what has been built, against maxObjects and
+	// maxBuiltBytes.
+	objects, built int64
 }
 
 type memoEntry struct {
@@ -348,6 +358,29 @@ func unpickle(src *source) (any, map[string]*storageRef, error) {
 	return v, u.storages, nil
 }
 
+// spend charges objs new values and n bytes to the pickle's budget.
+func (u *unpickler) spend(objs, n int64) error {
+	u.objects += objs
+	u.built += n
+	if u.objects > maxObjects {
+		return fmt.Errorf("builds more than %d values, more than any checkpoint needs", maxObjects)
+	}
+	if u.built > maxBuiltBytes {
+		return fmt.Errorf("builds more than %d MiB of values, more than any checkpoint needs", maxBuiltBytes>>20)
+	}
+	return nil
+}
+
+// pushNew pushes a value built by the current opcode, charging it (and its
+// n payload bytes) to the budget; values fetched again (GET, DUP) are free,
+// since only the containers they are added to grow.
+func (u *unpickler) pushNew(v any, n int64) error {
+	if err := u.spend(1, 16+n); err != nil {
+		return err
+	}
+	return u.push(v)
+}
+
 func (u *unpickler) push(v any) error {
 	if len(u.stack) >= maxStack {
 		return fmt.Errorf("more than %d values on the stack", maxStack)
@@ -414,10 +447,18 @@ func (u *unpickler) put(idx uint64) error {
 		return fmt.Errorf("more than %d memo entries", maxMemo)
 	}
 	u.nmemo++
-	if idx < uint64(2*len(u.memo)+1024) {
+	// The dense part grows only to twice the entries defined (plus a
+	// little), so that indexes which keep doubling cannot make it huge.
+	if idx < uint64(2*u.nmemo+1024) {
+		if err := u.spend(0, 24*int64(int(idx)+1-len(u.memo))); err != nil {
+			return err
+		}
 		u.memo = append(u.memo, make([]memoEntry, int(idx)+1-len(u.memo))...)
 		u.memo[idx] = memoEntry{v, true}
 		return nil
+	}
+	if err := u.spend(0, 48); err != nil {
+		return err
 	}
 	if u.sparse == nil {
 		u.sparse = map[uint64]any{}
@@ -492,25 +533,25 @@ func (u *unpickler) run() (any, error) {
 				return nil, err
 			}
 		case opNone:
-			err = u.push(nil)
+			err = u.pushNew(nil, 0)
 		case opNewTrue:
-			err = u.push(true)
+			err = u.pushNew(true, 0)
 		case opNewFalse:
-			err = u.push(false)
+			err = u.pushNew(false, 0)
 		case opBinInt:
 			var v uint64
 			if v, err = s.uint(4); err == nil {
-				err = u.push(int64(int32(uint32(v))))
+				err = u.pushNew(int64(int32(uint32(v))), 0)
 			}
 		case opBinInt1:
 			var v uint64
 			if v, err = s.uint(1); err == nil {
-				err = u.push(int64(v))
+				err = u.pushNew(int64(v), 0)
 			}
 		case opBinInt2:
 			var v uint64
 			if v, err = s.uint(2); err == nil {
-				err = u.push(int64(v))
+				err = u.pushNew(int64(v), 0)
 			}
 		case opInt:
 			err = u.textInt()
@@ -530,33 +571,33 @@ func (u *unpickler) run() (any, error) {
 			}
 			var b []byte
 			if b, err = s.read(int64(ln)); err == nil {
-				err = u.push(decodeLong(b))
+				err = u.pushNew(decodeLong(b), 0)
 			}
 		case opBinFloat:
 			var b []byte
 			if b, err = s.read(8); err == nil {
-				err = u.push(math.Float64frombits(binary.BigEndian.Uint64(b)))
+				err = u.pushNew(math.Float64frombits(binary.BigEndian.Uint64(b)), 0)
 			}
 		case opBinUnicode, opShortBinUni, opBinUnicode8, opBinString, opShortBinString:
 			var b []byte
 			if b, err = u.counted(op); err == nil {
-				err = u.push(string(b))
+				err = u.pushNew(string(b), int64(len(b)))
 			}
 		case opBinBytes, opShortBinBytes, opBinBytes8:
 			var b []byte
 			if b, err = u.counted(op); err == nil {
-				err = u.push(b)
+				err = u.pushNew(b, int64(len(b)))
 			}
 		case opEmptyDict:
-			err = u.push(&pyDict{})
+			err = u.pushNew(&pyDict{}, 64)
 		case opEmptyList:
-			err = u.push(&pyList{})
+			err = u.pushNew(&pyList{}, 32)
 		case opEmptyTuple:
-			err = u.push(pyTuple{})
+			err = u.pushNew(pyTuple{}, 0)
 		case opTuple:
 			var items []any
 			if items, err = u.popMark(); err == nil {
-				err = u.push(pyTuple(items))
+				err = u.pushNew(pyTuple(items), 16*int64(len(items)))
 			}
 		case opTuple1, opTuple2, opTuple3:
 			n := int(op-opTuple1) + 1
@@ -566,7 +607,7 @@ func (u *unpickler) run() (any, error) {
 					return nil, err
 				}
 			}
-			err = u.push(t)
+			err = u.pushNew(t, 16*int64(n))
 		case opBinPut:
 			var i uint64
 			if i, err = s.uint(1); err == nil {
@@ -646,7 +687,7 @@ func (u *unpickler) run() (any, error) {
 			}
 			var v any
 			if v, err = call(fn, args, nil); err == nil {
-				err = u.push(v)
+				err = u.pushNew(v, 128)
 			}
 		case opNewObjEx:
 			var fn, args, kw any
@@ -661,7 +702,7 @@ func (u *unpickler) run() (any, error) {
 			}
 			var v any
 			if v, err = call(fn, args, kw); err == nil {
-				err = u.push(v)
+				err = u.pushNew(v, 128)
 			}
 		case opBuild:
 			var state, obj any
@@ -688,7 +729,7 @@ func (u *unpickler) run() (any, error) {
 				if _, seen := u.storages[ref.key]; !seen {
 					u.storages[ref.key] = ref
 				}
-				err = u.push(ref)
+				err = u.pushNew(ref, 128)
 			}
 		default:
 			return nil, fmt.Errorf("unsupported pickle opcode 0x%02x", op)
@@ -729,15 +770,15 @@ func (u *unpickler) textInt() error {
 	}
 	switch ln {
 	case "00":
-		return u.push(false)
+		return u.pushNew(false, 0)
 	case "01":
-		return u.push(true)
+		return u.pushNew(true, 0)
 	}
 	v, err := strconv.ParseInt(ln, 10, 64)
 	if err != nil {
 		return fmt.Errorf("INT %q is not a decimal integer", ln)
 	}
-	return u.push(v)
+	return u.pushNew(v, 0)
 }
 
 // textLong reads protocol 0/1 LONG: a decimal line with an optional L suffix.
@@ -751,9 +792,9 @@ func (u *unpickler) textLong() error {
 		return fmt.Errorf("LONG %q is not a decimal integer", ln)
 	}
 	if b.IsInt64() {
-		return u.push(b.Int64())
+		return u.pushNew(b.Int64(), 0)
 	}
-	return u.push(pyBigInt{b})
+	return u.pushNew(pyBigInt{b}, 0)
 }
 
 // decodeLong decodes a little-endian two's complement integer.
@@ -810,6 +851,9 @@ func (u *unpickler) appendTo(items []any) error {
 	if !ok {
 		return fmt.Errorf("APPEND to a %s", typeName(v))
 	}
+	if err := u.spend(0, 16*int64(len(items))); err != nil {
+		return err
+	}
 	l.items = append(l.items, items...)
 	return nil
 }
@@ -825,6 +869,10 @@ func (u *unpickler) setItems(items []any) error {
 	d, ok := v.(*pyDict)
 	if !ok {
 		return fmt.Errorf("SETITEM on a %s", typeName(v))
+	}
+	// A pair costs its two slots and an index entry.
+	if err := u.spend(0, 48*int64(len(items)/2)); err != nil {
+		return err
 	}
 	for i := 0; i < len(items); i += 2 {
 		if err := d.set(items[i], items[i+1]); err != nil {

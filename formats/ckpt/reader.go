@@ -3,6 +3,7 @@ package ckpt
 import (
 	"archive/zip"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -73,14 +74,60 @@ func Parse(r io.ReaderAt, size int64, name string) (*File, error) {
 func IsZipHead(head []byte) bool { return bytes.HasPrefix(head, []byte("PK\x03\x04")) }
 
 // IsLegacyHead reports whether head starts with the pickled magic number
-// of a legacy (pre-1.6) torch checkpoint, in any pickle protocol.
+// of a legacy (pre-1.6) torch checkpoint, in any pickle protocol. It only
+// matches bytes: detection runs on every file opened, so it builds nothing.
 func IsLegacyHead(head []byte) bool {
-	v, _, err := unpickle(newSource(bytes.NewReader(head), 0, int64(len(head))))
-	if err != nil {
-		return false
+	_, ok := legacyHeadLen(head)
+	return ok
+}
+
+// legacyHeadLen returns the length of the magic-number pickle at the start
+// of head: an optional PROTO and FRAME, the number as LONG1, LONG4 or a
+// text LONG line, then STOP.
+func legacyHeadLen(head []byte) (int, bool) {
+	b := head
+	if len(b) >= 2 && b[0] == opProto && b[1] <= 5 {
+		b = b[2:]
 	}
-	b, ok := v.(pyBigInt)
-	return ok && b.v.Cmp(legacyMagic) == 0
+	if len(b) >= 9 && b[0] == opFrame {
+		b = b[9:]
+	}
+	var num []byte // little-endian two's complement
+	switch {
+	case len(b) >= 2 && b[0] == opLong1:
+		n := int(b[1])
+		if len(b) < 2+n {
+			return 0, false
+		}
+		num, b = b[2:2+n], b[2+n:]
+	case len(b) >= 5 && b[0] == opLong4:
+		n := binary.LittleEndian.Uint32(b[1:])
+		if n > 16 || len(b) < 5+int(n) {
+			return 0, false
+		}
+		num, b = b[5:5+n], b[5+n:]
+	case len(b) >= 1 && b[0] == opLong:
+		i := bytes.IndexByte(b[:min(len(b), 40)], '\n')
+		if i < 0 {
+			return 0, false
+		}
+		if strings.TrimSuffix(string(b[1:i]), "L") != legacyMagic.String() {
+			return 0, false
+		}
+		b = b[i+1:]
+	default:
+		return 0, false
+	}
+	if num != nil {
+		v, ok := decodeLong(num).(pyBigInt)
+		if !ok || v.v.Cmp(legacyMagic) != 0 {
+			return 0, false
+		}
+	}
+	if len(b) == 0 || b[0] != opStop {
+		return 0, false
+	}
+	return len(head) - len(b) + 1, true
 }
 
 func (f *File) errf(tensor, format string, args ...any) error {
@@ -201,14 +248,15 @@ func readEntry(e *zip.File, limit int64) ([]byte, error) {
 // of the fifth (in its order) an 8-byte little-endian element count and the
 // storage's raw bytes.
 func (f *File) parseLegacy() error {
-	src := newSource(io.NewSectionReader(f.r, 0, f.size), 0, f.size)
-	magic, _, err := unpickle(src)
-	if err != nil {
-		return f.errf("", "not a zip or legacy PyTorch checkpoint: reading the magic number: %v", err)
+	// The magic number is matched as bytes before anything is unpickled,
+	// so that a file that is no checkpoint builds nothing.
+	head := make([]byte, min(f.size, 64))
+	n, _ := f.r.ReadAt(head, 0)
+	hn, ok := legacyHeadLen(head[:n])
+	if !ok {
+		return f.errf("", "not a zip or legacy PyTorch checkpoint: the file does not start with torch's pickled magic number")
 	}
-	if b, ok := magic.(pyBigInt); !ok || b.v.Cmp(legacyMagic) != 0 {
-		return f.errf("", "not a zip or legacy PyTorch checkpoint: the first pickle is %s, not the magic number", describe(magic))
-	}
+	src := newSource(io.NewSectionReader(f.r, int64(hn), f.size-int64(hn)), int64(hn), f.size)
 	proto, _, err := unpickle(src)
 	if err != nil {
 		return f.errf("", "reading the protocol version: %v", err)
@@ -314,6 +362,10 @@ type collector struct {
 	visited map[any]bool
 	skipped int
 	dups    []string
+	// steps counts containers and items walked, against maxObjects: the
+	// unpickler's budget bounds what exists, this bounds the work of
+	// walking it.
+	steps int
 }
 
 // build collects the tensors of root and checks each against its storage.
@@ -335,12 +387,20 @@ func (f *File) build(root any, resolve func(key string) storageSpan) error {
 		f.info.Warnings = append(f.info.Warnings, fmt.Sprintf("%s: tensor %q appears more than once; the last one is used", f.path, d))
 	}
 	f.tensors = make([]formats.Tensor, 0, len(c.names))
+	var logical int64
 	for i, name := range c.names {
 		t, err := f.tensor(name, c.vals[i], resolve)
 		if err != nil {
 			return err
 		}
 		f.tensors = append(f.tensors, t)
+		// Tensors may share a storage (tied weights, views), but every
+		// consumer copies each tensor out, so aliases multiply the work and
+		// the output: beyond twice the file's bytes they are refused, as
+		// the GGUF and safetensors readers refuse overlapping tensors.
+		if logical += t.Size; logical > maxAliasFactor*f.size {
+			return f.errf(name, "tensors share storages so much that they hold more than %d times the file's %d bytes (%d bytes up to this one); such aliasing is refused", maxAliasFactor, f.size, logical)
+		}
 	}
 	return nil
 }
@@ -373,6 +433,12 @@ func identity(v any) any {
 }
 
 func (c *collector) walk(v any, prefix string, depth int) error {
+	if c.steps++; c.steps > maxObjects {
+		return c.f.errf("", "walking the pickle takes more than %d steps, more than any checkpoint needs", maxObjects)
+	}
+	if len(prefix) > maxKeyPath {
+		return c.f.errf("", "key path %s... is longer than %d bytes", printable(prefix[:64]), maxKeyPath)
+	}
 	if id := identity(v); id != nil {
 		if c.visited[id] {
 			return nil
@@ -385,6 +451,9 @@ func (c *collector) walk(v any, prefix string, depth int) error {
 	var items []any
 	switch x := v.(type) {
 	case *pyDict:
+		if c.steps += len(x.keys); c.steps > maxObjects {
+			return c.f.errf("", "walking the pickle takes more than %d steps, more than any checkpoint needs", maxObjects)
+		}
 		for i, k := range x.keys {
 			key, isStr := k.(string)
 			switch val := x.vals[i].(type) {
@@ -418,6 +487,9 @@ func (c *collector) walk(v any, prefix string, depth int) error {
 		items = x
 	default:
 		return nil
+	}
+	if c.steps += len(items); c.steps > maxObjects {
+		return c.f.errf("", "walking the pickle takes more than %d steps, more than any checkpoint needs", maxObjects)
 	}
 	for _, it := range items {
 		switch it.(type) {
@@ -486,8 +558,11 @@ func (f *File) tensor(name string, t *tensorVal, resolve func(string) storageSpa
 		return formats.Tensor{}, f.errf(name, "%s", span.err)
 	}
 	es := ref.elemSize()
-	if ref.numel > math.MaxInt64/es || ref.numel*es > span.size {
-		return formats.Tensor{}, f.errf(name, "storage %q of %d elements needs %d bytes, but its record has %d", ref.key, ref.numel, uint64(ref.numel)*uint64(es), span.size)
+	if ref.numel > math.MaxInt64/es {
+		return formats.Tensor{}, f.errf(name, "storage %q of %d elements of %d bytes is larger than any file (its record has %d bytes)", ref.key, ref.numel, es, span.size)
+	}
+	if ref.numel*es > span.size {
+		return formats.Tensor{}, f.errf(name, "storage %q of %d elements needs %d bytes, but its record has %d", ref.key, ref.numel, ref.numel*es, span.size)
 	}
 	base, avail := span.off, ref.numel*es
 	if ref.hasView {

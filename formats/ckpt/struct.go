@@ -34,8 +34,12 @@ const RootTensorName = "tensor"
 
 // Limits on the values walked to find tensors.
 const (
-	maxDepth    = 64  // nesting of dicts, lists and tuples
-	maxMetadata = 256 // scalar entries reported as metadata
+	maxDepth    = 64      // nesting of dicts, lists and tuples
+	maxMetadata = 256     // scalar entries reported as metadata
+	maxKeyPath  = 1 << 16 // bytes of a dotted key path (tensor names are far shorter)
+	// maxAliasFactor bounds the tensors' bytes by the file's: storages
+	// shared by several tensors may hold at most this many times the file.
+	maxAliasFactor = 2
 )
 
 func init() {

@@ -12,6 +12,8 @@ import (
 // readable, and survive a write/parse/write cycle with the same header.
 func FuzzParse(f *testing.F) {
 	f.Add(validSmall(f))
+	f.Add(emptyTensorAt(1<<63 - 32)) // issue 14, item 13
+	f.Add(emptyTensorAt(64))
 	ts := testTensors()
 	b, _ := build(f, ts, allValues(), &WriterOptions{Alignment: 64, PadEnd: true}, tensorData(ts))
 	f.Add(b)
@@ -33,7 +35,7 @@ func FuzzParse(f *testing.F) {
 		}
 		var descs []formats.Tensor
 		for _, tt := range g.Tensors() {
-			if tt.Size > 0 && (tt.Offset < info.DataOffset || tt.Offset+tt.Size > int64(len(data))) {
+			if tt.Offset < 0 || tt.Size > 0 && (tt.Offset < info.DataOffset || tt.Offset+tt.Size > int64(len(data))) {
 				t.Fatalf("tensor %q at [%d, %d) outside the data of a %d-byte file", tt.Name, tt.Offset, tt.Offset+tt.Size, len(data))
 			}
 			if (tt.Offset-info.DataOffset)%int64(info.Alignment) != 0 {

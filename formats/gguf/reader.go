@@ -521,6 +521,12 @@ func (p *parser) checkData(g *File) error {
 			return p.tensorErrorf(t.Name, "data [%d, %d) past the end of the file (%d bytes of data from offset %d)",
 				g.dataOffset+rel, g.dataOffset+rel+t.Size, max(avail, 0), g.dataOffset)
 		}
+		// An empty tensor holds no data, but its offset must still be near
+		// the data (within one alignment of its end, where writers put
+		// them): beyond, the absolute offset could overflow to a negative.
+		if t.Size == 0 && rel > max(avail, 0)+g.alignment {
+			return p.tensorErrorf(t.Name, "empty tensor at relative offset %d, past the end of the data (%d bytes)", rel, max(avail, 0))
+		}
 		t.Offset = g.dataOffset + rel
 	}
 	g.packed = packed

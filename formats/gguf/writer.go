@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -71,13 +72,18 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		if seen[kv.Key] {
 			return nil, fmt.Errorf("gguf writer: duplicate metadata key %q", kv.Key)
 		}
+		if strings.IndexByte(kv.Key, 0) >= 0 {
+			return nil, fmt.Errorf("gguf writer: metadata key %q contains a NUL byte, which C readers take for its end", kv.Key)
+		}
 		seen[kv.Key] = true
 		if err := checkValue(kv.Type, kv.Value, 0); err != nil {
 			return nil, fmt.Errorf("gguf writer: metadata key %q: %v", kv.Key, err)
 		}
 	}
 
-	gw := &Writer{w: w}
+	// Sized up front: appending would copy the layout log2(n) times, which
+	// dominated the memory of files of many small tensors.
+	gw := &Writer{w: w, tensors: make([]formats.Tensor, 0, len(tensors)), rel: make([]int64, 0, len(tensors))}
 	b := append([]byte(nil), Magic...)
 	b = binary.LittleEndian.AppendUint32(b, 3)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(tensors)))
@@ -95,6 +101,11 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 			return nil, fmt.Errorf("gguf writer: tensor %q: duplicate name", t.Name)
 		}
 		names[t.Name] = true
+		// ggml copies names into C strings: a NUL would cut the name short
+		// there and could make two tensors one.
+		if strings.IndexByte(t.Name, 0) >= 0 {
+			return nil, fmt.Errorf("gguf writer: tensor %q: name contains a NUL byte, which C readers take for its end", t.Name)
+		}
 		if !t.Type.IsGGML() {
 			return nil, fmt.Errorf("gguf writer: tensor %q: type %s is not a ggml type", t.Name, t.Type)
 		}
@@ -239,7 +250,8 @@ func checkValue(t formats.ValueType, v any, depth int) error {
 }
 
 func checkArray(a formats.Array, depth int) error {
-	if depth+1 >= maxArrayDepth {
+	// The same bound as the reader's: what one accepts, the other does.
+	if depth >= maxArrayDepth {
 		return fmt.Errorf("arrays nested more than %d deep", maxArrayDepth)
 	}
 	ok := false

@@ -78,8 +78,12 @@ func OpenSharded(path string) (*formats.Sharded, error) {
 		files = append(files, filepath.Join(dir, name))
 	}
 	for k, f := range files {
-		if _, err := os.Stat(f); err != nil {
+		st, err := os.Stat(f)
+		if err != nil {
 			return nil, fmt.Errorf("%s: shard %d of %d is missing: %w", path, k+1, n, err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s: shard %d of %d is not a regular file (%s)", path, k+1, n, st.Mode().Type())
 		}
 	}
 	parts, err := openParts(files)
@@ -159,6 +163,11 @@ func readIndex(path string) (*index, error) {
 	if len(data) > maxIndexSize {
 		return nil, fmt.Errorf("%s: index is larger than %d bytes", path, maxIndexSize)
 	}
+	return parseIndex(path, data)
+}
+
+// parseIndex parses the index.json data read from path (named in errors).
+func parseIndex(path string, data []byte) (*index, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	bad := func(format string, args ...any) error {
 		for i, a := range args {
@@ -218,6 +227,11 @@ func readIndex(path string) (*index, error) {
 			if !ok || file == "" {
 				return nil, bad("weight_map entry of tensor %q is not a file name", name)
 			}
+			// Shards live beside their index: a path could read any file
+			// on the system (../outside/secret.safetensors, /dev/zero).
+			if file != filepath.Base(file) || strings.ContainsAny(file, `/\`) || file == "." || file == ".." {
+				return nil, bad("tensor %q: shard %q is not a file name in the index's folder", name, file)
+			}
 			idx.entries = append(idx.entries, indexEntry{tensor: name, file: file})
 		}
 		if _, err := dec.Token(); err != nil {
@@ -258,8 +272,12 @@ func openIndex(path, opened string) (*formats.Sharded, error) {
 	files := make([]string, len(rel))
 	for i, r := range rel {
 		files[i] = filepath.Join(dir, r)
-		if _, err := os.Stat(files[i]); err != nil {
+		st, err := os.Stat(files[i])
+		if err != nil {
 			return nil, fmt.Errorf("%s: shard %q listed in weight_map is missing: %w", path, r, err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s: shard %q listed in weight_map is not a regular file (%s)", path, r, st.Mode().Type())
 		}
 	}
 	parts, err := openParts(files)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/sdtool/sdtool/formats"
@@ -87,6 +88,9 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta map[string]string, op
 		}
 		if !utf8.ValidString(t.Name) {
 			return nil, fmt.Errorf("%s: tensor %q: name is not valid UTF-8", name, t.Name)
+		}
+		if strings.IndexByte(t.Name, 0) >= 0 {
+			return nil, fmt.Errorf("%s: tensor %q: name contains a NUL byte, which C readers take for its end", name, t.Name)
 		}
 		if _, dup := seen[t.Name]; dup {
 			return nil, fmt.Errorf("%s: tensor %q: duplicate name", name, t.Name)

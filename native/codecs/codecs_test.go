@@ -218,6 +218,18 @@ func TestExtremeInputs(t *testing.T) {
 		{"w-1e30-x-1e7", xb(1e7), func(int) float32 { return 1e30 }, false},
 		{"w-mixed-decades", xb(1), func(i int) float32 { return float32(math.Pow(10, float64(i%64-32))) }, true},
 		{"w-2^-16-x-2^-30", xb(1.0 / (1 << 30)), func(int) float32 { return 1.0 / (1 << 16) }, true},
+		// Issue 14, item 3: subnormal importance values, a whole block or
+		// one group, zeros and huge values mixed in.
+		{"w-1e-45", xb(1), func(int) float32 { return 1e-45 }, true},
+		{"w-1e-40", xb(1), func(int) float32 { return 1e-40 }, true},
+		{"w-1e-40-group", xb(1), func(i int) float32 { return map[bool]float32{true: 1e-40, false: 1}[i >= 32 && i < 64] }, true},
+		{"w-subnormal-mixed", xb(1), func(i int) float32 { return []float32{1e-45, 0, 1e-40, 1}[i%4] }, true},
+		{"w-subnormal-zero", xb(1), func(i int) float32 { return map[bool]float32{true: 1e-45, false: 0}[i%7 == 0] }, true},
+		{"w-maxfloat", xb(1), func(int) float32 { return math.MaxFloat32 }, true},
+		{"w-groups-mixed", xb(1), func(i int) float32 {
+			return []float32{1e-45, 3e-44, 3e38, 1, 1e-40, 1e30, math.SmallestNonzeroFloat32, 1e-20}[i/32] * (1 - 0.25*float32(i%3))
+		}, true},
+		{"w-1e-45-x-1e-40", xb(1e-40), func(int) float32 { return 1e-45 }, true},
 	}
 	for _, typ := range GridIQTypes {
 		rb := typ.Info().BlockBytes

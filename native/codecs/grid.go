@@ -116,13 +116,16 @@ func sanitizeGridBlock(x, w, xs, ws []float32) ([]float32, []float32) {
 			for _, v := range w[g : g+32] {
 				gmax = max(gmax, v)
 			}
-			s := float32(1)
+			// The factor is applied in float64: for a subnormal gmax it is
+			// up to 2^149, beyond float32's range, while every product is
+			// at most 2 and so fits again.
+			s := 1.0
 			if gmax < gridWeightLo || gmax > gridWeightHi {
 				_, e := math.Frexp(float64(gmax)) // gmax = f * 2^e, f in [0.5, 1)
-				s = float32(math.Ldexp(1, 1-e))   // gmax*s in [1, 2)
+				s = math.Ldexp(1, 1-e)            // gmax*s in [1, 2)
 			}
 			for i := g; i < g+32; i++ {
-				ws[i] = w[i] * s
+				ws[i] = float32(float64(w[i]) * s)
 			}
 		}
 		return x, ws

@@ -79,4 +79,23 @@ func TestSanitizeGridBlock(t *testing.T) {
 			t.Fatalf("rescaled weight %d = %g, want [1, 2)", i, gw[i])
 		}
 	}
+
+	// Subnormal and huge groups (issue 14, item 3): the factor for a group
+	// whose largest value is below 2^-127 overflowed float32 to +Inf.
+	for _, tiny := range []float32{1e-40, 1e-45, math.SmallestNonzeroFloat32, math.MaxFloat32} {
+		x, w = base()
+		for i := 64; i < 96; i++ {
+			w[i] = tiny
+		}
+		w[70] = 0 // mixed with a zero inside the group
+		_, gw = sanitizeGridBlock(x, w, xs, ws)
+		for i, v := range gw {
+			if !(v >= 0 && v < 2*gridWeightHi) {
+				t.Fatalf("group at %g: weight %d = %g, want finite", tiny, i, v)
+			}
+		}
+		if gw[64] < 1 || gw[64] >= 2 {
+			t.Errorf("group at %g: rescaled to %g, want [1, 2)", tiny, gw[64])
+		}
+	}
 }

@@ -2,7 +2,10 @@ package imatrix
 
 import (
 	"bytes"
+	"math"
 	"testing"
+
+	"github.com/sdtool/sdtool/formats/gguf"
 )
 
 // FuzzReadDat feeds arbitrary bytes to the legacy .dat reader: it must not
@@ -36,6 +39,34 @@ func FuzzReadDat(f *testing.F) {
 			b := back.Entries[i]
 			if b.Name != e.Name || b.NCall != e.NCall || len(b.Sum2) != len(e.Sum2) {
 				t.Fatalf("entry %d changed: %q/%d/%d vs %q/%d/%d", i, e.Name, e.NCall, len(e.Sum2), b.Name, b.NCall, len(b.Sum2))
+			}
+		}
+	})
+}
+
+// FuzzReadGGUF reads arbitrary GGUF files as imatrices: no panic, and every
+// entry accepted has non-negative calls and counts.
+func FuzzReadGGUF(f *testing.F) {
+	for _, c := range []float32{1, 7, float32(math.NaN()), float32(math.Inf(1)), -1, 1e30} {
+		f.Add(imatrixGGUF(f, []float32{2, c}))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, err := gguf.Parse(bytes.NewReader(data), int64(len(data)), "fuzz.gguf")
+		if err != nil {
+			return
+		}
+		m, err := ReadGGUF(g)
+		if err != nil {
+			return
+		}
+		for _, e := range m.Entries {
+			if e.NCall < 0 {
+				t.Fatalf("entry %q: %d calls", e.Name, e.NCall)
+			}
+			for _, c := range e.Counts {
+				if !(c >= 0) {
+					t.Fatalf("entry %q: count %v", e.Name, c)
+				}
 			}
 		}
 	})

@@ -49,6 +49,9 @@ func ReadGGUF(m formats.Model) (*Matrix, error) {
 	}
 	mx.ChunkCount = metaInt(meta, keyChunkCount)
 	mx.ChunkSize = metaInt(meta, keyChunkSize)
+	if mx.ChunkCount < 0 || mx.ChunkSize < 0 {
+		return nil, fmt.Errorf("%s: %s and %s must be counts from 0 to %d", path, keyChunkCount, keyChunkSize, maxCalls)
+	}
 	tensors := map[string]formats.Tensor{}
 	var order []string
 	for _, t := range m.Tensors() {
@@ -82,7 +85,12 @@ func ReadGGUF(m formats.Model) (*Matrix, error) {
 			return nil, err
 		}
 		var maxCount float32
-		for _, c := range e.Counts {
+		for i, c := range e.Counts {
+			// A count is a number of calls: NaN, Inf, negative or huge
+			// values once became calls -9223372036854775808.
+			if !(c >= 0 && c <= maxCalls) {
+				return nil, fmt.Errorf("%s: entry %q: count %d is %v (want a number of calls from 0 to %d)", path, name, i, c, maxCalls)
+			}
 			maxCount = max(maxCount, c)
 		}
 		e.NCall = int(maxCount)
@@ -99,22 +107,31 @@ func ReadGGUF(m formats.Model) (*Matrix, error) {
 	return mx, nil
 }
 
+// maxCalls bounds counts and chunk sizes (an int32's range, what llama.cpp
+// stores them in).
+const maxCalls = math.MaxInt32
+
+// metaInt returns an integer key's value, -1 when it is out of [0, maxCalls].
 func metaInt(meta formats.Metadata, key string) int {
 	kv, ok := meta.Get(key)
 	if !ok {
 		return 0
 	}
-	switch v := kv.Value.(type) {
+	var v int64
+	switch x := kv.Value.(type) {
 	case uint32:
-		return int(v)
+		v = int64(x)
 	case int32:
-		return int(v)
+		v = int64(x)
 	case uint64:
-		return int(v)
+		v = int64(min(x, math.MaxInt64))
 	case int64:
-		return int(v)
+		v = x
 	}
-	return 0
+	if v < 0 || v > maxCalls {
+		return -1
+	}
+	return int(v)
 }
 
 func readF32(m formats.Model, t *formats.Tensor) ([]float32, error) {
