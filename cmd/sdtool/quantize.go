@@ -40,6 +40,8 @@ func init() {
 			&cli.StringSliceFlag{Name: "tensor-type", Usage: "`REGEX=TYPE` for matching eligible tensors (repeatable; the last match wins)"},
 			&cli.StringFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"` as sd.cpp reads them (the first match wins); not with --tensor-type"},
 			&cli.StringSliceFlag{Name: "imatrix", Usage: "importance matrix `FILE` (.dat or GGUF; repeatable)"},
+			&cli.StringFlag{Name: "tensor-type-file", Usage: "llama.cpp `FILE` of NAME=TYPE items for eligible tensors (the first match wins; --tensor-type rules override it)"},
+			&cli.StringFlag{Name: "types-from", Usage: "copy every eligible tensor's type from this `GGUF` (same tensor names)"},
 			&cli.BoolFlag{Name: "allow-requantize", Usage: "accept ggml-quantized inputs for a quantized --type (dequantized first; quality suffers); a float --type (F16, BF16, F32) needs no flag"},
 			&cli.BoolFlag{Name: "reshape-conv", Usage: "sd1/sdxl: store tensors as rows of 256 so k-quants apply (ComfyUI-GGUF only; sd.cpp cannot load it)"},
 			&cli.StringSliceFlag{Name: "target", Usage: "`CONSUMER` to check: sdcpp, comfyui, ggml or all (repeatable or comma-separated; default all)"},
@@ -47,6 +49,12 @@ func init() {
 			&cli.IntFlag{Name: "convrot-group-size", Value: 256, Usage: "rotation group `G` for int8_convrot (a power of 4); layers whose input width G does not divide get plain int8"},
 			&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string written into the output's metadata (repeatable)"},
 			&cli.StringFlag{Name: "metadata-preset", Value: "default", Usage: "`PRESET`: default (architecture, file type, imatrix keys, input GGUF keys) or none"},
+			&cli.StringFlag{Name: "budget", Usage: "largest output `SIZE` (4.5GiB, 1.2GB): choose each eligible tensor's type for the least measured error; no --type"},
+			&cli.Float64Flag{Name: "bpw", Usage: "like --budget, as at most `N` bits per weight over the whole model"},
+			&cli.StringFlag{Name: "budget-types", Usage: "comma-separated candidate `TYPES` for --budget/--bpw", DefaultText: budgetTypesDefault()},
+			&cli.StringFlag{Name: "budget-metric", Value: "relative", Usage: "`METRIC` the budget minimises: relative (each tensor's error over its weights) or absolute"},
+			&cli.StringFlag{Name: "write-rules", Usage: "with --budget/--bpw: write the chosen types as --tensor-type-rules text to `FILE`"},
+			&cli.StringFlag{Name: "write-type-file", Usage: "with --budget/--bpw: write the chosen types as a llama.cpp --tensor-type-file to `FILE`"},
 			threadsFlag("`N` worker threads"),
 			maxMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
@@ -57,6 +65,7 @@ func init() {
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q8_0.gguf --type q8_0 --tensor-type 'attn2\\.to_[kv]=f16' --metadata general.name=tiny",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-budget.gguf --budget 2MiB --write-type-file tiny-budget.types.txt --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
 	)
 }
@@ -80,12 +89,20 @@ func runQuantize(c *cli.Context) error {
 		GroupSize:       c.Int("convrot-group-size"),
 		Metadata:        c.StringSlice("metadata"),
 		MetadataPreset:  c.String("metadata-preset"),
+		TensorTypeFile:  c.String("tensor-type-file"),
+		TypesFrom:       c.String("types-from"),
 		Log:             slog.Default(),
 	}
-	plan, _, err := quantize.Plan(opts)
+	if err := budgetOptions(c, opts); err != nil {
+		return err
+	}
+	plan, res, err := quantize.Plan(opts)
 	if err != nil {
 		return err
 	}
 	defer plan.Close()
+	if err := writeRecipe(c, res); err != nil {
+		return err
+	}
 	return writePlan(c, plan, "quantize")
 }
