@@ -32,7 +32,14 @@ func init() {
 			"GGUF outputs keep every dim, get general.architecture (ComfyUI-GGUF's name), general.file_type,\n" +
 			"general.quantization_version=2, quantize.imatrix.* and comfy.gguf.orig_shape.* for folded (>4-D)\n" +
 			"or --reshape-conv tensors. The plan says which of sd.cpp, ComfyUI-GGUF and ggml can load the\n" +
-			"output (types, name lengths, dims); --strict refuses when a --target cannot.",
+			"output (types, name lengths, dims); --strict refuses when a --target cannot.\n\n" +
+			"--budget SIZE (or --bpw N), without --type, measures every eligible tensor's error in each\n" +
+			"--budget-types candidate (streamed in bounded chunks; columns weighted by --imatrix) and gives\n" +
+			"each tensor the type that buys the most error reduction per byte, so that the file fits SIZE\n" +
+			"(header included); tensors kept in high precision stay so and --tensor-type rules pin tensors.\n" +
+			"--write-rules and --write-type-file save the choice as --tensor-type-rules text and as a\n" +
+			"llama.cpp --tensor-type-file (NAME=TYPE lines), which --tensor-type-file reads; --types-from\n" +
+			"OTHER.gguf copies another file's types (same tensor names).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf, or .safetensors for int8_convrot, int8, fp8_e4m3, fp8_e5m2)"},
 			&cli.StringFlag{Name: "type", Usage: "`TYPE` or mix from the table above"},
@@ -65,7 +72,7 @@ func init() {
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q8_0.gguf --type q8_0 --tensor-type 'attn2\\.to_[kv]=f16' --metadata general.name=tiny",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
-		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-budget.gguf --budget 2MiB --write-type-file tiny-budget.types.txt --dry-run",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-budget.gguf --budget 3MB --write-type-file tiny-budget.types.txt --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
 	)
 }
