@@ -76,9 +76,59 @@ type BudgetReport struct {
 	Optimal bool
 	// Tensors lists the eligible tensors in plan order.
 	Tensors []BudgetTensor
+	// Mixes are the fixed mixes whose every type was measured, as the
+	// same measurement prices them, for comparison.
+	Mixes []MixPrice
 	// Measured counts the elements measured and Elapsed the time it took.
 	Measured int64
 	Elapsed  time.Duration
+}
+
+// MixPrice is a fixed mix's predicted file size and error.
+type MixPrice struct {
+	Name      string
+	FileBytes int64
+	Error     float64
+}
+
+// comparedMixes are the mixes a budget prices beside its own choice.
+var comparedMixes = []string{"Q3_K_M", "Q4_K_S", "Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0"}
+
+// priceMixes predicts each compared mix's size and error from the
+// measurements, when every type the mix picks for an allocated tensor was
+// measured for it.
+func (b *builder) priceMixes(inputs []mix.Input, elig []budgetTensor, meas []measured, fileFixed int64) []MixPrice {
+	var out []MixPrice
+	for _, name := range comparedMixes {
+		f, err := mix.Parse(name)
+		if err != nil {
+			continue
+		}
+		choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, ReshapeConv: b.opts.ReshapeConv})
+		if err != nil {
+			continue
+		}
+		p := MixPrice{Name: name, FileBytes: fileFixed}
+		ok := true
+		for i, e := range elig {
+			if e.pinned {
+				continue
+			}
+			found := false
+			for _, c := range meas[i].cands {
+				if c.Type == choices[e.index].Type {
+					p.FileBytes += align32(c.Bytes)
+					p.Error += c.Err
+					found = true
+				}
+			}
+			ok = ok && found
+		}
+		if ok {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // BudgetTensor is one eligible tensor's choice.
@@ -290,9 +340,10 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 			return fmt.Errorf("%s: --budget %s is below the smallest file the candidates allow, %s (%s of it in tensors kept in high precision, pinned tensors and the header)",
 				b.opts.Input, limit, pipeline.HumanBytes(fileFixed+least), pipeline.HumanBytes(fileFixed))
 		}
-		return fmt.Errorf("%s: --bpw %s is below the smallest the candidates allow, %.3f bits per weight", b.opts.Input, limit, float64(dataFixed+least)*8/float64(probe.params))
+		return fmt.Errorf("%s: --bpw %g is below the smallest the candidates allow, %.3f bits per weight", b.opts.Input, bo.BPW, float64(dataFixed+least)*8/float64(probe.params))
 	}
 	rep.Optimal = a.Breakpoint
+	rep.Mixes = b.priceMixes(inputs, elig, meas, fileFixed)
 	chosen := map[string]formats.DType{}
 	chosenErr := map[string]float64{}
 	for k, i := range alloc {
@@ -450,6 +501,9 @@ func budgetNotes(r *BudgetReport) []string {
 	}
 	if r.Optimal {
 		out = append(out, "budget: no choice of at most these bytes has less predicted error")
+	}
+	for _, m := range r.Mixes {
+		out = append(out, fmt.Sprintf("budget: %-6s for comparison: file %s (%d bytes), %s error %.4g", m.Name, pipeline.HumanBytes(m.FileBytes), m.FileBytes, r.Metric, m.Error))
 	}
 	return out
 }

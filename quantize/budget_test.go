@@ -254,6 +254,20 @@ func TestRecipeRoundTrip(t *testing.T) {
 	out := filepath.Join(dir, "budget.gguf")
 	res := run(t, Options{Input: tinyPath, Output: out, Budget: &Budget{Bytes: 3_000_000}}, pipeline.Options{Threads: 2})
 	want := typesOf(res)
+	// The fixed mixes priced beside the choice have the sizes their plans have.
+	for _, mp := range res.Budget.Mixes {
+		o := Options{Input: tinyPath, Output: filepath.Join(dir, "mix.gguf"), Type: mp.Name}
+		p, err := quantizeRun(context.Background(), &o, pipeline.Options{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size, err := planFileSize(p.Plan); err != nil || size != mp.FileBytes {
+			t.Errorf("%s: plan writes %d bytes (%v), priced at %d", mp.Name, size, err, mp.FileBytes)
+		}
+	}
+	if len(res.Budget.Mixes) < 4 {
+		t.Errorf("only %d mixes priced", len(res.Budget.Mixes))
+	}
 	rc := res.Recipe()
 	if len(rc) == 0 {
 		t.Fatal("empty recipe")
