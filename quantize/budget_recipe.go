@@ -86,6 +86,11 @@ func readTypeFile(path string) ([]typeFileEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--tensor-type-file: %w", err)
 	}
+	return parseTypeFile(path, data)
+}
+
+// parseTypeFile parses the contents of a --tensor-type-file named path.
+func parseTypeFile(path string, data []byte) ([]typeFileEntry, error) {
 	var out []typeFileEntry
 	for n, item := range strings.Fields(string(data)) {
 		i := strings.LastIndexByte(item, '=')

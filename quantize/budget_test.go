@@ -328,3 +328,38 @@ func TestTypeFileAnchorsSubstrings(t *testing.T) {
 		t.Errorf("type file\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// FuzzTypeFile feeds arbitrary text to the --tensor-type-file parser: an
+// error or entries with writable types, and a recipe written out parses
+// back to the same names' types.
+func FuzzTypeFile(f *testing.F) {
+	for _, s := range []string{"a.weight=q4_K\nb.weight=f16\n", "^a\\.weight$=q8_0", "x=", "=q4_K", "a=b=q6_K", "(?=x)=q8_0", "# c\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		entries, err := parseTypeFile("fuzz.txt", []byte(s))
+		if err != nil {
+			return
+		}
+		var rc Recipe
+		for _, e := range entries {
+			if !e.typ.IsGGML() || !e.typ.InLinkedGGML() {
+				t.Fatalf("%q gave type %v", s, e.typ)
+			}
+			rc = append(rc, RecipeEntry{Name: e.name, Type: e.typ})
+		}
+		var b bytes.Buffer
+		if err := rc.WriteTypeFile(&b); err != nil {
+			return
+		}
+		back, err := parseTypeFile("back.txt", b.Bytes())
+		if err != nil || len(back) != len(rc) {
+			t.Fatalf("written %q does not parse back: %v", b.String(), err)
+		}
+		for i := range back {
+			if back[i].typ != rc[i].Type {
+				t.Fatalf("entry %d: %v back as %v", i, rc[i].Type, back[i].typ)
+			}
+		}
+	})
+}
