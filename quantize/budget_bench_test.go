@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -42,8 +43,20 @@ func peakRSS() func() float64 {
 // (the issue asks for under 2: less than quantizing twice per candidate)
 // and the peak RSS of each. SDTOOL_BENCH_MODEL names the model (default
 // the tiny SD1); SDTOOL_BENCH_DIR where the quantized copies go (default
-// a temporary folder; each is removed at once).
+// a temporary folder; each is removed at once); SDTOOL_BENCH_TYPES, a
+// comma-separated list, the candidates (default DefaultCandidates).
 func BenchmarkBudgetVsQuantizing(b *testing.B) {
+	cands := DefaultCandidates
+	if s := os.Getenv("SDTOOL_BENCH_TYPES"); s != "" {
+		cands = nil
+		for _, name := range strings.Split(s, ",") {
+			t, err := formats.LookupType(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cands = append(cands, t)
+		}
+	}
 	model := os.Getenv("SDTOOL_BENCH_MODEL")
 	if model == "" {
 		model = tinyPath
@@ -58,7 +71,7 @@ func BenchmarkBudgetVsQuantizing(b *testing.B) {
 	for range b.N {
 		read := peakRSS()
 		start := time.Now()
-		opts := Options{Input: model, Output: filepath.Join(dir, "budget.gguf"), Budget: &Budget{Bytes: 1 << 40, Threads: threads}}
+		opts := Options{Input: model, Output: filepath.Join(dir, "budget.gguf"), Budget: &Budget{Bytes: 1 << 40, Threads: threads, Candidates: cands}}
 		p, _, err := Plan(&opts)
 		if err != nil {
 			b.Fatal(err)
@@ -66,7 +79,7 @@ func BenchmarkBudgetVsQuantizing(b *testing.B) {
 		p.Close()
 		budgetTime += time.Since(start)
 		budgetRSS = max(budgetRSS, read())
-		for _, c := range DefaultCandidates {
+		for _, c := range cands {
 			out := filepath.Join(dir, "q-"+c.String()+".gguf")
 			read := peakRSS()
 			start := time.Now()
