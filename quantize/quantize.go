@@ -59,6 +59,14 @@ type Options struct {
 	// names its tensors: "llama.cpp" (the default; ComfyUI-GGUF's text
 	// loader needs them, sd.cpp converts them) or "sdcpp" (the input's).
 	TextEncoderNames string
+	// Budget, when set, chooses every eligible tensor's type to fit a
+	// size with the least measured error (budget.go); --type stays empty.
+	Budget *Budget
+	// TensorTypeFile is a llama.cpp --tensor-type-file (NAME=TYPE items)
+	// giving eligible tensors their types, under the --tensor-type rules.
+	TensorTypeFile string
+	// TypesFrom is a GGUF whose per-tensor types are copied (same names).
+	TypesFrom string
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
 }
@@ -85,6 +93,9 @@ type Report struct {
 	// Dequantized counts the input's ggml-quantized tensors decoded to a
 	// float --type (no --allow-requantize needed: nothing is quantized again).
 	Dequantized int
+
+	// Budget is what a --budget or --bpw allocation chose (nil without one).
+	Budget *BudgetReport
 
 	reshaped int            // outputs stored with another shape
 	modules  map[string]int // ComfyUI modules written, by type name
@@ -142,6 +153,10 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if opts.Output == "" {
 		return nil, nil, errors.New("no output: give -o OUT.gguf (or OUT.safetensors for the ComfyUI types)")
 	}
+	opts, err := checkRecipeOptions(opts)
+	if err != nil {
+		return nil, nil, err
+	}
 	if opts.Type == "" {
 		return nil, nil, errors.New("no --type (see sdtool quantize --help for the table)")
 	}
@@ -189,6 +204,8 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	}
 	if res.Format == "safetensors" {
 		switch {
+		case opts.TensorTypeFile != "" || opts.TypesFrom != "":
+			return nil, nil, fmt.Errorf("--tensor-type-file and --types-from apply to GGUF outputs, not %s", ct)
 		case opts.Pure:
 			return nil, nil, fmt.Errorf("--pure applies to GGUF types, not %s", ct)
 		case len(opts.Imatrix) > 0:
@@ -251,12 +268,15 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if res.Format == "safetensors" {
 		err = b.planConvrot(ct, comfyRules)
 	} else {
-		err = b.planGGUF(ft, override)
+		err = b.planGGUFRecipe(ft, override, userMeta)
 	}
 	if err != nil {
 		return fail(err)
 	}
 	b.metadata(userMeta)
+	if err := b.finishBudget(); err != nil {
+		return fail(err)
+	}
 	if err := plan.Check(); err != nil {
 		return fail(err)
 	}
@@ -284,7 +304,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 			}
 		}
 	}
-	plan.Notes = append(notes(res), unmatched...)
+	plan.Notes = append(append(notes(res), budgetNotes(res.Budget)...), unmatched...)
 	return plan, res, nil
 }
 

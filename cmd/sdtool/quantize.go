@@ -35,7 +35,14 @@ func init() {
 			"GGUF outputs keep every dim, get general.architecture (ComfyUI-GGUF's name), general.file_type,\n" +
 			"general.quantization_version=2, quantize.imatrix.* and comfy.gguf.orig_shape.* for folded (>4-D)\n" +
 			"or --reshape-conv tensors. The plan says which of sd.cpp, ComfyUI-GGUF and ggml can load the\n" +
-			"output (types, name lengths, dims); --strict refuses when a --target cannot.",
+			"output (types, name lengths, dims); --strict refuses when a --target cannot.\n\n" +
+			"--budget SIZE (or --bpw N), without --type, measures every eligible tensor's error in each\n" +
+			"--budget-types candidate (streamed in bounded chunks; columns weighted by --imatrix) and gives\n" +
+			"each tensor the type that buys the most error reduction per byte, so that the file fits SIZE\n" +
+			"(header included); tensors kept in high precision stay so and --tensor-type rules pin tensors.\n" +
+			"--write-rules and --write-type-file save the choice as --tensor-type-rules text and as a\n" +
+			"llama.cpp --tensor-type-file (NAME=TYPE lines), which --tensor-type-file reads; --types-from\n" +
+			"OTHER.gguf copies another file's types (same tensor names).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf, or .safetensors for int8_convrot, int8, fp8_e4m3, fp8_e5m2)"},
 			&cli.StringFlag{Name: "type", Usage: "`TYPE` or mix from the table above"},
@@ -43,6 +50,8 @@ func init() {
 			&cli.StringSliceFlag{Name: "tensor-type", Usage: "`REGEX=TYPE` for matching eligible tensors (repeatable; the last match wins)"},
 			&cli.StringFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"` as sd.cpp reads them (the first match wins); not with --tensor-type"},
 			&cli.StringSliceFlag{Name: "imatrix", Usage: "importance matrix `FILE` (.dat or GGUF; repeatable)"},
+			&cli.StringFlag{Name: "tensor-type-file", Usage: "llama.cpp `FILE` of NAME=TYPE items for eligible tensors (the first match wins; --tensor-type rules override it)"},
+			&cli.StringFlag{Name: "types-from", Usage: "copy every eligible tensor's type from this `GGUF` (same tensor names)"},
 			&cli.BoolFlag{Name: "allow-requantize", Usage: "accept ggml-quantized inputs for a quantized --type (dequantized first; quality suffers); a float --type (F16, BF16, F32) needs no flag"},
 			&cli.BoolFlag{Name: "reshape-conv", Usage: "sd1/sdxl: store tensors as rows of 256 so k-quants apply (ComfyUI-GGUF only; sd.cpp cannot load it)"},
 			&cli.StringSliceFlag{Name: "target", Usage: "`CONSUMER` to check: sdcpp, comfyui, ggml or all (repeatable or comma-separated; default all)"},
@@ -51,6 +60,12 @@ func init() {
 			&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string written into the output's metadata (repeatable)"},
 			&cli.StringFlag{Name: "metadata-preset", Value: "default", Usage: "`PRESET`: default (architecture, file type, imatrix keys, input GGUF keys) or none"},
 			&cli.StringFlag{Name: "te-names", Value: "llama.cpp", Usage: "`NAMES` of a standalone T5/UMT5/Qwen text encoder's GGUF tensors: llama.cpp (ComfyUI-GGUF's text loader needs them; sd.cpp reads them too) or sdcpp (the input's)"},
+			&cli.StringFlag{Name: "budget", Usage: "largest output `SIZE` (4.5GiB, 1.2GB): choose each eligible tensor's type for the least measured error; no --type"},
+			&cli.Float64Flag{Name: "bpw", Usage: "like --budget, as at most `N` bits per weight over the whole model"},
+			&cli.StringFlag{Name: "budget-types", Usage: "comma-separated candidate `TYPES` for --budget/--bpw", DefaultText: budgetTypesDefault()},
+			&cli.StringFlag{Name: "budget-metric", Value: "relative", Usage: "`METRIC` the budget minimises: relative (each tensor's error over its weights) or absolute"},
+			&cli.StringFlag{Name: "write-rules", Usage: "with --budget/--bpw: write the chosen types as --tensor-type-rules text to `FILE`"},
+			&cli.StringFlag{Name: "write-type-file", Usage: "with --budget/--bpw: write the chosen types as a llama.cpp --tensor-type-file to `FILE`"},
 			threadsFlag("`N` worker threads"),
 			maxMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
@@ -61,6 +76,7 @@ func init() {
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q8_0.gguf --type q8_0 --tensor-type 'attn2\\.to_[kv]=f16' --metadata general.name=tiny",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-budget.gguf --budget 3MB --write-type-file tiny-budget.types.txt --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
 	)
 }
@@ -85,12 +101,20 @@ func runQuantize(c *cli.Context) error {
 		Metadata:         c.StringSlice("metadata"),
 		MetadataPreset:   c.String("metadata-preset"),
 		TextEncoderNames: c.String("te-names"),
+		TensorTypeFile:   c.String("tensor-type-file"),
+		TypesFrom:        c.String("types-from"),
 		Log:              slog.Default(),
 	}
-	plan, _, err := quantize.Plan(opts)
+	if err := budgetOptions(c, opts); err != nil {
+		return err
+	}
+	plan, res, err := quantize.Plan(opts)
 	if err != nil {
 		return err
 	}
 	defer plan.Close()
+	if err := writeRecipe(c, res); err != nil {
+		return err
+	}
 	return writePlan(c, plan, "quantize")
 }

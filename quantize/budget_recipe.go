@@ -1,0 +1,209 @@
+package quantize
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quant/mix"
+)
+
+// Recipe is the type of every eligible tensor of one output, in plan
+// order: what --dry-run of a budget writes out for others to reuse.
+type Recipe []RecipeEntry
+
+// RecipeEntry is one tensor's type in a Recipe.
+type RecipeEntry struct {
+	Name string
+	Type formats.DType
+}
+
+// Recipe returns the budget's choice as a Recipe (nil without a budget).
+func (r *Report) Recipe() Recipe {
+	if r.Budget == nil {
+		return nil
+	}
+	out := make(Recipe, len(r.Budget.Tensors))
+	for i, t := range r.Budget.Tensors {
+		out[i] = RecipeEntry{Name: t.Name, Type: t.Type}
+	}
+	return out
+}
+
+// Rules returns the recipe as --tensor-type-rules text (sd.cpp's syntax,
+// the first match wins): one anchored, escaped pattern per tensor.
+func (rc Recipe) Rules() string {
+	items := make([]string, len(rc))
+	for i, e := range rc {
+		items[i] = "^" + regexp.QuoteMeta(e.Name) + "$=" + e.Type.String()
+	}
+	return strings.Join(items, ",")
+}
+
+// WriteTypeFile writes the recipe as a llama.cpp --tensor-type-file: one
+// NAME=TYPE per line. llama-quantize lower-cases each name, searches it as
+// a regular expression in every tensor name and takes the first match, so
+// a name that occurs inside a longer one listed later is written anchored
+// (^NAME$) to keep it from claiming that tensor.
+func (rc Recipe) WriteTypeFile(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	for i, e := range rc {
+		name := e.Name
+		for _, later := range rc[i+1:] {
+			if strings.Contains(strings.ToLower(later.Name), strings.ToLower(e.Name)) {
+				name = "^" + regexp.QuoteMeta(e.Name) + "$"
+				break
+			}
+		}
+		if strings.ContainsAny(name, " \t\r\n") {
+			return fmt.Errorf("tensor %q: a name with white space cannot go into a --tensor-type-file", e.Name)
+		}
+		fmt.Fprintf(bw, "%s=%s\n", name, e.Type)
+	}
+	return bw.Flush()
+}
+
+// typeFileEntry is one NAME=TYPE of a --tensor-type-file.
+type typeFileEntry struct {
+	name string
+	re   *regexp.Regexp
+	typ  formats.DType
+}
+
+// readTypeFile reads a llama.cpp --tensor-type-file: NAME=TYPE items
+// separated by white space (no comments, as llama-quantize reads it).
+// A NAME matches a tensor of exactly that name, or else, as a regular
+// expression searched in the name, as llama-quantize matches it; the first
+// matching item wins.
+func readTypeFile(path string) ([]typeFileEntry, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--tensor-type-file: %w", err)
+	}
+	return parseTypeFile(path, data)
+}
+
+// parseTypeFile parses the contents of a --tensor-type-file named path.
+func parseTypeFile(path string, data []byte) ([]typeFileEntry, error) {
+	var out []typeFileEntry
+	for n, item := range strings.Fields(string(data)) {
+		i := strings.LastIndexByte(item, '=')
+		if i <= 0 || i == len(item)-1 {
+			return nil, fmt.Errorf("%s: item %d %q: want NAME=TYPE", path, n+1, item)
+		}
+		t, err := parseGGMLRuleType(item[i+1:])
+		if err != nil {
+			return nil, fmt.Errorf("%s: item %d %q: %v", path, n+1, item, err)
+		}
+		re, err := pipeline.CompilePattern(item[:i])
+		if err != nil {
+			return nil, fmt.Errorf("%s: item %d %q: %v", path, n+1, item, err)
+		}
+		out = append(out, typeFileEntry{name: item[:i], re: re, typ: t})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no NAME=TYPE items", path)
+	}
+	return out, nil
+}
+
+// recipeOverride returns the override --tensor-type-file or --types-from
+// gives (nil when neither is set), checked against the input's tensors.
+func (b *builder) recipeOverride() (mix.Override, error) {
+	switch {
+	case b.opts.TensorTypeFile != "":
+		entries, err := readTypeFile(b.opts.TensorTypeFile)
+		if err != nil {
+			return nil, err
+		}
+		exact := map[string]formats.DType{}
+		for _, e := range entries {
+			if _, dup := exact[e.name]; !dup {
+				exact[e.name] = e.typ
+			}
+		}
+		names := make([]string, len(b.dm.Sources))
+		for i, s := range b.dm.Sources {
+			names[i] = s.Name
+		}
+		for _, e := range entries {
+			if !slices.ContainsFunc(names, e.re.MatchString) {
+				w := fmt.Sprintf("%s: %s=%s matches no tensor of %s", b.opts.TensorTypeFile, e.name, e.typ, b.opts.Input)
+				b.log.Warn(w)
+				b.res.Warnings = append(b.res.Warnings, w)
+			}
+		}
+		return func(name string) (formats.DType, bool) {
+			if t, ok := exact[name]; ok {
+				return t, true
+			}
+			for _, e := range entries {
+				if e.re.MatchString(name) {
+					return e.typ, true
+				}
+			}
+			return 0, false
+		}, nil
+	case b.opts.TypesFrom != "":
+		return b.typesFrom(b.opts.TypesFrom)
+	}
+	return nil, nil
+}
+
+// typesFrom reads another GGUF's type per tensor name and refuses a file
+// whose tensor names are not the input's.
+func (b *builder) typesFrom(path string) (mix.Override, error) {
+	if pipeline.SameFile(path, b.opts.Output) {
+		return nil, fmt.Errorf("--types-from %s is the output", path)
+	}
+	m, err := formats.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--types-from: %w", err)
+	}
+	defer m.Close()
+	if f := m.Info().Format; f != "gguf" {
+		return nil, fmt.Errorf("--types-from %s: want a GGUF file, this is %s", path, f)
+	}
+	types := map[string]formats.DType{}
+	for _, t := range m.Tensors() {
+		types[t.Name] = t.Type
+	}
+	have := map[string]bool{}
+	var missing, extra []string
+	for _, s := range b.dm.Sources {
+		have[s.Name] = true
+		if _, ok := types[s.Name]; !ok && s.Tensor.Type.IsGGML() {
+			missing = append(missing, s.Name)
+		}
+	}
+	for _, t := range m.Tensors() {
+		if !have[t.Name] {
+			extra = append(extra, t.Name)
+		}
+	}
+	if len(missing) > 0 || len(extra) > 0 {
+		var parts []string
+		if len(missing) > 0 {
+			parts = append(parts, fmt.Sprintf("%s of %s not in it (first %q)", pipeline.Count(len(missing), "tensor", "tensors"), b.opts.Input, missing[0]))
+		}
+		if len(extra) > 0 {
+			parts = append(parts, fmt.Sprintf("%s of its own not in %s (first %q)", pipeline.Count(len(extra), "tensor", "tensors"), b.opts.Input, extra[0]))
+		}
+		return nil, fmt.Errorf("--types-from %s: tensor names differ from the input's: %s; the type map can only be copied between files with the same tensors", path, strings.Join(parts, ", "))
+	}
+	for name, t := range types {
+		if !t.IsGGML() || !t.InLinkedGGML() {
+			return nil, fmt.Errorf("--types-from %s: tensor %q: type %s cannot be written", path, name, t)
+		}
+	}
+	return func(name string) (formats.DType, bool) {
+		t, ok := types[name]
+		return t, ok
+	}, nil
+}
