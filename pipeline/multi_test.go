@@ -59,9 +59,9 @@ func ladderModel(t *testing.T) *countingModel {
 }
 
 // ladderPlans returns three plans over m that differ the way a ladder's
-// rungs do: toy-quantized weights, weights as F32 with a marker tensor
-// after each, and a destructive encoder with copied biases and b.weight
-// stored with rows of 96 instead of 32.
+// rungs do: a destructive encoder with b.weight stored with rows of 96
+// instead of 32, weights as F32 with a marker tensor after each, and
+// toy-quantized weights with copied biases.
 func ladderPlans(m formats.Model, dir string) []*Plan {
 	var plans []*Plan
 	for k := range 3 {
@@ -71,15 +71,15 @@ func ladderPlans(m formats.Model, dir string) []*Plan {
 			s := tensor.Plain(m, tt)
 			weight := strings.HasSuffix(tt.Name, ".weight")
 			switch {
-			case k == 0 && weight:
+			case k == 2 && weight:
 				p.Outputs = append(p.Outputs, Output{Name: tt.Name, Type: toyType, Shape: tt.Shape, Producer: Convert(s, toyType, encodeToy), Source: &src})
 			case k == 1 && weight:
 				p.Outputs = append(p.Outputs,
 					Output{Name: tt.Name, Type: formats.F32, Shape: tt.Shape, Producer: Convert(s, formats.F32, encodeF32), Source: &src},
 					Output{Name: tt.Name + ".marker", Type: formats.U8, Shape: []int64{3}, Producer: Constant([]byte{1, 2, 3})})
-			case k == 2 && tt.Name == "b.weight":
+			case k == 0 && tt.Name == "b.weight":
 				p.Outputs = append(p.Outputs, Output{Name: tt.Name, Type: toyType, Shape: []int64{120, 96}, Producer: Convert(s, toyType, encodeNegToy), Source: &src})
-			case k == 2 && weight:
+			case k == 0 && weight:
 				p.Outputs = append(p.Outputs, Output{Name: tt.Name, Type: toyType, Shape: tt.Shape, Producer: Convert(s, toyType, encodeNegToy), Source: &src})
 			case tt.Type == formats.F16 && k == 1:
 				p.Outputs = append(p.Outputs, Output{Name: tt.Name, Type: formats.F32, Shape: tt.Shape, Producer: Convert(s, formats.F32, encodeF32), Source: &src})

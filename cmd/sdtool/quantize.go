@@ -32,7 +32,12 @@ func init() {
 			"GGUF outputs keep every dim, get general.architecture (ComfyUI-GGUF's name), general.file_type,\n" +
 			"general.quantization_version=2, quantize.imatrix.* and comfy.gguf.orig_shape.* for folded (>4-D)\n" +
 			"or --reshape-conv tensors. The plan says which of sd.cpp, ComfyUI-GGUF and ggml can load the\n" +
-			"output (types, name lengths, dims); --strict refuses when a --target cannot.",
+			"output (types, name lengths, dims); --strict refuses when a --target cannot.\n\n" +
+			"A ladder: --type Q8_0,Q6_K,...,int8_convrot (a comma-separated list) with -o 'DIR/NAME-{type}.{ext}'\n" +
+			"reads and decodes each input tensor once and writes every file in one pass ({ext} is gguf or\n" +
+			"safetensors as the type needs), then DIR/manifest.json: each file's type, size, bits per weight,\n" +
+			"sha256 and the consumers that load it (docs/ladder-manifest.md). Memory in flight is the number of\n" +
+			"files times --max-memory; a failure or Ctrl-C removes every partial file.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf, or .safetensors for int8_convrot, int8, fp8_e4m3, fp8_e5m2)"},
 			&cli.StringFlag{Name: "type", Usage: "`TYPE` or mix from the table above"},
@@ -58,6 +63,7 @@ func init() {
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q8_0.gguf --type q8_0 --tensor-type 'attn2\\.to_[kv]=f16' --metadata general.name=tiny",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
+		"sdtool quantize testdata/tiny-sd1.safetensors --type Q8_0,Q6_K,Q4_K_M,Q2_K,int8_convrot -o 'tiny-{type}.{ext}'",
 	)
 }
 
@@ -81,6 +87,9 @@ func runQuantize(c *cli.Context) error {
 		Metadata:        c.StringSlice("metadata"),
 		MetadataPreset:  c.String("metadata-preset"),
 		Log:             slog.Default(),
+	}
+	if quantize.IsLadder(opts.Type) {
+		return runLadder(c, opts)
 	}
 	plan, _, err := quantize.Plan(opts)
 	if err != nil {
