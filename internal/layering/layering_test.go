@@ -36,7 +36,7 @@ var layers = []struct {
 	{"adapters (LoRA and its kin) over a base's tensors", []string{"lora"}},
 	{"the writing engine", []string{"pipeline"}},
 	{"parts of inference", []string{"infer/*"}},
-	{"commands", []string{"convert", "quantize", "merge", "inspect", "infer", "internal/synth"}},
+	{"commands", []string{"convert", "quantize", "merge", "inspect", "infer", "internal/synth", "report"}},
 	{"command support", []string{"cmd/sdtool/internal/*", "internal/benchutil", "internal/layering"}},
 	{"programs", []string{"cmd/sdtool", "internal/synth/cmd/*"}},
 }
