@@ -211,6 +211,10 @@ func Write(w io.Writer, r *Report) error {
 		}
 		v.Prompts = append(v.Prompts, pv)
 	}
+	var blockScale, tensorScale float64
+	for _, f := range r.Files {
+		blockScale, tensorScale = max(blockScale, largest(f.Blocks)), max(tensorScale, largest(f.Tensors))
+	}
 	for _, f := range r.Files {
 		tensors := slices.Clone(f.Tensors)
 		slices.SortStableFunc(tensors, func(a, b Bar) int { return cmp.Compare(b.Value, a.Value) })
@@ -220,8 +224,8 @@ func Write(w io.Writer, r *Report) error {
 		v.Files = append(v.Files, fileView{
 			Name: f.Name, Type: f.Type, Size: size(f.Size), BPW: fmt.Sprintf("%.2f", f.BitsPerWeight),
 			PSNR: db(f.PSNR()), SSIM: fmt.Sprintf("%.4f", f.SSIM()),
-			Blocks:  bars("per-block error: relative RMSE of each block's output at step 1", f.Blocks),
-			Tensors: bars(fmt.Sprintf("per-tensor error: relative error of the %d worst weights", len(tensors)), tensors),
+			Blocks:  bars("per-block error: relative RMSE of each block's output at step 1", f.Blocks, blockScale),
+			Tensors: bars(fmt.Sprintf("per-tensor error: relative error of the %d worst weights", len(tensors)), tensors, tensorScale),
 		})
 	}
 	v.Chart = chart(r.Files)

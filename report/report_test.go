@@ -2,18 +2,16 @@ package report
 
 import (
 	"bytes"
-	"context"
 	"image"
 	"image/color"
-	"image/png"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/sdtool/sdtool/report/reporttest"
 )
 
 // testImage is a 64x64 picture: a gradient with a disc, shifted by k.
@@ -110,24 +108,10 @@ func TestDiffMap(t *testing.T) {
 	}
 }
 
-// Chromium finds a headless browser: $SDTOOL_CHROMIUM, or Debian's
-// chromium on PATH; "" when there is none.
-func Chromium() string {
-	if p := os.Getenv("SDTOOL_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(n); err == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // TestRenderedInChromium opens a report in headless Chromium and checks,
 // on the screenshot, that every image and chart drew something.
 func TestRenderedInChromium(t *testing.T) {
-	browser := Chromium()
+	browser := reporttest.Chromium()
 	if browser == "" {
 		t.Skip("no chromium (apt-get install chromium)")
 	}
@@ -143,113 +127,14 @@ func TestRenderedInChromium(t *testing.T) {
 	if d := os.Getenv("SDTOOL_REPORT_SHOT_DIR"); d != "" {
 		shot = filepath.Join(d, "shot.png")
 	}
-	boxes := Screenshot(t, browser, b.Bytes(), shot)
-	if want := len(r.Prompts)*(1+2*len(r.Files)) + 1 + 2*len(r.Files); len(boxes) != want {
-		t.Errorf("%d framed regions on the screenshot, want %d (every image and chart)", len(boxes), want)
-	}
-}
-
-// marker frames every image and chart in a colour the report never uses,
-// apart from its neighbours, so that the screenshot shows where each is.
-const marker = `<style>img.shot, div.chart > svg { outline: 2px solid #ff00ff; outline-offset: 1px; margin: 12px; }</style>`
-
-// Screenshot renders page in browser with the marker frames, writes the
-// screenshot to shot, and returns the frames it found, failing the test
-// for any whose inside is blank (a single colour).
-func Screenshot(t *testing.T, browser string, page []byte, shot string) []image.Rectangle {
-	t.Helper()
-	dir := filepath.Dir(shot)
-	html := filepath.Join(dir, "marked.html")
-	marked := bytes.Replace(page, []byte("</head>"), []byte(marker+"</head>"), 1)
-	if err := os.WriteFile(html, marked, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-		"--force-device-scale-factor=1", "--user-data-dir="+filepath.Join(dir, "profile"),
-		"--window-size=1400,4200", "--screenshot="+shot, "file://"+html)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", browser, err, out)
-	}
-	f, err := os.Open(shot)
+	frames, blank, err := reporttest.Screenshot(browser, b.Bytes(), shot)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatal(err)
+	if want := reporttest.Expected(len(r.Prompts), len(r.Files)); len(frames) != want {
+		t.Errorf("%d framed regions on the screenshot, want %d (every image and chart)", len(frames), want)
 	}
-	boxes := frames(img)
-	for _, r := range boxes {
-		in := r.Inset(4)
-		if in.Empty() {
-			t.Errorf("frame %v is too small", r)
-			continue
-		}
-		if uniform(img, in) {
-			t.Errorf("the region %v is blank", r)
-		}
+	for _, b := range blank {
+		t.Errorf("the region %v is blank", b)
 	}
-	return boxes
-}
-
-// isMarker reports the marker colour.
-func isMarker(c color.Color) bool {
-	r, g, b, _ := c.RGBA()
-	return r>>8 > 240 && g>>8 < 16 && b>>8 > 240
-}
-
-// frames returns the bounding boxes of the connected marker-coloured regions.
-func frames(img image.Image) []image.Rectangle {
-	bd := img.Bounds()
-	seen := make([]bool, bd.Dx()*bd.Dy())
-	var out []image.Rectangle
-	for y := bd.Min.Y; y < bd.Max.Y; y++ {
-		for x := bd.Min.X; x < bd.Max.X; x++ {
-			i := (y-bd.Min.Y)*bd.Dx() + x - bd.Min.X
-			if seen[i] || !isMarker(img.At(x, y)) {
-				continue
-			}
-			box := image.Rect(x, y, x+1, y+1)
-			stack := []image.Point{{x, y}}
-			seen[i] = true
-			for len(stack) > 0 {
-				p := stack[len(stack)-1]
-				stack = stack[:len(stack)-1]
-				box = box.Union(image.Rect(p.X, p.Y, p.X+1, p.Y+1))
-				for _, d := range []image.Point{{1, 0}, {-1, 0}, {0, 1}, {0, -1}} {
-					q := p.Add(d)
-					if !q.In(bd) {
-						continue
-					}
-					j := (q.Y-bd.Min.Y)*bd.Dx() + q.X - bd.Min.X
-					if !seen[j] && isMarker(img.At(q.X, q.Y)) {
-						seen[j] = true
-						stack = append(stack, q)
-					}
-				}
-			}
-			if box.Dx() >= 16 && box.Dy() >= 16 {
-				out = append(out, box)
-			}
-		}
-	}
-	return out
-}
-
-// uniform reports whether every pixel of r has nearly one colour.
-func uniform(img image.Image, r image.Rectangle) bool {
-	r0, g0, b0, _ := img.At(r.Min.X, r.Min.Y).RGBA()
-	differ := 0
-	for y := r.Min.Y; y < r.Max.Y; y++ {
-		for x := r.Min.X; x < r.Max.X; x++ {
-			r1, g1, b1, _ := img.At(x, y).RGBA()
-			if absDiff(uint8(r0>>8), uint8(r1>>8))+absDiff(uint8(g0>>8), uint8(g1>>8))+absDiff(uint8(b0>>8), uint8(b1>>8)) > 24 {
-				differ++
-			}
-		}
-	}
-	return differ < r.Dx()*r.Dy()/100
 }

@@ -75,8 +75,10 @@ func niceRange(lo, hi float64) (float64, float64) {
 	return lo - pad, hi + pad
 }
 
-// bars draws labelled horizontal bars, the longest for the largest value.
-func bars(title string, bs []Bar) template.HTML {
+// bars draws labelled horizontal bars on a scale whose full width is
+// scale (the largest value of every file, so that files compare); a
+// scale of 0 means the largest of bs.
+func bars(title string, bs []Bar, scale float64) template.HTML {
 	const w, label, row, top = 440, 170, 14, 20
 	h := top + row*max(1, len(bs)) + 6
 	var b strings.Builder
@@ -86,11 +88,9 @@ func bars(title string, bs []Bar) template.HTML {
 	if len(bs) == 0 {
 		fmt.Fprintf(&b, `<text x="4" y="%d" font-size="11" fill="#888">(none measured)</text>`, top+11)
 	}
-	var top1 float64
-	for _, x := range bs {
-		if !math.IsNaN(x.Value) && !math.IsInf(x.Value, 0) {
-			top1 = max(top1, x.Value)
-		}
+	top1 := scale
+	if top1 <= 0 {
+		top1 = largest(bs)
 	}
 	for i, x := range bs {
 		y := top + i*row
@@ -109,4 +109,15 @@ func bars(title string, bs []Bar) template.HTML {
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
+}
+
+// largest returns the largest finite value of bs, 0 for none.
+func largest(bs []Bar) float64 {
+	var m float64
+	for _, x := range bs {
+		if !math.IsNaN(x.Value) && !math.IsInf(x.Value, 0) {
+			m = max(m, x.Value)
+		}
+	}
+	return m
 }

@@ -37,7 +37,7 @@ var layers = []struct {
 	{"the writing engine", []string{"pipeline"}},
 	{"parts of inference", []string{"infer/*"}},
 	{"commands", []string{"convert", "quantize", "merge", "inspect", "infer", "internal/synth", "report"}},
-	{"command support", []string{"cmd/sdtool/internal/*", "internal/benchutil", "internal/layering"}},
+	{"command support", []string{"cmd/sdtool/internal/*", "internal/benchutil", "internal/layering", "report/*"}},
 	{"programs", []string{"cmd/sdtool", "internal/synth/cmd/*"}},
 }
 
