@@ -33,7 +33,7 @@ type Report struct {
 }
 
 // DefaultGain amplifies differences of a few levels of 255 into visible ones.
-const DefaultGain = 8
+const DefaultGain = 4
 
 // Prompt is one fixed prompt and seed with the source's image.
 type Prompt struct {

@@ -52,6 +52,7 @@ func chart(files []File) template.HTML {
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="12" text-anchor="middle" fill="#222">file size (MiB)</text>`, (left+w-right)/2, h-8)
 	fmt.Fprintf(&b, `<text x="14" y="%d" font-size="12" text-anchor="middle" fill="#222" transform="rotate(-90 14 %d)">mean PSNR (dB)</text>`, (top+h-bottom)/2, (top+h-bottom)/2)
+	var labels [][2]float64
 	for i := range files {
 		q := files[i].PSNR()
 		y := py(q)
@@ -60,7 +61,19 @@ func chart(files []File) template.HTML {
 		}
 		x := px(float64(files[i].Size) / (1 << 20))
 		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="5" fill="%s"/>`, x, y, pointColour)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="#222">%s</text>`, x+8, y+4, template.HTMLEscapeString(files[i].Type))
+		// Files of nearly one size and quality would print their names
+		// over each other: move a label down until it is clear.
+		ly := y + 4
+		for clash := true; clash; {
+			clash = false
+			for _, l := range labels {
+				if math.Abs(l[0]-x) < 70 && math.Abs(l[1]-ly) < 12 {
+					ly, clash = l[1]+12, true
+				}
+			}
+		}
+		labels = append(labels, [2]float64{x, ly})
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="#222">%s</text>`, x+8, ly, template.HTMLEscapeString(files[i].Type))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
