@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -167,4 +169,53 @@ func FuzzParseManifest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// countingModel counts the bytes read of every tensor.
+type countingModel struct {
+	formats.Model
+	mu   sync.Mutex
+	read map[string]int64
+}
+
+func (c *countingModel) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
+	n, err := c.Model.ReadTensorAt(t, p, off)
+	c.mu.Lock()
+	c.read[t.Name] += int64(n)
+	c.mu.Unlock()
+	return n, err
+}
+
+// An INT8 module's weight_scale comes from the scales its weight's
+// encoder found: each weight is read (and decoded) once.
+func TestInt8DecodesOnce(t *testing.T) {
+	m, err := formats.Open(tinyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	cm := &countingModel{Model: m, read: map[string]int64{}}
+	for _, typ := range []string{"int8_convrot", "int8"} {
+		clear(cm.read)
+		plan, rep, err := PlanModel(&Options{Output: filepath.Join(t.TempDir(), "x.safetensors"), Type: typ}, cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pipeline.Run(context.Background(), plan, pipeline.Options{Threads: 2, MaxMemory: 256 << 10}); err != nil {
+			t.Fatal(err)
+		}
+		plan.Close()
+		modules := 0
+		for _, o := range plan.Outputs {
+			if o.Source != nil && strings.HasSuffix(o.Name, ".weight") && o.Type == formats.I8 {
+				modules++
+				if got := cm.read[o.Source.Name]; got != o.Source.Size {
+					t.Errorf("%s: %s read %d bytes of %d", typ, o.Source.Name, got, o.Source.Size)
+				}
+			}
+		}
+		if modules == 0 || rep.Format != "safetensors" {
+			t.Fatalf("%s: %d INT8 weights planned", typ, modules)
+		}
+	}
 }
