@@ -31,7 +31,12 @@
 // cond_clip.go are the CLIP text encoders and the conditioning of the CLIP
 // families (SD 1.x/2.x, SDXL with its size vector); graph_unet.go and
 // net_unet.go the LDM UNet; graph_vae.go the KL VAE; model_config.go reads
-// their configuration from a checkpoint's shapes. A family plugs in with an
+// their configuration from a checkpoint's shapes. Flux.1 is family_flux.go
+// (its table entries), flux_config.go (the MMDiT's configuration),
+// graph_flux.go and net_flux.go (the MMDiT and its patch layout),
+// cond_flux.go (CLIP-L's pooled output and T5's context; graph_t5.go and
+// cond_t5.go are the T5 encoder) and schedule_flux.go (flow sigmas and
+// sd-cli's flux schedule). A family plugs in with an
 // entry in Families and, for new architectures, a conditioner, a network
 // and a schedule registered from init (see family.go).
 //

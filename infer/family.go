@@ -2,7 +2,11 @@ package infer
 
 import (
 	"fmt"
+	"sort"
 	"strings"
+
+	"github.com/sdtool/sdtool/family"
+	"github.com/sdtool/sdtool/formats"
 )
 
 // Model families. A family is data: how its tensors are recognised, which
@@ -24,9 +28,10 @@ import (
 //   - a schedule (schedules[Family.Schedule]): the sigmas and the timestep
 //     the network sees.
 //
-// The table is ordered: the first family whose markers match wins, so more
-// specific families come first. (Issue 12 moves detection into a family
-// package; everything here is already data for that.)
+// Which family a model is comes from the family table (package family,
+// family.Detect); each engine entry names its table ID, and among the
+// entries of one ID the first whose markers match wins, so more specific
+// entries come first.
 
 // Marker is one test on a model's tensors (their internal, sd.cpp names).
 type Marker struct {
@@ -80,6 +85,15 @@ type TextEncoder struct {
 	// token after the final norm, through text_projection when present)
 	// joins the conditioning vector.
 	Pooled bool
+	// NoProjection pools without text_projection even when the file has
+	// one (Flux's CLIP-L, whose pooled output sd.cpp leaves unprojected).
+	NoProjection bool
+	// Tokens is the encoder's sequence length when it is not CLIP's 77
+	// (Flux's T5: 256, as sd-cli pads it).
+	Tokens int
+	// Optional lets the model load without this encoder, as sd-cli does
+	// (it conditions on zeros in its place and warns).
+	Optional bool
 }
 
 // VectorPart is one piece of a conditioning vector, in order.
@@ -124,6 +138,10 @@ type Defaults struct {
 type Family struct {
 	// Name is the family's short name ("sd1", "sdxl").
 	Name string
+	// ID is the entry of the family table (package family) that this
+	// engine entry runs: detection is family.Detect's, and Match only
+	// tells apart the engine entries of one ID (the SDXL refiner).
+	ID string
 	// Title is its display name ("SD 1.x", "SDXL").
 	Title string
 	// Match lists alternative marker sets: the family matches when every
@@ -144,6 +162,10 @@ type Family struct {
 	EmptyNegativeZero bool
 	// VAE is the latent format.
 	VAE VAEFacts
+	// FlowShift is the timestep shift of a flow-matching schedule's
+	// timestep-to-sigma map (sd-cli's default --flow-shift: Flux dev 1.15,
+	// schnell 1); 0 for the discrete families.
+	FlowShift float32
 	// Defaults are sd-cli's defaults.
 	Defaults Defaults
 }
@@ -162,7 +184,7 @@ var sdDefaults = Defaults{Method: EulerAncestral, Scheduler: SchedulerDiscrete, 
 // Families is the family table, most specific first.
 var Families = []*Family{
 	{
-		Name: "sdxl", Title: "SDXL",
+		Name: "sdxl", ID: "sdxl", Title: "SDXL",
 		Match: [][]Marker{{
 			{Name: unetPrefix + "label_emb.0.0.weight", Dims: 2},
 			{Name: clipPrefix + "embeddings.token_embedding.weight"},
@@ -185,7 +207,7 @@ var Families = []*Family{
 		// (6 for the prompt, 2.5 for the negative, sgm's defaults).
 		// stable-diffusion.cpp does not run it (its detection finds no
 		// version for it).
-		Name: "sdxl-refiner", Title: "SDXL refiner",
+		Name: "sdxl-refiner", ID: "sdxl", Title: "SDXL refiner",
 		Match: [][]Marker{{
 			{Name: unetPrefix + "label_emb.0.0.weight", Dims: 2},
 			{Name: clipPrefix + "embeddings.token_embedding.weight"},
@@ -201,7 +223,7 @@ var Families = []*Family{
 		Defaults:   sdDefaults,
 	},
 	{
-		Name: "sd2", Title: "SD 2.x",
+		Name: "sd2", ID: "sd2", Title: "SD 2.x",
 		Match: [][]Marker{
 			{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: unetPrefix + "middle_block.1.proj_in.weight", Dims: 2}},
 			{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: clipPrefix + "embeddings.token_embedding.weight", Dim: 1, Value: 1024}},
@@ -213,7 +235,7 @@ var Families = []*Family{
 		Defaults: sdDefaults,
 	},
 	{
-		Name: "sd1", Title: "SD 1.x",
+		Name: "sd1", ID: "sd1", Title: "SD 1.x",
 		Match:       [][]Marker{{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: clipPrefix + "embeddings.token_embedding.weight"}}},
 		Encoders:    []TextEncoder{{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 1, FinalNorm: true, PadEOS: true, Hidden: true}},
 		Conditioner: "clip", Network: "unet", Schedule: "discrete",
@@ -233,11 +255,24 @@ func FamilyByName(name string) (*Family, bool) {
 	return nil, false
 }
 
-// DetectFamily returns the first family of the table whose markers match
-// the shapes (internal names), or an error naming what was looked for.
+// DetectFamily recognises the model with the family table
+// (family.Detect on the internal names and shapes) and returns the first
+// engine entry of that family whose markers match, or an error naming
+// what was found and what generate runs.
 func DetectFamily(sh map[string][]int64) (*Family, error) {
 	s := shapes(sh)
+	tensors := make([]formats.Tensor, 0, len(sh))
+	for n, d := range sh {
+		tensors = append(tensors, formats.Tensor{Name: n, Shape: d})
+	}
+	// Map order is random; detection reads names and shapes only, but its
+	// component order follows the input, so sort for stable messages.
+	sort.Slice(tensors, func(i, j int) bool { return tensors[i].Name < tensors[j].Name })
+	arch := family.Detect(tensors, nil)
 	for _, f := range Families {
+		if f.ID != arch.Name {
+			continue
+		}
 		for _, set := range f.Match {
 			ok := true
 			for _, mk := range set {
@@ -254,6 +289,9 @@ func DetectFamily(sh map[string][]int64) (*Family, error) {
 	names := make([]string, len(Families))
 	for i, f := range Families {
 		names[i] = f.Title
+	}
+	if ff := arch.Main(); ff != nil && ff.Kind == family.KindDiffusion {
+		return nil, fmt.Errorf("a %s model: generate runs %s only (sdtool converts and quantizes the others)", ff.Title, strings.Join(names, ", "))
 	}
 	return nil, fmt.Errorf("not a model family generate knows (%s): %s", strings.Join(names, ", "), missingHint(s))
 }

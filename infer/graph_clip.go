@@ -70,7 +70,7 @@ func (g *builder) clip(cfg *CLIPConfig, ids native.Tensor, pooledAt int) (hidden
 		last := g.layerNorm(x, p+"final_layer_norm", layerNormEps)
 		ne, nb := last.Ne(), last.Nb()
 		pooled = g.c.Cont(g.c.View(last, [4]int64{ne[0], 1, 1, 1}, nb[1], nb[1], nb[1], int64(pooledAt)*nb[1]))
-		if g.has(p + "text_projection") {
+		if cfg.Projection > 0 {
 			w := g.weight(p + "text_projection")
 			g.watch(w, pooled)
 			pooled = g.c.MulMat(w, pooled)

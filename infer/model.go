@@ -69,6 +69,12 @@ type network interface {
 	build(g *builder, in *netInput) (native.Tensor, []input, []blockTensor)
 }
 
+// outputMapper is a network whose graph output is not in the latent's
+// layout (a DiT's patch tokens); runNet maps it back.
+type outputMapper interface {
+	mapOutput(out []float32, in *netInput) []float32
+}
+
 // Model is a loaded model ready to generate.
 type Model struct {
 	// Path is the file that names the model (Components.Main).
@@ -81,6 +87,9 @@ type Model struct {
 	Config *ModelConfig
 	// Tokenizer is the CLIP tokenizer in use (nil for a family without CLIP).
 	Tokenizer *text.CLIPTokenizer
+	// T5Tokenizer is the T5 tokenizer of a family with a T5 encoder (nil
+	// when none was found: then only an empty prompt encodes).
+	T5Tokenizer *text.UnigramTokenizer
 	// LoadTime is how long loading took.
 	LoadTime time.Duration
 	// WeightBytes is the size of the ggml buffer holding the weights.
@@ -171,6 +180,15 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 			}
 		}
 	}
+	var t5tok *text.UnigramTokenizer
+	if cfg.T5 != nil {
+		if t5tok, err = loadT5Tokenizer(opt.T5Tokenizer, srcs); err != nil {
+			return nil, err
+		}
+		if t5tok != nil && t5tok.VocabSize() > cfg.T5.Vocab {
+			return nil, fmt.Errorf("%s: the T5 tokenizer has %d pieces, the T5 encoder's embedding %d rows", main, t5tok.VocabSize(), cfg.T5.Vocab)
+		}
+	}
 	be, err := native.NewCPUBackend(opt.Threads)
 	if err != nil {
 		return nil, err
@@ -180,7 +198,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		be.Free()
 		return nil, err
 	}
-	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, be: be, w: w,
+	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, T5Tokenizer: t5tok, be: be, w: w,
 		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size()}
 	defer func() {
 		if err != nil {
@@ -411,6 +429,9 @@ func (m *Model) runNet(in *netInput, blocks *[]BlockOutput) ([]float32, error) {
 		var err error
 		if out, err = o.F32(); err != nil {
 			return err
+		}
+		if om, ok := m.net.(outputMapper); ok {
+			out = om.mapOutput(out, in)
 		}
 		for _, b := range kept {
 			v, err := b.t.F32()

@@ -121,8 +121,12 @@ type ModelConfig struct {
 	UNet *UNetConfig
 	// Text are the CLIP text encoders, in the family's Encoders order.
 	Text []CLIPConfig
+	// T5 is the T5 encoder of a family that has one (Flux), nil otherwise.
+	T5 *T5Config
 	// VAE describes the autoencoder.
 	VAE VAEConfig
+	// Flux is the MMDiT of the Flux family (nil otherwise).
+	Flux *FluxConfig
 	// Prediction is the prediction type from metadata; PredictionKnown is
 	// false when neither metadata nor the caller set it and the family
 	// probes the network.
@@ -157,6 +161,16 @@ func (s shapes) dim(name string, i int) (int, error) {
 }
 
 func (s shapes) has(name string) bool { _, ok := s[name]; return ok }
+
+// hasPrefix reports whether any tensor's name starts with prefix.
+func (s shapes) hasPrefix(prefix string) bool {
+	for n := range s {
+		if strings.HasPrefix(n, prefix) {
+			return true
+		}
+	}
+	return false
+}
 
 // metaInt reads an integer metadata value (any integer type, or a decimal string).
 func metaInt(md formats.Metadata, key string) (int, bool, error) {
@@ -228,6 +242,9 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 	}
 	for i := range fam.Encoders {
 		e := &fam.Encoders[i]
+		if e.Optional && !s.hasPrefix(e.Prefix) {
+			continue // sd-cli conditions on zeros in its place
+		}
 		det, ok := encoderKinds[e.Kind]
 		if !ok {
 			return nil, fmt.Errorf("%s: no text encoder kind %q in this build", fam.Title, e.Kind)
@@ -491,7 +508,7 @@ func detectCLIP(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig)
 	if c.Skip < 1 || c.Skip > c.Layers {
 		return fmt.Errorf("clip skip %d with %d layers", c.Skip, c.Layers)
 	}
-	if e.Pooled {
+	if e.Pooled && !e.NoProjection {
 		if sh, ok := s[p+"text_projection"]; ok {
 			if len(sh) != 2 || sh[1] != int64(c.Hidden) {
 				return fmt.Errorf("text_projection has shape %v, want [out, %d]", sh, c.Hidden)

@@ -15,6 +15,9 @@ type LoadOptions struct {
 	// Tokenizer is a tokenizer.json or a folder with vocab.json and
 	// merges.txt; "" uses the merges embedded in a component's metadata.
 	Tokenizer string
+	// T5Tokenizer is T5's spiece.model, unigram tokenizer.json or a folder
+	// holding one; "" uses one embedded in a component's metadata.
+	T5Tokenizer string
 	// Threads is the ggml thread count (<= 0: all cores).
 	Threads int
 	// Prediction forces "eps", "v" or "flow"; "" takes metadata, then the family's.

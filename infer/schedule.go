@@ -126,7 +126,7 @@ const (
 )
 
 // schedulerNames lists the schedulers in the order help and errors name them.
-var schedulerNames = []Scheduler{SchedulerDiscrete, SchedulerKarras, SchedulerSimple, SchedulerSGMUniform}
+var schedulerNames = []Scheduler{SchedulerDiscrete, SchedulerKarras, SchedulerSimple, SchedulerSGMUniform, SchedulerFlux}
 
 // ParseScheduler checks a --scheduler value: "" and "default" return "" (the family's default),
 // "normal" is discrete, as in sd-cli.

@@ -9,10 +9,10 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/formats/gguf"
-	"github.com/sdtool/sdtool/names"
 )
 
 // Options selects what a Summary holds.
@@ -52,7 +52,7 @@ type Summary struct {
 	// Types counts tensors per type, largest first.
 	Types []TypeStat `json:"types"`
 	// Architecture is the detected architecture and its components.
-	Architecture names.Architecture `json:"architecture"`
+	Architecture family.Architecture `json:"architecture"`
 	// ComfyQuant lists the ComfyUI quantized modules.
 	ComfyQuant []ComfyQuant `json:"comfy_quant"`
 	// LongNames counts names that some GGUF readers refuse.
@@ -224,7 +224,7 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		}
 		return s.Types[i].Type < s.Types[j].Type
 	})
-	s.Architecture = names.DetectArchitecture(tensors)
+	s.Architecture = family.Detect(tensors, m.Metadata())
 	s.Adapter = summarizeAdapter(m)
 	return s, nil
 }

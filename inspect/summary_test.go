@@ -407,3 +407,34 @@ func TestAdapterSummary(t *testing.T) {
 		t.Errorf("a checkpoint summarised as an adapter: %+v", ms.Adapter)
 	}
 }
+
+// TestInspectNamesFamilies: the text summary names each family layout's
+// family, its ComfyUI-GGUF and sd.cpp names and whether generate runs it.
+func TestInspectNamesFamilies(t *testing.T) {
+	for _, c := range []struct{ arch, want string }{
+		{"layout-sdxl-refiner", "SDXL (refiner); ComfyUI-GGUF: sdxl; sd.cpp: none; generate: yes"},
+		{"layout-wan2.2-ti2v-5b", "Wan 2.1 / 2.2 (ti2v-5b); ComfyUI-GGUF: wan; sd.cpp: wan2.2-ti2v; generate: no"},
+		{"layout-krea2", "Krea 2; ComfyUI-GGUF: none; sd.cpp: krea2; generate: no"},
+	} {
+		path := filepath.Join(t.TempDir(), "m.safetensors")
+		if err := synth.Write(path, synth.Spec{Arch: c.arch}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := formats.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Summarize(m, Options{})
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		if err := WriteText(&b, s); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("%s: summary lacks %q:\n%s", c.arch, c.want, b.String())
+		}
+	}
+}

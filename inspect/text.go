@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bytedance/sonic"
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/pipeline"
@@ -45,6 +46,9 @@ func WriteText(w io.Writer, s *Summary) error {
 	row("parameters", fmt.Sprintf("%s (%s)", thousands(s.ParamCount), humanCount(s.ParamCount)))
 	row("tensor data", fmt.Sprintf("%s bytes (%s)", thousands(s.TotalBytes), pipeline.HumanBytes(s.TotalBytes)))
 	row("architecture", s.Architecture.Name)
+	if f := s.Architecture.Main(); f != nil {
+		row("family", familyLine(f, s.Architecture.Variant(), s.Architecture.SDCpp()))
+	}
 	tw.Flush()
 
 	if len(s.Warnings) > 0 {
@@ -266,4 +270,24 @@ func humanCount(n int64) string {
 		return fmt.Sprintf("%.1fK", float64(n)/1e3)
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// familyLine describes a family in one line: its title and variant, the
+// names ComfyUI-GGUF and sd.cpp know it by, and whether generate runs it.
+func familyLine(f *family.Family, variant, sdcpp string) string {
+	out := f.Title
+	if variant != "" {
+		out += " (" + variant + ")"
+	}
+	or := func(s string) string {
+		if s == "" {
+			return "none"
+		}
+		return s
+	}
+	gen := "no (convert and quantize only)"
+	if f.Generate {
+		gen = "yes"
+	}
+	return fmt.Sprintf("%s; ComfyUI-GGUF: %s; sd.cpp: %s; generate: %s", out, or(f.ComfyArch), or(sdcpp), gen)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/names"
 )
@@ -82,8 +83,8 @@ func NewBase(tensors []formats.Tensor, v names.Version, prefix string) (*Base, e
 // (a Flux, Wan or other diffusion model saved on its own). sd.cpp's
 // detection comes first; where it fails (it reads some widths, which a
 // scaled-down test model does not have) the architecture that
-// names.DetectArchitecture sees in the names is taken when it names a
-// version. It returns names.Unknown when nothing is recognised.
+// the family table (family.Detect) sees in the names is taken when the
+// family has an sd.cpp version. It returns names.Unknown when nothing is recognised.
 func DetectBase(tensors []formats.Tensor) (names.Version, string) {
 	const p = "model.diffusion_model."
 	prefixed := make([]formats.Tensor, len(tensors))
@@ -105,7 +106,11 @@ func DetectBase(tensors []formats.Tensor) (names.Version, string) {
 		list   []formats.Tensor
 		prefix string
 	}{{tensors, ""}, {prefixed, p}} {
-		if v, err := names.ParseVersion(names.DetectArchitecture(c.list).Name); err == nil && v != names.Unknown {
+		sd := family.Detect(c.list, nil).SDCpp()
+		if sd == "" {
+			continue
+		}
+		if v, err := names.ParseVersion(sd); err == nil && v != names.Unknown {
 			return v, c.prefix
 		}
 	}

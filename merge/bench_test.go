@@ -3,19 +3,17 @@
 package merge
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/benchutil"
 	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/pipeline"
 )
@@ -55,21 +53,9 @@ func BenchmarkMergePeakRSS(b *testing.B) {
 		for _, method := range []Method{WeightedSum, TIES} {
 			b.Run(fmt.Sprintf("%s/%s", method, item), func(b *testing.B) {
 				for b.Loop() {
-					cmd := exec.Command(os.Args[0], "-test.run=^TestMergeBenchChild$", "-test.v")
-					cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%s:%s", childEnv, method, item, dir))
-					out, err := cmd.CombinedOutput()
+					vals, err := benchutil.RunChild("TestMergeBenchChild", fmt.Sprintf("%s=%s:%s:%s", childEnv, method, item, dir))
 					if err != nil {
-						b.Fatalf("child: %v\n%s", err, out)
-					}
-					vals := map[string]float64{}
-					sc := bufio.NewScanner(strings.NewReader(string(out)))
-					for sc.Scan() {
-						if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok && strings.HasPrefix(k, "BENCH_") {
-							vals[k], _ = strconv.ParseFloat(v, 64)
-						}
-					}
-					if vals["BENCH_PEAK_MB"] == 0 {
-						b.Fatalf("child printed no measurement:\n%s", out)
+						b.Fatal(err)
 					}
 					b.ReportMetric(vals["BENCH_INPUT_MB"], "input-MB")
 					b.ReportMetric(vals["BENCH_MBPS"], "MB/s")
@@ -112,8 +98,8 @@ func TestMergeBenchChild(t *testing.T) {
 	out := filepath.Join(parts[3], "merged.safetensors")
 	defer os.Remove(out)
 	// Measure the merge alone: the generation above had its own peak.
-	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
-	cpu0 := cpuSeconds()
+	benchutil.ResetPeakRSS()
+	cpu0 := benchutil.CPUSeconds()
 	start := time.Now()
 	p, err := PlanArithmetic(&Arithmetic{Method: Method(parts[0]), A: paths[0], B: paths[1], Density: 0.2}, out)
 	if err != nil {
@@ -124,27 +110,7 @@ func TestMergeBenchChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	secs := time.Since(start).Seconds()
-	cpu := cpuSeconds() - cpu0
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			fmt.Printf("BENCH_PEAK_MB=%.1f\n", kb/1024)
-		}
-	}
+	cpu := benchutil.CPUSeconds() - cpu0
+	fmt.Printf("BENCH_PEAK_MB=%.1f\n", float64(benchutil.PeakRSS())/(1<<20))
 	fmt.Printf("BENCH_INPUT_MB=%.1f\nBENCH_MBPS=%.1f\nBENCH_MB_PER_CPU_S=%.1f\n", float64(inBytes)/1e6, float64(inBytes)/1e6/secs, float64(inBytes)/1e6/cpu)
-}
-
-// cpuSeconds returns the user and system CPU time of the process so far:
-// on a shared machine, MB per CPU-second says more than MB per wall second.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(ru.Utime) + tv(ru.Stime)
 }

@@ -27,8 +27,9 @@
 // sd.cpp's name converter returns, for example "...img_attn.qkv.weight.1" for
 // a Flux diffusers to_k.
 //
-// DetectArchitecture (arch.go) recognises the model family and its
-// components from tensor names and shapes, with a rule table.
+// Which family a checkpoint belongs to, and its components, is the family
+// package's job (family.Detect); DetectVersion here reproduces sd.cpp's own
+// version detection, which its name conversion depends on.
 //
 // On the map (DESIGN.md) names sits beside quant, above formats: inspect,
 // quantize, convert and infer use it.

@@ -59,6 +59,7 @@ struct ggml_tensor * ggml_silu(struct ggml_context * ctx, struct ggml_tensor * a
 struct ggml_tensor * ggml_gelu(struct ggml_context * ctx, struct ggml_tensor * a);
 struct ggml_tensor * ggml_gelu_quick(struct ggml_context * ctx, struct ggml_tensor * a);
 struct ggml_tensor * ggml_norm(struct ggml_context * ctx, struct ggml_tensor * a, float eps);
+struct ggml_tensor * ggml_rms_norm(struct ggml_context * ctx, struct ggml_tensor * a, float eps);
 struct ggml_tensor * ggml_group_norm(struct ggml_context * ctx, struct ggml_tensor * a, int n_groups, float eps);
 struct ggml_tensor * ggml_soft_max_ext(struct ggml_context * ctx, struct ggml_tensor * a, struct ggml_tensor * mask, float scale, float max_bias);
 struct ggml_tensor * ggml_diag_mask_inf(struct ggml_context * ctx, struct ggml_tensor * a, int n_past);
@@ -408,6 +409,12 @@ func (c *Context) GELUQuick(a Tensor) Tensor { return c.op(C.ggml_gelu_quick(c.c
 // Norm normalizes each row (ne0) to zero mean and unit variance.
 func (c *Context) Norm(a Tensor, eps float32) Tensor {
 	return c.op(C.ggml_norm(c.c, a.p, C.float(eps)))
+}
+
+// RMSNorm divides each row (ne0) by its root mean square, sqrt(mean(x²)+eps)
+// (T5's layer norm and Flux's QK norm, without their scale).
+func (c *Context) RMSNorm(a Tensor, eps float32) Tensor {
+	return c.op(C.ggml_rms_norm(c.c, a.p, C.float(eps)))
 }
 
 // GroupNorm normalizes a [W, H, C, N] over groups of C/groups channels.

@@ -120,6 +120,9 @@ func (c *Context) GELUQuick(a Tensor) Tensor { return noCgo() }
 // Norm panics with ErrNoCgo.
 func (c *Context) Norm(a Tensor, eps float32) Tensor { return noCgo() }
 
+// RMSNorm panics with ErrNoCgo.
+func (c *Context) RMSNorm(a Tensor, eps float32) Tensor { return noCgo() }
+
 // GroupNorm panics with ErrNoCgo.
 func (c *Context) GroupNorm(a Tensor, groups int, eps float32) Tensor { return noCgo() }
 

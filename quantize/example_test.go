@@ -40,5 +40,5 @@ func ExamplePlan() {
 	fmt.Printf("%d compared, %d identical, cosine > 0.9999: %v\n", d.Totals.Compared, d.Totals.Identical, *d.Totals.Cosine > 0.9999)
 	// Output:
 	// gguf Q8_0 sd1 959
-	// 959 compared, 763 identical, cosine > 0.9999: true
+	// 959 compared, 765 identical, cosine > 0.9999: true
 }

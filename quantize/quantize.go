@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
@@ -54,6 +55,10 @@ type Options struct {
 	Metadata []string
 	// MetadataPreset is "" or "default" (automatic keys) or "none".
 	MetadataPreset string
+	// TextEncoderNames is how a standalone T5 or Qwen text encoder's GGUF
+	// names its tensors: "llama.cpp" (the default; ComfyUI-GGUF's text
+	// loader needs them, sd.cpp converts them) or "sdcpp" (the input's).
+	TextEncoderNames string
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
 }
@@ -68,6 +73,8 @@ type Report struct {
 	FType mix.FType
 	// Arch is the detected architecture, ComfyArch its ComfyUI-GGUF name ("" for none).
 	Arch, ComfyArch string
+	// LlamaNames reports a text encoder written with llama.cpp's tensor names.
+	LlamaNames bool
 	// Consumers says which targets can load the output.
 	Consumers []Consumer
 	// ImatrixMissing lists tensors that could use importance weights but have no entry;
@@ -217,14 +224,25 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if err := checkRequantize(opts, dm, log, res); err != nil {
 		return fail(err)
 	}
-	arch := names.DetectArchitecture(m.Tensors())
+	arch := family.Detect(m.Tensors(), m.Metadata())
 	res.Arch = arch.Name
-	res.ComfyArch = mix.ComfyArch[arch.Name]
-	planArch := res.ComfyArch
-	if planArch == "" {
-		planArch = arch.Name
+	if f := arch.Main(); f != nil && f.Kind == family.KindDiffusion {
+		// Text encoders keep sd.cpp's names, which ComfyUI-GGUF's text
+		// loader does not map: no architecture that would promise it can.
+		res.ComfyArch = f.ComfyArch
 	}
-	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: planArch}
+	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: arch.Name, layout: &arch}
+	if f := arch.Main(); res.Format == "gguf" && f != nil && f.GGUFNames != nil && len(arch.Components) == 1 && arch.Components[0].Prefix == "" {
+		switch opts.TextEncoderNames {
+		case "", "llama.cpp":
+			// ComfyUI-GGUF's text loader reads llama.cpp's names and
+			// architecture; sd.cpp converts those names back itself.
+			b.rename, res.ComfyArch, res.LlamaNames = f.LlamaName, f.ComfyArch, true
+		case "sdcpp":
+		default:
+			return fail(fmt.Errorf("--te-names %q: want llama.cpp or sdcpp", opts.TextEncoderNames))
+		}
+	}
 	if imp != nil {
 		// Entries written by sd.cpp are named as sd.cpp converts names.
 		v := names.DetectVersion(m.Tensors())
@@ -346,6 +364,12 @@ type builder struct {
 	log  *slog.Logger
 	imp  *Importance
 	arch string
+	// layout is the detected checkpoint: each tensor is planned with the
+	// family of its component.
+	layout *family.Architecture
+	// rename, when set, gives an output tensor's name (llama.cpp's names
+	// for a standalone text encoder).
+	rename func(string) string
 	// imatrixKey maps a tensor name to the name an imatrix may hold it
 	// under when there is no exact entry (nil: exact names only).
 	imatrixKey func(string) string
@@ -386,11 +410,11 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		folded[i] = fo
 		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
 	}
-	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
+	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
 	if err != nil {
 		return err
 	}
-	if b.opts.ReshapeConv && b.arch != "sd1" && b.arch != "sdxl" {
+	if f := b.layout.Main(); b.opts.ReshapeConv && (f == nil || f.ComfyArch != "sd1" && f.ComfyArch != "sdxl") {
 		return fmt.Errorf("--reshape-conv applies to sd1/sdxl models; %s is %q", b.opts.Input, b.res.Arch)
 	}
 	if b.opts.ReshapeConv {
@@ -399,6 +423,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		b.res.Warnings = append(b.res.Warnings, w)
 	}
 	used := map[string]bool{}
+	renamed := map[string]string{}
 	for i, s := range srcs {
 		c := choices[i]
 		t := c.Type
@@ -416,14 +441,26 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 			return err
 		}
 		st := s.Tensor
-		out := pipeline.Output{Name: s.Name, Type: t, Shape: c.Shape, Source: &st, From: s.TypeName(), Note: c.Reason}
+		name := s.Name
+		if b.rename != nil {
+			name = b.rename(s.Name)
+			if prev, dup := renamed[name]; dup {
+				// T5 files may hold the tied encoder.embed_tokens beside shared.
+				w := fmt.Sprintf("%s: tensor %q: llama.cpp names it %q like %q: left out", s.Tensor.File, s.Name, name, prev)
+				b.log.Warn(w)
+				b.res.Warnings = append(b.res.Warnings, w)
+				continue
+			}
+			renamed[name] = s.Name
+		}
+		out := pipeline.Output{Name: name, Type: t, Shape: c.Shape, Source: &st, From: s.TypeName(), Note: c.Reason}
 		reshaped := folded[i] || c.Reshaped
 		if reshaped {
 			b.res.reshaped++
 			b.origShape = append(b.origShape, struct {
 				name  string
 				shape []int64
-			}{s.Name, s.Shape()})
+			}{name, s.Shape()})
 			if folded[i] && !c.Reshaped {
 				out.Note += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
 			}
@@ -494,6 +531,21 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 	return nil
 }
 
+// moduleKinds are the component kinds whose linear layers become ComfyUI
+// modules by default. ComfyUI's own converters quantize the diffusion
+// model only; measured in sd-cli on SD 1.5 (docs/families.md), modules on
+// the text encoder cost quality that the bytes saved do not buy back.
+var moduleKinds = []string{family.KindDiffusion}
+
+// floatType is the type a tensor left out of the modules is written in:
+// its own float type, or F16 for anything else.
+func (b *builder) floatType(s *tensor.Source) formats.DType {
+	if t := s.Tensor.Type; s.Module == nil && t.Info().Float && !t.Quantized() {
+		return t
+	}
+	return formats.F16
+}
+
 // planConvrot plans a ComfyUI safetensors output: every eligible linear
 // weight (what a Q8_0 mix would quantize: 2-D, named .weight, not a norm,
 // not on the architecture's keep list) becomes a comfy_quant module; other
@@ -512,7 +564,7 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		inputs[i] = mix.Input{Name: s.Name, Shape: s.Shape(), Source: typ}
 	}
 	q8, _ := mix.Parse("q8_0")
-	choices, err := mix.Choose(q8, inputs, mix.Options{Arch: b.arch, Pure: true})
+	choices, err := mix.Choose(q8, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: true})
 	if err != nil {
 		return err
 	}
@@ -522,8 +574,15 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			return err
 		}
 		st := s.Tensor
-		linear := strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) == 2
-		quantize, mt, ruleNote := c.Quantized && linear, ct, ""
+		fam, cls := b.layout.Classify(s.Name, s.Shape())
+		quantize, mt, ruleNote := c.Quantized && cls.Linear, ct, ""
+		if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
+			quantize, c.Reason = false, fmt.Sprintf("%s layer of %s: ComfyUI modules go on the diffusion model's linear layers only", strings.ReplaceAll(fam.Kind, "_", " "), fam.ID)
+			c.Type = b.floatType(s)
+		}
+		if !quantize && c.Quantized && !cls.Linear && cls.NotLinear != "" {
+			c.Reason = cls.NotLinear + ": no ComfyUI module"
+		}
 		if rules != nil {
 			if r, ok := rules(s.Name); ok {
 				switch {
@@ -536,9 +595,21 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 					}
 				case r.float != 0:
 					quantize, ruleNote, c.Type = false, "user rule: "+r.float.String(), r.float
-				case !linear:
-					// Like sd.cpp's rules, a module type never applies to a tensor that cannot take it.
-					quantize, ruleNote = false, fmt.Sprintf("user rule asks for %s, but only 2-D .weight tensors can be ComfyUI modules; %s", r.module, c.Reason)
+				case !cls.Linear && strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) >= 2:
+					// ComfyUI builds modules from Linear layers only, and
+					// sd.cpp refuses an int8 lookup table: a rule that asks
+					// for one on a convolution or a table is a mistake, not a
+					// preference. (1-D norm weights and biases that a
+					// layer's pattern also matches are skipped below.)
+					why := cls.NotLinear
+					if why == "" {
+						why = fmt.Sprintf("a %d-D weight (a convolution)", len(s.Shape()))
+					}
+					return fmt.Errorf("%s: tensor %q: a rule asks for %s, but ComfyUI modules go on linear layers only and this is %s", b.opts.Input, s.Name, r.module, why)
+				case !cls.Linear:
+					// Like sd.cpp's rules, a module type never applies to a
+					// bias or buffer that a pattern for its layer also matches.
+					quantize, ruleNote = false, fmt.Sprintf("user rule asks for %s, but only linear .weight tensors can be ComfyUI modules; %s", r.module, c.Reason)
 				default:
 					quantize, mt, ruleNote = true, r.module, "user rule"
 				}

@@ -30,7 +30,11 @@ func notes(r *Report) []string {
 		if arch == "" {
 			arch = "(none)"
 		}
-		out = append(out, fmt.Sprintf("architecture: %s (general.architecture %s)", r.Arch, arch))
+		line := fmt.Sprintf("architecture: %s (general.architecture %s)", r.Arch, arch)
+		if r.LlamaNames {
+			line += "; tensors named as llama.cpp names them (--te-names sdcpp keeps the input's)"
+		}
+		out = append(out, line)
 	}
 	for _, c := range r.Consumers {
 		status := "can load it"

@@ -116,14 +116,14 @@ func TestQuantizeConvrot(t *testing.T) {
 	res := run(t, Options{Input: tinyPath, Output: out, Type: "int8_convrot", GroupSize: 64, Log: logTo(&logs)}, pipeline.Options{})
 	g := mustOpen(t, out)
 	const (
-		rot   = "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc2"       // in = 256
+		rot   = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.ff.net.2"   // in = 128
 		plain = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q" // in = 32
 	)
 	for _, c := range []struct {
 		mod, json string
 		shape     []int64
 	}{
-		{rot, `{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 64}`, []int64{64, 256}},
+		{rot, `{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 64}`, []int64{32, 128}},
 		{plain, `{"format": "int8_tensorwise"}`, []int64{32, 32}},
 	} {
 		w, s, mk := find(t, g, c.mod+".weight"), find(t, g, c.mod+".weight_scale"), find(t, g, c.mod+".comfy_quant")
@@ -151,8 +151,10 @@ func TestQuantizeConvrot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mods) != 196 {
-		t.Errorf("Detect found %d modules, want 196", len(mods))
+	// The UNet's linear layers only: the tiny CLIP's 12 linear layers and
+	// its two embedding tables stay float.
+	if len(mods) != 182 {
+		t.Errorf("Detect found %d modules, want 182", len(mods))
 	}
 	// Oracle: the whole-tensor encoder gives the same bytes.
 	src := mustOpen(t, tinyPath)
@@ -211,7 +213,7 @@ func TestQuantizeFP8(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "tiny-fp8.safetensors")
 	run(t, Options{Input: tinyPath, Output: out, Type: "fp8_e4m3"}, pipeline.Options{})
 	g := mustOpen(t, out)
-	const mod = "cond_stage_model.transformer.text_model.encoder.layers.0.mlp.fc2"
+	const mod = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.ff.net.2"
 	w, s := find(t, g, mod+".weight"), find(t, g, mod+".weight_scale")
 	if w.Type != formats.F8_E4M3 || len(s.Shape) != 0 || s.Type != formats.F32 {
 		t.Errorf("fp8 module: weight %s, scale %s %v", w.Type, s.Type, s.Shape)
@@ -532,13 +534,53 @@ func TestQuantizeConvrotRules(t *testing.T) {
 			t.Errorf("%v: to_k %s, want bf16", flags, w.Type)
 		}
 	}
-	res, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"), Type: "int8", TensorTypeRules: `input_blocks\.0\.0\.weight=int8`}, pipeline.Options{}, true)
+	// A module type on a convolution or a lookup table is an error naming the tensor.
+	for _, c := range []struct{ rule, tensor string }{
+		{`input_blocks\.0\.0\.weight=int8`, conv},
+		{`token_embedding=int8_convrot`, "cond_stage_model.transformer.text_model.embeddings.token_embedding.weight"},
+	} {
+		_, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"), Type: "int8", TensorTypeRules: c.rule}, pipeline.Options{}, true)
+		if err == nil || !strings.Contains(err.Error(), c.tensor) || !strings.Contains(err.Error(), "linear layers only") {
+			t.Errorf("rule %s: error %v, want one naming %s", c.rule, err, c.tensor)
+		}
+	}
+}
+
+// TestConvrotKeepsEmbeddingsFloat reads the SD 1.5 int8_convrot plan:
+// CLIP's token and position embeddings (lookup tables) and every text
+// encoder and VAE tensor stay float, the UNet's linear layers are modules,
+// its convolutions and time embedding are not.
+func TestConvrotKeepsEmbeddingsFloat(t *testing.T) {
+	res, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"), Type: "int8_convrot", GroupSize: 16}, pipeline.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
+	modules := 0
 	for _, r := range res.rows() {
-		if r.Name == conv && (r.To == formats.I8 || !strings.Contains(r.Reason, "only 2-D .weight tensors")) {
-			t.Errorf("int8 rule on a conv kernel: %s (%s)", r.To, r.Reason)
+		isModule := r.To == formats.I8
+		if isModule {
+			modules++
 		}
+		switch {
+		case strings.Contains(r.Name, "token_embedding"), strings.Contains(r.Name, "position_embedding"):
+			if isModule || !r.To.Info().Float {
+				t.Errorf("%s: %s (%s), want a float type", r.Name, r.To, r.Reason)
+			}
+		case strings.HasPrefix(r.Name, "cond_stage_model."), strings.HasPrefix(r.Name, "first_stage_model."):
+			if isModule {
+				t.Errorf("%s: a module outside the diffusion model (%s)", r.Name, r.Reason)
+			}
+		case strings.Contains(r.Name, "time_embed."), strings.HasSuffix(r.Name, "input_blocks.0.0.weight"):
+			if isModule {
+				t.Errorf("%s: kept tensor became a module", r.Name)
+			}
+		case strings.HasSuffix(r.Name, "attn1.to_q.weight"):
+			if !isModule {
+				t.Errorf("%s: %s (%s), want an int8 module", r.Name, r.To, r.Reason)
+			}
+		}
+	}
+	if modules == 0 {
+		t.Error("no modules at all")
 	}
 }

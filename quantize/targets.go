@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/pipeline"
@@ -21,7 +22,9 @@ const (
 // AllTargets lists the consumers --target accepts, in report order.
 var AllTargets = []string{TargetSDCpp, TargetComfyUI, TargetGGML}
 
-// comfyTypes are the types ComfyUI-GGUF has dequantizers for.
+// comfyTypes are the types ComfyUI-GGUF has dequantizers for (its
+// dequant.py at 795e451, December 2025), besides F32 and F16 that it loads
+// as they are.
 var comfyTypes = map[formats.DType]bool{
 	formats.F32: true, formats.F16: true, formats.BF16: true, formats.Q8_0: true, formats.Q5_1: true,
 	formats.Q5_0: true, formats.Q4_1: true, formats.Q4_0: true, formats.Q6_K: true, formats.Q5_K: true,
@@ -129,8 +132,19 @@ func checkGGUF(r *Report, plan *pipeline.Plan, c *Consumer) {
 			c.Problems = append(c.Problems, fmt.Sprintf("%d tensors reshaped by --reshape-conv (sd.cpp expects the original shapes)", n))
 		}
 	case TargetComfyUI:
-		if r.ComfyArch == "" {
+		f := family.ByID(r.Arch)
+		switch {
+		case f != nil && f.Kind == family.KindTextEncoder && !r.LlamaNames:
+			// ComfyUI-GGUF 795e451's text loader refuses a GGUF without a
+			// llama.cpp architecture and maps llama.cpp names only.
+			c.Problems = append(c.Problems, fmt.Sprintf("ComfyUI-GGUF's text-encoder loader needs llama.cpp tensor names and architecture, which sdtool writes for T5, UMT5, Qwen3 and Qwen2.5-VL (--te-names llama.cpp); %s is written with its own names", f.Title))
+		case r.ComfyArch == "":
 			c.Notes = append(c.Notes, "no general.architecture: ComfyUI-GGUF detects the model from its tensor names (compatibility mode)")
+		}
+		if r.Arch == "umt5xxl" && r.LlamaNames {
+			if _, ok := plan.Header.Metadata.Get("tokenizer.ggml.tokens"); !ok {
+				c.Problems = append(c.Problems, "ComfyUI-GGUF rebuilds UMT5's tokenizer from tokenizer.ggml.* metadata, which the input does not carry")
+			}
 		}
 	}
 }
@@ -142,13 +156,18 @@ func checkSafetensors(r *Report, c *Consumer) {
 	case TargetComfyUI:
 		c.Notes = append(c.Notes, "comfy_quant layers ("+r.Type+")")
 	case TargetSDCpp:
-		rotated := r.modules[convrot.Int8Convrot.String()]
-		fp8 := r.modules[convrot.FP8E4M3.String()] + r.modules[convrot.FP8E5M2.String()]
-		if rotated > 0 {
-			c.Problems = append(c.Problems, fmt.Sprintf("%d layers use the convrot rotation, which sd.cpp does not apply to activations", rotated))
+		// Checked against stable-diffusion.cpp 97d2990 (its
+		// docs/int8_convrot.md and safetensors reader): int8_tensorwise
+		// modules, with or without convrot, run natively (the group size
+		// must be a power of four, which quant/convrot already enforces);
+		// FP8 weights are
+		// widened to f16 at load, but a tensor-wise weight_scale is applied
+		// only by the layers that opt in (Ideogram 4's in that version).
+		if n := r.modules[convrot.Int8Convrot.String()] + r.modules[convrot.Int8.String()]; n > 0 {
+			c.Notes = append(c.Notes, fmt.Sprintf("%d int8_tensorwise layers run natively (sd.cpp 97d2990 and later)", n))
 		}
-		if fp8 > 0 {
-			c.Problems = append(c.Problems, fmt.Sprintf("%d FP8 layers with a tensor-wise weight_scale, which sd.cpp does not apply", fp8))
+		if n := r.modules[convrot.FP8E4M3.String()] + r.modules[convrot.FP8E5M2.String()]; n > 0 {
+			c.Problems = append(c.Problems, fmt.Sprintf("%d FP8 layers with a tensor-wise weight_scale: sd.cpp 97d2990 loads FP8 weights but applies weight_scale only in Ideogram 4's layers, so other models' outputs would be off by the scale", n))
 		}
 	}
 }

@@ -3,20 +3,17 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/benchutil"
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -88,21 +85,9 @@ func BenchmarkLoRA(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				args, _ := json.Marshal(c.args)
-				cmd := exec.Command(os.Args[0], "-test.run=^TestLoRABenchChild$", "-test.v")
-				cmd.Env = append(os.Environ(), loraBenchChild+"="+string(args))
-				out, err := cmd.CombinedOutput()
+				vals, err := benchutil.RunChild("TestLoRABenchChild", loraBenchChild+"="+string(args))
 				if err != nil {
-					b.Fatalf("child: %v\n%s", err, out)
-				}
-				vals := map[string]float64{}
-				sc := bufio.NewScanner(strings.NewReader(string(out)))
-				for sc.Scan() {
-					if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok && strings.HasPrefix(k, "BENCH_") {
-						vals[k], _ = strconv.ParseFloat(v, 64)
-					}
-				}
-				if vals["BENCH_PEAK_MB"] == 0 {
-					b.Fatalf("child printed no measurement:\n%s", out)
+					b.Fatal(err)
 				}
 				b.ReportMetric(baseMB, "base-MB")
 				b.ReportMetric(vals["BENCH_SECONDS"], "s")
@@ -127,33 +112,14 @@ func TestLoRABenchChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &args); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
-	cpu0 := processCPU()
+	benchutil.ResetPeakRSS()
+	cpu0 := benchutil.CPUSeconds()
 	start := time.Now()
 	if code := run(append([]string{"sdtool"}, args...), io.Discard, os.Stderr); code != 0 {
 		t.Fatalf("sdtool %s: exit %d", strings.Join(args, " "), code)
 	}
 	secs := time.Since(start).Seconds()
-	cpu := processCPU() - cpu0
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			fmt.Printf("BENCH_PEAK_MB=%.1f\n", kb/1024)
-		}
-	}
+	cpu := benchutil.CPUSeconds() - cpu0
+	fmt.Printf("BENCH_PEAK_MB=%.1f\n", float64(benchutil.PeakRSS())/(1<<20))
 	fmt.Printf("BENCH_SECONDS=%.3f\nBENCH_CPU_SECONDS=%.3f\n", secs, cpu)
-}
-
-// processCPU returns the user and system CPU seconds of the process.
-func processCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(ru.Utime) + tv(ru.Stime)
 }

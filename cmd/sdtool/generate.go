@@ -83,13 +83,13 @@ func comparing(c *cli.Context) bool {
 func init() {
 	register(&cli.Command{
 		Name:      "generate",
-		Usage:     "generate an image with an SD 1.x/2.x or SDXL model (ggml CPU kernels) and optionally compare two weight sets",
+		Usage:     "generate an image with an SD 1.x/2.x, SDXL or Flux.1 model (ggml CPU kernels) and optionally compare two weight sets",
 		ArgsUsage: "-m MODEL | --diffusion-model FILE --clip_l FILE ... -p PROMPT -o OUT.png",
 		Description: "Runs the text encoders, the diffusion network (configuration detected from tensor shapes) and the VAE with\n" +
 			"ggml's CPU kernels, the same kernels stable-diffusion.cpp uses, on any file sdtool reads (GGUF of any ggml type,\n" +
 			"safetensors, .ckpt, diffusers folders, ComfyUI INT8/FP8). The model is one file (-m) or separate components as\n" +
 			"sd-cli names them (--diffusion-model, --clip_l, --clip_g, --t5xxl, --vae), in any mix of formats and types; the\n" +
-			"family (SD 1.x, SD 2.x, SDXL) is detected from the tensors. The PNG gets A1111-style \"parameters\" text.\n\n" +
+			"family (SD 1.x, SD 2.x, SDXL, Flux.1 dev and schnell) is detected from the tensors. The PNG gets A1111-style \"parameters\" text.\n\n" +
 			"--compare REF runs the same seed with REF's weights and prints the PSNR and SSIM of the two images, the\n" +
 			"cosine similarity of the final latents and each network block's output error at the first step, so a\n" +
 			"quantized model can be checked against its source; --compare-diffusion-model, --compare-clip_l, ... name\n" +
@@ -109,18 +109,19 @@ func init() {
 			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.png)", Required: true},
 			&cli.IntFlag{Name: "steps", Usage: "sampling `STEPS`", DefaultText: "model metadata, else 20"},
-			&cli.Float64Flag{Name: "cfg-scale", Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)", DefaultText: "the family's: 7 for SD 1.x/2.x/XL"},
-			&cli.Float64Flag{Name: "guidance", Usage: "distilled guidance `SCALE` of models with a guidance input", DefaultText: "the family's"},
+			&cli.Float64Flag{Name: "cfg-scale", Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)", DefaultText: "the family's: 7 for SD 1.x/2.x/XL, 1 for Flux"},
+			&cli.Float64Flag{Name: "guidance", Usage: "distilled guidance `SCALE` of models with a guidance input", DefaultText: "the family's: 3.5 for Flux dev"},
 			&cli.IntFlag{Name: "width", Aliases: []string{"W"}, Usage: "image width in `PIXELS`", DefaultText: "model metadata, else 512"},
 			&cli.IntFlag{Name: "height", Aliases: []string{"H"}, Usage: "image height in `PIXELS`", DefaultText: "model metadata, else 512"},
 			&cli.Int64Flag{Name: "seed", Aliases: []string{"s"}, Value: 42, Usage: "noise `SEED`"},
-			&cli.StringFlag{Name: "sampling-method", Usage: "`SAMPLER`: euler, euler_a or dpm++2m", DefaultText: "the family's: euler_a for SD 1.x/2.x/XL"},
-			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: discrete, karras, simple or sgm_uniform", DefaultText: "the family's: discrete for SD 1.x/2.x/XL"},
+			&cli.StringFlag{Name: "sampling-method", Usage: "`SAMPLER`: euler, euler_a or dpm++2m", DefaultText: "the family's: euler_a for SD 1.x/2.x/XL, euler for Flux"},
+			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: discrete, karras, simple, sgm_uniform or flux", DefaultText: "the family's: discrete for SD 1.x/2.x/XL, flux for Flux"},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.BoolFlag{Name: "sdcpp-text-projection", Usage: "multiply by an OpenCLIP text_projection as stored, as stable-diffusion.cpp does (it transposes SDXL's pooled embedding from single-file checkpoints), to reproduce sd-cli's images"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
+			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty prompt encodes"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
@@ -135,6 +136,9 @@ func init() {
 		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a photo of a (red:1.2) cat' -n blurry -o cat-xl.png --force",
 		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 2 --scheduler sgm_uniform -W 64 -H 64 -o cat-xl.png --compare testdata/tiny-sdxl.gguf --sdcpp-text-projection --force",
 		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o xl-calib.png --imatrix-out xl-calib.dat --force",
+		"sdtool generate -m testdata/tiny-flux.gguf -p 'a photo of a cat' --steps 2 -W 64 -H 64 -o cat-flux.png --force",
+		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 --guidance 5 -o flux-cmp.png --compare testdata/tiny-flux.gguf --force",
+		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o flux-calib.png --imatrix-out flux-calib.dat --force",
 	)
 }
 
@@ -172,6 +176,7 @@ func runGenerate(c *cli.Context) error {
 	tok, tokSaid, notFound := resolveTokenizer(c.String("tokenizer"), comps)
 	opt := infer.LoadOptions{Tokenizer: tok, Threads: threads, Prediction: c.String("prediction"),
 		StoredLayout: c.Bool("sdcpp-text-projection")}
+	opt.T5Tokenizer = c.String("t5-tokenizer")
 	m, err := infer.Load(comps, opt)
 	if err != nil {
 		// The model's own problems come first (infer checks them before the

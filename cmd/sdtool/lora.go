@@ -41,7 +41,7 @@ func init() {
 					&cli.StringFlag{Name: "tuned", Usage: "the tuned checkpoint `B` (the LoRA is B - A)"},
 					&cli.IntFlag{Name: "rank", Aliases: []string{"r"}, Usage: "keep `R` singular values per layer"},
 					&cli.Float64Flag{Name: "energy", Usage: "keep per layer the fewest ranks holding share `E` of the difference (0 < E <= 1)"},
-					&cli.IntFlag{Name: "max-rank", Usage: "`N`: the most ranks --energy may keep (default 128)"},
+					&cli.IntFlag{Name: "max-rank", Usage: "`N`: the most ranks --energy may keep", Value: 128},
 					&cli.StringFlag{Name: "type", Value: "f16", Usage: "factor `TYPE`: f16, bf16 or f32"},
 					&cli.BoolFlag{Name: "sdcpp-only", Usage: "leave out the layers stable-diffusion.cpp cannot load"},
 					&cli.StringSliceFlag{Name: "filter", Usage: "extract only layers whose kohya module or tensor name matches `REGEX` (repeatable: any may match)"},
@@ -58,6 +58,8 @@ func init() {
 		},
 	},
 		"sdtool lora extract --base testdata/tiny-sd1.safetensors --tuned testdata/tiny-sd1-tuned.safetensors --rank 2 -o lora.safetensors --dry-run",
+	)
+	registerNested("lora extract",
 		"sdtool lora extract --base testdata/tiny-sd1.safetensors --tuned testdata/tiny-sd1-tuned.safetensors --rank 2 -o lora.safetensors",
 		"sdtool lora extract --base testdata/tiny-sd1.safetensors --tuned testdata/tiny-sd1-tuned.safetensors --energy 0.9 --filter 'down_blocks' -o lora-down.safetensors --json",
 	)

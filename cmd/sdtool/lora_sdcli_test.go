@@ -33,7 +33,7 @@ import (
 //	SDTOOL_FLUX_T5XXL=t5xxl.safetensors SDTOOL_FLUX_VAE=ae.safetensors \
 //	go test ./cmd/sdtool -run SDCLI -v -timeout 1h
 //
-// (`go run ./internal/synth/cmd/gensynth -sd sd15 -o sd15.gguf` makes a
+// (`go run ./internal/synth/cmd/gensynth -arch sd1 -o sd15.safetensors` makes a
 // synthetic SD 1.5). SDTOOL_LORA_KEEP=DIR keeps the images and adapters.
 
 // minPSNR is the agreement the issue asks for.

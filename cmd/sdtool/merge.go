@@ -70,6 +70,10 @@ func init() {
 			&cli.StringSliceFlag{Name: "tensor-type", Usage: "lora with a quantized --type: `REGEX=TYPE` as in sdtool quantize (the last match wins)"},
 			&cli.StringFlag{Name: "tensor-type-rules", Usage: "lora with a quantized --type: `\"REGEX=TYPE,...\"` as sd.cpp reads them (the first match wins)"},
 			&cli.BoolFlag{Name: "pure", Usage: "lora with a mix --type: give every eligible tensor the base type"},
+			&cli.IntFlag{Name: "convrot-group-size", Value: 256, Usage: "lora with --type int8_convrot: rotation group `G` (a power of 4), as in sdtool quantize"},
+			&cli.StringSliceFlag{Name: "target", Usage: "lora with a quantized --type: `CONSUMER` to check, as in sdtool quantize (sdcpp, comfyui, ggml or all)"},
+			&cli.BoolFlag{Name: "strict", Usage: "lora with a quantized --type: refuse an output that a --target cannot load"},
+			&cli.StringSliceFlag{Name: "metadata", Usage: "lora with a quantized --type: `KEY=VALUE` string written into the output's metadata (repeatable)"},
 			&cli.BoolFlag{Name: "allow-missing", Usage: "copy A's tensor where B or C lacks it or has another shape"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.safetensors or .gguf)"},
 			threadsFlag("`N` worker threads"),
@@ -159,7 +163,7 @@ func runMerge(c *cli.Context) error {
 }
 
 // loraFlags are the flags only a LoRA bake takes.
-var loraFlags = []string{"allow-unmatched", "imatrix", "tensor-type", "tensor-type-rules", "pure"}
+var loraFlags = []string{"allow-unmatched", "imatrix", "tensor-type", "tensor-type-rules", "pure", "convrot-group-size", "target", "strict", "metadata"}
 
 func loraOnly(c *cli.Context) error {
 	for _, f := range loraFlags {
@@ -206,7 +210,7 @@ func runMergeLoRA(c *cli.Context) error {
 	out, typ := c.String("output"), c.String("dtype")
 	var plan *pipeline.Plan
 	if _, float, _ := merge.ParseFloatDType(typ); typ == "" || float && strings.EqualFold(filepath.Ext(out), ".safetensors") {
-		for _, f := range []string{"imatrix", "tensor-type", "tensor-type-rules", "pure"} {
+		for _, f := range loraFlags[1:] {
 			if c.IsSet(f) {
 				return fmt.Errorf("merge: --%s applies with a --type that quantizes (see sdtool quantize --help)", f)
 			}
@@ -224,7 +228,10 @@ func runMergeLoRA(c *cli.Context) error {
 			TensorTypeRules: c.String("tensor-type-rules"),
 			Imatrix:         c.StringSlice("imatrix"),
 			AllowRequantize: true,
-			Metadata:        []string{"sdtool.merge=" + bake.Description()},
+			Targets:         c.StringSlice("target"),
+			Strict:          c.Bool("strict"),
+			GroupSize:       c.Int("convrot-group-size"),
+			Metadata:        append([]string{"sdtool.merge=" + bake.Description()}, c.StringSlice("metadata")...),
 			Log:             slog.Default(),
 		}, bake.Model)
 		if err != nil {

@@ -22,12 +22,15 @@ func init() {
 			quantize.TypeTableText("   ") + "\n" +
 			"Mix names are case-insensitive (Q4_K means Q4_K_M, as in llama.cpp); a lower-case ggml name such as\n" +
 			"q4_K is that type alone. Every mix quantizes only 2-D .weight tensors; norms, 1-D and small tensors\n" +
-			"and each architecture's embeddings and in/out layers stay F16, BF16 or F32. A row that the type's\n" +
+			"and what the model family keeps (embeddings, in/out layers, modulation; docs/families.md) stay F16,\n" +
+			"BF16 or F32. A row that the type's\n" +
 			"block does not divide gets the closest type that fits (q4_K -> q5_0, q6_K -> q8_0, ...), shown by\n" +
 			"--dry-run. --tensor-type REGEX=TYPE (repeatable) overrides eligible tensors, the last matching rule\n" +
 			"winning (llama.cpp); --tensor-type-rules \"REGEX=TYPE,...\" does the same with sd.cpp's first-match\n" +
 			"rule. For the ComfyUI types the rule TYPE is int8_convrot, int8, fp8_e4m3, fp8_e5m2, keep, f16, bf16 or\n" +
-			"f32 (module types apply to 2-D .weight tensors only). --imatrix files (.dat or GGUF) give importance weights as llama.cpp uses them (sums over\n" +
+			"f32; by default modules go on the diffusion model's linear layers only, and a rule asking for one on a\n" +
+			"convolution, norm or lookup table is an error. A standalone T5/UMT5/Qwen text encoder's GGUF gets\n" +
+			"llama.cpp's tensor names and architecture (--te-names). --imatrix files (.dat or GGUF) give importance weights as llama.cpp uses them (sums over\n" +
 			"counts; several files weighted by their counts); without one, ggml's unweighted quantizers run.\n" +
 			"GGUF outputs keep every dim, get general.architecture (ComfyUI-GGUF's name), general.file_type,\n" +
 			"general.quantization_version=2, quantize.imatrix.* and comfy.gguf.orig_shape.* for folded (>4-D)\n" +
@@ -52,6 +55,7 @@ func init() {
 			&cli.IntFlag{Name: "convrot-group-size", Value: 256, Usage: "rotation group `G` for int8_convrot (a power of 4); layers whose input width G does not divide get plain int8"},
 			&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string written into the output's metadata (repeatable)"},
 			&cli.StringFlag{Name: "metadata-preset", Value: "default", Usage: "`PRESET`: default (architecture, file type, imatrix keys, input GGUF keys) or none"},
+			&cli.StringFlag{Name: "te-names", Value: "llama.cpp", Usage: "`NAMES` of a standalone T5/UMT5/Qwen text encoder's GGUF tensors: llama.cpp (ComfyUI-GGUF's text loader needs them; sd.cpp reads them too) or sdcpp (the input's)"},
 			threadsFlag("`N` worker threads"),
 			maxMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
@@ -72,21 +76,22 @@ func runQuantize(c *cli.Context) error {
 		return fmt.Errorf("quantize: want one input model, got %s (see sdtool quantize --help)", pipeline.Count(c.NArg(), "argument", "arguments"))
 	}
 	opts := &quantize.Options{
-		Input:           c.Args().First(),
-		Output:          c.String("output"),
-		Type:            c.String("type"),
-		Pure:            c.Bool("pure"),
-		TensorTypes:     c.StringSlice("tensor-type"),
-		TensorTypeRules: c.String("tensor-type-rules"),
-		Imatrix:         c.StringSlice("imatrix"),
-		AllowRequantize: c.Bool("allow-requantize"),
-		ReshapeConv:     c.Bool("reshape-conv"),
-		Targets:         c.StringSlice("target"),
-		Strict:          c.Bool("strict"),
-		GroupSize:       c.Int("convrot-group-size"),
-		Metadata:        c.StringSlice("metadata"),
-		MetadataPreset:  c.String("metadata-preset"),
-		Log:             slog.Default(),
+		Input:            c.Args().First(),
+		Output:           c.String("output"),
+		Type:             c.String("type"),
+		Pure:             c.Bool("pure"),
+		TensorTypes:      c.StringSlice("tensor-type"),
+		TensorTypeRules:  c.String("tensor-type-rules"),
+		Imatrix:          c.StringSlice("imatrix"),
+		AllowRequantize:  c.Bool("allow-requantize"),
+		ReshapeConv:      c.Bool("reshape-conv"),
+		Targets:          c.StringSlice("target"),
+		Strict:           c.Bool("strict"),
+		GroupSize:        c.Int("convrot-group-size"),
+		Metadata:         c.StringSlice("metadata"),
+		MetadataPreset:   c.String("metadata-preset"),
+		TextEncoderNames: c.String("te-names"),
+		Log:              slog.Default(),
 	}
 	if quantize.IsLadder(opts.Type) {
 		return runLadder(c, opts)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -107,4 +108,29 @@ func PeakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// RunChild runs this test binary again as a child that runs only the test
+// named test, with env added to its environment, and returns the
+// measurements the child printed as BENCH_NAME=VALUE lines; a child that
+// fails or prints no BENCH_PEAK_MB is an error carrying its output. A
+// child process gives each measurement its own peak resident memory.
+func RunChild(test string, env ...string) (map[string]float64, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("child %s: %v\n%s", test, err, out)
+	}
+	vals := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "="); ok && strings.HasPrefix(k, "BENCH_") {
+			vals[k], _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if vals["BENCH_PEAK_MB"] == 0 {
+		return nil, fmt.Errorf("child %s printed no measurement:\n%s", test, out)
+	}
+	return vals, nil
 }

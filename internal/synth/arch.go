@@ -34,6 +34,11 @@ type vaeConfig struct {
 	Ch, InCh, ZCh int
 	Mult          []int
 	NumRes        int
+	// NoQuantConv leaves out quant_conv and post_quant_conv (Flux's VAE).
+	NoQuantConv bool
+	// DecCh, when not 0, is the decoder's width in place of Ch (sd.cpp
+	// reads the decoder's from the weights and fixes the encoder's).
+	DecCh int
 }
 
 // clipConfig describes a CLIP text transformer.
@@ -476,11 +481,15 @@ func (v vaeConfig) build(b *builder) {
 	b.norm("encoder.norm_out", ch)
 	b.conv("encoder.conv_out", 2*v.ZCh, ch, 3)
 
-	ch = v.Ch * v.Mult[len(v.Mult)-1]
+	dc := v.Ch
+	if v.DecCh != 0 {
+		dc = v.DecCh
+	}
+	ch = dc * v.Mult[len(v.Mult)-1]
 	b.conv("decoder.conv_in", ch, v.ZCh, 3)
 	mid("decoder", ch)
 	for level := len(v.Mult) - 1; level >= 0; level-- {
-		out := v.Mult[level] * v.Ch
+		out := v.Mult[level] * dc
 		for i := 0; i <= v.NumRes; i++ {
 			res("decoder.up."+itoa(level)+".block."+itoa(i), ch, out)
 			ch = out
@@ -491,8 +500,10 @@ func (v vaeConfig) build(b *builder) {
 	}
 	b.norm("decoder.norm_out", ch)
 	b.conv("decoder.conv_out", v.InCh, ch, 3)
-	b.conv("quant_conv", 2*v.ZCh, 2*v.ZCh, 1)
-	b.conv("post_quant_conv", v.ZCh, v.ZCh, 1)
+	if !v.NoQuantConv {
+		b.conv("quant_conv", 2*v.ZCh, 2*v.ZCh, 1)
+		b.conv("post_quant_conv", v.ZCh, v.ZCh, 1)
+	}
 }
 
 // buildHF expands a Hugging Face CLIPTextModel under text_model.

@@ -241,17 +241,33 @@ func (c SD) Encode(w io.Writer) error { return c.EncodeAs(w, "gguf") }
 // safetensors' __metadata__, where infer reads numbers from their text).
 func (c SD) EncodeAs(w io.Writer, format string) error {
 	ts := c.Tensors()
+	types := make([]formats.DType, len(ts))
+	for i, t := range ts {
+		types[i] = c.typeOf(t)
+	}
+	return encodeSpecs(w, format, ts, nil, types, c.Metadata(), c.Seed)
+}
+
+// encodeSpecs writes tensors ts, stored as types, with metadata md, in
+// format "gguf" or "safetensors" (metadata as strings there), their values
+// drawn for seed and their names (which seed each one's values); names,
+// when not nil, renames them in the file (a prefix that leaves the values
+// as the standalone file has them).
+func encodeSpecs(w io.Writer, format string, ts []TensorSpec, names []string, types []formats.DType, md formats.Metadata, seed int64) error {
 	desc := make([]formats.Tensor, len(ts))
 	for i, t := range ts {
-		desc[i] = formats.Tensor{Name: t.Name, Type: c.typeOf(t), Shape: t.Shape}
+		desc[i] = formats.Tensor{Name: t.Name, Type: types[i], Shape: t.Shape}
+		if names != nil {
+			desc[i].Name = names[i]
+		}
 	}
 	var tw formats.TensorWriter
 	var err error
 	switch format {
 	case "gguf":
-		tw, err = gguf.NewWriter(w, desc, c.Metadata(), nil)
+		tw, err = gguf.NewWriter(w, desc, md, nil)
 	case "safetensors":
-		md, _ := pipeline.CarryMetadata(c.Metadata(), "safetensors")
+		smd, _ := pipeline.CarryMetadata(md, "safetensors")
 		cr, ok := formats.CreatorNamed("safetensors")
 		if !ok {
 			return errors.New("synth: the safetensors writer is not linked in")
@@ -261,14 +277,14 @@ func (c SD) EncodeAs(w io.Writer, format string) error {
 				return fmt.Errorf("tensor %q: %w", desc[i].Name, err)
 			}
 		}
-		tw, err = cr.New(w, desc, formats.WriteOptions{Metadata: md})
+		tw, err = cr.New(w, desc, formats.WriteOptions{Metadata: smd})
 	default:
 		return fmt.Errorf("synth: unknown output format %q", format)
 	}
 	if err != nil {
 		return err
 	}
-	spec := Spec{Seed: c.Seed, DType: formats.F32}
+	spec := Spec{Seed: seed, DType: formats.F32}
 	for i, t := range ts {
 		if t.Init == InitIndex {
 			t.Type = formats.I64
@@ -279,14 +295,6 @@ func (c SD) EncodeAs(w io.Writer, format string) error {
 		}
 		t.Type = formats.F32
 		n, _ := formats.Elements(t.Shape)
-		raw := make([]byte, 4*n)
-		if _, err := io.ReadFull(Data(spec, t), raw); err != nil {
-			return fmt.Errorf("tensor %q: %w", t.Name, err)
-		}
-		f := make([]float32, n)
-		for j := range f {
-			f[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
-		}
 		typ := desc[i].Type
 		enc, err := quant.Encoder(typ)
 		if err != nil {
@@ -297,12 +305,27 @@ func (c SD) EncodeAs(w io.Writer, format string) error {
 		if err != nil {
 			return err
 		}
-		out := make([]byte, rb*(n/row))
-		for r := int64(0); r < n/row; r++ {
-			enc.Quantize(out[r*rb:(r+1)*rb], f[r*row:(r+1)*row], nil)
-		}
-		if _, err := tw.Write(out); err != nil {
-			return err
+		// Rows in bounded batches, so that a full-width tensor never sits whole in memory.
+		r := Data(spec, t)
+		rows := n / row
+		batch := max(1, (4<<20)/row)
+		raw := make([]byte, 4*row*min(batch, rows))
+		f := make([]float32, row*min(batch, rows))
+		out := make([]byte, rb*min(batch, rows))
+		for done := int64(0); done < rows; done += batch {
+			k := min(batch, rows-done)
+			if _, err := io.ReadFull(r, raw[:4*row*k]); err != nil {
+				return fmt.Errorf("tensor %q: %w", t.Name, err)
+			}
+			for j := range f[:row*k] {
+				f[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
+			}
+			for q := int64(0); q < k; q++ {
+				enc.Quantize(out[q*rb:(q+1)*rb], f[q*row:(q+1)*row], nil)
+			}
+			if _, err := tw.Write(out[:rb*k]); err != nil {
+				return err
+			}
 		}
 	}
 	return tw.Close()

@@ -2,53 +2,11 @@ package mix
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
-)
-
-// neverQuantize lists, per architecture (ComfyUI-GGUF's names), the name
-// fragments of tensors that stay in high precision because quantizing them
-// hurts image quality far more than it saves.
-var neverQuantize = map[string][]string{
-	"flux":       {"txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.", "final_layer."},
-	"hyvid":      {"txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.", "final_layer."},
-	"sd1":        {"class_embedding.", "time_embedding.", "add_embedding.", "time_embed.", "label_emb.", "conv_in.", "conv_out.", "input_blocks.0.0.weight", "out.2.weight"},
-	"sdxl":       {"class_embedding.", "time_embedding.", "add_embedding.", "time_embed.", "label_emb.", "conv_in.", "conv_out.", "input_blocks.0.0.weight", "out.2.weight"},
-	"sd3":        {"final_layer.", "time_text_embed.", "context_embedder.", "t_embedder.", "y_embedder.", "x_embedder.", "proj_out.weight", "pos_embed"},
-	"aura":       {"t_embedder.", "init_x_linear.", "modF.1.weight", "cond_seq_linear.weight", "final_linear.weight", "positional_encoding", "register_tokens"},
-	"ltxv":       {"adaln_single.", "caption_projection.", "patchify_proj.", "proj_out.", "scale_shift_table"},
-	"wan":        {"modulation.", "patch_embedding.", "text_embedding.", "time_projection.", "time_embedding.", "img_emb.", "head."},
-	"hidream":    {"p_embedder.", "t_embedder.", "x_embedder.", "final_layer.", ".ff_i.gate.weight", "caption_projection."},
-	"cosmos":     {"p_embedder.", "t_embedder.", "x_embedder.", "t_embedding_norm.", "pos_embedder.", "final_layer."},
-	"lumina2":    {"t_embedder.", "x_embedder.", "final_layer.", "cap_embedder.", "context_refiner.", "noise_refiner."},
-	"qwen_image": {"img_in.", "txt_in.", "time_text_embed.", "proj_out.", "norm_out."},
-}
-
-// highPrecision lists, per architecture, tensors kept in F32 (ComfyUI-GGUF's keys_hiprec).
-var highPrecision = map[string][]string{
-	"hidream": {".ff_i.gate.weight", "img_emb.emb_pos"},
-	"cosmos":  {"pos_embedder"},
-	"wan":     {".modulation"},
-	"ltxv":    {"scale_shift_table"},
-	"lumina2": {"x_pad_token", "cap_pad_token"},
-}
-
-// ComfyArch maps sdtool's detected architecture names to ComfyUI-GGUF's
-// general.architecture values ("" when ComfyUI-GGUF has none).
-var ComfyArch = map[string]string{
-	"sd1": "sd1", "sd2": "sd1", "sdxl": "sdxl", "sd3": "sd3", "flux": "flux", "wan": "wan",
-	"qwen_image": "qwen_image", "z_image": "lumina2", "lumina2": "lumina2", "hidream": "hidream",
-	"cosmos": "cosmos", "ltxv": "ltxv", "hyvid": "hyvid", "aura": "aura",
-}
-
-var (
-	vProjection = regexp.MustCompile(`(attn_v\.weight|\.to_v\.weight|\.v\.weight|\.attn\.w[12]v\.weight|_attn\.v_proj\.weight|\.add_v_proj\.weight)$`)
-	fusedQKV    = regexp.MustCompile(`(attn_qkv\.weight|attn\.qkv\.weight|attention\.qkv\.weight)$`)
-	ffnDown     = regexp.MustCompile(`(ffn_down|experts\.[0-9]+\.w2\.weight|\.ffn\.2\.weight|\.ff\.net\.2\.weight|\.mlp\.layer2\.weight|\.adaln_modulation_mlp\.2\.weight|\.feed_forward\.w2\.weight|\.img_mlp\.net\.2\.weight|\.txt_mlp\.net\.2\.weight)$`)
-	blockIndex  = regexp.MustCompile(`transformer_blocks\.([0-9]+)\.`)
 )
 
 // Input describes one source tensor for planning.
@@ -66,8 +24,14 @@ type Override func(name string) (formats.DType, bool)
 
 // Options tunes a plan.
 type Options struct {
-	// Arch is the detected architecture (sd1, sdxl, flux, ...); "" for none.
+	// Arch is the detected family (a family ID such as sd1, sdxl, flux, or
+	// a ComfyUI-GGUF architecture name); "" for none. It applies to every
+	// tensor when Layout is nil.
 	Arch string
+	// Layout, when set, is the detected checkpoint: each tensor is planned
+	// with the family of the component that holds it (a checkpoint's CLIP
+	// keeps CLIP's tables, its UNet the UNet's).
+	Layout *family.Architecture
 	// Pure gives every eligible tensor the base type, with no upgrades.
 	Pure bool
 	// ReshapeConv reshapes sd1/sdxl conv kernels to rows of 256 so they can
@@ -94,15 +58,20 @@ type Choice struct {
 
 // Choose picks a type for every input tensor, in order.
 func Choose(f FType, inputs []Input, opts Options) ([]Choice, error) {
-	lastBlock := -1
+	p := planner{f: f, opts: opts, lastBlock: map[string]int{}}
 	for _, in := range inputs {
-		if m := blockIndex.FindStringSubmatch(in.Name); m != nil {
-			if n, _ := strconv.Atoi(m[1]); n > lastBlock {
-				lastBlock = n
+		for _, u := range p.upgrades(in.Name) {
+			if u.Role != family.RoleEdgeBlock {
+				continue
+			}
+			if m := u.Pattern.FindStringSubmatch(in.Name); m != nil {
+				n, _ := strconv.Atoi(m[1])
+				if last, ok := p.lastBlock[u.Pattern.String()]; !ok || n > last {
+					p.lastBlock[u.Pattern.String()] = n
+				}
 			}
 		}
 	}
-	p := planner{f: f, opts: opts, lastBlock: lastBlock}
 	out := make([]Choice, len(inputs))
 	for i, in := range inputs {
 		c, err := p.choose(in)
@@ -115,10 +84,44 @@ func Choose(f FType, inputs []Input, opts Options) ([]Choice, error) {
 }
 
 type planner struct {
-	f         FType
-	opts      Options
-	lastBlock int
+	f    FType
+	opts Options
+	// lastBlock is the highest block index each edge-block pattern saw.
+	lastBlock map[string]int
 	vSeen     int
+}
+
+// familyOf returns the family whose rules plan the tensor called name (nil
+// for an unrecognised model).
+func (p *planner) familyOf(name string) *family.Family {
+	f, _ := p.classify(name, nil)
+	return f
+}
+
+// classify returns the tensor's family and how that family treats it.
+func (p *planner) classify(name string, shape []int64) (*family.Family, family.Class) {
+	if p.opts.Layout != nil {
+		if f, c := p.opts.Layout.Classify(name, shape); f != nil {
+			return f, c
+		}
+	}
+	f := family.Lookup(p.opts.Arch)
+	return f, f.Classify(name, shape)
+}
+
+// upgrades returns the mix upgrades that apply to the tensor called name.
+func (p *planner) upgrades(name string) []family.Upgrade {
+	if f := p.familyOf(name); f != nil {
+		return f.Upgrades
+	}
+	return family.Std
+}
+
+// reshapes reports whether --reshape-conv applies to the tensor's family
+// (ComfyUI-GGUF's shape_fix families: the UNets).
+func (p *planner) reshapes(name string) bool {
+	f := p.familyOf(name)
+	return f != nil && (f.ComfyArch == "sd1" || f.ComfyArch == "sdxl")
 }
 
 func (p *planner) choose(in Input) (Choice, error) {
@@ -128,7 +131,7 @@ func (p *planner) choose(in Input) (Choice, error) {
 		return c, nil
 	}
 	shape := in.Shape
-	if p.opts.ReshapeConv && (p.opts.Arch == "sd1" || p.opts.Arch == "sdxl" || p.opts.Arch == "sd2") {
+	if p.opts.ReshapeConv && p.reshapes(in.Name) {
 		if rs, ok := reshapeConv(shape); ok {
 			shape, c.Shape, c.Reshaped = rs, rs, true
 		}
@@ -169,15 +172,12 @@ func (p *planner) ineligible(name string, shape []int64) string {
 	if strings.HasSuffix(name, "_norm.weight") {
 		return "norm weight"
 	}
-	for _, s := range neverQuantize[p.opts.Arch] {
-		if strings.Contains(name, s) {
-			return fmt.Sprintf("kept for %s (%s)", p.opts.Arch, s)
-		}
+	f, c := p.classify(name, shape)
+	if c.Keep != "" {
+		return fmt.Sprintf("kept for %s (%s)", f.ID, c.Keep)
 	}
-	for _, s := range highPrecision[p.opts.Arch] {
-		if strings.Contains(name, s) {
-			return fmt.Sprintf("high precision for %s (%s)", p.opts.Arch, s)
-		}
+	if c.F32 != "" {
+		return fmt.Sprintf("high precision for %s (%s)", f.ID, c.F32)
 	}
 	return ""
 }
@@ -187,10 +187,7 @@ func (p *planner) ineligible(name string, shape []int64) string {
 // F32 or BF16 source; otherwise BF16 stays BF16 and the rest becomes F16.
 func (p *planner) highPrecisionType(in Input, shape []int64) formats.DType {
 	n, _ := formats.Elements(shape)
-	small := len(shape) <= 1 || n <= 1024
-	for _, s := range highPrecision[p.opts.Arch] {
-		small = small || strings.Contains(in.Name, s)
-	}
+	small := len(shape) <= 1 || n <= 1024 || p.f32(in.Name, shape)
 	switch {
 	case in.Source == formats.F32 && small, in.Source == formats.BF16 && small:
 		return formats.F32
@@ -202,12 +199,53 @@ func (p *planner) highPrecisionType(in Input, shape []int64) formats.DType {
 	return formats.F16
 }
 
-// upgrade applies the image-model mix rules; "" means none applied.
+// upgrade applies the image-model mix rules of the tensor's family; ""
+// means none applied. Only the first role whose pattern matches is tried,
+// then the first/last block rule.
 func (p *planner) upgrade(name string) (formats.DType, string) {
+	ups := p.upgrades(name)
+	for _, u := range ups {
+		if u.Role == family.RoleEdgeBlock || !u.Pattern.MatchString(name) {
+			continue
+		}
+		if t, why := p.roleType(u.Role); why != "" {
+			return t, why
+		}
+		break
+	}
 	f := p.f
 	k := f.Base.Quantized() && f.Level != 0 || f.Base == formats.Q2_K
-	switch {
-	case vProjection.MatchString(name):
+	for _, u := range ups {
+		if u.Role != family.RoleEdgeBlock || !k {
+			continue
+		}
+		m := u.Pattern.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		if n, _ := strconv.Atoi(m[1]); n == 0 || n == p.lastBlock[u.Pattern.String()] {
+			why := "first/last block"
+			if fam := p.familyOf(name); fam != nil {
+				why = "first/last " + fam.Title + " block"
+			}
+			switch {
+			case f.Base == formats.Q2_K || f.Base == formats.Q3_K:
+				return formats.Q4_K, why
+			case f.Name == "Q4_K_M":
+				return formats.Q5_K, why
+			case f.Name == "Q5_K_M":
+				return formats.Q6_K, why
+			}
+		}
+	}
+	return 0, ""
+}
+
+// roleType is the upgrade the mix gives a tensor of role ("" when none).
+func (p *planner) roleType(role string) (formats.DType, string) {
+	f := p.f
+	switch role {
+	case family.RoleV:
 		p.vSeen++
 		switch {
 		case f.Base == formats.Q2_K:
@@ -219,7 +257,7 @@ func (p *planner) upgrade(name string) (formats.DType, string) {
 		case f.Name == "Q4_K_M", f.Name == "Q5_K_M":
 			return formats.Q6_K, "V projection"
 		}
-	case fusedQKV.MatchString(name):
+	case family.RoleQKV:
 		switch f.Name {
 		case "Q3_K_M", "Q3_K_L":
 			return formats.Q4_K, "fused qkv"
@@ -228,7 +266,7 @@ func (p *planner) upgrade(name string) (formats.DType, string) {
 		case "Q5_K_M":
 			return formats.Q6_K, "fused qkv"
 		}
-	case ffnDown.MatchString(name):
+	case family.RoleFFNDown:
 		switch f.Name {
 		case "Q3_K_M":
 			return formats.Q4_K, "FFN down"
@@ -240,20 +278,6 @@ func (p *planner) upgrade(name string) (formats.DType, string) {
 			return formats.Q4_1, "FFN down"
 		case "Q5_0":
 			return formats.Q5_1, "FFN down"
-		}
-	}
-	if p.opts.Arch == "qwen_image" && k {
-		if m := blockIndex.FindStringSubmatch(name); m != nil {
-			if n, _ := strconv.Atoi(m[1]); n == 0 || n == p.lastBlock {
-				switch {
-				case f.Base == formats.Q2_K || f.Base == formats.Q3_K:
-					return formats.Q4_K, "first/last Qwen-Image block"
-				case f.Name == "Q4_K_M":
-					return formats.Q5_K, "first/last Qwen-Image block"
-				case f.Name == "Q5_K_M":
-					return formats.Q6_K, "first/last Qwen-Image block"
-				}
-			}
 		}
 	}
 	return 0, ""
@@ -297,4 +321,10 @@ func reshapeConv(shape []int64) ([]int64, bool) {
 		return nil, false
 	}
 	return []int64{n / 256, 256}, true
+}
+
+// f32 reports a tensor the family stores in F32.
+func (p *planner) f32(name string, shape []int64) bool {
+	_, c := p.classify(name, shape)
+	return c.F32 != ""
 }

@@ -45,7 +45,7 @@ func run(args []string, stderr io.Writer) error {
 	dtype := fs.String("dtype", "f16", "storage type: f32, f16 or bf16")
 	out := fs.String("o", "", "output file (.gguf or .safetensors)")
 	imat := fs.String("imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
-	testdata := fs.String("testdata", "", "write the committed test files (tiny-sd1.gguf, tiny-sd1.safetensors, tiny-sd1.imatrix.dat, tiny-sdxl.gguf) into `DIR`")
+	testdata := fs.String("testdata", "", "write the committed test files (tiny-sd1.gguf, tiny-sd1.safetensors, tiny-sd1.imatrix.dat, tiny-sdxl.gguf, tiny-flux.gguf) into `DIR`")
 	force := fs.Bool("force", false, "replace existing files")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -81,7 +81,10 @@ func run(args []string, stderr io.Writer) error {
 		if err := writeMatrix(files[2], synth.TinySD.Imatrix(4)); err != nil {
 			return err
 		}
-		return synth.TinySDXL.Write(files[3])
+		if err := synth.TinySDXL.Write(files[3]); err != nil {
+			return err
+		}
+		return synth.TinyFlux.WriteSingle(files[4])
 	case *arch != "" && *sd != "":
 		return errors.New("-arch and -sd exclude each other")
 	case *sd != "":
@@ -129,6 +132,7 @@ func testdataFiles(dir string) []string {
 		filepath.Join(dir, "tiny-sd1.safetensors"),
 		filepath.Join(dir, "tiny-sd1.imatrix.dat"),
 		filepath.Join(dir, "tiny-sdxl.gguf"),
+		filepath.Join(dir, "tiny-flux.gguf"),
 	}
 }
 

@@ -1,4 +1,4 @@
-package names
+package family
 
 import (
 	"testing"
@@ -100,7 +100,7 @@ func TestDetectArchitecture(t *testing.T) {
 			{"flux", KindDiffusion, "schnell", ""}}},
 		{"flux diffusers", ts("transformer_blocks.0.attn.add_q_proj.weight", s(3072, 3072), "single_transformer_blocks.0.proj_out.weight", s(3072, 15360)), "flux", []comp{
 			{"flux", KindDiffusion, "diffusers", ""}}},
-		{"wan t2v", synthTensors(t, synth.Spec{Arch: "wan"}), "wan", []comp{{"wan", KindDiffusion, "", ""}}},
+		{"wan t2v", synthTensors(t, synth.Spec{Arch: "wan"}), "wan", []comp{{"wan", KindDiffusion, "t2v", ""}}},
 		{"wan i2v", ts("blocks.0.self_attn.q.weight", s(5120, 5120), "patch_embedding.weight", s(5120, 36, 1, 2, 2), "img_emb.proj.1.weight", s(1280, 1280)), "wan", []comp{
 			{"wan", KindDiffusion, "i2v", ""}}},
 		{"wan without a 5-D patch embedding is not wan", ts("blocks.0.self_attn.q.weight", s(5120, 5120), "patch_embedding.weight", s(5120, 64)), "unknown", nil},
@@ -108,13 +108,13 @@ func TestDetectArchitecture(t *testing.T) {
 			{"sd2", KindDiffusion, "", "model.diffusion_model."},
 			{"clip_h", KindTextEncoder, "open_clip", "cond_stage_model.model."}}},
 		{"sd3 ComfyUI checkpoint", full, "sd3", []comp{
-			{"sd3", KindDiffusion, "", "model.diffusion_model."},
+			{"sd3", KindDiffusion, "medium", "model.diffusion_model."},
 			{"clip_l", KindTextEncoder, "", "text_encoders.clip_l.transformer."},
 			{"clip_g", KindTextEncoder, "", "text_encoders.clip_g.transformer."},
 			{"t5xxl", KindTextEncoder, "", "text_encoders.t5xxl.transformer."},
-			{"vae", KindVAE, "16ch", "first_stage_model."}}},
+			{"flux_vae", KindVAE, "16ch", "first_stage_model."}}},
 		{"sd.cpp component prefixes", append(prefixed("vae.", vae16), prefixed("text_encoders.clip_l.transformer.", clipL)...), "unknown", []comp{
-			{"vae", KindVAE, "16ch", "vae."},
+			{"flux_vae", KindVAE, "16ch", "vae."},
 			{"clip_l", KindTextEncoder, "", "text_encoders.clip_l.transformer."}}},
 		{"qwen-image", ts("transformer_blocks.0.img_mod.1.weight", s(18432, 3072), "transformer_blocks.0.txt_mod.1.weight", s(18432, 3072),
 			"img_in.weight", s(3072, 64)), "qwen_image", []comp{{"qwen_image", KindDiffusion, "", ""}}},
@@ -126,14 +126,14 @@ func TestDetectArchitecture(t *testing.T) {
 			"down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight", s(320, 768)), "sd1", []comp{{"sd1", KindDiffusion, "diffusers", ""}}},
 		{"standalone clip_l", clipL, "clip_l", []comp{{"clip_l", KindTextEncoder, "", ""}}},
 		{"standalone t5xxl", t5, "t5xxl", []comp{{"t5xxl", KindTextEncoder, "", ""}}},
-		{"umt5 (wan)", append(ts("shared.weight", s(256384, 4096)), t5...), "t5xxl", []comp{{"t5xxl", KindTextEncoder, "umt5", ""}}},
+		{"umt5 (wan)", append(ts("shared.weight", s(256384, 4096)), t5...), "umt5xxl", []comp{{"umt5xxl", KindTextEncoder, "", ""}}},
 		{"qwen3 text encoder", ts("model.embed_tokens.weight", s(151936, 2560), "model.layers.0.self_attn.q_proj.weight", s(4096, 2560),
-			"model.layers.0.self_attn.q_norm.weight", s(128)), "llm", []comp{{"llm", KindTextEncoder, "qwen3", ""}}},
+			"model.layers.0.self_attn.q_norm.weight", s(128)), "qwen3", []comp{{"qwen3", KindTextEncoder, "", ""}}},
 		{"qwen2.5-vl under text_encoders.llm.", prefixed("text_encoders.llm.", ts("model.embed_tokens.weight", s(152064, 3584),
-			"model.layers.0.self_attn.q_proj.weight", s(3584, 3584))), "llm", []comp{{"llm", KindTextEncoder, "qwen2.5", "text_encoders.llm."}}},
-		{"flux vae alone", vae16, "vae", []comp{{"vae", KindVAE, "16ch", ""}}},
-		{"wan vae", ts("encoder.downsamples.0.residual.0.gamma", s(96, 1, 1, 1), "decoder.upsamples.0.residual.2.weight", s(384, 384, 3, 3, 3)), "vae", []comp{
-			{"vae", KindVAE, "wan", ""}}},
+			"model.layers.0.self_attn.q_proj.weight", s(3584, 3584))), "qwen2.5vl", []comp{{"qwen2.5vl", KindTextEncoder, "", "text_encoders.llm."}}},
+		{"flux vae alone", vae16, "flux_vae", []comp{{"flux_vae", KindVAE, "16ch", ""}}},
+		{"wan vae", ts("encoder.downsamples.0.residual.0.gamma", s(96, 1, 1, 1), "decoder.upsamples.0.residual.2.weight", s(384, 384, 3, 3, 3)), "wan_vae", []comp{
+			{"wan_vae", KindVAE, "", ""}}},
 		{"narrow clip named by its prefix", prefixed("text_encoders.clip_g.transformer.", ts("text_model.encoder.layers.0.mlp.fc1.weight", s(256, 64))), "clip_g", []comp{
 			{"clip_g", KindTextEncoder, "", "text_encoders.clip_g.transformer."}}},
 		{"narrow clip without a hint", ts("text_model.encoder.layers.0.mlp.fc1.weight", s(256, 64)), "clip", []comp{
@@ -145,7 +145,7 @@ func TestDetectArchitecture(t *testing.T) {
 		{"unknown", ts("foo.weight", s(3, 3), "bar.bias", s(3)), "unknown", nil},
 	}
 	for _, c := range cases {
-		a := DetectArchitecture(c.tensors)
+		a := Detect(c.tensors, nil)
 		if a.Name != c.arch {
 			t.Errorf("%s: architecture %q, want %q", c.name, a.Name, c.arch)
 		}
@@ -168,7 +168,7 @@ func TestDetectArchitecture(t *testing.T) {
 func TestDetectCountsAndUnassigned(t *testing.T) {
 	tensors := synthTensors(t, synth.Spec{Arch: "sd1"})
 	tensors = append(tensors, formats.Tensor{Name: "alphas_cumprod", Type: formats.F32, Shape: []int64{1000}, Size: 4000})
-	a := DetectArchitecture(tensors)
+	a := Detect(tensors, nil)
 	if a.Unassigned != 1 {
 		t.Errorf("unassigned = %d, want 1", a.Unassigned)
 	}
@@ -186,7 +186,12 @@ func TestEveryRuleCanWin(t *testing.T) {
 	for i, r := range rules {
 		var tensors []formats.Tensor
 		ok := true
+		words := ""
 		for _, c := range r.conds {
+			if c.meta != "" {
+				words += c.meta + "\n"
+				continue
+			}
 			if c.absent {
 				continue
 			}
@@ -218,7 +223,7 @@ func TestEveryRuleCanWin(t *testing.T) {
 			g.tensors = append(g.tensors, &tensors[k])
 		}
 		won := false
-		for _, w := range detectGroup(g) {
+		for _, w := range detectGroup(g, words) {
 			if w == &rules[i] || (w.name == r.name && w.variant == r.variant) {
 				won = true
 			}
@@ -311,6 +316,6 @@ func BenchmarkDetectSDXL(b *testing.B) {
 	d, _ := synth.Descriptors(synth.Spec{Arch: "sdxl"})
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		DetectArchitecture(d)
+		Detect(d, nil)
 	}
 }

@@ -1,0 +1,84 @@
+package infer
+
+import (
+	"fmt"
+)
+
+// fluxConditioner is Flux.1's conditioning (Family.Conditioner "flux"), as
+// sd.cpp's FluxCLIPEmbedder computes it: the context is T5-XXL's hidden
+// states over chunks of 256 tokens (the prompt, </s>, then padding;
+// weighted like CLIP's; Model.t5Context), the vector CLIP-L's pooled output (its final norm at the first
+// end-of-text token, without text_projection). An absent encoder
+// conditions on zeros, as sd-cli does.
+type fluxConditioner struct {
+	m      *Model
+	clip   *CLIPConfig // nil without CLIP-L
+	t5     *T5Config   // nil without T5
+	tokens int         // T5's sequence length
+	ctxDim int         // the DiT's text token width
+	vecDim int         // the DiT's pooled vector width
+}
+
+func init() {
+	conditioners["flux"] = func(m *Model) (conditioner, error) {
+		f := m.Config.Flux
+		if f == nil {
+			return nil, fmt.Errorf("%s: no Flux configuration", m.Path)
+		}
+		c := &fluxConditioner{m: m, t5: m.Config.T5, ctxDim: f.ContextDim, vecDim: f.VecDim, tokens: 256}
+		for _, e := range m.Family.Encoders {
+			if e.Kind == "t5" && e.Tokens > 0 {
+				c.tokens = e.Tokens
+			}
+		}
+		if cl, ok := m.Config.TextEncoder("clip_l"); ok {
+			c.clip = cl
+			if f.VecDim > 0 && cl.Hidden != f.VecDim {
+				return nil, fmt.Errorf("%s: CLIP-L is %d wide, the DiT's vector_in takes %d", m.Path, cl.Hidden, f.VecDim)
+			}
+		}
+		if c.t5 != nil {
+			if c.t5.Hidden != f.ContextDim {
+				return nil, fmt.Errorf("%s: T5 is %d wide, the DiT's txt_in takes %d", m.Path, c.t5.Hidden, f.ContextDim)
+			}
+		}
+		return c, nil
+	}
+}
+
+func (c *fluxConditioner) encode(prompt string, width, height int, zero bool) (*Conditioning, error) {
+	m := c.m
+	out := &Conditioning{Tokens: c.tokens, Dim: c.ctxDim}
+	// The pooled CLIP-L output: sd-cli's first 77-token chunk, pooled at its first end-of-text token.
+	if c.vecDim > 0 {
+		out.Vector = make([]float32, c.vecDim)
+		if c.clip != nil {
+			tok := m.Tokenizer
+			ids, _ := tok.EncodeWeighted(prompt, 77, tok.EOS())
+			for _, id := range ids {
+				if id < 0 || id >= c.clip.Vocab {
+					return nil, fmt.Errorf("token id %d outside CLIP-L's %d rows", id, c.clip.Vocab)
+				}
+			}
+			cc := &clipConditioner{m: m, fam: m.Family}
+			_, pooled, err := cc.run(c.clip, ids[:77], firstEOS(ids[:77], tok.EOS()))
+			if err != nil {
+				return nil, err
+			}
+			copy(out.Vector, pooled)
+		}
+	}
+	if c.t5 == nil {
+		out.Context = make([]float32, c.tokens*c.ctxDim)
+		return out, nil
+	}
+	h, n, err := m.t5Context(m.T5Tokenizer, prompt, c.tokens)
+	if err != nil {
+		return nil, err
+	}
+	if zero {
+		clear(h)
+	}
+	out.Context, out.Tokens = h, n
+	return out, nil
+}

@@ -1,0 +1,30 @@
+package infer
+
+import (
+	"testing"
+
+	"github.com/sdtool/sdtool/family"
+)
+
+// TestFamiliesAgreeWithTable: every engine entry runs a family of the
+// table that says generate runs it, and every family the table says
+// generate runs has an engine entry, so docs/families.md and inspect tell
+// the truth.
+func TestFamiliesAgreeWithTable(t *testing.T) {
+	has := map[string]bool{}
+	for _, f := range Families {
+		tf := family.ByID(f.ID)
+		switch {
+		case tf == nil:
+			t.Errorf("engine family %s: ID %q is not in the family table", f.Name, f.ID)
+		case !tf.Generate:
+			t.Errorf("engine family %s: the table says generate does not run %s", f.Name, f.ID)
+		}
+		has[f.ID] = true
+	}
+	for _, id := range family.Generators() {
+		if !has[id] {
+			t.Errorf("the family table says generate runs %s, but no engine family has that ID", id)
+		}
+	}
+}

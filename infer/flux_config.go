@@ -1,0 +1,190 @@
+package infer
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// MetaFluxAxes overrides the Flux DiT's RoPE axis widths ("16,56,56", which
+// must add up to the head width); shapes do not tell them.
+const MetaFluxAxes = "sdtool.flux.axes_dim"
+
+// FluxConfig is a Flux.1 MMDiT's configuration, detected from tensor shapes
+// as sd.cpp does (depths from the highest block index, widths from the
+// projections, heads from the QK norm's width).
+type FluxConfig struct {
+	// Hidden is the transformer width (3072) and Heads·HeadDim splits it (24 × 128).
+	Hidden, Heads, HeadDim int
+	// Double and Single are the double- and single-stream block counts (19 and 38).
+	Double, Single int
+	// MLP is the feed-forward width (4·Hidden).
+	MLP int
+	// InChannels is the patchified input width (64: 16 latent channels of
+	// 2×2 patches) and OutChannels the output's.
+	InChannels, OutChannels int
+	// Patch is the patch size (2).
+	Patch int
+	// ContextDim is the text tokens' width (T5-XXL's 4096) and VecDim the
+	// pooled vector's (CLIP-L's 768; 0 when there is no vector_in).
+	ContextDim, VecDim int
+	// Guidance reports the guidance embedding (dev; schnell has none).
+	Guidance bool
+	// Axes are the RoPE widths of the three position axes (index, row,
+	// column) and Theta their base.
+	Axes  []int
+	Theta float32
+}
+
+// LatentChannels is the VAE latent's channel count (InChannels / Patch²).
+func (c *FluxConfig) LatentChannels() int { return c.InChannels / (c.Patch * c.Patch) }
+
+// fluxAxes is Flux.1's RoPE split of a 128-wide head.
+var fluxAxes = []int{16, 56, 56}
+
+func init() {
+	networkDetectors["flux"] = func(s shapes, md formats.Metadata, cfg *ModelConfig) error {
+		c, err := detectFlux(s, md)
+		if err != nil {
+			return err
+		}
+		cfg.Flux = c
+		return nil
+	}
+}
+
+// detectFlux reads a Flux DiT's configuration under model.diffusion_model.
+func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
+	p := unetPrefix
+	c := &FluxConfig{Patch: 2, Theta: 10000}
+	var err error
+	if c.Hidden, err = s.dim(p+"txt_in.weight", 0); err != nil {
+		return nil, err
+	}
+	if c.ContextDim, err = s.dim(p+"txt_in.weight", 1); err != nil {
+		return nil, err
+	}
+	if c.InChannels, err = s.dim(p+"img_in.weight", 1); err != nil {
+		return nil, err
+	}
+	if c.OutChannels, err = s.dim(p+"final_layer.linear.weight", 0); err != nil {
+		return nil, err
+	}
+	if s.has(p + "vector_in.in_layer.weight") {
+		if c.VecDim, err = s.dim(p+"vector_in.in_layer.weight", 1); err != nil {
+			return nil, err
+		}
+	}
+	c.Guidance = s.has(p + "guidance_in.in_layer.weight")
+	for n := range s {
+		rest, ok := strings.CutPrefix(n, p)
+		if !ok {
+			continue
+		}
+		for _, b := range []struct {
+			prefix string
+			count  *int
+		}{{"double_blocks.", &c.Double}, {"single_blocks.", &c.Single}} {
+			if r, ok := strings.CutPrefix(rest, b.prefix); ok {
+				i, err := strconv.Atoi(r[:max(strings.IndexByte(r, '.'), 0)])
+				if err == nil && i+1 > *b.count {
+					*b.count = i + 1
+				}
+			}
+		}
+	}
+	if c.Double == 0 {
+		return nil, fmt.Errorf("no double_blocks under %s", p)
+	}
+	if c.HeadDim, err = s.dim(p+"double_blocks.0.img_attn.norm.key_norm.scale", 0); err != nil {
+		return nil, err
+	}
+	if c.HeadDim <= 0 || c.Hidden%c.HeadDim != 0 {
+		return nil, fmt.Errorf("width %d does not split into heads %d wide", c.Hidden, c.HeadDim)
+	}
+	c.Heads = c.Hidden / c.HeadDim
+	if c.MLP, err = s.dim(p+"double_blocks.0.img_mlp.0.weight", 0); err != nil {
+		return nil, err
+	}
+	if c.InChannels%(c.Patch*c.Patch) != 0 || c.OutChannels != c.InChannels {
+		return nil, fmt.Errorf("img_in takes %d values and final_layer.linear gives %d, want the same multiple of %d", c.InChannels, c.OutChannels, c.Patch*c.Patch)
+	}
+	// Every block must have what the graph reads, in the shapes block 0 has.
+	h, mlp := int64(c.Hidden), int64(c.MLP)
+	for i := 0; i < c.Double; i++ {
+		for _, st := range []string{"img", "txt"} {
+			b := fmt.Sprintf("%sdouble_blocks.%d.%s_", p, i, st)
+			for _, w := range []struct {
+				name string
+				want []int64
+			}{
+				{"mod.lin.weight", []int64{6 * h, h}},
+				{"attn.qkv.weight", []int64{3 * h, h}},
+				{"attn.norm.query_norm.scale", []int64{int64(c.HeadDim)}},
+				{"attn.norm.key_norm.scale", []int64{int64(c.HeadDim)}},
+				{"attn.proj.weight", []int64{h, h}},
+				{"mlp.0.weight", []int64{mlp, h}},
+				{"mlp.2.weight", []int64{h, mlp}},
+			} {
+				if err := s.wantShape(b+w.name, w.want); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	for i := 0; i < c.Single; i++ {
+		b := fmt.Sprintf("%ssingle_blocks.%d.", p, i)
+		for _, w := range []struct {
+			name string
+			want []int64
+		}{
+			{"modulation.lin.weight", []int64{3 * h, h}},
+			{"linear1.weight", []int64{3*h + mlp, h}},
+			{"linear2.weight", []int64{h, h + mlp}},
+			{"norm.query_norm.scale", []int64{int64(c.HeadDim)}},
+			{"norm.key_norm.scale", []int64{int64(c.HeadDim)}},
+		} {
+			if err := s.wantShape(b+w.name, w.want); err != nil {
+				return nil, err
+			}
+		}
+	}
+	c.Axes = fluxAxes
+	if v, ok := md.String(MetaFluxAxes); ok {
+		c.Axes = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 || n%2 != 0 {
+				return nil, fmt.Errorf("metadata %s = %q: want three even widths such as 16,56,56", MetaFluxAxes, v)
+			}
+			c.Axes = append(c.Axes, n)
+		}
+	}
+	sum := 0
+	for _, a := range c.Axes {
+		sum += a
+	}
+	if len(c.Axes) != 3 || sum != c.HeadDim {
+		return nil, fmt.Errorf("RoPE axes %v do not add up to the head width %d (set %s)", c.Axes, c.HeadDim, MetaFluxAxes)
+	}
+	return c, nil
+}
+
+// wantShape checks that tensor name exists with exactly the shape want.
+func (s shapes) wantShape(name string, want []int64) error {
+	sh, ok := s[name]
+	if !ok {
+		return fmt.Errorf("model has no tensor %q", name)
+	}
+	if len(sh) != len(want) {
+		return fmt.Errorf("tensor %q has shape %v, want %v", name, sh, want)
+	}
+	for i := range sh {
+		if sh[i] != want[i] {
+			return fmt.Errorf("tensor %q has shape %v, want %v", name, sh, want)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,287 @@
+//go:build cgo
+
+package infer
+
+import (
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/internal/synth"
+)
+
+// Flux image parity against sd-cli (SDTOOL_SDCLI; skipped without it) on
+// synth.FluxParity written as the four component files people download:
+// the DiT at full width with one block of each kind, the full CLIP-L and
+// VAE, T5-XXL at full width with two layers. The prompt is empty: sd-cli's
+// build stubs T5's vocabulary, so its T5 sees </s> and padding whatever
+// the prompt, and so does sdtool's for the empty prompt.
+
+// fluxParityRun is one Flux generation's settings, pinned on both sides.
+type fluxParityRun struct {
+	Parts    map[string]string
+	Prompt   string
+	Size     int
+	Steps    int
+	Seed     uint64
+	Guidance float32
+	Threads  int
+}
+
+func (r fluxParityRun) sdcliArgs(out string) []string {
+	var args []string
+	for _, flag := range synth.FluxParts {
+		if p, ok := r.Parts[flag]; ok {
+			args = append(args, "--"+flag, p)
+		}
+	}
+	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
+		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
+		"--scheduler", "flux", "--cfg-scale", "1", "--guidance", strconv.FormatFloat(float64(r.Guidance), 'g', -1, 32),
+		"--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
+}
+
+func (r fluxParityRun) components() Components {
+	return Components{DiffusionModel: r.Parts["diffusion-model"], CLIPL: r.Parts["clip_l"], T5XXL: r.Parts["t5xxl"], VAE: r.Parts["vae"]}
+}
+
+func (r fluxParityRun) request() Request {
+	return Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1, Guidance: r.Guidance,
+		Seed: r.Seed, RNG: RNGCUDA, Method: Euler, Scheduler: SchedulerFlux}
+}
+
+// fluxParityModel writes c (dev, or schnell without guidance_in) as
+// component files into a temporary folder, or takes the folder in
+// SDTOOL_FLUX_PARITY_DIR (written there once and reused).
+func fluxParityModel(tb testing.TB, c synth.Flux, name string, dev bool) map[string]string {
+	tb.Helper()
+	name += "-dev"
+	if !dev {
+		c.Guidance = false
+		name = strings.TrimSuffix(name, "-dev") + "-schnell"
+	}
+	dir := os.Getenv("SDTOOL_FLUX_PARITY_DIR")
+	if dir == "" {
+		dir = tb.TempDir()
+	} else if parts, ok := existingParts(dir, name); ok {
+		return parts
+	}
+	parts, err := c.WriteParts(dir, name, "safetensors")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return parts
+}
+
+// existingParts finds an earlier WriteParts' files.
+func existingParts(dir, name string) (map[string]string, bool) {
+	parts := map[string]string{}
+	for _, flag := range synth.FluxParts {
+		p := filepath.Join(dir, name+"-"+flag+".safetensors")
+		if _, err := os.Stat(p); err != nil {
+			return nil, false
+		}
+		parts[flag] = p
+	}
+	return parts, true
+}
+
+func runFluxSDCLI(tb testing.TB, bin string, r fluxParityRun, out string) {
+	tb.Helper()
+	cmd := exec.Command(bin, r.sdcliArgs(out)...)
+	log, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("sd-cli: %v\n%s", err, tail(log))
+	}
+}
+
+func testFluxParity(t *testing.T, dev bool) {
+	bin := sdcliBinary(t) // skips without sd-cli or CLIP's real vocabulary
+	c, name := synth.FluxParity, "flux-parity"
+	if os.Getenv("SDTOOL_FLUX_FULL") != "" {
+		c, name = synth.FluxFull, "flux-full"
+	}
+	r := fluxParityRun{Parts: fluxParityModel(t, c, name, dev), Size: 128, Steps: 4, Seed: 42, Guidance: 3.5, Threads: 2}
+	for _, flag := range strings.Fields(os.Getenv("SDTOOL_FLUX_DROP")) {
+		delete(r.Parts, flag) // debugging: sd-cli and sdtool both condition on zeros in its place
+	}
+	out := filepath.Join(t.TempDir(), "sdcli.png")
+	runFluxSDCLI(t, bin, r, out)
+	ref := readPNGFile(t, out)
+	if d := os.Getenv("SDTOOL_FLUX_PARITY_DIR"); d != "" {
+		copyFile(t, out, filepath.Join(d, "sdcli.png"))
+	}
+	// CLIP's real vocabulary, as sd-cli has it built in (the files embed a small one).
+	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizer: sharedCLIPMerges})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := m.Generate(r.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := ImageFromCHW(res.Pixels, res.Width, res.Height)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := os.Getenv("SDTOOL_FLUX_PARITY_DIR"); d != "" {
+		if err := writePNGFile(filepath.Join(d, "sdtool.png"), img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	psnr, err := metrics.PSNR(ref, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sdtool vs sd-cli, %s, 128x128, 4 euler steps: PSNR %.2f dB", m.Family.Title, psnr)
+	if psnr < 50 {
+		t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
+	}
+}
+
+func TestFluxDevMatchesSDCLI(t *testing.T)     { testFluxParity(t, true) }
+func TestFluxSchnellMatchesSDCLI(t *testing.T) { testFluxParity(t, false) }
+
+func copyFile(tb testing.TB, from, to string) {
+	b, err := os.ReadFile(from)
+	if err == nil {
+		err = os.WriteFile(to, b, 0o644)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func writePNGFile(path string, img image.Image) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := png.Encode(f, img); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// fluxChildEnv carries a fluxParityRun to TestFluxGenerateChild.
+const fluxChildEnv = "SDTOOL_FLUX_CHILD"
+
+// TestFluxGenerateChild is BenchmarkFluxVsSDCLI's child process: one
+// generation of the run in $SDTOOL_FLUX_CHILD, printing its seconds per
+// step, so that the parent reads the child's peak memory alone.
+func TestFluxGenerateChild(t *testing.T) {
+	spec := os.Getenv(fluxChildEnv)
+	if spec == "" {
+		t.Skip("runs as BenchmarkFluxVsSDCLI's child process")
+	}
+	var r fluxParityRun
+	if err := json.Unmarshal([]byte(spec), &r); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizer: sharedCLIPMerges})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := m.Generate(r.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(childReport{PerStep: res.Timings.Sampling.Seconds() / float64(res.Timings.Steps)})
+	fmt.Printf("CHILD %s\n", b)
+}
+
+// BenchmarkFluxVsSDCLI alternates one sd-cli run and one sdtool run (each
+// in a fresh process) of the same Flux dev generation on synth.FluxFull's
+// component files (SDTOOL_FLUX_PARITY_DIR keeps them between runs; 128x128,
+// 4 Euler steps, SDTOOL_BENCH_THREADS threads, default 2) and reports both
+// sides' seconds per step and peak RSS and their ratios, measured in one run.
+func BenchmarkFluxVsSDCLI(b *testing.B) {
+	bin := sdcliBinary(b)
+	r := fluxParityRun{Parts: fluxParityModel(b, synth.FluxFull, "flux-full", true), Size: 128, Steps: 4, Seed: 42, Guidance: 3.5, Threads: 2}
+	if s := os.Getenv("SDTOOL_BENCH_THREADS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Threads = n
+	}
+	dir := b.TempDir()
+	spec, _ := json.Marshal(r)
+	var cliStep, ourStep float64
+	var cliPeak, ourPeak int64
+	n := 0
+	for b.Loop() {
+		s, p := sdcliStepAndPeak(b, bin, r.sdcliArgs(filepath.Join(dir, "sdcli.png")), r.Steps)
+		cliStep += s
+		cliPeak = max(cliPeak, p)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFluxGenerateChild$", "-test.v")
+		cmd.Env = append(os.Environ(), fluxChildEnv+"="+string(spec))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("child: %v\n%s", err, tail(out))
+		}
+		found := false
+		for _, line := range strings.Split(string(out), "\n") {
+			if j, ok := strings.CutPrefix(line, "CHILD "); ok {
+				var rep childReport
+				if err := json.Unmarshal([]byte(j), &rep); err != nil {
+					b.Fatal(err)
+				}
+				ourStep += rep.PerStep
+				found = true
+			}
+		}
+		if !found {
+			b.Fatalf("child printed no report:\n%s", tail(out))
+		}
+		ourPeak = max(ourPeak, maxRSS(cmd.ProcessState))
+		n++
+	}
+	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
+	b.ReportMetric(ourStep/float64(n), "sdtool-s/step")
+	b.ReportMetric(ourStep/cliStep, "step-ratio")
+	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
+	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
+	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
+}
+
+// sdcliStepAndPeak runs sd-cli with args and returns its seconds per
+// sampling step (the sampling time it logs, less the weights it loads
+// lazily inside it) and its peak resident memory.
+func sdcliStepAndPeak(tb testing.TB, bin string, args []string, steps int) (float64, int64) {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	log, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("sd-cli: %v\n%s", err, tail(log))
+	}
+	var sampling, lazy float64
+	window := false
+	for _, line := range strings.Split(string(log), "\n") {
+		switch {
+		case strings.Contains(line, "generating image:"):
+			window = true
+		case window && sdcliLoading.MatchString(line):
+			v, _ := strconv.ParseFloat(sdcliLoading.FindStringSubmatch(line)[1], 64)
+			lazy += v
+		case sdcliSampling.MatchString(line):
+			sampling, _ = strconv.ParseFloat(sdcliSampling.FindStringSubmatch(line)[1], 64)
+			window = false
+		}
+	}
+	if sampling == 0 {
+		tb.Fatalf("sd-cli logged no sampling time:\n%s", tail(log))
+	}
+	return (sampling - lazy) / float64(steps), maxRSS(cmd.ProcessState)
+}

@@ -1,0 +1,221 @@
+package infer
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sdtool/sdtool/native"
+)
+
+// The Flux.1 MMDiT on ggml (tokens are [C, L], heads [d, heads, L]): double-
+// stream blocks that attend over text and image tokens together with
+// separate weights per stream, single-stream blocks over the joined
+// sequence, adaLN modulation from the time/guidance/pooled-text vector,
+// RMS-normed queries and keys, and a rotary embedding over three position
+// axes (index, row, column), computed as sd.cpp's flux.hpp and rope.hpp do.
+
+// fluxNormEps is the epsilon of Flux's layer norms and QK RMS norms.
+const fluxNormEps = 1e-6
+
+// fluxRoPE returns the rotary embedding's cos and sin [d/2, L] for
+// txtTokens text tokens (all at position 0) followed by a rows×cols grid of
+// image patches (position (0, row, col)): pair j of axis a (width axes[a])
+// turns by pos·theta^(-2j/axes[a]), in float32 as sd.cpp computes it.
+func fluxRoPE(axes []int, theta float32, txtTokens, rows, cols int) (cos, sin []float32) {
+	half := 0
+	for _, a := range axes {
+		half += a / 2
+	}
+	// omega[k] for every pair k of the head, axis by axis.
+	omega := make([]float32, 0, half)
+	axisOf := make([]int, 0, half)
+	for ai, a := range axes {
+		n := a / 2
+		end := (float32(a) - 2) / float32(a)
+		step := float32(0)
+		if n > 1 {
+			step = end / float32(n-1)
+		}
+		for j := 0; j < n; j++ {
+			scale := float32(j) * step
+			omega = append(omega, 1/float32(math.Pow(float64(theta), float64(scale))))
+			axisOf = append(axisOf, ai)
+		}
+	}
+	l := txtTokens + rows*cols
+	cos, sin = make([]float32, l*half), make([]float32, l*half)
+	for t := 0; t < l; t++ {
+		var pos [3]float32
+		if t >= txtTokens {
+			i := t - txtTokens
+			pos = [3]float32{0, float32(i / cols), float32(i % cols)}
+		}
+		for k := 0; k < half; k++ {
+			angle := pos[axisOf[k]] * omega[k]
+			cos[t*half+k] = float32(math.Cos(float64(angle)))
+			sin[t*half+k] = float32(math.Sin(float64(angle)))
+		}
+	}
+	return cos, sin
+}
+
+// fluxMLPEmbed is Flux's MLPEmbedder: in_layer, SiLU, out_layer.
+func (g *builder) fluxMLPEmbed(x native.Tensor, prefix string) native.Tensor {
+	return g.linear(g.c.SiLU(g.linear(x, prefix+".in_layer")), prefix+".out_layer")
+}
+
+// fluxMod applies the modulation linear prefix to SiLU(vec) [h] and returns
+// its n chunks of h values (shift, scale, gate, ... in order).
+func (g *builder) fluxMod(vec native.Tensor, prefix string, n int) []native.Tensor {
+	m := g.linear(g.c.SiLU(vec), prefix)
+	h := vec.Ne()[0]
+	if m.Ne()[0] != int64(n)*h {
+		panic(&native.ShapeError{Msg: fmt.Sprintf("flux: %s gives %d values, want %d×%d", prefix, m.Ne()[0], n, h)})
+	}
+	nb := m.Nb()
+	out := make([]native.Tensor, n)
+	for i := range out {
+		out[i] = g.c.View(m, [4]int64{h, 1, 1, 1}, nb[1], nb[1], nb[1], int64(i)*h*nb[0])
+	}
+	return out
+}
+
+// fluxModulate is x·(1+scale)+shift, summed in sd.cpp's order (x + x·scale, then + shift).
+func (g *builder) fluxModulate(x, shift, scale native.Tensor) native.Tensor {
+	return g.c.Add(g.c.Add(x, g.c.Mul(x, scale)), shift)
+}
+
+// fluxHeads views h-wide tokens t [≥off+h, L] at element offset off as heads [d, h/d, L].
+func (g *builder) fluxHeads(t native.Tensor, d, heads int64, off int64) native.Tensor {
+	ne, nb := t.Ne(), t.Nb()
+	return g.c.View(t, [4]int64{d, heads, ne[1], 1}, d*nb[0], nb[1], nb[1]*ne[1], off*nb[0])
+}
+
+// fluxQKNorm is the QK RMS norm with its scale: x [d, heads, L].
+func (g *builder) fluxQKNorm(x native.Tensor, prefix string) native.Tensor {
+	return g.c.Mul(g.c.RMSNorm(x, fluxNormEps), g.weight(prefix+".scale"))
+}
+
+// fluxRotate applies the rotary embedding to x [d, heads, L] (contiguous):
+// each adjacent pair (x0, x1) of a head becomes (x0·cos - x1·sin, x0·sin +
+// x1·cos); cos and sin are [d/2, L]. It returns [d, L, heads], ready for
+// the attention products.
+func fluxRotate(c *native.Context, x, cos, sin native.Tensor) native.Tensor {
+	ne := x.Ne()
+	d, heads, l := ne[0], ne[1], ne[2]
+	// [2, d/2, heads, L] -> [d/2, L, heads, 2]: the pair's halves become planes.
+	p := c.Cont(c.Permute(c.Reshape(x, 2, d/2, heads, l), 3, 0, 2, 1))
+	nb := p.Nb()
+	plane := [4]int64{d / 2, l, heads, 1}
+	x0 := c.View(p, plane, nb[1], nb[2], nb[3], 0)
+	x1 := c.View(p, plane, nb[1], nb[2], nb[3], nb[3])
+	cs, sn := c.Reshape(cos, d/2, l, 1, 1), c.Reshape(sin, d/2, l, 1, 1)
+	o0 := c.Sub(c.Mul(x0, cs), c.Mul(x1, sn))
+	o1 := c.Add(c.Mul(x0, sn), c.Mul(x1, cs))
+	o := c.Concat(c.Reshape(o0, 1, d/2, l, heads), c.Reshape(o1, 1, d/2, l, heads), 0)
+	return c.Reshape(o, d, l, heads)
+}
+
+// fluxAttention is RoPE attention over q, k, v [d, heads, L] (q and k
+// normed): softmax(q·kᵀ/√d)·v per head, returned as tokens [heads·d, L].
+func fluxAttention(c *native.Context, q, k, v, cos, sin native.Tensor) native.Tensor {
+	ne := q.Ne()
+	d, heads, l := ne[0], ne[1], ne[2]
+	qr := fluxRotate(c, q, cos, sin)                                    // [d, L, heads]
+	kr := fluxRotate(c, k, cos, sin)                                    // [d, L, heads]
+	vt := c.Cont(c.Permute(v, 1, 2, 0, 3))                              // [L, d, heads]
+	kq := c.SoftMax(c.MulMat(kr, qr), float32(1/math.Sqrt(float64(d)))) // [Lk, Lq, heads]
+	o := c.MulMat(vt, kq)                                               // [d, Lq, heads]
+	o = c.Cont(c.Permute(o, 0, 2, 1, 3))                                // [d, heads, Lq]
+	return c.Reshape(o, d*heads, l)
+}
+
+// fluxMLP is a block's feed-forward: prefix.0, GELU (tanh), prefix.2.
+func (g *builder) fluxMLP(x native.Tensor, prefix string) native.Tensor {
+	return g.linear(g.c.GELU(g.linear(x, prefix+".0")), prefix+".2")
+}
+
+// fluxDouble is double_blocks.i: img [h, Li] and txt [h, Lt] attend jointly (text first).
+func (g *builder) fluxDouble(cfg *FluxConfig, p string, img, txt, vec, cos, sin native.Tensor) (native.Tensor, native.Tensor) {
+	d, heads, h := int64(cfg.HeadDim), int64(cfg.Heads), int64(cfg.Hidden)
+	im := g.fluxMod(vec, p+"img_mod.lin", 6)
+	tm := g.fluxMod(vec, p+"txt_mod.lin", 6)
+	qkv := func(x native.Tensor, mod []native.Tensor, st string) (q, k, v native.Tensor) {
+		y := g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[0], mod[1])
+		t := g.linear(y, p+st+"_attn.qkv")
+		q = g.fluxQKNorm(g.fluxHeads(t, d, heads, 0), p+st+"_attn.norm.query_norm")
+		k = g.fluxQKNorm(g.fluxHeads(t, d, heads, h), p+st+"_attn.norm.key_norm")
+		v = g.fluxHeads(t, d, heads, 2*h)
+		return q, k, v
+	}
+	iq, ik, iv := qkv(img, im, "img")
+	tq, tk, tv := qkv(txt, tm, "txt")
+	a := fluxAttention(g.c, g.c.Concat(tq, iq, 2), g.c.Concat(tk, ik, 2), g.c.Concat(tv, iv, 2), cos, sin)
+	lt, li := txt.Ne()[1], img.Ne()[1]
+	nb := a.Nb()
+	ta := g.c.View(a, [4]int64{h, lt, 1, 1}, nb[1], nb[1]*lt, nb[1]*lt, 0)
+	ia := g.c.View(a, [4]int64{h, li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1])
+	stream := func(x, attn native.Tensor, mod []native.Tensor, st string) native.Tensor {
+		x = g.c.Add(x, g.c.Mul(g.linear(attn, p+st+"_attn.proj"), mod[2]))
+		y := g.fluxMLP(g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[3], mod[4]), p+st+"_mlp")
+		return g.c.Add(x, g.c.Mul(y, mod[5]))
+	}
+	return stream(img, ia, im, "img"), stream(txt, ta, tm, "txt")
+}
+
+// fluxSingle is single_blocks.i over the joined tokens x [h, L].
+func (g *builder) fluxSingle(cfg *FluxConfig, p string, x, vec, cos, sin native.Tensor) native.Tensor {
+	d, heads, h, mlp := int64(cfg.HeadDim), int64(cfg.Heads), int64(cfg.Hidden), int64(cfg.MLP)
+	mod := g.fluxMod(vec, p+"modulation.lin", 3)
+	y := g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[0], mod[1])
+	t := g.linear(y, p+"linear1") // [3h + mlp, L]
+	q := g.fluxQKNorm(g.fluxHeads(t, d, heads, 0), p+"norm.query_norm")
+	k := g.fluxQKNorm(g.fluxHeads(t, d, heads, h), p+"norm.key_norm")
+	v := g.fluxHeads(t, d, heads, 2*h)
+	a := fluxAttention(g.c, q, k, v, cos, sin)
+	ne, nb := t.Ne(), t.Nb()
+	m := g.c.GELU(g.c.Cont(g.c.View(t, [4]int64{mlp, ne[1], 1, 1}, nb[1], nb[1]*ne[1], nb[1]*ne[1], 3*h*nb[0])))
+	out := g.linear(g.c.Concat(a, m, 0), p+"linear2")
+	return g.c.Add(x, g.c.Mul(out, mod[2]))
+}
+
+// flux builds one evaluation of the DiT: img [InChannels, Li] patch tokens,
+// txt [ContextDim, Lt] text tokens, t and guidance [1] (the noise level and
+// the distilled guidance, both scaled by 1000 inside), y [VecDim] the
+// pooled text vector, cos and sin [d/2, Lt+Li] the rotary embedding. It
+// returns the velocity tokens [OutChannels, Li] and, with capture, every
+// block's output.
+func (g *builder) flux(cfg *FluxConfig, img, txt, t, guidance, y, cos, sin native.Tensor, capture bool) (native.Tensor, []blockTensor) {
+	p := unetPrefix
+	var blocks []blockTensor
+	keep := func(name string, x native.Tensor) {
+		if capture {
+			blocks = append(blocks, blockTensor{name, g.output(g.c.Cont(x))})
+		}
+	}
+	x := g.linear(img, p+"img_in")
+	vec := g.fluxMLPEmbed(g.c.TimestepEmbedding(g.c.Scale(t, 1000), 256, 10000), p+"time_in")
+	if cfg.Guidance {
+		vec = g.c.Add(vec, g.fluxMLPEmbed(g.c.TimestepEmbedding(g.c.Scale(guidance, 1000), 256, 10000), p+"guidance_in"))
+	}
+	if cfg.VecDim > 0 {
+		vec = g.c.Add(vec, g.fluxMLPEmbed(y, p+"vector_in"))
+	}
+	vec = g.c.Reshape(vec, int64(cfg.Hidden))
+	c := g.linear(txt, p+"txt_in")
+	for i := 0; i < cfg.Double; i++ {
+		x, c = g.fluxDouble(cfg, fmt.Sprintf("%sdouble_blocks.%d.", p, i), x, c, vec, cos, sin)
+		keep(fmt.Sprintf("double_blocks.%d", i), x)
+	}
+	lt, li := c.Ne()[1], x.Ne()[1]
+	joint := g.c.Concat(c, x, 1)
+	for i := 0; i < cfg.Single; i++ {
+		joint = g.fluxSingle(cfg, fmt.Sprintf("%ssingle_blocks.%d.", p, i), joint, vec, cos, sin)
+		keep(fmt.Sprintf("single_blocks.%d", i), joint)
+	}
+	nb := joint.Nb()
+	x = g.c.View(joint, [4]int64{int64(cfg.Hidden), li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1])
+	mod := g.fluxMod(vec, p+"final_layer.adaLN_modulation.1", 2)
+	x = g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[0], mod[1])
+	return g.linear(x, p+"final_layer.linear"), blocks
+}

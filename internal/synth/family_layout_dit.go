@@ -1,0 +1,205 @@
+package synth
+
+// DiT layouts other than Flux: names as the released single files (or
+// ComfyUI's repackaged ones) have them, widths divided.
+
+// layoutSD3 are MMDiT's tensors; attn2 adds SD 3.5 medium's second x-block attention.
+func layoutSD3(attn2 bool) []string {
+	l := joinLines(
+		[]string{"x_embedder.proj.weight R 16 2 2", "x_embedder.proj.bias R", "pos_embed 1 64 H"},
+		layoutLinear("t_embedder.mlp.0", "H", "256"), layoutLinear("t_embedder.mlp.2", "H", "H"),
+		layoutLinear("y_embedder.mlp.0", "H", "2048"), layoutLinear("y_embedder.mlp.2", "H", "H"),
+		layoutLinear("context_embedder", "H", "T"),
+	)
+	for _, s := range []string{"context_block", "x_block"} {
+		p := "joint_blocks.{i}." + s
+		l = append(l, joinLines(layoutLinear(p+".adaLN_modulation.1", "6H", "H"), layoutLinear(p+".attn.qkv", "3H", "H"),
+			layoutLinear(p+".attn.proj", "H", "H"), layoutLinear(p+".mlp.fc1", "4H", "H"), layoutLinear(p+".mlp.fc2", "H", "4H"))...)
+	}
+	if attn2 {
+		l = append(l, joinLines(layoutLinear("joint_blocks.{i}.x_block.attn2.qkv", "3H", "H"), layoutLinear("joint_blocks.{i}.x_block.attn2.proj", "H", "H"))...)
+	}
+	return append(l, joinLines(layoutLinear("final_layer.adaLN_modulation.1", "2H", "H"), layoutLinear("final_layer.linear", "64", "H"))...)
+}
+
+// layoutWan are Wan 2.x's tensors with c input channels (16 t2v, 36 i2v,
+// 48 TI2V 5B); imgEmb adds Wan 2.1 I2V's CLIP image projection.
+func layoutWan(imgEmb bool) []string {
+	l := joinLines(
+		[]string{"patch_embedding.weight H C 1 2 2", "patch_embedding.bias H"},
+		layoutLinear("text_embedding.0", "H", "T"), layoutLinear("text_embedding.2", "H", "H"),
+		layoutLinear("time_embedding.0", "H", "256"), layoutLinear("time_embedding.2", "H", "H"),
+		layoutLinear("time_projection.1", "6H", "H"),
+		[]string{"blocks.{i}.modulation 1 6 H"},
+	)
+	for _, a := range []string{"self_attn", "cross_attn"} {
+		for _, n := range []string{"q", "k", "v", "o"} {
+			l = append(l, layoutLinear("blocks.{i}."+a+"."+n, "H", "H")...)
+		}
+		l = append(l, "blocks.{i}."+a+".norm_q.weight H", "blocks.{i}."+a+".norm_k.weight H")
+	}
+	if imgEmb {
+		l = append(l, joinLines(layoutLinear("blocks.{i}.cross_attn.k_img", "H", "H"), layoutLinear("blocks.{i}.cross_attn.v_img", "H", "H"),
+			[]string{"blocks.{i}.cross_attn.norm_k_img.weight H"},
+			[]string{"img_emb.proj.0.weight 1280", "img_emb.proj.0.bias 1280"},
+			layoutLinear("img_emb.proj.1", "1280", "1280"), layoutLinear("img_emb.proj.3", "H", "1280"),
+			[]string{"img_emb.proj.4.weight H", "img_emb.proj.4.bias H"})...)
+	}
+	return append(l, joinLines(
+		[]string{"blocks.{i}.norm3.weight H", "blocks.{i}.norm3.bias H"},
+		layoutLinear("blocks.{i}.ffn.0", "F", "H"), layoutLinear("blocks.{i}.ffn.2", "H", "F"),
+		[]string{"head.modulation 1 2 H"}, layoutLinear("head.head", "4O", "H"),
+	)...)
+}
+
+func layoutWanDims(c, o int) map[string]int {
+	return map[string]int{"H": 64, "F": 256, "T": 128, "C": c, "O": o}
+}
+
+func init() {
+	// x_embedder keeps the real width R: detection reads it.
+	sd3 := func(h, r int) map[string]int { return map[string]int{"H": h, "R": r, "T": 128} }
+	addLayout("layout-sd3-medium", layout{doc: "SD 3 medium (1536 wide, here 512)", dims: sd3(512, 1536), blocks: 2, lines: layoutSD3(false)})
+	addLayout("layout-sd3.5-medium", layout{doc: "SD 3.5 medium (MMDiT-X: x_block.attn2)", dims: sd3(512, 1536), blocks: 2, lines: layoutSD3(true)})
+	// 2432 = 9.5 x 256: a quarter of it keeps the property that rows are
+	// whole 32-element blocks but not whole 256-element k-quant blocks.
+	addLayout("layout-sd3.5-large", layout{doc: "SD 3.5 large (2432 wide, here 608: k-quants take the legacy fallbacks)", dims: sd3(608, 2432), blocks: 1, lines: layoutSD3(false)})
+
+	addLayout("layout-wan-t2v", layout{doc: "Wan 2.1/2.2 T2V (14B names, 16 latent channels)", dims: layoutWanDims(16, 16), blocks: 2, lines: layoutWan(false)})
+	addLayout("layout-wan-i2v", layout{doc: "Wan 2.1 I2V (36 input channels, CLIP image embedding)", dims: layoutWanDims(36, 16), blocks: 2, lines: layoutWan(true)})
+	addLayout("layout-wan2.2-i2v", layout{doc: "Wan 2.2 I2V A14B (36 input channels, no img_emb)", dims: layoutWanDims(36, 16), blocks: 2, lines: layoutWan(false)})
+	addLayout("layout-wan2.2-ti2v-5b", layout{doc: "Wan 2.2 TI2V 5B (48 latent channels)", dims: layoutWanDims(48, 48), blocks: 2, lines: layoutWan(false)})
+
+	hunyuan := joinLines(
+		[]string{"img_in.proj.weight H 32 1 1 1", "img_in.proj.bias H"},
+		layoutLinear("txt_in.input_embedder", "H", "T"),
+		layoutLinear("txt_in.t_embedder.mlp.0", "H", "256"), layoutLinear("txt_in.t_embedder.mlp.2", "H", "H"),
+		layoutLinear("txt_in.c_embedder.linear_1", "H", "T"), layoutLinear("txt_in.c_embedder.linear_2", "H", "H"),
+		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.adaLN_modulation.1", "2H", "H"),
+		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.self_attn.qkv", "3H", "H"),
+		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.self_attn.proj", "H", "H"),
+		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.mlp.0", "4H", "H"), layoutLinear("txt_in.individual_token_refiner.blocks.{i}.mlp.2", "H", "4H"),
+		layoutLinear("time_in.in_layer", "H", "256"), layoutLinear("time_in.out_layer", "H", "H"),
+		layoutLinear("byt5_in.fc1", "H", "1472"), layoutLinear("byt5_in.fc2", "H", "H"),
+		layoutLinear("double_blocks.{i}.img_mod.lin", "6H", "H"), layoutLinear("double_blocks.{i}.img_attn.qkv", "3H", "H"),
+		[]string{"double_blocks.{i}.img_attn.norm.key_norm.weight D", "double_blocks.{i}.img_attn.norm.query_norm.weight D"},
+		layoutLinear("double_blocks.{i}.img_attn.proj", "H", "H"), layoutLinear("double_blocks.{i}.img_mlp.0", "4H", "H"), layoutLinear("double_blocks.{i}.img_mlp.2", "H", "4H"),
+		layoutLinear("double_blocks.{i}.txt_mod.lin", "6H", "H"), layoutLinear("double_blocks.{i}.txt_attn.qkv", "3H", "H"),
+		layoutLinear("double_blocks.{i}.txt_attn.proj", "H", "H"), layoutLinear("double_blocks.{i}.txt_mlp.0", "4H", "H"), layoutLinear("double_blocks.{i}.txt_mlp.2", "H", "4H"),
+		layoutLinear("final_layer.linear", "128", "H"), layoutLinear("final_layer.adaLN_modulation.1", "2H", "H"),
+	)
+	addLayout("layout-hunyuan-video-1.5", layout{doc: "HunyuanVideo 1.5 (token refiner, ByT5 glyph input, Flux-style double blocks)", dims: map[string]int{"H": 64, "D": 16, "T": 128}, blocks: 2, lines: hunyuan})
+
+	ltxBlock := joinLines(
+		[]string{"transformer_blocks.{i}.scale_shift_table 6 H"},
+		layoutLinear("transformer_blocks.{i}.attn1.to_q", "H", "H"), layoutLinear("transformer_blocks.{i}.attn1.to_k", "H", "H"),
+		layoutLinear("transformer_blocks.{i}.attn1.to_v", "H", "H"), layoutLinear("transformer_blocks.{i}.attn1.to_out.0", "H", "H"),
+		[]string{"transformer_blocks.{i}.attn1.q_norm.weight H", "transformer_blocks.{i}.attn1.k_norm.weight H"},
+		layoutLinear("transformer_blocks.{i}.attn2.to_q", "H", "H"), layoutLinear("transformer_blocks.{i}.attn2.to_k", "H", "H"),
+		layoutLinear("transformer_blocks.{i}.attn2.to_v", "H", "H"), layoutLinear("transformer_blocks.{i}.attn2.to_out.0", "H", "H"),
+		layoutLinear("transformer_blocks.{i}.ff.net.0.proj", "4H", "H"), layoutLinear("transformer_blocks.{i}.ff.net.2", "H", "4H"),
+	)
+	ltxHead := joinLines(
+		layoutLinear("patchify_proj", "H", "128"),
+		layoutLinear("adaln_single.emb.timestep_embedder.linear_1", "H", "256"), layoutLinear("adaln_single.emb.timestep_embedder.linear_2", "H", "H"),
+		layoutLinear("adaln_single.linear", "6H", "H"),
+		layoutLinear("caption_projection.linear_1", "H", "T"), layoutLinear("caption_projection.linear_2", "H", "H"),
+		[]string{"scale_shift_table 2 H"}, layoutLinear("proj_out", "128", "H"),
+	)
+	addLayout("layout-ltxv", layout{doc: "LTX-Video 0.9 (adaln_single, per-block scale_shift_table)", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, lines: joinLines(ltxHead, ltxBlock)})
+	ltx2 := joinLines(ltxHead, ltxBlock,
+		layoutLinear("audio_patchify_proj", "A", "128"),
+		layoutLinear("audio_adaln_single.emb.timestep_embedder.linear_1", "A", "256"), layoutLinear("audio_adaln_single.linear", "6A", "A"),
+		layoutLinear("audio_caption_projection.linear_1", "A", "T"),
+		[]string{"audio_scale_shift_table 2 A"}, layoutLinear("audio_proj_out", "128", "A"),
+		layoutLinear("transformer_blocks.{i}.audio_attn1.to_q", "A", "A"), layoutLinear("transformer_blocks.{i}.audio_attn1.to_v", "A", "A"),
+		layoutLinear("transformer_blocks.{i}.audio_to_video_attn.to_q", "H", "H"),
+		layoutLinear("av_ca_video_scale_shift_adaln_single.linear", "4H", "H"),
+	)
+	addLayout("layout-ltx2", layout{doc: "LTX-2 (audio and video streams)", dims: map[string]int{"H": 64, "A": 32, "T": 128}, blocks: 2, lines: ltx2})
+
+	qwen := joinLines(
+		layoutLinear("img_in", "H", "64"), []string{"txt_norm.weight T"}, layoutLinear("txt_in", "H", "T"),
+		layoutLinear("time_text_embed.timestep_embedder.linear_1", "H", "256"), layoutLinear("time_text_embed.timestep_embedder.linear_2", "H", "H"),
+		layoutLinear("transformer_blocks.{i}.img_mod.1", "6H", "H"), layoutLinear("transformer_blocks.{i}.txt_mod.1", "6H", "H"),
+		layoutLinear("transformer_blocks.{i}.attn.to_q", "H", "H"), layoutLinear("transformer_blocks.{i}.attn.to_k", "H", "H"),
+		layoutLinear("transformer_blocks.{i}.attn.to_v", "H", "H"), layoutLinear("transformer_blocks.{i}.attn.to_out.0", "H", "H"),
+		layoutLinear("transformer_blocks.{i}.attn.add_q_proj", "H", "H"), layoutLinear("transformer_blocks.{i}.attn.add_v_proj", "H", "H"),
+		[]string{"transformer_blocks.{i}.attn.norm_q.weight D", "transformer_blocks.{i}.attn.norm_added_q.weight D"},
+		layoutLinear("transformer_blocks.{i}.img_mlp.net.0.proj", "4H", "H"), layoutLinear("transformer_blocks.{i}.img_mlp.net.2", "H", "4H"),
+		layoutLinear("transformer_blocks.{i}.txt_mlp.net.0.proj", "4H", "H"), layoutLinear("transformer_blocks.{i}.txt_mlp.net.2", "H", "4H"),
+		layoutLinear("norm_out.linear", "2H", "H"), layoutLinear("proj_out", "64", "H"),
+	)
+	addLayout("layout-qwen-image", layout{doc: "Qwen-Image (and Edit, which has the same tensors)", dims: map[string]int{"H": 256, "D": 16, "T": 128}, blocks: 3, lines: qwen})
+
+	zimg := func(p string) []string {
+		return joinLines(layoutLinear(p+".attention.qkv", "3H", "H"), layoutLinear(p+".attention.out", "H", "H"),
+			[]string{p + ".attention.q_norm.weight D", p + ".attention_norm1.weight H"},
+			layoutLinear(p+".feed_forward.w1", "F", "H"), layoutLinear(p+".feed_forward.w2", "H", "F"), layoutLinear(p+".feed_forward.w3", "F", "H"))
+	}
+	zimage := joinLines(
+		layoutLinear("x_embedder", "H", "64"), []string{"x_pad_token 1 H", "cap_pad_token 1 H"},
+		layoutLinear("t_embedder.mlp.0", "256", "256"), layoutLinear("t_embedder.mlp.2", "256", "256"),
+		[]string{"cap_embedder.0.weight T"}, layoutLinear("cap_embedder.1", "H", "T"),
+		zimg("noise_refiner.{j}"), layoutLinear("noise_refiner.{j}.adaLN_modulation.0", "4H", "256"),
+		zimg("context_refiner.{j}"), zimg("layers.{i}"), layoutLinear("layers.{i}.adaLN_modulation.0", "4H", "256"),
+		layoutLinear("final_layer.linear", "64", "H"), layoutLinear("final_layer.adaLN_modulation.1", "H", "256"),
+	)
+	addLayout("layout-z-image", layout{doc: "Z-Image (Lumina 2 family: refiners, then layers)", dims: map[string]int{"H": 64, "D": 16, "F": 192, "T": 128}, blocks: 2, blocks2: 1, lines: zimage})
+
+	hidream := joinLines(
+		layoutLinear("x_embedder.proj", "H", "64"), layoutLinear("t_embedder.timestep_embedder.linear_1", "H", "256"),
+		layoutLinear("p_embedder.pooled_embedder.linear_1", "H", "2048"),
+		layoutLinear("caption_projection.{j}.linear", "H", "T"),
+		layoutLinear("double_stream_blocks.{i}.block.adaLN_modulation.1", "12H", "H"),
+		layoutLinear("double_stream_blocks.{i}.block.attn1.to_q", "H", "H"), layoutLinear("double_stream_blocks.{i}.block.attn1.to_v", "H", "H"),
+		[]string{"double_stream_blocks.{i}.block.ff_i.gate.weight 4 H"},
+		[]string{"double_stream_blocks.{i}.block.ff_i.shared_experts.w1.weight F H", "double_stream_blocks.{i}.block.ff_i.shared_experts.w2.weight H F", "double_stream_blocks.{i}.block.ff_i.shared_experts.w3.weight F H"},
+		[]string{"double_stream_blocks.{i}.block.ff_i.experts.0.w2.weight H F"},
+		layoutLinear("single_stream_blocks.{i}.block.attn1.to_q", "H", "H"),
+		layoutLinear("final_layer.linear", "64", "H"),
+	)
+	addLayout("layout-hidream", layout{doc: "HiDream-I1 (mixture-of-experts FFNs with a gate)", dims: map[string]int{"H": 64, "F": 128, "T": 128}, blocks: 2, blocks2: 2, lines: hidream})
+
+	cosmos := joinLines(
+		layoutLinear("x_embedder.proj.1", "H", "68"), layoutLinear("t_embedder.1.linear_1", "H", "H"),
+		[]string{"t_embedding_norm.weight H", "pos_embedder.dim_spatial_range 16"},
+		layoutLinear("blocks.{i}.self_attn.q_proj", "H", "H"), layoutLinear("blocks.{i}.self_attn.v_proj", "H", "H"),
+		layoutLinear("blocks.{i}.cross_attn.k_proj", "H", "T"),
+		layoutLinear("blocks.{i}.adaln_modulation_self_attn.1", "H", "H"), layoutLinear("blocks.{i}.adaln_modulation_cross_attn.1", "H", "H"),
+		layoutLinear("blocks.{i}.mlp.layer1", "4H", "H"), layoutLinear("blocks.{i}.mlp.layer2", "H", "4H"),
+		layoutLinear("final_layer.linear", "64", "H"),
+	)
+	addLayout("layout-cosmos", layout{doc: "Cosmos Predict2 (net. prefix stripped)", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, lines: cosmos})
+
+	aura := joinLines(
+		layoutLinear("init_x_linear", "H", "16"), []string{"positional_encoding 1 64 H", "register_tokens 1 8 H"},
+		layoutLinear("t_embedder.mlp.0", "H", "256"), layoutLinear("cond_seq_linear", "H", "T"),
+		layoutLinear("double_layers.{i}.modX.1", "6H", "H"), layoutLinear("double_layers.{i}.modC.1", "6H", "H"),
+		layoutLinear("double_layers.{i}.attn.w1q", "H", "H"), layoutLinear("double_layers.{i}.attn.w1v", "H", "H"),
+		layoutLinear("double_layers.{i}.attn.w2q", "H", "H"), layoutLinear("double_layers.{i}.attn.w2v", "H", "H"),
+		layoutLinear("single_layers.{j}.modCX.1", "6H", "H"), layoutLinear("single_layers.{j}.attn.w1q", "H", "H"),
+		layoutLinear("modF.1", "2H", "H"), layoutLinear("final_linear", "16", "H"),
+	)
+	addLayout("layout-auraflow", layout{doc: "AuraFlow", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, blocks2: 2, lines: aura})
+
+	krea2 := joinLines(
+		layoutLinear("first", "H", "64"), layoutLinear("tmlp.0", "H", "256"), layoutLinear("tproj", "6H", "H"),
+		[]string{"txtfusion.projector.weight H T"},
+		[]string{"txtfusion.layerwise_blocks.0.attn.wq.weight T T", "txtfusion.layerwise_blocks.0.attn.wk.weight T T", "txtfusion.layerwise_blocks.0.prenorm.scale T"},
+		[]string{"blocks.{i}.attn.wq.weight H H", "blocks.{i}.attn.wk.weight H H", "blocks.{i}.attn.wv.weight H H", "blocks.{i}.attn.wo.weight H H",
+			"blocks.{i}.attn.qknorm.qnorm.scale D", "blocks.{i}.mlp.up.weight 4H H", "blocks.{i}.mlp.down.weight H 4H", "blocks.{i}.mlp.gate.weight 4H H"},
+		[]string{"last.linear.weight 64 H"},
+	)
+	addLayout("layout-krea2", layout{doc: "Krea 2 (text fusion projector)", dims: map[string]int{"H": 64, "D": 16, "T": 128}, blocks: 2, lines: krea2})
+
+	minimax := joinLines(
+		[]string{"video_patch_proj.weight H 128", "audio_patch_proj.weight A 64"},
+		layoutLinear("time_embedder.proj_in", "H", "256"), layoutLinear("time_embedder.proj_out", "H", "H"),
+		[]string{"condition_proj.weight H T"},
+		[]string{"blocks.{i}.attn.qkv_proj.weight 3H H", "blocks.{i}.attn.out_proj.weight H H", "blocks.{i}.attn.q_norm.weight D",
+			"blocks.{i}.mlp.fc1.weight 4H H", "blocks.{i}.mlp.fc2.weight H 4H", "blocks.{i}.norm1.weight H"},
+		[]string{"final_layer.linear.weight 2H H", "video_out.weight 128 H", "audio_out.weight 64 H"},
+	)
+	addLayout("layout-minimax-h3", layout{doc: "MiniMax-H3 (video and audio patches)", dims: map[string]int{"H": 64, "A": 32, "D": 16, "T": 128}, blocks: 2, lines: minimax})
+}
