@@ -91,8 +91,23 @@ func TestLadderMatchesSingleRuns(t *testing.T) {
 			if !slices.Equal(read.Files[0].Loads, []string{"sdcpp", "comfyui", "ggml"}) && !slices.Equal(read.Files[0].Loads, []string{"sdcpp", "comfyui"}) {
 				t.Errorf("Q8_0 loads in %v", read.Files[0].Loads)
 			}
-			if slices.Contains(read.Files[6].Loads, "sdcpp") || !slices.Contains(read.Files[6].Loads, "comfyui") {
+			// loads is the consumers the --target facts clear, and no other.
+			for _, f := range read.Files {
+				var ok []string
+				for _, c := range f.Consumers {
+					if c.OK {
+						ok = append(ok, c.Name)
+					}
+				}
+				if !slices.Equal(ok, f.Loads) || len(f.Consumers) != len(AllTargets) {
+					t.Errorf("%s: loads %v, consumers %+v", f.File, f.Loads, f.Consumers)
+				}
+			}
+			if !slices.Contains(read.Files[6].Loads, "comfyui") || slices.Contains(read.Files[6].Loads, "ggml") {
 				t.Errorf("int8_convrot loads in %v", read.Files[6].Loads)
+			}
+			if slices.Contains(read.Files[8].Loads, "ggml") {
+				t.Errorf("fp8_e4m3 loads in %v", read.Files[8].Loads)
 			}
 		})
 	}
