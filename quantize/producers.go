@@ -59,9 +59,10 @@ func convrotOutputs(p convrot.Layer, src *tensor.Source) ([]pipeline.Output, err
 		if err != nil {
 			return nil, err
 		}
-		weight = pipeline.Convert(src, p.Weight.Type, func(dst []byte, rows []float32, _ int) error { return q.Quantize(dst, nil, rows) })
-		// The scale output has rows of one element; read whole weight rows for it.
-		scale = &scaleProducer{src: src, in: p.Source.Shape[1], q: q}
+		// The weight keeps its rows' scales for the scale output, which
+		// the pipeline writes after it: the weight is decoded once.
+		w := &int8Weight{src: src, q: q}
+		weight, scale = w, int8Scale{w}
 	default:
 		a := &amaxOnce{src: src, t: p.Weight.Type}
 		weight = pipeline.Convert(src, p.Weight.Type, func(dst []byte, rows []float32, _ int) error {
@@ -86,32 +87,4 @@ func convrotOutputs(p convrot.Layer, src *tensor.Source) ([]pipeline.Output, err
 		{Name: p.Scale.Name, Type: p.Scale.Type, Shape: p.Scale.Shape, Producer: scale},
 		{Name: p.Marker.Name, Type: p.Marker.Type, Shape: p.Marker.Shape, Producer: pipeline.Constant(p.MarkerData)},
 	}, nil
-}
-
-// scaleProducer writes the per-row INT8 scales of a weight: output row r
-// (one F32) comes from weight row r.
-type scaleProducer struct {
-	src *tensor.Source
-	in  int64
-	q   convrot.Int8Rows
-}
-
-// Prepare returns the scratch of one weight row.
-func (p *scaleProducer) Prepare(o *pipeline.Output) (int64, error) {
-	if err := p.src.Err(); err != nil {
-		return 0, err
-	}
-	return 8*p.in + p.src.RawBytes(p.in), nil
-}
-
-// Produce reads nRows weight rows and writes their scales.
-func (p *scaleProducer) Produce(_ context.Context, dst []byte, firstRow, nRows int64, s *tensor.Scratch) error {
-	if nRows <= 0 {
-		return nil
-	}
-	f := s.Float32s(0, int(nRows*p.in))
-	if err := p.src.Read(f, firstRow*p.in, s); err != nil {
-		return err
-	}
-	return p.q.ScaleBytes(dst, f)
 }

@@ -384,7 +384,7 @@ func commandPaths(cmds []*cli.Command, prefix string) []string {
 
 // needsGGML matches documented command lines that run models through ggml,
 // which a CGO_ENABLED=0 build cannot (it says so and exits 1).
-var needsGGML = regexp.MustCompile(`(^|\s)(\./)?(sdtool|\./cmd/sdtool) generate\b`)
+var needsGGML = regexp.MustCompile(`(^|\s)(\./)?(sdtool|\./cmd/sdtool) (generate|report)\b`)
 
 // listFiles returns the files under dir, relative to it, sorted.
 func listFiles(t *testing.T, dir string) []string {

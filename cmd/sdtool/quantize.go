@@ -42,7 +42,12 @@ func init() {
 			"(header included); tensors kept in high precision stay so and --tensor-type rules pin tensors.\n" +
 			"--write-rules and --write-type-file save the choice as --tensor-type-rules text and as a\n" +
 			"llama.cpp --tensor-type-file (NAME=TYPE lines), which --tensor-type-file reads; --types-from\n" +
-			"OTHER.gguf copies another file's types (same tensor names).",
+			"OTHER.gguf copies another file's types (same tensor names).\n\n" +
+			"A ladder: --type Q8_0,Q6_K,...,int8_convrot (a comma-separated list) with -o 'DIR/NAME-{type}.{ext}'\n" +
+			"reads and decodes each input tensor once and writes every file in one pass ({ext} is gguf or\n" +
+			"safetensors as the type needs), then DIR/manifest.json: each file's type, size, bits per weight,\n" +
+			"sha256 and the consumers that load it (docs/ladder-manifest.md). Memory in flight is the number of\n" +
+			"files times --max-memory; a failure or Ctrl-C removes every partial file.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf, or .safetensors for int8_convrot, int8, fp8_e4m3, fp8_e5m2)"},
 			&cli.StringFlag{Name: "type", Usage: "`TYPE` or mix from the table above"},
@@ -78,6 +83,7 @@ func init() {
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-budget.gguf --budget 3MB --write-type-file tiny-budget.types.txt --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
+		"sdtool quantize testdata/tiny-sd1.safetensors --type Q8_0,Q6_K,Q4_K_M,Q2_K,int8_convrot -o 'tiny-{type}.{ext}'",
 	)
 }
 
@@ -107,6 +113,9 @@ func runQuantize(c *cli.Context) error {
 	}
 	if err := budgetOptions(c, opts); err != nil {
 		return err
+	}
+	if quantize.IsLadder(opts.Type) {
+		return runLadder(c, opts)
 	}
 	plan, res, err := quantize.Plan(opts)
 	if err != nil {

@@ -37,8 +37,8 @@ var layers = []struct {
 	{"adapters (LoRA and its kin) over a base's tensors", []string{"lora"}},
 	{"the writing engine", []string{"pipeline"}},
 	{"parts of inference", []string{"infer/*"}},
-	{"commands", []string{"convert", "quantize", "merge", "inspect", "infer", "internal/synth"}},
-	{"command support", []string{"cmd/sdtool/internal/*", "internal/benchutil", "internal/layering"}},
+	{"commands", []string{"convert", "quantize", "merge", "inspect", "infer", "internal/synth", "report"}},
+	{"command support", []string{"cmd/sdtool/internal/*", "internal/benchutil", "internal/layering", "report/*"}},
 	{"programs", []string{"cmd/sdtool", "internal/synth/cmd/*"}},
 }
 
