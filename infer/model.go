@@ -104,6 +104,9 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	if !Available {
 		return nil, ErrNoCgo
 	}
+	if err := checkRuntime(opt.Runtime); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	var srcs []*openSource
 	defer func() {
@@ -131,7 +134,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	if len(srcs) == 0 {
 		return nil, errors.New("no model given (-m, or --diffusion-model with the text encoders and VAE)")
 	}
-	specs, err := selectFrom(srcs, nil, opt.StoredLayout)
+	specs, err := selectFrom(srcs, nil, opt)
 	if err != nil {
 		return nil, err
 	}
