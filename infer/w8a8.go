@@ -47,6 +47,11 @@ func checkRuntime(rt string) error {
 	return fmt.Errorf("unknown runtime %q (want %s or %s)", rt, RuntimeSDCPP, RuntimeComfyUI)
 }
 
+// gathered lists the suffixes of 2-D weights that graphs read by rows
+// (get_rows) rather than multiply: an INT8 module there is dequantized, as
+// the runtimes' embedding layers do.
+var gathered = []string{"token_embedding.weight", "position_embedding.weight"}
+
 // runtimeModule types a ComfyUI module's weight the way runtime rt holds
 // it; for an INT8 module it returns the spec of the module's scales too.
 func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
@@ -54,6 +59,11 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 	if s.Module == nil || s.Module.Unsupported || s.Err() != nil || ws.transpose || len(ws.Shape) != 2 ||
 		!strings.HasSuffix(ws.Name, ".weight") {
 		return weightSpec{}, false
+	}
+	for _, suf := range gathered {
+		if strings.HasSuffix(ws.Name, suf) {
+			return weightSpec{}, false
+		}
 	}
 	mod := s.Module
 	wt, _ := comfyquant.WeightType(mod.Config.Format)
