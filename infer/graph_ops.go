@@ -25,6 +25,8 @@ type builder struct {
 	// outputs are extra graph outputs that are not ancestors of the main
 	// one (a text encoder's pooled output beside its hidden states).
 	outputs []native.Tensor
+	// acts holds the W8A8 activations quantized so far (linearW8A8).
+	acts map[actKey]native.Tensor
 }
 
 // output marks t as an extra output of the graph, computed and kept even
@@ -52,6 +54,9 @@ func (g *builder) has(name string) bool {
 
 // linear applies prefix.weight (and prefix.bias when present) to x [in, L, ...].
 func (g *builder) linear(x native.Tensor, prefix string) native.Tensor {
+	if group, ok := g.w.w8a8[prefix+".weight"]; ok {
+		return g.linearW8A8(x, prefix, group)
+	}
 	w := g.weight(prefix + ".weight")
 	y := g.c.MulMat(w, x)
 	g.watch(w, x)

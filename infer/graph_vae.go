@@ -57,8 +57,9 @@ func (g *builder) vaeDecode(cfg *VAEConfig, z native.Tensor) native.Tensor {
 	return g.conv2d(g.c.SiLU(g.groupNorm(x, p+"decoder.norm_out", vaeNormEps)), p+"decoder.conv_out", 1)
 }
 
-// vaeEncode turns an image [W, H, 3, N] in [-1, 1] into the mean of the
-// latent distribution [W/8, H/8, Z, N] (before the scale factor).
+// vaeEncode turns an image [W, H, 3, N] in [-1, 1] into the moments of
+// the latent distribution [W/8, H/8, 2Z, N]: Z channels of mean, then Z of
+// log-variance (before the scale factor).
 func (g *builder) vaeEncode(cfg *VAEConfig, img native.Tensor) native.Tensor {
 	p := vaePfx
 	x := g.conv2d(img, p+"encoder.conv_in", 1)
@@ -77,7 +78,5 @@ func (g *builder) vaeEncode(cfg *VAEConfig, img native.Tensor) native.Tensor {
 	if cfg.QuantConv {
 		x = g.conv2d(x, p+"quant_conv", 1)
 	}
-	ne, nb := x.Ne(), x.Nb()
-	half := [4]int64{ne[0], ne[1], ne[2] / 2, ne[3]}
-	return g.c.Cont(g.c.View(x, half, nb[1], nb[2], nb[3], 0))
+	return x
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
@@ -25,8 +26,11 @@ import (
 //   - conv kernels become F16 unless stored as F16 or F32 (ggml's im2col
 //     takes the kernel's type), which also covers ComfyUI-GGUF's quantized
 //     kernels stored as rows with comfy.gguf.orig_shape;
-//   - F8 becomes F16 and F64 F32 (as sd.cpp holds them), I64 becomes I32,
-//     and ComfyUI INT8 (convrot) and FP8 modules are dequantized to F16;
+//   - F8 becomes F16 and F64 F32 (as sd.cpp holds them), I64 becomes I32;
+//   - ComfyUI INT8 modules (int8_tensorwise, with or without convrot) keep
+//     their I8 codes and F32 row scales and run as W8A8 (w8a8.go), as both
+//     runtimes run them; FP8 modules are decoded to F16 with their weight
+//     scale (ComfyUI) or without it (stable-diffusion.cpp), by Runtime;
 //   - ggml ids 40..42 (nvfp4, q1_0, q2_0), which the linked ggml lacks,
 //     are refused.
 //
@@ -238,6 +242,15 @@ type weightSpec struct {
 	transpose bool
 	src       *tensor.Source
 	model     formats.Model
+	// w8a8 marks an INT8 module's weight held as its stored I8 codes, run
+	// as W8A8 with rotation group group (0: none); scaleOf marks the F32
+	// [out] weight scales of that module, a tensor of its own.
+	w8a8    bool
+	group   int
+	scaleOf *comfyquant.Module
+	// unscaledFP8 holds an FP8 module's codes without its weight scale,
+	// as stable-diffusion.cpp does (Runtime).
+	unscaledFP8 bool
 }
 
 // selectWeights lists the weights of one model file that the graphs use,
@@ -249,7 +262,7 @@ func selectWeights(m formats.Model, rename func(string) string) ([]weightSpec, e
 	if err != nil {
 		return nil, err
 	}
-	return selectFrom([]*openSource{src}, rename, false)
+	return selectFrom([]*openSource{src}, rename, LoadOptions{})
 }
 
 func newSource(ct *component, m formats.Model) (*openSource, error) {
@@ -270,8 +283,10 @@ func newSource(ct *component, m formats.Model) (*openSource, error) {
 // version, as sd-cli's loader converts them), drops the parts of the -m file
 // that a standalone component replaces and anything outside a component's
 // part, and types what is left. override, when not nil, replaces the load
-// prefixes (tests); stored skips the layout table.
-func selectFrom(srcs []*openSource, override func(string) string, stored bool) ([]weightSpec, error) {
+// prefixes (tests); opt.StoredLayout skips the layout table, and
+// opt.Runtime decides how ComfyUI modules are held (runtimeModules).
+func selectFrom(srcs []*openSource, override func(string) string, opt LoadOptions) ([]weightSpec, error) {
+	stored := opt.StoredLayout
 	type named struct {
 		src  *openSource
 		s    *tensor.Source
@@ -338,6 +353,9 @@ func selectFrom(srcs []*openSource, override func(string) string, stored bool) (
 			ws.Type = formats.F32
 		}
 		out = append(out, ws)
+		if scale, ok := runtimeModule(&out[len(out)-1], opt.Runtime); ok {
+			out = append(out, scale)
+		}
 	}
 	return out, nil
 }
@@ -401,7 +419,13 @@ const loadChunk = 8 << 20
 func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
 	s := w.src
 	t := &s.Tensor
-	if s.Module == nil && t.Type == w.Type && !w.transpose {
+	if w.scaleOf != nil {
+		return w.streamScale(put)
+	}
+	if w.unscaledFP8 {
+		return w.streamUnscaled(scratch, put)
+	}
+	if (s.Module == nil || w.w8a8) && t.Type == w.Type && !w.transpose {
 		for off := int64(0); off < t.Size; off += loadChunk {
 			buf := scratch.Bytes(0, int(min(loadChunk, t.Size-off)))
 			if err := formats.ReadFull(w.model, t, buf, off); err != nil {

@@ -14,6 +14,8 @@ type weightSet struct {
 	buf    *native.Buffer
 	byName map[string]native.Tensor
 	types  map[string]formats.DType
+	// w8a8 maps the weights of INT8 modules to their rotation group (0: none).
+	w8a8 map[string]int
 }
 
 func (w *weightSet) get(name string) (native.Tensor, bool) {
@@ -65,6 +67,12 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 		t.SetName(s.Name)
 		ws.byName[s.Name] = t
 		ws.types[s.Name] = s.Type
+		if s.w8a8 {
+			if ws.w8a8 == nil {
+				ws.w8a8 = map[string]int{}
+			}
+			ws.w8a8[s.Name] = s.group
+		}
 	}
 	if ws.buf, err = be.AllocContext(ctx); err != nil {
 		ctx.Free()

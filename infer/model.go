@@ -94,6 +94,9 @@ type Model struct {
 	LoadTime time.Duration
 	// WeightBytes is the size of the ggml buffer holding the weights.
 	WeightBytes int64
+	// W8A8Modules counts the INT8 modules run as W8A8, UnscaledFP8 the FP8
+	// modules held without their weight scale (LoadOptions.Runtime sdcpp).
+	W8A8Modules, UnscaledFP8 int
 
 	be    *native.Backend
 	w     *weightSet
@@ -112,6 +115,9 @@ type Model struct {
 func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	if !Available {
 		return nil, ErrNoCgo
+	}
+	if err := checkRuntime(opt.Runtime); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	var srcs []*openSource
@@ -140,7 +146,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	if len(srcs) == 0 {
 		return nil, errors.New("no model given (-m, or --diffusion-model with the text encoders and VAE)")
 	}
-	specs, err := selectFrom(srcs, nil, opt.StoredLayout)
+	specs, err := selectFrom(srcs, nil, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +206,14 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	}
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, T5Tokenizer: t5tok, be: be, w: w,
 		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size()}
+	for _, s := range specs {
+		switch {
+		case s.w8a8:
+			model.W8A8Modules++
+		case s.unscaledFP8:
+			model.UnscaledFP8++
+		}
+	}
 	defer func() {
 		if err != nil {
 			model.Close()
@@ -508,26 +522,56 @@ func (m *Model) DecodeLatent(latent []float32, w, h int) ([]float32, error) {
 }
 
 // EncodeImage runs the VAE encoder on pixels [3, H, W] in [-1, 1] (CHWFromImage) and
-// returns the diffusion latent (the scaled and shifted mean) [Z, H/8, W/8] (img2img).
+// returns the diffusion latent (the scaled and shifted mean) [Z, H/8, W/8].
 func (m *Model) EncodeImage(pixels []float32, w, h int) ([]float32, error) {
+	return m.encodeLatent(pixels, w, h, nil)
+}
+
+// encodeLatent is EncodeImage, or with eps (one value per latent element)
+// a sample of the latent distribution, mean + std·eps with std =
+// exp(logvar/2), logvar clamped to [-30, 20], as LDM's
+// DiagonalGaussianDistribution.sample and stable-diffusion.cpp's img2img
+// take it, then scaled and shifted.
+func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float32, error) {
 	cfg := &m.Config.VAE
 	if !cfg.HasEncoder {
 		return nil, fmt.Errorf("%s: the model has no VAE encoder (first_stage_model.encoder)", m.Path)
 	}
-	var out []float32
+	var moments []float32
 	err := m.compute(func(g *builder) ([]input, native.Tensor) {
 		g.convScale = cfg.ConvScale
 		it := newInput(g, formats.F32, int64(w), int64(h), 3, 1)
 		return []input{{t: it, f32: pixels}}, g.vaeEncode(cfg, it)
 	}, func(o native.Tensor) error {
 		var err error
-		out, err = o.F32()
+		moments, err = o.F32()
 		return err
 	})
-	for i := range out {
-		out[i] = (out[i] - cfg.ShiftFactor) * cfg.ScaleFactor
+	if err != nil {
+		return nil, err
 	}
-	return out, err
+	out, logvar := moments[:len(moments)/2], moments[len(moments)/2:]
+	if eps != nil && len(eps) != len(out) {
+		return nil, fmt.Errorf("latent sample: %d noise values for %d latent values", len(eps), len(out))
+	}
+	for i := range out {
+		v := out[i]
+		if eps != nil {
+			std := float32(math.Exp(float64(0.5 * min(max(logvar[i], -30), 20))))
+			v += std * eps[i]
+		}
+		out[i] = (v - cfg.ShiftFactor) * cfg.ScaleFactor
+	}
+	return out, nil
+}
+
+// AlignSize returns the image size Generate uses for a request of w×h:
+// each side rounded up to the network's spatial multiple (64 for SD's
+// UNet), as sd-cli aligns a request and warns.
+func (m *Model) AlignSize(w, h int) (int, int, int) {
+	down := 8 * m.net.multiple()
+	up := func(n int) int { return (n + down - 1) / down * down }
+	return up(w), up(h), down
 }
 
 // schedule returns the model's noise schedule for a latent of w×h cells.
@@ -547,9 +591,11 @@ func (m *Model) Generate(req Request) (*Result, error) {
 	if err := req.check(); err != nil {
 		return nil, err
 	}
-	down := 8 * m.net.multiple() // pixels per latent cell times the network's multiple
-	if req.Width%down != 0 || req.Height%down != 0 {
-		return nil, fmt.Errorf("width and height must be multiples of %d for this model (got %dx%d)", down, req.Width, req.Height)
+	if w, h, _ := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {
+		if req.Init != nil {
+			return nil, fmt.Errorf("init image of %dx%d: width and height must be multiples of %d for this model", req.Width, req.Height, 8*m.net.multiple())
+		}
+		req.Width, req.Height = w, h // sd-cli's alignment (AlignSize); the caller says so
 	}
 	res := &Result{Width: req.Width, Height: req.Height}
 	t0 := time.Now()
@@ -586,7 +632,16 @@ func (m *Model) Generate(req Request) (*Result, error) {
 		if len(req.Init) != 3*req.Width*req.Height {
 			return nil, fmt.Errorf("init image has %d values, want %d", len(req.Init), 3*req.Width*req.Height)
 		}
-		if init, err = m.EncodeImage(req.Init, req.Width, req.Height); err != nil {
+		// sd-cli seeds its generator, draws the encoder's sample from it,
+		// then seeds it again for the starting noise: both start at the
+		// seed, so the sample's noise is the starting noise.
+		eps, err := NewRNG(req.RNG, req.Seed)
+		if err != nil {
+			return nil, err
+		}
+		e := make([]float32, n)
+		eps.FillNormal(e)
+		if init, err = m.encodeLatent(req.Init, req.Width, req.Height, e); err != nil {
 			return nil, err
 		}
 		sigmas = Img2ImgSigmas(sigmas, req.Strength)

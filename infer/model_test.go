@@ -109,8 +109,8 @@ func TestTinyCaptureAndImg2Img(t *testing.T) {
 func TestGenerateRejects(t *testing.T) {
 	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
 	for _, req := range []Request{
-		{Prompt: "a", Width: 60, Height: 64, Steps: 1},
 		{Prompt: "a", Width: 64, Height: 64, Steps: 0},
+		{Prompt: "a", Width: 56, Height: 64, Steps: 1, Init: make([]float32, 3*56*64), Strength: 0.5},
 		{Prompt: "a", Width: 64, Height: 64, Steps: 1, Method: "nope"},
 		{Prompt: "a", Width: 64, Height: 64, Steps: 1, RNG: "nope"},
 		{Prompt: "a", Width: 64, Height: 64, Steps: 1, Init: make([]float32, 5), Strength: 0.5},
@@ -118,6 +118,56 @@ func TestGenerateRejects(t *testing.T) {
 		if _, err := m.Generate(req); err == nil {
 			t.Errorf("%+v accepted", req)
 		}
+	}
+}
+
+// A size that is not a multiple of the network's is aligned up, as sd-cli
+// aligns it (the CLI warns).
+func TestGenerateAligns(t *testing.T) {
+	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	if w, h, mult := m.AlignSize(60, 64); w != 64 || h != 64 || mult != 64 {
+		t.Fatalf("AlignSize(60, 64) = %d, %d, %d", w, h, mult)
+	}
+	r, err := m.Generate(Request{Prompt: "a", Width: 60, Height: 64, Steps: 1, CFGScale: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Width != 64 || r.Height != 64 || len(r.Pixels) != 3*64*64 {
+		t.Errorf("result %dx%d with %d values, want 64x64", r.Width, r.Height, len(r.Pixels))
+	}
+}
+
+// img2img starts from a sample of the VAE's latent distribution, mean +
+// std·eps, as sd-cli does: with eps zero it is the mean (EncodeImage), and
+// each value moves by eps times a positive std, the same for eps and -eps.
+func TestEncodeLatentSamples(t *testing.T) {
+	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	px := make([]float32, 3*64*64)
+	for i := range px {
+		px[i] = float32(i%97)/48 - 1
+	}
+	mean, err := m.EncodeImage(px, 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero, err := m.encodeLatent(px, 64, 64, make([]float32, len(mean)))
+	if err != nil || !slices.Equal(zero, mean) {
+		t.Fatalf("eps 0: %v, not the mean", err)
+	}
+	one, minus := make([]float32, len(mean)), make([]float32, len(mean))
+	for i := range one {
+		one[i], minus[i] = 1, -1
+	}
+	up, _ := m.encodeLatent(px, 64, 64, one)
+	down, _ := m.encodeLatent(px, 64, 64, minus)
+	for i := range mean {
+		d1, d2 := up[i]-mean[i], mean[i]-down[i]
+		if !(d1 > 0) || math.Abs(float64(d1-d2)) > 1e-5*math.Max(1, math.Abs(float64(d1))) {
+			t.Fatalf("value %d: mean %g, +eps %g, -eps %g", i, mean[i], up[i], down[i])
+		}
+	}
+	if _, err := m.encodeLatent(px, 64, 64, one[:3]); err == nil {
+		t.Error("a short noise slice was accepted")
 	}
 }
 

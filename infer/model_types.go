@@ -27,7 +27,19 @@ type LoadOptions struct {
 	// as stable-diffusion.cpp does, which reproduces sd-cli's SDXL images
 	// from single-file checkpoints (whose pooled embedding it transposes).
 	StoredLayout bool
+	// Runtime is the runtime whose arithmetic generate reproduces where
+	// the runtimes differ: RuntimeSDCPP ("" too) or RuntimeComfyUI
+	// (runtimeModule says what differs).
+	Runtime string
 }
+
+// The runtimes LoadOptions.Runtime names.
+const (
+	// RuntimeSDCPP is stable-diffusion.cpp (sd-cli), the default.
+	RuntimeSDCPP = "sdcpp"
+	// RuntimeComfyUI is ComfyUI.
+	RuntimeComfyUI = "comfyui"
+)
 
 // Request is one image to generate.
 type Request struct {

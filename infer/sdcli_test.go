@@ -189,7 +189,7 @@ func TestSDXLMatchesSDCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("sdtool (--sdcpp-text-projection) vs sd-cli on %s: PSNR %.2f dB", filepath.Base(r.Model), psnr)
+	t.Logf("sdtool (--runtime sdcpp) vs sd-cli on %s: PSNR %.2f dB", filepath.Base(r.Model), psnr)
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
 	}

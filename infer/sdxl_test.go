@@ -280,7 +280,7 @@ func TestTextProjectionLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		specs, err := selectFrom([]*openSource{src}, nil, c.stored)
+		specs, err := selectFrom([]*openSource{src}, nil, LoadOptions{StoredLayout: c.stored})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ func loadT5Component(t testing.TB, path string) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs, err := selectFrom([]*openSource{src}, nil, false)
+	specs, err := selectFrom([]*openSource{src}, nil, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func init() {
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
-			&cli.BoolFlag{Name: "sdcpp-text-projection", Usage: "multiply by an OpenCLIP text_projection as stored, as stable-diffusion.cpp does (it transposes SDXL's pooled embedding from single-file checkpoints), to reproduce sd-cli's images"},
+			&cli.StringFlag{Name: "runtime", Value: infer.RuntimeSDCPP, Usage: "`RUNTIME` whose arithmetic to reproduce where the runtimes differ: sdcpp (stable-diffusion.cpp: FP8 modules without their weight_scale, an OpenCLIP text_projection as stored, which transposes SDXL's pooled embedding from single files) or comfyui (FP8 weight_scale applied, text_projection as trained); INT8 modules run as W8A8 in both"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty prompt encodes"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
@@ -134,7 +134,7 @@ func init() {
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a red house' --steps 1 -W 64 -H 64 -o calib.png --imatrix-in calib.dat --imatrix-out calib.dat --force",
 		"sdtool generate -m testdata/tiny-sd1.safetensors -p 'a cat' --steps 1 -W 64 -H 64 -o cmp.png --compare testdata/tiny-sd1.gguf",
 		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a photo of a (red:1.2) cat' -n blurry -o cat-xl.png --force",
-		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 2 --scheduler sgm_uniform -W 64 -H 64 -o cat-xl.png --compare testdata/tiny-sdxl.gguf --sdcpp-text-projection --force",
+		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 2 --scheduler sgm_uniform -W 64 -H 64 -o cat-xl.png --compare testdata/tiny-sdxl.gguf --runtime comfyui --force",
 		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o xl-calib.png --imatrix-out xl-calib.dat --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a photo of a cat' --steps 2 -W 64 -H 64 -o cat-flux.png --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 --guidance 5 -o flux-cmp.png --compare testdata/tiny-flux.gguf --force",
@@ -174,8 +174,9 @@ func runGenerate(c *cli.Context) error {
 		return errors.New("generate: give a model: -m FILE, or --diffusion-model FILE with its text encoders and VAE")
 	}
 	tok, tokSaid, notFound := resolveTokenizer(c.String("tokenizer"), comps)
+	rt := c.String("runtime")
 	opt := infer.LoadOptions{Tokenizer: tok, Threads: threads, Prediction: c.String("prediction"),
-		StoredLayout: c.Bool("sdcpp-text-projection")}
+		Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP}
 	opt.T5Tokenizer = c.String("t5-tokenizer")
 	m, err := infer.Load(comps, opt)
 	if err != nil {
@@ -187,6 +188,7 @@ func runGenerate(c *cli.Context) error {
 		return err
 	}
 	defer m.Close()
+	warnRuntime(c, m, rt)
 	if tokSaid != "" {
 		fmt.Fprintln(c.App.ErrWriter, tokSaid)
 	}
@@ -227,6 +229,11 @@ func runGenerate(c *cli.Context) error {
 			return fmt.Errorf("%s: image is %dx%d, not %dx%d", p, w, h, req.Width, req.Height)
 		}
 		req.Strength = float32(c.Float64("strength"))
+	}
+	if w, h, mult := m.AlignSize(req.Width, req.Height); req.Init == nil && (w != req.Width || h != req.Height) {
+		fmt.Fprintf(c.App.ErrWriter, "warning: aligning the image size up from %dx%d to %dx%d (a multiple of %d for this model), as sd-cli does\n",
+			req.Width, req.Height, w, h, mult)
+		req.Width, req.Height = w, h
 	}
 	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "unet", fmt.Sprintf("%+v", cfg.UNet),
 		"text", fmt.Sprintf("%+v", cfg.Text), "vae", fmt.Sprintf("%+v", cfg.VAE), "prediction", cfg.Prediction, "load", m.LoadTime)
@@ -326,6 +333,7 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 		return err
 	}
 	defer rm.Close()
+	warnRuntime(c, rm, opt.Runtime)
 	ref, err := generateWithBar(c.App.ErrWriter, rm, req, "reference")
 	if err != nil {
 		return err
@@ -347,8 +355,8 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 		return err
 	}
 	w := c.App.Writer
-	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %d steps:\n",
-		strings.Join(components(c, "").Files(), " "), strings.Join(refFiles.Files(), " "), req.Seed, req.Steps)
+	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %d steps, as %s computes them:\n",
+		strings.Join(components(c, "").Files(), " "), strings.Join(refFiles.Files(), " "), req.Seed, req.Steps, runtimeTitle(opt.Runtime))
 	fmt.Fprintf(w, "  image PSNR %.2f dB, SSIM %.4f; final latent cosine %.6f\n", psnr, ssim, cos)
 	fmt.Fprintf(w, "  network block outputs at step 1 (conditional pass):\n  %-18s %10s %10s %10s\n", "block", "cosine", "rel RMSE", "max abs")
 	byName := map[string][]float32{}
@@ -402,3 +410,25 @@ func readPNG(path string) (image.Image, error) {
 
 // generateInputs lists the files generate reads, which no output may replace.
 func generateInputs(c *cli.Context) []string { return readFiles(c) }
+
+// runtimeTitle names a --runtime for the comparison's heading.
+func runtimeTitle(rt string) string {
+	if rt == infer.RuntimeComfyUI {
+		return "ComfyUI"
+	}
+	return "stable-diffusion.cpp (--runtime sdcpp)"
+}
+
+// warnRuntime says how the model's ComfyUI modules run, and warns when the
+// runtime chosen renders its FP8 modules without their weight scale
+// (stable-diffusion.cpp does; generate follows).
+func warnRuntime(c *cli.Context, m *infer.Model, rt string) {
+	if m.W8A8Modules > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "%s: %d INT8 modules run as W8A8 (activations quantized per row to INT8, integer products), as the runtimes run them\n",
+			m.Path, m.W8A8Modules)
+	}
+	if m.UnscaledFP8 > 0 && infer.FP8ScaleIgnored(rt) {
+		fmt.Fprintf(c.App.ErrWriter, "warning: %s: stable-diffusion.cpp renders this file wrong: it multiplies by the codes of its %d FP8 modules without their weight_scale; "+
+			"generate does the same (--runtime sdcpp); --runtime comfyui applies the scales as ComfyUI does\n", m.Path, m.UnscaledFP8)
+	}
+}

@@ -75,7 +75,7 @@ func TestGenerateErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "x.jpg")},
 		{"generate", "-m", tinyGGUF, "-p", "a", "-o", exists},
-		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "y.png"), "-W", "100"},
+		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "y.png"), "--runtime", "onnx"},
 		{"generate", "-m", tinyGGUF, "-p", "a", "-o", filepath.Join(dir, "y.png"), "--sampling-method", "ddim"},
 		{"generate", "-m", filepath.Join(dir, "missing.gguf"), "-p", "a", "-o", filepath.Join(dir, "y.png")},
 	} {

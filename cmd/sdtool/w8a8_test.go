@@ -1,0 +1,94 @@
+//go:build cgo
+
+package main
+
+import (
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var psnrLine = regexp.MustCompile(`image PSNR ([-+0-9.Inf]+) dB`)
+
+// comparePSNRFrom reads the PSNR generate --compare printed.
+func comparePSNRFrom(t *testing.T, stdout string) float64 {
+	t.Helper()
+	m := psnrLine.FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no PSNR in:\n%s", stdout)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// INT8 files run as W8A8 and FP8 files by the runtime chosen: generate
+// says so, and --compare against the float source measures a finite loss
+// (an INT8 file computed as dequantized floats measured higher). The
+// default runtime (sd-cli's) multiplies FP8 codes without their scale and
+// warns that sd-cli renders the file wrong; --runtime comfyui applies it.
+func TestGenerateComfyModulesAsRuntimes(t *testing.T) {
+	dir := t.TempDir()
+	src := "../../testdata/tiny-sd1.safetensors"
+	quantized := map[string]string{}
+	for _, typ := range []string{"int8_convrot", "fp8_e4m3"} {
+		out := filepath.Join(dir, typ+".safetensors")
+		if code, _, stderr := runApp(t, "quantize", src, "--type", typ, "-o", out); code != 0 {
+			t.Fatalf("quantize %s: %s", typ, stderr)
+		}
+		quantized[typ] = out
+	}
+	gen := func(model string, extra ...string) (int, string, string) {
+		args := append([]string{"generate", "-m", model, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "-t", "2",
+			"-o", filepath.Join(dir, "out.png"), "--force", "--compare", src}, extra...)
+		return runApp(t, args...)
+	}
+	for _, typ := range []string{"int8_convrot"} {
+		code, stdout, stderr := gen(quantized[typ])
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", typ, code, stderr)
+		}
+		if !strings.Contains(stderr, "INT8 modules run as W8A8") || !strings.Contains(stdout, "stable-diffusion.cpp (--runtime sdcpp)") {
+			t.Errorf("%s: the output does not say how the modules ran:\n%s\n%s", typ, stderr, stdout)
+		}
+		if p := comparePSNRFrom(t, stdout); !(p > 20 && p < 60) {
+			t.Errorf("%s: PSNR %.2f dB against the f16 source, want a finite loss between 20 and 60 dB", typ, p)
+		}
+	}
+	_, _, stderr := gen(quantized["fp8_e4m3"])
+	if !strings.Contains(stderr, "stable-diffusion.cpp renders this file wrong") {
+		t.Errorf("fp8 with --runtime sdcpp: no warning:\n%s", stderr)
+	}
+	code, stdout, stderr := gen(quantized["fp8_e4m3"], "--runtime", "comfyui")
+	if code != 0 || strings.Contains(stderr, "renders this file wrong") || !strings.Contains(stdout, "as ComfyUI computes them") {
+		t.Fatalf("fp8 with --runtime comfyui: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if p := comparePSNRFrom(t, stdout); !(p > 25 && p < 80) {
+		t.Errorf("fp8 with its scales: PSNR %.2f dB, want between 25 and 80", p)
+	}
+	if code, _, stderr := gen(quantized["int8_convrot"], "--runtime", "tensorrt"); code == 0 || !strings.Contains(stderr, "unknown runtime") {
+		t.Errorf("--runtime tensorrt: exit %d, %s", code, stderr)
+	}
+}
+
+// A size that is not a multiple of the network's is aligned up, as sd-cli
+// aligns it, with a warning.
+func TestGenerateAlignsSize(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "a.png")
+	code, _, stderr := runApp(t, "generate", "-m", "../../testdata/tiny-sd1.gguf", "-p", "a cat", "--steps", "1", "-W", "64", "-H", "48",
+		"-t", "1", "-o", out)
+	if code != 0 || !strings.Contains(stderr, "from 64x48 to 64x64") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	img, err := readPNG(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != 64 || b.Dy() != 64 {
+		t.Errorf("image %v, want 64x64", b)
+	}
+}

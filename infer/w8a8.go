@@ -1,0 +1,182 @@
+package infer
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/comfyquant"
+	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/tensor"
+)
+
+// ComfyUI modules as the runtimes compute them.
+//
+// INT8 (int8_tensorwise, with or without convrot): stable-diffusion.cpp
+// (97d2990, docs/int8_convrot.md and its CPU kernels) and ComfyUI's INT8
+// kernels both quantize each activation row at run time: rotate each group
+// of the row by the Hadamard transform (convrot), one scale absmax/127 per
+// row, codes rounded half to even and clamped to ±127, then INT8 x INT8 dot
+// products into INT32, rescaled by both scales, bias added last. An
+// activation that several modules read is quantized once. generate runs the
+// same arithmetic (native.QuantizeActivations, native.MulMatI8), so that
+// --compare measures what the runtime will render rather than the better
+// figure of a float product with dequantized weights.
+//
+// FP8 (float8_e4m3fn/e5m2 with weight_scale): neither runtime quantizes
+// activations on a CPU. ComfyUI quantizes them (per tensor, input_scale
+// when present) only on GPUs with FP8 matrix units; elsewhere it disables
+// its FP8 kernels and multiplies in float with the weight times its scale.
+// stable-diffusion.cpp loads FP8 tensors as F16 and reads a weight_scale
+// only for the linear layers that declare one (a few DiT families), so for
+// a UNet's layers it multiplies by the unscaled codes: such a file renders
+// wrong in sd-cli. RuntimeSDCPP reproduces that, RuntimeComfyUI applies the
+// scale.
+
+// FP8ScaleIgnored reports whether rt multiplies FP8 modules' codes without
+// their weight scale (stable-diffusion.cpp's UNet and text encoder layers).
+func FP8ScaleIgnored(rt string) bool { return rt == "" || rt == RuntimeSDCPP }
+
+// checkRuntime validates LoadOptions.Runtime.
+func checkRuntime(rt string) error {
+	switch rt {
+	case "", RuntimeSDCPP, RuntimeComfyUI:
+		return nil
+	}
+	return fmt.Errorf("unknown runtime %q (want %s or %s)", rt, RuntimeSDCPP, RuntimeComfyUI)
+}
+
+// gathered lists the suffixes of 2-D weights that graphs read by rows
+// (get_rows) rather than multiply: an INT8 module there is dequantized, as
+// the runtimes' embedding layers do.
+var gathered = []string{"token_embedding.weight", "position_embedding.weight"}
+
+// runtimeModule types a ComfyUI module's weight the way runtime rt holds
+// it; for an INT8 module it returns the spec of the module's scales too.
+func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
+	s := ws.src
+	if s.Module == nil || s.Module.Unsupported || s.Err() != nil || ws.transpose || len(ws.Shape) != 2 ||
+		!strings.HasSuffix(ws.Name, ".weight") {
+		return weightSpec{}, false
+	}
+	for _, suf := range gathered {
+		if strings.HasSuffix(ws.Name, suf) {
+			return weightSpec{}, false
+		}
+	}
+	mod := s.Module
+	wt, _ := comfyquant.WeightType(mod.Config.Format)
+	switch {
+	case wt == formats.I8 && mod.Weight.Type == formats.I8 && !mod.Config.FullPrecisionMatMul:
+		group := 0
+		if mod.Config.Convrot {
+			group = mod.Config.GroupSize
+		}
+		if group > native.MaxW8A8Group || (group > 0 && ws.Shape[1]%int64(group) != 0) {
+			return weightSpec{}, false // the float product, as decoded
+		}
+		ws.Type, ws.w8a8, ws.group = formats.I8, true, group
+		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
+			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
+		return scale, true
+	case (wt == formats.F8_E4M3 || wt == formats.F8_E5M2) && FP8ScaleIgnored(rt):
+		ws.unscaledFP8 = true
+	}
+	return weightSpec{}, false
+}
+
+// streamScale writes an INT8 module's row scales as F32 [out]; a
+// tensor-wise scale is repeated for every row.
+func (w *weightSpec) streamScale(put func(data []byte, off int64) error) error {
+	mod := w.scaleOf
+	raw, err := formats.ReadTensor(w.model, &mod.Scale)
+	if err != nil {
+		return err
+	}
+	scales := make([]float32, mod.Scale.Elements())
+	if err := quant.DecodeFloats(mod.Scale.Type, scales, raw); err != nil {
+		return fmt.Errorf("%s: tensor %q: %w", w.model.Path(), mod.Scale.Name, err)
+	}
+	rows := int(w.Shape[0])
+	if len(scales) == 1 && rows != 1 {
+		one := scales[0]
+		scales = make([]float32, rows)
+		for i := range scales {
+			scales[i] = one
+		}
+	}
+	if len(scales) != rows {
+		return fmt.Errorf("%s: tensor %q: %d scales for %d rows", w.model.Path(), mod.Scale.Name, len(scales), rows)
+	}
+	out := make([]byte, 4*rows)
+	enc, err := quant.Encoder(formats.F32)
+	if err != nil {
+		return err
+	}
+	enc.Quantize(out, scales, nil)
+	return put(out, 0)
+}
+
+// streamUnscaled writes an FP8 module's codes as F16 without its scale.
+func (w *weightSpec) streamUnscaled(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
+	t := &w.src.Module.Weight
+	dec, err := quant.Decoder(t.Type)
+	if err != nil {
+		return fmt.Errorf("%s: tensor %q: %w", w.model.Path(), t.Name, err)
+	}
+	enc, err := quant.Encoder(w.Type)
+	if err != nil {
+		return err
+	}
+	esize := int64(w.Type.Info().BlockBytes)
+	for off := int64(0); off < t.Size; off += loadChunk {
+		n := min(loadChunk, t.Size-off) // one byte per element
+		raw := scratch.Bytes(0, int(n))
+		if err := formats.ReadFull(w.model, t, raw, off); err != nil {
+			return err
+		}
+		f := scratch.Float32s(0, int(n))
+		dec.Dequantize(f, raw)
+		out := scratch.Bytes(1, int(n*esize))
+		enc.Quantize(out, f, nil)
+		if err := put(out, off*esize); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// actKey names one quantized activation: the tensor and the rotation group.
+type actKey struct {
+	x     native.Tensor
+	group int
+}
+
+// linearW8A8 applies the INT8 module prefix to x [in, L, ...] as W8A8; the
+// quantized activation is shared by every module that reads x with the
+// same group (attention's q, k and v), as stable-diffusion.cpp shares it.
+func (g *builder) linearW8A8(x native.Tensor, prefix string, group int) native.Tensor {
+	w := g.weight(prefix + ".weight")
+	scale := g.weight(prefix + ".weight_scale")
+	var bias native.Tensor
+	if g.has(prefix + ".bias") {
+		bias = g.weight(prefix + ".bias")
+	}
+	if x.Type() != formats.F32 {
+		x = g.c.Cast(x, formats.F32)
+	}
+	if !x.Contiguous() {
+		x = g.c.Cont(x)
+	}
+	key := actKey{x, group}
+	xq, ok := g.acts[key]
+	if !ok {
+		xq = g.c.QuantizeActivations(x, group)
+		if g.acts == nil {
+			g.acts = map[actKey]native.Tensor{}
+		}
+		g.acts[key] = xq
+	}
+	return g.c.MulMatI8(w, xq, scale, bias)
+}

@@ -1,0 +1,29 @@
+// W8A8 kernels of sdtool's native package (see w8a8.go): per-row INT8
+// activation quantization, with the optional Hadamard rotation of ComfyUI's
+// convrot layers, and the INT8 x INT8 -> INT32 product rescaled to F32.
+#ifndef SDT_W8A8_H
+#define SDT_W8A8_H
+
+#include <stdint.h>
+
+// ggml's type id of I8.
+#define SDT_GGML_TYPE_I8 24
+// The largest rotation group (stable-diffusion.cpp's bound).
+#define SDT_W8A8_MAX_GROUP 256
+
+// sdt_w8a8_quantize_row writes the k codes of row src to out, then its F32
+// scale at out+k (unaligned). group is 0 (no rotation) or a power of 4 up to
+// SDT_W8A8_MAX_GROUP dividing k.
+void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group);
+
+// sdt_w8a8_matmul computes, for the rows of xq (k codes and a scale each,
+// k+4 bytes apart) and the n weight rows of w (k codes each), dst[r*n+j] =
+// float(dot)·scale_r·ws[j] (+ bias[j] when bias is not NULL). Thread ith of
+// nth computes every nth tile of the output.
+void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
+	int64_t k, int64_t n, int64_t rows, int ith, int nth);
+
+// sdt_w8a8_kernel names the dot kernel compiled in ("avx2" or "generic").
+const char * sdt_w8a8_kernel(void);
+
+#endif

@@ -1,0 +1,227 @@
+//go:build cgo
+
+package native
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+)
+
+// refRotate is the Hadamard transform in stable-diffusion.cpp's order of
+// operations (the order the C kernel documents), in plain Go.
+func refRotate(v []float32) {
+	g := len(v)
+	s := float32(1) / float32(math.Sqrt(float64(g)))
+	for i := range v {
+		v[i] *= s
+	}
+	for stride := 1; stride < g; stride *= 4 {
+		for base := 0; base < g; base += 4 * stride {
+			for j := 0; j < stride; j++ {
+				i0, i1, i2, i3 := base+j, base+j+stride, base+j+2*stride, base+j+3*stride
+				a, b, c, d := v[i0], v[i1], v[i2], v[i3]
+				v[i0] = float32(float32(a+b)+c) - d
+				v[i1] = float32(float32(a+b)-c) + d
+				v[i2] = float32(float32(a-b)+c) + d
+				v[i3] = float32(float32(-a+b)+c) + d
+			}
+		}
+	}
+}
+
+// refQuantize returns a row's codes and scale: rotated by groups, scale
+// absmax/127, codes rounded half to even and clamped to ±127.
+func refQuantize(row []float32, group int) ([]int8, float32) {
+	v := append([]float32(nil), row...)
+	if group > 0 {
+		for g := 0; g < len(v); g += group {
+			refRotate(v[g : g+group])
+		}
+	}
+	var amax float32
+	for _, x := range v {
+		amax = max(amax, float32(math.Abs(float64(x))))
+	}
+	scale := amax / 127
+	q := make([]int8, len(v))
+	if scale == 0 {
+		return q, 0
+	}
+	inv := 1 / scale
+	for i, x := range v {
+		c := math.RoundToEven(float64(float32(x * inv)))
+		q[i] = int8(max(-127, min(127, c)))
+	}
+	return q, scale
+}
+
+// The W8A8 ops against plain Go: the codes and scales of every row exactly,
+// the INT32 dot products exactly (recovered from the rescaled output), and
+// the output within float32 rounding; rows and weight rows that fill no
+// whole tile or kernel block, a zero row, with and without rotation and
+// bias, two threads, and one quantized activation read by two products.
+func TestW8A8Ops(t *testing.T) {
+	be, err := NewCPUBackend(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Free()
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, c := range []struct {
+		k, n, rows, group int
+		bias              bool
+	}{
+		{320, 70, 33, 0, true}, {768, 64, 5, 256, false}, {64, 3, 1, 16, true}, {1280, 130, 67, 256, true}, {40, 9, 2, 4, false},
+	} {
+		w := make([]int8, c.k*c.n)
+		for i := range w {
+			w[i] = int8(r.IntN(255) - 127)
+		}
+		w[0], w[1] = 127, -127
+		ws, bias := make([]float32, c.n), make([]float32, c.n)
+		for i := range ws {
+			ws[i] = float32(r.Float64()*0.01 + 1e-4)
+			bias[i] = float32(r.NormFloat64())
+		}
+		x := make([]float32, c.k*c.rows)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 3)
+			if r.IntN(200) == 0 {
+				x[i] *= 40 // outliers, which the rotation spreads
+			}
+		}
+		if c.rows > 1 {
+			clear(x[c.k : 2*c.k]) // a zero row
+		}
+		wctx, err := NewContext(3, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw, _ := wctx.NewTensor(formats.I8, int64(c.k), int64(c.n))
+		tws, _ := wctx.NewTensor(formats.F32, int64(c.n))
+		tb, _ := wctx.NewTensor(formats.F32, int64(c.n))
+		buf, err := be.AllocContext(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wb := make([]byte, len(w))
+		for i, v := range w {
+			wb[i] = byte(v)
+		}
+		if err := tw.SetData(wb); err != nil {
+			t.Fatal(err)
+		}
+		if err := tws.SetF32(ws); err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.SetF32(bias); err != nil {
+			t.Fatal(err)
+		}
+		ctx, err := NewContext(64, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, _ := ctx.NewTensor(formats.F32, int64(c.k), int64(c.rows))
+		in.SetInput()
+		var xq, y, y2 Tensor
+		func() {
+			defer Recover(&err)
+			xq = ctx.QuantizeActivations(in, c.group).SetOutput()
+			var b Tensor
+			if c.bias {
+				b = tb
+			}
+			y = ctx.MulMatI8(tw, xq, tws, b).SetOutput()
+			y2 = ctx.MulMatI8(tw, xq, tws, Tensor{}).SetOutput()
+		}()
+		if err != nil {
+			t.Fatal(err)
+		}
+		gr := ctx.NewGraph(64)
+		gr.Expand(y)
+		gr.Expand(y2)
+		if gr.Nodes() != 3 {
+			t.Errorf("%+v: %d nodes, want 3 (one quantization for both products)", c, gr.Nodes())
+		}
+		alloc := be.NewAllocator()
+		if err := alloc.Alloc(gr); err != nil {
+			t.Fatal(err)
+		}
+		if err := in.SetF32(x); err != nil {
+			t.Fatal(err)
+		}
+		if err := be.Compute(gr); err != nil {
+			t.Fatal(err)
+		}
+		packed, err := xq.Data()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := y.F32()
+		got2, _ := y2.F32()
+		for row := 0; row < c.rows; row++ {
+			q, scale := refQuantize(x[row*c.k:(row+1)*c.k], c.group)
+			p := packed[row*(c.k+4) : (row+1)*(c.k+4)]
+			for i := range q {
+				if int8(p[i]) != q[i] {
+					t.Fatalf("%+v row %d: code %d is %d, want %d", c, row, i, int8(p[i]), q[i])
+				}
+			}
+			if s := math.Float32frombits(binary.LittleEndian.Uint32(p[c.k:])); s != scale {
+				t.Fatalf("%+v row %d: scale %g, want %g", c, row, s, scale)
+			}
+			for j := 0; j < c.n; j++ {
+				var dot int64
+				for i := range q {
+					dot += int64(q[i]) * int64(w[j*c.k+i])
+				}
+				want := float32(float32(dot)*scale) * ws[j]
+				if g := got2[row*c.n+j]; g != want {
+					t.Fatalf("%+v row %d, out %d: %g, want %g (dot %d)", c, row, j, g, want, dot)
+				}
+				if c.bias {
+					want += bias[j]
+				}
+				if g := got[row*c.n+j]; math.Abs(float64(g-want)) > 1e-6*math.Max(1, math.Abs(float64(want))) {
+					t.Fatalf("%+v row %d, out %d: %g, want %g", c, row, j, g, want)
+				}
+			}
+		}
+		alloc.Free()
+		ctx.Free()
+		buf.Free()
+		wctx.Free()
+	}
+}
+
+// Shapes that the kernels cannot take are refused with a shape error, not
+// a ggml abort.
+func TestW8A8Refused(t *testing.T) {
+	ctx, err := NewContext(16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free()
+	x, _ := ctx.NewTensor(formats.F32, 320, 4)
+	w, _ := ctx.NewTensor(formats.I8, 320, 8)
+	s, _ := ctx.NewTensor(formats.F32, 7)
+	for name, f := range map[string]func(){
+		"group not dividing":   func() { ctx.QuantizeActivations(x, 256) },
+		"group not power of 4": func() { ctx.QuantizeActivations(x, 8) },
+		"scale length":         func() { ctx.MulMatI8(w, ctx.QuantizeActivations(x, 0), s, Tensor{}) },
+		"f32 activation":       func() { ctx.MulMatI8(w, x, s, Tensor{}) },
+	} {
+		err := func() (err error) {
+			defer Recover(&err)
+			f()
+			return nil
+		}()
+		if _, ok := err.(*ShapeError); !ok {
+			t.Errorf("%s: %v, want a shape error", name, err)
+		}
+	}
+}
