@@ -4,7 +4,7 @@ package family
 // prefix).
 const (
 	ldmAttnKV   = `^input_blocks\.\d+\.1\.transformer_blocks\.0\.attn2\.to_k\.weight$`
-	ldmProjIn   = `^input_blocks\.1\.1\.proj_in\.weight$`
+	ldmProjIn   = `^input_blocks\.\d+\.1\.proj_in\.weight$`
 	ldmLabelEmb = `^label_emb\.`
 	ldmIn       = `^input_blocks\.0\.0\.weight$`
 	dfAttnKV    = `^down_blocks\.\d+\.attentions\.0\.transformer_blocks\.0\.attn2\.to_k\.weight$`

@@ -104,7 +104,7 @@ func (b *builder) priceMixes(inputs []mix.Input, elig []budgetTensor, meas []mea
 		if err != nil {
 			continue
 		}
-		choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, ReshapeConv: b.opts.ReshapeConv})
+		choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Layout: b.layout, ReshapeConv: b.opts.ReshapeConv})
 		if err != nil {
 			continue
 		}
@@ -240,7 +240,7 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 		shape, _ := fold(s.Shape())
 		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
 	}
-	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Pure: true, ReshapeConv: b.opts.ReshapeConv, Override: user})
+	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: true, ReshapeConv: b.opts.ReshapeConv, Override: user})
 	if err != nil {
 		return err
 	}
