@@ -3,6 +3,8 @@
 package infer
 
 import (
+	"context"
+	"io"
 	"math"
 	"path/filepath"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	_ "github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // writeTinyFlux writes synth.TinyFlux as one file and as component files.
@@ -29,12 +32,21 @@ func writeTinyFlux(t *testing.T) (single string, parts map[string]string) {
 
 func TestTinyFluxGenerates(t *testing.T) {
 	single, parts := writeTinyFlux(t)
+	// The same model in one file whose VAE carries the LDM prefix.
+	ldm := filepath.Join(filepath.Dir(single), "tiny-flux-ldm.gguf")
+	err := pipeline.WriteAtomic(context.Background(), ldm, pipeline.PublishOptions{}, func(w io.Writer) error {
+		return synth.TinyFlux.EncodeSingleAs(w, "gguf", synth.LDMPrefix)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	comps := map[string]Components{
 		"single": {Model: single},
 		"parts":  {DiffusionModel: parts["diffusion-model"], CLIPL: parts["clip_l"], T5XXL: parts["t5xxl"], VAE: parts["vae"]},
+		"ldm":    {Model: ldm},
 	}
 	var first []float32
-	for _, name := range []string{"single", "parts"} {
+	for _, name := range []string{"single", "parts", "ldm"} {
 		m, err := Load(comps[name], LoadOptions{Threads: 2})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)

@@ -106,6 +106,17 @@ func (c Flux) clipVocab() int {
 // FluxParts are the component flags Flux writes, in sd-cli's order.
 var FluxParts = []string{"diffusion-model", "clip_l", "t5xxl", "vae"}
 
+// LDMPrefix is each component's prefix in a single file that names its VAE
+// as LDM checkpoints do (first_stage_model.), which sd.cpp's name conversion
+// reads as well as ComfyUI's vae.; its text encoders keep ComfyUI's prefixes
+// (sd.cpp 97d2990 maps cond_stage_model. to SD's CLIP, never to Flux's).
+var LDMPrefix = map[string]string{
+	"diffusion-model": "model.diffusion_model.",
+	"clip_l":          "text_encoders.clip_l.transformer.",
+	"t5xxl":           "text_encoders.t5xxl.transformer.",
+	"vae":             "first_stage_model.",
+}
+
 // comfyPrefix is each component's prefix in a ComfyUI single-file checkpoint.
 var comfyPrefix = map[string]string{
 	"diffusion-model": "model.diffusion_model.",
@@ -204,13 +215,19 @@ func (c Flux) EncodePart(w io.Writer, format, flag string) error {
 
 // EncodeSingle writes every component into one file with ComfyUI's prefixes.
 func (c Flux) EncodeSingle(w io.Writer, format string) error {
+	return c.EncodeSingleAs(w, format, comfyPrefix)
+}
+
+// EncodeSingleAs writes every component into one file, each under its
+// prefix in prefix (keyed by FluxParts' flags; LDMPrefix, say).
+func (c Flux) EncodeSingleAs(w io.Writer, format string, prefix map[string]string) error {
 	var ts []TensorSpec
 	var names []string
 	var types []formats.DType
 	for _, flag := range FluxParts {
 		for _, t := range c.Part(flag) {
 			types = append(types, c.typeOf(flag, t))
-			names = append(names, comfyPrefix[flag]+t.Name)
+			names = append(names, prefix[flag]+t.Name)
 			ts = append(ts, t)
 		}
 	}
