@@ -128,7 +128,7 @@ func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
 				{"mlp.0.weight", []int64{mlp, h}},
 				{"mlp.2.weight", []int64{h, mlp}},
 			} {
-				if err := s.wantShape(b+w.name, w.want); err != nil {
+				if err := s.want(b+w.name, w.want); err != nil {
 					return nil, err
 				}
 			}
@@ -146,7 +146,7 @@ func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
 			{"norm.query_norm.scale", []int64{int64(c.HeadDim)}},
 			{"norm.key_norm.scale", []int64{int64(c.HeadDim)}},
 		} {
-			if err := s.wantShape(b+w.name, w.want); err != nil {
+			if err := s.want(b+w.name, w.want); err != nil {
 				return nil, err
 			}
 		}
@@ -170,21 +170,4 @@ func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
 		return nil, fmt.Errorf("RoPE axes %v do not add up to the head width %d (set %s)", c.Axes, c.HeadDim, MetaFluxAxes)
 	}
 	return c, nil
-}
-
-// wantShape checks that tensor name exists with exactly the shape want.
-func (s shapes) wantShape(name string, want []int64) error {
-	sh, ok := s[name]
-	if !ok {
-		return fmt.Errorf("model has no tensor %q", name)
-	}
-	if len(sh) != len(want) {
-		return fmt.Errorf("tensor %q has shape %v, want %v", name, sh, want)
-	}
-	for i := range sh {
-		if sh[i] != want[i] {
-			return fmt.Errorf("tensor %q has shape %v, want %v", name, sh, want)
-		}
-	}
-	return nil
 }
