@@ -88,8 +88,6 @@ func TestGenerateErrors(t *testing.T) {
 	}
 }
 
-const tinySDXL = "../../testdata/tiny-sdxl.gguf"
-
 // SDXL from a mix of component formats and types: an INT8 (convrot)
 // safetensors model whose VAE, head counts and tokenizer come from the GGUF
 // checkpoint given as --vae, compared with a q8_0 GGUF copy whose unset

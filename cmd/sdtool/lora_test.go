@@ -18,6 +18,7 @@ import (
 const (
 	tinyTuned = "../../testdata/tiny-sd1-tuned.safetensors"
 	tinyLoRA  = "../../testdata/tiny-sd1-lora.safetensors"
+	tinySDXL  = "../../testdata/tiny-sdxl.gguf"
 )
 
 // mustRun runs sdtool and fails the test unless it exits 0.
