@@ -167,8 +167,8 @@ func runReport(c *cli.Context) error {
 		return err
 	}
 	rep := &report.Report{Title: "Quantization report: " + filepath.Base(src), Source: filepath.Base(src), Gain: c.Float64("gain"),
-		Settings: fmt.Sprintf("%d steps, %dx%d, seeds from %d, the model family's sampler and CFG scale.",
-			c.Int("steps"), ref.images[0].Bounds().Dx(), ref.images[0].Bounds().Dy(), c.Int64("seed"))}
+		Settings: fmt.Sprintf("%s, %dx%d, seeds from %d, the model family's sampler and CFG scale.",
+			pipeline.Count(c.Int("steps"), "step", "steps"), ref.images[0].Bounds().Dx(), ref.images[0].Bounds().Dy(), c.Int64("seed"))}
 	if st, err := os.Stat(src); err == nil {
 		rep.SourceSize = st.Size()
 	}
