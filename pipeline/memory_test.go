@@ -1,18 +1,16 @@
 package pipeline
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/peakrss"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -23,37 +21,13 @@ const memChildEnv = "SDTOOL_PIPELINE_MEMCHILD"
 // resident memory differs by less than a constant: memory must not grow
 // with the model.
 func TestPeakMemoryIndependentOfSize(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("peak RSS is read from /proc/self/status")
-	}
 	if testing.Short() {
 		t.Skip("spawns two conversions of sparse files")
 	}
-	dir := t.TempDir()
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		// tmpfs: no disk writes, and file pages do not count toward the process's RSS.
-		if d, err := os.MkdirTemp("/dev/shm", "sdtool-memtest"); err == nil {
-			dir = d
-			t.Cleanup(func() { os.RemoveAll(d) })
-		}
-	}
+	dir := peakrss.ScratchDir(t)
 	peak := map[int]int64{}
 	for _, mib := range []int{64, 512} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryChild$", "-test.v")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", memChildEnv, mib, dir), "GOMAXPROCS=2")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child for %d MiB: %v\n%s", mib, err, out)
-		}
-		sc := bufio.NewScanner(strings.NewReader(string(out)))
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "VMHWM_KB="); ok {
-				peak[mib], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-		if peak[mib] == 0 {
-			t.Fatalf("child for %d MiB printed no peak:\n%s", mib, out)
-		}
+		peak[mib] = peakrss.Measure(t, "TestMemoryChild", fmt.Sprintf("%s=%d:%s", memChildEnv, mib, dir))
 	}
 	small, big := peak[64]>>10, peak[512]>>10
 	t.Logf("peak RSS: %d MiB for 64 MiB in, %d MiB for 512 MiB in (budget 16 MiB)", small, big)
@@ -102,13 +76,5 @@ func TestMemoryChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			fmt.Printf("VMHWM_KB=%s\n", strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-		}
-	}
+	peakrss.Report(t)
 }

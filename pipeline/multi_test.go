@@ -1,22 +1,20 @@
 package pipeline
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/peakrss"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -221,36 +219,13 @@ const multiMemChildEnv = "SDTOOL_PIPELINE_MULTIMEMCHILD"
 // and 512 MiB in child processes with a 16 MiB budget: peak resident
 // memory must not grow with the model and must stay near four budgets.
 func TestRunAllPeakMemory(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("peak RSS is read from /proc/self/status")
-	}
 	if testing.Short() {
 		t.Skip("spawns two runs over sparse files")
 	}
-	dir := t.TempDir()
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		if d, err := os.MkdirTemp("/dev/shm", "sdtool-memtest"); err == nil {
-			dir = d
-			t.Cleanup(func() { os.RemoveAll(d) })
-		}
-	}
+	dir := peakrss.ScratchDir(t)
 	peak := map[int]int64{}
 	for _, mib := range []int{64, 512} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestRunAllMemoryChild$", "-test.v")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", multiMemChildEnv, mib, dir), "GOMAXPROCS=2")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child for %d MiB: %v\n%s", mib, err, out)
-		}
-		sc := bufio.NewScanner(bytes.NewReader(out))
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "VMHWM_KB="); ok {
-				peak[mib], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-		if peak[mib] == 0 {
-			t.Fatalf("child for %d MiB printed no peak:\n%s", mib, out)
-		}
+		peak[mib] = peakrss.Measure(t, "TestRunAllMemoryChild", fmt.Sprintf("%s=%d:%s", multiMemChildEnv, mib, dir))
 	}
 	small, big := peak[64]>>10, peak[512]>>10
 	t.Logf("peak RSS: %d MiB for 64 MiB in, %d MiB for 512 MiB in (4 outputs, budget 16 MiB)", small, big)
@@ -301,13 +276,5 @@ func TestRunAllMemoryChild(t *testing.T) {
 	if _, err := RunAll(context.Background(), plans, Options{Threads: 2, MaxMemory: 16 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			fmt.Printf("VMHWM_KB=%s\n", strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-		}
-	}
+	peakrss.Report(t)
 }

@@ -1,18 +1,16 @@
 package quantize
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/peakrss"
 )
 
 const budgetMemChildEnv = "SDTOOL_BUDGET_MEMCHILD"
@@ -22,37 +20,13 @@ const budgetMemChildEnv = "SDTOOL_BUDGET_MEMCHILD"
 // 256 MiB in child processes and checks that their peak resident memory
 // differs by less than a constant: measuring must not hold the model.
 func TestBudgetMemoryIndependentOfSize(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("peak RSS is read from /proc/self/status")
-	}
 	if testing.Short() {
 		t.Skip("spawns two budget measurements of sparse files")
 	}
-	dir := t.TempDir()
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		// tmpfs: file pages do not count toward the process's RSS.
-		if d, err := os.MkdirTemp("/dev/shm", "sdtool-budgetmem"); err == nil {
-			dir = d
-			t.Cleanup(func() { os.RemoveAll(d) })
-		}
-	}
+	dir := peakrss.ScratchDir(t)
 	peak := map[int]int64{}
 	for _, mib := range []int{32, 256} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestBudgetMemoryChild$", "-test.v")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d:%s", budgetMemChildEnv, mib, dir), "GOMAXPROCS=2")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("child for %d MiB: %v\n%s", mib, err, out)
-		}
-		sc := bufio.NewScanner(strings.NewReader(string(out)))
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "VMHWM_KB="); ok {
-				peak[mib], _ = strconv.ParseInt(v, 10, 64)
-			}
-		}
-		if peak[mib] == 0 {
-			t.Fatalf("child for %d MiB printed no peak:\n%s", mib, out)
-		}
+		peak[mib] = peakrss.Measure(t, "TestBudgetMemoryChild", fmt.Sprintf("%s=%d:%s", budgetMemChildEnv, mib, dir))
 	}
 	small, big := peak[32]>>10, peak[256]>>10
 	t.Logf("peak RSS while measuring: %d MiB for 32 MiB in, %d MiB for 256 MiB in", small, big)
@@ -86,15 +60,7 @@ func TestBudgetMemoryChild(t *testing.T) {
 	if r.Budget == nil || r.Budget.Measured != mib<<19 {
 		t.Fatalf("measured %v elements, want %d", r.Budget, mib<<19)
 	}
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			fmt.Printf("VMHWM_KB=%s\n", strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-		}
-	}
+	peakrss.Report(t)
 }
 
 // writeSparseSafetensors writes a safetensors file of F16 [1024, 4096]

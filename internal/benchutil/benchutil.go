@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/peakrss"
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -94,21 +95,7 @@ func ResetPeakRSS() bool {
 }
 
 // PeakRSS returns VmHWM from /proc/self/status in bytes, 0 when unknown.
-func PeakRSS() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func PeakRSS() int64 { return peakrss.Bytes() }
 
 // RunChild runs this test binary again as a child that runs only the test
 // named test, with env added to its environment, and returns the
