@@ -266,22 +266,5 @@ func sdcliStepAndPeak(tb testing.TB, bin string, args []string, steps int) (floa
 	if err != nil {
 		tb.Fatalf("sd-cli: %v\n%s", err, tail(log))
 	}
-	var sampling, lazy float64
-	window := false
-	for _, line := range strings.Split(string(log), "\n") {
-		switch {
-		case strings.Contains(line, "generating image:"):
-			window = true
-		case window && sdcliLoading.MatchString(line):
-			v, _ := strconv.ParseFloat(sdcliLoading.FindStringSubmatch(line)[1], 64)
-			lazy += v
-		case sdcliSampling.MatchString(line):
-			sampling, _ = strconv.ParseFloat(sdcliSampling.FindStringSubmatch(line)[1], 64)
-			window = false
-		}
-	}
-	if sampling == 0 {
-		tb.Fatalf("sd-cli logged no sampling time:\n%s", tail(log))
-	}
-	return (sampling - lazy) / float64(steps), maxRSS(cmd.ProcessState)
+	return sdcliStepSeconds(tb, log, steps), maxRSS(cmd.ProcessState)
 }

@@ -96,27 +96,7 @@ func runSDCLI(tb testing.TB, bin string, r parityRun, out string) (perStep float
 	if err != nil {
 		tb.Fatalf("sd-cli: %v\n%s", err, tail(log))
 	}
-	var sampling, lazy float64
-	window := false
-	sc := bufio.NewScanner(strings.NewReader(string(log)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.Contains(line, "generating image:"):
-			window = true
-		case window && sdcliLoading.MatchString(line):
-			v, _ := strconv.ParseFloat(sdcliLoading.FindStringSubmatch(line)[1], 64)
-			lazy += v
-		case sdcliSampling.MatchString(line):
-			sampling, _ = strconv.ParseFloat(sdcliSampling.FindStringSubmatch(line)[1], 64)
-			window = false
-		}
-	}
-	if sampling == 0 {
-		tb.Fatalf("sd-cli logged no sampling time:\n%s", tail(log))
-	}
-	return (sampling - lazy) / float64(r.Steps), maxRSS(cmd.ProcessState)
+	return sdcliStepSeconds(tb, log, r.Steps), maxRSS(cmd.ProcessState)
 }
 
 // maxRSS is a finished child's peak resident memory in bytes (Linux reports KiB).
@@ -280,4 +260,30 @@ func BenchmarkSDXLVsSDCLI(b *testing.B) {
 	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
 	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
 	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
+}
+
+// sdcliStepSeconds is sd-cli's seconds per sampling step from its log: the
+// logged sampling time less the weights it loaded lazily inside it.
+func sdcliStepSeconds(tb testing.TB, log []byte, steps int) float64 {
+	var sampling, lazy float64
+	window := false
+	sc := bufio.NewScanner(strings.NewReader(string(log)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.Contains(line, "generating image:"):
+			window = true
+		case window && sdcliLoading.MatchString(line):
+			v, _ := strconv.ParseFloat(sdcliLoading.FindStringSubmatch(line)[1], 64)
+			lazy += v
+		case sdcliSampling.MatchString(line):
+			sampling, _ = strconv.ParseFloat(sdcliSampling.FindStringSubmatch(line)[1], 64)
+			window = false
+		}
+	}
+	if sampling == 0 {
+		tb.Fatalf("sd-cli logged no sampling time:\n%s", tail(log))
+	}
+	return (sampling - lazy) / float64(steps)
 }
