@@ -2,12 +2,14 @@ package quantize
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
@@ -91,19 +93,24 @@ func readTypeFile(path string) ([]typeFileEntry, error) {
 
 // parseTypeFile parses the contents of a --tensor-type-file named path.
 func parseTypeFile(path string, data []byte) ([]typeFileEntry, error) {
+	// A binary file given by mistake would otherwise be quoted whole in the
+	// first error; say what it is instead.
+	if bytes.IndexByte(data, 0) >= 0 || !utf8.Valid(data) {
+		return nil, fmt.Errorf("%s: not a text file of NAME=TYPE items", path)
+	}
 	var out []typeFileEntry
 	for n, item := range strings.Fields(string(data)) {
 		i := strings.LastIndexByte(item, '=')
 		if i <= 0 || i == len(item)-1 {
-			return nil, fmt.Errorf("%s: item %d %q: want NAME=TYPE", path, n+1, item)
+			return nil, fmt.Errorf("%s: item %d %q: want NAME=TYPE", path, n+1, shortItem(item))
 		}
 		t, err := parseGGMLRuleType(item[i+1:])
 		if err != nil {
-			return nil, fmt.Errorf("%s: item %d %q: %v", path, n+1, item, err)
+			return nil, fmt.Errorf("%s: item %d %q: %v", path, n+1, shortItem(item), err)
 		}
 		re, err := pipeline.CompilePattern(item[:i])
 		if err != nil {
-			return nil, fmt.Errorf("%s: item %d %q: %v", path, n+1, item, err)
+			return nil, fmt.Errorf("%s: item %d %q: %v", path, n+1, shortItem(item), err)
 		}
 		out = append(out, typeFileEntry{name: item[:i], re: re, typ: t})
 	}
@@ -111,6 +118,20 @@ func parseTypeFile(path string, data []byte) ([]typeFileEntry, error) {
 		return nil, fmt.Errorf("%s: no NAME=TYPE items", path)
 	}
 	return out, nil
+}
+
+// shortItem cuts an item quoted in an error to a length a terminal line
+// holds.
+func shortItem(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }
 
 // recipeOverride returns the override --tensor-type-file or --types-from

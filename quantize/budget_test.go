@@ -363,3 +363,18 @@ func FuzzTypeFile(f *testing.F) {
 		}
 	})
 }
+
+// TestTypeFileBinary checks that a binary file given as a type file is
+// named as such and its bytes are not quoted into the error.
+func TestTypeFileBinary(t *testing.T) {
+	bin := append([]byte("a.weight=q4_K\n\x1b[2J"), make([]byte, 4096)...)
+	_, err := parseTypeFile("model.gguf", bin)
+	if err == nil || !strings.Contains(err.Error(), "model.gguf: not a text file") || len(err.Error()) > 100 {
+		t.Fatalf("binary type file: %v", err)
+	}
+	long := strings.Repeat("x", 500) + "=nosuchtype"
+	_, err = parseTypeFile("t.txt", []byte(long))
+	if err == nil || len(err.Error()) > 300 {
+		t.Fatalf("long item: error of %d bytes: %v", len(err.Error()), err)
+	}
+}
