@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -65,7 +66,8 @@ type Written struct {
 // checked, and every producer prepared, before any file is created; on any
 // error or cancellation every partial file is removed. Outputs are
 // committed one after another only when all are complete; a commit that
-// fails leaves the ones before it published.
+// fails leaves the ones before it published, returns them, and names them
+// in the error.
 //
 // The plans must visit their sources in one common order (each plan's
 // outputs from one source contiguous, sources in the same relative order
@@ -165,7 +167,16 @@ func RunAll(ctx context.Context, plans []*Plan, opts Options) ([]Written, error)
 			for _, g := range files[i+1:] {
 				g.Abort(context.Background(), err)
 			}
-			return nil, err
+			if i > 0 {
+				// Complete files are not taken back; say which exist so
+				// that a rerun (or a clean-up) knows.
+				done := make([]string, i)
+				for j := range done {
+					done[j] = plans[j].Path
+				}
+				err = fmt.Errorf("%w (already published, complete: %s)", err, strings.Join(done, ", "))
+			}
+			return out[:i], err
 		}
 	}
 	return out, nil

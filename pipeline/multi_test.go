@@ -213,6 +213,44 @@ func TestRunAllFailureRemovesEveryPartial(t *testing.T) {
 	})
 }
 
+// A commit that fails after earlier ones succeeded returns and names the
+// complete files already published and removes every later partial.
+func TestRunAllFailedCommitNamesPublished(t *testing.T) {
+	m := ladderModel(t)
+	dir := t.TempDir()
+	plans := ladderPlans(m, dir)
+	if len(plans) < 3 {
+		t.Fatalf("%d plans, want 3 or more", len(plans))
+	}
+	blocked := false
+	opts := Options{Threads: 2, Progress: func(done, total int64) {
+		if !blocked {
+			// A folder appears where the second output goes: its rename fails.
+			blocked = os.MkdirAll(filepath.Join(plans[1].Path, "x"), 0o755) == nil
+		}
+	}}
+	w, err := RunAll(context.Background(), plans, opts)
+	if err == nil || !strings.Contains(err.Error(), "already published, complete: "+plans[0].Path) {
+		t.Fatalf("err = %v", err)
+	}
+	if len(w) != 1 || w[0].Path != plans[0].Path {
+		t.Fatalf("written = %+v, want the first plan only", w)
+	}
+	if _, err := os.Stat(plans[0].Path); err != nil {
+		t.Errorf("first output: %v", err)
+	}
+	for _, p := range plans[1:] {
+		if _, err := os.Stat(p.Path + ".partial"); !os.IsNotExist(err) {
+			t.Errorf("%s.partial left behind (%v)", p.Path, err)
+		}
+	}
+	for _, p := range plans[2:] {
+		if _, err := os.Stat(p.Path); !os.IsNotExist(err) {
+			t.Errorf("%s published after the failed commit (%v)", p.Path, err)
+		}
+	}
+}
+
 const multiMemChildEnv = "SDTOOL_PIPELINE_MULTIMEMCHILD"
 
 // TestRunAllPeakMemory writes four plans from sparse F16 inputs of 64 MiB
