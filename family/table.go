@@ -1,7 +1,9 @@
 package family
 
 // Tensor-name regexps shared by several rows (names without the component
-// prefix).
+// prefix). The LLM decoders' layers sit under model. (text-only files),
+// model.language_model. (multimodal ones in newer transformers) or
+// language_model.model. (older ones, as Gemma 3's published files).
 const (
 	ldmAttnKV   = `^input_blocks\.\d+\.1\.transformer_blocks\.0\.attn2\.to_k\.weight$`
 	ldmProjIn   = `^input_blocks\.\d+\.1\.proj_in\.weight$`
@@ -16,8 +18,8 @@ const (
 	ocClipLayer = `^transformer\.resblocks\.\d+\.`
 	t5Layer     = `^encoder\.block\.\d+\.layer\.0\.SelfAttention\.q\.weight$`
 	t5Embed     = `^(shared|encoder\.embed_tokens)\.weight$`
-	llmLayer    = `^(model\.)?(language_model\.)?layers\.\d+\.self_attn\.q_proj\.weight$`
-	llmEmbed    = `^(model\.)?(language_model\.)?embed_tokens\.weight$`
+	llmLayer    = `^(model\.)?(language_model\.)?(model\.)?layers\.\d+\.self_attn\.q_proj\.weight$`
+	llmEmbed    = `^(model\.)?(language_model\.)?(model\.)?embed_tokens\.weight$`
 	llmQNorm    = `self_attn\.q_norm\.weight$`
 	ggufLLM     = `^blk\.\d+\.attn_q\.weight$`
 	ldmVAE      = `^decoder\.(up\.\d+\.block\.\d+|mid\.block_1)\.`
@@ -161,7 +163,7 @@ var Families = []*Family{
 			rule("diffusers", has(`^transformer_blocks\.\d+\.ff_context\.`), has(`^pos_embed\.proj\.weight$`), lacks(`^single_transformer_blocks\.`), lacks(`\.img_mod\.`)),
 		},
 		Parts:    []Part{{"sd3", "model.diffusion_model."}, {"clip_l", "text_encoders.clip_l.transformer."}, {"clip_g", "text_encoders.clip_g.transformer."}, {"t5xxl", "text_encoders.t5xxl.transformer."}, {"flux_vae", "first_stage_model."}},
-		Keep:     []string{"final_layer.", "time_text_embed.", "context_embedder.", "t_embedder.", "y_embedder.", "x_embedder.", "proj_out.weight", "pos_embed"},
+		Keep:     []string{"final_layer.", "time_text_embed.", "context_embedder.", "t_embedder.", "y_embedder.", "x_embedder.", "proj_out.weight", "pos_embed", "^norm_out."},
 		Upgrades: Std,
 		Note:     "3.5 large is 2432 wide: rows of 2432 are not whole 256-element k-quant blocks, so k-quant mixes take the legacy fallbacks (q4_K to q5_0, q5_K to q5_1, q6_K to q8_0).",
 	},

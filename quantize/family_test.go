@@ -317,3 +317,62 @@ func TestTextEncoderGGUFNames(t *testing.T) {
 		}
 	}
 }
+
+// TestRealHeadersDryRun: on the tensor lists that model repositories
+// publish (testdata/headers), a Q4_K_M dry run sees the family the list's
+// case names, keeps every tensor the family table marks high precision
+// and the case's own keep list unquantized, and quantizes the case's
+// linear layers.
+func TestRealHeadersDryRun(t *testing.T) {
+	const dir = "../testdata/headers"
+	lists, err := synth.ReadRealLists(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	for _, l := range lists {
+		tensors, err := l.Descriptors(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := filepath.Join(tmp, strings.TrimSuffix(l.File, ".names.gz")+".safetensors")
+		writeHeaderOnly(t, in, tensors, l.Meta)
+		res, err := quantizeRun(t.Context(), &Options{Input: in, Output: filepath.Join(tmp, "out.gguf"), Type: "Q4_K_M"}, pipeline.Options{}, true)
+		if err != nil {
+			t.Errorf("%s: %v", l.File, err)
+			continue
+		}
+		if res.Arch != l.Family {
+			t.Errorf("%s: quantize saw %q, want %q", l.File, res.Arch, l.Family)
+			continue
+		}
+		f := family.ByID(l.Family)
+		if f.Kind == family.KindDiffusion {
+			if got, _ := res.Header.Metadata.String("general.architecture"); got != f.ComfyArch {
+				t.Errorf("%s: general.architecture %q, want %q", l.File, got, f.ComfyArch)
+			}
+		}
+		var md formats.Metadata
+		for k, v := range l.Meta {
+			md = append(md, formats.KV{Key: k, Type: formats.TypeString, Value: v})
+		}
+		arch := family.Detect(tensors, md)
+		to := map[string]formats.DType{}
+		for _, o := range res.Outputs {
+			to[o.Source.Name] = o.Type
+			if _, cls := arch.Classify(o.Source.Name, o.Source.Shape); (cls.Keep != "" || cls.F32 != "") && o.Type.Quantized() {
+				t.Errorf("%s: %s is %s (%s), want it kept in high precision", l.File, o.Source.Name, o.Type, o.Note)
+			}
+		}
+		for _, n := range l.Keep {
+			if typ, ok := to[n]; !ok || typ.Quantized() {
+				t.Errorf("%s: %s is %v, want it kept in high precision", l.File, n, typ)
+			}
+		}
+		for _, n := range l.Quantized {
+			if typ := to[n]; !typ.Quantized() {
+				t.Errorf("%s: %s is %v, want it quantized", l.File, n, typ)
+			}
+		}
+	}
+}
