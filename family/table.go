@@ -69,11 +69,12 @@ var (
 	llmTables = []string{"embed_tokens.", "token_embd."}
 )
 
-// llama.cpp's tensor names for T5 encoders and Qwen decoders, the inverse
-// of the maps ComfyUI-GGUF's loader.py (795e451) applies to a text
-// encoder GGUF (T5_SD_MAP, LLAMA_SD_MAP). Llama-architecture decoders
-// (Mistral, Llama 3) are left out: ComfyUI-GGUF un-permutes their q/k
-// rows, which llama.cpp's converter permutes, and sdtool does not.
+// llama.cpp's tensor names for T5 encoders and Qwen, Llama and Mistral
+// decoders, the inverse of the maps ComfyUI-GGUF's loader.py (795e451)
+// applies to a text encoder GGUF (T5_SD_MAP, LLAMA_SD_MAP). For the llama
+// architecture (Mistral, Llama 3) the loader also un-permutes the q and k
+// rows with 32 heads and 8 KV heads (llama_permute), so sdtool writes them
+// permuted as llama.cpp's converter does (PermuteHeads).
 var (
 	t5GGUF = [][2]string{
 		{"encoder.block.", "enc.blk."},
@@ -92,6 +93,13 @@ var (
 		{"input_layernorm.", "attn_norm."}, {"post_attention_layernorm.", "ffn_norm."},
 		{"model.embed_tokens.", "token_embd."}, {"model.norm.", "output_norm."}, {"lm_head.", "output."},
 	}
+	// gemmaGGUF are llama.cpp's names for Gemma 3 (its convert_hf_to_gguf
+	// tensor map; sd.cpp 97d2990's llm name map reads them back): the
+	// four per-layer norms have names of their own, and a multimodal
+	// file's language model sits under language_model.model.
+	gemmaGGUF = append([][2]string{{"language_model.model.", "model."},
+		{"input_layernorm.", "attn_norm."}, {"post_attention_layernorm.", "post_attention_norm."},
+		{"pre_feedforward_layernorm.", "ffn_norm."}, {"post_feedforward_layernorm.", "post_ffw_norm."}}, qwenGGUF...)
 )
 
 // UNet checkpoint layouts (LDM / SGM prefixes).
@@ -363,20 +371,20 @@ var Families = []*Family{
 	{
 		ID: "llama3", Title: "Llama 3", Kind: KindTextEncoder, ComfyArch: "llama",
 		Detect:    []Rule{rule("", has(llmLayer), shape(llmEmbed, 128256, -1))},
-		NotLinear: llmTables, Upgrades: Std,
+		NotLinear: llmTables, Upgrades: Std, GGUFNames: qwenGGUF, PermuteHeads: [2]int{32, 8},
 		Note: "HiDream's fourth text encoder.",
 	},
 	{
 		ID: "mistral", Title: "Mistral Small", Kind: KindTextEncoder, ComfyArch: "llama",
 		Detect:    []Rule{rule("", has(llmLayer), shape(llmEmbed, 131072, -1))},
-		NotLinear: llmTables, Upgrades: Std,
+		NotLinear: llmTables, Upgrades: Std, GGUFNames: qwenGGUF, PermuteHeads: [2]int{32, 8},
 		Note: "Flux.2 dev's text encoder (ComfyUI-GGUF: llama architecture, Tekken tokenizer).",
 	},
 	{
 		ID: "gemma3", Title: "Gemma 3", Kind: KindTextEncoder,
 		Detect:    []Rule{rule("", has(llmLayer), has(llmQNorm), has(`layers\.\d+\.pre_feedforward_layernorm\.weight$`))},
-		NotLinear: llmTables, Upgrades: Std,
-		Note: "LTX-2's text encoder; ComfyUI-GGUF's text loader has no gemma3 architecture.",
+		NotLinear: llmTables, Upgrades: Std, GGUFNames: gemmaGGUF, GGUFArch: "gemma3", NormShift: 1,
+		Note: "LTX-2's text encoder. Its GGUF has llama.cpp's names and norms (+1), which sd.cpp reads; ComfyUI-GGUF's text loader has no gemma3 architecture.",
 	},
 
 	// VAEs.

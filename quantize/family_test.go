@@ -159,8 +159,11 @@ func TestFamilyTable(t *testing.T) {
 			t.Errorf("%s: quantize saw %q", c.layout, res.Arch)
 		}
 		want := ""
-		if f.Kind == family.KindDiffusion || f.GGUFNames != nil {
+		switch {
+		case f.Kind == family.KindDiffusion:
 			want = f.ComfyArch
+		case f.GGUFNames != nil:
+			want = f.LlamaArch()
 		}
 		if got, _ := res.Header.Metadata.String("general.architecture"); got != want {
 			t.Errorf("%s: general.architecture %q, want %q", c.layout, got, want)
@@ -251,8 +254,8 @@ var comfyTextMaps = map[string][][2]string{
 		{"output.weight", "lm_head.weight"}},
 }
 
-// TestTextEncoderGGUFNames: a standalone T5, UMT5, Qwen3 or Qwen2.5-VL
-// quantized to GGUF gets llama.cpp's names, which ComfyUI-GGUF's renames
+// TestTextEncoderGGUFNames: a standalone T5, UMT5, Qwen3, Qwen2.5-VL,
+// Llama 3 or Mistral quantized to GGUF gets llama.cpp's names, which ComfyUI-GGUF's renames
 // turn back into the source names and sd.cpp's name conversion reads as
 // the source's, and its llama.cpp architecture;
 // --te-names sdcpp keeps the source names, and --target comfyui says that
@@ -264,6 +267,8 @@ func TestTextEncoderGGUFNames(t *testing.T) {
 		{"layout-umt5xxl", "t5encoder", "t5encoder", "text_encoders.t5xxl.transformer."},
 		{"layout-qwen3", "qwen3", "llama", "text_encoders.llm."},
 		{"layout-qwen2.5-vl", "qwen2vl", "llama", "text_encoders.llm."},
+		{"layout-llama3", "llama", "llama", "text_encoders.llm."},
+		{"layout-mistral", "llama", "llama", "text_encoders.llm."},
 	} {
 		tensors, err := synth.Descriptors(synth.Spec{Arch: c.layout, DType: formats.F16})
 		if err != nil {
@@ -304,7 +309,8 @@ func TestTextEncoderGGUFNames(t *testing.T) {
 			t.Errorf("%s: ComfyUI-GGUF would load %v, want %v", c.layout, back, want)
 		}
 		comfy := res.Report.Consumers[0]
-		if umt5 := c.layout == "layout-umt5xxl"; comfy.OK == umt5 {
+		// UMT5 and Mistral need tokenizer metadata that a bare layout lacks.
+		if needsTokenizer := c.layout == "layout-umt5xxl" || c.layout == "layout-mistral"; comfy.OK == needsTokenizer {
 			t.Errorf("%s: comfyui ok %v %v", c.layout, comfy.OK, comfy.Problems)
 		}
 		res, err = quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q8_0", TextEncoderNames: "sdcpp", Targets: []string{TargetComfyUI}}, pipeline.Options{}, true)

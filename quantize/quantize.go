@@ -79,7 +79,9 @@ type Report struct {
 	Type, Format string
 	// FType is the mix (GGUF outputs).
 	FType mix.FType
-	// Arch is the detected architecture, ComfyArch its ComfyUI-GGUF name ("" for none).
+	// Arch is the detected architecture, ComfyArch the general.architecture
+	// written: its ComfyUI-GGUF name, or llama.cpp's for a text encoder
+	// ComfyUI-GGUF has none for ("" for none).
 	Arch, ComfyArch string
 	// LlamaNames reports a text encoder written with llama.cpp's tensor names.
 	LlamaNames bool
@@ -254,7 +256,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		case "", "llama.cpp":
 			// ComfyUI-GGUF's text loader reads llama.cpp's names and
 			// architecture; sd.cpp converts those names back itself.
-			b.rename, res.ComfyArch, res.LlamaNames = f.LlamaName, f.ComfyArch, true
+			b.rename, res.ComfyArch, res.LlamaNames, b.llama = f.LlamaName, f.LlamaArch(), true, f
 		case "sdcpp":
 		default:
 			return fail(fmt.Errorf("--te-names %q: want llama.cpp or sdcpp", opts.TextEncoderNames))
@@ -390,6 +392,9 @@ type builder struct {
 	// rename, when set, gives an output tensor's name (llama.cpp's names
 	// for a standalone text encoder).
 	rename func(string) string
+	// llama is the text encoder's family when it is written with
+	// llama.cpp's names (its q/k permutation and norm shift apply).
+	llama *family.Family
 	// imatrixKey maps a tensor name to the name an imatrix may hold it
 	// under when there is no exact entry (nil: exact names only).
 	imatrixKey func(string) string
@@ -485,9 +490,15 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 				out.Note += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
 			}
 		}
+		shift := b.normShift(name)
+		if shift != 0 && !t.Quantized() {
+			// llama.cpp writes norms in F32, where adding 1 to an F16 or
+			// BF16 scale is exact.
+			t, out.Type = formats.F32, formats.F32
+		}
 		// Raw bytes can be copied when the type is kept and the rows are the
 		// same (any shape for one-element blocks).
-		if t == s.Tensor.Type && s.Module == nil && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
+		if t == s.Tensor.Type && s.Module == nil && shift == 0 && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
 			out.Producer = pipeline.Copy(b.m, s.Tensor)
 			out.Note = withCopied(out.Note)
 		} else {
@@ -528,7 +539,15 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 			if weights == nil && codec.NeedsWeights {
 				return fmt.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give --imatrix, or another type with --tensor-type)", b.opts.Input, s.Name, t)
 			}
-			out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, weights))
+			enc := pipeline.EncodeRows(t, codec.Quantize, weights)
+			if shift != 0 {
+				enc = shifted(enc, shift)
+				out.Note += fmt.Sprintf("; %+g on the norm scale (llama.cpp's %s convention)", shift, b.llama.Title)
+			}
+			out.Producer = pipeline.Convert(s, t, enc)
+		}
+		if err := b.permute(&out, s.Name); err != nil {
+			return err
 		}
 		if _, err := out.Bytes(); err != nil {
 			return fmt.Errorf("tensor %q: %v", s.Name, err)
