@@ -153,3 +153,26 @@ func globNames(t *testing.T, pattern string) []string {
 	}
 	return m
 }
+
+// TestMiniMaxH3AdaLN: MiniMax-H3's per-block AdaLN projections (18x the
+// width by the time embedding, a third of the DiT's weights) are linear
+// layers a mix quantizes; the final layer's projection and heads stay.
+// Names as diffusers' conversion script maps the released checkpoint.
+func TestMiniMaxH3AdaLN(t *testing.T) {
+	f := ByID("minimax_h3")
+	for _, c := range []struct {
+		name string
+		keep bool
+	}{
+		{"blocks.7.adaln_proj.linear.weight", false},
+		{"token_refiner.blocks.0.attn.qkv_proj.weight", false},
+		{"final_layer.adaln_proj.linear.weight", true},
+		{"final_layer.video_out.weight", true},
+		{"final_layer.audio_out.weight", true},
+		{"time_embedder.proj_in.weight", true},
+	} {
+		if got := f.Classify(c.name, []int64{64, 64}).Keep != ""; got != c.keep {
+			t.Errorf("%s: kept %v, want %v", c.name, got, c.keep)
+		}
+	}
+}

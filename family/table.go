@@ -309,9 +309,9 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("", has(`^video_patch_proj\.weight$`), has(`^audio_patch_proj\.weight$`)),
 		},
-		Keep:     []string{"video_patch_proj.", "audio_patch_proj.", "time_embedder.", "condition_proj.", "adaln_proj.", "final_layer.", "video_out.", "audio_out."},
+		Keep:     []string{"video_patch_proj.", "audio_patch_proj.", "time_embedder.", "condition_proj.", "final_layer.", "rope."},
 		Upgrades: Std,
-		Note:     "ComfyUI-GGUF has no architecture name for it.",
+		Note:     "ComfyUI-GGUF has no architecture name for it. The blocks' AdaLN projections (a third of the weights) are quantized, as Flux's per-block modulation is; the final layer's stays.",
 	},
 
 	// Text encoders.

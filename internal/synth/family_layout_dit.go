@@ -193,13 +193,26 @@ func init() {
 	)
 	addLayout("layout-krea2", layout{doc: "Krea 2 (text fusion projector)", dims: map[string]int{"H": 64, "D": 16, "T": 128}, blocks: 2, lines: krea2})
 
+	// MiniMax-H3's original names, as diffusers' conversion script
+	// (scripts/convert_minimax_h3_to_diffusers.py) maps every key of the
+	// released checkpoint: a token refiner before the blocks, fused qkv,
+	// a gated fc1, per-block and final AdaLN projections, and the final
+	// layer's video and audio heads.
+	mmBlock := func(p string) []string {
+		return []string{p + ".norm1.weight H", p + ".norm2.weight H", p + ".attn.qkv_proj.weight 3H H",
+			p + ".attn.q_norm.weight D", p + ".attn.k_norm.weight D", p + ".attn.out_proj.weight H H",
+			p + ".mlp.fc1.weight 2F H", p + ".mlp.fc2.weight H F"}
+	}
 	minimax := joinLines(
-		[]string{"video_patch_proj.weight H 128", "audio_patch_proj.weight A 64"},
-		layoutLinear("time_embedder.proj_in", "H", "256"), layoutLinear("time_embedder.proj_out", "H", "H"),
-		[]string{"condition_proj.weight H T"},
-		[]string{"blocks.{i}.attn.qkv_proj.weight 3H H", "blocks.{i}.attn.out_proj.weight H H", "blocks.{i}.attn.q_norm.weight D",
-			"blocks.{i}.mlp.fc1.weight 4H H", "blocks.{i}.mlp.fc2.weight H 4H", "blocks.{i}.norm1.weight H"},
-		[]string{"final_layer.linear.weight 2H H", "video_out.weight 128 H", "audio_out.weight 64 H"},
+		layoutLinear("video_patch_proj", "H", "P"), layoutLinear("audio_patch_proj", "H", "C"),
+		layoutLinear("condition_proj", "H", "T"),
+		layoutLinear("time_embedder.proj_in", "M", "256"), layoutLinear("time_embedder.proj_out", "E", "M"),
+		mmBlock("token_refiner.blocks.{j}"), []string{"token_refiner.final_norm.weight H"},
+		mmBlock("blocks.{i}"), layoutLinear("blocks.{i}.adaln_proj.linear", "18H", "E"),
+		[]string{"final_layer.norm.weight H"}, layoutLinear("final_layer.adaln_proj.linear", "2H", "E"),
+		layoutLinear("final_layer.video_out", "P", "H"), layoutLinear("final_layer.audio_out", "C", "H"),
+		[]string{"rope.inv_freq 8"},
 	)
-	addLayout("layout-minimax-h3", layout{doc: "MiniMax-H3 (video and audio patches)", dims: map[string]int{"H": 64, "A": 32, "D": 16, "T": 128}, blocks: 2, lines: minimax})
+	addLayout("layout-minimax-h3", layout{doc: "MiniMax-H3 (video and audio patches, token refiner, per-block AdaLN projections)",
+		dims: map[string]int{"H": 64, "D": 16, "F": 128, "T": 128, "P": 96, "C": 32, "M": 64, "E": 32}, blocks: 2, blocks2: 2, lines: minimax})
 }
