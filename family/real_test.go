@@ -176,3 +176,32 @@ func TestMiniMaxH3AdaLN(t *testing.T) {
 		}
 	}
 }
+
+// TestHunyuanVideo15Layout: HunyuanVideo 1.5's double blocks (original
+// names, as diffusers' conversion script reads the released checkpoint)
+// are quantized; its inputs, refiner and final layer stay, and the
+// condition-type embedding is a lookup table, not a linear layer.
+func TestHunyuanVideo15Layout(t *testing.T) {
+	a := Detect(synthTensors(t, synth.Spec{Arch: "layout-hunyuan-video-1.5"}), nil)
+	if a.Name != "hunyuan_video" || a.Variant() != "1.5" {
+		t.Fatalf("detected %s (%q)", a.Name, a.Variant())
+	}
+	for _, c := range []struct {
+		name   string
+		keep   bool
+		linear bool
+	}{
+		{"double_blocks.3.img_attn_q.weight", false, true},
+		{"double_blocks.3.txt_mlp.fc2.weight", false, true},
+		{"double_blocks.3.img_mod.linear.weight", false, true},
+		{"txt_in.individual_token_refiner.blocks.0.self_attn_qkv.weight", true, true},
+		{"byt5_in.fc1.weight", true, true},
+		{"final_layer.linear.weight", true, true},
+		{"cond_type_embedding.weight", true, false},
+	} {
+		_, cls := a.Classify(c.name, []int64{64, 64})
+		if (cls.Keep != "") != c.keep || cls.Linear != c.linear {
+			t.Errorf("%s: kept %q linear %v, want kept %v linear %v", c.name, cls.Keep, cls.Linear, c.keep, c.linear)
+		}
+	}
+}

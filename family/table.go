@@ -228,8 +228,10 @@ var Families = []*Family{
 			rule("", has(hyRefiner), has(`^double_blocks\.\d+\.`)),
 			rule("1.5", has(hyRefiner), has(`^double_blocks\.\d+\.`), has(`^byt5_in\.`)),
 		},
-		Keep:     with(fluxKeep, "byt5_in.", "vision_in.", "cond_type_embedding"),
-		Upgrades: Std,
+		Keep:      with(fluxKeep, "byt5_in.", "vision_in.", "cond_type_embedding"),
+		NotLinear: []string{"cond_type_embedding"},
+		Upgrades:  Std,
+		Note:      "1.5's names checked against diffusers' conversion script: separate q/k/v per stream (img_attn_q, ...), img_mod.linear, mlp.fc1/fc2.",
 	},
 	{
 		ID: "ltxv", Title: "LTX-Video", Kind: KindDiffusion, ComfyArch: "ltxv",

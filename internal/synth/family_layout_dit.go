@@ -70,25 +70,40 @@ func init() {
 	addLayout("layout-wan2.2-i2v", layout{doc: "Wan 2.2 I2V A14B (36 input channels, no img_emb)", dims: layoutWanDims(36, 16), blocks: 2, lines: layoutWan(false)})
 	addLayout("layout-wan2.2-ti2v-5b", layout{doc: "Wan 2.2 TI2V 5B (48 latent channels)", dims: layoutWanDims(48, 48), blocks: 2, lines: layoutWan(false)})
 
+	// HunyuanVideo 1.5's original names, every key that diffusers'
+	// conversion script (scripts/convert_hunyuan_video1_5_to_diffusers.py)
+	// takes from the released checkpoint: separate q/k/v per stream with
+	// their own norms, img_mod.linear, fc1/fc2 MLPs, a token refiner with
+	// fused self_attn_qkv, the ByT5 glyph and SigLIP image inputs, and a
+	// condition-type embedding; in_channels 65, out 32, patch 1.
+	hyStream := func(p string) []string {
+		l := layoutLinear(p+"_mod.linear", "6H", "H")
+		for _, n := range []string{"q", "k", "v"} {
+			l = append(l, layoutLinear(p+"_attn_"+n, "H", "H")...)
+		}
+		return joinLines(l, []string{p + "_attn_q_norm.weight D", p + "_attn_k_norm.weight D"},
+			layoutLinear(p+"_attn_proj", "H", "H"), layoutLinear(p+"_mlp.fc1", "4H", "H"), layoutLinear(p+"_mlp.fc2", "H", "4H"))
+	}
+	refiner := "txt_in.individual_token_refiner.blocks.{j}."
 	hunyuan := joinLines(
-		[]string{"img_in.proj.weight H 32 1 1 1", "img_in.proj.bias H"},
+		[]string{"img_in.proj.weight H 65 1 1 1", "img_in.proj.bias H", "cond_type_embedding.weight 3 H"},
+		layoutLinear("time_in.mlp.0", "H", "256"), layoutLinear("time_in.mlp.2", "H", "H"),
 		layoutLinear("txt_in.input_embedder", "H", "T"),
 		layoutLinear("txt_in.t_embedder.mlp.0", "H", "256"), layoutLinear("txt_in.t_embedder.mlp.2", "H", "H"),
 		layoutLinear("txt_in.c_embedder.linear_1", "H", "T"), layoutLinear("txt_in.c_embedder.linear_2", "H", "H"),
-		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.adaLN_modulation.1", "2H", "H"),
-		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.self_attn.qkv", "3H", "H"),
-		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.self_attn.proj", "H", "H"),
-		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.mlp.0", "4H", "H"), layoutLinear("txt_in.individual_token_refiner.blocks.{i}.mlp.2", "H", "4H"),
-		layoutLinear("time_in.in_layer", "H", "256"), layoutLinear("time_in.out_layer", "H", "H"),
-		layoutLinear("byt5_in.fc1", "H", "1472"), layoutLinear("byt5_in.fc2", "H", "H"),
-		layoutLinear("double_blocks.{i}.img_mod.lin", "6H", "H"), layoutLinear("double_blocks.{i}.img_attn.qkv", "3H", "H"),
-		[]string{"double_blocks.{i}.img_attn.norm.key_norm.weight D", "double_blocks.{i}.img_attn.norm.query_norm.weight D"},
-		layoutLinear("double_blocks.{i}.img_attn.proj", "H", "H"), layoutLinear("double_blocks.{i}.img_mlp.0", "4H", "H"), layoutLinear("double_blocks.{i}.img_mlp.2", "H", "4H"),
-		layoutLinear("double_blocks.{i}.txt_mod.lin", "6H", "H"), layoutLinear("double_blocks.{i}.txt_attn.qkv", "3H", "H"),
-		layoutLinear("double_blocks.{i}.txt_attn.proj", "H", "H"), layoutLinear("double_blocks.{i}.txt_mlp.0", "4H", "H"), layoutLinear("double_blocks.{i}.txt_mlp.2", "H", "4H"),
-		layoutLinear("final_layer.linear", "128", "H"), layoutLinear("final_layer.adaLN_modulation.1", "2H", "H"),
+		[]string{refiner + "norm1.weight H", refiner + "norm1.bias H", refiner + "norm2.weight H", refiner + "norm2.bias H"},
+		layoutLinear(refiner+"self_attn_qkv", "3H", "H"), layoutLinear(refiner+"self_attn_proj", "H", "H"),
+		layoutLinear(refiner+"mlp.fc1", "4H", "H"), layoutLinear(refiner+"mlp.fc2", "H", "4H"),
+		layoutLinear(refiner+"adaLN_modulation.1", "2H", "H"),
+		[]string{"byt5_in.layernorm.weight B", "byt5_in.layernorm.bias B"},
+		layoutLinear("byt5_in.fc1", "H", "B"), layoutLinear("byt5_in.fc2", "H", "H"), layoutLinear("byt5_in.fc3", "H", "H"),
+		[]string{"vision_in.proj.0.weight I", "vision_in.proj.0.bias I"}, layoutLinear("vision_in.proj.1", "H", "I"),
+		layoutLinear("vision_in.proj.3", "H", "H"), []string{"vision_in.proj.4.weight H", "vision_in.proj.4.bias H"},
+		hyStream("double_blocks.{i}.img"), hyStream("double_blocks.{i}.txt"),
+		layoutLinear("final_layer.adaLN_modulation.1", "2H", "H"), layoutLinear("final_layer.linear", "32", "H"),
 	)
-	addLayout("layout-hunyuan-video-1.5", layout{doc: "HunyuanVideo 1.5 (token refiner, ByT5 glyph input, Flux-style double blocks)", dims: map[string]int{"H": 64, "D": 16, "T": 128}, blocks: 2, lines: hunyuan})
+	addLayout("layout-hunyuan-video-1.5", layout{doc: "HunyuanVideo 1.5 (token refiner, ByT5 glyph and SigLIP image inputs, separate q/k/v double blocks)",
+		dims: map[string]int{"H": 64, "D": 16, "T": 128, "B": 1472, "I": 1152}, blocks: 2, blocks2: 2, lines: hunyuan})
 
 	ltxBlock := joinLines(
 		[]string{"transformer_blocks.{i}.scale_shift_table 6 H"},
