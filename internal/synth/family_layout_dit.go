@@ -176,13 +176,19 @@ func init() {
 	)
 	addLayout("layout-hidream", layout{doc: "HiDream-I1 (mixture-of-experts FFNs with a gate)", dims: map[string]int{"H": 64, "F": 128, "T": 128}, blocks: 2, blocks2: 2, lines: hidream})
 
+	// Cosmos Predict2's names agree with the fragments diffusers'
+	// conversion script renames (TRANSFORMER_KEYS_RENAME_DICT_COSMOS_2_0):
+	// LoRA-style AdaLN pairs .1/.2 per sub-block, output_proj, q/k norms.
 	cosmos := joinLines(
 		layoutLinear("x_embedder.proj.1", "H", "68"), layoutLinear("t_embedder.1.linear_1", "H", "H"),
 		[]string{"t_embedding_norm.weight H", "pos_embedder.dim_spatial_range 16"},
 		layoutLinear("blocks.{i}.self_attn.q_proj", "H", "H"), layoutLinear("blocks.{i}.self_attn.v_proj", "H", "H"),
+		layoutLinear("blocks.{i}.self_attn.output_proj", "H", "H"), []string{"blocks.{i}.self_attn.q_norm.weight 16"},
 		layoutLinear("blocks.{i}.cross_attn.k_proj", "H", "T"),
 		layoutLinear("blocks.{i}.adaln_modulation_self_attn.1", "H", "H"), layoutLinear("blocks.{i}.adaln_modulation_cross_attn.1", "H", "H"),
+		layoutLinear("blocks.{i}.adaln_modulation_mlp.1", "16", "H"), layoutLinear("blocks.{i}.adaln_modulation_mlp.2", "3H", "16"),
 		layoutLinear("blocks.{i}.mlp.layer1", "4H", "H"), layoutLinear("blocks.{i}.mlp.layer2", "H", "4H"),
+		layoutLinear("final_layer.adaln_modulation.1", "16", "H"), layoutLinear("final_layer.adaln_modulation.2", "2H", "16"),
 		layoutLinear("final_layer.linear", "64", "H"),
 	)
 	addLayout("layout-cosmos", layout{doc: "Cosmos Predict2 (net. prefix stripped)", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, lines: cosmos})
