@@ -122,6 +122,9 @@ func init() {
 		[]string{"scale_shift_table 2 H"}, layoutLinear("proj_out", "128", "H"),
 	)
 	addLayout("layout-ltxv", layout{doc: "LTX-Video 0.9 (adaln_single, per-block scale_shift_table)", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, lines: joinLines(ltxHead, ltxBlock)})
+	// LTX-2's names agree with the keys diffusers' conversion script
+	// renames (LTX_2_0_TRANSFORMER_KEYS_RENAME_DICT): the audio stream's
+	// twins, the audio-video cross-attention AdaLNs and per-block tables.
 	ltx2 := joinLines(ltxHead, ltxBlock,
 		layoutLinear("audio_patchify_proj", "A", "128"),
 		layoutLinear("audio_adaln_single.emb.timestep_embedder.linear_1", "A", "256"), layoutLinear("audio_adaln_single.linear", "6A", "A"),
@@ -129,7 +132,8 @@ func init() {
 		[]string{"audio_scale_shift_table 2 A"}, layoutLinear("audio_proj_out", "128", "A"),
 		layoutLinear("transformer_blocks.{i}.audio_attn1.to_q", "A", "A"), layoutLinear("transformer_blocks.{i}.audio_attn1.to_v", "A", "A"),
 		layoutLinear("transformer_blocks.{i}.audio_to_video_attn.to_q", "H", "H"),
-		layoutLinear("av_ca_video_scale_shift_adaln_single.linear", "4H", "H"),
+		layoutLinear("av_ca_video_scale_shift_adaln_single.linear", "4H", "H"), layoutLinear("av_ca_a2v_gate_adaln_single.linear", "H", "H"),
+		[]string{"transformer_blocks.{i}.scale_shift_table_a2v_ca_video 5 H", "transformer_blocks.{i}.scale_shift_table_a2v_ca_audio 5 A"},
 	)
 	addLayout("layout-ltx2", layout{doc: "LTX-2 (audio and video streams)", dims: map[string]int{"H": 64, "A": 32, "T": 128}, blocks: 2, lines: ltx2})
 
