@@ -166,17 +166,38 @@ func init() {
 	)
 	addLayout("layout-z-image", layout{doc: "Z-Image (Lumina 2 family: refiners, then layers)", dims: map[string]int{"H": 64, "D": 16, "F": 192, "T": 128}, blocks: 2, blocks2: 1, lines: zimage})
 
+	// HiDream-I1 is published with these names (diffusers'
+	// HiDreamImageTransformer2DModel): to_out without a .0, the text
+	// stream's *_t twins, bias-free SwiGLU experts and caption projections.
+	hdAttn := func(p string, text bool) []string {
+		l := []string{}
+		suffixes := []string{""}
+		if text {
+			suffixes = append(suffixes, "_t")
+		}
+		for _, t := range suffixes {
+			l = append(l, joinLines(layoutLinear(p+".to_q"+t, "H", "H"), layoutLinear(p+".to_k"+t, "H", "H"),
+				layoutLinear(p+".to_v"+t, "H", "H"), layoutLinear(p+".to_out"+t, "H", "H"),
+				[]string{p + ".q_rms_norm" + t + ".weight H", p + ".k_rms_norm" + t + ".weight H"})...)
+		}
+		return l
+	}
+	swiglu := func(p string) []string {
+		return []string{p + ".w1.weight F H", p + ".w2.weight H F", p + ".w3.weight F H"}
+	}
+	moe := func(p string) []string {
+		return joinLines([]string{p + ".gate.weight 4 H"}, swiglu(p+".shared_experts"), swiglu(p+".experts.0"), swiglu(p+".experts.3"))
+	}
 	hidream := joinLines(
-		layoutLinear("x_embedder.proj", "H", "64"), layoutLinear("t_embedder.timestep_embedder.linear_1", "H", "256"),
-		layoutLinear("p_embedder.pooled_embedder.linear_1", "H", "2048"),
-		layoutLinear("caption_projection.{j}.linear", "H", "T"),
+		layoutLinear("x_embedder.proj", "H", "64"),
+		layoutLinear("t_embedder.timestep_embedder.linear_1", "H", "256"), layoutLinear("t_embedder.timestep_embedder.linear_2", "H", "H"),
+		layoutLinear("p_embedder.pooled_embedder.linear_1", "H", "2048"), layoutLinear("p_embedder.pooled_embedder.linear_2", "H", "H"),
+		[]string{"caption_projection.{j}.linear.weight H T"},
 		layoutLinear("double_stream_blocks.{i}.block.adaLN_modulation.1", "12H", "H"),
-		layoutLinear("double_stream_blocks.{i}.block.attn1.to_q", "H", "H"), layoutLinear("double_stream_blocks.{i}.block.attn1.to_v", "H", "H"),
-		[]string{"double_stream_blocks.{i}.block.ff_i.gate.weight 4 H"},
-		[]string{"double_stream_blocks.{i}.block.ff_i.shared_experts.w1.weight F H", "double_stream_blocks.{i}.block.ff_i.shared_experts.w2.weight H F", "double_stream_blocks.{i}.block.ff_i.shared_experts.w3.weight F H"},
-		[]string{"double_stream_blocks.{i}.block.ff_i.experts.0.w2.weight H F"},
-		layoutLinear("single_stream_blocks.{i}.block.attn1.to_q", "H", "H"),
-		layoutLinear("final_layer.linear", "64", "H"),
+		hdAttn("double_stream_blocks.{i}.block.attn1", true), moe("double_stream_blocks.{i}.block.ff_i"), swiglu("double_stream_blocks.{i}.block.ff_t"),
+		layoutLinear("single_stream_blocks.{i}.block.adaLN_modulation.1", "6H", "H"),
+		hdAttn("single_stream_blocks.{i}.block.attn1", false), moe("single_stream_blocks.{i}.block.ff_i"),
+		layoutLinear("final_layer.linear", "64", "H"), layoutLinear("final_layer.adaLN_modulation.1", "2H", "H"),
 	)
 	addLayout("layout-hidream", layout{doc: "HiDream-I1 (mixture-of-experts FFNs with a gate)", dims: map[string]int{"H": 64, "F": 128, "T": 128}, blocks: 2, blocks2: 2, lines: hidream})
 
