@@ -229,15 +229,24 @@ func init() {
 	)
 	addLayout("layout-auraflow", layout{doc: "AuraFlow", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, blocks2: 2, lines: aura})
 
+	// Krea 2's names as independent loaders and converters of the released
+	// file spell them: a text fusion over 12 encoder taps (layer-wise
+	// blocks, a 12-to-1 projector, refiner blocks), a text MLP, and
+	// blocks with a gated attention and a per-block modulation.
+	kreaBlock := func(p string) []string {
+		return []string{p + ".attn.wq.weight H H", p + ".attn.wk.weight H H", p + ".attn.wv.weight H H", p + ".attn.wo.weight H H",
+			p + ".attn.gate.weight H H", p + ".attn.qknorm.qnorm.scale D", p + ".attn.qknorm.knorm.scale D",
+			p + ".mlp.up.weight 4H H", p + ".mlp.down.weight H 4H", p + ".mlp.gate.weight 4H H"}
+	}
 	krea2 := joinLines(
-		layoutLinear("first", "H", "64"), layoutLinear("tmlp.0", "H", "256"), layoutLinear("tproj", "6H", "H"),
-		[]string{"txtfusion.projector.weight H T"},
-		[]string{"txtfusion.layerwise_blocks.0.attn.wq.weight T T", "txtfusion.layerwise_blocks.0.attn.wk.weight T T", "txtfusion.layerwise_blocks.0.prenorm.scale T"},
-		[]string{"blocks.{i}.attn.wq.weight H H", "blocks.{i}.attn.wk.weight H H", "blocks.{i}.attn.wv.weight H H", "blocks.{i}.attn.wo.weight H H",
-			"blocks.{i}.attn.qknorm.qnorm.scale D", "blocks.{i}.mlp.up.weight 4H H", "blocks.{i}.mlp.down.weight H 4H", "blocks.{i}.mlp.gate.weight 4H H"},
-		[]string{"last.linear.weight 64 H"},
+		layoutLinear("first", "H", "64"), layoutLinear("tmlp.0", "H", "256"), layoutLinear("tmlp.2", "H", "H"), layoutLinear("tproj.1", "6H", "H"),
+		[]string{"txtfusion.layerwise_blocks.0.prenorm.scale T", "txtfusion.layerwise_blocks.0.attn.wq.weight T T", "txtfusion.layerwise_blocks.0.attn.wk.weight T T"},
+		[]string{"txtfusion.projector.weight 1 12", "txtfusion.refiner_blocks.0.mlp.down.weight T 4T"},
+		[]string{"txtmlp.0.scale T"}, layoutLinear("txtmlp.1", "H", "T"), layoutLinear("txtmlp.3", "H", "H"),
+		kreaBlock("blocks.{i}"), []string{"blocks.{i}.mod.lin 6 H"},
+		[]string{"last.norm.scale H", "last.modulation.lin 2 H"}, layoutLinear("last.linear", "64", "H"),
 	)
-	addLayout("layout-krea2", layout{doc: "Krea 2 (text fusion projector)", dims: map[string]int{"H": 64, "D": 16, "T": 128}, blocks: 2, lines: krea2})
+	addLayout("layout-krea2", layout{doc: "Krea 2 (text fusion over 12 encoder taps, gated attention)", dims: map[string]int{"H": 64, "D": 16, "T": 128}, blocks: 2, lines: krea2})
 
 	// MiniMax-H3's original names, as diffusers' conversion script
 	// (scripts/convert_minimax_h3_to_diffusers.py) maps every key of the
