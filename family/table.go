@@ -302,7 +302,7 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("", has(`^(txtfusion|text_fusion)\.projector\.weight$`)),
 		},
-		Keep:     []string{"first.", "last.", "tmlp.", "tproj.", "txtmlp.", "txtfusion.projector.", "text_fusion.projector."},
+		Keep:     []string{"first.", "last.", "tmlp.", "tproj.", "txtmlp.", "txtfusion.projector.", "text_fusion.projector.", ".mod.lin"},
 		Upgrades: Std,
 		Note:     "ComfyUI-GGUF has no architecture name for it.",
 	},
