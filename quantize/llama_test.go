@@ -303,3 +303,85 @@ func TestGemmaNamesAsSDCppReadsThem(t *testing.T) {
 		}
 	}
 }
+
+// gpt2Decoder is the inverse of GPT-2's bytes_to_unicode, as ComfyUI-GGUF
+// builds it to read a byte-level vocabulary back: printable Latin-1 bytes
+// stand for themselves, the other 68 for U+0100 upwards in byte order.
+func gpt2Decoder() map[rune]byte {
+	d := map[rune]byte{}
+	extra := 0
+	for b := 0; b < 256; b++ {
+		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE {
+			d[rune(b)] = byte(b)
+		} else {
+			d[rune(256+extra)] = byte(b)
+			extra++
+		}
+	}
+	return d
+}
+
+// TestMistralTokenizerForComfyUI: with --tokenizer, a Mistral text
+// encoder's GGUF carries a gpt2-model vocabulary that --target comfyui
+// accepts, and rebuilding ComfyUI-GGUF's Tekken data from it
+// (gguf_tekken_tokenizer_loader in loader.py 795e451: control tokens are
+// the special tokens by rank, the others decoded to bytes in order) gives
+// the tokenizer's special tokens and token bytes.
+func TestMistralTokenizerForComfyUI(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "tokenizer.json")
+	const js = `{"added_tokens":[{"id":0,"content":"<unk>","special":true},{"id":1,"content":"<s>","special":true},{"id":2,"content":"[INST]","special":true}],
+"model":{"type":"BPE","vocab":{"<unk>":0,"<s>":1,"[INST]":2,"h":3,"i":4,"Ġ":5,"hi":6,"Ġhi":7,"Ã©":8},"merges":["h i","Ġ hi"]}}`
+	if err := os.WriteFile(tok, []byte(js), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tensors, err := synth.Descriptors(synth.Spec{Arch: "layout-mistral", DType: formats.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dir, "mistral.safetensors")
+	writeHeaderOnly(t, in, tensors, nil)
+	res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q8_0", Tokenizer: tok, Targets: []string{TargetComfyUI}}, pipeline.Options{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := res.Report.Consumers[0]; !c.OK {
+		t.Errorf("comfyui: %v", c.Problems)
+	}
+	md := res.Header.Metadata
+	if m, _ := md.String("tokenizer.ggml.model"); m != "gpt2" {
+		t.Fatalf("tokenizer.ggml.model %q", m)
+	}
+	tv, _ := md.Get("tokenizer.ggml.tokens")
+	yv, _ := md.Get("tokenizer.ggml.token_type")
+	tokens, types := tv.Value.(formats.Array).Values.([]string), yv.Value.(formats.Array).Values.([]int32)
+	dec := gpt2Decoder()
+	var specials []string
+	var vocab [][]byte
+	for i, s := range tokens {
+		if types[i] == 3 {
+			specials = append(specials, s)
+			continue
+		}
+		var b []byte
+		for _, r := range s {
+			c, ok := dec[r]
+			if !ok {
+				t.Fatalf("token %d (%q): %q is not in GPT-2's byte alphabet", i, s, r)
+			}
+			b = append(b, c)
+		}
+		vocab = append(vocab, b)
+	}
+	if want := []string{"<unk>", "<s>", "[INST]"}; !slices.Equal(specials, want) {
+		t.Errorf("special tokens %q, want %q", specials, want)
+	}
+	want := [][]byte{[]byte("h"), []byte("i"), []byte(" "), []byte("hi"), []byte(" hi"), []byte("é")}
+	if !slices.EqualFunc(vocab, want, slices.Equal) {
+		t.Errorf("vocabulary bytes %q, want %q", vocab, want)
+	}
+	// A safetensors output has no arrays to hold it.
+	if _, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".out.safetensors", Type: "int8", Tokenizer: tok}, pipeline.Options{}, true); err == nil || !strings.Contains(err.Error(), "--tokenizer") {
+		t.Errorf("safetensors output with --tokenizer: %v", err)
+	}
+}

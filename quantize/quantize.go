@@ -14,6 +14,7 @@ import (
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
 	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/infer/text"
 	// The safetensors reader and writer (formats.Open, formats.CreatorFor).
 	_ "github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/names"
@@ -59,6 +60,10 @@ type Options struct {
 	// names its tensors: "llama.cpp" (the default; ComfyUI-GGUF's text
 	// loader needs them, sd.cpp converts them) or "sdcpp" (the input's).
 	TextEncoderNames string
+	// Tokenizer is a byte-level BPE tokenizer.json (or a folder holding
+	// one) whose vocabulary a GGUF output carries under tokenizer.ggml.*
+	// (ComfyUI-GGUF rebuilds Mistral's Tekken tokenizer from it).
+	Tokenizer string
 	// Budget, when set, chooses every eligible tensor's type to fit a
 	// size with the least measured error (budget.go); --type stays empty.
 	Budget *Budget
@@ -85,6 +90,8 @@ type Report struct {
 	Arch, ComfyArch string
 	// LlamaNames reports a text encoder written with llama.cpp's tensor names.
 	LlamaNames bool
+	// Tokenizer describes the --tokenizer vocabulary written ("" for none).
+	Tokenizer string
 	// Consumers says which targets can load the output.
 	Consumers []Consumer
 	// ImatrixMissing lists tensors that could use importance weights but have no entry;
@@ -191,6 +198,18 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if err != nil {
 		return nil, nil, err
 	}
+	var tokMeta formats.Metadata
+	if opts.Tokenizer != "" {
+		if res.Format != "gguf" {
+			return nil, nil, fmt.Errorf("--tokenizer applies to GGUF outputs: its vocabulary is stored as GGUF arrays")
+		}
+		v, err := text.LoadByteBPE(opts.Tokenizer)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tokenizer: %w", err)
+		}
+		tokMeta = v.GGUFMetadata()
+		res.Tokenizer = fmt.Sprintf("byte-level BPE tokenizer (%d tokens, %d merges) from %s under tokenizer.ggml.*", len(v.Tokens), len(v.Merges), opts.Tokenizer)
+	}
 	targets, err := ParseTargets(opts.Targets)
 	if err != nil {
 		return nil, nil, err
@@ -250,7 +269,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		// loader does not map: no architecture that would promise it can.
 		res.ComfyArch = f.ComfyArch
 	}
-	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: arch.Name, layout: &arch}
+	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: arch.Name, layout: &arch, tokenizer: tokMeta}
 	if f := arch.Main(); res.Format == "gguf" && f != nil && f.GGUFNames != nil && len(arch.Components) == 1 && arch.Components[0].Prefix == "" {
 		switch opts.TextEncoderNames {
 		case "", "llama.cpp":
@@ -392,6 +411,8 @@ type builder struct {
 	// rename, when set, gives an output tensor's name (llama.cpp's names
 	// for a standalone text encoder).
 	rename func(string) string
+	// tokenizer is --tokenizer's vocabulary as GGUF metadata.
+	tokenizer formats.Metadata
 	// llama is the text encoder's family when it is written with
 	// llama.cpp's names (its q/k permutation and norm shift apply).
 	llama *family.Family
@@ -795,6 +816,9 @@ func (b *builder) metadata(user [][2]string) {
 			set(formats.KV{Key: "quantize.imatrix.entries_count", Type: formats.TypeInt32, Value: int32(len(b.imp.Entries))})
 			set(formats.KV{Key: "quantize.imatrix.chunks_count", Type: formats.TypeInt32, Value: int32(b.imp.Chunks)})
 		}
+	}
+	for _, kv := range b.tokenizer {
+		set(kv)
 	}
 	for _, kv := range user {
 		set(str(kv[0], kv[1]))

@@ -149,7 +149,7 @@ func checkGGUF(r *Report, plan *pipeline.Plan, c *Consumer) {
 			// loader.py 795e451 builds Mistral's Tekken tokenizer from a
 			// gpt2-model token list when the token embedding is 131072x5120.
 			if m, _ := plan.Header.Metadata.String("tokenizer.ggml.model"); m != "gpt2" || !hasKey(plan, "tokenizer.ggml.tokens") || !hasKey(plan, "tokenizer.ggml.token_type") {
-				c.Problems = append(c.Problems, "ComfyUI-GGUF rebuilds Mistral's Tekken tokenizer from tokenizer.ggml.model \"gpt2\", tokenizer.ggml.tokens and tokenizer.ggml.token_type, which the input does not carry")
+				c.Problems = append(c.Problems, "ComfyUI-GGUF rebuilds Mistral's Tekken tokenizer from tokenizer.ggml.model \"gpt2\", tokenizer.ggml.tokens and tokenizer.ggml.token_type, which the input does not carry (give --tokenizer with its tokenizer.json)")
 			}
 		}
 		if r.Arch == "umt5xxl" && r.LlamaNames {
