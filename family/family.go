@@ -68,6 +68,20 @@ type Family struct {
 	// reads, are the renames (Hugging Face fragment, llama.cpp fragment,
 	// applied in order) that give llama.cpp's tensor names.
 	GGUFNames [][2]string
+	// GGUFArch is llama.cpp's general.architecture for a text encoder
+	// written with GGUFNames when ComfyUI-GGUF has none for it ("" means
+	// ComfyArch).
+	GGUFArch string
+	// PermuteHeads, for a llama-architecture decoder written with
+	// GGUFNames, are the head and KV-head counts llama.cpp's converter
+	// permutes the q and k rows for (its rotary layout); ComfyUI-GGUF
+	// reverses that permutation when it loads the file. Zero: no
+	// permutation.
+	PermuteHeads [2]int
+	// NormShift is added to every norm weight written with GGUFNames:
+	// llama.cpp's converter bakes Gemma's (1 + w) RMS-norm scale into the
+	// weights.
+	NormShift float32
 	// Generate reports that sdtool's generate runs the family.
 	Generate bool
 	// Note is one line for docs/families.md (what differs, what is missing).
@@ -229,4 +243,13 @@ func (f *Family) LlamaName(name string) string {
 		name = strings.Replace(name, r[0], r[1], 1)
 	}
 	return name
+}
+
+// LlamaArch returns the general.architecture of f's text encoder written
+// with llama.cpp's names: GGUFArch, or else ComfyArch.
+func (f *Family) LlamaArch() string {
+	if f.GGUFArch != "" {
+		return f.GGUFArch
+	}
+	return f.ComfyArch
 }

@@ -1,7 +1,9 @@
 package family
 
 // Tensor-name regexps shared by several rows (names without the component
-// prefix).
+// prefix). The LLM decoders' layers sit under model. (text-only files),
+// model.language_model. (multimodal ones in newer transformers) or
+// language_model.model. (older ones, as Gemma 3's published files).
 const (
 	ldmAttnKV   = `^input_blocks\.\d+\.1\.transformer_blocks\.0\.attn2\.to_k\.weight$`
 	ldmProjIn   = `^input_blocks\.\d+\.1\.proj_in\.weight$`
@@ -16,8 +18,8 @@ const (
 	ocClipLayer = `^transformer\.resblocks\.\d+\.`
 	t5Layer     = `^encoder\.block\.\d+\.layer\.0\.SelfAttention\.q\.weight$`
 	t5Embed     = `^(shared|encoder\.embed_tokens)\.weight$`
-	llmLayer    = `^(model\.)?(language_model\.)?layers\.\d+\.self_attn\.q_proj\.weight$`
-	llmEmbed    = `^(model\.)?(language_model\.)?embed_tokens\.weight$`
+	llmLayer    = `^(model\.)?(language_model\.)?(model\.)?layers\.\d+\.self_attn\.q_proj\.weight$`
+	llmEmbed    = `^(model\.)?(language_model\.)?(model\.)?embed_tokens\.weight$`
 	llmQNorm    = `self_attn\.q_norm\.weight$`
 	ggufLLM     = `^blk\.\d+\.attn_q\.weight$`
 	ldmVAE      = `^decoder\.(up\.\d+\.block\.\d+|mid\.block_1)\.`
@@ -67,11 +69,12 @@ var (
 	llmTables = []string{"embed_tokens.", "token_embd."}
 )
 
-// llama.cpp's tensor names for T5 encoders and Qwen decoders, the inverse
-// of the maps ComfyUI-GGUF's loader.py (795e451) applies to a text
-// encoder GGUF (T5_SD_MAP, LLAMA_SD_MAP). Llama-architecture decoders
-// (Mistral, Llama 3) are left out: ComfyUI-GGUF un-permutes their q/k
-// rows, which llama.cpp's converter permutes, and sdtool does not.
+// llama.cpp's tensor names for T5 encoders and Qwen, Llama and Mistral
+// decoders, the inverse of the maps ComfyUI-GGUF's loader.py (795e451)
+// applies to a text encoder GGUF (T5_SD_MAP, LLAMA_SD_MAP). For the llama
+// architecture (Mistral, Llama 3) the loader also un-permutes the q and k
+// rows with 32 heads and 8 KV heads (llama_permute), so sdtool writes them
+// permuted as llama.cpp's converter does (PermuteHeads).
 var (
 	t5GGUF = [][2]string{
 		{"encoder.block.", "enc.blk."},
@@ -90,6 +93,13 @@ var (
 		{"input_layernorm.", "attn_norm."}, {"post_attention_layernorm.", "ffn_norm."},
 		{"model.embed_tokens.", "token_embd."}, {"model.norm.", "output_norm."}, {"lm_head.", "output."},
 	}
+	// gemmaGGUF are llama.cpp's names for Gemma 3 (its convert_hf_to_gguf
+	// tensor map; sd.cpp 97d2990's llm name map reads them back): the
+	// four per-layer norms have names of their own, and a multimodal
+	// file's language model sits under language_model.model.
+	gemmaGGUF = append([][2]string{{"language_model.model.", "model."},
+		{"input_layernorm.", "attn_norm."}, {"post_attention_layernorm.", "post_attention_norm."},
+		{"pre_feedforward_layernorm.", "ffn_norm."}, {"post_feedforward_layernorm.", "post_ffw_norm."}}, qwenGGUF...)
 )
 
 // UNet checkpoint layouts (LDM / SGM prefixes).
@@ -161,7 +171,7 @@ var Families = []*Family{
 			rule("diffusers", has(`^transformer_blocks\.\d+\.ff_context\.`), has(`^pos_embed\.proj\.weight$`), lacks(`^single_transformer_blocks\.`), lacks(`\.img_mod\.`)),
 		},
 		Parts:    []Part{{"sd3", "model.diffusion_model."}, {"clip_l", "text_encoders.clip_l.transformer."}, {"clip_g", "text_encoders.clip_g.transformer."}, {"t5xxl", "text_encoders.t5xxl.transformer."}, {"flux_vae", "first_stage_model."}},
-		Keep:     []string{"final_layer.", "time_text_embed.", "context_embedder.", "t_embedder.", "y_embedder.", "x_embedder.", "proj_out.weight", "pos_embed"},
+		Keep:     []string{"final_layer.", "time_text_embed.", "context_embedder.", "t_embedder.", "y_embedder.", "x_embedder.", "proj_out.weight", "pos_embed", "^norm_out."},
 		Upgrades: Std,
 		Note:     "3.5 large is 2432 wide: rows of 2432 are not whole 256-element k-quant blocks, so k-quant mixes take the legacy fallbacks (q4_K to q5_0, q5_K to q5_1, q6_K to q8_0).",
 	},
@@ -218,8 +228,10 @@ var Families = []*Family{
 			rule("", has(hyRefiner), has(`^double_blocks\.\d+\.`)),
 			rule("1.5", has(hyRefiner), has(`^double_blocks\.\d+\.`), has(`^byt5_in\.`)),
 		},
-		Keep:     with(fluxKeep, "byt5_in.", "vision_in.", "cond_type_embedding"),
-		Upgrades: Std,
+		Keep:      with(fluxKeep, "byt5_in.", "vision_in.", "cond_type_embedding"),
+		NotLinear: []string{"cond_type_embedding"},
+		Upgrades:  Std,
+		Note:      "1.5's names checked against diffusers' conversion script: separate q/k/v per stream (img_attn_q, ...), img_mod.linear, mlp.fc1/fc2.",
 	},
 	{
 		ID: "ltxv", Title: "LTX-Video", Kind: KindDiffusion, ComfyArch: "ltxv",
@@ -290,7 +302,7 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("", has(`^(txtfusion|text_fusion)\.projector\.weight$`)),
 		},
-		Keep:     []string{"first.", "last.", "tmlp.", "tproj.", "txtfusion.projector.", "text_fusion.projector."},
+		Keep:     []string{"first.", "last.", "tmlp.", "tproj.", "txtmlp.", "txtfusion.projector.", "text_fusion.projector.", ".mod.lin"},
 		Upgrades: Std,
 		Note:     "ComfyUI-GGUF has no architecture name for it.",
 	},
@@ -299,9 +311,9 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("", has(`^video_patch_proj\.weight$`), has(`^audio_patch_proj\.weight$`)),
 		},
-		Keep:     []string{"video_patch_proj.", "audio_patch_proj.", "time_embedder.", "condition_proj.", "adaln_proj.", "final_layer.", "video_out.", "audio_out."},
+		Keep:     []string{"video_patch_proj.", "audio_patch_proj.", "time_embedder.", "condition_proj.", "final_layer.", "rope."},
 		Upgrades: Std,
-		Note:     "ComfyUI-GGUF has no architecture name for it.",
+		Note:     "ComfyUI-GGUF has no architecture name for it. The blocks' AdaLN projections (a third of the weights) are quantized, as Flux's per-block modulation is; the final layer's stays.",
 	},
 
 	// Text encoders.
@@ -361,20 +373,20 @@ var Families = []*Family{
 	{
 		ID: "llama3", Title: "Llama 3", Kind: KindTextEncoder, ComfyArch: "llama",
 		Detect:    []Rule{rule("", has(llmLayer), shape(llmEmbed, 128256, -1))},
-		NotLinear: llmTables, Upgrades: Std,
+		NotLinear: llmTables, Upgrades: Std, GGUFNames: qwenGGUF, PermuteHeads: [2]int{32, 8},
 		Note: "HiDream's fourth text encoder.",
 	},
 	{
 		ID: "mistral", Title: "Mistral Small", Kind: KindTextEncoder, ComfyArch: "llama",
 		Detect:    []Rule{rule("", has(llmLayer), shape(llmEmbed, 131072, -1))},
-		NotLinear: llmTables, Upgrades: Std,
+		NotLinear: llmTables, Upgrades: Std, GGUFNames: qwenGGUF, PermuteHeads: [2]int{32, 8},
 		Note: "Flux.2 dev's text encoder (ComfyUI-GGUF: llama architecture, Tekken tokenizer).",
 	},
 	{
 		ID: "gemma3", Title: "Gemma 3", Kind: KindTextEncoder,
 		Detect:    []Rule{rule("", has(llmLayer), has(llmQNorm), has(`layers\.\d+\.pre_feedforward_layernorm\.weight$`))},
-		NotLinear: llmTables, Upgrades: Std,
-		Note: "LTX-2's text encoder; ComfyUI-GGUF's text loader has no gemma3 architecture.",
+		NotLinear: llmTables, Upgrades: Std, GGUFNames: gemmaGGUF, GGUFArch: "gemma3", NormShift: 1,
+		Note: "LTX-2's text encoder. Its GGUF has llama.cpp's names and norms (+1), which sd.cpp reads; ComfyUI-GGUF's text loader has no gemma3 architecture.",
 	},
 
 	// VAEs.

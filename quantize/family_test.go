@@ -159,8 +159,11 @@ func TestFamilyTable(t *testing.T) {
 			t.Errorf("%s: quantize saw %q", c.layout, res.Arch)
 		}
 		want := ""
-		if f.Kind == family.KindDiffusion || f.GGUFNames != nil {
+		switch {
+		case f.Kind == family.KindDiffusion:
 			want = f.ComfyArch
+		case f.GGUFNames != nil:
+			want = f.LlamaArch()
 		}
 		if got, _ := res.Header.Metadata.String("general.architecture"); got != want {
 			t.Errorf("%s: general.architecture %q, want %q", c.layout, got, want)
@@ -251,8 +254,8 @@ var comfyTextMaps = map[string][][2]string{
 		{"output.weight", "lm_head.weight"}},
 }
 
-// TestTextEncoderGGUFNames: a standalone T5, UMT5, Qwen3 or Qwen2.5-VL
-// quantized to GGUF gets llama.cpp's names, which ComfyUI-GGUF's renames
+// TestTextEncoderGGUFNames: a standalone T5, UMT5, Qwen3, Qwen2.5-VL,
+// Llama 3 or Mistral quantized to GGUF gets llama.cpp's names, which ComfyUI-GGUF's renames
 // turn back into the source names and sd.cpp's name conversion reads as
 // the source's, and its llama.cpp architecture;
 // --te-names sdcpp keeps the source names, and --target comfyui says that
@@ -264,6 +267,8 @@ func TestTextEncoderGGUFNames(t *testing.T) {
 		{"layout-umt5xxl", "t5encoder", "t5encoder", "text_encoders.t5xxl.transformer."},
 		{"layout-qwen3", "qwen3", "llama", "text_encoders.llm."},
 		{"layout-qwen2.5-vl", "qwen2vl", "llama", "text_encoders.llm."},
+		{"layout-llama3", "llama", "llama", "text_encoders.llm."},
+		{"layout-mistral", "llama", "llama", "text_encoders.llm."},
 	} {
 		tensors, err := synth.Descriptors(synth.Spec{Arch: c.layout, DType: formats.F16})
 		if err != nil {
@@ -304,7 +309,8 @@ func TestTextEncoderGGUFNames(t *testing.T) {
 			t.Errorf("%s: ComfyUI-GGUF would load %v, want %v", c.layout, back, want)
 		}
 		comfy := res.Report.Consumers[0]
-		if umt5 := c.layout == "layout-umt5xxl"; comfy.OK == umt5 {
+		// UMT5 and Mistral need tokenizer metadata that a bare layout lacks.
+		if needsTokenizer := c.layout == "layout-umt5xxl" || c.layout == "layout-mistral"; comfy.OK == needsTokenizer {
 			t.Errorf("%s: comfyui ok %v %v", c.layout, comfy.OK, comfy.Problems)
 		}
 		res, err = quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q8_0", TextEncoderNames: "sdcpp", Targets: []string{TargetComfyUI}}, pipeline.Options{}, true)
@@ -314,6 +320,65 @@ func TestTextEncoderGGUFNames(t *testing.T) {
 		kept := slices.ContainsFunc(res.Outputs, func(o pipeline.Output) bool { return o.Name == tensors[0].Name })
 		if !kept || res.Report.Consumers[0].OK {
 			t.Errorf("%s --te-names sdcpp: source names kept %v, comfyui ok %v", c.layout, kept, res.Report.Consumers[0].OK)
+		}
+	}
+}
+
+// TestRealHeadersDryRun: on the tensor lists that model repositories
+// publish (testdata/headers), a Q4_K_M dry run sees the family the list's
+// case names, keeps every tensor the family table marks high precision
+// and the case's own keep list unquantized, and quantizes the case's
+// linear layers.
+func TestRealHeadersDryRun(t *testing.T) {
+	const dir = "../testdata/headers"
+	lists, err := synth.ReadRealLists(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	for _, l := range lists {
+		tensors, err := l.Descriptors(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := filepath.Join(tmp, strings.TrimSuffix(l.File, ".names.gz")+".safetensors")
+		writeHeaderOnly(t, in, tensors, l.Meta)
+		res, err := quantizeRun(t.Context(), &Options{Input: in, Output: filepath.Join(tmp, "out.gguf"), Type: "Q4_K_M"}, pipeline.Options{}, true)
+		if err != nil {
+			t.Errorf("%s: %v", l.File, err)
+			continue
+		}
+		if res.Arch != l.Family {
+			t.Errorf("%s: quantize saw %q, want %q", l.File, res.Arch, l.Family)
+			continue
+		}
+		f := family.ByID(l.Family)
+		if f.Kind == family.KindDiffusion {
+			if got, _ := res.Header.Metadata.String("general.architecture"); got != f.ComfyArch {
+				t.Errorf("%s: general.architecture %q, want %q", l.File, got, f.ComfyArch)
+			}
+		}
+		var md formats.Metadata
+		for k, v := range l.Meta {
+			md = append(md, formats.KV{Key: k, Type: formats.TypeString, Value: v})
+		}
+		arch := family.Detect(tensors, md)
+		to := map[string]formats.DType{}
+		for _, o := range res.Outputs {
+			to[o.Source.Name] = o.Type
+			if _, cls := arch.Classify(o.Source.Name, o.Source.Shape); (cls.Keep != "" || cls.F32 != "") && o.Type.Quantized() {
+				t.Errorf("%s: %s is %s (%s), want it kept in high precision", l.File, o.Source.Name, o.Type, o.Note)
+			}
+		}
+		for _, n := range l.Keep {
+			if typ, ok := to[n]; !ok || typ.Quantized() {
+				t.Errorf("%s: %s is %v, want it kept in high precision", l.File, n, typ)
+			}
+		}
+		for _, n := range l.Quantized {
+			if typ := to[n]; !typ.Quantized() {
+				t.Errorf("%s: %s is %v, want it quantized", l.File, n, typ)
+			}
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
 	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/infer/text"
 	// The safetensors reader and writer (formats.Open, formats.CreatorFor).
 	_ "github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/names"
@@ -59,6 +60,10 @@ type Options struct {
 	// names its tensors: "llama.cpp" (the default; ComfyUI-GGUF's text
 	// loader needs them, sd.cpp converts them) or "sdcpp" (the input's).
 	TextEncoderNames string
+	// Tokenizer is a byte-level BPE tokenizer.json (or a folder holding
+	// one) whose vocabulary a GGUF output carries under tokenizer.ggml.*
+	// (ComfyUI-GGUF rebuilds Mistral's Tekken tokenizer from it).
+	Tokenizer string
 	// Budget, when set, chooses every eligible tensor's type to fit a
 	// size with the least measured error (budget.go); --type stays empty.
 	Budget *Budget
@@ -79,10 +84,14 @@ type Report struct {
 	Type, Format string
 	// FType is the mix (GGUF outputs).
 	FType mix.FType
-	// Arch is the detected architecture, ComfyArch its ComfyUI-GGUF name ("" for none).
+	// Arch is the detected architecture, ComfyArch the general.architecture
+	// written: its ComfyUI-GGUF name, or llama.cpp's for a text encoder
+	// ComfyUI-GGUF has none for ("" for none).
 	Arch, ComfyArch string
 	// LlamaNames reports a text encoder written with llama.cpp's tensor names.
 	LlamaNames bool
+	// Tokenizer describes the --tokenizer vocabulary written ("" for none).
+	Tokenizer string
 	// Consumers says which targets can load the output.
 	Consumers []Consumer
 	// ImatrixMissing lists tensors that could use importance weights but have no entry;
@@ -189,6 +198,18 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if err != nil {
 		return nil, nil, err
 	}
+	var tokMeta formats.Metadata
+	if opts.Tokenizer != "" {
+		if res.Format != "gguf" {
+			return nil, nil, fmt.Errorf("--tokenizer applies to GGUF outputs: its vocabulary is stored as GGUF arrays")
+		}
+		v, err := text.LoadByteBPE(opts.Tokenizer)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--tokenizer: %w", err)
+		}
+		tokMeta = v.GGUFMetadata()
+		res.Tokenizer = fmt.Sprintf("byte-level BPE tokenizer (%d tokens, %d merges) from %s under tokenizer.ggml.*", len(v.Tokens), len(v.Merges), opts.Tokenizer)
+	}
 	targets, err := ParseTargets(opts.Targets)
 	if err != nil {
 		return nil, nil, err
@@ -248,13 +269,13 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		// loader does not map: no architecture that would promise it can.
 		res.ComfyArch = f.ComfyArch
 	}
-	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: arch.Name, layout: &arch}
+	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: arch.Name, layout: &arch, tokenizer: tokMeta}
 	if f := arch.Main(); res.Format == "gguf" && f != nil && f.GGUFNames != nil && len(arch.Components) == 1 && arch.Components[0].Prefix == "" {
 		switch opts.TextEncoderNames {
 		case "", "llama.cpp":
 			// ComfyUI-GGUF's text loader reads llama.cpp's names and
 			// architecture; sd.cpp converts those names back itself.
-			b.rename, res.ComfyArch, res.LlamaNames = f.LlamaName, f.ComfyArch, true
+			b.rename, res.ComfyArch, res.LlamaNames, b.llama = f.LlamaName, f.LlamaArch(), true, f
 		case "sdcpp":
 		default:
 			return fail(fmt.Errorf("--te-names %q: want llama.cpp or sdcpp", opts.TextEncoderNames))
@@ -390,6 +411,11 @@ type builder struct {
 	// rename, when set, gives an output tensor's name (llama.cpp's names
 	// for a standalone text encoder).
 	rename func(string) string
+	// tokenizer is --tokenizer's vocabulary as GGUF metadata.
+	tokenizer formats.Metadata
+	// llama is the text encoder's family when it is written with
+	// llama.cpp's names (its q/k permutation and norm shift apply).
+	llama *family.Family
 	// imatrixKey maps a tensor name to the name an imatrix may hold it
 	// under when there is no exact entry (nil: exact names only).
 	imatrixKey func(string) string
@@ -485,9 +511,15 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 				out.Note += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
 			}
 		}
+		shift := b.normShift(name)
+		if shift != 0 && !t.Quantized() {
+			// llama.cpp writes norms in F32, where adding 1 to an F16 or
+			// BF16 scale is exact.
+			t, out.Type = formats.F32, formats.F32
+		}
 		// Raw bytes can be copied when the type is kept and the rows are the
 		// same (any shape for one-element blocks).
-		if t == s.Tensor.Type && s.Module == nil && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
+		if t == s.Tensor.Type && s.Module == nil && shift == 0 && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
 			out.Producer = pipeline.Copy(b.m, s.Tensor)
 			out.Note = withCopied(out.Note)
 		} else {
@@ -528,7 +560,15 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 			if weights == nil && codec.NeedsWeights {
 				return fmt.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give --imatrix, or another type with --tensor-type)", b.opts.Input, s.Name, t)
 			}
-			out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, weights))
+			enc := pipeline.EncodeRows(t, codec.Quantize, weights)
+			if shift != 0 {
+				enc = shifted(enc, shift)
+				out.Note += fmt.Sprintf("; %+g on the norm scale (llama.cpp's %s convention)", shift, b.llama.Title)
+			}
+			out.Producer = pipeline.Convert(s, t, enc)
+		}
+		if err := b.permute(&out, s.Name); err != nil {
+			return err
 		}
 		if _, err := out.Bytes(); err != nil {
 			return fmt.Errorf("tensor %q: %v", s.Name, err)
@@ -776,6 +816,9 @@ func (b *builder) metadata(user [][2]string) {
 			set(formats.KV{Key: "quantize.imatrix.entries_count", Type: formats.TypeInt32, Value: int32(len(b.imp.Entries))})
 			set(formats.KV{Key: "quantize.imatrix.chunks_count", Type: formats.TypeInt32, Value: int32(b.imp.Chunks)})
 		}
+	}
+	for _, kv := range b.tokenizer {
+		set(kv)
 	}
 	for _, kv := range user {
 		set(str(kv[0], kv[1]))

@@ -36,6 +36,9 @@ func notes(r *Report) []string {
 		}
 		out = append(out, line)
 	}
+	if r.Tokenizer != "" {
+		out = append(out, "tokenizer: "+r.Tokenizer)
+	}
 	for _, c := range r.Consumers {
 		status := "can load it"
 		if !c.OK {

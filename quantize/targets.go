@@ -137,9 +137,20 @@ func checkGGUF(r *Report, plan *pipeline.Plan, c *Consumer) {
 		case f != nil && f.Kind == family.KindTextEncoder && !r.LlamaNames:
 			// ComfyUI-GGUF 795e451's text loader refuses a GGUF without a
 			// llama.cpp architecture and maps llama.cpp names only.
-			c.Problems = append(c.Problems, fmt.Sprintf("ComfyUI-GGUF's text-encoder loader needs llama.cpp tensor names and architecture, which sdtool writes for T5, UMT5, Qwen3 and Qwen2.5-VL (--te-names llama.cpp); %s is written with its own names", f.Title))
+			c.Problems = append(c.Problems, fmt.Sprintf("ComfyUI-GGUF's text-encoder loader needs llama.cpp tensor names and architecture, which sdtool writes for T5, UMT5, Qwen3, Qwen2.5-VL, Llama 3 and Mistral (--te-names llama.cpp); %s is written with its own names", f.Title))
+		case f != nil && f.Kind == family.KindTextEncoder && f.ComfyArch == "":
+			// TXT_ARCH_LIST in loader.py 795e451; the unmerged gemma_tenc
+			// branch (bf8cb71) adds gemma2, not gemma3.
+			c.Problems = append(c.Problems, fmt.Sprintf("ComfyUI-GGUF's text-encoder loader has no %s architecture (it reads t5, t5encoder, llama, qwen2vl, qwen3 and qwen3vl)", r.ComfyArch))
 		case r.ComfyArch == "":
 			c.Notes = append(c.Notes, "no general.architecture: ComfyUI-GGUF detects the model from its tensor names (compatibility mode)")
+		}
+		if r.Arch == "mistral" && r.LlamaNames {
+			// loader.py 795e451 builds Mistral's Tekken tokenizer from a
+			// gpt2-model token list when the token embedding is 131072x5120.
+			if m, _ := plan.Header.Metadata.String("tokenizer.ggml.model"); m != "gpt2" || !hasKey(plan, "tokenizer.ggml.tokens") || !hasKey(plan, "tokenizer.ggml.token_type") {
+				c.Problems = append(c.Problems, "ComfyUI-GGUF rebuilds Mistral's Tekken tokenizer from tokenizer.ggml.model \"gpt2\", tokenizer.ggml.tokens and tokenizer.ggml.token_type, which the input does not carry (give --tokenizer with its tokenizer.json)")
+			}
 		}
 		if r.Arch == "umt5xxl" && r.LlamaNames {
 			if _, ok := plan.Header.Metadata.Get("tokenizer.ggml.tokens"); !ok {
@@ -179,4 +190,9 @@ func sortedTypes(m map[formats.DType]int) []formats.DType {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
+}
+
+func hasKey(plan *pipeline.Plan, key string) bool {
+	_, ok := plan.Header.Metadata.Get(key)
+	return ok
 }

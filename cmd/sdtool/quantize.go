@@ -29,8 +29,8 @@ func init() {
 			"winning (llama.cpp); --tensor-type-rules \"REGEX=TYPE,...\" does the same with sd.cpp's first-match\n" +
 			"rule. For the ComfyUI types the rule TYPE is int8_convrot, int8, fp8_e4m3, fp8_e5m2, keep, f16, bf16 or\n" +
 			"f32; by default modules go on the diffusion model's linear layers only, and a rule asking for one on a\n" +
-			"convolution, norm or lookup table is an error. A standalone T5/UMT5/Qwen text encoder's GGUF gets\n" +
-			"llama.cpp's tensor names and architecture (--te-names). --imatrix files (.dat or GGUF) give importance weights as llama.cpp uses them (sums over\n" +
+			"convolution, norm or lookup table is an error. A standalone T5/UMT5/Qwen/Llama 3/Mistral/Gemma 3 text encoder's GGUF\n" +
+			"gets llama.cpp's tensor names and architecture (--te-names), with q/k rows permuted for llama and norms +1 for gemma3. --imatrix files (.dat or GGUF) give importance weights as llama.cpp uses them (sums over\n" +
 			"counts; several files weighted by their counts); without one, ggml's unweighted quantizers run.\n" +
 			"GGUF outputs keep every dim, get general.architecture (ComfyUI-GGUF's name), general.file_type,\n" +
 			"general.quantization_version=2, quantize.imatrix.* and comfy.gguf.orig_shape.* for folded (>4-D)\n" +
@@ -64,7 +64,8 @@ func init() {
 			&cli.IntFlag{Name: "convrot-group-size", Value: 256, Usage: "rotation group `G` for int8_convrot (a power of 4); layers whose input width G does not divide get plain int8"},
 			&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string written into the output's metadata (repeatable)"},
 			&cli.StringFlag{Name: "metadata-preset", Value: "default", Usage: "`PRESET`: default (architecture, file type, imatrix keys, input GGUF keys) or none"},
-			&cli.StringFlag{Name: "te-names", Value: "llama.cpp", Usage: "`NAMES` of a standalone T5/UMT5/Qwen text encoder's GGUF tensors: llama.cpp (ComfyUI-GGUF's text loader needs them; sd.cpp reads them too) or sdcpp (the input's)"},
+			&cli.StringFlag{Name: "te-names", Value: "llama.cpp", Usage: "`NAMES` of a standalone T5/UMT5/Qwen/Llama/Mistral/Gemma text encoder's GGUF tensors: llama.cpp (ComfyUI-GGUF's text loader needs them; sd.cpp reads them too) or sdcpp (the input's)"},
+			&cli.StringFlag{Name: "tokenizer", Usage: "byte-level BPE tokenizer.json `FILE` (or its folder) to embed under tokenizer.ggml.* in a GGUF output: a Mistral text encoder needs it for ComfyUI-GGUF, which rebuilds the Tekken tokenizer from it"},
 			&cli.StringFlag{Name: "budget", Usage: "largest output `SIZE` (4.5GiB, 1.2GB): choose each eligible tensor's type for the least measured error; no --type"},
 			&cli.Float64Flag{Name: "bpw", Usage: "like --budget, as at most `N` bits per weight over the whole model"},
 			&cli.StringFlag{Name: "budget-types", Usage: "comma-separated candidate `TYPES` for --budget/--bpw", DefaultText: budgetTypesDefault()},
@@ -107,6 +108,7 @@ func runQuantize(c *cli.Context) error {
 		Metadata:         c.StringSlice("metadata"),
 		MetadataPreset:   c.String("metadata-preset"),
 		TextEncoderNames: c.String("te-names"),
+		Tokenizer:        c.String("tokenizer"),
 		TensorTypeFile:   c.String("tensor-type-file"),
 		TypesFrom:        c.String("types-from"),
 		Log:              slog.Default(),

@@ -70,25 +70,40 @@ func init() {
 	addLayout("layout-wan2.2-i2v", layout{doc: "Wan 2.2 I2V A14B (36 input channels, no img_emb)", dims: layoutWanDims(36, 16), blocks: 2, lines: layoutWan(false)})
 	addLayout("layout-wan2.2-ti2v-5b", layout{doc: "Wan 2.2 TI2V 5B (48 latent channels)", dims: layoutWanDims(48, 48), blocks: 2, lines: layoutWan(false)})
 
+	// HunyuanVideo 1.5's original names, every key that diffusers'
+	// conversion script (scripts/convert_hunyuan_video1_5_to_diffusers.py)
+	// takes from the released checkpoint: separate q/k/v per stream with
+	// their own norms, img_mod.linear, fc1/fc2 MLPs, a token refiner with
+	// fused self_attn_qkv, the ByT5 glyph and SigLIP image inputs, and a
+	// condition-type embedding; in_channels 65, out 32, patch 1.
+	hyStream := func(p string) []string {
+		l := layoutLinear(p+"_mod.linear", "6H", "H")
+		for _, n := range []string{"q", "k", "v"} {
+			l = append(l, layoutLinear(p+"_attn_"+n, "H", "H")...)
+		}
+		return joinLines(l, []string{p + "_attn_q_norm.weight D", p + "_attn_k_norm.weight D"},
+			layoutLinear(p+"_attn_proj", "H", "H"), layoutLinear(p+"_mlp.fc1", "4H", "H"), layoutLinear(p+"_mlp.fc2", "H", "4H"))
+	}
+	refiner := "txt_in.individual_token_refiner.blocks.{j}."
 	hunyuan := joinLines(
-		[]string{"img_in.proj.weight H 32 1 1 1", "img_in.proj.bias H"},
+		[]string{"img_in.proj.weight H 65 1 1 1", "img_in.proj.bias H", "cond_type_embedding.weight 3 H"},
+		layoutLinear("time_in.mlp.0", "H", "256"), layoutLinear("time_in.mlp.2", "H", "H"),
 		layoutLinear("txt_in.input_embedder", "H", "T"),
 		layoutLinear("txt_in.t_embedder.mlp.0", "H", "256"), layoutLinear("txt_in.t_embedder.mlp.2", "H", "H"),
 		layoutLinear("txt_in.c_embedder.linear_1", "H", "T"), layoutLinear("txt_in.c_embedder.linear_2", "H", "H"),
-		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.adaLN_modulation.1", "2H", "H"),
-		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.self_attn.qkv", "3H", "H"),
-		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.self_attn.proj", "H", "H"),
-		layoutLinear("txt_in.individual_token_refiner.blocks.{i}.mlp.0", "4H", "H"), layoutLinear("txt_in.individual_token_refiner.blocks.{i}.mlp.2", "H", "4H"),
-		layoutLinear("time_in.in_layer", "H", "256"), layoutLinear("time_in.out_layer", "H", "H"),
-		layoutLinear("byt5_in.fc1", "H", "1472"), layoutLinear("byt5_in.fc2", "H", "H"),
-		layoutLinear("double_blocks.{i}.img_mod.lin", "6H", "H"), layoutLinear("double_blocks.{i}.img_attn.qkv", "3H", "H"),
-		[]string{"double_blocks.{i}.img_attn.norm.key_norm.weight D", "double_blocks.{i}.img_attn.norm.query_norm.weight D"},
-		layoutLinear("double_blocks.{i}.img_attn.proj", "H", "H"), layoutLinear("double_blocks.{i}.img_mlp.0", "4H", "H"), layoutLinear("double_blocks.{i}.img_mlp.2", "H", "4H"),
-		layoutLinear("double_blocks.{i}.txt_mod.lin", "6H", "H"), layoutLinear("double_blocks.{i}.txt_attn.qkv", "3H", "H"),
-		layoutLinear("double_blocks.{i}.txt_attn.proj", "H", "H"), layoutLinear("double_blocks.{i}.txt_mlp.0", "4H", "H"), layoutLinear("double_blocks.{i}.txt_mlp.2", "H", "4H"),
-		layoutLinear("final_layer.linear", "128", "H"), layoutLinear("final_layer.adaLN_modulation.1", "2H", "H"),
+		[]string{refiner + "norm1.weight H", refiner + "norm1.bias H", refiner + "norm2.weight H", refiner + "norm2.bias H"},
+		layoutLinear(refiner+"self_attn_qkv", "3H", "H"), layoutLinear(refiner+"self_attn_proj", "H", "H"),
+		layoutLinear(refiner+"mlp.fc1", "4H", "H"), layoutLinear(refiner+"mlp.fc2", "H", "4H"),
+		layoutLinear(refiner+"adaLN_modulation.1", "2H", "H"),
+		[]string{"byt5_in.layernorm.weight B", "byt5_in.layernorm.bias B"},
+		layoutLinear("byt5_in.fc1", "H", "B"), layoutLinear("byt5_in.fc2", "H", "H"), layoutLinear("byt5_in.fc3", "H", "H"),
+		[]string{"vision_in.proj.0.weight I", "vision_in.proj.0.bias I"}, layoutLinear("vision_in.proj.1", "H", "I"),
+		layoutLinear("vision_in.proj.3", "H", "H"), []string{"vision_in.proj.4.weight H", "vision_in.proj.4.bias H"},
+		hyStream("double_blocks.{i}.img"), hyStream("double_blocks.{i}.txt"),
+		layoutLinear("final_layer.adaLN_modulation.1", "2H", "H"), layoutLinear("final_layer.linear", "32", "H"),
 	)
-	addLayout("layout-hunyuan-video-1.5", layout{doc: "HunyuanVideo 1.5 (token refiner, ByT5 glyph input, Flux-style double blocks)", dims: map[string]int{"H": 64, "D": 16, "T": 128}, blocks: 2, lines: hunyuan})
+	addLayout("layout-hunyuan-video-1.5", layout{doc: "HunyuanVideo 1.5 (token refiner, ByT5 glyph and SigLIP image inputs, separate q/k/v double blocks)",
+		dims: map[string]int{"H": 64, "D": 16, "T": 128, "B": 1472, "I": 1152}, blocks: 2, blocks2: 2, lines: hunyuan})
 
 	ltxBlock := joinLines(
 		[]string{"transformer_blocks.{i}.scale_shift_table 6 H"},
@@ -107,6 +122,9 @@ func init() {
 		[]string{"scale_shift_table 2 H"}, layoutLinear("proj_out", "128", "H"),
 	)
 	addLayout("layout-ltxv", layout{doc: "LTX-Video 0.9 (adaln_single, per-block scale_shift_table)", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, lines: joinLines(ltxHead, ltxBlock)})
+	// LTX-2's names agree with the keys diffusers' conversion script
+	// renames (LTX_2_0_TRANSFORMER_KEYS_RENAME_DICT): the audio stream's
+	// twins, the audio-video cross-attention AdaLNs and per-block tables.
 	ltx2 := joinLines(ltxHead, ltxBlock,
 		layoutLinear("audio_patchify_proj", "A", "128"),
 		layoutLinear("audio_adaln_single.emb.timestep_embedder.linear_1", "A", "256"), layoutLinear("audio_adaln_single.linear", "6A", "A"),
@@ -114,7 +132,8 @@ func init() {
 		[]string{"audio_scale_shift_table 2 A"}, layoutLinear("audio_proj_out", "128", "A"),
 		layoutLinear("transformer_blocks.{i}.audio_attn1.to_q", "A", "A"), layoutLinear("transformer_blocks.{i}.audio_attn1.to_v", "A", "A"),
 		layoutLinear("transformer_blocks.{i}.audio_to_video_attn.to_q", "H", "H"),
-		layoutLinear("av_ca_video_scale_shift_adaln_single.linear", "4H", "H"),
+		layoutLinear("av_ca_video_scale_shift_adaln_single.linear", "4H", "H"), layoutLinear("av_ca_a2v_gate_adaln_single.linear", "H", "H"),
+		[]string{"transformer_blocks.{i}.scale_shift_table_a2v_ca_video 5 H", "transformer_blocks.{i}.scale_shift_table_a2v_ca_audio 5 A"},
 	)
 	addLayout("layout-ltx2", layout{doc: "LTX-2 (audio and video streams)", dims: map[string]int{"H": 64, "A": 32, "T": 128}, blocks: 2, lines: ltx2})
 
@@ -147,27 +166,54 @@ func init() {
 	)
 	addLayout("layout-z-image", layout{doc: "Z-Image (Lumina 2 family: refiners, then layers)", dims: map[string]int{"H": 64, "D": 16, "F": 192, "T": 128}, blocks: 2, blocks2: 1, lines: zimage})
 
+	// HiDream-I1 is published with these names (diffusers'
+	// HiDreamImageTransformer2DModel): to_out without a .0, the text
+	// stream's *_t twins, bias-free SwiGLU experts and caption projections.
+	hdAttn := func(p string, text bool) []string {
+		l := []string{}
+		suffixes := []string{""}
+		if text {
+			suffixes = append(suffixes, "_t")
+		}
+		for _, t := range suffixes {
+			l = append(l, joinLines(layoutLinear(p+".to_q"+t, "H", "H"), layoutLinear(p+".to_k"+t, "H", "H"),
+				layoutLinear(p+".to_v"+t, "H", "H"), layoutLinear(p+".to_out"+t, "H", "H"),
+				[]string{p + ".q_rms_norm" + t + ".weight H", p + ".k_rms_norm" + t + ".weight H"})...)
+		}
+		return l
+	}
+	swiglu := func(p string) []string {
+		return []string{p + ".w1.weight F H", p + ".w2.weight H F", p + ".w3.weight F H"}
+	}
+	moe := func(p string) []string {
+		return joinLines([]string{p + ".gate.weight 4 H"}, swiglu(p+".shared_experts"), swiglu(p+".experts.0"), swiglu(p+".experts.3"))
+	}
 	hidream := joinLines(
-		layoutLinear("x_embedder.proj", "H", "64"), layoutLinear("t_embedder.timestep_embedder.linear_1", "H", "256"),
-		layoutLinear("p_embedder.pooled_embedder.linear_1", "H", "2048"),
-		layoutLinear("caption_projection.{j}.linear", "H", "T"),
+		layoutLinear("x_embedder.proj", "H", "64"),
+		layoutLinear("t_embedder.timestep_embedder.linear_1", "H", "256"), layoutLinear("t_embedder.timestep_embedder.linear_2", "H", "H"),
+		layoutLinear("p_embedder.pooled_embedder.linear_1", "H", "2048"), layoutLinear("p_embedder.pooled_embedder.linear_2", "H", "H"),
+		[]string{"caption_projection.{j}.linear.weight H T"},
 		layoutLinear("double_stream_blocks.{i}.block.adaLN_modulation.1", "12H", "H"),
-		layoutLinear("double_stream_blocks.{i}.block.attn1.to_q", "H", "H"), layoutLinear("double_stream_blocks.{i}.block.attn1.to_v", "H", "H"),
-		[]string{"double_stream_blocks.{i}.block.ff_i.gate.weight 4 H"},
-		[]string{"double_stream_blocks.{i}.block.ff_i.shared_experts.w1.weight F H", "double_stream_blocks.{i}.block.ff_i.shared_experts.w2.weight H F", "double_stream_blocks.{i}.block.ff_i.shared_experts.w3.weight F H"},
-		[]string{"double_stream_blocks.{i}.block.ff_i.experts.0.w2.weight H F"},
-		layoutLinear("single_stream_blocks.{i}.block.attn1.to_q", "H", "H"),
-		layoutLinear("final_layer.linear", "64", "H"),
+		hdAttn("double_stream_blocks.{i}.block.attn1", true), moe("double_stream_blocks.{i}.block.ff_i"), swiglu("double_stream_blocks.{i}.block.ff_t"),
+		layoutLinear("single_stream_blocks.{i}.block.adaLN_modulation.1", "6H", "H"),
+		hdAttn("single_stream_blocks.{i}.block.attn1", false), moe("single_stream_blocks.{i}.block.ff_i"),
+		layoutLinear("final_layer.linear", "64", "H"), layoutLinear("final_layer.adaLN_modulation.1", "2H", "H"),
 	)
 	addLayout("layout-hidream", layout{doc: "HiDream-I1 (mixture-of-experts FFNs with a gate)", dims: map[string]int{"H": 64, "F": 128, "T": 128}, blocks: 2, blocks2: 2, lines: hidream})
 
+	// Cosmos Predict2's names agree with the fragments diffusers'
+	// conversion script renames (TRANSFORMER_KEYS_RENAME_DICT_COSMOS_2_0):
+	// LoRA-style AdaLN pairs .1/.2 per sub-block, output_proj, q/k norms.
 	cosmos := joinLines(
 		layoutLinear("x_embedder.proj.1", "H", "68"), layoutLinear("t_embedder.1.linear_1", "H", "H"),
 		[]string{"t_embedding_norm.weight H", "pos_embedder.dim_spatial_range 16"},
 		layoutLinear("blocks.{i}.self_attn.q_proj", "H", "H"), layoutLinear("blocks.{i}.self_attn.v_proj", "H", "H"),
+		layoutLinear("blocks.{i}.self_attn.output_proj", "H", "H"), []string{"blocks.{i}.self_attn.q_norm.weight 16"},
 		layoutLinear("blocks.{i}.cross_attn.k_proj", "H", "T"),
 		layoutLinear("blocks.{i}.adaln_modulation_self_attn.1", "H", "H"), layoutLinear("blocks.{i}.adaln_modulation_cross_attn.1", "H", "H"),
+		layoutLinear("blocks.{i}.adaln_modulation_mlp.1", "16", "H"), layoutLinear("blocks.{i}.adaln_modulation_mlp.2", "3H", "16"),
 		layoutLinear("blocks.{i}.mlp.layer1", "4H", "H"), layoutLinear("blocks.{i}.mlp.layer2", "H", "4H"),
+		layoutLinear("final_layer.adaln_modulation.1", "16", "H"), layoutLinear("final_layer.adaln_modulation.2", "2H", "16"),
 		layoutLinear("final_layer.linear", "64", "H"),
 	)
 	addLayout("layout-cosmos", layout{doc: "Cosmos Predict2 (net. prefix stripped)", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, lines: cosmos})
@@ -183,23 +229,45 @@ func init() {
 	)
 	addLayout("layout-auraflow", layout{doc: "AuraFlow", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, blocks2: 2, lines: aura})
 
+	// Krea 2's names as independent loaders and converters of the released
+	// file spell them: a text fusion over 12 encoder taps (layer-wise
+	// blocks, a 12-to-1 projector, refiner blocks), a text MLP, and
+	// blocks with a gated attention and a per-block modulation.
+	kreaBlock := func(p string) []string {
+		return []string{p + ".attn.wq.weight H H", p + ".attn.wk.weight H H", p + ".attn.wv.weight H H", p + ".attn.wo.weight H H",
+			p + ".attn.gate.weight H H", p + ".attn.qknorm.qnorm.scale D", p + ".attn.qknorm.knorm.scale D",
+			p + ".mlp.up.weight 4H H", p + ".mlp.down.weight H 4H", p + ".mlp.gate.weight 4H H"}
+	}
 	krea2 := joinLines(
-		layoutLinear("first", "H", "64"), layoutLinear("tmlp.0", "H", "256"), layoutLinear("tproj", "6H", "H"),
-		[]string{"txtfusion.projector.weight H T"},
-		[]string{"txtfusion.layerwise_blocks.0.attn.wq.weight T T", "txtfusion.layerwise_blocks.0.attn.wk.weight T T", "txtfusion.layerwise_blocks.0.prenorm.scale T"},
-		[]string{"blocks.{i}.attn.wq.weight H H", "blocks.{i}.attn.wk.weight H H", "blocks.{i}.attn.wv.weight H H", "blocks.{i}.attn.wo.weight H H",
-			"blocks.{i}.attn.qknorm.qnorm.scale D", "blocks.{i}.mlp.up.weight 4H H", "blocks.{i}.mlp.down.weight H 4H", "blocks.{i}.mlp.gate.weight 4H H"},
-		[]string{"last.linear.weight 64 H"},
+		layoutLinear("first", "H", "64"), layoutLinear("tmlp.0", "H", "256"), layoutLinear("tmlp.2", "H", "H"), layoutLinear("tproj.1", "6H", "H"),
+		[]string{"txtfusion.layerwise_blocks.0.prenorm.scale T", "txtfusion.layerwise_blocks.0.attn.wq.weight T T", "txtfusion.layerwise_blocks.0.attn.wk.weight T T"},
+		[]string{"txtfusion.projector.weight 1 12", "txtfusion.refiner_blocks.0.mlp.down.weight T 4T"},
+		[]string{"txtmlp.0.scale T"}, layoutLinear("txtmlp.1", "H", "T"), layoutLinear("txtmlp.3", "H", "H"),
+		kreaBlock("blocks.{i}"), []string{"blocks.{i}.mod.lin 6 H"},
+		[]string{"last.norm.scale H", "last.modulation.lin 2 H"}, layoutLinear("last.linear", "64", "H"),
 	)
-	addLayout("layout-krea2", layout{doc: "Krea 2 (text fusion projector)", dims: map[string]int{"H": 64, "D": 16, "T": 128}, blocks: 2, lines: krea2})
+	addLayout("layout-krea2", layout{doc: "Krea 2 (text fusion over 12 encoder taps, gated attention)", dims: map[string]int{"H": 64, "D": 16, "T": 128}, blocks: 2, lines: krea2})
 
+	// MiniMax-H3's original names, as diffusers' conversion script
+	// (scripts/convert_minimax_h3_to_diffusers.py) maps every key of the
+	// released checkpoint: a token refiner before the blocks, fused qkv,
+	// a gated fc1, per-block and final AdaLN projections, and the final
+	// layer's video and audio heads.
+	mmBlock := func(p string) []string {
+		return []string{p + ".norm1.weight H", p + ".norm2.weight H", p + ".attn.qkv_proj.weight 3H H",
+			p + ".attn.q_norm.weight D", p + ".attn.k_norm.weight D", p + ".attn.out_proj.weight H H",
+			p + ".mlp.fc1.weight 2F H", p + ".mlp.fc2.weight H F"}
+	}
 	minimax := joinLines(
-		[]string{"video_patch_proj.weight H 128", "audio_patch_proj.weight A 64"},
-		layoutLinear("time_embedder.proj_in", "H", "256"), layoutLinear("time_embedder.proj_out", "H", "H"),
-		[]string{"condition_proj.weight H T"},
-		[]string{"blocks.{i}.attn.qkv_proj.weight 3H H", "blocks.{i}.attn.out_proj.weight H H", "blocks.{i}.attn.q_norm.weight D",
-			"blocks.{i}.mlp.fc1.weight 4H H", "blocks.{i}.mlp.fc2.weight H 4H", "blocks.{i}.norm1.weight H"},
-		[]string{"final_layer.linear.weight 2H H", "video_out.weight 128 H", "audio_out.weight 64 H"},
+		layoutLinear("video_patch_proj", "H", "P"), layoutLinear("audio_patch_proj", "H", "C"),
+		layoutLinear("condition_proj", "H", "T"),
+		layoutLinear("time_embedder.proj_in", "M", "256"), layoutLinear("time_embedder.proj_out", "E", "M"),
+		mmBlock("token_refiner.blocks.{j}"), []string{"token_refiner.final_norm.weight H"},
+		mmBlock("blocks.{i}"), layoutLinear("blocks.{i}.adaln_proj.linear", "18H", "E"),
+		[]string{"final_layer.norm.weight H"}, layoutLinear("final_layer.adaln_proj.linear", "2H", "E"),
+		layoutLinear("final_layer.video_out", "P", "H"), layoutLinear("final_layer.audio_out", "C", "H"),
+		[]string{"rope.inv_freq 8"},
 	)
-	addLayout("layout-minimax-h3", layout{doc: "MiniMax-H3 (video and audio patches)", dims: map[string]int{"H": 64, "A": 32, "D": 16, "T": 128}, blocks: 2, lines: minimax})
+	addLayout("layout-minimax-h3", layout{doc: "MiniMax-H3 (video and audio patches, token refiner, per-block AdaLN projections)",
+		dims: map[string]int{"H": 64, "D": 16, "F": 128, "T": 128, "P": 96, "C": 32, "M": 64, "E": 32}, blocks: 2, blocks2: 2, lines: minimax})
 }
