@@ -36,9 +36,9 @@ const (
 // Mix upgrade patterns shared by every family (llama.cpp's image-model mix
 // roles as ComfyUI-GGUF's patched llama-quantize applies them).
 const (
-	vProj   = `(attn_v\.weight|\.to_v\.weight|\.v\.weight|\.attn\.w[12]v\.weight|_attn\.v_proj\.weight|\.add_v_proj\.weight)$`
+	vProj   = `(attn_v\.weight|\.to_v\.weight|\.to_v_t\.weight|\.v\.weight|\.attn\.w[12]v\.weight|_attn\.v_proj\.weight|\.add_v_proj\.weight)$`
 	qkv     = `(attn_qkv\.weight|attn\.qkv\.weight|attention\.qkv\.weight)$`
-	ffnDown = `(ffn_down|experts\.[0-9]+\.w2\.weight|\.ffn\.2\.weight|\.ff\.net\.2\.weight|\.mlp\.layer2\.weight|\.adaln_modulation_mlp\.2\.weight|\.feed_forward\.w2\.weight|\.img_mlp\.net\.2\.weight|\.txt_mlp\.net\.2\.weight)$`
+	ffnDown = `(ffn_down|experts\.[0-9]+\.w2\.weight|\.shared_experts\.w2\.weight|\.ff_t\.w2\.weight|\.ffn\.2\.weight|\.ff\.net\.2\.weight|\.mlp\.layer2\.weight|\.adaln_modulation_mlp\.2\.weight|\.feed_forward\.w2\.weight|\.img_mlp\.net\.2\.weight|\.txt_mlp\.net\.2\.weight)$`
 )
 
 // Std are the upgrades every family gets; the quantizer uses them for an
@@ -228,7 +228,11 @@ var Families = []*Family{
 			rule("", has(hyRefiner), has(`^double_blocks\.\d+\.`)),
 			rule("1.5", has(hyRefiner), has(`^double_blocks\.\d+\.`), has(`^byt5_in\.`)),
 		},
-		Keep:      with(fluxKeep, "byt5_in.", "vision_in.", "cond_type_embedding"),
+		// Not fluxKeep: its "txt_in." (Flux's one input layer) would keep
+		// HunyuanVideo's whole token refiner, two transformer blocks, in F16;
+		// only the refiner's embedders stay.
+		Keep: []string{"txt_in.input_embedder.", "txt_in.t_embedder.", "txt_in.c_embedder.", "img_in.", "time_in.", "vector_in.",
+			"guidance_in.", "final_layer.", "byt5_in.", "vision_in.", "cond_type_embedding"},
 		NotLinear: []string{"cond_type_embedding"},
 		Upgrades:  Std,
 		Note:      "1.5's names checked against diffusers' conversion script: separate q/k/v per stream (img_attn_q, ...), img_mod.linear, mlp.fc1/fc2.",

@@ -382,3 +382,43 @@ func TestRealHeadersDryRun(t *testing.T) {
 		}
 	}
 }
+
+// TestDiTRolesFromRealNames: HunyuanVideo's token refiner is quantized
+// (only its embedders are kept), and HiDream's text-stream V projection
+// and shared-expert and text FFN down projections get the mix's V and
+// FFN-down upgrades as the image stream's do.
+func TestDiTRolesFromRealNames(t *testing.T) {
+	dir := t.TempDir()
+	run := func(layout string) *planned {
+		tensors, err := synth.Descriptors(synth.Spec{Arch: layout, DType: formats.F16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := filepath.Join(dir, layout+".safetensors")
+		writeHeaderOnly(t, in, tensors, nil)
+		res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q4_K_M"}, pipeline.Options{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	hy := run("layout-hunyuan-video-1.5")
+	if r := rowOf(t, hy, "txt_in.individual_token_refiner.blocks.0.self_attn_qkv.weight"); !r.To.Quantized() {
+		t.Errorf("refiner qkv: %s (%s), want quantized", r.To, r.Reason)
+	}
+	if r := rowOf(t, hy, "txt_in.input_embedder.weight"); r.To.Quantized() {
+		t.Errorf("refiner input embedder: %s (%s), want kept", r.To, r.Reason)
+	}
+	hd := run("layout-hidream")
+	img := rowOf(t, hd, "double_stream_blocks.0.block.attn1.to_v.weight")
+	txt := rowOf(t, hd, "double_stream_blocks.0.block.attn1.to_v_t.weight")
+	if img.To != txt.To || img.To == formats.Q4_K {
+		t.Errorf("V projections: image %s (%s), text %s (%s); want one upgraded type", img.To, img.Reason, txt.To, txt.Reason)
+	}
+	exp := rowOf(t, hd, "double_stream_blocks.0.block.ff_i.experts.0.w2.weight")
+	for _, n := range []string{"double_stream_blocks.0.block.ff_i.shared_experts.w2.weight", "double_stream_blocks.0.block.ff_t.w2.weight"} {
+		if r := rowOf(t, hd, n); r.To != exp.To || r.Reason != exp.Reason {
+			t.Errorf("%s: %s (%s), want %s (%s) as the experts' FFN down", n, r.To, r.Reason, exp.To, exp.Reason)
+		}
+	}
+}
