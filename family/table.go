@@ -228,11 +228,10 @@ var Families = []*Family{
 			rule("", has(hyRefiner), has(`^double_blocks\.\d+\.`)),
 			rule("1.5", has(hyRefiner), has(`^double_blocks\.\d+\.`), has(`^byt5_in\.`)),
 		},
-		// Not fluxKeep: its "txt_in." (Flux's one input layer) would keep
-		// HunyuanVideo's whole token refiner, two transformer blocks, in F16;
-		// only the refiner's embedders stay.
-		Keep: []string{"txt_in.input_embedder.", "txt_in.t_embedder.", "txt_in.c_embedder.", "img_in.", "time_in.", "vector_in.",
-			"guidance_in.", "final_layer.", "byt5_in.", "vision_in.", "cond_type_embedding"},
+		// fluxKeep's "txt_in." keeps the whole token refiner (two blocks) in
+		// F16, as ComfyUI-GGUF's patched llama-quantize does for hyvid
+		// (checked at 795e451); publishers compare against its files.
+		Keep:      with(fluxKeep, "byt5_in.", "vision_in.", "cond_type_embedding"),
 		NotLinear: []string{"cond_type_embedding"},
 		Upgrades:  Std,
 		Note:      "1.5's names checked against diffusers' conversion script: separate q/k/v per stream (img_attn_q, ...), img_mod.linear, mlp.fc1/fc2.",
