@@ -61,13 +61,16 @@ func build(plan *pipeline.Plan, sources []Source, pol policy) ([]string, error) 
 				out.Note, usedIm[key] = joinNotes("imatrix", out.Note), true
 			}
 		}
-		p, err := producer(s, d.Type, weights)
+		size, err := out.Bytes()
 		if err != nil {
-			return nil, err
-		}
-		out.Producer = p
-		if _, err := out.Bytes(); err != nil {
 			return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
+		}
+		if size > 0 || s.Tensor.Type != d.Type {
+			// An empty copy has nothing to produce: no producer per tensor
+			// for headers of many empty tensors.
+			if out.Producer, err = producer(s, d.Type, weights); err != nil {
+				return nil, err
+			}
 		}
 		plan.Outputs = append(plan.Outputs, out)
 	}
