@@ -60,8 +60,10 @@ type Source struct {
 	Name string
 	// Model is the opened file the data comes from.
 	Model formats.Model
-	// Tensor is the stored tensor.
-	Tensor formats.Tensor
+	// Tensor is the stored tensor, in the model's own table (shared, not
+	// copied: the plan's outputs point at it, and a copy per tensor kept
+	// every Source alive through the run).
+	Tensor *formats.Tensor
 	// Storage is sd.cpp's in-memory type: F64→F32, I64→I32, F8→F16, others as stored.
 	Storage formats.DType
 	// Shape is the export shape in PyTorch order: 5-D folded to 4-D, 0-D as [1],
@@ -119,7 +121,7 @@ func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 		}
 		tensors := m.Tensors()
 		for _, i := range loadOrder(m) {
-			t := tensors[i]
+			t := &tensors[i]
 			if Unused(t.Name) {
 				warnings = append(warnings, Skipped{t.File, t.Name, "unused by sd.cpp, dropped", true})
 				continue
@@ -199,7 +201,7 @@ func groupByFile(list []formats.Tensor, order []int32) {
 	slices.SortStableFunc(order, func(a, b int32) int { return firstSeen[list[a].File] - firstSeen[list[b].File] })
 }
 
-func newSource(m formats.Model, t formats.Tensor, prefix string) (Source, string, error) {
+func newSource(m formats.Model, t *formats.Tensor, prefix string) (Source, string, error) {
 	s := Source{Model: m, Tensor: t, Name: t.Name, Storage: t.Type}
 	if !strings.HasPrefix(s.Name, prefix) {
 		s.Name = prefix + s.Name

@@ -49,7 +49,7 @@ func build(plan *pipeline.Plan, sources []Source, pol policy) ([]string, error) 
 			d.Kept = fmt.Sprintf("dequantized from %s (sd-cli keeps it: %s)", d.Type, d.Kept)
 			d.Type = to
 		}
-		out := pipeline.Output{Name: name, Type: d.Type, Shape: s.Shape, Source: &s.Tensor, Note: joinNotes(s.Folded, d.Kept)}
+		out := pipeline.Output{Name: name, Type: d.Type, Shape: s.Shape, Source: s.Tensor, Note: joinNotes(s.Folded, d.Kept)}
 		var weights []float32
 		if d.Type.Quantized() {
 			key := s.Name
@@ -120,11 +120,11 @@ func producer(s *Source, to formats.DType, weights []float32) (pipeline.Producer
 	from := s.Tensor.Type
 	switch {
 	case from == to:
-		return pipeline.Copy(s.Model, s.Tensor), nil
+		return pipeline.Copy(s.Model, *s.Tensor), nil
 	case from == formats.I64 && to == formats.I32:
-		return &narrowI64{m: s.Model, t: s.Tensor}, nil
+		return &narrowI64{m: s.Model, t: *s.Tensor}, nil
 	}
-	src := tensor.Plain(s.Model, s.Tensor)
+	src := tensor.Plain(s.Model, *s.Tensor)
 	if err := src.Err(); err != nil {
 		return nil, err
 	}

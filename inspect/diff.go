@@ -221,18 +221,26 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	}
 	type pair struct{ a, b *tensor.Source }
 	var pairs []pair
+	// One index of B's names, and a mark on each B tensor that A has, in
+	// place of a map of each side's names.
+	inB := make(map[string]int32, len(db.Sources))
+	for j, s := range db.Sources {
+		inB[s.Name] = int32(j)
+	}
+	matched := make([]bool, len(db.Sources))
 	for _, s := range da.Sources {
 		if !keep(s.Name) {
 			continue
 		}
-		if t, ok := db.Lookup(s.Name); ok {
-			pairs = append(pairs, pair{s, t})
+		if j, ok := inB[s.Name]; ok {
+			pairs = append(pairs, pair{s, db.Sources[j]})
+			matched[j] = true
 		} else {
 			r.Missing = append(r.Missing, s.Name)
 		}
 	}
 	for _, s := range db.Sources {
-		if _, ok := da.Lookup(s.Name); !ok && keep(s.Name) {
+		if !matched[inB[s.Name]] && keep(s.Name) {
 			r.Extra = append(r.Extra, s.Name)
 		}
 	}

@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
@@ -60,7 +61,8 @@ type View struct {
 	// Modules lists the ComfyUI quantized modules found (Unsupported ones included).
 	Modules []comfyquant.Module
 
-	byName map[string]*Source
+	byName     map[string]*Source // built by the first Lookup
+	byNameOnce sync.Once
 }
 
 // NewView lists m's tensors as Sources. ComfyUI quantized modules are found
@@ -74,7 +76,7 @@ func NewView(m formats.Model) (*View, error) {
 		return nil, err
 	}
 	tensors := m.Tensors()
-	out := &View{Modules: mods, byName: make(map[string]*Source, len(tensors)), Sources: make([]*Source, 0, len(tensors))}
+	out := &View{Modules: mods, Sources: make([]*Source, 0, len(tensors))}
 	orig := origShapes(m.Metadata())
 	// One array holds every Source: one allocation, not one per tensor.
 	backing := make([]Source, len(tensors))
@@ -105,7 +107,6 @@ func NewView(m formats.Model) (*View, error) {
 			plain(s, m, t)
 			s.OrigShape = origShape(orig, t)
 			out.Sources = append(out.Sources, s)
-			out.byName[s.Name] = s
 			continue
 		}
 		s := &backing[i]
@@ -118,7 +119,6 @@ func NewView(m formats.Model) (*View, error) {
 			s.err = err
 		}
 		out.Sources = append(out.Sources, s)
-		out.byName[s.Name] = s
 	}
 	return out, nil
 }
@@ -150,7 +150,15 @@ func plain(s *Source, m formats.Model, t formats.Tensor) {
 }
 
 // Lookup returns the Source of a tensor name.
+// The index is built on the first call (safe for concurrent calls), so a
+// view that is never searched by name costs no map.
 func (d *View) Lookup(name string) (*Source, bool) {
+	d.byNameOnce.Do(func() {
+		d.byName = make(map[string]*Source, len(d.Sources))
+		for _, s := range d.Sources {
+			d.byName[s.Name] = s
+		}
+	})
 	s, ok := d.byName[name]
 	return s, ok
 }
