@@ -2,7 +2,7 @@ package convert
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
@@ -60,8 +60,10 @@ type Source struct {
 	Name string
 	// Model is the opened file the data comes from.
 	Model formats.Model
-	// Tensor is the stored tensor.
-	Tensor formats.Tensor
+	// Tensor is the stored tensor, in the model's own table (shared, not
+	// copied: the plan's outputs point at it, and a copy per tensor kept
+	// every Source alive through the run).
+	Tensor *formats.Tensor
 	// Storage is sd.cpp's in-memory type: F64→F32, I64→I32, F8→F16, others as stored.
 	Storage formats.DType
 	// Shape is the export shape in PyTorch order: 5-D folded to 4-D, 0-D as [1],
@@ -99,7 +101,14 @@ func (s Skipped) String() string { return fmt.Sprintf("%s: tensor %q: %s", s.Fil
 func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 	var out []Source
 	var warnings []Skipped
-	index := map[string]int{}
+	total := 0
+	for _, m := range inputs {
+		if m != nil {
+			total += len(m.Tensors())
+		}
+	}
+	out = make([]Source, 0, total)
+	index := make(map[string]int, total)
 	for _, c := range Components {
 		m := inputs[c.Flag]
 		if m == nil {
@@ -110,7 +119,9 @@ func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 			// sd.cpp names diffusers components itself (unet., vae., te.) and ignores the flag's prefix.
 			prefix = ""
 		}
-		for _, t := range orderedTensors(m) {
+		tensors := m.Tensors()
+		for _, i := range loadOrder(m) {
+			t := &tensors[i]
 			if Unused(t.Name) {
 				warnings = append(warnings, Skipped{t.File, t.Name, "unused by sd.cpp, dropped", true})
 				continue
@@ -140,48 +151,57 @@ func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 	return out, warnings, nil
 }
 
-// orderedTensors returns m's tensors in sd.cpp's load order: safetensors
-// headers are parsed into a sorted map, so names come out in byte order per
-// file (shards in order of first appearance in the sorted weight map);
-// other formats keep file order.
-func orderedTensors(m formats.Model) []formats.Tensor {
-	list := append([]formats.Tensor(nil), m.Tensors()...)
+// loadOrder returns the indexes of m's tensors in sd.cpp's load order:
+// safetensors headers are parsed into a sorted map, so names come out in
+// byte order per file (shards in order of first appearance in the sorted
+// weight map); other formats keep file order. Sorting indexes rather than
+// descriptors keeps a header of 500k tensors from being copied.
+func loadOrder(m formats.Model) []int32 {
+	list := m.Tensors()
+	order := make([]int32, len(list))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	byName := func(a, b int32) int { return strings.Compare(list[a].Name, list[b].Name) }
 	switch m.Info().Format {
 	case "safetensors":
 		// One sorted weight map; shards in order of first appearance in it.
-		sort.SliceStable(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-		groupByFile(list)
+		slices.SortStableFunc(order, byName)
+		groupByFile(list, order)
 	case "diffusers":
 		// Components in load order (unet, vae, te, te.1), each file sorted
 		// like any safetensors file.
-		groupByFile(list)
-		for start := 0; start < len(list); {
+		groupByFile(list, order)
+		for start := 0; start < len(order); {
 			end := start
-			for end < len(list) && list[end].File == list[start].File {
+			for end < len(order) && list[order[end]].File == list[order[start]].File {
 				end++
 			}
-			if strings.HasSuffix(list[start].File, ".safetensors") {
-				seg := list[start:end]
-				sort.SliceStable(seg, func(i, j int) bool { return seg[i].Name < seg[j].Name })
+			if strings.HasSuffix(list[order[start]].File, ".safetensors") {
+				slices.SortStableFunc(order[start:end], byName)
 			}
 			start = end
 		}
 	}
-	return list
+	return order
 }
 
-// groupByFile stable-sorts tensors by the first position of their file.
-func groupByFile(list []formats.Tensor) {
+// groupByFile stable-sorts order (indexes into list) by the first position
+// of each tensor's file in order.
+func groupByFile(list []formats.Tensor, order []int32) {
 	firstSeen := map[string]int{}
-	for i, t := range list {
-		if _, ok := firstSeen[t.File]; !ok {
-			firstSeen[t.File] = i
+	for i, k := range order {
+		if _, ok := firstSeen[list[k].File]; !ok {
+			firstSeen[list[k].File] = i
 		}
 	}
-	sort.SliceStable(list, func(i, j int) bool { return firstSeen[list[i].File] < firstSeen[list[j].File] })
+	if len(firstSeen) < 2 {
+		return
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return firstSeen[list[a].File] - firstSeen[list[b].File] })
 }
 
-func newSource(m formats.Model, t formats.Tensor, prefix string) (Source, string, error) {
+func newSource(m formats.Model, t *formats.Tensor, prefix string) (Source, string, error) {
 	s := Source{Model: m, Tensor: t, Name: t.Name, Storage: t.Type}
 	if !strings.HasPrefix(s.Name, prefix) {
 		s.Name = prefix + s.Name
@@ -201,7 +221,7 @@ func newSource(m formats.Model, t formats.Tensor, prefix string) (Source, string
 			return s, "", fmt.Errorf("%s: tensor %q: dtype %s is not supported by sd.cpp's loader", t.File, t.Name, t.Type)
 		}
 	}
-	shape := append([]int64(nil), t.Shape...)
+	shape := t.Shape // shared with the model's descriptor unless changed; never modified in place
 	switch {
 	case len(shape) == 0:
 		shape = []int64{1}
@@ -219,7 +239,10 @@ func newSource(m formats.Model, t formats.Tensor, prefix string) (Source, string
 // with a `.weight_scale` beside it. The weight is never converted and a
 // per-row [out,1] scale is stored 1-D, as sd.cpp does.
 func markInt8Tensorwise(list []Source) {
-	byName := map[string]int{}
+	if !slices.ContainsFunc(list, func(s Source) bool { return s.Storage == formats.I8 }) {
+		return // no int8 weight: no name index needed
+	}
+	byName := make(map[string]int, len(list))
 	for i := range list {
 		byName[list[i].Name] = i
 	}

@@ -49,7 +49,7 @@ func build(plan *pipeline.Plan, sources []Source, pol policy) ([]string, error) 
 			d.Kept = fmt.Sprintf("dequantized from %s (sd-cli keeps it: %s)", d.Type, d.Kept)
 			d.Type = to
 		}
-		out := pipeline.Output{Name: name, Type: d.Type, Shape: s.Shape, Source: &s.Tensor, Note: joinNotes(s.Folded, d.Kept)}
+		out := pipeline.Output{Name: name, Type: d.Type, Shape: s.Shape, Source: s.Tensor, Note: joinNotes(s.Folded, d.Kept)}
 		var weights []float32
 		if d.Type.Quantized() {
 			key := s.Name
@@ -61,13 +61,16 @@ func build(plan *pipeline.Plan, sources []Source, pol policy) ([]string, error) 
 				out.Note, usedIm[key] = joinNotes("imatrix", out.Note), true
 			}
 		}
-		p, err := producer(s, d.Type, weights)
+		size, err := out.Bytes()
 		if err != nil {
-			return nil, err
-		}
-		out.Producer = p
-		if _, err := out.Bytes(); err != nil {
 			return nil, fmt.Errorf("%s: tensor %q: %w", s.Tensor.File, s.Tensor.Name, err)
+		}
+		if size > 0 || s.Tensor.Type != d.Type {
+			// An empty copy has nothing to produce: no producer per tensor
+			// for headers of many empty tensors.
+			if out.Producer, err = producer(s, d.Type, weights); err != nil {
+				return nil, err
+			}
 		}
 		plan.Outputs = append(plan.Outputs, out)
 	}
@@ -117,11 +120,11 @@ func producer(s *Source, to formats.DType, weights []float32) (pipeline.Producer
 	from := s.Tensor.Type
 	switch {
 	case from == to:
-		return pipeline.Copy(s.Model, s.Tensor), nil
+		return pipeline.Copy(s.Model, *s.Tensor), nil
 	case from == formats.I64 && to == formats.I32:
-		return &narrowI64{m: s.Model, t: s.Tensor}, nil
+		return &narrowI64{m: s.Model, t: *s.Tensor}, nil
 	}
-	src := tensor.Plain(s.Model, s.Tensor)
+	src := tensor.Plain(s.Model, *s.Tensor)
 	if err := src.Err(); err != nil {
 		return nil, err
 	}

@@ -231,8 +231,10 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	// time_embed, and sd-cli collects it all the same) is expected; one
 	// that names no tensor of the model says the imatrix is for another.
 	keys := map[string]bool{}
-	for _, src := range sources {
-		keys[pol.ImatrixKey(src.Name)] = true
+	if len(unused) > 0 {
+		for _, src := range sources {
+			keys[pol.ImatrixKey(src.Name)] = true
+		}
 	}
 	var foreign, kept []string
 	for _, name := range unused {

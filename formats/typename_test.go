@@ -55,3 +55,68 @@ func FuzzLookupType(f *testing.F) {
 		}
 	})
 }
+
+// TestTypeNamesDifferInCase: ParseType's case-insensitive lookup is one
+// map, which needs every name to be unique in lower case.
+func TestTypeNamesDifferInCase(t *testing.T) {
+	seen := map[string]string{}
+	for _, n := range TypeNames() {
+		if o, dup := seen[strings.ToLower(n)]; dup {
+			t.Errorf("type names %q and %q differ only in case", o, n)
+		}
+		seen[strings.ToLower(n)] = n
+	}
+}
+
+// naiveNearest is nearest as first written: every name compared in full.
+func naiveNearest(name string, valid []string) string {
+	full := func(a, b string) int {
+		prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+		for j := range prev {
+			prev[j] = j
+		}
+		for i := 1; i <= len(a); i++ {
+			cur[0] = i
+			for j := 1; j <= len(b); j++ {
+				cost := 1
+				if a[i-1] == b[j-1] {
+					cost = 0
+				}
+				cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			}
+			prev, cur = cur, prev
+		}
+		return prev[len(b)]
+	}
+	best, bestD := "", -1
+	for _, v := range valid {
+		if d := full(strings.ToLower(name), strings.ToLower(v)); bestD < 0 || d < bestD {
+			best, bestD = v, d
+		}
+	}
+	if bestD < 0 || bestD > max(2, len(name)/3) {
+		return ""
+	}
+	return best
+}
+
+// TestNearestMatchesNaive: the bounded search (names too long or too short
+// skipped, rows stopped over the limit) suggests what comparing every name
+// in full does, for typos, capitalisations, long and non-ASCII names.
+func TestNearestMatchesNaive(t *testing.T) {
+	names := TypeNames()
+	inputs := []string{"", "q", "q4", "q4k", "Q4K", "q4_k_m", "iq4xs", "iq2_xxxs", "f8e4m3", "f8_e4m3fnuzz", "bf61",
+		"int8convrot", "tq1", "mxfp", "q4_\u212a", "ÿ", "\xff\xfe", strings.Repeat("q4_K", 3), strings.Repeat("x", 100)}
+	for _, a := range names {
+		for i := range len(a) + 1 {
+			inputs = append(inputs, a[:i]+"x"+a[i:], a[:i]+a[min(i+1, len(a)):], strings.ToUpper(a[:i])+a[i:])
+		}
+	}
+	for _, in := range inputs {
+		for _, valid := range [][]string{names, {"int8_convrot", "int8", "fp8_e4m3", "keep", "F16"}} {
+			if got, want := nearest(in, valid), naiveNearest(in, valid); got != want {
+				t.Errorf("nearest(%q) = %q, want %q", in, got, want)
+			}
+		}
+	}
+}

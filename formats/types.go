@@ -2,6 +2,7 @@ package formats
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -149,15 +150,24 @@ var typeTable = map[DType]TypeInfo{
 var (
 	byName        = map[string]DType{}
 	bySafetensors = map[string]DType{}
+	// byLower finds a type by its name in lower case (no two ggml names
+	// differ only in case, which TestTypeNamesDifferInCase checks).
+	byLower = map[string]DType{}
+	// sortedNames are the keys of byName, sorted.
+	sortedNames []string
 )
 
 func init() {
 	for t, info := range typeTable {
 		byName[info.Name] = t
+		byLower[strings.ToLower(info.Name)] = t
 		if info.Safetensors != "" {
 			bySafetensors[info.Safetensors] = t
 		}
+		sortedNames = append(sortedNames, info.Name)
+		maxTypeNameLen = max(maxTypeNameLen, 3*len(info.Name))
 	}
+	slices.Sort(sortedNames)
 }
 
 // Valid reports whether t is a known type.
@@ -201,14 +211,17 @@ func ParseType(name string) (DType, bool) {
 	if t, ok := byName[name]; ok {
 		return t, true
 	}
-	lower := strings.ToLower(name)
-	for n, t := range byName {
-		if strings.ToLower(n) == lower {
-			return t, true
-		}
+	if len(name) > maxTypeNameLen {
+		return 0, false // no lower-casing of a long argument for nothing
 	}
-	return 0, false
+	t, ok := byLower[strings.ToLower(name)]
+	return t, ok
 }
+
+// maxTypeNameLen bounds the bytes of a name that can lower-case to a type
+// name: three times the longest, since lower-casing one rune can shrink it
+// from three bytes to one (the Kelvin sign to "k").
+var maxTypeNameLen int
 
 // TypeByName finds a type by its exact name as ggml spells it.
 func TypeByName(name string) (DType, bool) {

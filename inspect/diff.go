@@ -9,9 +9,9 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 
 	"github.com/bytedance/sonic"
 
@@ -221,18 +221,26 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	}
 	type pair struct{ a, b *tensor.Source }
 	var pairs []pair
+	// One index of B's names, and a mark on each B tensor that A has, in
+	// place of a map of each side's names.
+	inB := make(map[string]int32, len(db.Sources))
+	for j, s := range db.Sources {
+		inB[s.Name] = int32(j)
+	}
+	matched := make([]bool, len(db.Sources))
 	for _, s := range da.Sources {
 		if !keep(s.Name) {
 			continue
 		}
-		if t, ok := db.Lookup(s.Name); ok {
-			pairs = append(pairs, pair{s, t})
+		if j, ok := inB[s.Name]; ok {
+			pairs = append(pairs, pair{s, db.Sources[j]})
+			matched[j] = true
 		} else {
 			r.Missing = append(r.Missing, s.Name)
 		}
 	}
 	for _, s := range db.Sources {
-		if _, ok := da.Lookup(s.Name); !ok && keep(s.Name) {
+		if !matched[inB[s.Name]] && keep(s.Name) {
 			r.Extra = append(r.Extra, s.Name)
 		}
 	}
@@ -322,7 +330,10 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	}
 
 	var all sums
-	r.Tensors = make([]TensorDiff, 0, len(results))
+	// The compared tensors are compacted into results itself: a second
+	// table of 200-byte entries would double diff's memory on header-heavy
+	// models.
+	r.Tensors = results[:0]
 	for i, d := range results {
 		if errs[i] != "" {
 			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: errs[i]})
@@ -415,9 +426,11 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 		}
 	}
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENSOR\tTYPE A\tTYPE B\tSHAPE\tREL ERROR\tCOSINE\tSNR dB\tMAX |A-B|")
-	for _, d := range r.Tensors {
+	row := func(i int, cells []string) []string {
+		if i < 0 {
+			return append(cells, "TENSOR", "TYPE A", "TYPE B", "SHAPE", "REL ERROR", "COSINE", "SNR dB", "MAX |A-B|")
+		}
+		d := &r.Tensors[i]
 		shape := formats.FormatShape(d.ShapeA)
 		if d.ShapeChanged {
 			shape = formats.FormatShape(d.ShapeA) + " -> " + formats.FormatShape(d.ShapeB)
@@ -434,10 +447,10 @@ func WriteDiffText(w io.Writer, r *DiffReport) error {
 		if d.NonFiniteDiffs > 0 {
 			rel, snr = fmt.Sprintf("non-finite (%d)", d.NonFiniteDiffs), "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.4g\n", Clean(d.Name), d.TypeA, types, shape,
-			rel, fmtMeasure(d.Cosine, "%.6f", "-"), snr, d.MaxAbsDiff)
+		return append(cells, Clean(d.Name), d.TypeA, types, shape, rel, fmtMeasure(d.Cosine, "%.6f", "-"), snr,
+			strconv.FormatFloat(d.MaxAbsDiff, 'g', 4, 64))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeTable(w, len(r.Tensors), row); err != nil {
 		return err
 	}
 	t := r.Totals

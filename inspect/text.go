@@ -122,21 +122,24 @@ func WriteText(w io.Writer, s *Summary) error {
 	}
 	if len(s.Tensors) > 0 {
 		p("\n")
-		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 		files := len(s.Files) > 1
-		fmt.Fprintf(tw, "NAME\tTYPE\tSHAPE\tSIZE\tOFFSET")
-		if files {
-			fmt.Fprintf(tw, "\tFILE")
-		}
-		fmt.Fprintln(tw)
-		for _, t := range s.Tensors {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d", Clean(t.Name), t.Type, formats.FormatShape(t.Shape), t.Size, t.Offset)
-			if files {
-				fmt.Fprintf(tw, "\t%s", t.File)
+		// Streamed (writeTable), not buffered: the table of a header of
+		// 500k tensors would hold its whole text and cells at once.
+		writeTable(ew, len(s.Tensors), func(i int, cells []string) []string {
+			if i < 0 {
+				cells = append(cells, "NAME", "TYPE", "SHAPE", "SIZE", "OFFSET")
+				if files {
+					cells = append(cells, "FILE")
+				}
+				return cells
 			}
-			fmt.Fprintln(tw)
-		}
-		tw.Flush()
+			t := &s.Tensors[i]
+			cells = append(cells, Clean(t.Name), t.Type, formats.FormatShape(t.Shape), strconv.FormatInt(t.Size, 10), strconv.FormatInt(t.Offset, 10))
+			if files {
+				cells = append(cells, t.File)
+			}
+			return cells
+		})
 	}
 	return ew.err
 }

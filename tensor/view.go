@@ -2,6 +2,8 @@ package tensor
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
@@ -59,7 +61,8 @@ type View struct {
 	// Modules lists the ComfyUI quantized modules found (Unsupported ones included).
 	Modules []comfyquant.Module
 
-	byName map[string]*Source
+	byName     map[string]*Source // built by the first Lookup
+	byNameOnce sync.Once
 }
 
 // NewView lists m's tensors as Sources. ComfyUI quantized modules are found
@@ -72,7 +75,11 @@ func NewView(m formats.Model) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &View{Modules: mods, byName: map[string]*Source{}}
+	tensors := m.Tensors()
+	out := &View{Modules: mods, Sources: make([]*Source, 0, len(tensors))}
+	orig := origShapes(m.Metadata())
+	// One array holds every Source: one allocation, not one per tensor.
+	backing := make([]Source, len(tensors))
 	aux := map[string]bool{}
 	modByWeight := map[string]*comfyquant.Module{}
 	for i := range mods {
@@ -89,20 +96,21 @@ func NewView(m formats.Model) (*View, error) {
 			modByWeight[mod.Name+".weight"] = mod
 		}
 	}
-	for _, t := range m.Tensors() {
+	for i, t := range tensors {
 		if aux[t.Name] {
 			out.Aux = append(out.Aux, t.Name)
 			continue
 		}
 		mod, ok := modByWeight[t.Name]
 		if !ok {
-			s := Plain(m, t)
-			s.OrigShape = origShape(m.Metadata(), t)
+			s := &backing[i]
+			plain(s, m, t)
+			s.OrigShape = origShape(orig, t)
 			out.Sources = append(out.Sources, s)
-			out.byName[s.Name] = s
 			continue
 		}
-		s := &Source{Name: t.Name, Tensor: t, m: m, OrigShape: origShape(m.Metadata(), t), Module: mod}
+		s := &backing[i]
+		*s = Source{Name: t.Name, Tensor: t, m: m, OrigShape: origShape(orig, t), Module: mod}
 		s.unit, s.unitBytes = 1, 1
 		if len(t.Shape) == 2 {
 			s.unit, s.unitBytes = t.Shape[1], t.Shape[1]
@@ -111,7 +119,6 @@ func NewView(m formats.Model) (*View, error) {
 			s.err = err
 		}
 		out.Sources = append(out.Sources, s)
-		out.byName[s.Name] = s
 	}
 	return out, nil
 }
@@ -121,7 +128,14 @@ func NewView(m formats.Model) (*View, error) {
 // no dequantizer gives a Source whose Read fails with the reason. A tensor
 // that m computes (Computed) is read as m computes it.
 func Plain(m formats.Model, t formats.Tensor) *Source {
-	s := &Source{Name: t.Name, Tensor: t, m: m}
+	s := new(Source)
+	plain(s, m, t)
+	return s
+}
+
+// plain fills s as Plain's Source of t.
+func plain(s *Source, m formats.Model, t formats.Tensor) {
+	*s = Source{Name: t.Name, Tensor: t, m: m}
 	if c, ok := m.(Computed); ok && c.Computes(&t) {
 		s.comp = c
 	}
@@ -133,11 +147,18 @@ func Plain(m formats.Model, t formats.Tensor) *Source {
 	} else if t.Type == formats.F6_E2M3 || t.Type == formats.F6_E3M2 {
 		s.err = fmt.Errorf("%s: tensor %q: the bit packing of %s is not defined", t.File, t.Name, t.Type)
 	}
-	return s
 }
 
 // Lookup returns the Source of a tensor name.
+// The index is built on the first call (safe for concurrent calls), so a
+// view that is never searched by name costs no map.
 func (d *View) Lookup(name string) (*Source, bool) {
+	d.byNameOnce.Do(func() {
+		d.byName = make(map[string]*Source, len(d.Sources))
+		for _, s := range d.Sources {
+			d.byName[s.Name] = s
+		}
+	})
 	s, ok := d.byName[name]
 	return s, ok
 }
@@ -155,13 +176,31 @@ func (s *Source) Shape() []int64 {
 	return s.Tensor.Shape
 }
 
-// origShape reads t's comfy.gguf.orig_shape entry.
-func origShape(meta formats.Metadata, t formats.Tensor) []int64 {
-	kv, ok := meta.Get(gguf.OrigShapePrefix + t.Name)
-	if !ok {
-		return nil
+// origShapes indexes the comfy.gguf.orig_shape entries of meta by tensor
+// name (the first of a repeated key, as Metadata.Get finds it): one pass,
+// rather than a search of all metadata for every tensor.
+func origShapes(meta formats.Metadata) map[string]formats.Array {
+	var out map[string]formats.Array
+	for _, kv := range meta {
+		name, ok := strings.CutPrefix(kv.Key, gguf.OrigShapePrefix)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = map[string]formats.Array{}
+		}
+		if _, dup := out[name]; dup {
+			continue
+		}
+		a, _ := kv.Value.(formats.Array) // not an array: no shape, as before
+		out[name] = a
 	}
-	a, ok := kv.Value.(formats.Array)
+	return out
+}
+
+// origShape reads t's comfy.gguf.orig_shape entry from origShapes' index.
+func origShape(orig map[string]formats.Array, t formats.Tensor) []int64 {
+	a, ok := orig[t.Name]
 	if !ok {
 		return nil
 	}

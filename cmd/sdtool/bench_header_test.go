@@ -1,22 +1,27 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"runtime"
+	"strconv"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/internal/peakrss"
 )
 
-// headerHeavy writes a safetensors file of n zero-size tensors (issue 14,
-// item 10: 500k of them in 33 MB once took 789 MB to convert) and returns
-// its path and size.
-func headerHeavy(b *testing.B, n int) (string, int64) {
+// headerChildEnv carries the arguments of one sdtool command to
+// TestHeaderHeavyChild, separated by unit separators (0x1f).
+const headerChildEnv = "SDTOOL_HEADER_HEAVY_CHILD"
+
+// headerHeavy writes a safetensors file of n zero-size tensors into dir
+// (issue 14, item 10: 500k of them in 33 MB once took 789 MB to convert)
+// and returns its path and size.
+func headerHeavy(b testing.TB, dir string, n int) (string, int64) {
 	tensors := make([]formats.Tensor, n)
 	for i := range tensors {
 		tensors[i] = formats.Tensor{Name: fmt.Sprintf("model.diffusion_model.blocks.%d.empty", i), Type: formats.F32, Shape: []int64{0}}
@@ -25,61 +30,65 @@ func headerHeavy(b *testing.B, n int) (string, int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	path := filepath.Join(b.TempDir(), "heavy.safetensors")
+	path := filepath.Join(dir, "heavy.safetensors")
 	if err := os.WriteFile(path, w.HeaderBytes(), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	return path, int64(len(w.HeaderBytes()))
 }
 
-// BenchmarkHeaderHeavy runs inspect, diff and convert on a file of 50k
-// empty tensors and reports the peak heap per tensor and per byte of file
-// (heap-B/tensor, heap-x-file): a small constant, not a multiple of the
-// header.
+// BenchmarkHeaderHeavy runs inspect, diff and convert on a file of 500k
+// empty tensors (SDTOOL_HEADER_TENSORS overrides the count), each in a
+// child process, and reports the child's peak resident memory: in all
+// (peak-MiB), above an idle child's per tensor (B/tensor), and as a
+// multiple of the file's size (x-file). Per-tensor overhead must be a small
+// constant, not a multiple of the header.
 func BenchmarkHeaderHeavy(b *testing.B) {
-	const n = 50_000
-	path, size := headerHeavy(b, n)
-	out := filepath.Join(b.TempDir(), "out.gguf")
+	n := 500_000
+	if s := os.Getenv("SDTOOL_HEADER_TENSORS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 {
+			b.Fatalf("SDTOOL_HEADER_TENSORS=%q: want a positive count", s)
+		}
+		n = v
+	}
+	dir := peakrss.ScratchDir(b)
+	path, size := headerHeavy(b, dir, n)
+	out := filepath.Join(dir, "out.gguf")
+	idle := peakrss.Measure(b, "TestHeaderHeavyChild", headerChildEnv+"=--version") << 10
+	b.Logf("%d tensors, file %d bytes, idle child %d MiB", n, size, idle>>20)
 	for _, tc := range []struct {
 		name string
 		args []string
 	}{
 		{"inspect", []string{"inspect", path, "--no-tensors"}},
+		{"inspect-tensors", []string{"inspect", path}},
 		{"diff", []string{"diff", path, path}},
 		{"convert", []string{"convert", "-m", path, "-o", out, "--force"}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			var peak uint64
+			var peak int64
 			for b.Loop() {
-				stop := make(chan struct{})
-				done := make(chan uint64)
-				runtime.GC()
-				var base runtime.MemStats
-				runtime.ReadMemStats(&base)
-				go func() {
-					var m runtime.MemStats
-					var hi uint64
-					for {
-						select {
-						case <-stop:
-							done <- hi
-							return
-						default:
-						}
-						runtime.ReadMemStats(&m)
-						hi = max(hi, m.HeapAlloc-min(m.HeapAlloc, base.HeapAlloc))
-						time.Sleep(time.Millisecond) // ReadMemStats stops the world
-					}
-				}()
-				var o, e bytes.Buffer
-				if code := run(append([]string{"sdtool"}, tc.args...), &o, &e); code > 1 {
-					b.Fatalf("exit %d: %s", code, e.String())
-				}
-				close(stop)
-				peak = max(peak, <-done)
+				peak = max(peak, peakrss.Measure(b, "TestHeaderHeavyChild", headerChildEnv+"="+strings.Join(tc.args, "\x1f"))<<10)
 			}
-			b.ReportMetric(float64(peak)/n, "heap-B/tensor")
-			b.ReportMetric(float64(peak)/float64(size), "heap-x-file")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+			b.ReportMetric(float64(peak-idle)/float64(n), "B/tensor")
+			b.ReportMetric(float64(peak)/float64(size), "x-file")
 		})
 	}
+}
+
+// TestHeaderHeavyChild runs one sdtool command for BenchmarkHeaderHeavy
+// and reports its peak; it does nothing in a normal test run.
+func TestHeaderHeavyChild(t *testing.T) {
+	spec := os.Getenv(headerChildEnv)
+	if spec == "" {
+		t.Skip("runs only as a child of BenchmarkHeaderHeavy")
+	}
+	args := append([]string{"sdtool"}, strings.Split(spec, "\x1f")...)
+	var stderr strings.Builder
+	if code := run(args, io.Discard, &stderr); code > 1 || code == 1 && args[1] != "diff" {
+		t.Fatalf("%q: exit %d: %s", args, code, stderr.String())
+	}
+	peakrss.Report(t)
 }

@@ -72,6 +72,19 @@ func TestPartialSymlinkNotFollowed(t *testing.T) {
 	if st, err := os.Lstat(out); err != nil || !st.Mode().IsRegular() {
 		t.Errorf("%s is not a regular file: %v %v", out, st.Mode(), err)
 	}
+	// imatrix merge writes through the same publish.
+	merged := filepath.Join(dir, "m.dat")
+	if err := os.Symlink(victim, merged+".partial"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runApp(t, "imatrix", "merge", in, in, "-o", merged); code != 0 {
+		t.Fatalf("imatrix merge: exit %d: %s", code, errOut)
+	}
+	unchanged(t, in, orig)
+	unchanged(t, victim, orig)
+	if st, err := os.Lstat(merged); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("%s is not a regular file: %v", merged, err)
+	}
 }
 
 // TestOutputsNeverReplaceInputs: with --force, no output replaces any file

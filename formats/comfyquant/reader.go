@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -170,11 +171,16 @@ func short(raw []byte) string {
 // module marked Unsupported, not an error, so that a listing can show it.
 func Detect(m formats.Model) ([]Module, error) {
 	tensors := m.Tensors()
-	byName := make(map[string]int, len(tensors))
-	for i, t := range tensors {
-		byName[t.Name] = i
-	}
+	// The name index is built on the first lookup: a model with no
+	// quantized module (most of them) never needs one.
+	var byName map[string]int
 	find := func(name string) (formats.Tensor, bool) {
+		if byName == nil {
+			byName = make(map[string]int, len(tensors))
+			for i, t := range tensors {
+				byName[t.Name] = i
+			}
+		}
 		if i, ok := byName[name]; ok {
 			return tensors[i], true
 		}
@@ -235,7 +241,7 @@ func Detect(m formats.Model) ([]Module, error) {
 		}
 	}
 
-	if _, ok := find("scaled_fp8"); ok {
+	if slices.ContainsFunc(tensors, func(t formats.Tensor) bool { return t.Name == "scaled_fp8" }) {
 		for _, t := range tensors {
 			name, ok := strings.CutSuffix(t.Name, ".scale_weight")
 			if !ok || seen[name] {

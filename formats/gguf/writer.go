@@ -94,6 +94,16 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		b = appendValue(b, kv.Type, kv.Value)
 	}
 
+	// The header and the shapes are sized in a first pass too (an upper
+	// bound: trimmed dims only shorten a tensor's record), so that a header
+	// of 500k tensors is one allocation of each, not a doubling slice.
+	need, dims := len(b), 0
+	for _, t := range tensors {
+		need += 8 + len(t.Name) + 4 + 8*max(len(t.Shape), 1) + 4 + 8
+		dims += len(t.Shape)
+	}
+	b = append(make([]byte, 0, need+int(DefaultAlignment)), b...)
+	shapes := make([]int64, 0, dims)
 	names := make(map[string]bool, len(tensors))
 	var off int64
 	for _, t := range tensors {
@@ -138,8 +148,10 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		b = binary.LittleEndian.AppendUint32(b, uint32(t.Type))
 		b = binary.LittleEndian.AppendUint64(b, uint64(off))
 		gw.rel = append(gw.rel, off)
+		start := len(shapes)
+		shapes = append(shapes, t.Shape...)
 		gw.tensors = append(gw.tensors, formats.Tensor{
-			Name: t.Name, Type: t.Type, Shape: append([]int64(nil), t.Shape...), Size: size,
+			Name: t.Name, Type: t.Type, Shape: shapes[start:len(shapes):len(shapes)], Size: size,
 		})
 		if off > math.MaxInt64/2-pad(size, align) {
 			return nil, fmt.Errorf("gguf writer: tensor %q: data section overflows", t.Name)

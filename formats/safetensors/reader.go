@@ -77,22 +77,11 @@ func parse(r io.ReaderAt, size int64, name string, newTokens func([]byte) tokenS
 		size: size,
 		info: formats.Info{Format: "safetensors", DataOffset: dataStart, Files: []string{name}},
 	}
-	p := headerParser{file: name, dataSize: size - dataStart, newTokens: newTokens}
+	p := headerParser{file: name, dataStart: dataStart, dataSize: size - dataStart, newTokens: newTokens}
 	if err := p.parse(header); err != nil {
 		return nil, err
 	}
-	f.tensors = make([]formats.Tensor, 0, len(p.entries))
-	for i := range p.entries {
-		e := &p.entries[i]
-		f.tensors = append(f.tensors, formats.Tensor{
-			Name:   e.name,
-			Type:   e.dtype,
-			Shape:  e.shape,
-			File:   name,
-			Offset: dataStart + e.begin,
-			Size:   e.end - e.begin,
-		})
-	}
+	f.tensors = p.tensors
 	f.meta = p.meta
 	end, err := p.checkLayout()
 	if err != nil {
@@ -156,26 +145,36 @@ func (f *File) Close() error {
 	return err
 }
 
-// entry is one tensor of the header as parsed, offsets relative to the data section.
-type entry struct {
-	name       string
-	dtype      formats.DType
-	shape      []int64
-	begin, end int64
-}
-
 // headerParser walks the header JSON token by token, which keeps the key
 // order and lets it see duplicate keys that unmarshalling into a map hides.
+// It builds the tensor descriptors directly, sized from a count of the
+// header's "data_offsets" fields, with every shape in a few shared arrays:
+// a header of 500k tensors then costs a small constant per tensor beyond
+// its name, not several copies of each descriptor.
 type headerParser struct {
-	file     string
-	dataSize int64 // bytes after the header
+	file      string
+	dataStart int64 // absolute offset of the data section
+	dataSize  int64 // bytes after the header
 	// newTokens makes the token source for the header; nil means the fast
 	// tokenizer (tests substitute json.Decoder as an oracle).
 	newTokens func([]byte) tokenSource
 	dec       tokenSource
-	entries   []entry
+	tensors   []formats.Tensor // Offset and Size as in the file
 	meta      formats.Metadata
 	warnings  []string
+	ints      []int64 // intArray's result, reused
+	dims      []int64 // unused tail of the current shape array
+}
+
+// shape returns a copy of dims in the shared shape arrays, capped so that
+// an append by a caller copies rather than overwrites the next shape.
+func (p *headerParser) shape(dims []int64) []int64 {
+	if len(dims) > cap(p.dims) {
+		p.dims = make([]int64, 0, max(1024, len(dims)))
+	}
+	s := append(p.dims, dims...)[:len(dims):len(dims)]
+	p.dims = p.dims[len(dims):len(dims)]
+	return s
 }
 
 func (p *headerParser) errf(tensor, format string, args ...any) error {
@@ -232,7 +231,12 @@ func (p *headerParser) parse(header []byte) error {
 	if _, err := p.token(); err != nil { // the '{' checked above
 		return err
 	}
-	seen := map[string]struct{}{}
+	// One entry per tensor, each with one data_offsets field: the count
+	// sizes the table and the duplicate check (at most the header's size
+	// over 14 bytes, whatever the header holds).
+	n := bytes.Count(header, []byte(`"data_offsets"`))
+	p.tensors = make([]formats.Tensor, 0, n)
+	seen := make(map[string]struct{}, n+1)
 	for p.dec.More() {
 		tok, err := p.token()
 		if err != nil {
@@ -255,11 +259,11 @@ func (p *headerParser) parse(header []byte) error {
 			}
 			continue
 		}
-		e, err := p.parseEntry(key)
+		t, err := p.parseEntry(key)
 		if err != nil {
 			return err
 		}
-		p.entries = append(p.entries, e)
+		p.tensors = append(p.tensors, t)
 	}
 	if _, err := p.token(); err != nil { // '}'
 		return err
@@ -307,21 +311,23 @@ func (p *headerParser) parseMetadata() error {
 	return err
 }
 
-func (p *headerParser) parseEntry(name string) (entry, error) {
-	e := entry{name: name}
+// parseEntry parses one tensor's entry into a descriptor whose Offset is
+// absolute and whose Size is the byte count of its data_offsets.
+func (p *headerParser) parseEntry(name string) (formats.Tensor, error) {
+	t := formats.Tensor{Name: name, File: p.file}
 	tok, err := p.token()
 	if err != nil {
-		return e, err
+		return t, err
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return e, p.errf(name, "entry is %s, not an object", describe(tok))
+		return t, p.errf(name, "entry is %s, not an object", describe(tok))
 	}
 	var haveDtype, haveShape, haveOffsets bool
-	var offsets []int64
+	var begin, end int64
 	for p.dec.More() {
 		tok, err := p.token()
 		if err != nil {
-			return e, err
+			return t, err
 		}
 		field, _ := tok.(string) // the decoder only returns strings as object keys
 		var dup bool
@@ -333,40 +339,42 @@ func (p *headerParser) parseEntry(name string) (entry, error) {
 		case "data_offsets":
 			dup, haveOffsets = haveOffsets, true
 		default:
-			return e, p.errf(name, "unknown field %q", field)
+			return t, p.errf(name, "unknown field %q", field)
 		}
 		if dup {
-			return e, p.errf(name, "duplicate field %q", field)
+			return t, p.errf(name, "duplicate field %q", field)
 		}
 		switch field {
 		case "dtype":
 			tok, err := p.token()
 			if err != nil {
-				return e, err
+				return t, err
 			}
 			s, ok := tok.(string)
 			if !ok {
-				return e, p.errf(name, "dtype is %s, not a string", describe(tok))
+				return t, p.errf(name, "dtype is %s, not a string", describe(tok))
 			}
 			dt, ok := formats.FromSafetensors(s)
 			if !ok {
-				return e, p.errf(name, "unknown dtype %q", s)
+				return t, p.errf(name, "unknown dtype %q", s)
 			}
-			e.dtype = dt
+			t.Type = dt
 		case "shape":
-			e.shape, err = p.intArray(name, field, -1)
+			dims, err := p.intArray(name, field, -1)
 			if err != nil {
-				return e, err
+				return t, err
 			}
+			t.Shape = p.shape(dims)
 		case "data_offsets":
-			offsets, err = p.intArray(name, field, 2)
+			offsets, err := p.intArray(name, field, 2)
 			if err != nil {
-				return e, err
+				return t, err
 			}
+			begin, end = offsets[0], offsets[1]
 		}
 	}
 	if _, err := p.token(); err != nil { // '}'
-		return e, err
+		return t, err
 	}
 	var missing []string
 	if !haveDtype {
@@ -379,31 +387,31 @@ func (p *headerParser) parseEntry(name string) (entry, error) {
 		missing = append(missing, "data_offsets")
 	}
 	if len(missing) > 0 {
-		return e, p.errf(name, "missing field %s", strings.Join(missing, ", "))
+		return t, p.errf(name, "missing field %s", strings.Join(missing, ", "))
 	}
-	e.begin, e.end = offsets[0], offsets[1]
-	if e.end < e.begin {
-		return e, p.errf(name, "data_offsets [%d, %d) are reversed", e.begin, e.end)
+	if end < begin {
+		return t, p.errf(name, "data_offsets [%d, %d) are reversed", begin, end)
 	}
-	want, err := e.dtype.Bytes(e.shape)
+	want, err := t.Type.Bytes(t.Shape)
 	if err != nil {
-		if n, nerr := formats.Elements(e.shape); nerr == nil {
-			if info := e.dtype.Info(); info.BlockSize > 1 && n%int64(info.BlockSize) != 0 {
-				return e, p.errf(name, "%s %v: %d elements are not a whole number of bytes (%s packs %d elements in %d bytes)",
-					dtypeName(e.dtype), e.shape, n, dtypeName(e.dtype), info.BlockSize, info.BlockBytes)
+		if n, nerr := formats.Elements(t.Shape); nerr == nil {
+			if info := t.Type.Info(); info.BlockSize > 1 && n%int64(info.BlockSize) != 0 {
+				return t, p.errf(name, "%s %v: %d elements are not a whole number of bytes (%s packs %d elements in %d bytes)",
+					dtypeName(t.Type), t.Shape, n, dtypeName(t.Type), info.BlockSize, info.BlockBytes)
 			}
 		}
-		return e, p.errf(name, "%s %v: %v", dtypeName(e.dtype), e.shape, err)
+		return t, p.errf(name, "%s %v: %v", dtypeName(t.Type), t.Shape, err)
 	}
-	if got := e.end - e.begin; got != want {
-		return e, p.errf(name, "data_offsets [%d, %d) hold %d bytes, but %s %v needs %d",
-			e.begin, e.end, got, dtypeName(e.dtype), e.shape, want)
+	if got := end - begin; got != want {
+		return t, p.errf(name, "data_offsets [%d, %d) hold %d bytes, but %s %v needs %d",
+			begin, end, got, dtypeName(t.Type), t.Shape, want)
 	}
-	if e.end > p.dataSize {
-		return e, p.errf(name, "data_offsets [%d, %d) run past the end of the file (the data section has %d bytes)",
-			e.begin, e.end, p.dataSize)
+	if end > p.dataSize {
+		return t, p.errf(name, "data_offsets [%d, %d) run past the end of the file (the data section has %d bytes)",
+			begin, end, p.dataSize)
 	}
-	return e, nil
+	t.Offset, t.Size = p.dataStart+begin, end-begin
+	return t, nil
 }
 
 // intArray reads a JSON array of non-negative integers; want is the exact
@@ -422,7 +430,7 @@ func (p *headerParser) intArray(tensor, field string, want int) ([]int64, error)
 	if d, ok := tok.(json.Delim); !ok || d != '[' {
 		return nil, bad(describe(tok))
 	}
-	out := make([]int64, 0, 4) // non-nil: a scalar's shape is [], not absent
+	out := p.ints[:0] // reused: the caller copies what it keeps
 	for p.dec.More() {
 		tok, err := p.token()
 		if err != nil {
@@ -447,37 +455,56 @@ func (p *headerParser) intArray(tensor, field string, want int) ([]int64, error)
 	if want >= 0 && len(out) != want {
 		return nil, bad(strconv.Itoa(len(out)))
 	}
+	p.ints = out
 	return out, nil
 }
 
-// checkLayout sorts the entries by offset and checks that they tile the data
-// section from 0 with no gap or overlap; it returns the end of the last one.
+// checkLayout checks that the tensors, in offset order, tile the data
+// section from 0 with no gap or overlap; it returns the end of the last
+// one. Headers written in offset order (nearly all) need no sort.
 func (p *headerParser) checkLayout() (int64, error) {
-	order := make([]*entry, len(p.entries))
-	for i := range p.entries {
-		order[i] = &p.entries[i]
+	ts := p.tensors
+	cmp := func(a, b int32) int {
+		ta, tb := &ts[a], &ts[b]
+		if ta.Offset != tb.Offset {
+			return cmpInt(ta.Offset, tb.Offset)
+		}
+		return cmpInt(ta.Size, tb.Size) // same begin: the shorter ends first
 	}
-	slices.SortStableFunc(order, func(a, b *entry) int {
-		if a.begin != b.begin {
-			return cmpInt(a.begin, b.begin)
+	var order []int32
+	for i := 1; i < len(ts); i++ {
+		if cmp(int32(i-1), int32(i)) > 0 {
+			order = make([]int32, len(ts))
+			for j := range order {
+				order[j] = int32(j)
+			}
+			slices.SortStableFunc(order, cmp)
+			break
 		}
-		return cmpInt(a.end, b.end)
-	})
+	}
+	at := func(i int) *formats.Tensor {
+		if order != nil {
+			return &ts[order[i]]
+		}
+		return &ts[i]
+	}
 	var end int64
-	var prev *entry
-	for _, e := range order {
+	var prev *formats.Tensor
+	for i := range ts {
+		t := at(i)
+		begin, tEnd := t.Offset-p.dataStart, t.Offset-p.dataStart+t.Size
 		switch {
-		case e.begin > end && prev == nil:
-			return 0, p.errf(e.name, "data starts at byte %d of the data section; the first tensor must start at 0", e.begin)
-		case e.begin > end:
-			return 0, p.errf(e.name, "gap of %d bytes between tensor %q [%d, %d) and this tensor [%d, %d)",
-				e.begin-end, prev.name, prev.begin, prev.end, e.begin, e.end)
-		case e.begin < end:
-			return 0, p.errf(e.name, "data_offsets [%d, %d) overlap tensor %q [%d, %d)",
-				e.begin, e.end, prev.name, prev.begin, prev.end)
+		case begin > end && prev == nil:
+			return 0, p.errf(t.Name, "data starts at byte %d of the data section; the first tensor must start at 0", begin)
+		case begin > end:
+			return 0, p.errf(t.Name, "gap of %d bytes between tensor %q [%d, %d) and this tensor [%d, %d)",
+				begin-end, prev.Name, prev.Offset-p.dataStart, prev.Offset-p.dataStart+prev.Size, begin, tEnd)
+		case begin < end:
+			return 0, p.errf(t.Name, "data_offsets [%d, %d) overlap tensor %q [%d, %d)",
+				begin, tEnd, prev.Name, prev.Offset-p.dataStart, prev.Offset-p.dataStart+prev.Size)
 		}
-		end = e.end
-		prev = e
+		end = tEnd
+		prev = t
 	}
 	return end, nil
 }

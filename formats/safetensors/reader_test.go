@@ -375,3 +375,20 @@ func TestReadAfterShrink(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// TestShapesDoNotAlias: the parser keeps every shape in shared arrays, so
+// an append to one tensor's shape must copy, not write into the next one's.
+func TestShapesDoNotAlias(t *testing.T) {
+	ts := []formats.Tensor{{Name: "a", Type: formats.F32, Shape: []int64{2}}, {Name: "b", Type: formats.F32, Shape: []int64{3, 1}}, {Name: "c", Type: formats.F32, Shape: []int64{}}}
+	b, _ := writeAll(t, ts, nil, nil)
+	f, err := Parse(bytes.NewReader(b), int64(len(b)), "x.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.Tensors()
+	_ = append(got[0].Shape, 7)
+	_ = append(got[2].Shape, 9)
+	if !slices.Equal(got[1].Shape, []int64{3, 1}) || got[2].Shape == nil || len(got[2].Shape) != 0 {
+		t.Errorf("shapes after appends: %v %v %v", got[0].Shape, got[1].Shape, got[2].Shape)
+	}
+}
