@@ -64,6 +64,14 @@ type Family struct {
 	// spelling where names models it, sd.cpp's enum otherwise; "" when
 	// sd.cpp has none).
 	SDCpp string
+	// SDCppAt lists the component prefixes under which sd.cpp's version
+	// detection sees the family (nil: "model.diffusion_model." for a
+	// diffusion model, nowhere for the rest). See sdcpp.go.
+	SDCppAt []string
+	// SDCppNeeds lists what else a file must hold for sd.cpp to name the
+	// family's version; without it sd.cpp names none, or the one its text
+	// encoder gives.
+	SDCppNeeds []Need
 	// GGUFNames, for a text encoder that ComfyUI-GGUF's text loader
 	// reads, are the renames (Hugging Face fragment, llama.cpp fragment,
 	// applied in order) that give llama.cpp's tensor names.

@@ -262,7 +262,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	}
 	if imp != nil {
 		// Entries written by sd.cpp are named as sd.cpp converts names.
-		v := names.DetectVersion(m.Tensors())
+		v := names.VersionOf(arch)
 		b.imatrixKey = func(name string) string { return names.Convert(name, v) }
 	}
 	if res.Format == "safetensors" {
