@@ -50,6 +50,9 @@ func docTable() string {
 		for _, k := range f.F32 {
 			keep = append(keep, "`"+k+"` (F32)")
 		}
+		for _, k := range f.ModuleKeep {
+			keep = append(keep, "`"+k+"` (float in ComfyUI modules)")
+		}
 		gen := "no"
 		if f.Generate {
 			gen = "**yes**"

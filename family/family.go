@@ -54,6 +54,11 @@ type Family struct {
 	// linear layers (lookup tables, positional embeddings): they never
 	// become ComfyUI quantized modules.
 	NotLinear []string
+	// ModuleKeep lists fragments of linear layers that stay float in a
+	// ComfyUI module output (int8_convrot, int8, fp8) although a mix
+	// quantizes them: layers whose inputs an 8-bit activation path
+	// handles badly, chosen by measurement (docs/families.md).
+	ModuleKeep []string
 	// Upgrades are the mix's per-role type upgrades (V projections, fused
 	// qkv, FFN down, first/last blocks).
 	Upgrades []Upgrade
@@ -119,6 +124,9 @@ type Class struct {
 	// NotLinear names why a 2-D .weight tensor is not linear ("" when it is, or
 	// when the tensor is not a 2-D .weight at all).
 	NotLinear string
+	// ModuleKeep is the fragment that keeps a linear layer float in ComfyUI
+	// module outputs ("" when none does).
+	ModuleKeep string
 }
 
 // Classify returns how family f treats the tensor called name (without its
@@ -140,6 +148,9 @@ func (f *Family) Classify(name string, shape []int64) Class {
 		c.NotLinear = "not a linear layer for " + f.ID + " (" + firstIn(name, f.NotLinear) + ")"
 	default:
 		c.Linear = true
+		if f != nil {
+			c.ModuleKeep = firstIn(name, f.ModuleKeep)
+		}
 	}
 	return c
 }

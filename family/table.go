@@ -50,7 +50,16 @@ var (
 	// is the final layer while each single block has a proj_out too).
 	fluxKeep = []string{"txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.", "final_layer.",
 		"^x_embedder.", "^context_embedder.", "^time_text_embed.", "^norm_out.", "^proj_out."}
-	ltxKeep = []string{"adaln_single.", "caption_projection.", "patchify_proj.", "proj_out.", "scale_shift_table"}
+	// unetModuleKeep keeps the cross-attention K and V projections float
+	// in module outputs: they read the CLIP context, whose outlier
+	// features W8A8's per-row activation quantization (sd.cpp's and
+	// generate's) resolves poorly. On a full-size SD 1.5 (random weights,
+	// 64x64, 2 steps, seeds 42-45, rendered by generate as sd.cpp computes)
+	// int8_convrot went from 38.17 dB mean to 40.17 dB, q8_0 giving 39.72
+	// dB, for 1 % more bytes (BENCHMARKS.md); SD 2.x and SDXL cross-attend
+	// to CLIP alike.
+	unetModuleKeep = []string{"attn2.to_k.", "attn2.to_v."}
+	ltxKeep        = []string{"adaln_single.", "caption_projection.", "patchify_proj.", "proj_out.", "scale_shift_table"}
 	// clipKeep keeps CLIP's lookup tables (token and position embeddings)
 	// out of every mix: measured with generate --compare on the tiny SD1
 	// model, quantizing them costs more than the bytes it saves (see
@@ -142,7 +151,7 @@ var Families = []*Family{
 			rule("sdxs-512", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), lacks(ldmMiddle1), lacks(ldmOut71)).sd("sdxs-512-ds"),
 			rule("diffusers", rank(dfProjIn, 4), lacks(dfAddEmb), shape(dfAttnKV, -1, 768)).at(sdcppDiffusersAt...),
 		},
-		Parts: sd1Parts, Keep: unetKeep, Upgrades: Std,
+		Parts: sd1Parts, Keep: unetKeep, ModuleKeep: unetModuleKeep, Upgrades: Std,
 		SDCppNeeds: []Need{{Family: "clip_l", Prefixes: []string{""}}},
 		Note:       "sd.cpp names SD 1.x from CLIP-L's token embedding: a UNet without it is of no version there.",
 	},
@@ -157,7 +166,7 @@ var Families = []*Family{
 				shape(`^output_blocks\.7\.1\.transformer_blocks\.0\.attn1\.to_k\.weight$`, -1, 1024)).sd("sdxs-09"),
 			rule("diffusers", rank(dfProjIn, 2), lacks(dfAddEmb), shape(dfAttnKV, -1, 1024)).at(sdcppDiffusersAt...),
 		},
-		Parts: sd2Parts, Keep: unetKeep, Upgrades: Std,
+		Parts: sd2Parts, Keep: unetKeep, ModuleKeep: unetModuleKeep, Upgrades: Std,
 		SDCppNeeds: []Need{{Family: "clip_h", Prefixes: []string{""}}},
 		Note:       "ComfyUI-GGUF loads SD 2.x under its sd1 architecture (same UNet names).",
 	},
@@ -173,7 +182,7 @@ var Families = []*Family{
 			rule("vega", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 2048), lacks(ldmMiddle1), lacks(ldmOut311)).sd("sdxl-vega"),
 			rule("diffusers", has(dfAddEmb), has(`^down_blocks\.\d+\.attentions\.`), shape(dfAttnKV, -1, 2048)).at(sdcppDiffusersAt...),
 		},
-		Parts: sdxlParts, Keep: unetKeep, Upgrades: Std,
+		Parts: sdxlParts, Keep: unetKeep, ModuleKeep: unetModuleKeep, Upgrades: Std,
 		SDCppNeeds: sdcppSecondEncoder,
 		Note:       "generate runs the base and the refiner (the refiner sd.cpp does not run); inpaint only converts. sd.cpp names SDXL only when the file holds a second text encoder.",
 	},

@@ -549,13 +549,14 @@ func TestQuantizeConvrotRules(t *testing.T) {
 // TestConvrotKeepsEmbeddingsFloat reads the SD 1.5 int8_convrot plan:
 // CLIP's token and position embeddings (lookup tables) and every text
 // encoder and VAE tensor stay float, the UNet's linear layers are modules,
-// its convolutions and time embedding are not.
+// its convolutions, time embedding and cross-attention K/V (the family
+// table's ModuleKeep, a measured choice) are not.
 func TestConvrotKeepsEmbeddingsFloat(t *testing.T) {
 	res, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"), Type: "int8_convrot", GroupSize: 16}, pipeline.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	modules := 0
+	modules, kv := 0, 0
 	for _, r := range res.rows() {
 		isModule := r.To == formats.I8
 		if isModule {
@@ -574,13 +575,18 @@ func TestConvrotKeepsEmbeddingsFloat(t *testing.T) {
 			if isModule {
 				t.Errorf("%s: kept tensor became a module", r.Name)
 			}
-		case strings.HasSuffix(r.Name, "attn1.to_q.weight"):
+		case strings.HasSuffix(r.Name, "attn2.to_k.weight"), strings.HasSuffix(r.Name, "attn2.to_v.weight"):
+			kv++
+			if isModule || !r.To.Info().Float || !strings.Contains(r.Reason, "attn2.to_") {
+				t.Errorf("%s: %s (%s), want float, kept by the table's module keep list", r.Name, r.To, r.Reason)
+			}
+		case strings.HasSuffix(r.Name, "attn1.to_q.weight"), strings.HasSuffix(r.Name, "attn2.to_q.weight"), strings.HasSuffix(r.Name, "ff.net.2.weight"):
 			if !isModule {
 				t.Errorf("%s: %s (%s), want an int8 module", r.Name, r.To, r.Reason)
 			}
 		}
 	}
-	if modules == 0 {
-		t.Error("no modules at all")
+	if modules == 0 || kv == 0 {
+		t.Errorf("%d modules, %d cross-attention K/V weights", modules, kv)
 	}
 }
