@@ -50,16 +50,19 @@ var (
 	// is the final layer while each single block has a proj_out too).
 	fluxKeep = []string{"txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.", "final_layer.",
 		"^x_embedder.", "^context_embedder.", "^time_text_embed.", "^norm_out.", "^proj_out."}
-	// unetModuleKeep keeps the cross-attention K and V projections float
-	// in module outputs: they read the CLIP context, whose outlier
-	// features W8A8's per-row activation quantization (sd.cpp's and
-	// generate's) resolves poorly. On a full-size SD 1.5 (random weights,
-	// 64x64, 2 steps, seeds 42-45, rendered by generate as sd.cpp computes)
-	// int8_convrot went from 38.17 dB mean to 40.17 dB, q8_0 giving 39.72
-	// dB, for 1 % more bytes (BENCHMARKS.md); SD 2.x and SDXL cross-attend
-	// to CLIP alike.
-	unetModuleKeep = []string{"attn2.to_k.", "attn2.to_v."}
-	ltxKeep        = []string{"adaln_single.", "caption_projection.", "patchify_proj.", "proj_out.", "scale_shift_table"}
+	// sdModuleKeep keeps the linear layers of SD 1.x/2.x's first and
+	// last blocks (input_blocks.1 and output_blocks.11, at full
+	// resolution; down_blocks.0 and up_blocks.3 in diffusers' names) float
+	// in module outputs: their errors reach the output unattenuated. On a
+	// full-size SD 1.5 (random weights, 64x64, 2 euler steps, seeds
+	// 42-45, rendered by generate as sd.cpp computes W8A8) int8_convrot
+	// went from 38.17 dB mean to 41.61 dB, q8_0 giving 39.72 dB, for 0.3 %
+	// more bytes: the cheapest measured set that reaches q8_0 (the others
+	// and their figures are in BENCHMARKS.md). SDXL's layout differs and
+	// was not measured.
+	sdModuleKeep = []string{"input_blocks.1.", "output_blocks.11.",
+		"down_blocks.0.resnets.0.", "down_blocks.0.attentions.0.", "up_blocks.3.resnets.2.", "up_blocks.3.attentions.2."}
+	ltxKeep = []string{"adaln_single.", "caption_projection.", "patchify_proj.", "proj_out.", "scale_shift_table"}
 	// clipKeep keeps CLIP's lookup tables (token and position embeddings)
 	// out of every mix: measured with generate --compare on the tiny SD1
 	// model, quantizing them costs more than the bytes it saves (see
@@ -151,7 +154,7 @@ var Families = []*Family{
 			rule("sdxs-512", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), lacks(ldmMiddle1), lacks(ldmOut71)).sd("sdxs-512-ds"),
 			rule("diffusers", rank(dfProjIn, 4), lacks(dfAddEmb), shape(dfAttnKV, -1, 768)).at(sdcppDiffusersAt...),
 		},
-		Parts: sd1Parts, Keep: unetKeep, ModuleKeep: unetModuleKeep, Upgrades: Std,
+		Parts: sd1Parts, Keep: unetKeep, ModuleKeep: sdModuleKeep, Upgrades: Std,
 		SDCppNeeds: []Need{{Family: "clip_l", Prefixes: []string{""}}},
 		Note:       "sd.cpp names SD 1.x from CLIP-L's token embedding: a UNet without it is of no version there.",
 	},
@@ -166,7 +169,7 @@ var Families = []*Family{
 				shape(`^output_blocks\.7\.1\.transformer_blocks\.0\.attn1\.to_k\.weight$`, -1, 1024)).sd("sdxs-09"),
 			rule("diffusers", rank(dfProjIn, 2), lacks(dfAddEmb), shape(dfAttnKV, -1, 1024)).at(sdcppDiffusersAt...),
 		},
-		Parts: sd2Parts, Keep: unetKeep, ModuleKeep: unetModuleKeep, Upgrades: Std,
+		Parts: sd2Parts, Keep: unetKeep, ModuleKeep: sdModuleKeep, Upgrades: Std,
 		SDCppNeeds: []Need{{Family: "clip_h", Prefixes: []string{""}}},
 		Note:       "ComfyUI-GGUF loads SD 2.x under its sd1 architecture (same UNet names).",
 	},
@@ -182,7 +185,7 @@ var Families = []*Family{
 			rule("vega", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 2048), lacks(ldmMiddle1), lacks(ldmOut311)).sd("sdxl-vega"),
 			rule("diffusers", has(dfAddEmb), has(`^down_blocks\.\d+\.attentions\.`), shape(dfAttnKV, -1, 2048)).at(sdcppDiffusersAt...),
 		},
-		Parts: sdxlParts, Keep: unetKeep, ModuleKeep: unetModuleKeep, Upgrades: Std,
+		Parts: sdxlParts, Keep: unetKeep, Upgrades: Std,
 		SDCppNeeds: sdcppSecondEncoder,
 		Note:       "generate runs the base and the refiner (the refiner sd.cpp does not run); inpaint only converts. sd.cpp names SDXL only when the file holds a second text encoder.",
 	},

@@ -549,14 +549,14 @@ func TestQuantizeConvrotRules(t *testing.T) {
 // TestConvrotKeepsEmbeddingsFloat reads the SD 1.5 int8_convrot plan:
 // CLIP's token and position embeddings (lookup tables) and every text
 // encoder and VAE tensor stay float, the UNet's linear layers are modules,
-// its convolutions, time embedding and cross-attention K/V (the family
-// table's ModuleKeep, a measured choice) are not.
+// its convolutions, time embedding and the linear layers of its first and
+// last blocks (the family table's ModuleKeep, a measured choice) are not.
 func TestConvrotKeepsEmbeddingsFloat(t *testing.T) {
 	res, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"), Type: "int8_convrot", GroupSize: 16}, pipeline.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	modules, kv := 0, 0
+	modules, edge := 0, 0
 	for _, r := range res.rows() {
 		isModule := r.To == formats.I8
 		if isModule {
@@ -575,18 +575,20 @@ func TestConvrotKeepsEmbeddingsFloat(t *testing.T) {
 			if isModule {
 				t.Errorf("%s: kept tensor became a module", r.Name)
 			}
-		case strings.HasSuffix(r.Name, "attn2.to_k.weight"), strings.HasSuffix(r.Name, "attn2.to_v.weight"):
-			kv++
-			if isModule || !r.To.Info().Float || !strings.Contains(r.Reason, "attn2.to_") {
-				t.Errorf("%s: %s (%s), want float, kept by the table's module keep list", r.Name, r.To, r.Reason)
+		case strings.Contains(r.Name, "input_blocks.1."), strings.Contains(r.Name, "output_blocks.11."):
+			if strings.HasSuffix(r.Name, "to_q.weight") || strings.HasSuffix(r.Name, "ff.net.2.weight") {
+				edge++
+				if isModule || !r.To.Info().Float || !strings.Contains(r.Reason, "_blocks.1") {
+					t.Errorf("%s: %s (%s), want float, kept by the table's module keep list", r.Name, r.To, r.Reason)
+				}
 			}
-		case strings.HasSuffix(r.Name, "attn1.to_q.weight"), strings.HasSuffix(r.Name, "attn2.to_q.weight"), strings.HasSuffix(r.Name, "ff.net.2.weight"):
+		case strings.HasSuffix(r.Name, "attn1.to_q.weight"), strings.HasSuffix(r.Name, "attn2.to_k.weight"), strings.HasSuffix(r.Name, "ff.net.2.weight"):
 			if !isModule {
 				t.Errorf("%s: %s (%s), want an int8 module", r.Name, r.To, r.Reason)
 			}
 		}
 	}
-	if modules == 0 || kv == 0 {
-		t.Errorf("%d modules, %d cross-attention K/V weights", modules, kv)
+	if modules == 0 || edge == 0 {
+		t.Errorf("%d modules, %d linear weights of the first and last blocks", modules, edge)
 	}
 }
