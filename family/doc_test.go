@@ -51,7 +51,7 @@ func docTable() string {
 			keep = append(keep, "`"+k+"` (F32)")
 		}
 		for _, k := range f.ModuleKeep {
-			keep = append(keep, "`"+k+"` (float in ComfyUI modules)")
+			keep = append(keep, "`"+k+"` (float in INT8 modules)")
 		}
 		gen := "no"
 		if f.Generate {

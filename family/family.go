@@ -55,9 +55,9 @@ type Family struct {
 	// become ComfyUI quantized modules.
 	NotLinear []string
 	// ModuleKeep lists fragments of linear layers that stay float in a
-	// ComfyUI module output (int8_convrot, int8, fp8) although a mix
-	// quantizes them: layers whose inputs an 8-bit activation path
-	// handles badly, chosen by measurement (docs/families.md).
+	// ComfyUI INT8 module output (int8_convrot, int8) although a mix
+	// quantizes them: the layers where the runtimes' W8A8 path (8-bit
+	// activations) costs most, chosen by measurement (docs/families.md).
 	ModuleKeep []string
 	// Upgrades are the mix's per-role type upgrades (V projections, fused
 	// qkv, FFN down, first/last blocks).

@@ -116,8 +116,10 @@ func TestQuantizeConvrot(t *testing.T) {
 	res := run(t, Options{Input: tinyPath, Output: out, Type: "int8_convrot", GroupSize: 64, Log: logTo(&logs)}, pipeline.Options{})
 	g := mustOpen(t, out)
 	const (
-		rot   = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.ff.net.2"   // in = 128
-		plain = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q" // in = 32
+		// input_blocks.2, not 1: the first and last blocks stay float
+		// (the family table's ModuleKeep).
+		rot   = "model.diffusion_model.input_blocks.2.1.transformer_blocks.0.ff.net.2"   // in = 128
+		plain = "model.diffusion_model.input_blocks.2.1.transformer_blocks.0.attn1.to_q" // in = 32
 	)
 	for _, c := range []struct {
 		mod, json string
@@ -152,9 +154,10 @@ func TestQuantizeConvrot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The UNet's linear layers only: the tiny CLIP's 12 linear layers and
-	// its two embedding tables stay float.
-	if len(mods) != 182 {
-		t.Errorf("Detect found %d modules, want 182", len(mods))
+	// its two embedding tables stay float, and so do the 22 linear layers
+	// of the first and last blocks (the family table's ModuleKeep).
+	if len(mods) != 182-22 {
+		t.Errorf("Detect found %d modules, want %d", len(mods), 182-22)
 	}
 	// Oracle: the whole-tensor encoder gives the same bytes.
 	src := mustOpen(t, tinyPath)
