@@ -13,13 +13,18 @@ import "strings"
 //   - Family.SDCppAt lists the component prefixes under which sd.cpp sees the
 //     family at all (it finds a diffusion model only under
 //     "model.diffusion_model.", a diffusers UNet under "unet.", a CLIP only
-//     under the names it reads the token embedding from);
+//     under the names it reads the token embedding from); Rule.SDCppAt
+//     overrides it for one variant;
 //   - Family.SDCppNeeds lists what else the file must hold for sd.cpp to name
 //     the version (a UNet is SD 1.x or 2.x to it only with the CLIP whose
 //     token-embedding width says which, SDXL only with a second text
 //     encoder).
 //
-// Architecture.SDCpp combines them; nothing else about sd.cpp is coded.
+// A rule may also carry conditions that sd.cpp tests on top of the rule's
+// own (Rule.sdIf: the real widths it multiplies in to tell Wan 2.2 apart).
+// Architecture.SDCpp combines them; nothing else about sd.cpp is coded, and
+// family/sdcpp_test.go holds the result to a rule-by-rule account of
+// get_sd_version.
 
 // Need is one thing sd.cpp must find besides the component itself before it
 // names the component's version.
