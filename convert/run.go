@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	// The writers sd-cli's convert writes: GGUF, and safetensors by extension.
 	_ "github.com/sdtool/sdtool/formats/gguf"
@@ -300,13 +301,14 @@ func carryMetadata(plan *pipeline.Plan, format string, from []string, mds []form
 	}
 }
 
-// detectVersion runs sd.cpp's version detection on the export names and shapes.
+// detectVersion returns the version sd.cpp's detection gives the export
+// names and shapes, as the family table states it.
 func detectVersion(sources []Source) names.Version {
 	ts := make([]formats.Tensor, len(sources))
 	for i, s := range sources {
 		ts[i] = formats.Tensor{Name: s.Name, Type: s.Storage, Shape: s.Shape}
 	}
-	return names.DetectVersion(ts)
+	return names.VersionOf(family.Detect(ts, nil))
 }
 
 // checkConvertedNames refuses a conversion whose renamed tensors collide

@@ -23,6 +23,13 @@ type Component struct {
 	Tensors int   `json:"tensors"`
 	Params  int64 `json:"params"`
 	Bytes   int64 `json:"bytes"`
+	// byPrefix reports that the name came from the prefix (prefixHints),
+	// not from a rule that measured the tensors: sd.cpp, which reads
+	// widths, does not see such a component as the named family.
+	byPrefix bool
+	// sdcppIfFailed reports that the rule's sdcppIf conditions fail: sd.cpp
+	// names the family's version, not the variant's.
+	sdcppIfFailed bool
 }
 
 // Family returns the component's table entry.
@@ -120,7 +127,15 @@ type Rule struct {
 	// SDCpp is sd.cpp's version name for the variant when it differs from
 	// the family's ("flux-fill", "wan2.2-i2v").
 	SDCpp string
-	conds []cond
+	// SDCppAt, when set, replaces the family's SDCppAt for this variant
+	// (sd.cpp reads a diffusers UNet under "unet.", an LDM one under
+	// "model.diffusion_model.").
+	SDCppAt []string
+	conds   []cond
+	// sdcppIf are conditions sd.cpp tests beyond the rule's own before it
+	// names the variant's version (widths it multiplies in, which a
+	// scaled-down model lacks); when they fail it names the family's.
+	sdcppIf []cond
 }
 
 func rule(variant string, conds ...cond) Rule { return Rule{Variant: variant, conds: conds} }
@@ -130,6 +145,16 @@ const noSDCpp = "-"
 
 // sd names the rule's sd.cpp version.
 func (r Rule) sd(version string) Rule { r.SDCpp = version; return r }
+
+// sdIf names the rule's sd.cpp version, which sd.cpp gives only when conds
+// hold too.
+func (r Rule) sdIf(version string, conds ...cond) Rule {
+	r.SDCpp, r.sdcppIf = version, conds
+	return r
+}
+
+// at sets where sd.cpp sees the variant.
+func (r Rule) at(prefixes ...string) Rule { r.SDCppAt = prefixes; return r }
 
 // SDCppFor returns sd.cpp's version name for a variant of f ("" when
 // sd.cpp has none).
@@ -148,13 +173,11 @@ func (f *Family) SDCppFor(variant string) string {
 	return f.SDCpp
 }
 
-// SDCpp returns sd.cpp's version name for the main component ("" for none).
-func (a Architecture) SDCpp() string { return a.Main().SDCppFor(a.Variant()) }
-
 // rule is one row of the flattened detection table.
 type flatRule struct {
 	name, kind, variant string
 	conds               []cond
+	rule                *Rule
 }
 
 // rules is the detection table, flattened from Families.
@@ -162,8 +185,9 @@ var rules []flatRule
 
 func buildRules() {
 	for _, f := range Families {
-		for _, r := range f.Detect {
-			rules = append(rules, flatRule{name: f.ID, kind: f.Kind, variant: r.Variant, conds: r.conds})
+		for i := range f.Detect {
+			r := &f.Detect[i]
+			rules = append(rules, flatRule{name: f.ID, kind: f.Kind, variant: r.Variant, conds: r.conds, rule: r})
 		}
 	}
 	indexConds()
@@ -184,6 +208,9 @@ var prefixes = []*regexp.Regexp{
 	regexp.MustCompile(`^text_encoders\.[A-Za-z0-9_]+\.(transformer\.)?`),
 	regexp.MustCompile(`^text_encoder(_\d+)?\.`),
 	regexp.MustCompile(`^unet\.`),
+	// sd.cpp's loader names a diffusers folder's text encoders so.
+	regexp.MustCompile(`^te\.1\.`),
+	regexp.MustCompile(`^te\.`),
 }
 
 // prefixHints name a text encoder by its prefix when the tensors alone
@@ -275,9 +302,11 @@ func Detect(tensors []formats.Tensor, md formats.Metadata) Architecture {
 			bytes += t.Size
 		}
 		for _, r := range found {
+			name := hintedName(g.prefix, r.name)
 			arch.Components = append(arch.Components, Component{
-				Name: hintedName(g.prefix, r.name), Kind: r.kind, Variant: r.variant, Prefix: g.prefix,
-				Tensors: len(g.tensors), Params: params, Bytes: bytes,
+				Name: name, Kind: r.kind, Variant: r.variant, Prefix: g.prefix,
+				Tensors: len(g.tensors), Params: params, Bytes: bytes, byPrefix: name != r.name,
+				sdcppIfFailed: !g.holds(r.rule.sdcppIf),
 			})
 		}
 	}
@@ -383,6 +412,23 @@ func detectGroup(g *group, words string) []*flatRule {
 		out = append(out, &rules[best[k]])
 	}
 	return out
+}
+
+// holds reports whether every condition holds on the group's tensors.
+func (g *group) holds(conds []cond) bool {
+	for _, c := range conds {
+		found := false
+		for _, t := range g.tensors {
+			if c.re.MatchString(strings.TrimPrefix(t.Name, g.prefix)) && c.shapeMatches(t) {
+				found = true
+				break
+			}
+		}
+		if found == c.absent {
+			return false
+		}
+	}
+	return true
 }
 
 // describe joins the descriptive metadata values, lower-cased.

@@ -53,6 +53,7 @@ func TestDetectArchitecture(t *testing.T) {
 	sd2UNet := ts(
 		"input_blocks.1.1.proj_in.weight", s(320, 320),
 		"input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight", s(320, 1024),
+		"middle_block.1.proj_in.weight", s(1280, 1280),
 		"time_embed.0.weight", s(1280, 320))
 	openClipH := ts(
 		"transformer.resblocks.0.attn.in_proj_weight", s(3072, 1024),

@@ -6,8 +6,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	sdnames "github.com/sdtool/sdtool/names"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated table in ../docs/families.md")
@@ -52,15 +50,54 @@ func docTable() string {
 		for _, k := range f.F32 {
 			keep = append(keep, "`"+k+"` (F32)")
 		}
+		for _, k := range f.ModuleKeep {
+			keep = append(keep, "`"+k+"` (float in INT8 modules)")
+		}
 		gen := "no"
 		if f.Generate {
 			gen = "**yes**"
 		}
 		kind := strings.ReplaceAll(f.Kind, "_", " ")
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", f.ID, f.Title, kind, strings.Join(vs, ", "),
-			or(f.ComfyArch), or(f.SDCpp), gen, strings.Join(keep, ", "))
+			or(f.ComfyArch), or(f.SDCpp)+sdcppWhere(f), gen, strings.Join(keep, ", "))
 	}
 	return b.String()
+}
+
+// sdcppWhere renders the SDCppAt and SDCppNeeds columns for the sd.cpp
+// column of docs/families.md.
+func sdcppWhere(f *Family) string {
+	if f.SDCpp == "" {
+		return ""
+	}
+	quote := func(ps []string) string {
+		q := make([]string, len(ps))
+		for i, p := range ps {
+			q[i] = "`" + p + "`"
+			if p == "" {
+				q[i] = "no prefix"
+			}
+		}
+		return strings.Join(q, ", ")
+	}
+	var parts []string
+	if f.SDCppAt != nil {
+		parts = append(parts, "seen under "+quote(f.SDCppAt))
+	}
+	for _, n := range f.SDCppNeeds {
+		switch {
+		case n.Family != "" && len(n.Prefixes) == 1 && n.Prefixes[0] == "":
+			parts = append(parts, "needs `"+n.Family+"` in the file")
+		case n.Family != "":
+			parts = append(parts, "needs `"+n.Family+"` under "+quote(n.Prefixes))
+		default:
+			parts = append(parts, "needs a text encoder under "+quote(n.Prefixes))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // TestFamiliesDoc holds docs/families.md's table to the family table.
@@ -83,27 +120,5 @@ func TestFamiliesDoc(t *testing.T) {
 			return
 		}
 		t.Errorf("%s is out of date with the family table: run go test ./family -update", docPath)
-	}
-}
-
-// TestSDCppNames: every sd.cpp version name in the table is one that the
-// names package (which follows sd.cpp's SDVersion) knows, except the
-// versions names does not model yet.
-func TestSDCppNames(t *testing.T) {
-	notModelled := map[string]bool{"ltxav": true, "minimax-h3": true}
-	for _, f := range Families {
-		vs := []string{""}
-		for _, r := range f.Detect {
-			vs = append(vs, r.Variant)
-		}
-		for _, v := range vs {
-			sd := f.SDCppFor(v)
-			if sd == "" || notModelled[sd] {
-				continue
-			}
-			if _, err := sdnames.ParseVersion(sd); err != nil {
-				t.Errorf("%s %q: sd.cpp name %q: %v", f.ID, v, sd, err)
-			}
-		}
 	}
 }

@@ -54,6 +54,11 @@ type Family struct {
 	// linear layers (lookup tables, positional embeddings): they never
 	// become ComfyUI quantized modules.
 	NotLinear []string
+	// ModuleKeep lists fragments of linear layers that stay float in a
+	// ComfyUI INT8 module output (int8_convrot, int8) although a mix
+	// quantizes them: the layers where the runtimes' W8A8 path (8-bit
+	// activations) costs most, chosen by measurement (docs/families.md).
+	ModuleKeep []string
 	// Upgrades are the mix's per-role type upgrades (V projections, fused
 	// qkv, FFN down, first/last blocks).
 	Upgrades []Upgrade
@@ -64,6 +69,14 @@ type Family struct {
 	// spelling where names models it, sd.cpp's enum otherwise; "" when
 	// sd.cpp has none).
 	SDCpp string
+	// SDCppAt lists the component prefixes under which sd.cpp's version
+	// detection sees the family (nil: "model.diffusion_model." for a
+	// diffusion model, nowhere for the rest). See sdcpp.go.
+	SDCppAt []string
+	// SDCppNeeds lists what else a file must hold for sd.cpp to name the
+	// family's version; without it sd.cpp names none, or the one its text
+	// encoder gives.
+	SDCppNeeds []Need
 	// GGUFNames, for a text encoder that ComfyUI-GGUF's text loader
 	// reads, are the renames (Hugging Face fragment, llama.cpp fragment,
 	// applied in order) that give llama.cpp's tensor names.
@@ -125,6 +138,9 @@ type Class struct {
 	// NotLinear names why a 2-D .weight tensor is not linear ("" when it is, or
 	// when the tensor is not a 2-D .weight at all).
 	NotLinear string
+	// ModuleKeep is the fragment that keeps a linear layer float in ComfyUI
+	// module outputs ("" when none does).
+	ModuleKeep string
 }
 
 // Classify returns how family f treats the tensor called name (without its
@@ -146,6 +162,9 @@ func (f *Family) Classify(name string, shape []int64) Class {
 		c.NotLinear = "not a linear layer for " + f.ID + " (" + firstIn(name, f.NotLinear) + ")"
 	default:
 		c.Linear = true
+		if f != nil {
+			c.ModuleKeep = firstIn(name, f.ModuleKeep)
+		}
 	}
 	return c
 }

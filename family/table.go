@@ -52,6 +52,18 @@ var (
 	// is the final layer while each single block has a proj_out too).
 	fluxKeep = []string{"txt_in.", "img_in.", "time_in.", "vector_in.", "guidance_in.", "final_layer.",
 		"^x_embedder.", "^context_embedder.", "^time_text_embed.", "^norm_out.", "^proj_out."}
+	// sdModuleKeep keeps the linear layers of SD 1.x/2.x's first and
+	// last blocks (input_blocks.1 and output_blocks.11, at full
+	// resolution; down_blocks.0 and up_blocks.3 in diffusers' names) float
+	// in module outputs: their errors reach the output unattenuated. On a
+	// full-size SD 1.5 (random weights, 64x64, 2 euler steps, seeds
+	// 42-45, rendered by generate as sd.cpp computes W8A8) int8_convrot
+	// went from 38.17 dB mean to 41.61 dB, q8_0 giving 39.72 dB, for 0.3 %
+	// more bytes: the cheapest measured set that reaches q8_0 (the others
+	// and their figures are in BENCHMARKS.md). SDXL's layout differs and
+	// was not measured.
+	sdModuleKeep = []string{"input_blocks.1.", "output_blocks.11.",
+		"down_blocks.0.resnets.0.", "down_blocks.0.attentions.0.", "up_blocks.3.resnets.2.", "up_blocks.3.attentions.2."}
 	ltxKeep = []string{"adaln_single.", "caption_projection.", "patchify_proj.", "proj_out.", "scale_shift_table"}
 	// clipKeep keeps CLIP's lookup tables (token and position embeddings)
 	// out of every mix: measured with generate --compare on the tiny SD1
@@ -109,6 +121,22 @@ var (
 	sdxlParts = []Part{{"sdxl", "model.diffusion_model."}, {"vae", "first_stage_model."}, {"clip_l", "conditioner.embedders.0.transformer."}, {"clip_g", "conditioner.embedders.1.model."}}
 )
 
+// What sd.cpp's version detection reads of UNet checkpoints (sdcpp.go):
+// it sees the LDM UNet and the diffusers one (its loader's "unet."), names
+// SD 1.x or 2.x from the CLIP token embedding's width (768 or 1024) under
+// the names in sdcppCLIPAt, and SDXL only when a second text encoder sits
+// under one of sdcppSecondEncoder's prefixes; the middle block and the depth
+// of some output blocks tell its distilled variants.
+var (
+	sdcppDiffusersAt   = []string{"unet."}
+	sdcppCLIPAt        = []string{"cond_stage_model.transformer.", "", "te.", "conditioner.embedders.0.transformer."}
+	sdcppOpenCLIPAt    = []string{"cond_stage_model.model.", "conditioner.embedders.0.model."}
+	sdcppSecondEncoder = []Need{{Prefixes: []string{"conditioner.embedders.1", "cond_stage_model.1", "te.1"}}}
+	ldmMiddle1         = `^middle_block\.1\.`
+	ldmOut71           = `^output_blocks\.7\.1\.`
+	ldmOut311          = `^output_blocks\.3\.1\.transformer_blocks\.1\.`
+)
+
 // Families is the table. Facts behind the detection rows: SD1's UNet uses
 // 1x1-conv proj_in and context 768; SD2 linear proj_in and context 1024;
 // SDXL has label_emb, depth-10 transformers at input_blocks.7/8 and context
@@ -129,35 +157,55 @@ var Families = []*Family{
 		ID: "sd1", Title: "SD 1.x", Kind: KindDiffusion, ComfyArch: "sd1", SDCpp: "sd1", Generate: true,
 		Detect: []Rule{
 			rule("", rank(ldmProjIn, 4), lacks(ldmLabelEmb)),
-			rule("", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768)),
-			rule("inpaint", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), shape(ldmIn, -1, 9, -1, -1)).sd("sd1-inpaint"),
-			rule("pix2pix", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), shape(ldmIn, -1, 8, -1, -1)).sd("sd1-pix2pix"),
-			rule("diffusers", rank(dfProjIn, 4), lacks(dfAddEmb), shape(dfAttnKV, -1, 768)),
+			rule("", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), has(ldmMiddle1)),
+			rule("inpaint", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), has(ldmMiddle1), shape(ldmIn, -1, 9, -1, -1)).sd("sd1-inpaint"),
+			rule("pix2pix", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), has(ldmMiddle1), shape(ldmIn, -1, 8, -1, -1)).sd("sd1-pix2pix"),
+			rule("tiny-unet", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), lacks(ldmMiddle1), has(ldmOut71)).sd("sd1-tiny-unet"),
+			rule("sdxs-512", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), lacks(ldmMiddle1), lacks(ldmOut71)).sd("sdxs-512-ds"),
+			rule("diffusers", rank(dfProjIn, 4), lacks(dfAddEmb), shape(dfAttnKV, -1, 768)).at(sdcppDiffusersAt...),
 		},
-		Parts: sd1Parts, Keep: unetKeep, Upgrades: Std,
+		Parts: sd1Parts, Keep: unetKeep, ModuleKeep: sdModuleKeep, Upgrades: Std,
+		SDCppNeeds: []Need{{Family: "clip_l", Prefixes: []string{""}}},
+		Note:       "sd.cpp names SD 1.x from CLIP-L's token embedding: a UNet without it is of no version there.",
 	},
 	{
 		ID: "sd2", Title: "SD 2.x", Kind: KindDiffusion, ComfyArch: "sd1", SDCpp: "sd2", Generate: true,
 		Detect: []Rule{
 			rule("", rank(ldmProjIn, 2), lacks(ldmLabelEmb)),
-			rule("", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024)),
-			rule("inpaint", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024), shape(ldmIn, -1, 9, -1, -1)).sd("sd2-inpaint"),
-			rule("diffusers", rank(dfProjIn, 2), lacks(dfAddEmb), shape(dfAttnKV, -1, 1024)),
+			rule("", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024), has(ldmMiddle1)),
+			rule("inpaint", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024), has(ldmMiddle1), shape(ldmIn, -1, 9, -1, -1)).sd("sd2-inpaint"),
+			rule("tiny-unet", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024), lacks(ldmMiddle1)).sd("sd2-tiny-unet"),
+			rule("sdxs-0.9", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024), lacks(ldmMiddle1),
+				shape(`^output_blocks\.7\.1\.transformer_blocks\.0\.attn1\.to_k\.weight$`, -1, 1024)).sd("sdxs-09"),
+			rule("diffusers", rank(dfProjIn, 2), lacks(dfAddEmb), shape(dfAttnKV, -1, 1024)).at(sdcppDiffusersAt...),
 		},
-		Parts: sd2Parts, Keep: unetKeep, Upgrades: Std,
-		Note: "ComfyUI-GGUF loads SD 2.x under its sd1 architecture (same UNet names).",
+		Parts: sd2Parts, Keep: unetKeep, ModuleKeep: sdModuleKeep, Upgrades: Std,
+		SDCppNeeds: []Need{{Family: "clip_h", Prefixes: []string{""}}},
+		Note:       "ComfyUI-GGUF loads SD 2.x under its sd1 architecture (same UNet names).",
 	},
 	{
 		ID: "sdxl", Title: "SDXL", Kind: KindDiffusion, ComfyArch: "sdxl", SDCpp: "sdxl", Generate: true,
 		Detect: []Rule{
 			rule("", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`)),
-			rule("", has(ldmLabelEmb), has(`^input_blocks\.[78]\.1\.transformer_blocks\.9\.`), shape(ldmAttnKV, -1, 2048)),
+			rule("", has(ldmLabelEmb), has(`^input_blocks\.[78]\.1\.transformer_blocks\.9\.`), shape(ldmAttnKV, -1, 2048), has(ldmMiddle1)),
 			rule("refiner", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 1280)).sd(noSDCpp),
-			rule("inpaint", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 2048), shape(ldmIn, -1, 9, -1, -1)).sd("sdxl-inpaint"),
-			rule("diffusers", has(dfAddEmb), has(`^down_blocks\.\d+\.attentions\.`), shape(dfAttnKV, -1, 2048)),
+			rule("inpaint", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 2048), has(ldmMiddle1), shape(ldmIn, -1, 9, -1, -1)).sd("sdxl-inpaint"),
+			rule("pix2pix", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 2048), has(ldmMiddle1), shape(ldmIn, -1, 8, -1, -1)).sd("sdxl-pix2pix"),
+			rule("ssd-1b", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 2048), lacks(ldmMiddle1), has(ldmOut311)).sd("sdxl-ssd1b"),
+			rule("vega", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`), shape(ldmAttnKV, -1, 2048), lacks(ldmMiddle1), lacks(ldmOut311)).sd("sdxl-vega"),
+			rule("diffusers", has(dfAddEmb), has(`^down_blocks\.\d+\.attentions\.`), shape(dfAttnKV, -1, 2048)).at(sdcppDiffusersAt...),
 		},
 		Parts: sdxlParts, Keep: unetKeep, Upgrades: Std,
-		Note: "generate runs the base and the refiner (the refiner sd.cpp does not run); inpaint only converts.",
+		SDCppNeeds: sdcppSecondEncoder,
+		Note:       "generate runs the base and the refiner (the refiner sd.cpp does not run); inpaint only converts. sd.cpp names SDXL only when the file holds a second text encoder.",
+	},
+	{
+		ID: "svd", Title: "Stable Video Diffusion", Kind: KindDiffusion, SDCpp: "svd",
+		Detect: []Rule{
+			rule("", has(`^input_blocks\.8\.0\.time_mixer\.mix_factor$`), has(`^input_blocks\.\d+\.0\.time_mixer\.`), rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024)),
+		},
+		Keep: unetKeep, Upgrades: Std,
+		Note: "An SD 2.x-style UNet with temporal mixers; detected by sd.cpp's marker, converted only.",
 	},
 
 	// DiTs.
@@ -168,12 +216,12 @@ var Families = []*Family{
 			rule("medium", has(`^joint_blocks\.\d+\.context_block\.`), has(`^joint_blocks\.\d+\.x_block\.`), shape(`^x_embedder\.proj\.weight$`, 1536, -1, -1, -1), lacks(`^joint_blocks\.\d+\.x_block\.attn2\.`)),
 			rule("3.5-medium", has(`^joint_blocks\.\d+\.context_block\.`), has(`^joint_blocks\.\d+\.x_block\.attn2\.`), shape(`^x_embedder\.proj\.weight$`, 1536, -1, -1, -1)),
 			rule("large", has(`^joint_blocks\.\d+\.context_block\.`), has(`^joint_blocks\.\d+\.x_block\.`), shape(`^x_embedder\.proj\.weight$`, 2432, -1, -1, -1)),
-			rule("diffusers", has(`^transformer_blocks\.\d+\.ff_context\.`), has(`^pos_embed\.proj\.weight$`), lacks(`^single_transformer_blocks\.`), lacks(`\.img_mod\.`)),
+			rule("diffusers", has(`^transformer_blocks\.\d+\.ff_context\.`), has(`^pos_embed\.proj\.weight$`), lacks(`^single_transformer_blocks\.`), lacks(`\.img_mod\.`)).sd(noSDCpp),
 		},
 		Parts:    []Part{{"sd3", "model.diffusion_model."}, {"clip_l", "text_encoders.clip_l.transformer."}, {"clip_g", "text_encoders.clip_g.transformer."}, {"t5xxl", "text_encoders.t5xxl.transformer."}, {"flux_vae", "first_stage_model."}},
 		Keep:     []string{"final_layer.", "time_text_embed.", "context_embedder.", "t_embedder.", "y_embedder.", "x_embedder.", "proj_out.weight", "pos_embed", "^norm_out."},
 		Upgrades: Std,
-		Note:     "3.5 large is 2432 wide: rows of 2432 are not whole 256-element k-quant blocks, so k-quant mixes take the legacy fallbacks (q4_K to q5_0, q5_K to q5_1, q6_K to q8_0).",
+		Note:     "sd.cpp finds SD3 by joint_blocks only, so a diffusers SD3 is of no version there. 3.5 large is 2432 wide: rows of 2432 are not whole 256-element k-quant blocks, so k-quant mixes take the legacy fallbacks (q4_K to q5_0, q5_K to q5_1, q6_K to q8_0).",
 	},
 	{
 		ID: "flux", Title: "Flux.1", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux", Generate: true,
@@ -182,6 +230,8 @@ var Families = []*Family{
 			rule("schnell", has(fluxDouble), has(fluxSingle), lacks(`^guidance_in\.`), lacks(`^distilled_guidance_layer\.`), lacks(flux2Mod), lacks(hyRefiner)),
 			rule("fill", has(fluxDouble), has(fluxSingle), has(`^guidance_in\.`), lacks(flux2Mod), lacks(hyRefiner), shape(`^img_in\.weight$`, -1, 384)).sd("flux-fill"),
 			rule("kontext", has(fluxDouble), has(fluxSingle), has(`^guidance_in\.`), lacks(flux2Mod), lacks(hyRefiner), meta("kontext")),
+			rule("controls", has(fluxDouble), has(fluxSingle), has(`^guidance_in\.`), lacks(flux2Mod), lacks(hyRefiner), shape(`^img_in\.weight$`, -1, 128)).sd("flux-controls"),
+			rule("flex-2", has(fluxDouble), has(fluxSingle), has(`^guidance_in\.`), lacks(flux2Mod), lacks(hyRefiner), shape(`^img_in\.weight$`, -1, 196)).sd("flex-2"),
 			rule("diffusers", has(`^transformer_blocks\.\d+\.attn\.add_q_proj\.`), has(`^single_transformer_blocks\.\d+\.`)),
 		},
 		Parts: []Part{{"flux", "model.diffusion_model."}, {"clip_l", "text_encoders.clip_l.transformer."}, {"t5xxl", "text_encoders.t5xxl.transformer."}, {"flux_vae", "vae."}},
@@ -192,6 +242,7 @@ var Families = []*Family{
 		ID: "chroma", Title: "Chroma", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux",
 		Detect: []Rule{
 			rule("", has(fluxDouble), has(fluxSingle), has(`^distilled_guidance_layer\.`), lacks(`^guidance_in\.`)),
+			rule("radiance", has(fluxDouble), has(fluxSingle), has(`^distilled_guidance_layer\.`), lacks(`^guidance_in\.`), has(`^nerf_final_layer_conv\.`)).sd("chroma-radiance"),
 		},
 		Keep: with(fluxKeep, "distilled_guidance_layer."), Upgrades: Std,
 		Note: "Flux.1 without the modulation layers: ComfyUI-GGUF loads it under its flux architecture, sd.cpp as a Flux variant.",
@@ -210,17 +261,18 @@ var Families = []*Family{
 		ID: "wan", Title: "Wan 2.1 / 2.2", Kind: KindDiffusion, ComfyArch: "wan", SDCpp: "wan2",
 		Detect: []Rule{
 			rule("t2v", has(wanQ), rank(wanPatch, 5)),
+			rule("s2v", has(wanQ), rank(wanPatch, 5), has(`^(casual_audio_encoder\.|audio_injector\.injector\.0\.q\.weight)`), has(`^blocks\.0\.cross_attn\.norm_k\.weight$`)).sd("wan2.2-s2v"),
 			rule("i2v", has(wanQ), rank(wanPatch, 5), has(`^img_emb\.`)),
-			rule("2.2-i2v", has(wanQ), shape(wanPatch, -1, 36, -1, -1, -1), lacks(`^img_emb\.`)).sd("wan2.2-i2v"),
-			rule("ti2v-5b", has(wanQ), shape(wanPatch, -1, 48, -1, -1, -1), lacks(`^img_emb\.`)).sd("wan2.2-ti2v"),
+			rule("2.2-i2v", has(wanQ), shape(wanPatch, -1, 36, -1, -1, -1), lacks(`^img_emb\.`)).sdIf("wan2.2-i2v", shape(wanPatch, 5120, 36, -1, -1, -1)),
+			rule("ti2v-5b", has(wanQ), shape(wanPatch, -1, 48, -1, -1, -1), lacks(`^img_emb\.`)).sdIf("wan2.2-ti2v", shape(wanPatch, 3072, 48, -1, -1, -1)),
 			rule("a14b-high-noise", has(wanQ), rank(wanPatch, 5), meta("high_noise")),
 			rule("a14b-low-noise", has(wanQ), rank(wanPatch, 5), meta("low_noise")),
-			rule("diffusers", has(`^blocks\.\d+\.attn1\.to_q\.weight$`), rank(wanPatch, 5)),
+			rule("diffusers", has(`^blocks\.\d+\.attn1\.to_q\.weight$`), rank(wanPatch, 5)).sd(noSDCpp),
 		},
 		Keep:     []string{"modulation.", "patch_embedding.", "text_embedding.", "time_projection.", "time_embedding.", "img_emb.", "head."},
 		F32:      []string{".modulation", "head.modulation"},
 		Upgrades: Std,
-		Note:     "The 5-D patch embedding is folded to 4-D in GGUF (comfy.gguf.orig_shape keeps it). A14B's high- and low-noise experts have the same tensors; metadata that names them tells them apart.",
+		Note:     "sd.cpp tells Wan 2.2 I2V and TI2V by the patch embedding's out×in channels (5120×36, 3072×48), so a narrower model is Wan 2.1 to it. sd.cpp finds Wan by blocks.0.cross_attn.norm_k, which diffusers' names lack. The 5-D patch embedding is folded to 4-D in GGUF (comfy.gguf.orig_shape keeps it). A14B's high- and low-noise experts have the same tensors; metadata that names them tells them apart.",
 	},
 	{
 		ID: "hunyuan_video", Title: "HunyuanVideo", Kind: KindDiffusion, ComfyArch: "hyvid", SDCpp: "hunyuan-video",
@@ -237,11 +289,12 @@ var Families = []*Family{
 		Note:      "1.5's names checked against diffusers' conversion script: separate q/k/v per stream (img_attn_q, ...), img_mod.linear, mlp.fc1/fc2.",
 	},
 	{
-		ID: "ltxv", Title: "LTX-Video", Kind: KindDiffusion, ComfyArch: "ltxv",
+		ID: "ltxv", Title: "LTX-Video", Kind: KindDiffusion, ComfyArch: "ltxv", SDCpp: "ltxav",
 		Detect: []Rule{
 			rule("", has(`^adaln_single\.emb\.timestep_embedder\.`), has(`^transformer_blocks\.\d+\.scale_shift_table$`), has(`^caption_projection\.`), lacks(`^audio_patchify_proj\.`)),
 		},
 		Keep: ltxKeep, F32: []string{"scale_shift_table"}, Upgrades: Std,
+		Note: "sd.cpp runs LTX-2 only but names every LTX model by adaln_single's timestep embedder, as LTX-2 (ltxav).",
 	},
 	{
 		ID: "ltx2", Title: "LTX-2", Kind: KindDiffusion, ComfyArch: "ltxv", SDCpp: "ltxav",
@@ -258,6 +311,7 @@ var Families = []*Family{
 		Detect: []Rule{
 			rule("", has(`^transformer_blocks\.\d+\.img_mod\.`), has(`^transformer_blocks\.\d+\.txt_mod\.`), lacks(`^time_text_embed\.addition_t_embedding\.`)),
 			rule("edit", has(`^transformer_blocks\.\d+\.img_mod\.`), has(`^transformer_blocks\.\d+\.txt_mod\.`), lacks(`^time_text_embed\.addition_t_embedding\.`), meta("edit")),
+			rule("mage-flow", has(`^transformer_blocks\.\d+\.img_mod\.`), has(`^transformer_blocks\.\d+\.txt_mod\.`), lacks(`^time_text_embed\.addition_t_embedding\.`), shape(`^img_in\.weight$`, -1, 128)).sd("mage-flow"),
 		},
 		Keep:     []string{"img_in.", "txt_in.", "time_text_embed.", "proj_out.", "norm_out."},
 		Upgrades: with(Std, Upgrade{Role: RoleEdgeBlock, Pattern: mustRE(`transformer_blocks\.([0-9]+)\.`)}),
@@ -286,7 +340,11 @@ var Families = []*Family{
 		ID: "cosmos", Title: "Cosmos Predict2", Kind: KindDiffusion, ComfyArch: "cosmos",
 		Detect: []Rule{
 			rule("", has(`^blocks\.\d+\.mlp\.layer1\.weight$`), has(`^blocks\.\d+\.adaln_modulation_cross_attn\.`)),
+			rule("anima", has(`^blocks\.\d+\.mlp\.layer1\.weight$`), has(`^blocks\.\d+\.adaln_modulation_cross_attn\.`), has(`^llm_adapter\.blocks\.0\.cross_attn\.q_proj\.weight$`)).sd("anima"),
 		},
+		// sd.cpp finds Anima's LLM adapter under any prefix.
+		SDCppAt:  []string{"model.diffusion_model.", "diffusion_model.", "net.", ""},
+		Note:     "Anima is Cosmos Predict2 with an LLM adapter; sd.cpp knows it (anima), not Cosmos itself.",
 		Keep:     []string{"p_embedder.", "t_embedder.", "x_embedder.", "t_embedding_norm.", "pos_embedder.", "final_layer."},
 		F32:      []string{"pos_embedder"},
 		Upgrades: Std,
@@ -326,14 +384,16 @@ var Families = []*Family{
 		Keep:   clipKeep, NotLinear: clipTables, Upgrades: Std,
 	},
 	{
-		ID: "clip_l", Title: "CLIP-L", Kind: KindTextEncoder,
-		Detect: []Rule{rule("", has(hfClipLayer), shape(hfClipTok, -1, 768)), rule("open_clip", has(ocClipLayer), shape(ocClipTok, -1, 768))},
+		ID: "clip_l", Title: "CLIP-L", Kind: KindTextEncoder, SDCpp: "sdxs-512-ds", SDCppAt: sdcppCLIPAt,
+		Detect: []Rule{rule("", has(hfClipLayer), shape(hfClipTok, -1, 768)), rule("open_clip", has(ocClipLayer), shape(ocClipTok, -1, 768)).at(sdcppOpenCLIPAt...)},
 		Keep:   clipKeep, NotLinear: clipTables, Upgrades: Std,
+		Note: "sd.cpp reads SD 1.x from this token embedding's width and its variant from the UNet: a file with CLIP-L and no UNet is SDXS-512 (sdxs-512-ds) to it.",
 	},
 	{
-		ID: "clip_h", Title: "OpenCLIP ViT-H", Kind: KindTextEncoder,
-		Detect: []Rule{rule("", has(hfClipLayer), shape(hfClipTok, -1, 1024)), rule("open_clip", has(ocClipLayer), shape(ocClipTok, -1, 1024))},
+		ID: "clip_h", Title: "OpenCLIP ViT-H", Kind: KindTextEncoder, SDCpp: "sd2-tiny-unet", SDCppAt: sdcppCLIPAt,
+		Detect: []Rule{rule("", has(hfClipLayer), shape(hfClipTok, -1, 1024)), rule("open_clip", has(ocClipLayer), shape(ocClipTok, -1, 1024)).at(sdcppOpenCLIPAt...)},
 		Keep:   clipKeep, NotLinear: clipTables, Upgrades: Std,
+		Note: "sd.cpp reads SD 2.x from this token embedding's width: a file with it and no UNet is an SD 2.x tiny UNet (sd2-tiny-unet) to it.",
 	},
 	{
 		ID: "clip_g", Title: "CLIP-G (OpenCLIP bigG)", Kind: KindTextEncoder,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/names"
@@ -159,28 +160,24 @@ type openSource struct {
 	dq   *tensor.View
 }
 
-// componentVersion names the version that converts the names of a model
-// sd.cpp cannot place: its detection looks for the text encoders of a UNet
-// model under their checkpoint prefixes, so a UNet given as
-// --diffusion-model with --clip_l (and --clip_g) files is of no version
-// there (sd-cli refuses it). A UNet whose class embedding (label_emb, or
-// diffusers' add_embedding) is present is SDXL, another UNet SD 1.x (whose
-// names SD 2.x shares); anything else stays Unknown.
-func componentVersion(tensors []formats.Tensor) names.Version {
-	unet, xl := false, false
-	for _, t := range tensors {
-		rest, ok := strings.CutPrefix(t.Name, "model.diffusion_model.")
-		if !ok {
-			continue
-		}
-		unet = unet || strings.HasPrefix(rest, "input_blocks.") || strings.HasPrefix(rest, "down_blocks.")
-		xl = xl || strings.HasPrefix(rest, "label_emb.") || strings.HasPrefix(rest, "add_embedding.")
+// loadVersion names the version whose name conversion fits the loaded
+// tensors: the one sd.cpp's detection gives, else, for a model sd.cpp cannot
+// place, the main family's own (sd.cpp looks for a UNet's text encoders
+// under their checkpoint prefixes, so a UNet given as --diffusion-model with
+// --clip_l and --clip_g files is of no version there and sd-cli refuses
+// it). Both are columns of the family table.
+func loadVersion(tensors []formats.Tensor) names.Version {
+	arch := family.Detect(tensors, nil)
+	if v := names.VersionOf(arch); v != names.Unknown {
+		return v
 	}
-	switch {
-	case unet && xl:
-		return names.SDXL
-	case unet:
-		return names.SD1
+	if v := names.Lookup(arch.SDCppModel()); v != names.Unknown {
+		return v
+	}
+	if f := arch.Main(); f != nil && f.Kind == family.KindDiffusion {
+		// A variant sd.cpp has no version for (the SDXL refiner) has its
+		// family's names.
+		return names.Lookup(f.SDCpp)
 	}
 	return names.Unknown
 }
@@ -306,10 +303,7 @@ func selectFrom(srcs []*openSource, override func(string) string, opt LoadOption
 			tensors = append(tensors, t)
 		}
 	}
-	v := names.DetectVersion(tensors)
-	if v == names.Unknown {
-		v = componentVersion(tensors)
-	}
+	v := loadVersion(tensors)
 	replaced := func(name string, from *openSource) bool {
 		for _, o := range srcs {
 			if o != from && o.comp.flag != "model" && o.comp.provides(name) {

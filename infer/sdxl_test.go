@@ -540,6 +540,12 @@ func TestSDXLDiffusersNames(t *testing.T) {
 		"te.1.text_model.encoder.layers.3.self_attn.q_proj.weight", "te.1.text_projection.weight",
 		"vae.decoder.conv_in.weight", "vae.decoder.up_blocks.0.resnets.0.conv1.weight",
 	} {
+		if strings.HasSuffix(n, "attn2.to_k.weight") {
+			// The cross-attention context width (2048) is what tells the
+			// family table an SDXL UNet.
+			m.add(n, formats.F32, []int64{1, 2048}, encode(t, formats.F32, 2048, ramp(2048, 1)))
+			continue
+		}
 		m.add(n, formats.F32, []int64{1, 4}, f)
 	}
 	specs := planByName(t, m, nil)

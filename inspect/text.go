@@ -47,7 +47,7 @@ func WriteText(w io.Writer, s *Summary) error {
 	row("tensor data", fmt.Sprintf("%s bytes (%s)", thousands(s.TotalBytes), pipeline.HumanBytes(s.TotalBytes)))
 	row("architecture", s.Architecture.Name)
 	if f := s.Architecture.Main(); f != nil {
-		row("family", familyLine(f, s.Architecture.Variant(), s.Architecture.SDCpp()))
+		row("family", familyLine(f, s.Architecture.Variant(), s.Architecture.SDCppModel()))
 	}
 	tw.Flush()
 

@@ -59,6 +59,8 @@ func bakeFixture(t *testing.T, strength float64) (*memModel, *Plan, map[string][
 		want[l.base] = ref
 	}
 	base.add("double_blocks.0.img_attn.norm.key_norm.scale", formats.F32, []int64{8}, randn(r, 8, 1))
+	// A Flux model has single blocks too (the family table looks for both).
+	base.add("single_blocks.0.norm.key_norm.scale", formats.F32, []int64{8}, randn(r, 8, 1))
 	v, prefix := DetectBase(base.Tensors())
 	if v != names.Flux {
 		t.Fatalf("base detected as %v", v)

@@ -80,11 +80,11 @@ func NewBase(tensors []formats.Tensor, v names.Version, prefix string) (*Base, e
 
 // DetectBase finds the version of a base model and the prefix its names
 // need: the names as stored, or with "model.diffusion_model." before them
-// (a Flux, Wan or other diffusion model saved on its own). sd.cpp's
-// detection comes first; where it fails (it reads some widths, which a
-// scaled-down test model does not have) the architecture that
-// the family table (family.Detect) sees in the names is taken when the
-// family has an sd.cpp version. It returns names.Unknown when nothing is recognised.
+// (a Flux, Wan or other diffusion model saved on its own). The version sd.cpp
+// would report comes first; where sd.cpp names none (a UNet without its
+// text encoder, a scaled-down test model whose widths it would not read)
+// the main family's own sd.cpp version is taken. Both come from the family
+// table (family.Detect). It returns names.Unknown when nothing is recognised.
 func DetectBase(tensors []formats.Tensor) (names.Version, string) {
 	const p = "model.diffusion_model."
 	prefixed := make([]formats.Tensor, len(tensors))
@@ -94,23 +94,17 @@ func DetectBase(tensors []formats.Tensor) (names.Version, string) {
 			prefixed[i].Name = p + t.Name
 		}
 	}
-	for _, c := range []struct {
-		list   []formats.Tensor
+	cands := []struct {
+		arch   family.Architecture
 		prefix string
-	}{{tensors, ""}, {prefixed, p}} {
-		if v := names.DetectVersion(c.list); v != names.Unknown {
+	}{{family.Detect(tensors, nil), ""}, {family.Detect(prefixed, nil), p}}
+	for _, c := range cands {
+		if v := names.VersionOf(c.arch); v != names.Unknown {
 			return v, c.prefix
 		}
 	}
-	for _, c := range []struct {
-		list   []formats.Tensor
-		prefix string
-	}{{tensors, ""}, {prefixed, p}} {
-		sd := family.Detect(c.list, nil).SDCpp()
-		if sd == "" {
-			continue
-		}
-		if v, err := names.ParseVersion(sd); err == nil && v != names.Unknown {
+	for _, c := range cands {
+		if v := names.Lookup(c.arch.SDCppModel()); v != names.Unknown {
 			return v, c.prefix
 		}
 	}

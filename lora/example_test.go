@@ -48,6 +48,7 @@ func Example() {
 	writeF32(basePath, []formats.Tensor{
 		{Name: "double_blocks.0.img_attn.qkv.weight", Type: formats.F32, Shape: []int64{6, 2}},
 		{Name: "double_blocks.0.img_attn.proj.weight", Type: formats.F32, Shape: []int64{2, 2}},
+		{Name: "single_blocks.0.linear2.weight", Type: formats.F32, Shape: []int64{2, 2}},
 	}, 1)
 	var adapter []formats.Tensor
 	for _, m := range []string{"to_q", "to_k", "to_v"} {
@@ -105,4 +106,5 @@ func Example() {
 	// double_blocks.0.img_attn.qkv.weight rows 2 3 [1.5 1.5 1.5 1.5]
 	// double_blocks.0.img_attn.qkv.weight rows 4 5 [1.5 1.5 1.5 1.5]
 	// double_blocks.0.img_attn.proj.weight unchanged
+	// single_blocks.0.linear2.weight unchanged
 }

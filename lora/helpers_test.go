@@ -139,6 +139,13 @@ func (l *nameShapes) linear(name string, out, in int64) {
 func wan14B(i2v bool) []formats.Tensor {
 	const d, ffn = 5120, 13824
 	var l nameShapes
+	in := int64(16)
+	if i2v {
+		// Wan 2.1 I2V: 36 input channels and the CLIP image embedding.
+		in = 36
+		l.linear("model.diffusion_model.img_emb.proj.1", d, 1280)
+	}
+	l.add("model.diffusion_model.patch_embedding.weight", d, in, 1, 2, 2)
 	l.linear("model.diffusion_model.text_embedding.0", d, 4096)
 	l.linear("model.diffusion_model.time_projection.1", 6*d, d)
 	for i := 0; i < 40; i++ {

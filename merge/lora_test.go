@@ -57,6 +57,8 @@ func fluxPair(t *testing.T, dir string) (string, string) {
 		{"double_blocks.0.img_attn.qkv.weight", []int64{24, 8}},
 		{"double_blocks.0.img_attn.proj.weight", []int64{8, 8}},
 		{"double_blocks.0.img_attn.norm.key_norm.scale", []int64{8}},
+		// Flux has single blocks too; the family table looks for both.
+		{"single_blocks.0.norm.key_norm.scale", []int64{8}},
 		{"img_in.weight", []int64{8, 16}},
 	}
 	var a, b []testTensor

@@ -69,19 +69,6 @@ func BenchmarkConvertAll2000(b *testing.B) {
 	}
 }
 
-func BenchmarkDetectVersionSD1(b *testing.B) {
-	ts := tensorsOf(sd1LDM(), map[string][]int64{"cond_stage_model.transformer.text_model.embeddings.token_embedding.weight": {49408, 768}})
-	cpu0 := cpuNanos()
-	for b.Loop() {
-		if DetectVersion(ts) != SD1 {
-			b.Fatal("not SD1")
-		}
-	}
-	if cpu := cpuNanos() - cpu0; cpu0 > 0 && cpu > 0 {
-		b.ReportMetric(float64(cpu)/float64(b.N)/float64(len(ts)), "cpu-ns/tensor")
-	}
-}
-
 // A floor to read the figures above against on a noisy machine: one map
 // lookup per name (the least any table-driven converter costs) over the same
 // diffusers names.

@@ -1,13 +1,12 @@
 // Package names converts tensor names the way stable-diffusion.cpp's
-// --convert-name does, and detects the model version that conversion depends
-// on.
+// --convert-name does, for the model version that conversion depends on.
 //
 // stable-diffusion.cpp (sd.cpp) accepts weights in many naming schemes
 // (original LDM/BFL checkpoints, diffusers folders and single files, open_clip,
 // llama.cpp-style GGUF, kohya/peft LoRAs) and maps every name onto one internal
 // scheme before it builds its graphs. Convert reproduces the name that sd.cpp's
-// convert_tensor_name returns for a name and version, DetectVersion reproduces
-// its get_sd_version, and ConvertAll converts a whole tensor list and refuses
+// convert_tensor_name returns for a name and version, VersionOf reads the
+// version its get_sd_version reports off the family table, and ConvertAll converts a whole tensor list and refuses
 // collisions. The mappings are tables of data (see tables.go); the functions
 // only walk them.
 //
@@ -28,9 +27,10 @@
 // a Flux diffusers to_k.
 //
 // Which family a checkpoint belongs to, and its components, is the family
-// package's job (family.Detect); DetectVersion here reproduces sd.cpp's own
-// version detection, which its name conversion depends on.
+// package's job (family.Detect); sd.cpp's version is a column of that
+// table (with where sd.cpp looks and what else it needs, family/sdcpp.go),
+// so there is one detector. Version is the conversion's parameter.
 //
-// On the map (DESIGN.md) names sits beside quant, above formats: inspect,
-// quantize, convert and infer use it.
+// On the map (DESIGN.md) names sits beside quant, above family and formats:
+// inspect, quantize, convert and infer use it.
 package names

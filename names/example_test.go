@@ -3,6 +3,7 @@ package names_test
 import (
 	"fmt"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/names"
 )
@@ -23,14 +24,23 @@ func ExampleConvert() {
 	// model.diffusion_model.double_blocks.0.img_attn.qkv.weight.1
 }
 
-func ExampleDetectVersion() {
+func ExampleVersionOf() {
+	// An SD 1.x inpainting checkpoint (9 input channels) with its CLIP-L,
+	// whose token embedding's width is what sd.cpp reads SD 1.x from.
 	tensors := []formats.Tensor{
 		{Name: "model.diffusion_model.input_blocks.0.0.weight", Shape: []int64{320, 9, 3, 3}},
-		{Name: "model.diffusion_model.middle_block.1.proj_in.weight", Shape: []int64{1280, 1280}},
+		{Name: "model.diffusion_model.input_blocks.1.1.proj_in.weight", Shape: []int64{320, 320, 1, 1}},
+		{Name: "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight", Shape: []int64{320, 768}},
+		{Name: "model.diffusion_model.middle_block.1.proj_in.weight", Shape: []int64{1280, 1280, 1, 1}},
 		{Name: "cond_stage_model.transformer.text_model.embeddings.token_embedding.weight", Shape: []int64{49408, 768}},
+		{Name: "cond_stage_model.transformer.text_model.encoder.layers.0.self_attn.q_proj.weight", Shape: []int64{768, 768}},
 	}
-	fmt.Println(names.DetectVersion(tensors))
-	// Output: sd1-inpaint
+	fmt.Println(names.VersionOf(family.Detect(tensors, nil)))
+	// Without the text encoder sd.cpp names no version.
+	fmt.Println(names.VersionOf(family.Detect(tensors[:4], nil)))
+	// Output:
+	// sd1-inpaint
+	// unknown
 }
 
 func ExampleConvertAll() {

@@ -1,6 +1,10 @@
 package names
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/sdtool/sdtool/family"
+)
 
 // Version is a model version as sd.cpp's SDVersion distinguishes them; the
 // name conversion depends on its family.
@@ -146,3 +150,28 @@ func (v Version) usesWanVAE() bool {
 // usesTAE reports whether sd.cpp stores this version's VAE under "tae."
 // rather than "first_stage_model." (the SDXS models ship a tiny autoencoder).
 func (v Version) usesTAE() bool { return v == SDXS512DS || v == SDXS09 }
+
+// notModelled are the sd.cpp versions (97d2990) that the family table names
+// and this package converts like Unknown: their diffusion-model and VAE
+// renames are not modelled here.
+var notModelled = map[string]bool{
+	"ltxav": true, "minimax-h3": true, "wan2.2-s2v": true, "mage-flow": true, "qwen-image-layered": true,
+}
+
+// Lookup returns the Version of an sd.cpp version name as the family table
+// spells it: Unknown for "" (sd.cpp found none), Other for a version this
+// package does not model.
+func Lookup(sdcpp string) Version {
+	if sdcpp == "" {
+		return Unknown
+	}
+	if v, err := ParseVersion(sdcpp); err == nil {
+		return v
+	}
+	return Other
+}
+
+// VersionOf returns the version sd.cpp's get_sd_version reports for a file
+// whose detected architecture is a (family.Detect of the tensors as sd.cpp
+// loads them): the family table's sd.cpp columns decide it.
+func VersionOf(a family.Architecture) Version { return Lookup(a.SDCpp()) }

@@ -96,6 +96,7 @@ var familyCases = []struct {
 	{"layout-z-image", "z_image", "", nil, nil},
 	{"layout-hidream", "hidream", "", nil, nil},
 	{"layout-cosmos", "cosmos", "", nil, nil},
+	{"layout-svd", "svd", "", nil, nil},
 	{"layout-auraflow", "aura", "", nil, nil},
 	{"layout-krea2", "krea2", "", nil, nil},
 	{"layout-minimax-h3", "minimax_h3", "", nil, nil},

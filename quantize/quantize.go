@@ -283,7 +283,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	}
 	if imp != nil {
 		// Entries written by sd.cpp are named as sd.cpp converts names.
-		v := names.DetectVersion(m.Tensors())
+		v := names.VersionOf(arch)
 		b.imatrixKey = func(name string) string { return names.Convert(name, v) }
 	}
 	if res.Format == "safetensors" {
@@ -638,6 +638,12 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		quantize, mt, ruleNote := c.Quantized && cls.Linear, ct, ""
 		if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
 			quantize, c.Reason = false, fmt.Sprintf("%s layer of %s: ComfyUI modules go on the diffusion model's linear layers only", strings.ReplaceAll(fam.Kind, "_", " "), fam.ID)
+			c.Type = b.floatType(s)
+		}
+		if quantize && cls.ModuleKeep != "" && (ct == convrot.Int8Convrot || ct == convrot.Int8) {
+			// The runtimes run INT8 modules as W8A8; these layers are
+			// where that costs most (a measured choice, docs/families.md).
+			quantize, c.Reason = false, fmt.Sprintf("kept float in INT8 module outputs for %s (%s): measured, docs/families.md", fam.ID, cls.ModuleKeep)
 			c.Type = b.floatType(s)
 		}
 		if !quantize && c.Quantized && !cls.Linear && cls.NotLinear != "" {

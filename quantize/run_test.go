@@ -116,8 +116,10 @@ func TestQuantizeConvrot(t *testing.T) {
 	res := run(t, Options{Input: tinyPath, Output: out, Type: "int8_convrot", GroupSize: 64, Log: logTo(&logs)}, pipeline.Options{})
 	g := mustOpen(t, out)
 	const (
-		rot   = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.ff.net.2"   // in = 128
-		plain = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q" // in = 32
+		// input_blocks.2, not 1: the first and last blocks stay float
+		// (the family table's ModuleKeep).
+		rot   = "model.diffusion_model.input_blocks.2.1.transformer_blocks.0.ff.net.2"   // in = 128
+		plain = "model.diffusion_model.input_blocks.2.1.transformer_blocks.0.attn1.to_q" // in = 32
 	)
 	for _, c := range []struct {
 		mod, json string
@@ -152,9 +154,10 @@ func TestQuantizeConvrot(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The UNet's linear layers only: the tiny CLIP's 12 linear layers and
-	// its two embedding tables stay float.
-	if len(mods) != 182 {
-		t.Errorf("Detect found %d modules, want 182", len(mods))
+	// its two embedding tables stay float, and so do the 22 linear layers
+	// of the first and last blocks (the family table's ModuleKeep).
+	if len(mods) != 182-22 {
+		t.Errorf("Detect found %d modules, want %d", len(mods), 182-22)
 	}
 	// Oracle: the whole-tensor encoder gives the same bytes.
 	src := mustOpen(t, tinyPath)
@@ -549,13 +552,14 @@ func TestQuantizeConvrotRules(t *testing.T) {
 // TestConvrotKeepsEmbeddingsFloat reads the SD 1.5 int8_convrot plan:
 // CLIP's token and position embeddings (lookup tables) and every text
 // encoder and VAE tensor stay float, the UNet's linear layers are modules,
-// its convolutions and time embedding are not.
+// its convolutions, time embedding and the linear layers of its first and
+// last blocks (the family table's ModuleKeep, a measured choice) are not.
 func TestConvrotKeepsEmbeddingsFloat(t *testing.T) {
 	res, err := quantizeRun(context.Background(), &Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "x.safetensors"), Type: "int8_convrot", GroupSize: 16}, pipeline.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	modules := 0
+	modules, edge := 0, 0
 	for _, r := range res.rows() {
 		isModule := r.To == formats.I8
 		if isModule {
@@ -574,13 +578,20 @@ func TestConvrotKeepsEmbeddingsFloat(t *testing.T) {
 			if isModule {
 				t.Errorf("%s: kept tensor became a module", r.Name)
 			}
-		case strings.HasSuffix(r.Name, "attn1.to_q.weight"):
+		case strings.Contains(r.Name, "input_blocks.1."), strings.Contains(r.Name, "output_blocks.11."):
+			if strings.HasSuffix(r.Name, "to_q.weight") || strings.HasSuffix(r.Name, "ff.net.2.weight") {
+				edge++
+				if isModule || !r.To.Info().Float || !strings.Contains(r.Reason, "_blocks.1") {
+					t.Errorf("%s: %s (%s), want float, kept by the table's module keep list", r.Name, r.To, r.Reason)
+				}
+			}
+		case strings.HasSuffix(r.Name, "attn1.to_q.weight"), strings.HasSuffix(r.Name, "attn2.to_k.weight"), strings.HasSuffix(r.Name, "ff.net.2.weight"):
 			if !isModule {
 				t.Errorf("%s: %s (%s), want an int8 module", r.Name, r.To, r.Reason)
 			}
 		}
 	}
-	if modules == 0 {
-		t.Error("no modules at all")
+	if modules == 0 || edge == 0 {
+		t.Errorf("%d modules, %d linear weights of the first and last blocks", modules, edge)
 	}
 }

@@ -216,6 +216,21 @@ func init() {
 		layoutLinear("final_layer.adaln_modulation.1", "16", "H"), layoutLinear("final_layer.adaln_modulation.2", "2H", "16"),
 		layoutLinear("final_layer.linear", "64", "H"),
 	)
+	// Stable Video Diffusion: an SD 2.x-style LDM UNet (linear proj_in,
+	// context 1024) whose resnets carry temporal mixers; 8 input channels
+	// (noise and the conditioning frame).
+	svd := joinLines(
+		[]string{"input_blocks.0.0.weight H 8 3 3", "input_blocks.0.0.bias H"},
+		layoutLinear("time_embed.0", "4H", "H"), layoutLinear("time_embed.2", "4H", "4H"),
+		[]string{"input_blocks.{i}.0.time_mixer.mix_factor 1", "input_blocks.{i}.0.in_layers.2.weight H H 3 3"},
+		layoutLinear("input_blocks.{i}.0.time_stack.emb_layers.1", "H", "4H"),
+		layoutLinear("input_blocks.1.1.proj_in", "H", "H"),
+		[]string{"input_blocks.1.1.transformer_blocks.0.attn2.to_k.weight H T", "input_blocks.1.1.transformer_blocks.0.attn2.to_v.weight H T"},
+		layoutLinear("middle_block.1.proj_in", "H", "H"),
+		[]string{"out.2.weight 4 H 3 3", "out.2.bias 4"},
+	)
+	addLayout("layout-svd", layout{doc: "Stable Video Diffusion (SD 2.x-style UNet with time mixers, 9 input blocks)", dims: map[string]int{"H": 64, "T": 1024}, blocks: 9, lines: svd})
+
 	addLayout("layout-cosmos", layout{doc: "Cosmos Predict2 (net. prefix stripped)", dims: map[string]int{"H": 64, "T": 128}, blocks: 2, lines: cosmos})
 
 	aura := joinLines(

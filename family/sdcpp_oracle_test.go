@@ -1,4 +1,4 @@
-package names
+package family
 
 import (
 	"strings"
@@ -6,12 +6,13 @@ import (
 	"github.com/sdtool/sdtool/formats"
 )
 
-// DetectVersion returns the model version sd.cpp's get_sd_version would
-// report for these tensors: their names as loaded (with the prefixes the
-// loader adds, before any conversion) and, where sd.cpp looks at them, their
-// shapes. Tensors should come in sd.cpp's load order, because like sd.cpp the
-// first marker of a family that returns early wins.
-func DetectVersion(tensors []formats.Tensor) Version {
+// sdcppOracle is stable-diffusion.cpp's get_sd_version (src/model_loader.cpp,
+// 97d2990) written out rule by rule, the independent account the family
+// table's sd.cpp columns are tested against (sdcpp_test.go). It returns the
+// version name as the table spells it, "" for sd.cpp's VERSION_COUNT.
+// Tensors must come in sd.cpp's load order: like sd.cpp, the first marker of
+// a family that returns early wins.
+func sdcppOracle(tensors []formats.Tensor) string {
 	var d detector
 	byName := make(map[string]*formats.Tensor, len(tensors))
 	for i := range tensors {
@@ -29,41 +30,39 @@ func DetectVersion(tensors []formats.Tensor) Version {
 
 // earlyMarker is a tensor whose presence settles the version at once.
 type earlyMarker struct {
-	substr string  // the name contains this
-	exact  bool    // the name must equal substr instead
-	also   string  // and the model must hold this exact name too
-	v      Version // then it is this version
+	substr string // the name contains this
+	exact  bool   // the name must equal substr instead
+	also   string // and the model must hold this exact name too
+	v      string // then it is this version
 }
 
-// The early markers in sd.cpp's order. Families this package does not model
-// report Other (PID, Ideogram 4, HiDream-O1, Lens, MiniT2I, SenseNova,
-// ...).
+// The early markers in sd.cpp's order.
 var earlyMarkers = []earlyMarker{
-	{substr: "model.diffusion_model.net.lq_proj.latent_proj.0.weight", v: Other},
-	{substr: "embed_image_indicator.weight", v: Other},
-	{substr: "model.diffusion_model.txtfusion.projector.weight", v: Krea2},
-	{substr: "model.diffusion_model.text_fusion.projector.weight", v: Krea2},
-	{substr: "model.diffusion_model.nerf_final_layer_conv.", v: ChromaRadiance},
-	{substr: "model.diffusion_model.joint_blocks.", v: SD3},
-	{substr: "model.x_embedder.proj1.weight", also: "model.language_model.layers.0.self_attn.q_proj.weight", v: Other},
-	{substr: "model.diffusion_model.transformer_blocks.0.attn.norm_added_q.weight", also: "model.diffusion_model.transformer_blocks.0.img_mlp.w1.weight", v: Other},
-	{substr: "net.img_embedder.proj1.weight", v: Other},
-	{substr: "language_model.model.layers.0.self_attn.q_proj_mot_gen.weight", v: Other},
-	{substr: "model.diffusion_model.txt_in.text_norm.weight", exact: true, v: Other},
-	{substr: "model.diffusion_model.transformer_blocks.0.img_mod.1.weight", v: QwenImage}, // refined in see
-	{substr: "model.diffusion_model.txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.weight", v: HunyuanVideo},
-	{substr: "llm_adapter.blocks.0.cross_attn.q_proj.weight", v: Anima},
+	{substr: "model.diffusion_model.net.lq_proj.latent_proj.0.weight", v: "pid"},
+	{substr: "embed_image_indicator.weight", v: "ideogram4"},
+	{substr: "model.diffusion_model.txtfusion.projector.weight", v: "krea2"},
+	{substr: "model.diffusion_model.text_fusion.projector.weight", v: "krea2"},
+	{substr: "model.diffusion_model.nerf_final_layer_conv.", v: "chroma-radiance"},
+	{substr: "model.diffusion_model.joint_blocks.", v: "sd3"},
+	{substr: "model.x_embedder.proj1.weight", also: "model.language_model.layers.0.self_attn.q_proj.weight", v: "hidream-o1"},
+	{substr: "model.diffusion_model.transformer_blocks.0.attn.norm_added_q.weight", also: "model.diffusion_model.transformer_blocks.0.img_mlp.w1.weight", v: "lens"},
+	{substr: "net.img_embedder.proj1.weight", v: "minit2i"},
+	{substr: "language_model.model.layers.0.self_attn.q_proj_mot_gen.weight", v: "other"},
+	{substr: "model.diffusion_model.txt_in.text_norm.weight", exact: true, v: "other"},
+	{substr: "model.diffusion_model.transformer_blocks.0.img_mod.1.weight", v: "qwen-image"}, // refined in see
+	{substr: "model.diffusion_model.txt_in.individual_token_refiner.blocks.0.adaLN_modulation.1.weight", v: "hunyuan-video"},
+	{substr: "llm_adapter.blocks.0.cross_attn.q_proj.weight", v: "anima"},
 }
 
 // Markers checked after the Flux.2 flag, again in sd.cpp's order.
 var lateMarkers = []earlyMarker{
-	{substr: "dual_time_embed.semantic_embedder.linear_1.weight", v: Other},
-	{substr: "model.diffusion_model.double_blocks.0.img_mlp.gate_proj.weight", v: OvisImage},
-	{substr: "model.diffusion_model.cap_embedder.0.weight", v: ZImage},
-	{substr: "double_stream_layers.0.img_instruct_attn.processor.img_to_q.weight", v: Other},
-	{substr: "model.diffusion_model.layers.0.adaLN_sa_ln.weight", v: Other},
-	{substr: "model.diffusion_model.adaln_single.emb.timestep_embedder.linear_1.bias", v: Other},
-	{substr: "model.diffusion_model.video_patch_proj.weight", also: "model.diffusion_model.audio_patch_proj.weight", v: Other},
+	{substr: "dual_time_embed.semantic_embedder.linear_1.weight", v: "sefi-image"},
+	{substr: "model.diffusion_model.double_blocks.0.img_mlp.gate_proj.weight", v: "ovis-image"},
+	{substr: "model.diffusion_model.cap_embedder.0.weight", v: "z-image"},
+	{substr: "double_stream_layers.0.img_instruct_attn.processor.img_to_q.weight", v: "boogu-image"},
+	{substr: "model.diffusion_model.layers.0.adaLN_sa_ln.weight", v: "ernie-image"},
+	{substr: "model.diffusion_model.adaln_single.emb.timestep_embedder.linear_1.bias", v: "ltxav"},
+	{substr: "model.diffusion_model.video_patch_proj.weight", also: "model.diffusion_model.audio_patch_proj.weight", v: "minimax-h3"},
 }
 
 // Names of the CLIP token embedding, whose width tells SD 1.x (768) from
@@ -116,7 +115,7 @@ func (m *earlyMarker) match(d *detector, name string) bool {
 func containsEither(s, a, b string) bool { return strings.Contains(s, a) || strings.Contains(s, b) }
 
 // see looks at one tensor; done reports that the version is settled.
-func (d *detector) see(t *formats.Tensor) (v Version, done bool) {
+func (d *detector) see(t *formats.Tensor) (v string, done bool) {
 	name := t.Name
 	if containsEither(name, "model.diffusion_model.double_blocks.", "model.diffusion_model.single_transformer_blocks.") {
 		d.flux = true
@@ -124,9 +123,12 @@ func (d *detector) see(t *formats.Tensor) (v Version, done bool) {
 	for i := range earlyMarkers {
 		if earlyMarkers[i].match(d, name) {
 			v := earlyMarkers[i].v
-			if v == QwenImage && (ne(d.get("model.diffusion_model.img_in.weight"), 0) == 128 || d.has("model.diffusion_model.time_text_embed.addition_t_embedding.weight")) {
+			if v == "qwen-image" && (ne(d.get("model.diffusion_model.img_in.weight"), 0) == 128 || d.has("model.diffusion_model.time_text_embed.addition_t_embedding.weight")) {
 				// MAGE-Flow and Qwen-Image-Layered share the marker.
-				v = Other
+				v = "mage-flow"
+				if ne(d.get("model.diffusion_model.img_in.weight"), 0) != 128 {
+					v = "qwen-image-layered"
+				}
 			}
 			return v, true
 		}
@@ -150,7 +152,7 @@ func (d *detector) see(t *formats.Tensor) (v Version, done bool) {
 		d.s2v = true
 	}
 	if strings.Contains(name, "model.diffusion_model.patch_embedder.weight") {
-		return Other, true
+		return "lingbot-video", true
 	}
 	if strings.Contains(name, "model.diffusion_model.patch_embedding.weight") {
 		d.patchChannels = ne(t, 3)
@@ -171,7 +173,7 @@ func (d *detector) see(t *formats.Tensor) (v Version, done bool) {
 		}
 	}
 	if strings.Contains(name, "model.diffusion_model.input_blocks.8.0.time_mixer.mix_factor") {
-		return SVD, true
+		return "svd", true
 	}
 	if containsEither(name, "model.diffusion_model.middle_block.1.", "unet.mid_block.resnets.1.") {
 		d.middle1 = true
@@ -194,22 +196,22 @@ func (d *detector) see(t *formats.Tensor) (v Version, done bool) {
 	if contextEmbeddingNames[name] {
 		d.contextEmbedding = t
 	}
-	return Unknown, false
+	return "", false
 }
 
 // decide turns the collected flags into a version, as sd.cpp does after its
 // scan.
-func (d *detector) decide() Version {
+func (d *detector) decide() string {
 	if d.wan {
 		switch {
 		case d.s2v:
-			return Other // Wan 2.2 S2V
+			return "wan2.2-s2v"
 		case d.patchChannels == 184320 && !d.imgEmb:
-			return Wan22I2V
+			return "wan2.2-i2v"
 		case d.patchChannels == 147456 && !d.imgEmb:
-			return Wan22TI2V
+			return "wan2.2-ti2v"
 		}
-		return Wan2
+		return "wan2"
 	}
 	inChannels := ne(d.inputBlock, 2)
 	inpaint, edit := inChannels == 9, inChannels == 8
@@ -217,59 +219,59 @@ func (d *detector) decide() Version {
 	case d.xl:
 		switch {
 		case inpaint:
-			return SDXLInpaint
+			return "sdxl-inpaint"
 		case edit:
-			return SDXLPix2Pix
+			return "sdxl-pix2pix"
 		case !d.middle1 && !d.output311:
-			return SDXLVega
+			return "sdxl-vega"
 		case !d.middle1:
-			return SDXLSSD1B
+			return "sdxl-ssd1b"
 		}
-		return SDXL
+		return "sdxl"
 	case d.flux && !d.flux2:
 		if ne(d.contextEmbedding, 0) == 3584 {
-			return LongCat
+			return "longcat"
 		}
 		switch ne(d.inputBlock, 0) {
 		case 384:
-			return FluxFill
+			return "flux-fill"
 		case 128:
-			return FluxControls
+			return "flux-controls"
 		case 196:
-			return Flex2
+			return "flex-2"
 		}
-		return Flux
+		return "flux"
 	case d.flux2:
 		if d.single47 {
-			return Flux2
+			return "flux2"
 		}
-		return Flux2Klein
+		return "flux2-klein"
 	}
 	switch ne(d.tokenEmbedding, 0) {
 	case 768:
 		switch {
 		case inpaint:
-			return SD1Inpaint
+			return "sd1-inpaint"
 		case edit:
-			return SD1Pix2Pix
+			return "sd1-pix2pix"
 		case !d.middle1 && !d.output71:
-			return SDXS512DS
+			return "sdxs-512-ds"
 		case !d.middle1:
-			return SD1TinyUNet
+			return "sd1-tiny-unet"
 		}
-		return SD1
+		return "sd1"
 	case 1024:
 		switch {
 		case inpaint:
-			return SD2Inpaint
+			return "sd2-inpaint"
 		case !d.middle1 && d.attn1024:
-			return SDXS09
+			return "sdxs-09"
 		case !d.middle1:
-			return SD2TinyUNet
+			return "sd2-tiny-unet"
 		}
-		return SD2
+		return "sd2"
 	}
-	return Unknown
+	return ""
 }
 
 // ne returns ggml's ne[i] of t as sd.cpp sees it: the i-th dimension
