@@ -194,12 +194,7 @@ func TestFamilyTable(t *testing.T) {
 // TestSD35LargeFallbacks: rows of 2432/4 are whole 32-element blocks but
 // not 256-element ones, so Q4_K_M's q4_K becomes q5_0 with the reason said.
 func TestSD35LargeFallbacks(t *testing.T) {
-	tensors, err := synth.Descriptors(synth.Spec{Arch: "layout-sd3.5-large", DType: formats.F16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := filepath.Join(t.TempDir(), "large.safetensors")
-	writeHeaderOnly(t, in, tensors, nil)
+	in := layoutFile(t, t.TempDir(), "layout-sd3.5-large")
 	res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q4_K_M"}, pipeline.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
@@ -275,8 +270,7 @@ func TestTextEncoderGGUFNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := filepath.Join(dir, c.layout+".safetensors")
-		writeHeaderOnly(t, in, tensors, nil)
+		in := layoutFile(t, dir, c.layout)
 		res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q8_0", Targets: []string{TargetComfyUI}}, pipeline.Options{}, true)
 		if err != nil {
 			t.Fatal(err)
@@ -390,12 +384,7 @@ func TestRealHeadersDryRun(t *testing.T) {
 func TestDiTRolesFromRealNames(t *testing.T) {
 	dir := t.TempDir()
 	run := func(layout string) *planned {
-		tensors, err := synth.Descriptors(synth.Spec{Arch: layout, DType: formats.F16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		in := filepath.Join(dir, layout+".safetensors")
-		writeHeaderOnly(t, in, tensors, nil)
+		in := layoutFile(t, dir, layout)
 		res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q4_K_M"}, pipeline.Options{}, true)
 		if err != nil {
 			t.Fatal(err)

@@ -210,3 +210,16 @@ func find(t *testing.T, m formats.Model, name string) formats.Tensor {
 	}
 	return ts
 }
+
+// layoutFile writes a synthetic layout's header (F16, no data) into dir
+// as LAYOUT.safetensors and returns its path, for dry runs.
+func layoutFile(t *testing.T, dir, layout string) string {
+	t.Helper()
+	tensors, err := synth.Descriptors(synth.Spec{Arch: layout, DType: formats.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(dir, layout+".safetensors")
+	writeHeaderOnly(t, in, tensors, nil)
+	return in
+}

@@ -247,12 +247,7 @@ func TestLlamaTargets(t *testing.T) {
 		{"layout-mistral", "Tekken tokenizer", false},
 		{"layout-gemma3", "no gemma3 architecture", false},
 	} {
-		tensors, err := synth.Descriptors(synth.Spec{Arch: c.layout, DType: formats.F16})
-		if err != nil {
-			t.Fatal(err)
-		}
-		in := filepath.Join(dir, c.layout+".safetensors")
-		writeHeaderOnly(t, in, tensors, nil)
+		in := layoutFile(t, dir, c.layout)
 		res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q8_0", Targets: []string{TargetComfyUI, TargetSDCpp}}, pipeline.Options{}, true)
 		if err != nil {
 			t.Fatalf("%s: %v", c.layout, err)
@@ -284,12 +279,7 @@ func TestLlamaTargets(t *testing.T) {
 // attention, post_attention_layernorm before the feed-forward,
 // post_ffw_norm after it. The names sdtool writes land on those.
 func TestGemmaNamesAsSDCppReadsThem(t *testing.T) {
-	tensors, err := synth.Descriptors(synth.Spec{Arch: "layout-gemma3", DType: formats.F16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := filepath.Join(t.TempDir(), "gemma3.safetensors")
-	writeHeaderOnly(t, in, tensors, nil)
+	in := layoutFile(t, t.TempDir(), "layout-gemma3")
 	res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q8_0"}, pipeline.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
@@ -335,12 +325,7 @@ func TestMistralTokenizerForComfyUI(t *testing.T) {
 	if err := os.WriteFile(tok, []byte(js), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tensors, err := synth.Descriptors(synth.Spec{Arch: "layout-mistral", DType: formats.F16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := filepath.Join(dir, "mistral.safetensors")
-	writeHeaderOnly(t, in, tensors, nil)
+	in := layoutFile(t, dir, "layout-mistral")
 	res, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".gguf", Type: "Q8_0", Tokenizer: tok, Targets: []string{TargetComfyUI}}, pipeline.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
