@@ -438,6 +438,9 @@ func runtimeTitle(rt string) string {
 // runtime chosen renders its FP8 modules without their weight scale
 // (stable-diffusion.cpp does; generate follows).
 func warnRuntime(c *cli.Context, m *infer.Model, rt string) {
+	for _, u := range m.Unused {
+		fmt.Fprintf(c.App.ErrWriter, "warning: %s: %s reads none of its tensors; it does not change the image\n", u, m.Family.Title)
+	}
 	if m.W8A8Modules > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "%s: %d INT8 modules run as W8A8 (activations quantized per row to INT8, integer products), as the runtimes run them\n",
 			m.Path, m.W8A8Modules)
