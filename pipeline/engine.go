@@ -304,8 +304,7 @@ func dispatch(ctx context.Context, plan *Plan, l *layout, sem chan struct{}, poo
 		out := &plan.Outputs[i]
 		rows, rb, per := l.rows[i], l.rowBytes[i], l.perChunk[i]
 		if rows == 0 {
-			c := &chunk{out: out, index: i, last: true, done: make(chan struct{})}
-			close(c.done)
+			c := &chunk{out: out, index: i, last: true, done: closedChan}
 			select {
 			case order <- c:
 			case <-ctx.Done():
@@ -351,6 +350,15 @@ func dispatch(ctx context.Context, plan *Plan, l *layout, sem chan struct{}, poo
 	}
 	return true
 }
+
+// closedChan is the done channel of every empty output's chunk, which is
+// complete when cut: one channel, not one per tensor of a header of many
+// empty tensors.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // work runs producers for chunks until jobs is closed; the first error
 // cancels the whole run.

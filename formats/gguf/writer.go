@@ -33,11 +33,15 @@ type WriterOptions struct {
 // Writer streams a GGUF v3 file whose header is computed up front from the
 // tensor descriptors. It implements formats.TensorWriter.
 type Writer struct {
-	w       io.Writer
-	header  []byte
-	tensors []formats.Tensor // output layout, absolute offsets
-	rel     []int64          // offsets relative to the data section
-	dataEnd int64            // data section size, with the end padding if any
+	w      io.Writer
+	header []byte
+	// in is the caller's descriptor list, kept rather than copied (a copy
+	// per tensor was most of a header-heavy file's memory): names, types
+	// and shapes come from it, sizes and offsets from size and rel.
+	in      []formats.Tensor
+	size    []int64 // data bytes of each tensor
+	rel     []int64 // offsets relative to the data section
+	dataEnd int64   // data section size, with the end padding if any
 
 	headerDone bool
 	cur        int   // tensor receiving data
@@ -53,9 +57,10 @@ var _ formats.TensorWriter = (*Writer)(nil)
 // and layout. Names of 64 bytes or more, more than 4 dims and nested arrays
 // are written as given (some readers refuse them; ggml does), but a zero in
 // an outer dim is refused because it crashes ggml's reader. Only the tensors' Name, Type and Shape are used (a non-zero
-// Size must match the computed one). Nothing is written to w before the
-// first Write or Close, so w may be nil when only Header, Layout and Size
-// are wanted (for a writer that fills the data at fixed offsets itself).
+// Size must match the computed one). The Writer keeps tensors, which must
+// not change while it is in use. Nothing is written to w before the first
+// Write or Close, so w may be nil when only Header, Layout and Size are
+// wanted (for a writer that fills the data at fixed offsets itself).
 func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opts *WriterOptions) (*Writer, error) {
 	if opts == nil {
 		opts = &WriterOptions{}
@@ -83,7 +88,7 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 
 	// Sized up front: appending would copy the layout log2(n) times, which
 	// dominated the memory of files of many small tensors.
-	gw := &Writer{w: w, tensors: make([]formats.Tensor, 0, len(tensors)), rel: make([]int64, 0, len(tensors))}
+	gw := &Writer{w: w, in: tensors, size: make([]int64, 0, len(tensors)), rel: make([]int64, 0, len(tensors))}
 	b := append([]byte(nil), Magic...)
 	b = binary.LittleEndian.AppendUint32(b, 3)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(tensors)))
@@ -97,20 +102,19 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 	// The header and the shapes are sized in a first pass too (an upper
 	// bound: trimmed dims only shorten a tensor's record), so that a header
 	// of 500k tensors is one allocation of each, not a doubling slice.
-	need, dims := len(b), 0
-	for _, t := range tensors {
+	need := len(b)
+	for i := range tensors {
+		t := &tensors[i]
 		need += 8 + len(t.Name) + 4 + 8*max(len(t.Shape), 1) + 4 + 8
-		dims += len(t.Shape)
 	}
 	b = append(make([]byte, 0, need+int(DefaultAlignment)), b...)
-	shapes := make([]int64, 0, dims)
-	names := make(map[string]bool, len(tensors))
+	names := formats.NewNameIndex(len(tensors), func(i int) string { return tensors[i].Name })
 	var off int64
-	for _, t := range tensors {
-		if names[t.Name] {
+	for i := range tensors {
+		t := &tensors[i]
+		if names.Add(i) >= 0 {
 			return nil, fmt.Errorf("gguf writer: tensor %q: duplicate name", t.Name)
 		}
-		names[t.Name] = true
 		// ggml copies names into C strings: a NUL would cut the name short
 		// there and could make two tensors one.
 		if strings.IndexByte(t.Name, 0) >= 0 {
@@ -148,11 +152,7 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		b = binary.LittleEndian.AppendUint32(b, uint32(t.Type))
 		b = binary.LittleEndian.AppendUint64(b, uint64(off))
 		gw.rel = append(gw.rel, off)
-		start := len(shapes)
-		shapes = append(shapes, t.Shape...)
-		gw.tensors = append(gw.tensors, formats.Tensor{
-			Name: t.Name, Type: t.Type, Shape: shapes[start:len(shapes):len(shapes)], Size: size,
-		})
+		gw.size = append(gw.size, size)
 		if off > math.MaxInt64/2-pad(size, align) {
 			return nil, fmt.Errorf("gguf writer: tensor %q: data section overflows", t.Name)
 		}
@@ -160,11 +160,8 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 	}
 	b = append(b, make([]byte, pad(int64(len(b)), align)-int64(len(b)))...)
 	gw.header = b
-	for i := range gw.tensors {
-		gw.tensors[i].Offset = int64(len(b)) + gw.rel[i]
-	}
-	if n := len(gw.tensors); n > 0 {
-		gw.dataEnd = gw.rel[n-1] + gw.tensors[n-1].Size
+	if n := len(gw.size); n > 0 {
+		gw.dataEnd = gw.rel[n-1] + gw.size[n-1]
 		if opts.PadEnd {
 			gw.dataEnd = pad(gw.dataEnd, align)
 		}
@@ -424,8 +421,14 @@ func (w *Writer) Header() []byte { return append([]byte(nil), w.header...) }
 // Layout returns the output tensors with their absolute offsets and sizes
 // (File is empty: the writer does not know the output's name).
 func (w *Writer) Layout() []formats.Tensor {
-	out := make([]formats.Tensor, len(w.tensors))
-	copy(out, w.tensors)
+	out := make([]formats.Tensor, len(w.in))
+	for i := range w.in {
+		t := &w.in[i]
+		out[i] = formats.Tensor{
+			Name: t.Name, Type: t.Type, Shape: t.Shape[:len(t.Shape):len(t.Shape)],
+			Offset: int64(len(w.header)) + w.rel[i], Size: w.size[i],
+		}
+	}
 	return out
 }
 
@@ -458,7 +461,7 @@ func (w *Writer) writeHeader() error {
 
 // skipComplete moves cur past tensors whose data is all written.
 func (w *Writer) skipComplete() {
-	for w.cur < len(w.tensors) && w.curDone == w.tensors[w.cur].Size {
+	for w.cur < len(w.size) && w.curDone == w.size[w.cur] {
 		w.cur++
 		w.curDone = 0
 	}
@@ -480,24 +483,23 @@ func (w *Writer) Write(p []byte) (int, error) {
 	total := 0
 	for len(p) > 0 {
 		w.skipComplete()
-		if w.cur == len(w.tensors) {
-			w.err = fmt.Errorf("gguf writer: %d bytes more than the %d tensors hold", len(p), len(w.tensors))
+		if w.cur == len(w.size) {
+			w.err = fmt.Errorf("gguf writer: %d bytes more than the %d tensors hold", len(p), len(w.size))
 			return total, w.err
 		}
-		t := &w.tensors[w.cur]
 		if w.curDone == 0 && w.dpos < w.rel[w.cur] {
 			if err := w.zeros(w.rel[w.cur] - w.dpos); err != nil {
 				w.err = err
 				return total, err
 			}
 		}
-		k := min(int64(len(p)), t.Size-w.curDone)
+		k := min(int64(len(p)), w.size[w.cur]-w.curDone)
 		m, err := w.w.Write(p[:k])
 		total += m
 		w.curDone += int64(m)
 		w.dpos += int64(m)
 		if err != nil {
-			w.err = fmt.Errorf("gguf writer: tensor %q: %w", t.Name, err)
+			w.err = fmt.Errorf("gguf writer: tensor %q: %w", w.in[w.cur].Name, err)
 			return total, w.err
 		}
 		p = p[k:]
@@ -520,9 +522,8 @@ func (w *Writer) Close() error {
 		return err
 	}
 	w.skipComplete()
-	if w.cur < len(w.tensors) {
-		t := w.tensors[w.cur]
-		w.err = fmt.Errorf("gguf writer: tensor %q: %d of its %d bytes written: %w", t.Name, w.curDone, t.Size, ErrIncomplete)
+	if w.cur < len(w.size) {
+		w.err = fmt.Errorf("gguf writer: tensor %q: %d of its %d bytes written: %w", w.in[w.cur].Name, w.curDone, w.size[w.cur], ErrIncomplete)
 		return w.err
 	}
 	if err := w.zeros(w.dataEnd - w.dpos); err != nil {
