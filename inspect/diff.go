@@ -196,11 +196,13 @@ func (s *sums) measures() (rel, cos, snr *float64) {
 // and type, ComfyUI comfy_quant layers decoded through their scales) and
 // streamed in chunks, so memory does not grow with the model.
 func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
-	da, err := tensor.NewView(a)
+	// Indexes, not Views: each pair's Sources are built when it is
+	// compared, so a header of many tensors costs no Source per tensor.
+	da, err := tensor.NewIndex(a)
 	if err != nil {
 		return nil, err
 	}
-	db, err := tensor.NewView(b)
+	db, err := tensor.NewIndex(b)
 	if err != nil {
 		return nil, err
 	}
@@ -219,29 +221,31 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		}
 		return false
 	}
-	type pair struct{ a, b *tensor.Source }
+	type pair struct{ a, b int32 } // Source numbers in da and db
 	var pairs []pair
 	// One index of B's names, and a mark on each B tensor that A has, in
-	// place of a map of each side's names.
-	inB := make(map[string]int32, len(db.Sources))
-	for j, s := range db.Sources {
-		inB[s.Name] = int32(j)
+	// place of a map of each side's names. Added last first, so that a
+	// repeated name finds its last tensor.
+	inB := formats.NewNameIndex(db.Len(), db.Name)
+	for j := db.Len() - 1; j >= 0; j-- {
+		inB.Add(j)
 	}
-	matched := make([]bool, len(db.Sources))
-	for _, s := range da.Sources {
-		if !keep(s.Name) {
+	matched := make([]bool, db.Len())
+	for i := range da.Len() {
+		name := da.Name(i)
+		if !keep(name) {
 			continue
 		}
-		if j, ok := inB[s.Name]; ok {
-			pairs = append(pairs, pair{s, db.Sources[j]})
+		if j := inB.Lookup(name); j >= 0 {
+			pairs = append(pairs, pair{int32(i), int32(j)})
 			matched[j] = true
 		} else {
-			r.Missing = append(r.Missing, s.Name)
+			r.Missing = append(r.Missing, name)
 		}
 	}
-	for _, s := range db.Sources {
-		if !matched[inB[s.Name]] && keep(s.Name) {
-			r.Extra = append(r.Extra, s.Name)
+	for j := range db.Len() {
+		if name := db.Name(j); !matched[inB.Lookup(name)] && keep(name) {
+			r.Extra = append(r.Extra, name)
 		}
 	}
 	chunk := opts.ChunkElements
@@ -258,7 +262,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	}
 	var total, done int64
 	for _, p := range pairs {
-		total += p.a.Tensor.Size + p.b.Tensor.Size
+		total += da.Tensor(int(p.a)).Size + db.Tensor(int(p.b)).Size
 	}
 	report := func(n int64) {
 		if opts.Progress != nil {
@@ -275,8 +279,13 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		go func() {
 			defer wg.Done()
 			var sa, sb tensor.Scratch
+			// One Source a side per worker, refilled for each pair: the
+			// results keep only their shapes, which are the models'.
+			var srcA, srcB tensor.Source
+			p := struct{ a, b *tensor.Source }{&srcA, &srcB}
 			for i := range next {
-				p := pairs[i]
+				da.Fill(int(pairs[i].a), &srcA)
+				db.Fill(int(pairs[i].b), &srcB)
 				d := TensorDiff{
 					Name: p.a.Name, TypeA: p.a.TypeName(), TypeB: p.b.TypeName(),
 					ShapeA: p.a.Shape(), ShapeB: p.b.Shape(),
