@@ -33,8 +33,13 @@ type WriterOptions struct {
 // Writer streams a GGUF v3 file whose header is computed up front from the
 // tensor descriptors. It implements formats.TensorWriter.
 type Writer struct {
-	w      io.Writer
-	header []byte
+	w io.Writer
+	// prefix is the header up to the tensor records (magic, counts,
+	// metadata); the records are encoded from in as the header is written,
+	// not held (on a header of 500k tensors they are tens of megabytes).
+	prefix    []byte
+	headerLen int64 // the whole header, records and padding included
+	trim      bool  // WriterOptions.TrimDims
 	// in is the caller's descriptor list, kept rather than copied (a copy
 	// per tensor was most of a header-heavy file's memory): names, types
 	// and shapes come from it, sizes and offsets from size and rel.
@@ -51,7 +56,10 @@ type Writer struct {
 	closed     bool
 }
 
-var _ formats.TensorWriter = (*Writer)(nil)
+var (
+	_ formats.TensorWriter = (*Writer)(nil)
+	_ formats.TensorLayout = (*Writer)(nil)
+)
 
 // NewWriter validates the descriptors and metadata and computes the header
 // and layout. Names of 64 bytes or more, more than 4 dims and nested arrays
@@ -99,15 +107,9 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		b = appendValue(b, kv.Type, kv.Value)
 	}
 
-	// The header and the shapes are sized in a first pass too (an upper
-	// bound: trimmed dims only shorten a tensor's record), so that a header
-	// of 500k tensors is one allocation of each, not a doubling slice.
-	need := len(b)
-	for i := range tensors {
-		t := &tensors[i]
-		need += 8 + len(t.Name) + 4 + 8*max(len(t.Shape), 1) + 4 + 8
-	}
-	b = append(make([]byte, 0, need+int(DefaultAlignment)), b...)
+	gw.prefix, gw.trim = b, opts.TrimDims
+	hlen := int64(len(b))
+	var nb [MaxDims]int64
 	names := formats.NewNameIndex(len(tensors), func(i int) string { return tensors[i].Name })
 	var off int64
 	for i := range tensors {
@@ -136,7 +138,7 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		if t.Size != 0 && t.Size != size {
 			return nil, fmt.Errorf("gguf writer: tensor %q: size %d, but %s %v takes %d bytes", t.Name, t.Size, t.Type, t.Shape, size)
 		}
-		ne := storedDims(t.Shape, opts.TrimDims)
+		ne := storedDims(nb[:0], t.Shape, opts.TrimDims)
 		for j := 1; j < len(ne); j++ {
 			if ne[j] == 0 {
 				// ggml's reader divides by ne[1..3] when it checks the element
@@ -144,13 +146,7 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 				return nil, fmt.Errorf("gguf writer: tensor %q: shape %v has a zero outside the row dim, which crashes ggml's reader", t.Name, t.Shape)
 			}
 		}
-		b = appendString(b, t.Name)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(ne)))
-		for _, d := range ne {
-			b = binary.LittleEndian.AppendUint64(b, uint64(d))
-		}
-		b = binary.LittleEndian.AppendUint32(b, uint32(t.Type))
-		b = binary.LittleEndian.AppendUint64(b, uint64(off))
+		hlen += infoSize(t.Name, ne)
 		gw.rel = append(gw.rel, off)
 		gw.size = append(gw.size, size)
 		if off > math.MaxInt64/2-pad(size, align) {
@@ -158,8 +154,7 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		}
 		off += pad(size, align)
 	}
-	b = append(b, make([]byte, pad(int64(len(b)), align)-int64(len(b)))...)
-	gw.header = b
+	gw.headerLen = pad(hlen, align)
 	if n := len(gw.size); n > 0 {
 		gw.dataEnd = gw.rel[n-1] + gw.size[n-1]
 		if opts.PadEnd {
@@ -197,15 +192,35 @@ func resolveAlignment(meta formats.Metadata, want int) (int64, formats.Metadata,
 	return int64(want), out, nil
 }
 
-// storedDims returns the ggml-order dims written for a torch-order shape: a
-// scalar becomes [1]; trim drops trailing ones like ggml_n_dims.
-func storedDims(shape []int64, trim bool) []int64 {
-	ne := make([]int64, len(shape))
-	for i, d := range shape {
-		ne[len(shape)-1-i] = d
+// infoSize is the size of a tensor's record in the header: name, dims,
+// type and offset, as appendInfo encodes them.
+func infoSize(name string, ne []int64) int64 {
+	return 8 + int64(len(name)) + 4 + 8*int64(len(ne)) + 4 + 8
+}
+
+// appendInfo appends tensor i's record (name, dims, type, offset).
+func (w *Writer) appendInfo(b []byte, i int) []byte {
+	t := &w.in[i]
+	var nb [MaxDims]int64
+	ne := storedDims(nb[:0], t.Shape, w.trim)
+	b = appendString(b, t.Name)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(ne)))
+	for _, d := range ne {
+		b = binary.LittleEndian.AppendUint64(b, uint64(d))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(t.Type))
+	return binary.LittleEndian.AppendUint64(b, uint64(w.rel[i]))
+}
+
+// storedDims appends to ne (usually empty, with room for MaxDims) the
+// ggml-order dims written for a torch-order shape: a scalar becomes [1];
+// trim drops trailing ones like ggml_n_dims.
+func storedDims(ne, shape []int64, trim bool) []int64 {
+	for i := range shape {
+		ne = append(ne, shape[len(shape)-1-i])
 	}
 	if len(ne) == 0 {
-		ne = []int64{1}
+		ne = append(ne, 1)
 	}
 	if trim {
 		for len(ne) > 1 && ne[len(ne)-1] == 1 {
@@ -416,24 +431,39 @@ func appendSlice(b []byte, vs any) []byte {
 
 // Header returns the encoded header, padding included: the bytes before
 // the first tensor's data.
-func (w *Writer) Header() []byte { return append([]byte(nil), w.header...) }
+func (w *Writer) Header() []byte {
+	b := make([]byte, 0, w.headerLen)
+	b = append(b, w.prefix...)
+	for i := range w.in {
+		b = w.appendInfo(b, i)
+	}
+	return append(b, make([]byte, w.headerLen-int64(len(b)))...)
+}
 
 // Layout returns the output tensors with their absolute offsets and sizes
 // (File is empty: the writer does not know the output's name).
 func (w *Writer) Layout() []formats.Tensor {
 	out := make([]formats.Tensor, len(w.in))
 	for i := range w.in {
-		t := &w.in[i]
-		out[i] = formats.Tensor{
-			Name: t.Name, Type: t.Type, Shape: t.Shape[:len(t.Shape):len(t.Shape)],
-			Offset: int64(len(w.header)) + w.rel[i], Size: w.size[i],
-		}
+		out[i] = w.TensorAt(i)
 	}
 	return out
 }
 
+// NumTensors returns the number of tensors of the layout.
+func (w *Writer) NumTensors() int { return len(w.in) }
+
+// TensorAt returns Layout()[i] without building the whole layout.
+func (w *Writer) TensorAt(i int) formats.Tensor {
+	t := &w.in[i]
+	return formats.Tensor{
+		Name: t.Name, Type: t.Type, Shape: t.Shape[:len(t.Shape):len(t.Shape)],
+		Offset: w.headerLen + w.rel[i], Size: w.size[i],
+	}
+}
+
 // Size returns the total number of bytes the file will have.
-func (w *Writer) Size() int64 { return int64(len(w.header)) + w.dataEnd }
+func (w *Writer) Size() int64 { return w.headerLen + w.dataEnd }
 
 var zeros [4096]byte
 
@@ -455,7 +485,20 @@ func (w *Writer) writeHeader() error {
 		return nil
 	}
 	w.headerDone = true
-	_, err := w.w.Write(w.header)
+	// Encoded in blocks of records, so that the header is never held whole.
+	b := append(make([]byte, 0, max(len(w.prefix), 64<<10)), w.prefix...)
+	n := int64(0)
+	for i := range w.in {
+		if len(b) >= 60<<10 {
+			if _, err := w.w.Write(b); err != nil {
+				return err
+			}
+			n, b = n+int64(len(b)), b[:0]
+		}
+		b = w.appendInfo(b, i)
+	}
+	b = append(b, make([]byte, w.headerLen-n-int64(len(b)))...)
+	_, err := w.w.Write(b)
 	return err
 }
 
