@@ -36,6 +36,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{'})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkSameAsDecoder(t, data)
+		checkStreamed(t, data)
 		file, err := parseBytes(data, "fuzz.safetensors")
 		if err != nil {
 			return

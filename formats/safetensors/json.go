@@ -67,28 +67,79 @@ const (
 // escapes and numbers are substrings of the input, not copies. Its input
 // must be valid UTF-8 (the caller checks); string escapes are decoded by
 // encoding/json.
+//
+// Its input is a window b on the text (offset base) that src extends as
+// tokens need, dropping what they no longer do: a header of 46 MB is never
+// held whole. Strings already returned stay valid (they keep their own
+// window alive).
 type tokenizer struct {
 	b     string
-	pos   int
+	base  int64  // offset of b in the input
+	pos   int    // in b
 	stack []byte // open containers: '{' or '['
 	state int
+	// src returns tail followed by the next piece of the input, in one new
+	// string, or "" and io.EOF at its end (nil: b is all of it); readErr is
+	// the error other than io.EOF that ended it.
+	src     func(tail string) (string, error)
+	readErr error
 }
 
 func newTokenizer(b string) *tokenizer { return &tokenizer{b: b} }
 
+// newStreamTokenizer returns a tokenizer over the pieces src appends.
+func newStreamTokenizer(src func(tail string) (string, error)) *tokenizer {
+	return &tokenizer{src: src}
+}
+
+// more extends the window with the next piece of input, dropping the bytes
+// before keep; it returns how far positions in the window moved, or -1
+// when the input is exhausted.
+func (z *tokenizer) more(keep int) int {
+	for z.src != nil {
+		b, err := z.src(z.b[keep:])
+		if err != nil {
+			if err != io.EOF {
+				z.readErr = err
+			}
+			z.src = nil
+			break
+		}
+		if len(b) == len(z.b)-keep {
+			continue // an empty piece
+		}
+		z.b = b
+		z.base += int64(keep)
+		z.pos -= keep
+		return keep
+	}
+	return -1
+}
+
+// ensure makes the window hold n bytes from pos where the input has them.
+func (z *tokenizer) ensure(n int) {
+	for len(z.b)-z.pos < n && z.more(z.pos) >= 0 {
+	}
+}
+
 func (z *tokenizer) skipSpace() {
-	for z.pos < len(z.b) {
-		switch z.b[z.pos] {
-		case ' ', '\t', '\r', '\n':
-			z.pos++
-		default:
+	for {
+		for z.pos < len(z.b) {
+			switch z.b[z.pos] {
+			case ' ', '\t', '\r', '\n':
+				z.pos++
+			default:
+				return
+			}
+		}
+		if z.more(z.pos) < 0 {
 			return
 		}
 	}
 }
 
 func (z *tokenizer) errAt(format string, args ...any) error {
-	return &jsonSyntaxError{msg: fmt.Sprintf(format, args...), Offset: int64(z.pos)}
+	return &jsonSyntaxError{msg: fmt.Sprintf(format, args...), Offset: z.base + int64(z.pos)}
 }
 
 // More reports whether the current array or object has another element.
@@ -186,6 +237,7 @@ func (z *tokenizer) next() (token, error) {
 		z.afterValue()
 		return token{'0', n}, nil
 	}
+	z.ensure(len("false"))
 	for _, lit := range [...]string{"true", "false", "null"} {
 		if len(z.b)-z.pos >= len(lit) && z.b[z.pos:z.pos+len(lit)] == lit {
 			z.pos += len(lit)
@@ -222,7 +274,15 @@ func (z *tokenizer) afterValue() {
 func (z *tokenizer) str() (string, error) {
 	start := z.pos
 	escaped := false
-	for i := start + 1; i < len(z.b); i++ {
+	for i := start + 1; ; i++ {
+		for i >= len(z.b) {
+			shift := z.more(start)
+			if shift < 0 {
+				z.pos = len(z.b)
+				return "", io.ErrUnexpectedEOF
+			}
+			start, i = start-shift, i-shift
+		}
 		switch c := z.b[i]; {
 		case c == '"':
 			z.pos = i + 1
@@ -244,12 +304,24 @@ func (z *tokenizer) str() (string, error) {
 			return "", z.errAt("invalid control character %q in string", c)
 		}
 	}
-	z.pos = len(z.b)
-	return "", io.ErrUnexpectedEOF
 }
 
 // number reads a JSON number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?.
 func (z *tokenizer) number() (string, error) {
+	// The run of number bytes, and the byte after it, into the window.
+	for j := z.pos; ; {
+		for j < len(z.b) && numberByte(z.b[j]) {
+			j++
+		}
+		if j < len(z.b) {
+			break
+		}
+		shift := z.more(z.pos)
+		if shift < 0 {
+			break
+		}
+		j -= shift
+	}
 	b, i := z.b, z.pos
 	digits := func() int {
 		j := i
@@ -292,4 +364,9 @@ func (z *tokenizer) number() (string, error) {
 	n := b[z.pos:i]
 	z.pos = i
 	return n, nil
+}
+
+// numberByte reports the bytes a JSON number may hold.
+func numberByte(c byte) bool {
+	return c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'
 }

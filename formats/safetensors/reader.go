@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -50,6 +49,12 @@ func Parse(r io.ReaderAt, size int64, name string) (*File, error) {
 
 // parse is Parse with a choice of JSON tokenizer (nil: the fast one).
 func parse(r io.ReaderAt, size int64, name string, newTokens func(string) tokenSource) (*File, error) {
+	return parsePieces(r, size, name, newTokens, headerPiece)
+}
+
+// parsePieces is parse reading a header larger than piece bytes in pieces
+// of that size (tests use tiny ones).
+func parsePieces(r io.ReaderAt, size int64, name string, newTokens func(string) tokenSource, piece int) (*File, error) {
 	if size < 8 {
 		return nil, formatError(name, "", fmt.Sprintf("file has %d bytes, too short for the 8-byte header length", size))
 	}
@@ -64,8 +69,20 @@ func parse(r io.ReaderAt, size int64, name string, newTokens func(string) tokenS
 	if int64(n) > size-8 {
 		return nil, formatError(name, "", fmt.Sprintf("header length %d runs past the end of the file (%d bytes)", n, size))
 	}
-	// Allocation is bounded by both the limit and the real file size checked above.
-	header, err := readString(r, 8, int64(n))
+	// A header larger than a piece is read twice in pieces, never whole:
+	// once to scan it (UTF-8, what it starts with, a count that sizes the
+	// tables), once to tokenize it. A smaller one is read once.
+	src, off := r, int64(8)
+	whole := n <= uint64(piece) || newTokens != nil
+	var header string
+	if whole {
+		var err error
+		if header, err = readString(r, 8, int64(n)); err != nil {
+			return nil, fmt.Errorf("%s: reading the %d-byte header: %w", name, n, err)
+		}
+		src, off = strings.NewReader(header), 0
+	}
+	sc, err := scanHeader(src, off, int64(n), piece)
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading the %d-byte header: %w", name, n, err)
 	}
@@ -77,7 +94,23 @@ func parse(r io.ReaderAt, size int64, name string, newTokens func(string) tokenS
 		info: formats.Info{Format: "safetensors", DataOffset: dataStart, Files: []string{name}},
 	}
 	p := headerParser{file: name, dataStart: dataStart, dataSize: size - dataStart, newTokens: newTokens}
-	if err := p.parse(header); err != nil {
+	var dec tokenSource
+	switch {
+	case newTokens != nil:
+		dec = newTokens(header) // an oracle tokenizer (tests)
+	case whole:
+		dec = newTokenizer(header)
+	default:
+		z := newStreamTokenizer(pieces(r, 8, int64(n), piece))
+		p.readErr = func() error {
+			if z.readErr == nil {
+				return nil
+			}
+			return fmt.Errorf("%s: reading the %d-byte header: %w", name, n, z.readErr)
+		}
+		dec = z
+	}
+	if err := p.parse(sc, int64(n), dec); err != nil {
 		return nil, err
 	}
 	f.tensors = p.tensors
@@ -173,11 +206,14 @@ type headerParser struct {
 	// tokenizer (tests substitute json.Decoder as an oracle).
 	newTokens func(string) tokenSource
 	dec       tokenSource
-	tensors   []formats.Tensor // Offset and Size as in the file
-	meta      formats.Metadata
-	warnings  []string
-	ints      []int64 // intArray's result, reused
-	dims      []int64 // unused tail of the current shape array
+	// readErr reports a read error that ended the header early (nil: none
+	// can happen), which token returns in place of the syntax error.
+	readErr  func() error
+	tensors  []formats.Tensor // Offset and Size as in the file
+	meta     formats.Metadata
+	warnings []string
+	ints     []int64 // intArray's result, reused
+	dims     []int64 // unused tail of the current shape array
 	// arena holds the tensor names, copied out of the header end to end
 	// (a string each would cost a header and a size class's rounding);
 	// arenaBlock is the size of each new block.
@@ -218,6 +254,11 @@ func (p *headerParser) token() (token, error) {
 	if err == nil {
 		return tok, nil
 	}
+	if p.readErr != nil {
+		if rerr := p.readErr(); rerr != nil {
+			return token{}, rerr
+		}
+	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return token{}, p.errf("", "invalid JSON in header at byte %d: %v", se.Offset, se)
@@ -232,41 +273,29 @@ func (p *headerParser) token() (token, error) {
 	return token{}, p.errf("", "invalid JSON in header: %v", err)
 }
 
-func (p *headerParser) parse(header string) error {
-	if !utf8.ValidString(header) {
-		i := 0
-		for i < len(header) {
-			r, sz := utf8.DecodeRuneInString(header[i:])
-			if r == utf8.RuneError && sz <= 1 {
-				break
-			}
-			i += sz
-		}
-		return p.errf("", "header is not valid UTF-8 (at byte %d)", i)
+// parse reads the header of size bytes, which sc describes, from dec.
+func (p *headerParser) parse(sc headerScan, size int64, dec tokenSource) error {
+	if sc.invalidAt >= 0 {
+		return p.errf("", "header is not valid UTF-8 (at byte %d)", sc.invalidAt)
 	}
-	trimmed := strings.TrimLeft(header, " \t\r\n")
-	if len(trimmed) == 0 {
+	if sc.head == "" {
 		return p.errf("", "header is empty")
 	}
-	if trimmed[0] != '{' {
-		return p.errf("", "header is not a JSON object (it starts with %q)", clip(trimmed, 16))
+	if sc.head[0] != '{' {
+		return p.errf("", "header is not a JSON object (it starts with %q)", clip(sc.head, 16))
 	}
-	if len(trimmed) != len(header) {
+	if sc.lead > 0 {
 		p.warnings = append(p.warnings, fmt.Sprintf("%s: header has whitespace before '{' (the Hugging Face reader rejects it)", p.file))
 	}
-	if p.newTokens != nil {
-		p.dec = p.newTokens(header)
-	} else {
-		p.dec = newTokenizer(header)
-	}
+	p.dec = dec
 	if _, err := p.token(); err != nil { // the '{' checked above
 		return err
 	}
 	// One entry per tensor, each with one data_offsets field: the count
 	// sizes the table and the duplicate check (at most the header's size
 	// over 14 bytes, whatever the header holds).
-	n := strings.Count(header, `"data_offsets"`)
-	p.arenaBlock = min(64<<10, len(header))
+	n := sc.offsets
+	p.arenaBlock = int(min(64<<10, size))
 	p.tensors = make([]formats.Tensor, 0, n)
 	// The duplicate check indexes positions in the table, not a map of
 	// names (which cost as much as the descriptors themselves).
