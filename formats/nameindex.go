@@ -3,9 +3,9 @@ package formats
 import "hash/maphash"
 
 // NameIndex finds the entries of a list by name through a hash table of
-// their positions, without keying a map by the name strings: 4 to 8 bytes
-// an entry rather than the 40 to 100 a map[string]int takes, which is most
-// of what a header of 500k tensors costs once its descriptors are read.
+// their positions, without keying a map by the name strings: 8 to 16 bytes
+// an entry rather than the 40 to 100 a map[string]int takes (20 to 50 MB
+// for each such map over a header of 500k tensors).
 // The list stays the caller's: name(i) must keep returning the same string
 // for every position added. The zero value is not usable; call NewNameIndex.
 type NameIndex struct {

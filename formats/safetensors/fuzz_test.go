@@ -126,7 +126,8 @@ func hasTrailingWarning(f *File) bool {
 // executions a minute; over 100k with the bound).
 const maxTokenizerFuzz = 256
 
-// FuzzTokenizer checks the tokenizer against json.Decoder on valid UTF-8.
+// FuzzTokenizer checks the tokenizer against json.Decoder on valid UTF-8,
+// and the tokenizer fed in pieces against itself fed whole.
 func FuzzTokenizer(f *testing.F) {
 	for _, s := range []string{`{"a":[1,-2.5e3,"x\n",true,null,{}]}`, `{"a" 1}`, `[1,]`, `{"\u00e9":"\ud800"}`} {
 		f.Add([]byte(s))
@@ -140,6 +141,7 @@ func FuzzTokenizer(f *testing.F) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("%q:\n got %q\nwant %q", b, got, want)
 		}
+		checkStreamTokens(t, string(b))
 	})
 }
 
