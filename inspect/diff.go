@@ -270,8 +270,19 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		}
 	}
 	results := make([]TensorDiff, len(pairs))
-	sumsOf := make([]sums, len(pairs))
-	errs := make([]string, len(pairs))
+	// The products a tensor's measures and the totals need; the rest of
+	// its sums go straight into its result (a full sums a tensor would add
+	// a third to the table on headers of many tensors).
+	type products struct{ aa, bb, ab, dd float64 }
+	sumsOf := make([]products, len(pairs))
+	// Why tensors could not be compared, by pair: rare, so a map.
+	var errsMu sync.Mutex
+	errs := map[int]string{}
+	fail := func(i int, msg string) {
+		errsMu.Lock()
+		errs[i] = msg
+		errsMu.Unlock()
+	}
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range min(threads, max(len(pairs), 1)) {
@@ -295,7 +306,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 				results[i] = d
 				n := p.a.Elements()
 				if n != p.b.Elements() {
-					errs[i] = fmt.Sprintf("element counts differ: %s has %d, %s has %d", formats.FormatShape(d.ShapeA), n, formats.FormatShape(d.ShapeB), p.b.Elements())
+					fail(i, fmt.Sprintf("element counts differ: %s has %d, %s has %d", formats.FormatShape(d.ShapeA), n, formats.FormatShape(d.ShapeB), p.b.Elements()))
 					continue
 				}
 				var s sums
@@ -308,11 +319,11 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 					k := min(chunk, n-first)
 					fa, fb := sa.Float32s(0, int(k)), sb.Float32s(0, int(k))
 					if err := p.a.Read(fa, first, &sa); err != nil {
-						errs[i] = err.Error()
+						fail(i, err.Error())
 						break
 					}
 					if err := p.b.Read(fb, first, &sb); err != nil {
-						errs[i] = err.Error()
+						fail(i, err.Error())
 						break
 					}
 					s.accumulate(fa, fb)
@@ -321,8 +332,10 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 						reported = part
 					}
 				}
-				results[i].Elements = n
-				sumsOf[i] = s
+				res := &results[i]
+				res.Elements = n
+				res.MaxAbsDiff, res.NonFinite, res.NonFiniteDiffs, res.Identical = s.maxAbs, s.nonFinite, s.nonFiniteDiff, s.diffCount == 0
+				sumsOf[i] = products{s.aa, s.bb, s.ab, s.dd}
 			}
 		}()
 	}
@@ -344,15 +357,14 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	// models.
 	r.Tensors = results[:0]
 	for i, d := range results {
-		if errs[i] != "" {
-			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: errs[i]})
+		if msg, ok := errs[i]; ok {
+			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: msg})
 			continue
 		}
-		s := sumsOf[i]
+		p := sumsOf[i]
+		s := sums{aa: p.aa, bb: p.bb, ab: p.ab, dd: p.dd, maxAbs: d.MaxAbsDiff, nonFinite: d.NonFinite, nonFiniteDiff: d.NonFiniteDiffs}
 		d.RelError, d.Cosine, d.SNRdB = s.measures()
-		d.MaxAbsDiff, d.NormA, d.NormB, d.NonFinite = s.maxAbs, math.Sqrt(s.aa), math.Sqrt(s.bb), s.nonFinite
-		d.NonFiniteDiffs = s.nonFiniteDiff
-		d.Identical = s.diffCount == 0
+		d.NormA, d.NormB = math.Sqrt(s.aa), math.Sqrt(s.bb)
 		r.Tensors = append(r.Tensors, d)
 		all.add(s)
 		r.Totals.Elements += d.Elements
