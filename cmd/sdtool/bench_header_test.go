@@ -99,13 +99,13 @@ func TestHeaderHeavyChild(t *testing.T) {
 // peak resident memory between them must stay under maxBytesPerTensor.
 // Before the shared name indexes, streamed GGUF records and per-pair diff
 // Sources the slopes were about 1,200 (convert) and 1,400 (diff) bytes a
-// tensor; now about 600 and 700 (BENCHMARKS.md, "Header-heavy files").
+// tensor; now 600 to 700 each (BENCHMARKS.md, "Header-heavy files").
 func TestHeaderHeavyMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns four commands on headers of 150k tensors")
 	}
 	// Between the slopes before and after, with room for the collector's
-	// timing (over eight runs at load 5: 533-633 and 670-733).
+	// timing (five runs at load 5: convert 607-704, diff 599-638).
 	const maxBytesPerTensor = 900
 	const small, big = 50_000, 150_000
 	dir := peakrss.ScratchDir(t)
