@@ -108,7 +108,7 @@ func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 		}
 	}
 	out = make([]Source, 0, total)
-	index := make(map[string]int, total)
+	index := formats.NewNameIndex(total, func(i int) string { return out[i].Name })
 	for _, c := range Components {
 		m := inputs[c.Flag]
 		if m == nil {
@@ -138,13 +138,13 @@ func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 				warnings = append(warnings, Skipped{t.File, t.Name, fmt.Sprintf("%q is unused by sd.cpp, dropped", src.Name), true})
 				continue
 			}
-			if i, dup := index[src.Name]; dup {
+			if i := index.Lookup(src.Name); i >= 0 {
 				warnings = append(warnings, Skipped{out[i].Tensor.File, out[i].Tensor.Name, fmt.Sprintf("replaced by %q from %s (same name %q)", t.Name, t.File, src.Name), false})
 				out[i] = src
 				continue
 			}
-			index[src.Name] = len(out)
 			out = append(out, src)
+			index.Add(len(out) - 1)
 		}
 	}
 	markInt8Tensorwise(out)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/sdtool/sdtool/formats"
@@ -35,6 +36,7 @@ type policy struct {
 // or a vector of ones. It returns the imatrix entries no tensor used.
 func build(plan *pipeline.Plan, sources []Source, pol policy) ([]string, error) {
 	usedIm := map[string]bool{}
+	plan.Outputs = slices.Grow(plan.Outputs, len(sources))
 	for i := range sources {
 		s := &sources[i]
 		name := s.Name

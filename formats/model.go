@@ -287,3 +287,13 @@ type TensorWriter interface {
 	// Size returns the total number of bytes the output will have.
 	Size() int64
 }
+
+// TensorLayout is implemented by TensorWriters that give their Layout one
+// tensor at a time, so that a caller checking a layout of many tensors
+// need not copy every descriptor at once.
+type TensorLayout interface {
+	// NumTensors returns the number of tensors of the layout.
+	NumTensors() int
+	// TensorAt returns Layout()[i].
+	TensorAt(i int) Tensor
+}

@@ -157,8 +157,29 @@ var (
 	sortedNames []string
 )
 
+// typeInfos is typeTable as an array by id, for ids below its length:
+// Info, String and the size functions run several times per tensor, and a
+// map lookup each was a tenth of a header-heavy convert's time.
+var typeInfos [256]struct {
+	info TypeInfo
+	ok   bool
+}
+
+// lookupType returns t's entry of typeTable.
+func lookupType(t DType) (TypeInfo, bool) {
+	if int(t) < len(typeInfos) {
+		e := &typeInfos[t]
+		return e.info, e.ok
+	}
+	info, ok := typeTable[t]
+	return info, ok
+}
+
 func init() {
 	for t, info := range typeTable {
+		if int(t) < len(typeInfos) {
+			typeInfos[t].info, typeInfos[t].ok = info, true
+		}
 		byName[info.Name] = t
 		byLower[strings.ToLower(info.Name)] = t
 		if info.Safetensors != "" {
@@ -172,16 +193,19 @@ func init() {
 
 // Valid reports whether t is a known type.
 func (t DType) Valid() bool {
-	_, ok := typeTable[t]
+	_, ok := lookupType(t)
 	return ok
 }
 
 // Info returns the storage description of t; the zero TypeInfo for unknown types.
-func (t DType) Info() TypeInfo { return typeTable[t] }
+func (t DType) Info() TypeInfo {
+	info, _ := lookupType(t)
+	return info
+}
 
 // String returns the type's name ("q4_K", "f8_e4m3"), or "type(N)" when unknown.
 func (t DType) String() string {
-	if info, ok := typeTable[t]; ok {
+	if info, ok := lookupType(t); ok {
 		return info.Name
 	}
 	return fmt.Sprintf("type(%d)", uint16(t))
@@ -194,11 +218,11 @@ func (t DType) IsGGML() bool { return t < GGMLTypeCount && t.Valid() }
 func (t DType) InLinkedGGML() bool { return t.IsGGML() && t < LinkedGGMLTypeCount }
 
 // Quantized reports whether t is a block-quantized ggml type.
-func (t DType) Quantized() bool { return typeTable[t].Quantized }
+func (t DType) Quantized() bool { return t.Info().Quantized }
 
 // BitsPerElement returns the storage bits per element (4.5 for q4_0).
 func (t DType) BitsPerElement() float64 {
-	info := typeTable[t]
+	info := t.Info()
 	if info.BlockSize == 0 {
 		return 0
 	}
@@ -237,7 +261,7 @@ func FromSafetensors(dtype string) (DType, bool) {
 
 // SafetensorsName returns the safetensors dtype string of t, if it has one.
 func (t DType) SafetensorsName() (string, bool) {
-	s := typeTable[t].Safetensors
+	s := t.Info().Safetensors
 	return s, s != ""
 }
 
@@ -264,7 +288,7 @@ func Types() []DType {
 // RowBytes returns the bytes taken by n consecutive elements of type t, or an
 // error when n is not a whole number of blocks.
 func (t DType) RowBytes(n int64) (int64, error) {
-	info, ok := typeTable[t]
+	info, ok := lookupType(t)
 	if !ok {
 		return 0, fmt.Errorf("unknown tensor type %d", uint16(t))
 	}
@@ -306,7 +330,7 @@ func (t DType) Bytes(shape []int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	info, ok := typeTable[t]
+	info, ok := lookupType(t)
 	if !ok {
 		return 0, fmt.Errorf("unknown tensor type %d", uint16(t))
 	}

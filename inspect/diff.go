@@ -196,11 +196,13 @@ func (s *sums) measures() (rel, cos, snr *float64) {
 // and type, ComfyUI comfy_quant layers decoded through their scales) and
 // streamed in chunks, so memory does not grow with the model.
 func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
-	da, err := tensor.NewView(a)
+	// Indexes, not Views: each pair's Sources are built when it is
+	// compared, so a header of many tensors costs no Source per tensor.
+	da, err := tensor.NewIndex(a)
 	if err != nil {
 		return nil, err
 	}
-	db, err := tensor.NewView(b)
+	db, err := tensor.NewIndex(b)
 	if err != nil {
 		return nil, err
 	}
@@ -219,29 +221,31 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		}
 		return false
 	}
-	type pair struct{ a, b *tensor.Source }
+	type pair struct{ a, b int32 } // Source numbers in da and db
 	var pairs []pair
 	// One index of B's names, and a mark on each B tensor that A has, in
-	// place of a map of each side's names.
-	inB := make(map[string]int32, len(db.Sources))
-	for j, s := range db.Sources {
-		inB[s.Name] = int32(j)
+	// place of a map of each side's names. Added last first, so that a
+	// repeated name finds its last tensor.
+	inB := formats.NewNameIndex(db.Len(), db.Name)
+	for j := db.Len() - 1; j >= 0; j-- {
+		inB.Add(j)
 	}
-	matched := make([]bool, len(db.Sources))
-	for _, s := range da.Sources {
-		if !keep(s.Name) {
+	matched := make([]bool, db.Len())
+	for i := range da.Len() {
+		name := da.Name(i)
+		if !keep(name) {
 			continue
 		}
-		if j, ok := inB[s.Name]; ok {
-			pairs = append(pairs, pair{s, db.Sources[j]})
+		if j := inB.Lookup(name); j >= 0 {
+			pairs = append(pairs, pair{int32(i), int32(j)})
 			matched[j] = true
 		} else {
-			r.Missing = append(r.Missing, s.Name)
+			r.Missing = append(r.Missing, name)
 		}
 	}
-	for _, s := range db.Sources {
-		if !matched[inB[s.Name]] && keep(s.Name) {
-			r.Extra = append(r.Extra, s.Name)
+	for j := range db.Len() {
+		if name := db.Name(j); !matched[inB.Lookup(name)] && keep(name) {
+			r.Extra = append(r.Extra, name)
 		}
 	}
 	chunk := opts.ChunkElements
@@ -258,7 +262,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	}
 	var total, done int64
 	for _, p := range pairs {
-		total += p.a.Tensor.Size + p.b.Tensor.Size
+		total += da.Tensor(int(p.a)).Size + db.Tensor(int(p.b)).Size
 	}
 	report := func(n int64) {
 		if opts.Progress != nil {
@@ -266,8 +270,19 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		}
 	}
 	results := make([]TensorDiff, len(pairs))
-	sumsOf := make([]sums, len(pairs))
-	errs := make([]string, len(pairs))
+	// The products a tensor's measures and the totals need; the rest of
+	// its sums go straight into its result (a full sums a tensor would add
+	// a third to the table on headers of many tensors).
+	type products struct{ aa, bb, ab, dd float64 }
+	sumsOf := make([]products, len(pairs))
+	// Why tensors could not be compared, by pair: rare, so a map.
+	var errsMu sync.Mutex
+	errs := map[int]string{}
+	fail := func(i int, msg string) {
+		errsMu.Lock()
+		errs[i] = msg
+		errsMu.Unlock()
+	}
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range min(threads, max(len(pairs), 1)) {
@@ -275,8 +290,13 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 		go func() {
 			defer wg.Done()
 			var sa, sb tensor.Scratch
+			// One Source a side per worker, refilled for each pair: the
+			// results keep only their shapes, which are the models'.
+			var srcA, srcB tensor.Source
+			p := struct{ a, b *tensor.Source }{&srcA, &srcB}
 			for i := range next {
-				p := pairs[i]
+				da.Fill(int(pairs[i].a), &srcA)
+				db.Fill(int(pairs[i].b), &srcB)
 				d := TensorDiff{
 					Name: p.a.Name, TypeA: p.a.TypeName(), TypeB: p.b.TypeName(),
 					ShapeA: p.a.Shape(), ShapeB: p.b.Shape(),
@@ -286,7 +306,7 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 				results[i] = d
 				n := p.a.Elements()
 				if n != p.b.Elements() {
-					errs[i] = fmt.Sprintf("element counts differ: %s has %d, %s has %d", formats.FormatShape(d.ShapeA), n, formats.FormatShape(d.ShapeB), p.b.Elements())
+					fail(i, fmt.Sprintf("element counts differ: %s has %d, %s has %d", formats.FormatShape(d.ShapeA), n, formats.FormatShape(d.ShapeB), p.b.Elements()))
 					continue
 				}
 				var s sums
@@ -299,11 +319,11 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 					k := min(chunk, n-first)
 					fa, fb := sa.Float32s(0, int(k)), sb.Float32s(0, int(k))
 					if err := p.a.Read(fa, first, &sa); err != nil {
-						errs[i] = err.Error()
+						fail(i, err.Error())
 						break
 					}
 					if err := p.b.Read(fb, first, &sb); err != nil {
-						errs[i] = err.Error()
+						fail(i, err.Error())
 						break
 					}
 					s.accumulate(fa, fb)
@@ -312,8 +332,10 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 						reported = part
 					}
 				}
-				results[i].Elements = n
-				sumsOf[i] = s
+				res := &results[i]
+				res.Elements = n
+				res.MaxAbsDiff, res.NonFinite, res.NonFiniteDiffs, res.Identical = s.maxAbs, s.nonFinite, s.nonFiniteDiff, s.diffCount == 0
+				sumsOf[i] = products{s.aa, s.bb, s.ab, s.dd}
 			}
 		}()
 	}
@@ -335,15 +357,14 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	// models.
 	r.Tensors = results[:0]
 	for i, d := range results {
-		if errs[i] != "" {
-			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: errs[i]})
+		if msg, ok := errs[i]; ok {
+			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: msg})
 			continue
 		}
-		s := sumsOf[i]
+		p := sumsOf[i]
+		s := sums{aa: p.aa, bb: p.bb, ab: p.ab, dd: p.dd, maxAbs: d.MaxAbsDiff, nonFinite: d.NonFinite, nonFiniteDiff: d.NonFiniteDiffs}
 		d.RelError, d.Cosine, d.SNRdB = s.measures()
-		d.MaxAbsDiff, d.NormA, d.NormB, d.NonFinite = s.maxAbs, math.Sqrt(s.aa), math.Sqrt(s.bb), s.nonFinite
-		d.NonFiniteDiffs = s.nonFiniteDiff
-		d.Identical = s.diffCount == 0
+		d.NormA, d.NormB = math.Sqrt(s.aa), math.Sqrt(s.bb)
 		r.Tensors = append(r.Tensors, d)
 		all.add(s)
 		r.Totals.Elements += d.Elements

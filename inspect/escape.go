@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
@@ -46,10 +47,12 @@ func isControl(r rune) bool {
 type cleanWriter struct{ w io.Writer }
 
 func (c cleanWriter) Write(p []byte) (int, error) {
-	s := string(p)
-	if !strings.ContainsFunc(s, func(r rune) bool { return r != '\n' && r != '\t' && isControl(r) }) {
+	// Checked on the bytes: a string copy of every buffer flushed was as
+	// much garbage as the whole output.
+	if !bytes.ContainsFunc(p, func(r rune) bool { return r != '\n' && r != '\t' && isControl(r) }) {
 		return c.w.Write(p)
 	}
+	s := string(p)
 	var b strings.Builder
 	for _, line := range strings.SplitAfter(s, "\n") {
 		for k, cell := range strings.Split(strings.TrimSuffix(line, "\n"), "\t") {

@@ -164,6 +164,9 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		Tensors:    []TensorSummary{},
 	}
 	s.LongNames.Names = []string{}
+	if !opts.NoTensors && len(opts.Filters) == 0 {
+		s.Tensors = make([]TensorSummary, 0, len(tensors))
+	}
 	for _, kv := range m.Metadata() {
 		s.Metadata = append(s.Metadata, metaEntry(kv))
 	}
@@ -205,8 +208,14 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		if matchAny(opts.Filters, t.Name) {
 			s.Matched++
 			if !opts.NoTensors {
+				// The shape is the model's, shared: descriptors are
+				// read-only, and a copy each adds up on large headers.
+				shape := t.Shape[:len(t.Shape):len(t.Shape)]
+				if shape == nil {
+					shape = []int64{} // JSON [], not null
+				}
 				s.Tensors = append(s.Tensors, TensorSummary{
-					Name: t.Name, Type: t.Type.String(), Shape: append([]int64{}, t.Shape...),
+					Name: t.Name, Type: t.Type.String(), Shape: shape,
 					Params: n, Size: t.Size, Offset: t.Offset, File: t.File,
 				})
 			}

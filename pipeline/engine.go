@@ -69,6 +69,7 @@ type chunk struct {
 	first  int64
 	n      int64
 	last   bool // last chunk of its output
+	empty  int  // for a chunk of empty outputs: how many, from index on
 	buf    []byte
 	pooled bool // buf came from the pool of chunkBytes buffers
 	tokens int  // budget slots held
@@ -234,14 +235,23 @@ func write(ctx context.Context, f *AtomicFile, plan *Plan, tensors []formats.Ten
 	}
 	// The chunks are cut from the plan's sizes, so a writer that disagrees
 	// about any tensor would misplace every byte after it.
-	lay := tw.Layout()
-	if len(lay) != len(tensors) {
-		return fmt.Errorf("the writer lays out %d tensors, the plan has %d", len(lay), len(tensors))
+	// A writer that gives its layout a tensor at a time is checked without
+	// a copy of every descriptor.
+	var n int
+	var at func(int) formats.Tensor
+	if tl, ok := tw.(formats.TensorLayout); ok {
+		n, at = tl.NumTensors(), tl.TensorAt
+	} else {
+		lay := tw.Layout()
+		n, at = len(lay), func(i int) formats.Tensor { return lay[i] }
 	}
-	for i := range lay {
-		if lay[i].Size != tensors[i].Size || lay[i].Name != tensors[i].Name {
+	if n != len(tensors) {
+		return fmt.Errorf("the writer lays out %d tensors, the plan has %d", n, len(tensors))
+	}
+	for i := range n {
+		if t := at(i); t.Size != tensors[i].Size || t.Name != tensors[i].Name {
 			return fmt.Errorf("tensor %q: the writer lays out %q with %d bytes, the plan has %d",
-				tensors[i].Name, lay[i].Name, lay[i].Size, tensors[i].Size)
+				tensors[i].Name, t.Name, t.Size, tensors[i].Size)
 		}
 	}
 	if err := execute(ctx, plan, l, o, tw); err != nil {
@@ -279,7 +289,7 @@ func execute(parent context.Context, plan *Plan, l *layout, o *Options, tw forma
 		defer close(jobs)
 		complete = dispatch(ctx, plan, l, sem, pool, jobs, order)
 	})
-	err := drain(ctx, l, o, tw, sem, pool, order)
+	err := drain(ctx, plan, l, o, tw, sem, pool, order)
 	if err == nil && !complete {
 		// order was closed early: the dispatcher saw the cancellation.
 		err = context.Cause(ctx)
@@ -300,12 +310,17 @@ func execute(parent context.Context, plan *Plan, l *layout, o *Options, tw forma
 // a buffer for each and hands them to the writer and, in the same order, to
 // the workers. It reports whether every chunk was handed out.
 func dispatch(ctx context.Context, plan *Plan, l *layout, sem chan struct{}, pool chan []byte, jobs, order chan<- *chunk) bool {
-	for i := range plan.Outputs {
+	for i := 0; i < len(plan.Outputs); i++ {
 		out := &plan.Outputs[i]
 		rows, rb, per := l.rows[i], l.rowBytes[i], l.perChunk[i]
 		if rows == 0 {
-			c := &chunk{out: out, index: i, last: true, done: make(chan struct{})}
-			close(c.done)
+			// A run of empty outputs is one chunk, complete when cut: a
+			// header of many empty tensors makes no chunk per tensor.
+			c := &chunk{out: out, index: i, last: true, empty: 1, done: closedChan}
+			for i+1 < len(plan.Outputs) && l.rows[i+1] == 0 {
+				i++
+				c.empty++
+			}
 			select {
 			case order <- c:
 			case <-ctx.Done():
@@ -352,6 +367,15 @@ func dispatch(ctx context.Context, plan *Plan, l *layout, sem chan struct{}, poo
 	return true
 }
 
+// closedChan is the done channel of every empty output's chunk, which is
+// complete when cut: one channel, not one per tensor of a header of many
+// empty tensors.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 // work runs producers for chunks until jobs is closed; the first error
 // cancels the whole run.
 func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chunk, chunkSize int64) {
@@ -390,7 +414,7 @@ func produce(ctx context.Context, c *chunk, s *tensor.Scratch) (err error) {
 }
 
 // drain writes the chunks in order as they complete.
-func drain(ctx context.Context, l *layout, o *Options, tw formats.TensorWriter,
+func drain(ctx context.Context, plan *Plan, l *layout, o *Options, tw formats.TensorWriter,
 	sem chan struct{}, pool chan []byte, order <-chan *chunk) error {
 	var done int64
 	if o.Progress != nil {
@@ -432,8 +456,10 @@ func drain(ctx context.Context, l *layout, o *Options, tw formats.TensorWriter,
 			o.Progress(done, l.total)
 		}
 		if c.last {
-			logTensor(o.Logger, c.out, l.rows[c.index]*l.rowBytes[c.index], time.Since(start))
-			start = time.Now()
+			for i := c.index; i < c.index+max(c.empty, 1); i++ {
+				logTensor(o.Logger, &plan.Outputs[i], l.rows[i]*l.rowBytes[i], time.Since(start))
+				start = time.Now()
+			}
 		}
 	}
 	return nil

@@ -195,11 +195,14 @@ func (p *Plan) header() formats.WriteOptions {
 func (p *Plan) Tensors() ([]formats.Tensor, error) {
 	out := make([]formats.Tensor, 0, len(p.Outputs))
 	for i := range p.Outputs {
-		d, err := p.Outputs[i].Descriptor()
+		o := &p.Outputs[i]
+		size, err := o.Bytes()
 		if err != nil {
-			return nil, fmt.Errorf("tensor %q: %v", p.Outputs[i].Name, err)
+			return nil, fmt.Errorf("tensor %q: %v", o.Name, err)
 		}
-		out = append(out, d)
+		// The shape is shared, not copied as Descriptor does: writers
+		// only read it, and a copy per tensor adds up on large headers.
+		out = append(out, formats.Tensor{Name: o.Name, Type: o.Type, Shape: o.Shape, Size: size})
 	}
 	return out, nil
 }
@@ -208,7 +211,7 @@ func (p *Plan) Tensors() ([]formats.Tensor, error) {
 // unique, types known, sizes computable, a producer for every tensor with
 // data.
 func (p *Plan) Validate() error {
-	seen := make(map[string]bool, len(p.Outputs))
+	seen := formats.NewNameIndex(len(p.Outputs), func(i int) string { return p.Outputs[i].Name })
 	var errs []error
 	for i := range p.Outputs {
 		o := &p.Outputs[i]
@@ -216,11 +219,10 @@ func (p *Plan) Validate() error {
 			errs = append(errs, fmt.Errorf("output %d has no name", i))
 			continue
 		}
-		if seen[o.Name] {
+		if seen.Add(i) >= 0 {
 			errs = append(errs, fmt.Errorf("tensor %q appears twice in the plan", o.Name))
 			continue
 		}
-		seen[o.Name] = true
 		if _, err := formats.Elements(o.Shape); err != nil {
 			errs = append(errs, fmt.Errorf("tensor %q: %v", o.Name, err))
 			continue

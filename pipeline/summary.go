@@ -58,6 +58,11 @@ type Summary struct {
 	SourceBitsPerWeight float64 `json:"source_bits_per_weight"`
 	// BitsPerWeight is 8*Bytes/Elements.
 	BitsPerWeight float64 `json:"bits_per_weight"`
+
+	// params and count are Totals' parameters and the number of outputs,
+	// set by summary whether or not it built Tensors.
+	params int64
+	count  int
 }
 
 func bpw(bytes, elements int64) float64 {
@@ -68,8 +73,16 @@ func bpw(bytes, elements int64) float64 {
 }
 
 // Summary computes the dry-run summary of the plan; it runs no producer.
-func (p *Plan) Summary() (Summary, error) {
+func (p *Plan) Summary() (Summary, error) { return p.summary(true) }
+
+// summary computes the summary, with its per-tensor rows only when rows is
+// set: the line a run ends with needs the totals alone, and a row per
+// tensor was the largest allocation of a header of 500k tensors.
+func (p *Plan) summary(rows bool) (Summary, error) {
 	var s Summary
+	if rows {
+		s.Tensors = make([]TensorSummary, 0, len(p.Outputs))
+	}
 	byType := map[formats.DType]*TypeSummary{}
 	var srcElements int64
 	for i := range p.Outputs {
@@ -79,21 +92,25 @@ func (p *Plan) Summary() (Summary, error) {
 			return Summary{}, fmt.Errorf("tensor %q: %v", o.Name, err)
 		}
 		n := o.Elements()
-		row := TensorSummary{
-			Name:          o.Name,
-			Shape:         append([]int64(nil), o.Shape...),
-			Type:          o.Type.String(),
-			Elements:      n,
-			Bytes:         size,
-			BitsPerWeight: bpw(size, n),
-		}
 		if o.Source != nil {
-			row.SourceType = o.Source.Type.String()
-			row.SourceBytes = o.Source.Size
 			s.SourceBytes += o.Source.Size
 			srcElements += n
 		}
-		s.Tensors = append(s.Tensors, row)
+		if rows {
+			row := TensorSummary{
+				Name:          o.Name,
+				Shape:         append([]int64(nil), o.Shape...),
+				Type:          o.Type.String(),
+				Elements:      n,
+				Bytes:         size,
+				BitsPerWeight: bpw(size, n),
+			}
+			if o.Source != nil {
+				row.SourceType = o.Source.Type.String()
+				row.SourceBytes = o.Source.Size
+			}
+			s.Tensors = append(s.Tensors, row)
+		}
 		s.Elements += n
 		s.Bytes += size
 		ts := byType[o.Type]
@@ -115,6 +132,7 @@ func (p *Plan) Summary() (Summary, error) {
 	}
 	s.BitsPerWeight = bpw(s.Bytes, s.Elements)
 	s.SourceBitsPerWeight = bpw(s.SourceBytes, srcElements)
+	s.params, s.count = srcElements, len(p.Outputs)
 	return s, nil
 }
 
@@ -199,7 +217,7 @@ func (p *Plan) WriteTable(w io.Writer) error {
 // tensors, P parameters: IN -> OUT (B bits per weight)", the tensors and
 // bytes per output type, then the plan's Notes.
 func (p *Plan) WriteSummary(w io.Writer) error {
-	s, err := p.Summary()
+	s, err := p.summary(false)
 	if err != nil {
 		return err
 	}
@@ -207,9 +225,10 @@ func (p *Plan) WriteSummary(w io.Writer) error {
 }
 
 func (p *Plan) writeSummary(w io.Writer, s *Summary) error {
-	in, out, params, b := s.Totals()
+	in, out, params := s.SourceBytes, s.Bytes, s.params
+	b := bpw(out, params)
 	fmt.Fprintf(w, "%s: %s, %s: %s -> %s (%.2f bits per weight)\n",
-		p.Path, Count(len(s.Tensors), "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
+		p.Path, Count(s.count, "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
 	for _, t := range s.ByType {
 		fmt.Fprintf(w, "  %-8s %13s  %s\n", t.Type, Count(t.Tensors, "tensor", "tensors"), HumanBytes(t.Bytes))
 	}

@@ -92,3 +92,45 @@ func TestHeaderHeavyChild(t *testing.T) {
 	}
 	peakrss.Report(t)
 }
+
+// TestHeaderHeavyMemory holds the per-tensor memory of convert and diff on
+// headers of many empty tensors to a limit (issue 14, item 10): each runs
+// in a child process on files of 50k and 150k tensors, and the slope of
+// peak resident memory between them must stay under maxBytesPerTensor.
+// Before the shared name indexes, streamed GGUF records and per-pair diff
+// Sources the slopes were about 1,200 (convert) and 1,400 (diff) bytes a
+// tensor; now 600 to 700 each (BENCHMARKS.md, "Header-heavy files").
+func TestHeaderHeavyMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns four commands on headers of 150k tensors")
+	}
+	// Between the slopes before and after, with room for the collector's
+	// timing (five runs at load 5: convert 607-704, diff 599-638).
+	const maxBytesPerTensor = 900
+	const small, big = 50_000, 150_000
+	dir := peakrss.ScratchDir(t)
+	files := map[int]string{}
+	for _, n := range []int{small, big} {
+		sub := filepath.Join(dir, strconv.Itoa(n))
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		files[n], _ = headerHeavy(t, sub, n)
+	}
+	out := filepath.Join(dir, "out.gguf")
+	for _, tc := range []struct {
+		name string
+		args func(path string) []string
+	}{
+		{"convert", func(p string) []string { return []string{"convert", "-m", p, "-o", out, "--force"} }},
+		{"diff", func(p string) []string { return []string{"diff", p, p} }},
+	} {
+		env := func(n int) string { return headerChildEnv + "=" + strings.Join(tc.args(files[n]), "\x1f") }
+		a, b := peakrss.Growth(t, "TestHeaderHeavyChild", env(small), env(big))
+		slope := float64(b-a) * 1024 / (big - small)
+		t.Logf("%s: peak %d KiB at %d tensors, %d KiB at %d: %.0f bytes a tensor", tc.name, a, small, b, big, slope)
+		if slope > maxBytesPerTensor {
+			t.Errorf("%s: peak resident memory grows by %.0f bytes a tensor, more than %d", tc.name, slope, maxBytesPerTensor)
+		}
+	}
+}

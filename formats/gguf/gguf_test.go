@@ -164,7 +164,7 @@ func roundTrip(t *testing.T, align int, trim, padEnd bool) {
 	}
 	for i, want := range ts {
 		g := got[i]
-		ne := storedDims(want.Shape, trim)
+		ne := storedDims(nil, want.Shape, trim)
 		wantShape := make([]int64, len(ne))
 		for j, d := range ne {
 			wantShape[len(ne)-1-j] = d
@@ -213,10 +213,10 @@ func TestTrimDims(t *testing.T) {
 		{[]int64{4, 1, 3, 3}, []int64{3, 3, 1, 4}, []int64{3, 3, 1, 4}},
 	}
 	for _, c := range cases {
-		if got := storedDims(c.shape, false); !reflect.DeepEqual(got, c.keep) {
+		if got := storedDims(nil, c.shape, false); !reflect.DeepEqual(got, c.keep) {
 			t.Errorf("%v: kept %v, want %v", c.shape, got, c.keep)
 		}
-		if got := storedDims(c.shape, true); !reflect.DeepEqual(got, c.trim) {
+		if got := storedDims(nil, c.shape, true); !reflect.DeepEqual(got, c.trim) {
 			t.Errorf("%v: trimmed %v, want %v", c.shape, got, c.trim)
 		}
 	}

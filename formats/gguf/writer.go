@@ -33,11 +33,20 @@ type WriterOptions struct {
 // Writer streams a GGUF v3 file whose header is computed up front from the
 // tensor descriptors. It implements formats.TensorWriter.
 type Writer struct {
-	w       io.Writer
-	header  []byte
-	tensors []formats.Tensor // output layout, absolute offsets
-	rel     []int64          // offsets relative to the data section
-	dataEnd int64            // data section size, with the end padding if any
+	w io.Writer
+	// prefix is the header up to the tensor records (magic, counts,
+	// metadata); the records are encoded from in as the header is written,
+	// not held (on a header of 500k tensors they are tens of megabytes).
+	prefix    []byte
+	headerLen int64 // the whole header, records and padding included
+	trim      bool  // WriterOptions.TrimDims
+	// in is the caller's descriptor list, kept rather than copied (a copy
+	// per tensor was most of a header-heavy file's memory): names, types
+	// and shapes come from it, sizes and offsets from size and rel.
+	in      []formats.Tensor
+	size    []int64 // data bytes of each tensor
+	rel     []int64 // offsets relative to the data section
+	dataEnd int64   // data section size, with the end padding if any
 
 	headerDone bool
 	cur        int   // tensor receiving data
@@ -47,15 +56,19 @@ type Writer struct {
 	closed     bool
 }
 
-var _ formats.TensorWriter = (*Writer)(nil)
+var (
+	_ formats.TensorWriter = (*Writer)(nil)
+	_ formats.TensorLayout = (*Writer)(nil)
+)
 
 // NewWriter validates the descriptors and metadata and computes the header
 // and layout. Names of 64 bytes or more, more than 4 dims and nested arrays
 // are written as given (some readers refuse them; ggml does), but a zero in
 // an outer dim is refused because it crashes ggml's reader. Only the tensors' Name, Type and Shape are used (a non-zero
-// Size must match the computed one). Nothing is written to w before the
-// first Write or Close, so w may be nil when only Header, Layout and Size
-// are wanted (for a writer that fills the data at fixed offsets itself).
+// Size must match the computed one). The Writer keeps tensors, which must
+// not change while it is in use. Nothing is written to w before the first
+// Write or Close, so w may be nil when only Header, Layout and Size are
+// wanted (for a writer that fills the data at fixed offsets itself).
 func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opts *WriterOptions) (*Writer, error) {
 	if opts == nil {
 		opts = &WriterOptions{}
@@ -83,7 +96,7 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 
 	// Sized up front: appending would copy the layout log2(n) times, which
 	// dominated the memory of files of many small tensors.
-	gw := &Writer{w: w, tensors: make([]formats.Tensor, 0, len(tensors)), rel: make([]int64, 0, len(tensors))}
+	gw := &Writer{w: w, in: tensors, size: make([]int64, 0, len(tensors)), rel: make([]int64, 0, len(tensors))}
 	b := append([]byte(nil), Magic...)
 	b = binary.LittleEndian.AppendUint32(b, 3)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(tensors)))
@@ -94,23 +107,16 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		b = appendValue(b, kv.Type, kv.Value)
 	}
 
-	// The header and the shapes are sized in a first pass too (an upper
-	// bound: trimmed dims only shorten a tensor's record), so that a header
-	// of 500k tensors is one allocation of each, not a doubling slice.
-	need, dims := len(b), 0
-	for _, t := range tensors {
-		need += 8 + len(t.Name) + 4 + 8*max(len(t.Shape), 1) + 4 + 8
-		dims += len(t.Shape)
-	}
-	b = append(make([]byte, 0, need+int(DefaultAlignment)), b...)
-	shapes := make([]int64, 0, dims)
-	names := make(map[string]bool, len(tensors))
+	gw.prefix, gw.trim = b, opts.TrimDims
+	hlen := int64(len(b))
+	var nb [MaxDims]int64
+	names := formats.NewNameIndex(len(tensors), func(i int) string { return tensors[i].Name })
 	var off int64
-	for _, t := range tensors {
-		if names[t.Name] {
+	for i := range tensors {
+		t := &tensors[i]
+		if names.Add(i) >= 0 {
 			return nil, fmt.Errorf("gguf writer: tensor %q: duplicate name", t.Name)
 		}
-		names[t.Name] = true
 		// ggml copies names into C strings: a NUL would cut the name short
 		// there and could make two tensors one.
 		if strings.IndexByte(t.Name, 0) >= 0 {
@@ -132,7 +138,7 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 		if t.Size != 0 && t.Size != size {
 			return nil, fmt.Errorf("gguf writer: tensor %q: size %d, but %s %v takes %d bytes", t.Name, t.Size, t.Type, t.Shape, size)
 		}
-		ne := storedDims(t.Shape, opts.TrimDims)
+		ne := storedDims(nb[:0], t.Shape, opts.TrimDims)
 		for j := 1; j < len(ne); j++ {
 			if ne[j] == 0 {
 				// ggml's reader divides by ne[1..3] when it checks the element
@@ -140,31 +146,17 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta formats.Metadata, opt
 				return nil, fmt.Errorf("gguf writer: tensor %q: shape %v has a zero outside the row dim, which crashes ggml's reader", t.Name, t.Shape)
 			}
 		}
-		b = appendString(b, t.Name)
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(ne)))
-		for _, d := range ne {
-			b = binary.LittleEndian.AppendUint64(b, uint64(d))
-		}
-		b = binary.LittleEndian.AppendUint32(b, uint32(t.Type))
-		b = binary.LittleEndian.AppendUint64(b, uint64(off))
+		hlen += infoSize(t.Name, ne)
 		gw.rel = append(gw.rel, off)
-		start := len(shapes)
-		shapes = append(shapes, t.Shape...)
-		gw.tensors = append(gw.tensors, formats.Tensor{
-			Name: t.Name, Type: t.Type, Shape: shapes[start:len(shapes):len(shapes)], Size: size,
-		})
+		gw.size = append(gw.size, size)
 		if off > math.MaxInt64/2-pad(size, align) {
 			return nil, fmt.Errorf("gguf writer: tensor %q: data section overflows", t.Name)
 		}
 		off += pad(size, align)
 	}
-	b = append(b, make([]byte, pad(int64(len(b)), align)-int64(len(b)))...)
-	gw.header = b
-	for i := range gw.tensors {
-		gw.tensors[i].Offset = int64(len(b)) + gw.rel[i]
-	}
-	if n := len(gw.tensors); n > 0 {
-		gw.dataEnd = gw.rel[n-1] + gw.tensors[n-1].Size
+	gw.headerLen = pad(hlen, align)
+	if n := len(gw.size); n > 0 {
+		gw.dataEnd = gw.rel[n-1] + gw.size[n-1]
 		if opts.PadEnd {
 			gw.dataEnd = pad(gw.dataEnd, align)
 		}
@@ -200,15 +192,35 @@ func resolveAlignment(meta formats.Metadata, want int) (int64, formats.Metadata,
 	return int64(want), out, nil
 }
 
-// storedDims returns the ggml-order dims written for a torch-order shape: a
-// scalar becomes [1]; trim drops trailing ones like ggml_n_dims.
-func storedDims(shape []int64, trim bool) []int64 {
-	ne := make([]int64, len(shape))
-	for i, d := range shape {
-		ne[len(shape)-1-i] = d
+// infoSize is the size of a tensor's record in the header: name, dims,
+// type and offset, as appendInfo encodes them.
+func infoSize(name string, ne []int64) int64 {
+	return 8 + int64(len(name)) + 4 + 8*int64(len(ne)) + 4 + 8
+}
+
+// appendInfo appends tensor i's record (name, dims, type, offset).
+func (w *Writer) appendInfo(b []byte, i int) []byte {
+	t := &w.in[i]
+	var nb [MaxDims]int64
+	ne := storedDims(nb[:0], t.Shape, w.trim)
+	b = appendString(b, t.Name)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(ne)))
+	for _, d := range ne {
+		b = binary.LittleEndian.AppendUint64(b, uint64(d))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(t.Type))
+	return binary.LittleEndian.AppendUint64(b, uint64(w.rel[i]))
+}
+
+// storedDims appends to ne (usually empty, with room for MaxDims) the
+// ggml-order dims written for a torch-order shape: a scalar becomes [1];
+// trim drops trailing ones like ggml_n_dims.
+func storedDims(ne, shape []int64, trim bool) []int64 {
+	for i := range shape {
+		ne = append(ne, shape[len(shape)-1-i])
 	}
 	if len(ne) == 0 {
-		ne = []int64{1}
+		ne = append(ne, 1)
 	}
 	if trim {
 		for len(ne) > 1 && ne[len(ne)-1] == 1 {
@@ -419,18 +431,39 @@ func appendSlice(b []byte, vs any) []byte {
 
 // Header returns the encoded header, padding included: the bytes before
 // the first tensor's data.
-func (w *Writer) Header() []byte { return append([]byte(nil), w.header...) }
+func (w *Writer) Header() []byte {
+	b := make([]byte, 0, w.headerLen)
+	b = append(b, w.prefix...)
+	for i := range w.in {
+		b = w.appendInfo(b, i)
+	}
+	return append(b, make([]byte, w.headerLen-int64(len(b)))...)
+}
 
 // Layout returns the output tensors with their absolute offsets and sizes
 // (File is empty: the writer does not know the output's name).
 func (w *Writer) Layout() []formats.Tensor {
-	out := make([]formats.Tensor, len(w.tensors))
-	copy(out, w.tensors)
+	out := make([]formats.Tensor, len(w.in))
+	for i := range w.in {
+		out[i] = w.TensorAt(i)
+	}
 	return out
 }
 
+// NumTensors returns the number of tensors of the layout.
+func (w *Writer) NumTensors() int { return len(w.in) }
+
+// TensorAt returns Layout()[i] without building the whole layout.
+func (w *Writer) TensorAt(i int) formats.Tensor {
+	t := &w.in[i]
+	return formats.Tensor{
+		Name: t.Name, Type: t.Type, Shape: t.Shape[:len(t.Shape):len(t.Shape)],
+		Offset: w.headerLen + w.rel[i], Size: w.size[i],
+	}
+}
+
 // Size returns the total number of bytes the file will have.
-func (w *Writer) Size() int64 { return int64(len(w.header)) + w.dataEnd }
+func (w *Writer) Size() int64 { return w.headerLen + w.dataEnd }
 
 var zeros [4096]byte
 
@@ -452,13 +485,26 @@ func (w *Writer) writeHeader() error {
 		return nil
 	}
 	w.headerDone = true
-	_, err := w.w.Write(w.header)
+	// Encoded in blocks of records, so that the header is never held whole.
+	b := append(make([]byte, 0, max(len(w.prefix), 64<<10)), w.prefix...)
+	n := int64(0)
+	for i := range w.in {
+		if len(b) >= 60<<10 {
+			if _, err := w.w.Write(b); err != nil {
+				return err
+			}
+			n, b = n+int64(len(b)), b[:0]
+		}
+		b = w.appendInfo(b, i)
+	}
+	b = append(b, make([]byte, w.headerLen-n-int64(len(b)))...)
+	_, err := w.w.Write(b)
 	return err
 }
 
 // skipComplete moves cur past tensors whose data is all written.
 func (w *Writer) skipComplete() {
-	for w.cur < len(w.tensors) && w.curDone == w.tensors[w.cur].Size {
+	for w.cur < len(w.size) && w.curDone == w.size[w.cur] {
 		w.cur++
 		w.curDone = 0
 	}
@@ -480,24 +526,23 @@ func (w *Writer) Write(p []byte) (int, error) {
 	total := 0
 	for len(p) > 0 {
 		w.skipComplete()
-		if w.cur == len(w.tensors) {
-			w.err = fmt.Errorf("gguf writer: %d bytes more than the %d tensors hold", len(p), len(w.tensors))
+		if w.cur == len(w.size) {
+			w.err = fmt.Errorf("gguf writer: %d bytes more than the %d tensors hold", len(p), len(w.size))
 			return total, w.err
 		}
-		t := &w.tensors[w.cur]
 		if w.curDone == 0 && w.dpos < w.rel[w.cur] {
 			if err := w.zeros(w.rel[w.cur] - w.dpos); err != nil {
 				w.err = err
 				return total, err
 			}
 		}
-		k := min(int64(len(p)), t.Size-w.curDone)
+		k := min(int64(len(p)), w.size[w.cur]-w.curDone)
 		m, err := w.w.Write(p[:k])
 		total += m
 		w.curDone += int64(m)
 		w.dpos += int64(m)
 		if err != nil {
-			w.err = fmt.Errorf("gguf writer: tensor %q: %w", t.Name, err)
+			w.err = fmt.Errorf("gguf writer: tensor %q: %w", w.in[w.cur].Name, err)
 			return total, w.err
 		}
 		p = p[k:]
@@ -520,9 +565,8 @@ func (w *Writer) Close() error {
 		return err
 	}
 	w.skipComplete()
-	if w.cur < len(w.tensors) {
-		t := w.tensors[w.cur]
-		w.err = fmt.Errorf("gguf writer: tensor %q: %d of its %d bytes written: %w", t.Name, w.curDone, t.Size, ErrIncomplete)
+	if w.cur < len(w.size) {
+		w.err = fmt.Errorf("gguf writer: tensor %q: %d of its %d bytes written: %w", w.in[w.cur].Name, w.curDone, w.size[w.cur], ErrIncomplete)
 		return w.err
 	}
 	if err := w.zeros(w.dataEnd - w.dpos); err != nil {

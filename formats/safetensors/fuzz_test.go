@@ -36,6 +36,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{'})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkSameAsDecoder(t, data)
+		checkStreamed(t, data)
 		file, err := parseBytes(data, "fuzz.safetensors")
 		if err != nil {
 			return
@@ -125,7 +126,8 @@ func hasTrailingWarning(f *File) bool {
 // executions a minute; over 100k with the bound).
 const maxTokenizerFuzz = 256
 
-// FuzzTokenizer checks the tokenizer against json.Decoder on valid UTF-8.
+// FuzzTokenizer checks the tokenizer against json.Decoder on valid UTF-8,
+// and the tokenizer fed in pieces against itself fed whole.
 func FuzzTokenizer(f *testing.F) {
 	for _, s := range []string{`{"a":[1,-2.5e3,"x\n",true,null,{}]}`, `{"a" 1}`, `[1,]`, `{"\u00e9":"\ud800"}`} {
 		f.Add([]byte(s))
@@ -134,11 +136,12 @@ func FuzzTokenizer(f *testing.F) {
 		if len(b) > maxTokenizerFuzz || !utf8.Valid(b) {
 			return // the caller of tokenizer rejects invalid UTF-8 first
 		}
-		got := tokenTrace(newTokenizer(b))
-		want := tokenTrace(decoderTokens(b))
+		got := tokenTrace(newTokenizer(string(b)))
+		want := tokenTrace(jsonDecoder(string(b)))
 		if !slices.Equal(got, want) {
 			t.Fatalf("%q:\n got %q\nwant %q", b, got, want)
 		}
+		checkStreamTokens(t, string(b))
 	})
 }
 

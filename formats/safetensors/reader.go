@@ -1,7 +1,6 @@
 package safetensors
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -50,7 +48,13 @@ func Parse(r io.ReaderAt, size int64, name string) (*File, error) {
 }
 
 // parse is Parse with a choice of JSON tokenizer (nil: the fast one).
-func parse(r io.ReaderAt, size int64, name string, newTokens func([]byte) tokenSource) (*File, error) {
+func parse(r io.ReaderAt, size int64, name string, newTokens func(string) tokenSource) (*File, error) {
+	return parsePieces(r, size, name, newTokens, headerPiece)
+}
+
+// parsePieces is parse reading a header larger than piece bytes in pieces
+// of that size (tests use tiny ones).
+func parsePieces(r io.ReaderAt, size int64, name string, newTokens func(string) tokenSource, piece int) (*File, error) {
 	if size < 8 {
 		return nil, formatError(name, "", fmt.Sprintf("file has %d bytes, too short for the 8-byte header length", size))
 	}
@@ -65,9 +69,21 @@ func parse(r io.ReaderAt, size int64, name string, newTokens func([]byte) tokenS
 	if int64(n) > size-8 {
 		return nil, formatError(name, "", fmt.Sprintf("header length %d runs past the end of the file (%d bytes)", n, size))
 	}
-	// Allocation is bounded by both the limit and the real file size checked above.
-	header := make([]byte, n)
-	if err := readFullAt(r, header, 8); err != nil {
+	// A header larger than a piece is read twice in pieces, never whole:
+	// once to scan it (UTF-8, what it starts with, a count that sizes the
+	// tables), once to tokenize it. A smaller one is read once.
+	src, off := r, int64(8)
+	whole := n <= uint64(piece) || newTokens != nil
+	var header string
+	if whole {
+		var err error
+		if header, err = readString(r, 8, int64(n)); err != nil {
+			return nil, fmt.Errorf("%s: reading the %d-byte header: %w", name, n, err)
+		}
+		src, off = strings.NewReader(header), 0
+	}
+	sc, err := scanHeader(src, off, int64(n), piece)
+	if err != nil {
 		return nil, fmt.Errorf("%s: reading the %d-byte header: %w", name, n, err)
 	}
 	dataStart := 8 + int64(n)
@@ -78,7 +94,23 @@ func parse(r io.ReaderAt, size int64, name string, newTokens func([]byte) tokenS
 		info: formats.Info{Format: "safetensors", DataOffset: dataStart, Files: []string{name}},
 	}
 	p := headerParser{file: name, dataStart: dataStart, dataSize: size - dataStart, newTokens: newTokens}
-	if err := p.parse(header); err != nil {
+	var dec tokenSource
+	switch {
+	case newTokens != nil:
+		dec = newTokens(header) // an oracle tokenizer (tests)
+	case whole:
+		dec = newTokenizer(header)
+	default:
+		z := newStreamTokenizer(pieces(r, 8, int64(n), piece))
+		p.readErr = func() error {
+			if z.readErr == nil {
+				return nil
+			}
+			return fmt.Errorf("%s: reading the %d-byte header: %w", name, n, z.readErr)
+		}
+		dec = z
+	}
+	if err := p.parse(sc, int64(n), dec); err != nil {
 		return nil, err
 	}
 	f.tensors = p.tensors
@@ -93,6 +125,21 @@ func parse(r io.ReaderAt, size int64, name string, newTokens func([]byte) tokenS
 	}
 	f.info.Warnings = append(f.info.Warnings, p.warnings...)
 	return f, nil
+}
+
+// readString reads n bytes of r at off as a string, read straight into
+// the string's memory: the header's tokens are substrings of it, not copies.
+func readString(r io.ReaderAt, off, n int64) (string, error) {
+	var b strings.Builder
+	b.Grow(int(n))
+	got, err := io.Copy(&b, io.NewSectionReader(r, off, n))
+	if got == n {
+		return b.String(), nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return "", err
 }
 
 // readFullAt fills p from r at off. A ReaderAt may return io.EOF along with a
@@ -157,13 +204,33 @@ type headerParser struct {
 	dataSize  int64 // bytes after the header
 	// newTokens makes the token source for the header; nil means the fast
 	// tokenizer (tests substitute json.Decoder as an oracle).
-	newTokens func([]byte) tokenSource
+	newTokens func(string) tokenSource
 	dec       tokenSource
-	tensors   []formats.Tensor // Offset and Size as in the file
-	meta      formats.Metadata
-	warnings  []string
-	ints      []int64 // intArray's result, reused
-	dims      []int64 // unused tail of the current shape array
+	// readErr reports a read error that ended the header early (nil: none
+	// can happen), which token returns in place of the syntax error.
+	readErr  func() error
+	tensors  []formats.Tensor // Offset and Size as in the file
+	meta     formats.Metadata
+	warnings []string
+	ints     []int64 // intArray's result, reused
+	dims     []int64 // unused tail of the current shape array
+	// arena holds the tensor names, copied out of the header end to end
+	// (a string each would cost a header and a size class's rounding);
+	// arenaBlock is the size of each new block.
+	arena      strings.Builder
+	arenaBlock int
+}
+
+// name returns a copy of s in the name arena, so that a descriptor's name
+// keeps neither the header nor a string allocation of its own alive.
+func (p *headerParser) name(s string) string {
+	if p.arena.Cap()-p.arena.Len() < len(s) {
+		p.arena = strings.Builder{}
+		p.arena.Grow(max(p.arenaBlock, len(s)))
+	}
+	start := p.arena.Len()
+	p.arena.WriteString(s)
+	return p.arena.String()[start:]
 }
 
 // shape returns a copy of dims in the shared shape arrays, capped so that
@@ -182,94 +249,92 @@ func (p *headerParser) errf(tensor, format string, args ...any) error {
 }
 
 // token returns the next JSON token, turning decoder errors into *formats.FormatError.
-func (p *headerParser) token() (json.Token, error) {
-	tok, err := p.dec.Token()
+func (p *headerParser) token() (token, error) {
+	tok, err := p.dec.next()
 	if err == nil {
 		return tok, nil
 	}
+	if p.readErr != nil {
+		if rerr := p.readErr(); rerr != nil {
+			return token{}, rerr
+		}
+	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return nil, p.errf("", "invalid JSON in header at byte %d: %v", se.Offset, se)
+		return token{}, p.errf("", "invalid JSON in header at byte %d: %v", se.Offset, se)
 	}
 	var ze *jsonSyntaxError
 	if errors.As(err, &ze) {
-		return nil, p.errf("", "invalid JSON in header at byte %d: %v", ze.Offset, ze)
+		return token{}, p.errf("", "invalid JSON in header at byte %d: %v", ze.Offset, ze)
 	}
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
-		return nil, p.errf("", "invalid JSON in header: unexpected end of the header")
+		return token{}, p.errf("", "invalid JSON in header: unexpected end of the header")
 	}
-	return nil, p.errf("", "invalid JSON in header: %v", err)
+	return token{}, p.errf("", "invalid JSON in header: %v", err)
 }
 
-func (p *headerParser) parse(header []byte) error {
-	if !utf8.Valid(header) {
-		i := 0
-		for i < len(header) {
-			r, sz := utf8.DecodeRune(header[i:])
-			if r == utf8.RuneError && sz <= 1 {
-				break
-			}
-			i += sz
-		}
-		return p.errf("", "header is not valid UTF-8 (at byte %d)", i)
+// parse reads the header of size bytes, which sc describes, from dec.
+func (p *headerParser) parse(sc headerScan, size int64, dec tokenSource) error {
+	if sc.invalidAt >= 0 {
+		return p.errf("", "header is not valid UTF-8 (at byte %d)", sc.invalidAt)
 	}
-	trimmed := bytes.TrimLeft(header, " \t\r\n")
-	if len(trimmed) == 0 {
+	if sc.head == "" {
 		return p.errf("", "header is empty")
 	}
-	if trimmed[0] != '{' {
-		return p.errf("", "header is not a JSON object (it starts with %q)", clip(trimmed, 16))
+	if sc.head[0] != '{' {
+		return p.errf("", "header is not a JSON object (it starts with %q)", clip(sc.head, 16))
 	}
-	if len(trimmed) != len(header) {
+	if sc.lead > 0 {
 		p.warnings = append(p.warnings, fmt.Sprintf("%s: header has whitespace before '{' (the Hugging Face reader rejects it)", p.file))
 	}
-	if p.newTokens != nil {
-		p.dec = p.newTokens(header)
-	} else {
-		p.dec = newTokenizer(header)
-	}
+	p.dec = dec
 	if _, err := p.token(); err != nil { // the '{' checked above
 		return err
 	}
 	// One entry per tensor, each with one data_offsets field: the count
 	// sizes the table and the duplicate check (at most the header's size
 	// over 14 bytes, whatever the header holds).
-	n := bytes.Count(header, []byte(`"data_offsets"`))
+	n := sc.offsets
+	p.arenaBlock = int(min(64<<10, size))
 	p.tensors = make([]formats.Tensor, 0, n)
-	seen := make(map[string]struct{}, n+1)
+	// The duplicate check indexes positions in the table, not a map of
+	// names (which cost as much as the descriptors themselves).
+	seen := formats.NewNameIndex(n, func(i int) string { return p.tensors[i].Name })
+	seenMeta := false
 	for p.dec.More() {
 		tok, err := p.token()
 		if err != nil {
 			return err
 		}
-		key, ok := tok.(string)
-		if !ok {
-			return p.errf("", "invalid JSON in header: object key is %v", tok)
+		if tok.kind != '"' {
+			return p.errf("", "invalid JSON in header: object key is %v", tok.json())
 		}
-		if _, dup := seen[key]; dup {
-			if key == metadataKey {
+		key := tok.s
+		if key == metadataKey {
+			if seenMeta {
 				return p.errf("", "duplicate key %q in header", key)
 			}
-			return p.errf(key, "duplicate key in header")
-		}
-		seen[key] = struct{}{}
-		if key == metadataKey {
+			seenMeta = true
 			if err := p.parseMetadata(); err != nil {
 				return err
 			}
 			continue
+		}
+		if seen.Lookup(key) >= 0 {
+			return p.errf(key, "duplicate key in header")
 		}
 		t, err := p.parseEntry(key)
 		if err != nil {
 			return err
 		}
 		p.tensors = append(p.tensors, t)
+		seen.Add(len(p.tensors) - 1)
 	}
 	if _, err := p.token(); err != nil { // '}'
 		return err
 	}
 	// Only (padding) whitespace may follow the object.
-	if tok, err := p.dec.Token(); err != io.EOF {
+	if tok, err := p.dec.next(); err != io.EOF {
 		if err != nil {
 			return p.errf("", "invalid data after the header object: %v", err)
 		}
@@ -283,7 +348,7 @@ func (p *headerParser) parseMetadata() error {
 	if err != nil {
 		return err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	if tok.kind != '{' {
 		return p.errf("", "%s is %s, not an object of strings", metadataKey, describe(tok))
 	}
 	seen := map[string]struct{}{}
@@ -292,7 +357,7 @@ func (p *headerParser) parseMetadata() error {
 		if err != nil {
 			return err
 		}
-		key, _ := tok.(string) // the decoder only returns strings as object keys
+		key := tok.s // the decoder only returns strings as object keys
 		if _, dup := seen[key]; dup {
 			return p.errf("", "duplicate key %q in %s", key, metadataKey)
 		}
@@ -301,11 +366,11 @@ func (p *headerParser) parseMetadata() error {
 		if err != nil {
 			return err
 		}
-		v, ok := tok.(string)
-		if !ok {
+		if tok.kind != '"' {
 			return p.errf("", "%s value of %q is %s, not a string", metadataKey, key, describe(tok))
 		}
-		p.meta = append(p.meta, formats.KV{Key: key, Type: formats.TypeString, Value: v})
+		// Copies: substrings would keep the whole header alive.
+		p.meta = append(p.meta, formats.KV{Key: strings.Clone(key), Type: formats.TypeString, Value: strings.Clone(tok.s)})
 	}
 	_, err = p.token() // '}'
 	return err
@@ -319,7 +384,7 @@ func (p *headerParser) parseEntry(name string) (formats.Tensor, error) {
 	if err != nil {
 		return t, err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	if tok.kind != '{' {
 		return t, p.errf(name, "entry is %s, not an object", describe(tok))
 	}
 	var haveDtype, haveShape, haveOffsets bool
@@ -329,7 +394,7 @@ func (p *headerParser) parseEntry(name string) (formats.Tensor, error) {
 		if err != nil {
 			return t, err
 		}
-		field, _ := tok.(string) // the decoder only returns strings as object keys
+		field := tok.s // the decoder only returns strings as object keys
 		var dup bool
 		switch field {
 		case "dtype":
@@ -350,10 +415,10 @@ func (p *headerParser) parseEntry(name string) (formats.Tensor, error) {
 			if err != nil {
 				return t, err
 			}
-			s, ok := tok.(string)
-			if !ok {
+			if tok.kind != '"' {
 				return t, p.errf(name, "dtype is %s, not a string", describe(tok))
 			}
+			s := tok.s
 			dt, ok := formats.FromSafetensors(s)
 			if !ok {
 				return t, p.errf(name, "unknown dtype %q", s)
@@ -411,6 +476,7 @@ func (p *headerParser) parseEntry(name string) (formats.Tensor, error) {
 			begin, end, p.dataSize)
 	}
 	t.Offset, t.Size = p.dataStart+begin, end-begin
+	t.Name = p.name(name)
 	return t, nil
 }
 
@@ -427,7 +493,7 @@ func (p *headerParser) intArray(tensor, field string, want int) ([]int64, error)
 	if err != nil {
 		return nil, err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '[' {
+	if tok.kind != '[' {
 		return nil, bad(describe(tok))
 	}
 	out := p.ints[:0] // reused: the caller copies what it keeps
@@ -436,13 +502,12 @@ func (p *headerParser) intArray(tensor, field string, want int) ([]int64, error)
 		if err != nil {
 			return nil, err
 		}
-		num, ok := tok.(json.Number)
-		if !ok {
+		if tok.kind != '0' {
 			return nil, bad(describe(tok))
 		}
-		v, err := strconv.ParseUint(string(num), 10, 63)
+		v, err := strconv.ParseUint(tok.s, 10, 63)
 		if err != nil {
-			return nil, bad(clip([]byte(num), 32))
+			return nil, bad(clip(tok.s, 32))
 		}
 		if want >= 0 && len(out) == want {
 			return nil, bad("more")
@@ -527,8 +592,8 @@ func dtypeName(t formats.DType) string {
 }
 
 // describe names a JSON token for error messages.
-func describe(tok json.Token) string {
-	switch v := tok.(type) {
+func describe(t token) string {
+	switch v := t.json().(type) {
 	case json.Delim:
 		switch v {
 		case '{':
@@ -538,21 +603,21 @@ func describe(tok json.Token) string {
 		}
 		return fmt.Sprintf("%q", string(v))
 	case string:
-		return fmt.Sprintf("the string %q", clip([]byte(v), 32))
+		return fmt.Sprintf("the string %q", clip(v, 32))
 	case json.Number:
-		return "the number " + clip([]byte(v), 32)
+		return "the number " + clip(string(v), 32)
 	case bool:
 		return fmt.Sprintf("%v", v)
 	case nil:
 		return "null"
 	}
-	return fmt.Sprintf("%v", tok)
+	return fmt.Sprintf("%v", t.json())
 }
 
 // clip shortens b for an error message.
-func clip(b []byte, n int) string {
+func clip(b string, n int) string {
 	if len(b) <= n {
-		return string(b)
+		return b
 	}
-	return string(b[:n]) + "..."
+	return b[:n] + "..."
 }

@@ -171,6 +171,7 @@ func TestParseMalformed(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			checkStreamed(t, c.file)
 			f, err := parseBytes(c.file, name)
 			if err == nil {
 				t.Fatalf("no error; tensors %+v", f.Tensors())

@@ -75,6 +75,15 @@ func Measure(t testing.TB, child string, env ...string) int64 {
 	return 0
 }
 
+// Growth measures child twice, with envSmall and then envBig added to its
+// environment (each one VAR=VALUE), and returns both peaks in KiB: the
+// memory tests run one job at two sizes and hold the difference, or its
+// slope, to a limit.
+func Growth(t testing.TB, child, envSmall, envBig string) (small, big int64) {
+	t.Helper()
+	return Measure(t, child, envSmall), Measure(t, child, envBig)
+}
+
 // Report prints the process's peak for Measure; a child test calls it
 // when its work is done.
 func Report(t testing.TB) {
