@@ -16,14 +16,24 @@
 // SDT_W8A8_MAX_GROUP dividing k.
 void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group);
 
+// sdt_w8a8_quantize_rows quantizes rows of src (k floats each) into out
+// (k+4 bytes each); thread ith of nth takes a contiguous run of rows.
+void sdt_w8a8_quantize_rows(const float * src, int8_t * out, int64_t k, int64_t rows, int group, int ith, int nth);
+
 // sdt_w8a8_matmul computes, for the rows of xq (k codes and a scale each,
 // k+4 bytes apart) and the n weight rows of w (k codes each), dst[r*n+j] =
 // float(dot)·scale_r·ws[j] (+ bias[j] when bias is not NULL). Thread ith of
-// nth computes every nth tile of the output.
+// nth computes its share of the output's blocks.
 void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
 	int64_t k, int64_t n, int64_t rows, int ith, int nth);
 
-// sdt_w8a8_kernel names the dot kernel compiled in ("avx2" or "generic").
+// sdt_w8a8_kernel names the kernels in use ("avx2" or "generic"): AVX2
+// when the CPU has it, whatever flags the file was compiled with.
 const char * sdt_w8a8_kernel(void);
+
+// sdt_w8a8_force_generic makes the kernels the plain C ones (on != 0) or
+// the best the CPU runs (on == 0), and reports whether they were generic;
+// for tests, between graph computations.
+int sdt_w8a8_force_generic(int on);
 
 #endif
