@@ -274,11 +274,49 @@ void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group
 	quantize_row_generic(src, out, k, group);
 }
 
-void sdt_w8a8_quantize_rows(const float * src, int8_t * out, int64_t k, int64_t rows, int group, int ith, int nth) {
-	const int64_t r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
-	for (int64_t r = r0; r < r1; r++) {
-		sdt_w8a8_quantize_row(src + r * k, out + r * (k + 4), k, group);
+// ---- sharing an op's work between its threads -------------------------------------------
+
+// units_begin returns the first unit thread ith takes: with a scheduler,
+// the next one not yet taken; without, the start of its static share.
+static int64_t units_begin(sdt_w8a8_sched * s, int64_t units, int ith, int nth) {
+	if (s) {
+		return __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
 	}
+	return units * ith / nth;
+}
+
+// units_next returns the unit after u (the next free one with a scheduler)
+// or a value of units or more when the thread is done; a thread that is
+// done then calls units_end.
+static int64_t units_next(sdt_w8a8_sched * s, int64_t u, int64_t units, int ith, int nth) {
+	if (s) {
+		return __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+	}
+	return u + 1 < units * (ith + 1) / nth ? u + 1 : units;
+}
+
+// units_end resets the scheduler once every thread of this run has taken
+// its last unit, so that the graph's next run starts from zero (ggml's
+// barrier after the op orders the reset before that run).
+static void units_end(sdt_w8a8_sched * s, int nth) {
+	if (s && __atomic_add_fetch(&s->done, 1, __ATOMIC_ACQ_REL) == nth) {
+		__atomic_store_n(&s->next, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->done, 0, __ATOMIC_RELEASE);
+	}
+}
+
+enum { QUANT_ROWS = 16 }; // rows per unit of the quantization op
+
+void sdt_w8a8_quantize_rows(const float * src, int8_t * out, int64_t k, int64_t rows, int group, int ith, int nth,
+	sdt_w8a8_sched * s) {
+	const int64_t units = (rows + QUANT_ROWS - 1) / QUANT_ROWS;
+	for (int64_t u = units_begin(s, units, ith, nth); u < units; u = units_next(s, u, units, ith, nth)) {
+		const int64_t r1 = (u + 1) * QUANT_ROWS < rows ? (u + 1) * QUANT_ROWS : rows;
+		for (int64_t r = u * QUANT_ROWS; r < r1; r++) {
+			sdt_w8a8_quantize_row(src + r * k, out + r * (k + 4), k, group);
+		}
+	}
+	units_end(s, nth);
 }
 
 // ---- the product ------------------------------------------------------------------------
@@ -295,8 +333,8 @@ static inline float rescale(int32_t sum, float xs, float ws, const float * bias,
 }
 
 // A plan cuts the output into units of rb activation rows by nb weight
-// rows, numbered row block by row block; thread ith of nth computes a
-// contiguous run of units. Within a unit the kernels take four weight rows
+// rows, numbered row block by row block, which the threads take in turn
+// (units_begin). Within a unit the kernels take four weight rows
 // at a time (they stay in L1) past every row of the block (rb·k bytes,
 // sized for L2), so that each byte loaded from beyond L1 serves many
 // products; the units are many enough for the threads to finish together.
@@ -477,11 +515,10 @@ SDT_AVX2 static void unit_avx2(const int8_t * w, const int8_t * xq, const float 
 #endif
 
 void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
-	int64_t k, int64_t n, int64_t rows, int ith, int nth) {
+	int64_t k, int64_t n, int64_t rows, int ith, int nth, sdt_w8a8_sched * s) {
 	const struct plan p = plan_for(k, n, rows, nth);
 	const int64_t units = p.nrb * p.ncb;
-	const int64_t u0 = units * ith / nth, u1 = units * (ith + 1) / nth;
-	for (int64_t u = u0; u < u1; u++) {
+	for (int64_t u = units_begin(s, units, ith, nth); u < units; u = units_next(s, u, units, ith, nth)) {
 		const int64_t r0 = (u / p.ncb) * p.rb, j0 = (u % p.ncb) * p.nb;
 		const int64_t r1 = r0 + p.rb < rows ? r0 + p.rb : rows;
 		const int64_t j1 = j0 + p.nb < n ? j0 + p.nb : n;
@@ -493,6 +530,7 @@ void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, cons
 #endif
 		unit_generic(w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
 	}
+	units_end(s, nth);
 }
 
 const char * sdt_w8a8_kernel(void) { return use_avx2 ? "avx2" : "generic"; }

@@ -35,6 +35,7 @@ struct sdt_w8a8_prefix {
 struct sdt_w8a8_args {
 	struct ggml_tensor * t[4];
 	int group;
+	sdt_w8a8_sched sched; // zeroed by calloc
 };
 
 static const struct sdt_w8a8_prefix * sdt_w8a8_pre(const struct ggml_tensor * t) {
@@ -42,27 +43,27 @@ static const struct sdt_w8a8_prefix * sdt_w8a8_pre(const struct ggml_tensor * t)
 }
 
 // sdt_w8a8_quantize_op quantizes every row of the F32 activation t[0]
-// (contiguous [K, ...]) into dst [K+4, ...]; each thread takes a run of rows.
+// (contiguous [K, ...]) into dst [K+4, ...]; the threads take blocks of rows as they ask.
 static void sdt_w8a8_quantize_op(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
-	const struct sdt_w8a8_args * a = (const struct sdt_w8a8_args *) userdata;
+	struct sdt_w8a8_args * a = (struct sdt_w8a8_args *) userdata;
 	const struct sdt_w8a8_prefix * xp = sdt_w8a8_pre(a->t[0]);
 	const int64_t rows = xp->ne[1] * xp->ne[2] * xp->ne[3];
 	sdt_w8a8_quantize_rows((const float *) ggml_get_data(a->t[0]), (int8_t *) ggml_get_data(dst), xp->ne[0], rows,
-		a->group, ith, nth);
+		a->group, ith, nth, &a->sched);
 }
 
 // sdt_w8a8_matmul_op computes dst [N, ...] from t[0] the I8 weight [K, N],
 // t[1] the quantized activation [K+4, ...], t[2] the F32 weight scales [N]
 // and, when not NULL, t[3] the F32 bias [N].
 static void sdt_w8a8_matmul_op(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
-	const struct sdt_w8a8_args * a = (const struct sdt_w8a8_args *) userdata;
+	struct sdt_w8a8_args * a = (struct sdt_w8a8_args *) userdata;
 	const struct sdt_w8a8_prefix * wp = sdt_w8a8_pre(a->t[0]);
 	const struct sdt_w8a8_prefix * xp = sdt_w8a8_pre(a->t[1]);
 	const int64_t k = wp->ne[0], n = wp->ne[1];
 	const int64_t rows = xp->ne[1] * xp->ne[2] * xp->ne[3];
 	sdt_w8a8_matmul((const int8_t *) ggml_get_data(a->t[0]), (const int8_t *) ggml_get_data(a->t[1]),
 		(const float *) ggml_get_data(a->t[2]), a->t[3] ? (const float *) ggml_get_data(a->t[3]) : NULL,
-		(float *) ggml_get_data(dst), k, n, rows, ith, nth);
+		(float *) ggml_get_data(dst), k, n, rows, ith, nth, &a->sched);
 }
 
 static struct ggml_tensor * sdt_w8a8_quantize(struct ggml_context * ctx, struct sdt_w8a8_args * a) {

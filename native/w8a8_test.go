@@ -70,9 +70,10 @@ func refQuantize(row []float32, group int) ([]int8, float32) {
 // the INT32 dot products exactly (recovered from the rescaled output), and
 // the output within float32 rounding; rows, weight rows and row lengths
 // that fill no whole block or vector, a zero row, a row whose scale
-// underflows (its codes are ±127), rows longer than the kernel's row
-// buffer, every rotation group, with and without bias, two threads, and
-// one quantized activation read by two products.
+// is subnormal (its codes are ±127), rows longer than the kernel's row
+// buffer, every rotation group, with and without bias, two and three
+// threads (the blocks split unevenly), a graph run twice, and one
+// quantized activation read by two products.
 func TestW8A8Ops(t *testing.T) {
 	kernels := []bool{false}
 	if W8A8Kernel() != "generic" {
@@ -82,14 +83,16 @@ func TestW8A8Ops(t *testing.T) {
 	}
 	for _, generic := range kernels {
 		was := forceGenericW8A8(generic)
-		t.Logf("kernel %s", W8A8Kernel())
-		testW8A8Ops(t)
+		for _, threads := range []int{2, 3} {
+			t.Logf("kernel %s, %d threads", W8A8Kernel(), threads)
+			testW8A8Ops(t, threads)
+		}
 		forceGenericW8A8(was)
 	}
 }
 
-func testW8A8Ops(t *testing.T) {
-	be, err := NewCPUBackend(2)
+func testW8A8Ops(t *testing.T, threads int) {
+	be, err := NewCPUBackend(threads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +183,14 @@ func testW8A8Ops(t *testing.T) {
 		}
 		alloc := be.NewAllocator()
 		if err := alloc.Alloc(gr); err != nil {
+			t.Fatal(err)
+		}
+		// A first run on zeros: the second, which is checked, shows that
+		// the ops hand out their blocks afresh on every run of a graph.
+		if err := in.SetF32(make([]float32, len(x))); err != nil {
+			t.Fatal(err)
+		}
+		if err := be.Compute(gr); err != nil {
 			t.Fatal(err)
 		}
 		if err := in.SetF32(x); err != nil {
