@@ -543,6 +543,8 @@ int sdt_w8a8_force_generic(int on) {
 	} else {
 		use_avx2 = __builtin_cpu_supports("avx2");
 	}
+#else
+	(void) on; // there is only the plain C kernel
 #endif
 	return was;
 }
