@@ -11,7 +11,9 @@ var ErrImageSize = errors.New("tensor size does not match the image size")
 
 // ImageFromCHW converts a decoded image tensor (3 planes of h x w values in [-1, 1], planar R, G, B, as
 // the VAE decoder outputs it) to an opaque RGBA image the way sd.cpp does: (x+1)/2 clamped to [0, 1],
-// times 255, truncated.
+// times 255, truncated. A NaN becomes white, as in sd.cpp, whose clamp is std::min(1, v) (the bound
+// when v does not compare below it) and then std::max(0, ...): an image of weights that overflow looks
+// the same in both programs.
 func ImageFromCHW(data []float32, w, h int) (*image.RGBA, error) {
 	if w <= 0 || h <= 0 || len(data) != 3*w*h {
 		return nil, fmt.Errorf("%w: %d values for a 3x%dx%d image", ErrImageSize, len(data), h, w)
@@ -21,7 +23,10 @@ func ImageFromCHW(data []float32, w, h int) (*image.RGBA, error) {
 	for i := 0; i < plane; i++ {
 		for c := 0; c < 3; c++ {
 			v := (data[c*plane+i] + 1) * 0.5
-			v = max(0, min(1, v))
+			if !(v < 1) { // NaN too: Go's min would keep it
+				v = 1
+			}
+			v = max(0, v)
 			img.Pix[4*i+c] = uint8(v * 255)
 		}
 		img.Pix[4*i+3] = 255

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"image"
 	"image/color"
+	"math"
 	"testing"
 )
 
@@ -25,6 +26,15 @@ func TestImageFromCHW(t *testing.T) {
 		if img.Pix[4*i] != wantR[i] || img.Pix[4*i+1] != wantG[i] || img.Pix[4*i+2] != 127 || img.Pix[4*i+3] != 255 {
 			t.Fatalf("pixel %d = %v", i, img.Pix[4*i:4*i+4])
 		}
+	}
+	// NaN and +Inf are white, -Inf black: sd.cpp's std::min(1, v) keeps the bound when v is NaN.
+	nan := float32(math.NaN())
+	odd, err := ImageFromCHW([]float32{nan, float32(math.Inf(1)), float32(math.Inf(-1)), nan, nan, nan}, 2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint8{255, 0, 255, 255, 255, 255, 255, 255}; !bytes.Equal(odd.Pix, want) {
+		t.Errorf("NaN/Inf pixels %v, want %v", odd.Pix, want)
 	}
 	if _, err := ImageFromCHW(data, 3, 2); !errors.Is(err, ErrImageSize) {
 		t.Fatalf("wrong size: %v", err)

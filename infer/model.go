@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
@@ -97,6 +98,10 @@ type Model struct {
 	// W8A8Modules counts the INT8 modules run as W8A8, UnscaledFP8 the FP8
 	// modules held without their weight scale (LoadOptions.Runtime sdcpp).
 	W8A8Modules, UnscaledFP8 int
+	// Unused lists the component files (as "--FLAG FILE") of which the
+	// family reads no tensor, such as a T5 encoder given to SD 1.x: sd-cli
+	// ignores them too, but a user who passed one expected it to matter.
+	Unused []string
 
 	be    *native.Backend
 	w     *weightSet
@@ -168,6 +173,9 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	}
 	cfg, err := DetectConfig(sh, md)
 	if err != nil {
+		if c.VAE != "" && errors.Is(err, errVAEConfig) {
+			main = c.VAE
+		}
 		return nil, fmt.Errorf("%s: %w", main, err)
 	}
 	fam, _ := FamilyByName(cfg.Family)
@@ -175,6 +183,12 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		cfg.VAE.ConvScale = fam.VAE.BuiltinConvScale
 	}
 	specs = familyWeights(fam, specs)
+	var unused []string
+	for _, s := range srcs {
+		if s.comp.flag != "model" && !slices.ContainsFunc(specs, func(w weightSpec) bool { return w.Component == s.comp.flag }) {
+			unused = append(unused, "--"+s.comp.flag+" "+s.m.Path())
+		}
+	}
 	var tok *text.CLIPTokenizer
 	if len(cfg.Text) > 0 {
 		if tok, err = loadModelTokenizer(opt.Tokenizer, srcs); err != nil {
@@ -205,7 +219,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		return nil, err
 	}
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, T5Tokenizer: t5tok, be: be, w: w,
-		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size()}
+		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), Unused: unused}
 	for _, s := range specs {
 		switch {
 		case s.w8a8:
@@ -709,8 +723,8 @@ func (m *Model) Generate(req Request) (*Result, error) {
 	}
 	res.Timings.Decode = time.Since(t2)
 	for _, v := range res.Pixels {
-		if math.IsNaN(float64(v)) {
-			return nil, fmt.Errorf("%s: the decoded image has NaN values", m.Path)
+		if v != v {
+			res.NaNPixels++
 		}
 	}
 	return res, nil

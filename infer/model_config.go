@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -265,7 +266,12 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		}
 	}
 	if err := detectVAE(s, &cfg.VAE); err != nil {
-		return nil, fmt.Errorf("VAE: %w", err)
+		return nil, fmt.Errorf("%w: %w", errVAEConfig, err)
+	}
+	if want := cfg.latentChannels(); want > 0 && cfg.VAE.ZChannels != want {
+		// Caught here rather than as a size mismatch deep in the decoder's graph.
+		return nil, fmt.Errorf("%w: %sdecoder.conv_in.weight takes %d-channel latents, the %s diffusion model makes %d-channel ones: the VAE is another family's",
+			errVAEConfig, vaePfx, cfg.VAE.ZChannels, fam.Title, want)
 	}
 	cfg.VAE.ScaleFactor, cfg.VAE.ShiftFactor = fam.VAE.Scale, fam.VAE.Shift
 	cfg.Prediction = fam.Prediction
@@ -518,6 +524,22 @@ func detectCLIP(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig)
 	}
 	cfg.Text = append(cfg.Text, c)
 	return nil
+}
+
+// errVAEConfig marks a configuration error in the VAE's weights, which
+// Load reports against the --vae file when there is one.
+var errVAEConfig = errors.New("VAE")
+
+// latentChannels is the latent width the diffusion model denoises, 0 when
+// no network is configured.
+func (c *ModelConfig) latentChannels() int {
+	switch {
+	case c.UNet != nil:
+		return c.UNet.OutChannels
+	case c.Flux != nil:
+		return c.Flux.LatentChannels()
+	}
+	return 0
 }
 
 func detectVAE(s shapes, c *VAEConfig) error {

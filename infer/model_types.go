@@ -138,6 +138,10 @@ type Result struct {
 	Pixels []float32
 	// Latent is the final latent [C, Height/8, Width/8].
 	Latent []float32
+	// NaNPixels counts the NaN values in Pixels: weights that overflow in
+	// this runtime's arithmetic (ImageFromCHW writes them white, as
+	// sd-cli does), 0 for a working model.
+	NaNPixels int
 	// Blocks are the UNet block outputs at the first step, when requested.
 	Blocks []BlockOutput
 	// Timings says where the time went.

@@ -258,6 +258,7 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 	if err != nil {
 		return err
 	}
+	warnNaN(c, m.Path, res)
 	img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
 	if err != nil {
 		return err
@@ -338,6 +339,7 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 	if err != nil {
 		return err
 	}
+	warnNaN(c, rm.Path, ref)
 	refImg, err := infer.ImageFromCHW(ref.Pixels, ref.Width, ref.Height)
 	if err != nil {
 		return err
@@ -411,6 +413,19 @@ func readPNG(path string) (image.Image, error) {
 // generateInputs lists the files generate reads, which no output may replace.
 func generateInputs(c *cli.Context) []string { return readFiles(c) }
 
+// warnNaN says when a generation decoded to NaN values. The image is still
+// written, white where the values are NaN, because that is what sd-cli
+// shows for the same weights (an FP8 file run without its weight_scale
+// overflows to NaN in both): --compare then reports the quality the user
+// of that runtime will see rather than no figure at all.
+func warnNaN(c *cli.Context, path string, res *infer.Result) {
+	if res.NaNPixels == 0 {
+		return
+	}
+	fmt.Fprintf(c.App.ErrWriter, "warning: %s: %d of the %d decoded values are NaN (the weights overflow in this runtime's arithmetic); they are written white, as sd-cli writes them\n",
+		path, res.NaNPixels, len(res.Pixels))
+}
+
 // runtimeTitle names a --runtime for the comparison's heading.
 func runtimeTitle(rt string) string {
 	if rt == infer.RuntimeComfyUI {
@@ -423,6 +438,9 @@ func runtimeTitle(rt string) string {
 // runtime chosen renders its FP8 modules without their weight scale
 // (stable-diffusion.cpp does; generate follows).
 func warnRuntime(c *cli.Context, m *infer.Model, rt string) {
+	for _, u := range m.Unused {
+		fmt.Fprintf(c.App.ErrWriter, "warning: %s: %s reads none of its tensors; it does not change the image\n", u, m.Family.Title)
+	}
 	if m.W8A8Modules > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "%s: %d INT8 modules run as W8A8 (activations quantized per row to INT8, integer products), as the runtimes run them\n",
 			m.Path, m.W8A8Modules)

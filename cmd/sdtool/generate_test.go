@@ -266,3 +266,26 @@ func TestGenerateFindsTokenizer(t *testing.T) {
 		t.Errorf("--tokenizer: exit %d, %q", code, errOut)
 	}
 }
+
+// Components from another family: a VAE of the wrong latent width is
+// refused before any work, naming the --vae file and its tensor (it
+// reached the decoder as a ggml size error); a text encoder the family
+// never reads is named in a warning, since the image ignores it.
+func TestGenerateForeignComponents(t *testing.T) {
+	flux := "../../testdata/tiny-flux.gguf"
+	out := filepath.Join(t.TempDir(), "x.png")
+	base := []string{"generate", "-m", tinyGGUF, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "-t", "1", "-o", out, "--force"}
+	code, _, stderr := runApp(t, append(base, "--vae", flux)...)
+	if code != 1 || !strings.Contains(stderr, flux+": VAE: first_stage_model.decoder.conv_in.weight takes 16-channel latents") ||
+		!strings.Contains(stderr, "makes 4-channel ones") {
+		t.Errorf("--vae of Flux on SD 1.x: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runApp(t, append(base, "--t5xxl", flux)...)
+	if code != 0 || !strings.Contains(stderr, "warning: --t5xxl "+flux+": SD 1.x reads none of its tensors") {
+		t.Errorf("--t5xxl on SD 1.x: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runApp(t, append(base, "--vae", tinyGGUF)...)
+	if code != 0 || strings.Contains(stderr, "warning") {
+		t.Errorf("--vae of the same family: exit %d, stderr %q", code, stderr)
+	}
+}

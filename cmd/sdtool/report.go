@@ -64,6 +64,7 @@ type reportModel struct {
 	path   string
 	images []image.Image
 	blocks []infer.BlockOutput // first prompt's, at step 1
+	nan    int                 // NaN values decoded, over all prompts
 }
 
 func runReport(c *cli.Context) error {
@@ -151,6 +152,8 @@ func runReport(c *cli.Context) error {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", path, err)
 			}
+			warnNaN(c, path, res)
+			rm.nan += res.NaNPixels
 			img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
 			if err != nil {
 				return nil, err
@@ -165,6 +168,10 @@ func runReport(c *cli.Context) error {
 	ref, err := gen(src)
 	if err != nil {
 		return err
+	}
+	if ref.nan > 0 {
+		// A quantized file may break (its images then show it), the reference may not.
+		return fmt.Errorf("%s: the source decodes to NaN values, so it cannot be the reference", src)
 	}
 	rep := &report.Report{Title: "Quantization report: " + filepath.Base(src), Source: filepath.Base(src), Gain: c.Float64("gain"),
 		Settings: fmt.Sprintf("%s, %dx%d, seeds from %d, the model family's sampler and CFG scale.",

@@ -90,3 +90,27 @@ func TestReportErrors(t *testing.T) {
 		}
 	}
 }
+
+// A file whose weights overflow to NaN in sd-cli's arithmetic (FP8
+// without its scales) is reported with its white images and a warning;
+// as the source it is refused, since nothing could be measured against it.
+func TestReportNaNFile(t *testing.T) {
+	if !infer.Available {
+		t.Skip("report runs generate's engine: needs a cgo build")
+	}
+	dir := t.TempDir()
+	f8 := filepath.Join(dir, "tiny-fp8.safetensors")
+	if code, _, errOut := runApp(t, "quantize", tiny, "--type", "fp8_e4m3", "-o", f8); code != 0 {
+		t.Fatalf("quantize: exit %d: %s", code, errOut)
+	}
+	html := filepath.Join(dir, "report.html")
+	args := []string{"report", "-o", html, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64"}
+	code, _, errOut := runApp(t, append(args, tiny, f8)...)
+	if code != 0 || !strings.Contains(errOut, "decoded values are NaN") {
+		t.Fatalf("report of an FP8 file: exit %d: %s", code, errOut)
+	}
+	code, _, errOut = runApp(t, append(args, "--force", f8, tiny)...)
+	if code != 1 || !strings.Contains(errOut, f8+": the source decodes to NaN values") {
+		t.Fatalf("report against an FP8 source: exit %d: %s", code, errOut)
+	}
+}

@@ -26,7 +26,8 @@ import (
 //
 // SDTOOL_PARITY_SIZE (default 64) and SDTOOL_PARITY_STEPS (default 2) set
 // the image size and Euler steps; SDTOOL_LORA_KEEP=DIR keeps the files (and
-// reuses sd-cli's f16 image there); SDTOOL_FIDELITY_TYPES=a,b runs only those rows.
+// reuses sd-cli's f16 image there); SDTOOL_FIDELITY_TYPES=a,b runs only those rows and
+// SDTOOL_FIDELITY_SEEDS=a,b averages over those seeds.
 
 // parityMerges is CLIP's BPE vocabulary (../shared/data), which the
 // synthetic model's tokenizer lacks and sd-cli builds in.
@@ -137,7 +138,13 @@ func imagePSNR(t *testing.T, a, b string) float64 {
 	return v
 }
 
-// TestCompareFidelitySDCLI is item 3's table.
+// TestCompareFidelitySDCLI is item 3's table. Where both programs
+// quantize activations (q8_0's blocks, INT8 rows), their float rounding
+// differences flip codes, and the two renderings of one file lie about as
+// far apart (38-42 dB at 64x64) as each lies from its f16 image: one seed's
+// PSNR is a noisy draw (int8 at seed 42: +1.8 dB, at 43: -0.05 dB).
+// SDTOOL_FIDELITY_SEEDS=42,43,... (default 42) averages the figures over
+// seeds, and the mean difference must be within the tolerance.
 func TestCompareFidelitySDCLI(t *testing.T) {
 	bin, _ := sdcliEnv(t)
 	if _, err := os.Stat(parityMerges); err != nil {
@@ -146,12 +153,32 @@ func TestCompareFidelitySDCLI(t *testing.T) {
 	dir := workDir(t, "fidelity")
 	model := parityModel(t, dir)
 	p := defaultParity()
-	ref := filepath.Join(dir, "sdcli-f16.png")
-	if _, err := os.Stat(ref); err != nil || os.Getenv("SDTOOL_LORA_KEEP") == "" {
-		sdcliRender(t, bin, model, p, ref)
+	seeds := []int{p.seed}
+	if v := os.Getenv("SDTOOL_FIDELITY_SEEDS"); v != "" {
+		seeds = seeds[:0]
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				t.Fatalf("SDTOOL_FIDELITY_SEEDS=%q: %v", v, err)
+			}
+			seeds = append(seeds, n)
+		}
 	}
-	t.Logf("%dx%d, %d %s steps, seed %d, CFG %g, prompt %q", p.w, p.h, p.steps, p.method, p.seed, p.cfg, p.prompt)
-	t.Logf("| type | generate --compare | sd-cli | difference |")
+	seeded := func(name string, seed int) string {
+		if seed == defaultParity().seed {
+			return filepath.Join(dir, name+".png") // the single-seed runs' names
+		}
+		return filepath.Join(dir, name+"-"+strconv.Itoa(seed)+".png")
+	}
+	for _, seed := range seeds {
+		p.seed = seed
+		ref := seeded("sdcli-f16", seed)
+		if _, err := os.Stat(ref); err != nil || os.Getenv("SDTOOL_LORA_KEEP") == "" {
+			sdcliRender(t, bin, model, p, ref)
+		}
+	}
+	t.Logf("%dx%d, %d %s steps, seeds %v, CFG %g, prompt %q", p.w, p.h, p.steps, p.method, seeds, p.cfg, p.prompt)
+	t.Logf("| type | seed | generate --compare | sd-cli | difference |")
 	types := []string{"q8_0", "Q4_K_M", "Q2_K", "int8_convrot", "int8", "fp8_e4m3"}
 	if v := os.Getenv("SDTOOL_FIDELITY_TYPES"); v != "" {
 		types = strings.Split(v, ",")
@@ -172,11 +199,21 @@ func TestCompareFidelitySDCLI(t *testing.T) {
 			if code, _, stderr := runApp(t, args...); code != 0 {
 				t.Fatalf("quantize %s: %s", typ, stderr)
 			}
-			img := filepath.Join(dir, "sdcli-"+typ+".png")
-			sdcliRender(t, bin, q, p, img)
-			cli := imagePSNR(t, ref, img)
-			ours := sdtoolCompare(t, q, model, p, filepath.Join(dir, "sdtool-"+typ+".png"))
-			t.Logf("| %s | %.2f dB | %.2f dB | %+.2f dB |", typ, ours, cli, ours-cli)
+			var oursSum, cliSum float64
+			for _, seed := range seeds {
+				p.seed = seed
+				img := seeded("sdcli-"+typ, seed)
+				sdcliRender(t, bin, q, p, img)
+				cli := imagePSNR(t, seeded("sdcli-f16", seed), img)
+				ours := sdtoolCompare(t, q, model, p, seeded("sdtool-"+typ, seed))
+				t.Logf("| %s | %d | %.2f dB | %.2f dB | %+.2f dB |", typ, seed, ours, cli, ours-cli)
+				oursSum, cliSum = oursSum+ours, cliSum+cli
+			}
+			n := float64(len(seeds))
+			ours, cli := oursSum/n, cliSum/n
+			if len(seeds) > 1 {
+				t.Logf("| %s | mean | %.2f dB | %.2f dB | %+.2f dB |", typ, ours, cli, ours-cli)
+			}
 			if math.Abs(ours-cli) > fidelityTol && !(math.IsInf(ours, 1) && math.IsInf(cli, 1)) {
 				t.Errorf("%s: generate --compare reports %.2f dB, sd-cli renders %.2f dB (tolerance %.1f)", typ, ours, cli, fidelityTol)
 			}

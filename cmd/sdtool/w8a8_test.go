@@ -59,11 +59,25 @@ func TestGenerateComfyModulesAsRuntimes(t *testing.T) {
 			t.Errorf("%s: PSNR %.2f dB against the f16 source, want a finite loss between 20 and 60 dB", typ, p)
 		}
 	}
-	_, _, stderr := gen(quantized["fp8_e4m3"])
-	if !strings.Contains(stderr, "stable-diffusion.cpp renders this file wrong") {
-		t.Errorf("fp8 with --runtime sdcpp: no warning:\n%s", stderr)
+	// Without its scales the tiny model's FP8 codes overflow to NaN, as the
+	// full-size SD 1.5's do in sd-cli: the image is still written, white
+	// where sd-cli writes NaN white, and --compare measures that image.
+	code, stdout, stderr := gen(quantized["fp8_e4m3"])
+	if code != 0 || !strings.Contains(stderr, "stable-diffusion.cpp renders this file wrong") ||
+		!strings.Contains(stderr, "decoded values are NaN") {
+		t.Errorf("fp8 with --runtime sdcpp: exit %d, no warning:\n%s", code, stderr)
 	}
-	code, stdout, stderr := gen(quantized["fp8_e4m3"], "--runtime", "comfyui")
+	img, err := readPNG(filepath.Join(dir, "out.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, g, b, _ := img.At(7, 9).RGBA(); r>>8 != 255 || g>>8 != 255 || b>>8 != 255 {
+		t.Errorf("fp8 with --runtime sdcpp: a NaN pixel is (%d, %d, %d), want white as sd-cli writes it", r>>8, g>>8, b>>8)
+	}
+	if p := comparePSNRFrom(t, stdout); !(p > 0 && p < 15) {
+		t.Errorf("fp8 with --runtime sdcpp: PSNR %.2f dB against the f16 source, want the white image's few dB", p)
+	}
+	code, stdout, stderr = gen(quantized["fp8_e4m3"], "--runtime", "comfyui")
 	if code != 0 || strings.Contains(stderr, "renders this file wrong") || !strings.Contains(stdout, "as ComfyUI computes them") {
 		t.Fatalf("fp8 with --runtime comfyui: exit %d\n%s\n%s", code, stdout, stderr)
 	}
