@@ -282,7 +282,8 @@ static int64_t units_begin(sdt_w8a8_sched * s, int64_t units, int ith, int nth) 
 	if (s) {
 		return __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
 	}
-	return units * ith / nth;
+	const int64_t u0 = units * ith / nth;
+	return u0 < units * (ith + 1) / nth ? u0 : units; // an empty share
 }
 
 // units_next returns the unit after u (the next free one with a scheduler)
