@@ -5,9 +5,31 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__AVX2__)
+// Two implementations of each kernel: plain C (any CPU) and AVX2 (x86
+// CPUs that have it). The AVX2 functions carry their own target attribute
+// and are chosen at run time, so that a binary built without -march flags
+// (plain go build, go test) still runs the fast kernel, and so that tests
+// can run both on one machine (sdt_w8a8_force_generic). Both compute the
+// same bits: the products are exact integer sums, and the float steps
+// (rotation, scale, codes, rescale) run in the same order in both.
+#if defined(__x86_64__) || defined(__i386__)
+#define SDT_X86 1
 #include <immintrin.h>
+#define SDT_AVX2 __attribute__((target("avx2")))
 #endif
+
+// use_avx2 is set once at start when the CPU has AVX2; tests clear it to
+// run the plain C kernels.
+static int use_avx2;
+
+#if defined(SDT_X86)
+__attribute__((constructor)) static void sdt_w8a8_init(void) {
+	__builtin_cpu_init();
+	use_avx2 = __builtin_cpu_supports("avx2");
+}
+#endif
+
+// ---- activation quantization ----------------------------------------------------------
 
 // rotate_group applies the normalised Hadamard transform of size g to v in
 // the order of operations stable-diffusion.cpp's CPU backend uses, so that
@@ -33,17 +55,18 @@ static void rotate_group(float * v, int g) {
 	}
 }
 
+// code rounds v·inv half to even and clamps it to ±127. Clamping before
+// rounding gives the same code for every finite product and keeps an
+// infinite one (a row whose scale underflowed) at ±127 instead of at the
+// conversion's overflow value; NaN becomes -127, as in the AVX2 kernel.
 static int8_t code(float v, float inv) {
-	long q = lrintf(v * inv); // round half to even, the default mode
-	if (q > 127) {
-		q = 127;
-	} else if (q < -127) {
-		q = -127;
-	}
-	return (int8_t) q;
+	float y = v * inv;
+	y = y > -127.0f ? y : -127.0f; // NaN takes -127 here
+	y = y < 127.0f ? y : 127.0f;
+	return (int8_t) lrintf(y); // round half to even, the default mode
 }
 
-void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group) {
+static void quantize_row_generic(const float * src, int8_t * out, int64_t k, int group) {
 	float amax = 0.0f;
 	float v[SDT_W8A8_MAX_GROUP];
 	if (group == 0) {
@@ -74,9 +97,8 @@ void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group
 		}
 		return;
 	}
-	// The second pass rotates again rather than keeping a row of floats:
-	// the transform costs log4(group) adds per value, less than a buffer's
-	// round trip through memory for long rows.
+	// The second pass rotates again rather than keeping a row of floats
+	// (this is the reference path; the AVX2 one keeps the row).
 	for (int64_t g = 0; g < k; g += group) {
 		memcpy(v, src + g, (size_t) group * sizeof(float));
 		rotate_group(v, group);
@@ -86,67 +108,332 @@ void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group
 	}
 }
 
-#if defined(__AVX2__)
+#if defined(SDT_X86)
 
-// hsum returns the sum of the eight int32 lanes of v.
-static inline int32_t hsum(__m256i v) {
-	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-	return _mm_cvtsi128_si32(s);
+// ROW_BUF is how many rotated values the AVX2 path keeps (32 KB on the
+// stack): rows up to it are rotated once, longer ones twice.
+enum { ROW_BUF = 8192 };
+
+// bfly1 is the stride-1 stage on the two groups of four in x: lane j of
+// each group gets a+b+c-d, a+b-c+d, a-b+c+d, -a+b+c+d (j = 0..3), summed
+// left to right; a negated operand is added, which is the same IEEE
+// operation as subtracting it.
+SDT_AVX2 static inline __m256 bfly1(__m256 x) {
+	const __m256 ma = _mm256_setr_ps(0, 0, 0, -0.0f, 0, 0, 0, -0.0f);
+	const __m256 mb = _mm256_setr_ps(0, 0, -0.0f, 0, 0, 0, -0.0f, 0);
+	const __m256 mc = _mm256_setr_ps(0, -0.0f, 0, 0, 0, -0.0f, 0, 0);
+	const __m256 md = _mm256_setr_ps(-0.0f, 0, 0, 0, -0.0f, 0, 0, 0);
+	const __m256 a = _mm256_xor_ps(_mm256_permute_ps(x, 0x00), ma);
+	const __m256 b = _mm256_xor_ps(_mm256_permute_ps(x, 0x55), mb);
+	const __m256 c = _mm256_xor_ps(_mm256_permute_ps(x, 0xaa), mc);
+	const __m256 d = _mm256_xor_ps(_mm256_permute_ps(x, 0xff), md);
+	return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a, b), c), d);
 }
 
-// madd accumulates 32 products of a and b into acc: |a| (unsigned) times b
-// with a's sign gives pairs of at most 2·127·127 < 2^15, so the 16-bit
-// stage never saturates and the sum is exact (codes are in [-127, 127]).
-static inline __m256i madd(__m256i acc, __m256i ua, __m256i a, __m256i b, __m256i ones) {
-	const __m256i p = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(b, a));
-	return _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+// bfly4 is the stride-4 stage on sixteen values x0 (a in the low half, b
+// in the high half) and x1 (c, d).
+SDT_AVX2 static inline void bfly4(__m256 * x0, __m256 * x1) {
+	const __m256 hi = _mm256_setr_ps(0, 0, 0, 0, -0.0f, -0.0f, -0.0f, -0.0f);
+	const __m256 lo = _mm256_setr_ps(-0.0f, -0.0f, -0.0f, -0.0f, 0, 0, 0, 0);
+	const __m256 a = _mm256_permute2f128_ps(*x0, *x0, 0x00), b = _mm256_permute2f128_ps(*x0, *x0, 0x11);
+	const __m256 c = _mm256_permute2f128_ps(*x1, *x1, 0x00), d = _mm256_permute2f128_ps(*x1, *x1, 0x11);
+	// [a+b+c-d | a+b-c+d] and [a-b+c+d | -a+b+c+d]
+	*x0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_xor_ps(c, hi)), _mm256_xor_ps(d, lo));
+	*x1 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(_mm256_xor_ps(a, hi), _mm256_xor_ps(b, lo)), c), d);
 }
 
-static const char * kernel_name = "avx2";
-
-#else
-
-static const char * kernel_name = "generic";
-
-#endif
-
-// dot returns the exact dot product of k codes.
-static int32_t dot(const int8_t * a, const int8_t * b, int64_t k) {
-	int64_t i = 0;
-	int32_t sum = 0;
-#if defined(__AVX2__)
-	const __m256i ones = _mm256_set1_epi16(1);
-	__m256i acc = _mm256_setzero_si256();
-	for (; i + 32 <= k; i += 32) {
-		const __m256i va = _mm256_loadu_si256((const __m256i *) (a + i));
-		const __m256i vb = _mm256_loadu_si256((const __m256i *) (b + i));
-		acc = madd(acc, _mm256_sign_epi8(va, va), va, vb, ones);
+// bfly_wide is a stage of stride 16 or more over the g values of v.
+SDT_AVX2 static void bfly_wide(float * v, int64_t n, int stride) {
+	for (int64_t base = 0; base < n; base += 4 * stride) {
+		for (int j = 0; j < stride; j += 8) {
+			float * p = v + base + j;
+			const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + stride);
+			const __m256 c = _mm256_loadu_ps(p + 2 * stride), d = _mm256_loadu_ps(p + 3 * stride);
+			const __m256 ab = _mm256_add_ps(a, b), amb = _mm256_sub_ps(a, b), bma = _mm256_sub_ps(b, a);
+			_mm256_storeu_ps(p, _mm256_sub_ps(_mm256_add_ps(ab, c), d));
+			_mm256_storeu_ps(p + stride, _mm256_add_ps(_mm256_sub_ps(ab, c), d));
+			_mm256_storeu_ps(p + 2 * stride, _mm256_add_ps(_mm256_add_ps(amb, c), d));
+			_mm256_storeu_ps(p + 3 * stride, _mm256_add_ps(_mm256_add_ps(bma, c), d));
+		}
 	}
-	sum = hsum(acc);
+}
+
+// amax_avx2 returns the largest |src[i]|, skipping NaN as the scalar loop does.
+SDT_AVX2 static float amax_avx2(const float * src, int64_t n) {
+	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 m0 = _mm256_setzero_ps(), m1 = m0;
+	int64_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		m0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(src + i), absmask), m0);
+		m1 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(src + i + 8), absmask), m1);
+	}
+	float lanes[8];
+	_mm256_storeu_ps(lanes, _mm256_max_ps(m0, m1));
+	float amax = 0.0f;
+	for (int l = 0; l < 8; l++) {
+		amax = lanes[l] > amax ? lanes[l] : amax;
+	}
+	for (; i < n; i++) {
+		const float a = fabsf(src[i]);
+		amax = a > amax ? a : amax;
+	}
+	return amax;
+}
+
+// rotate_avx2 writes the n values of src (n a multiple of g) rotated by
+// groups of g to v, in rotate_group's order, and returns their absmax.
+SDT_AVX2 static float rotate_avx2(const float * src, float * v, int64_t n, int g) {
+	const float s = 1.0f / sqrtf((float) g);
+	const __m256 vs = _mm256_set1_ps(s);
+	int64_t i = 0;
+	if (g >= 16) {
+		for (; i < n; i += 16) {
+			__m256 x0 = bfly1(_mm256_mul_ps(_mm256_loadu_ps(src + i), vs));
+			__m256 x1 = bfly1(_mm256_mul_ps(_mm256_loadu_ps(src + i + 8), vs));
+			bfly4(&x0, &x1);
+			_mm256_storeu_ps(v + i, x0);
+			_mm256_storeu_ps(v + i + 8, x1);
+		}
+		for (int stride = 16; stride < g; stride *= 4) {
+			bfly_wide(v, n, stride);
+		}
+	} else { // g == 4
+		for (; i + 8 <= n; i += 8) {
+			_mm256_storeu_ps(v + i, bfly1(_mm256_mul_ps(_mm256_loadu_ps(src + i), vs)));
+		}
+		for (; i < n; i += 4) {
+			memcpy(v + i, src + i, 4 * sizeof(float));
+			rotate_group(v + i, 4);
+		}
+	}
+	return amax_avx2(v, n);
+}
+
+// codes_avx2 writes code(v[i], inv) for the n values of v.
+SDT_AVX2 static void codes_avx2(const float * v, int8_t * out, int64_t n, float inv) {
+	const __m256 vi = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+	const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	int64_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m256i q[4];
+		for (int j = 0; j < 4; j++) {
+			__m256 y = _mm256_mul_ps(_mm256_loadu_ps(v + i + 8 * j), vi);
+			y = _mm256_min_ps(_mm256_max_ps(y, lo), hi); // max(NaN, lo) is lo, as in code()
+			q[j] = _mm256_cvtps_epi32(y); // round half to even (MXCSR's default)
+		}
+		const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+		_mm256_storeu_si256((__m256i *) (out + i), _mm256_permutevar8x32_epi32(p, perm));
+	}
+	for (; i < n; i++) {
+		out[i] = code(v[i], inv);
+	}
+}
+
+SDT_AVX2 static void quantize_row_avx2(const float * src, int8_t * out, int64_t k, int group) {
+	float buf[ROW_BUF];
+	float amax = 0.0f;
+	const int kept = group != 0 && k <= ROW_BUF;
+	if (group == 0) {
+		amax = amax_avx2(src, k);
+	} else {
+		for (int64_t off = 0; off < k; off += ROW_BUF) {
+			const int64_t n = k - off < ROW_BUF ? k - off : ROW_BUF; // ROW_BUF is a multiple of every group
+			const float a = rotate_avx2(src + off, buf, n, group);
+			amax = a > amax ? a : amax;
+		}
+	}
+	const float scale = amax / 127.0f;
+	memcpy(out + k, &scale, sizeof scale);
+	if (scale == 0.0f) {
+		memset(out, 0, (size_t) k);
+		return;
+	}
+	const float inv = 1.0f / scale;
+	if (group == 0) {
+		codes_avx2(src, out, k, inv);
+	} else if (kept) {
+		codes_avx2(buf, out, k, inv);
+	} else {
+		for (int64_t off = 0; off < k; off += ROW_BUF) {
+			const int64_t n = k - off < ROW_BUF ? k - off : ROW_BUF;
+			rotate_avx2(src + off, buf, n, group);
+			codes_avx2(buf, out + off, n, inv);
+		}
+	}
+}
+
 #endif
-	for (; i < k; i++) {
+
+void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group) {
+#if defined(SDT_X86)
+	if (use_avx2) {
+		quantize_row_avx2(src, out, k, group);
+		return;
+	}
+#endif
+	quantize_row_generic(src, out, k, group);
+}
+
+// ---- sharing an op's work between its threads -------------------------------------------
+
+// units_begin returns the first unit thread ith takes: with a scheduler,
+// the next one not yet taken; without, the start of its static share.
+static int64_t units_begin(sdt_w8a8_sched * s, int64_t units, int ith, int nth) {
+	if (s) {
+		return __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+	}
+	const int64_t u0 = units * ith / nth;
+	return u0 < units * (ith + 1) / nth ? u0 : units; // an empty share
+}
+
+// units_next returns the unit after u (the next free one with a scheduler)
+// or a value of units or more when the thread is done; a thread that is
+// done then calls units_end.
+static int64_t units_next(sdt_w8a8_sched * s, int64_t u, int64_t units, int ith, int nth) {
+	if (s) {
+		return __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+	}
+	return u + 1 < units * (ith + 1) / nth ? u + 1 : units;
+}
+
+// units_end resets the scheduler once every thread of this run has taken
+// its last unit, so that the graph's next run starts from zero (ggml's
+// barrier after the op orders the reset before that run).
+static void units_end(sdt_w8a8_sched * s, int nth) {
+	if (s && __atomic_add_fetch(&s->done, 1, __ATOMIC_ACQ_REL) == nth) {
+		__atomic_store_n(&s->next, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->done, 0, __ATOMIC_RELEASE);
+	}
+}
+
+enum { QUANT_ROWS = 16 }; // rows per unit of the quantization op
+
+void sdt_w8a8_quantize_rows(const float * src, int8_t * out, int64_t k, int64_t rows, int group, int ith, int nth,
+	sdt_w8a8_sched * s) {
+	const int64_t units = (rows + QUANT_ROWS - 1) / QUANT_ROWS;
+	for (int64_t u = units_begin(s, units, ith, nth); u < units; u = units_next(s, u, units, ith, nth)) {
+		const int64_t r1 = (u + 1) * QUANT_ROWS < rows ? (u + 1) * QUANT_ROWS : rows;
+		for (int64_t r = u * QUANT_ROWS; r < r1; r++) {
+			sdt_w8a8_quantize_row(src + r * k, out + r * (k + 4), k, group);
+		}
+	}
+	units_end(s, nth);
+}
+
+// ---- the product ------------------------------------------------------------------------
+
+// rescale turns an exact dot product into the output element, in
+// stable-diffusion.cpp's order: ((sum · xs) · ws) + bias.
+static inline float rescale(int32_t sum, float xs, float ws, const float * bias, int64_t j) {
+	float v = (float) sum * xs;
+	v *= ws;
+	if (bias) {
+		v += bias[j];
+	}
+	return v;
+}
+
+// A plan cuts the output into units of rb activation rows by nb weight
+// rows, numbered row block by row block, which the threads take in turn
+// (units_begin). Within a unit the kernels take four weight rows
+// at a time (they stay in L1) past every row of the block (rb·k bytes,
+// sized for L2), so that each byte loaded from beyond L1 serves many
+// products; the units are many enough for the threads to finish together.
+struct plan {
+	int64_t rb, nb, nrb, ncb;
+};
+
+static struct plan plan_for(int64_t k, int64_t n, int64_t rows, int nth) {
+	struct plan p;
+	p.rb = (128 * 1024) / (k + 4);
+	p.rb = p.rb > 64 ? 64 : p.rb < 2 ? 2 : p.rb & ~(int64_t) 1;
+	p.nrb = (rows + p.rb - 1) / p.rb;
+	int64_t ncb = 1;
+	while (p.nrb * ncb < 8 * (int64_t) nth && n / (ncb * 2) >= 16) {
+		ncb *= 2;
+	}
+	p.nb = ((n + ncb - 1) / ncb + 3) & ~(int64_t) 3;
+	p.ncb = (n + p.nb - 1) / p.nb;
+	return p;
+}
+
+static int32_t dot_generic(const int8_t * a, const int8_t * b, int64_t k) {
+	int32_t sum = 0;
+	for (int64_t i = 0; i < k; i++) {
 		sum += (int32_t) a[i] * (int32_t) b[i];
 	}
 	return sum;
 }
 
-// dot2x4 computes the dot products of two activation rows with four weight
-// rows: out[i*4+j] = a_i·w_j.
-static void dot2x4(const int8_t * a0, const int8_t * a1, const int8_t * w0, const int8_t * w1, const int8_t * w2,
-	const int8_t * w3, int64_t k, int32_t out[8]) {
-	int64_t i = 0;
-	int32_t s[8] = {0};
-#if defined(__AVX2__)
+static void unit_generic(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
+	int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
+	const int64_t stride = k + 4;
+	for (int64_t j = j0; j < j1; j++) {
+		for (int64_t r = r0; r < r1; r++) {
+			const int8_t * a = xq + r * stride;
+			float s;
+			memcpy(&s, a + k, sizeof s);
+			dst[r * n + j] = rescale(dot_generic(a, w + j * k, k), s, ws[j], bias, j);
+		}
+	}
+}
+
+#if defined(SDT_X86)
+
+// madd accumulates 32 products of a and b into acc: |a| (unsigned) times b
+// with a's sign gives pairs of at most 2·127·127 < 2^15, so the 16-bit
+// stage never saturates and the sum is exact (codes are in [-127, 127]).
+SDT_AVX2 static inline __m256i madd(__m256i acc, __m256i ua, __m256i a, __m256i b, __m256i ones) {
+	const __m256i p = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(b, a));
+	return _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+}
+
+// hsum4 returns the sums of the eight lanes of c0..c3 as four lanes.
+SDT_AVX2 static inline __m128i hsum4(__m256i c0, __m256i c1, __m256i c2, __m256i c3) {
+	const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(c0, c1), _mm256_hadd_epi32(c2, c3));
+	return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// store4 rescales four sums of one activation row (scale xs) against
+// weight rows j..j+3 and stores them at d.
+SDT_AVX2 static inline void store4(__m128i sums, float xs, const float * ws, const float * bias, float * d) {
+	__m128 v = _mm_mul_ps(_mm_cvtepi32_ps(sums), _mm_set1_ps(xs));
+	v = _mm_mul_ps(v, _mm_loadu_ps(ws));
+	if (bias) {
+		v = _mm_add_ps(v, _mm_loadu_ps(bias));
+	}
+	_mm_storeu_ps(d, v);
+}
+
+// tail4 adds the products of the last k%32 codes of a with four weight rows.
+static inline __m128i tail4(__m128i sums, const int8_t * a, const int8_t * w, int64_t i, int64_t k) {
+	if (i == k) {
+		return sums;
+	}
+	int32_t s[4];
+	memcpy(s, &sums, sizeof s);
+	for (int q = 0; q < 4; q++) {
+		s[q] += dot_generic(a + i, w + q * k + i, k - i);
+	}
+	memcpy(&sums, s, sizeof s);
+	return sums;
+}
+
+// rows2x4 computes the outputs of activation rows a0, a1 (scales s0, s1)
+// against weight rows w..w+3k: eight accumulators, each weight load serving
+// two rows and each activation load four weight rows.
+SDT_AVX2 static void rows2x4(const int8_t * a0, const int8_t * a1, float s0, float s1, const int8_t * w, int64_t k,
+	const float * ws, const float * bias, float * d0, float * d1) {
 	const __m256i ones = _mm256_set1_epi16(1);
 	__m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00;
 	__m256i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+	const int8_t * w1 = w + k, * w2 = w1 + k, * w3 = w2 + k;
+	int64_t i = 0;
 	for (; i + 32 <= k; i += 32) {
 		const __m256i x0 = _mm256_loadu_si256((const __m256i *) (a0 + i));
 		const __m256i x1 = _mm256_loadu_si256((const __m256i *) (a1 + i));
 		const __m256i u0 = _mm256_sign_epi8(x0, x0), u1 = _mm256_sign_epi8(x1, x1);
-		__m256i v = _mm256_loadu_si256((const __m256i *) (w0 + i));
+		__m256i v = _mm256_loadu_si256((const __m256i *) (w + i));
 		c00 = madd(c00, u0, x0, v, ones);
 		c10 = madd(c10, u1, x1, v, ones);
 		v = _mm256_loadu_si256((const __m256i *) (w1 + i));
@@ -159,71 +446,106 @@ static void dot2x4(const int8_t * a0, const int8_t * a1, const int8_t * w0, cons
 		c03 = madd(c03, u0, x0, v, ones);
 		c13 = madd(c13, u1, x1, v, ones);
 	}
-	s[0] = hsum(c00), s[1] = hsum(c01), s[2] = hsum(c02), s[3] = hsum(c03);
-	s[4] = hsum(c10), s[5] = hsum(c11), s[6] = hsum(c12), s[7] = hsum(c13);
-#endif
-	for (; i < k; i++) {
-		const int32_t x0 = a0[i], x1 = a1[i];
-		s[0] += x0 * w0[i], s[1] += x0 * w1[i], s[2] += x0 * w2[i], s[3] += x0 * w3[i];
-		s[4] += x1 * w0[i], s[5] += x1 * w1[i], s[6] += x1 * w2[i], s[7] += x1 * w3[i];
-	}
-	memcpy(out, s, sizeof s);
+	store4(tail4(hsum4(c00, c01, c02, c03), a0, w, i, k), s0, ws, bias, d0);
+	store4(tail4(hsum4(c10, c11, c12, c13), a1, w, i, k), s1, ws, bias, d1);
 }
 
-// The output is cut into tiles of TILE_R activation rows by TILE_N weight
-// rows: a tile's weights (TILE_N·k bytes) stay in cache while its rows
-// stream past, and small products (a time embedding's one row) still give
-// every thread a tile.
-enum { TILE_R = 32, TILE_N = 64 };
-
-static inline float rescale(int32_t sum, float xs, const float * ws, const float * bias, int64_t j) {
-	float v = (float) sum * xs;
-	v *= ws[j];
-	if (bias) {
-		v += bias[j];
+// rows1x4 is rows2x4 for a last, odd activation row.
+SDT_AVX2 static void rows1x4(const int8_t * a0, float s0, const int8_t * w, int64_t k, const float * ws,
+	const float * bias, float * d0) {
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
+	int64_t i = 0;
+	for (; i + 32 <= k; i += 32) {
+		const __m256i x = _mm256_loadu_si256((const __m256i *) (a0 + i));
+		const __m256i u = _mm256_sign_epi8(x, x);
+		c0 = madd(c0, u, x, _mm256_loadu_si256((const __m256i *) (w + i)), ones);
+		c1 = madd(c1, u, x, _mm256_loadu_si256((const __m256i *) (w + k + i)), ones);
+		c2 = madd(c2, u, x, _mm256_loadu_si256((const __m256i *) (w + 2 * k + i)), ones);
+		c3 = madd(c3, u, x, _mm256_loadu_si256((const __m256i *) (w + 3 * k + i)), ones);
 	}
-	return v;
+	store4(tail4(hsum4(c0, c1, c2, c3), a0, w, i, k), s0, ws, bias, d0);
 }
 
-void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
-	int64_t k, int64_t n, int64_t rows, int ith, int nth) {
+// dot_avx2 returns the exact dot product of k codes.
+SDT_AVX2 static int32_t dot_avx2(const int8_t * a, const int8_t * b, int64_t k) {
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256i acc = _mm256_setzero_si256();
+	int64_t i = 0;
+	for (; i + 32 <= k; i += 32) {
+		const __m256i va = _mm256_loadu_si256((const __m256i *) (a + i));
+		acc = madd(acc, _mm256_sign_epi8(va, va), va, _mm256_loadu_si256((const __m256i *) (b + i)), ones);
+	}
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+	return _mm_cvtsi128_si32(s) + dot_generic(a + i, b + i, k - i);
+}
+
+SDT_AVX2 static void unit_avx2(const int8_t * w, const int8_t * xq, const float * ws, const float * bias,
+	float * dst, int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
 	const int64_t stride = k + 4;
-	const int64_t tn = (n + TILE_N - 1) / TILE_N, tr = (rows + TILE_R - 1) / TILE_R;
-	for (int64_t t = ith; t < tn * tr; t += nth) {
-		const int64_t r0 = (t / tn) * TILE_R, j0 = (t % tn) * TILE_N;
-		const int64_t r1 = r0 + TILE_R < rows ? r0 + TILE_R : rows;
-		const int64_t j1 = j0 + TILE_N < n ? j0 + TILE_N : n;
+	int64_t j = j0;
+	for (; j + 4 <= j1; j += 4) {
+		const float * b = bias ? bias + j : NULL;
 		int64_t r = r0;
 		for (; r + 2 <= r1; r += 2) {
 			const int8_t * a0 = xq + r * stride, * a1 = a0 + stride;
 			float s0, s1;
 			memcpy(&s0, a0 + k, sizeof s0);
 			memcpy(&s1, a1 + k, sizeof s1);
-			float * d0 = dst + r * n, * d1 = d0 + n;
-			int64_t j = j0;
-			for (; j + 4 <= j1; j += 4) {
-				int32_t o[8];
-				const int8_t * wj = w + j * k;
-				dot2x4(a0, a1, wj, wj + k, wj + 2 * k, wj + 3 * k, k, o);
-				for (int q = 0; q < 4; q++) {
-					d0[j + q] = rescale(o[q], s0, ws, bias, j + q);
-					d1[j + q] = rescale(o[4 + q], s1, ws, bias, j + q);
-				}
-			}
-			for (; j < j1; j++) {
-				d0[j] = rescale(dot(a0, w + j * k, k), s0, ws, bias, j);
-				d1[j] = rescale(dot(a1, w + j * k, k), s1, ws, bias, j);
-			}
+			rows2x4(a0, a1, s0, s1, w + j * k, k, ws + j, b, dst + r * n + j, dst + (r + 1) * n + j);
 		}
-		for (; r < r1; r++) {
+		if (r < r1) {
+			const int8_t * a0 = xq + r * stride;
+			float s0;
+			memcpy(&s0, a0 + k, sizeof s0);
+			rows1x4(a0, s0, w + j * k, k, ws + j, b, dst + r * n + j);
+		}
+	}
+	for (; j < j1; j++) {
+		for (int64_t r = r0; r < r1; r++) {
 			const int8_t * a = xq + r * stride;
 			float s;
 			memcpy(&s, a + k, sizeof s);
-			for (int64_t j = j0; j < j1; j++) {
-				dst[r * n + j] = rescale(dot(a, w + j * k, k), s, ws, bias, j);
-			}
+			dst[r * n + j] = rescale(dot_avx2(a, w + j * k, k), s, ws[j], bias, j);
 		}
 	}
 }
 
-const char * sdt_w8a8_kernel(void) { return kernel_name; }
+#endif
+
+void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
+	int64_t k, int64_t n, int64_t rows, int ith, int nth, sdt_w8a8_sched * s) {
+	const struct plan p = plan_for(k, n, rows, nth);
+	const int64_t units = p.nrb * p.ncb;
+	for (int64_t u = units_begin(s, units, ith, nth); u < units; u = units_next(s, u, units, ith, nth)) {
+		const int64_t r0 = (u / p.ncb) * p.rb, j0 = (u % p.ncb) * p.nb;
+		const int64_t r1 = r0 + p.rb < rows ? r0 + p.rb : rows;
+		const int64_t j1 = j0 + p.nb < n ? j0 + p.nb : n;
+#if defined(SDT_X86)
+		if (use_avx2) {
+			unit_avx2(w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
+			continue;
+		}
+#endif
+		unit_generic(w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
+	}
+	units_end(s, nth);
+}
+
+const char * sdt_w8a8_kernel(void) { return use_avx2 ? "avx2" : "generic"; }
+
+int sdt_w8a8_force_generic(int on) {
+	const int was = !use_avx2;
+#if defined(SDT_X86)
+	if (on) {
+		use_avx2 = 0;
+	} else {
+		use_avx2 = __builtin_cpu_supports("avx2");
+	}
+#else
+	(void) on; // there is only the plain C kernel
+#endif
+	return was;
+}

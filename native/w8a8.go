@@ -35,6 +35,7 @@ struct sdt_w8a8_prefix {
 struct sdt_w8a8_args {
 	struct ggml_tensor * t[4];
 	int group;
+	sdt_w8a8_sched sched; // zeroed by calloc
 };
 
 static const struct sdt_w8a8_prefix * sdt_w8a8_pre(const struct ggml_tensor * t) {
@@ -42,31 +43,27 @@ static const struct sdt_w8a8_prefix * sdt_w8a8_pre(const struct ggml_tensor * t)
 }
 
 // sdt_w8a8_quantize_op quantizes every row of the F32 activation t[0]
-// (contiguous [K, ...]) into dst [K+4, ...]; threads take rows in turn.
+// (contiguous [K, ...]) into dst [K+4, ...]; the threads take blocks of rows as they ask.
 static void sdt_w8a8_quantize_op(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
-	const struct sdt_w8a8_args * a = (const struct sdt_w8a8_args *) userdata;
+	struct sdt_w8a8_args * a = (struct sdt_w8a8_args *) userdata;
 	const struct sdt_w8a8_prefix * xp = sdt_w8a8_pre(a->t[0]);
-	const int64_t k = xp->ne[0];
 	const int64_t rows = xp->ne[1] * xp->ne[2] * xp->ne[3];
-	const float * src = (const float *) ggml_get_data(a->t[0]);
-	int8_t * out = (int8_t *) ggml_get_data(dst);
-	for (int64_t r = ith; r < rows; r += nth) {
-		sdt_w8a8_quantize_row(src + r * k, out + r * (k + 4), k, a->group);
-	}
+	sdt_w8a8_quantize_rows((const float *) ggml_get_data(a->t[0]), (int8_t *) ggml_get_data(dst), xp->ne[0], rows,
+		a->group, ith, nth, &a->sched);
 }
 
 // sdt_w8a8_matmul_op computes dst [N, ...] from t[0] the I8 weight [K, N],
 // t[1] the quantized activation [K+4, ...], t[2] the F32 weight scales [N]
 // and, when not NULL, t[3] the F32 bias [N].
 static void sdt_w8a8_matmul_op(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
-	const struct sdt_w8a8_args * a = (const struct sdt_w8a8_args *) userdata;
+	struct sdt_w8a8_args * a = (struct sdt_w8a8_args *) userdata;
 	const struct sdt_w8a8_prefix * wp = sdt_w8a8_pre(a->t[0]);
 	const struct sdt_w8a8_prefix * xp = sdt_w8a8_pre(a->t[1]);
 	const int64_t k = wp->ne[0], n = wp->ne[1];
 	const int64_t rows = xp->ne[1] * xp->ne[2] * xp->ne[3];
 	sdt_w8a8_matmul((const int8_t *) ggml_get_data(a->t[0]), (const int8_t *) ggml_get_data(a->t[1]),
 		(const float *) ggml_get_data(a->t[2]), a->t[3] ? (const float *) ggml_get_data(a->t[3]) : NULL,
-		(float *) ggml_get_data(dst), k, n, rows, ith, nth);
+		(float *) ggml_get_data(dst), k, n, rows, ith, nth, &a->sched);
 }
 
 static struct ggml_tensor * sdt_w8a8_quantize(struct ggml_context * ctx, struct sdt_w8a8_args * a) {
@@ -119,7 +116,7 @@ func (c *Context) QuantizeActivations(x Tensor, group int) Tensor {
 // an F32 [N, ...] whose element is float(Σ q_x·q_w)·scale_x·scale[n] +
 // bias[n], the INT32 dot product rescaled as stable-diffusion.cpp does.
 // scale is F32 [N]; bias is F32 [N] or the zero Tensor. Threads split the
-// output into tiles of rows and weight rows.
+// output into blocks of rows and weight rows.
 func (c *Context) MulMatI8(w, xq, scale, bias Tensor) Tensor {
 	wn, xn := w.Ne(), xq.Ne()
 	if w.Type() != formats.I8 || xq.Type() != formats.I8 || wn[2] != 1 || wn[3] != 1 || xn[0] != wn[0]+4 ||
@@ -171,9 +168,20 @@ func (t Tensor) Data() ([]byte, error) {
 	return out, nil
 }
 
-// W8A8Kernel names the integer dot kernel the cgo build compiled ("avx2",
-// "generic"), for benchmarks and -v logs.
+// W8A8Kernel names the W8A8 kernels in use ("avx2" where the CPU has it,
+// else "generic"), for benchmarks and -v logs.
 func W8A8Kernel() string { return C.GoString(C.sdt_w8a8_kernel()) }
+
+// forceGenericW8A8 switches the W8A8 ops to their plain C kernels (on) or
+// back to the best the CPU runs, and reports whether they were generic; tests
+// use it to check both kernels against the Go reference on one machine.
+func forceGenericW8A8(on bool) bool {
+	v := C.int(0)
+	if on {
+		v = 1
+	}
+	return C.sdt_w8a8_force_generic(v) != 0
+}
 
 // w8a8Args allocates an op's arguments in C memory, freed with c.
 func (c *Context) w8a8Args() *C.struct_sdt_w8a8_args {

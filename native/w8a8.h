@@ -11,19 +11,39 @@
 // The largest rotation group (stable-diffusion.cpp's bound).
 #define SDT_W8A8_MAX_GROUP 256
 
+// sdt_w8a8_sched hands an op's blocks to its threads as they ask (a
+// thread that the OS holds back takes fewer), the way ggml's own products
+// share their chunks. Zeroed before an op's first run; the last thread of
+// each run zeroes it again for the next. NULL means a static split.
+typedef struct {
+	int64_t next;
+	int32_t done;
+} sdt_w8a8_sched;
+
 // sdt_w8a8_quantize_row writes the k codes of row src to out, then its F32
 // scale at out+k (unaligned). group is 0 (no rotation) or a power of 4 up to
 // SDT_W8A8_MAX_GROUP dividing k.
 void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group);
 
+// sdt_w8a8_quantize_rows quantizes rows of src (k floats each) into out
+// (k+4 bytes each), as thread ith of nth.
+void sdt_w8a8_quantize_rows(const float * src, int8_t * out, int64_t k, int64_t rows, int group, int ith, int nth,
+	sdt_w8a8_sched * s);
+
 // sdt_w8a8_matmul computes, for the rows of xq (k codes and a scale each,
 // k+4 bytes apart) and the n weight rows of w (k codes each), dst[r*n+j] =
 // float(dot)·scale_r·ws[j] (+ bias[j] when bias is not NULL). Thread ith of
-// nth computes every nth tile of the output.
+// nth computes its share of the output's blocks.
 void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
-	int64_t k, int64_t n, int64_t rows, int ith, int nth);
+	int64_t k, int64_t n, int64_t rows, int ith, int nth, sdt_w8a8_sched * s);
 
-// sdt_w8a8_kernel names the dot kernel compiled in ("avx2" or "generic").
+// sdt_w8a8_kernel names the kernels in use ("avx2" or "generic"): AVX2
+// when the CPU has it, whatever flags the file was compiled with.
 const char * sdt_w8a8_kernel(void);
+
+// sdt_w8a8_force_generic makes the kernels the plain C ones (on != 0) or
+// the best the CPU runs (on == 0), and reports whether they were generic;
+// for tests, between graph computations.
+int sdt_w8a8_force_generic(int on);
 
 #endif

@@ -5,8 +5,12 @@ package native
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/cpu"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/quant"
@@ -16,10 +20,19 @@ import (
 // the INT8 product, with bias) against ggml's F16 product with the bias
 // added, which is what generate ran for INT8 modules before, on the linear
 // layers of SD 1.5's UNet at 512x512 (4096 tokens at the first level) and
-// its CLIP, 2 threads, both graphs computed alternately in one run. It
-// reports each side's milliseconds per product and w8a8/f16, the time
-// ratio (below 1: W8A8 is faster).
+// its CLIP, 2 threads, both graphs computed alternately in one run. The
+// activations are rotated by groups of 256 where the row length allows it,
+// as in int8_convrot files (layers whose input is 320 or 640 wide are
+// plain int8 there). It reports each side's milliseconds per product and
+// w8a8/f16, the time ratio (below 1: W8A8 is faster), and which W8A8
+// kernel ran. Like cmd/sdtool's end-to-end benchmark it refuses a ggml
+// compiled without AVX2 on a CPU that has it (plain go test: set CGO_CFLAGS
+// and CGO_CXXFLAGS as `go run ./build -n` prints), whose F16 product is
+// not the one users run.
 func BenchmarkW8A8VsF16(b *testing.B) {
+	if runtime.GOARCH == "amd64" && cpu.X86.HasAVX2 && !slices.Contains(LinkedX86(), "AVX2") {
+		b.Fatal("ggml was compiled without AVX2: set CGO_CFLAGS and CGO_CXXFLAGS as `go run ./build -n` prints")
+	}
 	be, err := NewCPUBackend(2)
 	if err != nil {
 		b.Fatal(err)
@@ -28,13 +41,18 @@ func BenchmarkW8A8VsF16(b *testing.B) {
 	for _, s := range []struct{ k, n, rows int }{
 		{320, 320, 4096}, {320, 2560, 4096}, {1280, 320, 4096}, {640, 640, 1024}, {1280, 1280, 256}, {768, 768, 77},
 	} {
+		group := 0
+		if s.k%256 == 0 {
+			group = 256
+		}
 		b.Run(fmt.Sprintf("%dx%dx%d", s.rows, s.k, s.n), func(b *testing.B) {
-			benchW8A8(b, be, s.k, s.n, s.rows)
+			b.Logf("kernel %s, group %d", W8A8Kernel(), group)
+			benchW8A8(b, be, s.k, s.n, s.rows, group)
 		})
 	}
 }
 
-func benchW8A8(b *testing.B, be *Backend, k, n, rows int) {
+func benchW8A8(b *testing.B, be *Backend, k, n, rows, group int) {
 	r := rand.New(rand.NewPCG(1, 2))
 	wctx, _ := NewContext(4, 0)
 	defer wctx.Free()
@@ -81,7 +99,7 @@ func benchW8A8(b *testing.B, be *Backend, k, n, rows int) {
 		in.SetInput()
 		var y Tensor
 		if w8a8 {
-			y = ctx.MulMatI8(w8, ctx.QuantizeActivations(in, 0), ws, bias)
+			y = ctx.MulMatI8(w8, ctx.QuantizeActivations(in, group), ws, bias)
 		} else {
 			y = ctx.Add(ctx.MulMat(w16, in), bias)
 		}

@@ -6,7 +6,10 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
+
+	"golang.org/x/sys/cpu"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -34,7 +37,7 @@ func refRotate(v []float32) {
 }
 
 // refQuantize returns a row's codes and scale: rotated by groups, scale
-// absmax/127, codes rounded half to even and clamped to ±127.
+// absmax/127, codes rounded half to even and clamped to ±127 (NaN to -127).
 func refQuantize(row []float32, group int) ([]int8, float32) {
 	v := append([]float32(nil), row...)
 	if group > 0 {
@@ -54,18 +57,42 @@ func refQuantize(row []float32, group int) ([]int8, float32) {
 	inv := 1 / scale
 	for i, x := range v {
 		c := math.RoundToEven(float64(float32(x * inv)))
+		if math.IsNaN(c) { // 0·inf in a row whose 1/scale overflows: the kernels give -127
+			c = -127
+		}
 		q[i] = int8(max(-127, min(127, c)))
 	}
 	return q, scale
 }
 
-// The W8A8 ops against plain Go: the codes and scales of every row exactly,
+// The W8A8 ops against plain Go, with the AVX2 kernels (where the CPU has
+// them) and the plain C ones: the codes and scales of every row exactly,
 // the INT32 dot products exactly (recovered from the rescaled output), and
-// the output within float32 rounding; rows and weight rows that fill no
-// whole tile or kernel block, a zero row, with and without rotation and
-// bias, two threads, and one quantized activation read by two products.
+// the output within float32 rounding; rows, weight rows and row lengths
+// that fill no whole block or vector, a zero row, a row whose scale
+// is subnormal (its codes are ±127), rows longer than the kernel's row
+// buffer, every rotation group, with and without bias, two and three
+// threads (the blocks split unevenly), a graph run twice, and one
+// quantized activation read by two products.
 func TestW8A8Ops(t *testing.T) {
-	be, err := NewCPUBackend(2)
+	kernels := []bool{false}
+	if W8A8Kernel() != "generic" {
+		kernels = append(kernels, true)
+	} else if runtime.GOARCH == "amd64" && cpu.X86.HasAVX2 {
+		t.Errorf("kernel %q on a CPU with AVX2", W8A8Kernel())
+	}
+	for _, generic := range kernels {
+		was := forceGenericW8A8(generic)
+		for _, threads := range []int{2, 3} {
+			t.Logf("kernel %s, %d threads", W8A8Kernel(), threads)
+			testW8A8Ops(t, threads)
+		}
+		forceGenericW8A8(was)
+	}
+}
+
+func testW8A8Ops(t *testing.T, threads int) {
+	be, err := NewCPUBackend(threads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +103,8 @@ func TestW8A8Ops(t *testing.T) {
 		bias              bool
 	}{
 		{320, 70, 33, 0, true}, {768, 64, 5, 256, false}, {64, 3, 1, 16, true}, {1280, 130, 67, 256, true}, {40, 9, 2, 4, false},
+		{44, 6, 3, 4, true}, {192, 17, 9, 64, true}, {320, 64, 203, 0, false}, {8448, 5, 3, 256, true}, {8256, 4, 2, 0, true},
+		{100, 1, 4, 0, true},
 	} {
 		w := make([]int8, c.k*c.n)
 		for i := range w {
@@ -96,6 +125,11 @@ func TestW8A8Ops(t *testing.T) {
 		}
 		if c.rows > 1 {
 			clear(x[c.k : 2*c.k]) // a zero row
+		}
+		if c.rows > 2 {
+			for i := range x[2*c.k : 3*c.k] { // a row whose scale is subnormal: 1/scale overflows
+				x[2*c.k+i] = float32(1e-38) * float32(1+r.IntN(3)) * float32(1-2*r.IntN(2))
+			}
 		}
 		wctx, err := NewContext(3, 0)
 		if err != nil {
@@ -149,6 +183,14 @@ func TestW8A8Ops(t *testing.T) {
 		}
 		alloc := be.NewAllocator()
 		if err := alloc.Alloc(gr); err != nil {
+			t.Fatal(err)
+		}
+		// A first run on zeros: the second, which is checked, shows that
+		// the ops hand out their blocks afresh on every run of a graph.
+		if err := in.SetF32(make([]float32, len(x))); err != nil {
+			t.Fatal(err)
+		}
+		if err := be.Compute(gr); err != nil {
 			t.Fatal(err)
 		}
 		if err := in.SetF32(x); err != nil {
