@@ -66,6 +66,20 @@ static int8_t code(float v, float inv) {
 	return (int8_t) lrintf(y); // round half to even, the default mode
 }
 
+// put_scale stores a row's scale, absmax/127, after its k codes and sets
+// *inv to its reciprocal; for an all-zero row it writes zero codes and
+// returns 0, so that the caller has no codes left to compute.
+static int put_scale(int8_t * out, int64_t k, float amax, float * inv) {
+	const float scale = amax / 127.0f;
+	memcpy(out + k, &scale, sizeof scale);
+	if (scale == 0.0f) {
+		memset(out, 0, (size_t) k);
+		return 0;
+	}
+	*inv = 1.0f / scale;
+	return 1;
+}
+
 static void quantize_row_generic(const float * src, int8_t * out, int64_t k, int group) {
 	float amax = 0.0f;
 	float v[SDT_W8A8_MAX_GROUP];
@@ -84,13 +98,10 @@ static void quantize_row_generic(const float * src, int8_t * out, int64_t k, int
 			}
 		}
 	}
-	const float scale = amax / 127.0f;
-	memcpy(out + k, &scale, sizeof scale);
-	if (scale == 0.0f) {
-		memset(out, 0, (size_t) k);
+	float inv;
+	if (!put_scale(out, k, amax, &inv)) {
 		return;
 	}
-	const float inv = 1.0f / scale;
 	if (group == 0) {
 		for (int64_t i = 0; i < k; i++) {
 			out[i] = code(src[i], inv);
@@ -242,13 +253,10 @@ SDT_AVX2 static void quantize_row_avx2(const float * src, int8_t * out, int64_t 
 			amax = a > amax ? a : amax;
 		}
 	}
-	const float scale = amax / 127.0f;
-	memcpy(out + k, &scale, sizeof scale);
-	if (scale == 0.0f) {
-		memset(out, 0, (size_t) k);
+	float inv;
+	if (!put_scale(out, k, amax, &inv)) {
 		return;
 	}
-	const float inv = 1.0f / scale;
 	if (group == 0) {
 		codes_avx2(src, out, k, inv);
 	} else if (kept) {
