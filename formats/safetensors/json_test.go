@@ -202,12 +202,19 @@ func fullTrace(z *tokenizer) []string {
 	return append(out, "too long")
 }
 
-func TestParseStreamed(t *testing.T) {
+// escapedNamesFile is a file of 50 tensors whose names and metadata need
+// JSON escapes and non-ASCII UTF-8.
+func escapedNamesFile(t *testing.T) []byte {
 	var tensors []formats.Tensor
 	for i := range 50 {
 		tensors = append(tensors, formats.Tensor{Name: fmt.Sprintf("t.%d\n\"é", i), Type: formats.BF16, Shape: []int64{int64(i), 3}})
 	}
 	b, _ := writeAll(t, tensors, map[string]string{"a": "b\\c"}, nil)
+	return b
+}
+
+func TestParseStreamed(t *testing.T) {
+	b := escapedNamesFile(t)
 	checkStreamed(t, b)
 	for _, h := range []string{"", "   ", " {}", "x", "\xff{}", "{\"a\":\"\xe2\x82\"}", "{\"a\":\"\xe2\x82\xac\"}", "  [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]",
 		`{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"t":{}}`, `{"t":{"dtype":"F32","shape":[1e5],"data_offsets":[0,8]}}`, `{"t":tru`} {
@@ -216,11 +223,7 @@ func TestParseStreamed(t *testing.T) {
 }
 
 func TestParseMatchesDecoder(t *testing.T) {
-	var tensors []formats.Tensor
-	for i := range 50 {
-		tensors = append(tensors, formats.Tensor{Name: fmt.Sprintf("t.%d\n\"é", i), Type: formats.BF16, Shape: []int64{int64(i), 3}})
-	}
-	b, _ := writeAll(t, tensors, map[string]string{"a": "b\\c"}, nil)
+	b := escapedNamesFile(t)
 	checkSameAsDecoder(t, b)
 }
 
