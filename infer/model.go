@@ -173,8 +173,13 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	}
 	cfg, err := DetectConfig(sh, md)
 	if err != nil {
-		if c.VAE != "" && errors.Is(err, errVAEConfig) {
-			main = c.VAE
+		var ce *componentError
+		if errors.As(err, &ce) {
+			for _, s := range srcs {
+				if s.comp.flag == ce.flag {
+					main = s.m.Path()
+				}
+			}
 		}
 		return nil, fmt.Errorf("%s: %w", main, err)
 	}

@@ -1,7 +1,6 @@
 package infer
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -239,7 +238,7 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		return nil, fmt.Errorf("%s: no network %q in this build", fam.Title, fam.Network)
 	}
 	if err := det(s, md, cfg); err != nil {
-		return nil, fmt.Errorf("%s diffusion model: %w", fam.Title, err)
+		return nil, &componentError{"diffusion-model", fmt.Errorf("%s diffusion model: %w", fam.Title, err)}
 	}
 	for i := range fam.Encoders {
 		e := &fam.Encoders[i]
@@ -251,7 +250,7 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 			return nil, fmt.Errorf("%s: no text encoder kind %q in this build", fam.Title, e.Kind)
 		}
 		if err := det(s, md, e, cfg); err != nil {
-			return nil, fmt.Errorf("%s text encoder (%s): %w", fam.Title, e.Component, err)
+			return nil, &componentError{e.Component, fmt.Errorf("%s text encoder (%s): %w", fam.Title, e.Component, err)}
 		}
 	}
 	if u := cfg.UNet; u != nil {
@@ -266,12 +265,12 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		}
 	}
 	if err := detectVAE(s, &cfg.VAE); err != nil {
-		return nil, fmt.Errorf("%w: %w", errVAEConfig, err)
+		return nil, &componentError{"vae", fmt.Errorf("VAE: %w", err)}
 	}
 	if want := cfg.latentChannels(); want > 0 && cfg.VAE.ZChannels != want {
 		// Caught here rather than as a size mismatch deep in the decoder's graph.
-		return nil, fmt.Errorf("%w: %sdecoder.conv_in.weight takes %d-channel latents, the %s diffusion model makes %d-channel ones: the VAE is another family's",
-			errVAEConfig, vaePfx, cfg.VAE.ZChannels, fam.Title, want)
+		return nil, &componentError{"vae", fmt.Errorf("VAE: %sdecoder.conv_in.weight takes %d-channel latents, the %s diffusion model makes %d-channel ones: the VAE is another family's",
+			vaePfx, cfg.VAE.ZChannels, fam.Title, want)}
 	}
 	cfg.VAE.ScaleFactor, cfg.VAE.ShiftFactor = fam.VAE.Scale, fam.VAE.Shift
 	cfg.Prediction = fam.Prediction
@@ -526,9 +525,16 @@ func detectCLIP(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig)
 	return nil
 }
 
-// errVAEConfig marks a configuration error in the VAE's weights, which
-// Load reports against the --vae file when there is one.
-var errVAEConfig = errors.New("VAE")
+// componentError is a configuration error in one component's weights,
+// named by its sd-cli flag ("vae", "clip_l", "diffusion-model"), so that
+// Load reports it against that component's own file when one was given.
+type componentError struct {
+	flag string
+	err  error
+}
+
+func (e *componentError) Error() string { return e.err.Error() }
+func (e *componentError) Unwrap() error { return e.err }
 
 // latentChannels is the latent width the diffusion model denoises, 0 when
 // no network is configured.
