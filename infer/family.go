@@ -46,6 +46,19 @@ type Marker struct {
 	Value int64
 }
 
+// describe names what the marker requires, for errors.
+func (mk Marker) describe() string {
+	switch {
+	case mk.Absent:
+		return "absence of " + mk.Name
+	case mk.Value != 0:
+		return fmt.Sprintf("%s with dimension %d of %d", mk.Name, mk.Dim, mk.Value)
+	case mk.Dims != 0:
+		return fmt.Sprintf("%d-dimensional %s", mk.Dims, mk.Name)
+	}
+	return "tensor " + mk.Name
+}
+
 // holds reports whether the marker holds for the shapes.
 func (mk Marker) holds(s shapes) bool {
 	sh, ok := s[mk.Name]
@@ -269,14 +282,18 @@ func DetectFamily(sh map[string][]int64) (*Family, error) {
 	// component order follows the input, so sort for stable messages.
 	sort.Slice(tensors, func(i, j int) bool { return tensors[i].Name < tensors[j].Name })
 	arch := family.Detect(tensors, nil)
+	var failed *Marker // of the detected family's first marker set
 	for _, f := range Families {
 		if f.ID != arch.Name {
 			continue
 		}
 		for _, set := range f.Match {
 			ok := true
-			for _, mk := range set {
-				if !mk.holds(s) {
+			for i := range set {
+				if !set[i].holds(s) {
+					if failed == nil {
+						failed = &set[i]
+					}
 					ok = false
 					break
 				}
@@ -285,6 +302,11 @@ func DetectFamily(sh map[string][]int64) (*Family, error) {
 				return f, nil
 			}
 		}
+	}
+	if failed != nil {
+		// The family is one generate runs, but a part it needs is not
+		// there (a component file that replaced it with nothing, say).
+		return nil, fmt.Errorf("a %s model without the %s that generate needs", arch.Main().Title, failed.describe())
 	}
 	names := make([]string, len(Families))
 	for i, f := range Families {

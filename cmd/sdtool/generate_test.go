@@ -284,6 +284,13 @@ func TestGenerateForeignComponents(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "warning: --t5xxl "+flux+": SD 1.x reads none of its tensors") {
 		t.Errorf("--t5xxl on SD 1.x: exit %d, stderr %q", code, stderr)
 	}
+	// An SDXL checkpoint as --clip_l replaces SD 1.x's CLIP with tensors it
+	// cannot read: the error names what is missing (it said "generate runs
+	// ..., SD 1.x, ... only", of an SD 1.x model).
+	code, _, stderr = runApp(t, append(base, "--clip_l", "../../testdata/tiny-sdxl.gguf")...)
+	if code != 1 || !strings.Contains(stderr, "a SD 1.x model without the tensor cond_stage_model.transformer.text_model.embeddings.token_embedding.weight") {
+		t.Errorf("--clip_l of SDXL on SD 1.x: exit %d, stderr %q", code, stderr)
+	}
 	code, _, stderr = runApp(t, append(base, "--vae", tinyGGUF)...)
 	if code != 0 || strings.Contains(stderr, "warning") {
 		t.Errorf("--vae of the same family: exit %d, stderr %q", code, stderr)
