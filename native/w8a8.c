@@ -5,29 +5,41 @@
 #include <math.h>
 #include <string.h>
 
-// Two implementations of each kernel: plain C (any CPU) and AVX2 (x86
-// CPUs that have it). The AVX2 functions carry their own target attribute
-// and are chosen at run time, so that a binary built without -march flags
-// (plain go build, go test) still runs the fast kernel, and so that tests
-// can run both on one machine (sdt_w8a8_force_generic). Both compute the
-// same bits: the products are exact integer sums, and the float steps
-// (rotation, scale, codes, rescale) run in the same order in both.
+// Up to three implementations of each kernel: plain C (any CPU), AVX2 and,
+// for the product, AVX-512 VNNI (x86 CPUs that have them). The SIMD
+// functions carry their own target attributes and are chosen at run time,
+// so that a binary built without -march flags (plain go build, go test)
+// still runs the fast kernels, and so that tests can run each on one
+// machine (sdt_w8a8_use_level). All compute the same bits: the products are
+// exact integer sums, and the float steps (rotation, scale, codes, rescale)
+// run in the same order in each.
 #if defined(__x86_64__) || defined(__i386__)
 #define SDT_X86 1
 #include <immintrin.h>
 #define SDT_AVX2 __attribute__((target("avx2")))
+#define SDT_VNNI __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni")))
 #endif
 
-// use_avx2 is set once at start when the CPU has AVX2; tests clear it to
-// run the plain C kernels.
-static int use_avx2;
+// level is the kernel set in use (SDT_W8A8_GENERIC, _AVX2 or _VNNI), the
+// best the CPU has, set once at start; tests lower it to run the others.
+static int level;
 
+// best_level is the best kernel set this CPU runs.
+static int best_level(void) {
 #if defined(SDT_X86)
-__attribute__((constructor)) static void sdt_w8a8_init(void) {
 	__builtin_cpu_init();
-	use_avx2 = __builtin_cpu_supports("avx2");
-}
+	if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+		__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2")) {
+		return SDT_W8A8_VNNI;
+	}
+	if (__builtin_cpu_supports("avx2")) {
+		return SDT_W8A8_AVX2;
+	}
 #endif
+	return SDT_W8A8_GENERIC;
+}
+
+__attribute__((constructor)) static void sdt_w8a8_init(void) { level = best_level(); }
 
 // ---- activation quantization ----------------------------------------------------------
 
@@ -274,7 +286,7 @@ SDT_AVX2 static void quantize_row_avx2(const float * src, int8_t * out, int64_t 
 
 void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group) {
 #if defined(SDT_X86)
-	if (use_avx2) {
+	if (level >= SDT_W8A8_AVX2) {
 		quantize_row_avx2(src, out, k, group);
 		return;
 	}
@@ -490,6 +502,21 @@ SDT_AVX2 static int32_t dot_avx2(const int8_t * a, const int8_t * b, int64_t k) 
 	return _mm_cvtsi128_si32(s) + dot_generic(a + i, b + i, k - i);
 }
 
+// rest_avx2 computes the outputs of weight rows j0..j1 (fewer than four,
+// the last of a block) one at a time.
+SDT_AVX2 static void rest_avx2(const int8_t * w, const int8_t * xq, const float * ws, const float * bias,
+	float * dst, int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
+	const int64_t stride = k + 4;
+	for (int64_t j = j0; j < j1; j++) {
+		for (int64_t r = r0; r < r1; r++) {
+			const int8_t * a = xq + r * stride;
+			float s;
+			memcpy(&s, a + k, sizeof s);
+			dst[r * n + j] = rescale(dot_avx2(a, w + j * k, k), s, ws[j], bias, j);
+		}
+	}
+}
+
 SDT_AVX2 static void unit_avx2(const int8_t * w, const int8_t * xq, const float * ws, const float * bias,
 	float * dst, int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
 	const int64_t stride = k + 4;
@@ -511,14 +538,87 @@ SDT_AVX2 static void unit_avx2(const int8_t * w, const int8_t * xq, const float 
 			rows1x4(a0, s0, w + j * k, k, ws + j, b, dst + r * n + j);
 		}
 	}
-	for (; j < j1; j++) {
-		for (int64_t r = r0; r < r1; r++) {
-			const int8_t * a = xq + r * stride;
-			float s;
-			memcpy(&s, a + k, sizeof s);
-			dst[r * n + j] = rescale(dot_avx2(a, w + j * k, k), s, ws[j], bias, j);
+	rest_avx2(w, xq, ws, bias, dst, k, n, r0, r1, j, j1);
+}
+
+// kmask selects the bytes of the 64 at i that lie before k.
+static inline __mmask64 kmask(int64_t i, int64_t k) {
+	return k - i >= 64 ? ~(__mmask64) 0 : ((__mmask64) 1 << (k - i)) - 1;
+}
+
+// half adds the two 256-bit halves of c.
+SDT_VNNI static inline __m256i half(__m512i c) {
+	return _mm256_add_epi32(_mm512_castsi512_si256(c), _mm512_extracti64x4_epi64(c, 1));
+}
+
+// The VNNI kernels multiply unsigned by signed bytes (vpdpbusd, four
+// products summed into each INT32 lane, no saturation), so an activation
+// code x is fed as x+128 (x xor 0x80, in [1, 255]) and 128·Σw is taken
+// off each sum afterwards: Σ(x+128)·w - 128·Σw = Σx·w, exactly. Bytes past
+// k are loaded as zero weights (masked loads), which add nothing.
+
+// offsets4 returns 128·Σw for the four weight rows w..w+3k.
+SDT_VNNI static __m128i offsets4(const int8_t * w, int64_t k) {
+	const __m512i ones = _mm512_set1_epi8(1);
+	__m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0;
+	for (int64_t i = 0; i < k; i += 64) {
+		const __mmask64 m = kmask(i, k);
+		c0 = _mm512_dpbusd_epi32(c0, ones, _mm512_maskz_loadu_epi8(m, w + i));
+		c1 = _mm512_dpbusd_epi32(c1, ones, _mm512_maskz_loadu_epi8(m, w + k + i));
+		c2 = _mm512_dpbusd_epi32(c2, ones, _mm512_maskz_loadu_epi8(m, w + 2 * k + i));
+		c3 = _mm512_dpbusd_epi32(c3, ones, _mm512_maskz_loadu_epi8(m, w + 3 * k + i));
+	}
+	return _mm_slli_epi32(hsum4(half(c0), half(c1), half(c2), half(c3)), 7);
+}
+
+// rows2x4_vnni is rows2x4 with vpdpbusd; off is offsets4 of the weight rows.
+SDT_VNNI static void rows2x4_vnni(const int8_t * a0, const int8_t * a1, float s0, float s1, const int8_t * w,
+	int64_t k, __m128i off, const float * ws, const float * bias, float * d0, float * d1) {
+	const __m512i flip = _mm512_set1_epi8((char) 0x80);
+	__m512i c00 = _mm512_setzero_si512(), c01 = c00, c02 = c00, c03 = c00;
+	__m512i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+	const int8_t * w1 = w + k, * w2 = w1 + k, * w3 = w2 + k;
+	for (int64_t i = 0; i < k; i += 64) {
+		const __mmask64 m = kmask(i, k);
+		const __m512i x0 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a0 + i), flip);
+		const __m512i x1 = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, a1 + i), flip);
+		__m512i v = _mm512_maskz_loadu_epi8(m, w + i);
+		c00 = _mm512_dpbusd_epi32(c00, x0, v);
+		c10 = _mm512_dpbusd_epi32(c10, x1, v);
+		v = _mm512_maskz_loadu_epi8(m, w1 + i);
+		c01 = _mm512_dpbusd_epi32(c01, x0, v);
+		c11 = _mm512_dpbusd_epi32(c11, x1, v);
+		v = _mm512_maskz_loadu_epi8(m, w2 + i);
+		c02 = _mm512_dpbusd_epi32(c02, x0, v);
+		c12 = _mm512_dpbusd_epi32(c12, x1, v);
+		v = _mm512_maskz_loadu_epi8(m, w3 + i);
+		c03 = _mm512_dpbusd_epi32(c03, x0, v);
+		c13 = _mm512_dpbusd_epi32(c13, x1, v);
+	}
+	store4(_mm_sub_epi32(hsum4(half(c00), half(c01), half(c02), half(c03)), off), s0, ws, bias, d0);
+	store4(_mm_sub_epi32(hsum4(half(c10), half(c11), half(c12), half(c13)), off), s1, ws, bias, d1);
+}
+
+SDT_VNNI static void unit_vnni(const int8_t * w, const int8_t * xq, const float * ws, const float * bias,
+	float * dst, int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
+	const int64_t stride = k + 4;
+	int64_t j = j0;
+	for (; j + 4 <= j1; j += 4) {
+		const float * b = bias ? bias + j : NULL;
+		const __m128i off = offsets4(w + j * k, k);
+		for (int64_t r = r0; r < r1; r += 2) {
+			const int8_t * a0 = xq + r * stride;
+			// A last, odd row is computed twice, its second copy into spare.
+			const int two = r + 1 < r1;
+			const int8_t * a1 = two ? a0 + stride : a0;
+			float s0, s1, spare[4];
+			memcpy(&s0, a0 + k, sizeof s0);
+			memcpy(&s1, a1 + k, sizeof s1);
+			rows2x4_vnni(a0, a1, s0, s1, w + j * k, k, off, ws + j, b, dst + r * n + j,
+				two ? dst + (r + 1) * n + j : spare);
 		}
 	}
+	rest_avx2(w, xq, ws, bias, dst, k, n, r0, r1, j, j1);
 }
 
 #endif
@@ -532,7 +632,11 @@ void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, cons
 		const int64_t r1 = r0 + p.rb < rows ? r0 + p.rb : rows;
 		const int64_t j1 = j0 + p.nb < n ? j0 + p.nb : n;
 #if defined(SDT_X86)
-		if (use_avx2) {
+		if (level == SDT_W8A8_VNNI) {
+			unit_vnni(w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
+			continue;
+		}
+		if (level == SDT_W8A8_AVX2) {
 			unit_avx2(w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
 			continue;
 		}
@@ -542,18 +646,21 @@ void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, cons
 	units_end(s, nth);
 }
 
-const char * sdt_w8a8_kernel(void) { return use_avx2 ? "avx2" : "generic"; }
-
-int sdt_w8a8_force_generic(int on) {
-	const int was = !use_avx2;
-#if defined(SDT_X86)
-	if (on) {
-		use_avx2 = 0;
-	} else {
-		use_avx2 = __builtin_cpu_supports("avx2");
+const char * sdt_w8a8_kernel(void) {
+	switch (level) {
+	case SDT_W8A8_VNNI:
+		return "avx512vnni";
+	case SDT_W8A8_AVX2:
+		return "avx2";
 	}
-#else
-	(void) on; // there is only the plain C kernel
-#endif
+	return "generic";
+}
+
+int sdt_w8a8_best_level(void) { return best_level(); }
+
+int sdt_w8a8_use_level(int l) {
+	const int was = level;
+	const int best = best_level();
+	level = l < SDT_W8A8_GENERIC ? SDT_W8A8_GENERIC : l > best ? best : l;
 	return was;
 }

@@ -168,20 +168,23 @@ func (t Tensor) Data() ([]byte, error) {
 	return out, nil
 }
 
-// W8A8Kernel names the W8A8 kernels in use ("avx2" where the CPU has it,
-// else "generic"), for benchmarks and -v logs.
+// W8A8Kernel names the W8A8 kernels in use ("avx512vnni" or "avx2" where
+// the CPU has them, else "generic"), for benchmarks and -v logs.
 func W8A8Kernel() string { return C.GoString(C.sdt_w8a8_kernel()) }
 
-// forceGenericW8A8 switches the W8A8 ops to their plain C kernels (on) or
-// back to the best the CPU runs, and reports whether they were generic; tests
-// use it to check both kernels against the Go reference on one machine.
-func forceGenericW8A8(on bool) bool {
-	v := C.int(0)
-	if on {
-		v = 1
+// w8a8Levels returns the kernel sets this CPU runs, plain C first and the
+// best last; tests run each against the Go reference on one machine.
+func w8a8Levels() []int {
+	levels := make([]int, 0, 3)
+	for l := 0; l <= int(C.sdt_w8a8_best_level()); l++ {
+		levels = append(levels, l)
 	}
-	return C.sdt_w8a8_force_generic(v) != 0
+	return levels
 }
+
+// useW8A8Level switches the W8A8 ops to kernel set l (an entry of
+// w8a8Levels) and returns the set in use before.
+func useW8A8Level(l int) int { return int(C.sdt_w8a8_use_level(C.int(l))) }
 
 // w8a8Args allocates an op's arguments in C memory, freed with c.
 func (c *Context) w8a8Args() *C.struct_sdt_w8a8_args {

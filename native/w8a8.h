@@ -37,13 +37,20 @@ void sdt_w8a8_quantize_rows(const float * src, int8_t * out, int64_t k, int64_t 
 void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
 	int64_t k, int64_t n, int64_t rows, int ith, int nth, sdt_w8a8_sched * s);
 
-// sdt_w8a8_kernel names the kernels in use ("avx2" or "generic"): AVX2
-// when the CPU has it, whatever flags the file was compiled with.
+// The kernel sets, in order: plain C, AVX2, and AVX2 with an AVX-512 VNNI
+// product (vpdpbusd on 64 bytes at a time).
+enum { SDT_W8A8_GENERIC, SDT_W8A8_AVX2, SDT_W8A8_VNNI };
+
+// sdt_w8a8_kernel names the kernel set in use ("avx512vnni", "avx2" or
+// "generic"): the best the CPU has, whatever flags the file was compiled with.
 const char * sdt_w8a8_kernel(void);
 
-// sdt_w8a8_force_generic makes the kernels the plain C ones (on != 0) or
-// the best the CPU runs (on == 0), and reports whether they were generic;
-// for tests, between graph computations.
-int sdt_w8a8_force_generic(int on);
+// sdt_w8a8_best_level returns the best kernel set the CPU runs.
+int sdt_w8a8_best_level(void);
+
+// sdt_w8a8_use_level switches to kernel set l (at most the best the CPU
+// runs) and returns the one in use before; for tests, between graph
+// computations.
+int sdt_w8a8_use_level(int l);
 
 #endif

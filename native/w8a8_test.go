@@ -65,8 +65,8 @@ func refQuantize(row []float32, group int) ([]int8, float32) {
 	return q, scale
 }
 
-// The W8A8 ops against plain Go, with the AVX2 kernels (where the CPU has
-// them) and the plain C ones: the codes and scales of every row exactly,
+// The W8A8 ops against plain Go, with every kernel set the CPU runs (plain
+// C, AVX2, AVX-512 VNNI): the codes and scales of every row exactly,
 // the INT32 dot products exactly (recovered from the rescaled output), and
 // the output within float32 rounding; rows, weight rows and row lengths
 // that fill no whole block or vector, a zero row, a row whose scale
@@ -75,19 +75,20 @@ func refQuantize(row []float32, group int) ([]int8, float32) {
 // threads (the blocks split unevenly), a graph run twice, and one
 // quantized activation read by two products.
 func TestW8A8Ops(t *testing.T) {
-	kernels := []bool{false}
-	if W8A8Kernel() != "generic" {
-		kernels = append(kernels, true)
-	} else if runtime.GOARCH == "amd64" && cpu.X86.HasAVX2 {
-		t.Errorf("kernel %q on a CPU with AVX2", W8A8Kernel())
+	levels := w8a8Levels()
+	if runtime.GOARCH == "amd64" && cpu.X86.HasAVX2 && len(levels) < 2 {
+		t.Errorf("kernels %v on a CPU with AVX2", levels)
 	}
-	for _, generic := range kernels {
-		was := forceGenericW8A8(generic)
+	if runtime.GOARCH == "amd64" && cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL && len(levels) < 3 {
+		t.Errorf("kernels %v on a CPU with AVX-512 VNNI", levels)
+	}
+	for _, l := range levels {
+		was := useW8A8Level(l)
 		for _, threads := range []int{2, 3} {
 			t.Logf("kernel %s, %d threads", W8A8Kernel(), threads)
 			testW8A8Ops(t, threads)
 		}
-		forceGenericW8A8(was)
+		useW8A8Level(was)
 	}
 }
 
