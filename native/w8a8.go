@@ -83,7 +83,9 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"unsafe"
 
 	"github.com/sdtool/sdtool/formats"
@@ -180,6 +182,23 @@ func w8a8Levels() []int {
 		levels = append(levels, l)
 	}
 	return levels
+}
+
+// UseW8A8Kernel switches the W8A8 ops to the kernel set called name (a
+// W8A8Kernel name this CPU runs), so that a benchmark can measure a
+// smaller CPU's kernels on this one; call it between graph computations.
+func UseW8A8Kernel(name string) error {
+	was := useW8A8Level(0)
+	var names []string
+	for _, l := range w8a8Levels() {
+		useW8A8Level(l)
+		if W8A8Kernel() == name {
+			return nil
+		}
+		names = append(names, W8A8Kernel())
+	}
+	useW8A8Level(was)
+	return fmt.Errorf("w8a8: no kernel %q on this CPU (it runs %s)", name, strings.Join(names, ", "))
 }
 
 // useW8A8Level switches the W8A8 ops to kernel set l (an entry of

@@ -16,3 +16,6 @@ func (t Tensor) Data() ([]byte, error) { return nil, ErrNoCgo }
 
 // W8A8Kernel returns "none": there is no kernel without cgo.
 func W8A8Kernel() string { return "none" }
+
+// UseW8A8Kernel returns ErrNoCgo.
+func UseW8A8Kernel(name string) error { return ErrNoCgo }

@@ -241,6 +241,21 @@ func testW8A8Ops(t *testing.T, threads int) {
 	}
 }
 
+// UseW8A8Kernel takes every kernel this CPU runs by its name and refuses
+// others, leaving the kernel in use as it was.
+func TestUseW8A8Kernel(t *testing.T) {
+	best := W8A8Kernel()
+	defer UseW8A8Kernel(best)
+	for _, name := range []string{"generic", best} {
+		if err := UseW8A8Kernel(name); err != nil || W8A8Kernel() != name {
+			t.Errorf("UseW8A8Kernel(%q): %v, kernel %s", name, err, W8A8Kernel())
+		}
+	}
+	if err := UseW8A8Kernel("neon-sve9"); err == nil || W8A8Kernel() != best {
+		t.Errorf("UseW8A8Kernel of an unknown kernel: %v, kernel %s (want an error and %s)", err, W8A8Kernel(), best)
+	}
+}
+
 // Shapes that the kernels cannot take are refused with a shape error, not
 // a ggml abort.
 func TestW8A8Refused(t *testing.T) {

@@ -4,6 +4,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -29,7 +31,9 @@ import (
 // the image size (default 64) and SDTOOL_W8A8_BENCH_STEPS the steps
 // (default 2); SDTOOL_W8A8_BENCH_INT8 names an int8_convrot copy made
 // already (else the benchmark quantizes one into a temporary directory);
-// SDTOOL_W8A8_BENCH_THREADS the threads (default 2).
+// SDTOOL_W8A8_BENCH_THREADS the threads (default 2);
+// SDTOOL_W8A8_BENCH_KERNEL a W8A8 kernel other than the best this CPU runs
+// (avx2, generic: a smaller CPU's).
 // A plain go test compiles ggml without SIMD flags, which makes its F16
 // path several times slower than in a binary from `go run ./build` while
 // the W8A8 kernels pick AVX2 at run time: the ratio would then flatter
@@ -39,8 +43,8 @@ import (
 //	CGO_CFLAGS="-O3 -march=native -ffp-contract=off" CGO_CXXFLAGS="-O3 -march=native -ffp-contract=off" \
 //	SDTOOL_W8A8_BENCH_MODEL=sd15.safetensors go test ./cmd/sdtool -run '^$' -bench W8A8VsF16 -benchtime 2x -timeout 2h
 //
-// int8/f16 is the ratio of sampling times (below 1: the INT8 path is
-// faster). int8/f16-cpu is the ratio of the process's CPU time over steps
+// int8/f16 is the ratio of sampling times, text encoding included (below
+// 1: the INT8 path is faster); each pair's ratio is logged. int8/f16-cpu is the ratio of the process's CPU time over steps
 // 2 to the last (steps 2 or more), which other programs on the machine
 // change less than the wall time; with one thread it is the work done
 // (with two, ggml's threads also spin at its barriers while one waits).
@@ -85,29 +89,51 @@ func BenchmarkGenerateW8A8VsF16(b *testing.B) {
 	defer int8.Close()
 	req := infer.Request{Prompt: "a photo of a cat", Width: size, Height: size, Steps: steps, CFGScale: 7, Seed: 42,
 		Method: infer.Euler}
+	// Each generation is stopped after its last step, before the VAE (the
+	// same work on both sides, and at 512x512 longer than a step), so that
+	// the time goes to more alternations of what differs.
+	var t0, tEnd time.Time
 	var cpu0, cpuSteps time.Duration
+	var cancel context.CancelFunc
 	req.OnStep = func(step, steps int) {
 		switch step {
 		case 1:
 			cpu0 = cpuTime(b)
-		case steps:
-			cpuSteps = cpuTime(b) - cpu0
+		}
+		if step == steps {
+			tEnd, cpuSteps = time.Now(), cpuTime(b)-cpu0
+			cancel()
 		}
 	}
 	sample := func(m *infer.Model) (wall, cpu time.Duration) {
-		r, err := m.Generate(req)
-		if err != nil {
+		req.Context, cancel = context.WithCancel(context.Background())
+		t0 = time.Now()
+		if _, err := m.Generate(req); !errors.Is(err, infer.ErrInterrupted) {
+			b.Fatalf("generate: %v (want it stopped after its last step)", err)
+		}
+		return tEnd.Sub(t0), cpuSteps
+	}
+	if k := os.Getenv("SDTOOL_W8A8_BENCH_KERNEL"); k != "" {
+		best := native.W8A8Kernel()
+		if err := native.UseW8A8Kernel(k); err != nil {
 			b.Fatal(err)
 		}
-		return r.Timings.Sampling, cpuSteps
+		defer native.UseW8A8Kernel(best)
 	}
 	b.Logf("W8A8 kernel %s, ggml built with %v, %d threads", native.W8A8Kernel(), native.LinkedX86(), threads)
 	var t8, t16, c8, c16 time.Duration
-	for b.Loop() {
-		w, c := sample(int8)
-		t8, c8 = t8+w, c8+c
-		w, c = sample(f16)
-		t16, c16 = t16+w, c16+c
+	for i := 0; b.Loop(); i++ {
+		// The order alternates, so that neither side always runs first.
+		var w8, cp8, w16, cp16 time.Duration
+		if i%2 == 0 {
+			w8, cp8 = sample(int8)
+			w16, cp16 = sample(f16)
+		} else {
+			w16, cp16 = sample(f16)
+			w8, cp8 = sample(int8)
+		}
+		b.Logf("pair %d: int8 %.3f s, f16 %.3f s, int8/f16 %.3f", i+1, w8.Seconds(), w16.Seconds(), float64(w8)/float64(w16))
+		t8, c8, t16, c16 = t8+w8, c8+cp8, t16+w16, c16+cp16
 	}
 	per := float64(b.N * steps)
 	b.ReportMetric(t8.Seconds()/per, "int8-s/step")
