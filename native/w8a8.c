@@ -385,15 +385,19 @@ static int32_t dot_generic(const int8_t * a, const int8_t * b, int64_t k) {
 	return sum;
 }
 
-static void unit_generic(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
-	int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
+// one_by_one computes the outputs of rows r0..r1 against weight rows
+// j0..j1 one dot product at a time: the whole product of the plain C
+// kernels, and the last few weight rows of a block in the SIMD ones.
+static void one_by_one(int32_t (*dot)(const int8_t *, const int8_t *, int64_t), const int8_t * w,
+	const int8_t * xq, const float * ws, const float * bias, float * dst, int64_t k, int64_t n, int64_t r0,
+	int64_t r1, int64_t j0, int64_t j1) {
 	const int64_t stride = k + 4;
 	for (int64_t j = j0; j < j1; j++) {
 		for (int64_t r = r0; r < r1; r++) {
 			const int8_t * a = xq + r * stride;
 			float s;
 			memcpy(&s, a + k, sizeof s);
-			dst[r * n + j] = rescale(dot_generic(a, w + j * k, k), s, ws[j], bias, j);
+			dst[r * n + j] = rescale(dot(a, w + j * k, k), s, ws[j], bias, j);
 		}
 	}
 }
@@ -502,21 +506,6 @@ SDT_AVX2 static int32_t dot_avx2(const int8_t * a, const int8_t * b, int64_t k) 
 	return _mm_cvtsi128_si32(s) + dot_generic(a + i, b + i, k - i);
 }
 
-// rest_avx2 computes the outputs of weight rows j0..j1 (fewer than four,
-// the last of a block) one at a time.
-SDT_AVX2 static void rest_avx2(const int8_t * w, const int8_t * xq, const float * ws, const float * bias,
-	float * dst, int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
-	const int64_t stride = k + 4;
-	for (int64_t j = j0; j < j1; j++) {
-		for (int64_t r = r0; r < r1; r++) {
-			const int8_t * a = xq + r * stride;
-			float s;
-			memcpy(&s, a + k, sizeof s);
-			dst[r * n + j] = rescale(dot_avx2(a, w + j * k, k), s, ws[j], bias, j);
-		}
-	}
-}
-
 SDT_AVX2 static void unit_avx2(const int8_t * w, const int8_t * xq, const float * ws, const float * bias,
 	float * dst, int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
 	const int64_t stride = k + 4;
@@ -538,7 +527,7 @@ SDT_AVX2 static void unit_avx2(const int8_t * w, const int8_t * xq, const float 
 			rows1x4(a0, s0, w + j * k, k, ws + j, b, dst + r * n + j);
 		}
 	}
-	rest_avx2(w, xq, ws, bias, dst, k, n, r0, r1, j, j1);
+	one_by_one(dot_avx2, w, xq, ws, bias, dst, k, n, r0, r1, j, j1);
 }
 
 // kmask selects the bytes of the 64 at i that lie before k.
@@ -618,7 +607,7 @@ SDT_VNNI static void unit_vnni(const int8_t * w, const int8_t * xq, const float 
 				two ? dst + (r + 1) * n + j : spare);
 		}
 	}
-	rest_avx2(w, xq, ws, bias, dst, k, n, r0, r1, j, j1);
+	one_by_one(dot_avx2, w, xq, ws, bias, dst, k, n, r0, r1, j, j1);
 }
 
 #endif
@@ -641,7 +630,7 @@ void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, cons
 			continue;
 		}
 #endif
-		unit_generic(w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
+		one_by_one(dot_generic, w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
 	}
 	units_end(s, nth);
 }
