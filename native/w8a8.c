@@ -18,28 +18,53 @@
 #include <immintrin.h>
 #define SDT_AVX2 __attribute__((target("avx2")))
 #define SDT_VNNI __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512vnni")))
+#include <cpuid.h>
+#if SDT_W8A8_BUILT_AVXVNNI
+#define SDT_HAVE_AVXVNNI 1
+#define SDT_AVXVNNI __attribute__((target("avx2,avxvnni")))
+#endif
 #endif
 
-// level is the kernel set in use (SDT_W8A8_GENERIC, _AVX2 or _VNNI), the
-// best the CPU has, set once at start; tests lower it to run the others.
+// level is the kernel set in use (an SDT_W8A8_ constant), the best the CPU
+// has, set once at start; tests and benchmarks switch it to the others.
 static int level;
 
-// best_level is the best kernel set this CPU runs.
-static int best_level(void) {
-#if defined(SDT_X86)
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-		__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2")) {
-		return SDT_W8A8_VNNI;
-	}
-	if (__builtin_cpu_supports("avx2")) {
-		return SDT_W8A8_AVX2;
-	}
+// has_avxvnni reads CPUID leaf 7, subleaf 1, EAX bit 4 (AVX-VNNI), which
+// not every compiler's __builtin_cpu_supports knows.
+#if defined(SDT_HAVE_AVXVNNI)
+static int has_avxvnni(void) {
+	unsigned a, b, c, d;
+	return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+}
 #endif
-	return SDT_W8A8_GENERIC;
+
+int sdt_w8a8_has_level(int l) {
+	switch (l) {
+	case SDT_W8A8_GENERIC:
+		return 1;
+#if defined(SDT_X86)
+	case SDT_W8A8_AVX2:
+		__builtin_cpu_init();
+		return __builtin_cpu_supports("avx2");
+#if defined(SDT_HAVE_AVXVNNI)
+	case SDT_W8A8_AVXVNNI:
+		return sdt_w8a8_has_level(SDT_W8A8_AVX2) && has_avxvnni();
+#endif
+	case SDT_W8A8_VNNI:
+		return sdt_w8a8_has_level(SDT_W8A8_AVX2) && __builtin_cpu_supports("avx512vnni") &&
+			__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#endif
+	}
+	return 0;
 }
 
-__attribute__((constructor)) static void sdt_w8a8_init(void) { level = best_level(); }
+__attribute__((constructor)) static void sdt_w8a8_init(void) {
+	for (int l = SDT_W8A8_GENERIC; l < SDT_W8A8_LEVELS; l++) {
+		if (sdt_w8a8_has_level(l)) {
+			level = l;
+		}
+	}
+}
 
 // ---- activation quantization ----------------------------------------------------------
 
@@ -546,8 +571,8 @@ SDT_VNNI static inline __m256i half(__m512i c) {
 // off each sum afterwards: Σ(x+128)·w - 128·Σw = Σx·w, exactly. Bytes past
 // k are loaded as zero weights (masked loads), which add nothing.
 
-// offsets4 returns 128·Σw for the four weight rows w..w+3k.
-SDT_VNNI static __m128i offsets4(const int8_t * w, int64_t k) {
+// offsets4_vnni returns 128·Σw for the four weight rows w..w+3k.
+SDT_VNNI static __m128i offsets4_vnni(const int8_t * w, int64_t k) {
 	const __m512i ones = _mm512_set1_epi8(1);
 	__m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0;
 	for (int64_t i = 0; i < k; i += 64) {
@@ -560,7 +585,7 @@ SDT_VNNI static __m128i offsets4(const int8_t * w, int64_t k) {
 	return _mm_slli_epi32(hsum4(half(c0), half(c1), half(c2), half(c3)), 7);
 }
 
-// rows2x4_vnni is rows2x4 with vpdpbusd; off is offsets4 of the weight rows.
+// rows2x4_vnni is rows2x4 with vpdpbusd; off is offsets4_vnni of the weight rows.
 SDT_VNNI static void rows2x4_vnni(const int8_t * a0, const int8_t * a1, float s0, float s1, const int8_t * w,
 	int64_t k, __m128i off, const float * ws, const float * bias, float * d0, float * d1) {
 	const __m512i flip = _mm512_set1_epi8((char) 0x80);
@@ -588,8 +613,61 @@ SDT_VNNI static void rows2x4_vnni(const int8_t * a0, const int8_t * a1, float s0
 	store4(_mm_sub_epi32(hsum4(half(c10), half(c11), half(c12), half(c13)), off), s1, ws, bias, d1);
 }
 
-SDT_VNNI static void unit_vnni(const int8_t * w, const int8_t * xq, const float * ws, const float * bias,
-	float * dst, int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
+#if defined(SDT_HAVE_AVXVNNI)
+
+// offsets4_avxvnni returns 128·Σw over the first k/32·32 bytes of the four
+// weight rows w..w+3k: the part rows2x4_avxvnni feeds to vpdpbusd.
+SDT_AVXVNNI static __m128i offsets4_avxvnni(const int8_t * w, int64_t k) {
+	const __m256i ones = _mm256_set1_epi8(1);
+	__m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0;
+	for (int64_t i = 0; i + 32 <= k; i += 32) {
+		c0 = _mm256_dpbusd_avx_epi32(c0, ones, _mm256_loadu_si256((const __m256i *) (w + i)));
+		c1 = _mm256_dpbusd_avx_epi32(c1, ones, _mm256_loadu_si256((const __m256i *) (w + k + i)));
+		c2 = _mm256_dpbusd_avx_epi32(c2, ones, _mm256_loadu_si256((const __m256i *) (w + 2 * k + i)));
+		c3 = _mm256_dpbusd_avx_epi32(c3, ones, _mm256_loadu_si256((const __m256i *) (w + 3 * k + i)));
+	}
+	return _mm_slli_epi32(hsum4(c0, c1, c2, c3), 7);
+}
+
+// rows2x4_avxvnni is rows2x4_vnni on 32 bytes at a time (AVX-VNNI has no
+// masked loads): the last k%32 codes are added exactly by tail4.
+SDT_AVXVNNI static void rows2x4_avxvnni(const int8_t * a0, const int8_t * a1, float s0, float s1, const int8_t * w,
+	int64_t k, __m128i off, const float * ws, const float * bias, float * d0, float * d1) {
+	const __m256i flip = _mm256_set1_epi8((char) 0x80);
+	__m256i c00 = _mm256_setzero_si256(), c01 = c00, c02 = c00, c03 = c00;
+	__m256i c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+	const int8_t * w1 = w + k, * w2 = w1 + k, * w3 = w2 + k;
+	int64_t i = 0;
+	for (; i + 32 <= k; i += 32) {
+		const __m256i x0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *) (a0 + i)), flip);
+		const __m256i x1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *) (a1 + i)), flip);
+		__m256i v = _mm256_loadu_si256((const __m256i *) (w + i));
+		c00 = _mm256_dpbusd_avx_epi32(c00, x0, v);
+		c10 = _mm256_dpbusd_avx_epi32(c10, x1, v);
+		v = _mm256_loadu_si256((const __m256i *) (w1 + i));
+		c01 = _mm256_dpbusd_avx_epi32(c01, x0, v);
+		c11 = _mm256_dpbusd_avx_epi32(c11, x1, v);
+		v = _mm256_loadu_si256((const __m256i *) (w2 + i));
+		c02 = _mm256_dpbusd_avx_epi32(c02, x0, v);
+		c12 = _mm256_dpbusd_avx_epi32(c12, x1, v);
+		v = _mm256_loadu_si256((const __m256i *) (w3 + i));
+		c03 = _mm256_dpbusd_avx_epi32(c03, x0, v);
+		c13 = _mm256_dpbusd_avx_epi32(c13, x1, v);
+	}
+	store4(tail4(_mm_sub_epi32(hsum4(c00, c01, c02, c03), off), a0, w, i, k), s0, ws, bias, d0);
+	store4(tail4(_mm_sub_epi32(hsum4(c10, c11, c12, c13), off), a1, w, i, k), s1, ws, bias, d1);
+}
+
+#endif
+
+// unit_dpbusd computes one block of outputs with a vpdpbusd kernel pair:
+// offsets4 (128·Σw of four weight rows) and rows2x4 (two activation rows
+// against those four).
+static void unit_dpbusd(__m128i (*offsets4)(const int8_t *, int64_t),
+	void (*rows2x4)(const int8_t *, const int8_t *, float, float, const int8_t *, int64_t, __m128i, const float *,
+		const float *, float *, float *),
+	const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst, int64_t k, int64_t n,
+	int64_t r0, int64_t r1, int64_t j0, int64_t j1) {
 	const int64_t stride = k + 4;
 	int64_t j = j0;
 	for (; j + 4 <= j1; j += 4) {
@@ -603,7 +681,7 @@ SDT_VNNI static void unit_vnni(const int8_t * w, const int8_t * xq, const float 
 			float s0, s1, spare[4];
 			memcpy(&s0, a0 + k, sizeof s0);
 			memcpy(&s1, a1 + k, sizeof s1);
-			rows2x4_vnni(a0, a1, s0, s1, w + j * k, k, off, ws + j, b, dst + r * n + j,
+			rows2x4(a0, a1, s0, s1, w + j * k, k, off, ws + j, b, dst + r * n + j,
 				two ? dst + (r + 1) * n + j : spare);
 		}
 	}
@@ -622,9 +700,15 @@ void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, cons
 		const int64_t j1 = j0 + p.nb < n ? j0 + p.nb : n;
 #if defined(SDT_X86)
 		if (level == SDT_W8A8_VNNI) {
-			unit_vnni(w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
+			unit_dpbusd(offsets4_vnni, rows2x4_vnni, w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
 			continue;
 		}
+#if defined(SDT_HAVE_AVXVNNI)
+		if (level == SDT_W8A8_AVXVNNI) {
+			unit_dpbusd(offsets4_avxvnni, rows2x4_avxvnni, w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
+			continue;
+		}
+#endif
 		if (level == SDT_W8A8_AVX2) {
 			unit_avx2(w, xq, ws, bias, dst, k, n, r0, r1, j0, j1);
 			continue;
@@ -639,17 +723,18 @@ const char * sdt_w8a8_kernel(void) {
 	switch (level) {
 	case SDT_W8A8_VNNI:
 		return "avx512vnni";
+	case SDT_W8A8_AVXVNNI:
+		return "avxvnni";
 	case SDT_W8A8_AVX2:
 		return "avx2";
 	}
 	return "generic";
 }
 
-int sdt_w8a8_best_level(void) { return best_level(); }
-
 int sdt_w8a8_use_level(int l) {
 	const int was = level;
-	const int best = best_level();
-	level = l < SDT_W8A8_GENERIC ? SDT_W8A8_GENERIC : l > best ? best : l;
+	if (sdt_w8a8_has_level(l)) {
+		level = l;
+	}
 	return was;
 }

@@ -170,16 +170,22 @@ func (t Tensor) Data() ([]byte, error) {
 	return out, nil
 }
 
-// W8A8Kernel names the W8A8 kernels in use ("avx512vnni" or "avx2" where
-// the CPU has them, else "generic"), for benchmarks and -v logs.
+// W8A8Kernel names the W8A8 kernels in use ("avx512vnni", "avxvnni" or
+// "avx2" where the CPU has them, else "generic"), for benchmarks and -v logs.
 func W8A8Kernel() string { return C.GoString(C.sdt_w8a8_kernel()) }
+
+// w8a8BuiltAVXVNNI reports whether the C compiler had AVX-VNNI's
+// intrinsics, without which the "avxvnni" kernels are left out.
+const w8a8BuiltAVXVNNI = C.SDT_W8A8_BUILT_AVXVNNI == 1
 
 // w8a8Levels returns the kernel sets this CPU runs, plain C first and the
 // best last; tests run each against the Go reference on one machine.
 func w8a8Levels() []int {
-	levels := make([]int, 0, 3)
-	for l := 0; l <= int(C.sdt_w8a8_best_level()); l++ {
-		levels = append(levels, l)
+	var levels []int
+	for l := range int(C.SDT_W8A8_LEVELS) {
+		if C.sdt_w8a8_has_level(C.int(l)) != 0 {
+			levels = append(levels, l)
+		}
 	}
 	return levels
 }

@@ -37,19 +37,31 @@ void sdt_w8a8_quantize_rows(const float * src, int8_t * out, int64_t k, int64_t 
 void sdt_w8a8_matmul(const int8_t * w, const int8_t * xq, const float * ws, const float * bias, float * dst,
 	int64_t k, int64_t n, int64_t rows, int ith, int nth, sdt_w8a8_sched * s);
 
-// The kernel sets, in order: plain C, AVX2, and AVX2 with an AVX-512 VNNI
-// product (vpdpbusd on 64 bytes at a time).
-enum { SDT_W8A8_GENERIC, SDT_W8A8_AVX2, SDT_W8A8_VNNI };
+// The kernel sets, slowest first: plain C, AVX2 (vpmaddubsw), AVX2 with an
+// AVX-VNNI product (vpdpbusd on 32 bytes: Intel client CPUs without
+// AVX-512, Alder Lake on), and AVX2 with an AVX-512 VNNI product (64
+// bytes). A CPU may have the last without the one before (AMD Zen 4).
+enum { SDT_W8A8_GENERIC, SDT_W8A8_AVX2, SDT_W8A8_AVXVNNI, SDT_W8A8_VNNI, SDT_W8A8_LEVELS };
 
-// sdt_w8a8_kernel names the kernel set in use ("avx512vnni", "avx2" or
-// "generic"): the best the CPU has, whatever flags the file was compiled with.
+// SDT_W8A8_BUILT_AVXVNNI is 1 where the compiler has AVX-VNNI's intrinsics
+// (gcc 11, clang 12 and later); older ones build without that kernel set.
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11)
+#define SDT_W8A8_BUILT_AVXVNNI 1
+#else
+#define SDT_W8A8_BUILT_AVXVNNI 0
+#endif
+
+// sdt_w8a8_kernel names the kernel set in use ("avx512vnni", "avxvnni",
+// "avx2" or "generic"): the best the CPU has, whatever flags the file was
+// compiled with.
 const char * sdt_w8a8_kernel(void);
 
-// sdt_w8a8_best_level returns the best kernel set the CPU runs.
-int sdt_w8a8_best_level(void);
+// sdt_w8a8_has_level reports whether this CPU (and compiler) runs kernel
+// set l.
+int sdt_w8a8_has_level(int l);
 
-// sdt_w8a8_use_level switches to kernel set l (at most the best the CPU
-// runs) and returns the one in use before; for tests, between graph
+// sdt_w8a8_use_level switches to kernel set l where the CPU runs it and
+// returns the one in use before; for tests and benchmarks, between graph
 // computations.
 int sdt_w8a8_use_level(int l);
 

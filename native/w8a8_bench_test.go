@@ -5,6 +5,7 @@ package native
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"testing"
@@ -28,10 +29,19 @@ import (
 // kernel ran. Like cmd/sdtool's end-to-end benchmark it refuses a ggml
 // compiled without AVX2 on a CPU that has it (plain go test: set CGO_CFLAGS
 // and CGO_CXXFLAGS as `go run ./build -n` prints), whose F16 product is
-// not the one users run.
+// not the one users run. SDTOOL_W8A8_BENCH_KERNEL picks a W8A8 kernel other
+// than the best this CPU runs (avx2, generic), to stand in for a smaller
+// CPU together with ggml compiled for it (-march=x86-64-v3 for AVX2 only).
 func BenchmarkW8A8VsF16(b *testing.B) {
 	if runtime.GOARCH == "amd64" && cpu.X86.HasAVX2 && !slices.Contains(LinkedX86(), "AVX2") {
 		b.Fatal("ggml was compiled without AVX2: set CGO_CFLAGS and CGO_CXXFLAGS as `go run ./build -n` prints")
+	}
+	if k := os.Getenv("SDTOOL_W8A8_BENCH_KERNEL"); k != "" {
+		best := W8A8Kernel()
+		if err := UseW8A8Kernel(k); err != nil {
+			b.Fatal(err)
+		}
+		defer UseW8A8Kernel(best)
 	}
 	be, err := NewCPUBackend(2)
 	if err != nil {
