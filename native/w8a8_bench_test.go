@@ -30,7 +30,7 @@ import (
 // compiled without AVX2 on a CPU that has it (plain go test: set CGO_CFLAGS
 // and CGO_CXXFLAGS as `go run ./build -n` prints), whose F16 product is
 // not the one users run. SDTOOL_W8A8_BENCH_KERNEL picks a W8A8 kernel other
-// than the best this CPU runs (avx2, generic), to stand in for a smaller
+// than the best this CPU runs (avxvnni, avx2, generic), to stand in for a smaller
 // CPU together with ggml compiled for it (-march=x86-64-v3 for AVX2 only).
 func BenchmarkW8A8VsF16(b *testing.B) {
 	if runtime.GOARCH == "amd64" && cpu.X86.HasAVX2 && !slices.Contains(LinkedX86(), "AVX2") {

@@ -33,7 +33,7 @@ import (
 // already (else the benchmark quantizes one into a temporary directory);
 // SDTOOL_W8A8_BENCH_THREADS the threads (default 2);
 // SDTOOL_W8A8_BENCH_KERNEL a W8A8 kernel other than the best this CPU runs
-// (avx2, generic: a smaller CPU's).
+// (avxvnni, avx2, generic: a smaller CPU's).
 // A plain go test compiles ggml without SIMD flags, which makes its F16
 // path several times slower than in a binary from `go run ./build` while
 // the W8A8 kernels pick AVX2 at run time: the ratio would then flatter
