@@ -26,7 +26,7 @@ var layers = []struct {
 	name string
 	pkgs []string
 }{
-	{"leaves", []string{"internal/splitmix", "internal/peakrss"}},
+	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest"}},
 	{"vocabulary", []string{"formats"}},
 	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant"}},
 	{"folders of containers", []string{"formats/diffusers"}},
