@@ -140,7 +140,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("go %s: %w", goArgs[0], err)
 	}
 	if o.install {
-		fmt.Fprintln(stderr, "installed sdtool")
+		target, err := installTarget(root, env)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "installed %s\n", target)
 	} else {
 		fmt.Fprintf(stderr, "built %s\n", o.out)
 	}
@@ -158,4 +162,18 @@ func quoteAll(env []string) []string {
 		out[i] = k + "=" + v
 	}
 	return out
+}
+
+// installTarget returns the file that go install writes for ./cmd/sdtool
+// in the module at root with the extra environment env (GOBIN, else
+// GOPATH/bin), so that -install says where the binary went.
+func installTarget(root string, env []string) (string, error) {
+	cmd := exec.Command("go", "list", "-f", "{{.Target}}", "./cmd/sdtool")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -f {{.Target}} ./cmd/sdtool: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -55,5 +56,21 @@ func TestDryRun(t *testing.T) {
 	}
 	if err := run([]string{"extra"}, &out, &errOut); err == nil {
 		t.Error("a stray argument was accepted")
+	}
+}
+
+// -install says where the binary went: GOBIN when set.
+func TestInstallTarget(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gobin := t.TempDir()
+	got, err := installTarget(root, []string{"GOBIN=" + gobin, "CGO_ENABLED=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(gobin, "sdtool"); strings.TrimSuffix(got, ".exe") != want {
+		t.Errorf("install target %q, want %q", got, want)
 	}
 }

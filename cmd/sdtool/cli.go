@@ -22,13 +22,23 @@ func init() {
 	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and exit"}
 }
 
-// versionString is version, plus the VCS revision the binary was built
-// from when the build recorded one.
+// versionString is what --version prints: the module version of the build
+// (v1.2.3 for go install ...@v1.2.3, a pseudo-version from the VCS for a
+// build in a checkout), the VCS revision when the build recorded one, and
+// the Go version.
 func versionString() string {
-	v := version
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
+	info, _ := debug.ReadBuildInfo()
+	return formatVersion(version, info)
+}
+
+// formatVersion is versionString for a given -X main.version value and
+// build information (nil when the binary has none).
+func formatVersion(v string, info *debug.BuildInfo) string {
+	if info == nil {
 		return v
+	}
+	if mv := info.Main.Version; v == "dev" && mv != "" && mv != "(devel)" {
+		v = mv
 	}
 	var rev, dirty string
 	for _, s := range info.Settings {
@@ -41,10 +51,20 @@ func versionString() string {
 			}
 		}
 	}
+	var extra []string
 	if rev != "" {
-		v += " (" + rev[:min(12, len(rev))] + dirty + ")"
+		extra = append(extra, "revision "+rev[:min(12, len(rev))]+dirty)
+	} else if v == "dev" {
+		// go run, go test and -buildvcs=false record no revision.
+		extra = append(extra, "no VCS revision recorded")
 	}
-	return v
+	if info.GoVersion != "" {
+		extra = append(extra, info.GoVersion)
+	}
+	if len(extra) == 0 {
+		return v
+	}
+	return v + " (" + strings.Join(extra, ", ") + ")"
 }
 
 // subcommand is a registered subcommand with the examples its help shows.
@@ -206,7 +226,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	app := newApp(stdout, stderr)
-	if err := app.Run(normalizeArgs(app, args)); err != nil {
+	if err := app.Run(llamaQuantizeOrder(normalizeArgs(app, args))); err != nil {
 		fmt.Fprintf(stderr, "sdtool: %s\n", oneLine(err))
 		return 1
 	}

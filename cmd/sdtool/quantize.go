@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
@@ -90,7 +91,8 @@ func init() {
 
 func runQuantize(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return fmt.Errorf("quantize: want one input model, got %s (see sdtool quantize --help)", pipeline.Count(c.NArg(), "argument", "arguments"))
+		return fmt.Errorf("quantize: want one input model, got %s: write sdtool quantize IN -o OUT --type TYPE (or llama-quantize's IN OUT TYPE)",
+			pipeline.Count(c.NArg(), "argument", "arguments"))
 	}
 	opts := &quantize.Options{
 		Input:            c.Args().First(),
@@ -128,4 +130,38 @@ func runQuantize(c *cli.Context) error {
 		return err
 	}
 	return writePlan(c, plan, "quantize")
+}
+
+// llamaQuantizeOrder rewrites llama-quantize's positional form, sdtool
+// quantize IN OUT TYPE [NTHREADS], as IN -o OUT --type TYPE [--threads
+// NTHREADS] when neither -o nor --type is given, so that the habit works.
+// args are normalizeArgs's: the flags first, then "--" and the positionals.
+func llamaQuantizeOrder(args []string) []string {
+	cmd := 1
+	for cmd < len(args) && isFlag(args[cmd]) {
+		cmd++
+	}
+	if cmd >= len(args) || args[cmd] != "quantize" {
+		return args
+	}
+	rest := args[cmd+1:]
+	dash := slices.Index(rest, "--")
+	if dash < 0 {
+		return args
+	}
+	flags, pos := rest[:dash], rest[dash+1:]
+	if len(pos) != 3 && len(pos) != 4 {
+		return args
+	}
+	for _, a := range flags {
+		if n := flagName(a); isFlag(a) && (n == "o" || n == "output" || n == "type") {
+			return args
+		}
+	}
+	out := append(slices.Clone(args[:cmd+1]), flags...)
+	out = append(out, "-o", pos[1], "--type", pos[2])
+	if len(pos) == 4 {
+		out = append(out, "--threads", pos[3])
+	}
+	return append(out, "--", pos[0])
 }

@@ -1,4 +1,4 @@
-// Package layering holds the package map of DESIGN.md as a table and a
+// Package layering holds sdtool's package map (the layers of its design) as a table and a
 // test that holds the import graph to it: every package imports only
 // packages of lower layers, convert, quantize and merge never import each
 // other, and only native and its subpackages use cgo. It has no code of its
