@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer/text"
@@ -161,6 +162,11 @@ func t5Layout(tok *text.UnigramTokenizer, prompt string, chunkLen int) (text.Tok
 	var ws []float32
 	for _, seg := range text.ParseAttention(prompt) {
 		if seg.Text == "" {
+			continue
+		}
+		if tok == nil && strings.Trim(seg.Text, " \t\r\n") == "" {
+			// T5's SentencePiece normalizer removes whitespace-only text, so a
+			// blank prompt is </s> and padding with or without the vocabulary.
 			continue
 		}
 		if tok == nil {

@@ -107,7 +107,7 @@ func init() {
 		Flags: append(append(modelFlags(), []cli.Flag{
 			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` ((word:1.2) weights allowed; or --prompt-file)"},
 			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.png)", Required: true},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "output.png", Usage: "output `FILE` (.png; sd-cli's default name)"},
 			&cli.IntFlag{Name: "steps", Usage: "sampling `STEPS`", DefaultText: "model metadata, else 20"},
 			&cli.Float64Flag{Name: "cfg-scale", Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)", DefaultText: "the family's: 7 for SD 1.x/2.x/XL, 1 for Flux"},
 			&cli.Float64Flag{Name: "guidance", Usage: "distilled guidance `SCALE` of models with a guidance input", DefaultText: "the family's: 3.5 for Flux dev"},
@@ -121,7 +121,7 @@ func init() {
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.StringFlag{Name: "runtime", Value: infer.RuntimeSDCPP, Usage: "`RUNTIME` whose arithmetic to reproduce where the runtimes differ: sdcpp (stable-diffusion.cpp: FP8 modules without their weight_scale, an OpenCLIP text_projection as stored, which transposes SDXL's pooled embedding from single files) or comfyui (FP8 weight_scale applied, text_projection as trained); INT8 modules run as W8A8 in both"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
-			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty prompt encodes"},
+			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty or blank prompt encodes (T5 sees </s> alone)"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},

@@ -33,7 +33,9 @@ func generateImatrixFlags() []cli.Flag {
 func generatePrompts(c *cli.Context) ([]string, error) {
 	path := c.String("prompt-file")
 	if path == "" {
-		if c.String("prompt") == "" {
+		// An empty prompt is a prompt, as in sd-cli (common with Flux):
+		// only a missing -p is refused.
+		if !c.IsSet("prompt") {
 			return nil, errors.New("generate: give --prompt (-p) or --prompt-file")
 		}
 		return []string{c.String("prompt")}, nil
