@@ -340,7 +340,7 @@ func missingHint(s shapes) string {
 	if len(miss) == 0 {
 		return "the tensors match none of the families' markers"
 	}
-	return "no " + strings.Join(miss, ", no ")
+	return "missing " + strings.Join(miss, ", ")
 }
 
 // The registries of engine parts, keyed by the names the table uses.

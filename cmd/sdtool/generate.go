@@ -185,6 +185,9 @@ func runGenerate(c *cli.Context) error {
 		if notFound != nil && errors.Is(err, text.ErrNoTokenizer) {
 			return notFound
 		}
+		if e := missingParts(comps); e != nil {
+			return e
+		}
 		return err
 	}
 	defer m.Close()
