@@ -596,10 +596,8 @@ func (m *Model) AlignSize(w, h int) (int, int, int) {
 // schedule returns the model's noise schedule for a latent of w×h cells.
 func (m *Model) schedule(w, h int) Schedule { return schedules[m.Family.Schedule](m, w, h) }
 
-// Generate runs text-to-image (or image-to-image with req.Init) sampling
-// and decodes the result. Unset sampler and scheduler take the family's
-// defaults.
-func (m *Model) Generate(req Request) (*Result, error) {
+// generate is Generate without the interrupt within a step (interrupt.go).
+func (m *Model) generate(req Request) (*Result, error) {
 	fam := m.Family
 	if req.Method == "" {
 		req.Method = fam.Defaults.Method

@@ -69,9 +69,9 @@ type Request struct {
 	CaptureBlocks bool
 	// OnStep, when set, is called after every step.
 	OnStep func(step, steps int)
-	// Context stops the generation between steps when cancelled (nil:
-	// never); Generate then returns an error wrapping ErrInterrupted and the
-	// context's cause. A step under way runs to its end.
+	// Context stops the generation when cancelled (nil: never), within the
+	// graph node under way; Generate then returns an error wrapping
+	// ErrInterrupted and the context's cause.
 	Context context.Context
 }
 

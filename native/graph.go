@@ -97,6 +97,15 @@ void ggml_gallocr_free(struct ggml_gallocr * a);
 bool ggml_gallocr_alloc_graph(struct ggml_gallocr * a, struct ggml_cgraph * g);
 size_t ggml_gallocr_get_buffer_size(struct ggml_gallocr * a, int buffer_id);
 
+typedef bool (*sdt_abort_callback)(void * data);
+void ggml_backend_cpu_set_abort_callback(struct ggml_backend * b, sdt_abort_callback cb, void * data);
+
+// ggml's CPU backend asks the callback before every node (on its first
+// thread); the flag is C memory that Backend.Abort sets from any goroutine.
+static bool sdt_abort_requested(void * flag) { return __atomic_load_n((int *) flag, __ATOMIC_RELAXED) != 0; }
+static void sdt_set_abort(int * flag, int v) { __atomic_store_n(flag, v, __ATOMIC_RELAXED); }
+static void sdt_watch_abort(struct ggml_backend * b, int * flag) { ggml_backend_cpu_set_abort_callback(b, sdt_abort_requested, flag); }
+
 int ggml_cpu_has_avx2(void);
 int ggml_cpu_has_fma(void);
 int ggml_cpu_has_f16c(void);
@@ -561,6 +570,7 @@ func (g *Graph) Nodes() int { return int(C.ggml_graph_n_nodes(g.g)) }
 type Backend struct {
 	b       *C.struct_ggml_backend
 	threads int
+	abort   *C.int // C memory: ggml's abort callback reads it
 }
 
 // NewCPUBackend starts ggml's CPU backend with n threads (n <= 0: all cores).
@@ -569,10 +579,20 @@ func NewCPUBackend(n int) (*Backend, error) {
 	if b == nil {
 		return nil, errors.New("ggml: CPU backend failed to start")
 	}
-	be := &Backend{b: b}
+	be := &Backend{b: b, abort: (*C.int)(C.calloc(1, C.size_t(unsafe.Sizeof(C.int(0)))))}
+	C.sdt_watch_abort(b, be.abort)
 	be.SetThreads(n)
 	return be, nil
 }
+
+// Abort makes the Compute under way (or the next one) stop after the node
+// it is computing and return ErrAborted, so that an interrupt takes effect
+// within one node rather than one whole graph. It may be called from any
+// goroutine while the backend is not being freed; ResetAbort undoes it.
+func (b *Backend) Abort() { C.sdt_set_abort(b.abort, 1) }
+
+// ResetAbort lets graphs compute again after Abort.
+func (b *Backend) ResetAbort() { C.sdt_set_abort(b.abort, 0) }
 
 // SetThreads sets the thread count (n <= 0: all cores).
 func (b *Backend) SetThreads(n int) {
@@ -591,6 +611,8 @@ func (b *Backend) Free() {
 	if b != nil && b.b != nil {
 		C.ggml_backend_free(b.b)
 		b.b = nil
+		C.free(unsafe.Pointer(b.abort))
+		b.abort = nil
 	}
 }
 
@@ -650,7 +672,11 @@ func (a *Allocator) Free() {
 
 // Compute runs the graph.
 func (b *Backend) Compute(g *Graph) error {
-	if st := C.ggml_backend_graph_compute(b.b, g.g); st != 0 {
+	switch st := C.ggml_backend_graph_compute(b.b, g.g); st {
+	case 0:
+	case 1: // GGML_STATUS_ABORTED
+		return ErrAborted
+	default:
 		return fmt.Errorf("ggml: graph compute failed with status %d", int(st))
 	}
 	return nil

@@ -183,6 +183,12 @@ func (b *Backend) Threads() int { return 0 }
 // Free does nothing.
 func (b *Backend) Free() {}
 
+// Abort does nothing: no graph computes without cgo.
+func (b *Backend) Abort() {}
+
+// ResetAbort does nothing.
+func (b *Backend) ResetAbort() {}
+
 // AllocContext returns ErrNoCgo.
 func (b *Backend) AllocContext(ctx *Context) (*Buffer, error) { return nil, ErrNoCgo }
 

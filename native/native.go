@@ -11,6 +11,10 @@ import (
 // built without cgo, where Available is false.
 var ErrNoCgo = errors.New("ggml is not linked: this binary was built without cgo")
 
+// ErrAborted is returned by Backend.Compute when Backend.Abort stopped the
+// graph between two of its nodes.
+var ErrAborted = errors.New("ggml: computation aborted")
+
 // ErrContextFull is returned when a context has no room for another descriptor.
 var ErrContextFull = errors.New("ggml: context has no room for more tensors")
 
