@@ -291,7 +291,9 @@ func (s scaler) flux(c fluxConfig) fluxConfig {
 		return c
 	}
 	c.Hidden = s.width(c.Hidden, "diffusion")
-	c.HeadDim = min(s.width(c.HeadDim, "diffusion"), c.Hidden)
+	// Flux's RoPE axes (16, 56, 56) fix the head width at 128: scale the
+	// number of heads, not their width, so that scaled models still run.
+	c.HeadDim = min(c.HeadDim, c.Hidden)
 	c.MLP = 4 * c.Hidden
 	c.VecIn = s.width(c.VecIn, "diffusion")
 	c.ContextIn = s.width(c.ContextIn, "diffusion")

@@ -21,8 +21,11 @@ var presets = map[string]synth.SD{"tiny": synth.TinySD, "tiny-sdxl": synth.TinyS
 
 func main() {
 	err := run(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, errUsage) {
 		os.Exit(2)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0) // -help asked for the usage
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gensynth:", err)
@@ -30,8 +33,12 @@ func main() {
 	}
 }
 
-// run is gensynth with its arguments; usage goes to stderr.
-func run(args []string, stderr io.Writer) error {
+// errUsage is returned, after the usage, for a run without anything to do.
+var errUsage = errors.New("nothing to write")
+
+// run is gensynth with its arguments; usage goes to stderr, and so does a
+// line for every file written.
+func run(args []string, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("gensynth", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	arch := fs.String("arch", "", "architecture ("+strings.Join(synth.Archs(), ", ")+")")
@@ -53,12 +60,20 @@ func run(args []string, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if err := checkLayoutFlags(fs, *arch); err != nil {
+		return err
+	}
 	// Refuse every existing output before writing any, so that a run
 	// without -force never leaves the committed files half replaced.
 	outputs := []string{*out, *imat}
 	if *testdata != "" {
 		outputs = testdataFiles(*testdata)
 	}
+	defer func() {
+		if err == nil {
+			err = reportWritten(stderr, outputs)
+		}
+	}()
 	if !*force {
 		for _, o := range outputs {
 			if _, err := os.Stat(o); o != "" && err == nil {
@@ -121,8 +136,27 @@ func run(args []string, stderr io.Writer) error {
 		return nil
 	default:
 		fs.Usage()
-		return flag.ErrHelp
+		return errUsage
 	}
+}
+
+// checkLayoutFlags refuses the size flags with a family layout
+// (layout-*), whose widths and depths are fixed, instead of ignoring them.
+func checkLayoutFlags(fs *flag.FlagSet, arch string) error {
+	if !strings.HasPrefix(arch, "layout-") {
+		return nil
+	}
+	var set []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "scale", "text-scale", "vae-scale", "depth":
+			set = append(set, "-"+f.Name)
+		}
+	})
+	if len(set) > 0 {
+		return fmt.Errorf("-arch %s is a fixed small layout: %s do not apply to it (they scale the other architectures)", arch, strings.Join(set, ", "))
+	}
+	return nil
 }
 
 // testdataFiles are the committed files -testdata writes, in DIR.
@@ -151,4 +185,24 @@ func writeMatrix(path string, m *imatrix.Matrix) error {
 		_, err := imatrix.Encode(w, path, m)
 		return err
 	})
+}
+
+// reportWritten says on stderr what was written: one line per file with
+// its size (a file that a run does not write, such as an unset -imatrix,
+// is left out).
+func reportWritten(stderr io.Writer, files []string) error {
+	for _, f := range files {
+		if f == "" {
+			continue
+		}
+		st, err := os.Stat(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s (%s)\n", f, pipeline.HumanBytes(st.Size()))
+	}
+	return nil
 }

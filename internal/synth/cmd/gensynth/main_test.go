@@ -23,7 +23,7 @@ func TestTestdataRegeneratesAndRefusesToOverwrite(t *testing.T) {
 	os.Mkdir(filepath.Join(cwd, "testdata"), 0o755)
 	t.Chdir(cwd)
 	var stderr bytes.Buffer
-	if err := run(nil, &stderr); !errors.Is(err, flag.ErrHelp) {
+	if err := run(nil, &stderr); !errors.Is(err, errUsage) {
 		t.Fatalf("no arguments: %v, want the usage", err)
 	}
 	if entries, _ := os.ReadDir("testdata"); len(entries) > 0 {
@@ -63,5 +63,38 @@ func TestTestdataRegeneratesAndRefusesToOverwrite(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(out); string(b) != "keep" {
 		t.Error("-o replaced an existing file without -force")
+	}
+}
+
+// -help is asked for (status 0), a run with nothing to do is a usage error,
+// a family layout refuses the size flags it would ignore, and every
+// written file is named on stderr with its size.
+func TestUsageLayoutsAndReport(t *testing.T) {
+	var stderr bytes.Buffer
+	if err := run([]string{"-help"}, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "-arch") {
+		t.Errorf("-help: %v, usage %q", err, stderr.String())
+	}
+	if err := run(nil, &stderr); !errors.Is(err, errUsage) {
+		t.Errorf("no arguments: %v, want errUsage (status 2)", err)
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "l.gguf")
+	err := run([]string{"-arch", "layout-sd3-medium", "-scale", "0.5", "-depth", "1", "-o", out}, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "-depth, -scale do not apply") {
+		t.Errorf("layout with -scale -depth: %v", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("the refused layout run wrote its output")
+	}
+	stderr.Reset()
+	if err := run([]string{"-arch", "layout-sd3-medium", "-o", out}, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stderr.String(); !strings.HasPrefix(got, "wrote "+out+" (") || strings.Count(got, "\n") != 1 || st.Size() == 0 {
+		t.Errorf("success report %q", got)
 	}
 }
