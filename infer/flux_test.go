@@ -47,7 +47,7 @@ func TestTinyFluxGenerates(t *testing.T) {
 	}
 	var first []float32
 	for _, name := range []string{"single", "parts", "ldm"} {
-		m, err := Load(comps[name], LoadOptions{Threads: 2})
+		m, err := Load(comps[name], LoadOptions{Threads: 1})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -220,7 +221,13 @@ func TestQuantizedQualityOrder(t *testing.T) {
 	req := Request{Prompt: "a photo of a cat", Negative: "blurry", Width: 64, Height: 64, Steps: 3, CFGScale: 5, Seed: 3, Method: Euler}
 	var ref *Result
 	psnr := map[formats.DType]float64{}
-	for _, typ := range []formats.DType{formats.F32, formats.Q8_0, formats.Q4_K, formats.Q2_K} {
+	types := []formats.DType{formats.F32, formats.Q8_0, formats.Q4_K, formats.Q2_K}
+	if !longtest.Enabled() {
+		// The ordering over four models is a sweep for the long run; by
+		// default q8_0 alone stands for it (close to the float model).
+		types = types[:2]
+	}
+	for _, typ := range types {
 		c := qualityModel
 		if typ != formats.F32 {
 			c.Quant = typ
@@ -265,7 +272,7 @@ func TestQuantizedQualityOrder(t *testing.T) {
 		psnr[typ] = p
 		t.Logf("%s: PSNR %.2f dB, latent cosine %.5f", typ, p, cos)
 	}
-	if !(psnr[formats.Q8_0] > psnr[formats.Q4_K] && psnr[formats.Q4_K] > psnr[formats.Q2_K]) {
+	if len(types) > 2 && !(psnr[formats.Q8_0] > psnr[formats.Q4_K] && psnr[formats.Q4_K] > psnr[formats.Q2_K]) {
 		t.Errorf("PSNR not ordered q8_0 > q4_K > q2_K: %v", psnr)
 	}
 	// q8_0 keeps weights within about 0.4% (8-bit blocks): an 8-bit image

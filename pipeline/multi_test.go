@@ -262,9 +262,9 @@ func TestRunAllPeakMemory(t *testing.T) {
 	}
 	dir := peakrss.ScratchDir(t)
 	small, big := peakrss.Growth(t, "TestRunAllMemoryChild",
-		fmt.Sprintf("%s=64:%s", multiMemChildEnv, dir), fmt.Sprintf("%s=512:%s", multiMemChildEnv, dir))
+		fmt.Sprintf("%s=%d:%s", multiMemChildEnv, memSmall, dir), fmt.Sprintf("%s=%d:%s", multiMemChildEnv, memBig(), dir))
 	small, big = small>>10, big>>10
-	t.Logf("peak RSS: %d MiB for 64 MiB in, %d MiB for 512 MiB in (4 outputs, budget 16 MiB)", small, big)
+	t.Logf("peak RSS: %d MiB for %d MiB in, %d MiB for %d MiB in (4 outputs, budget 16 MiB)", small, memSmall, big, memBig())
 	if big-small >= 32 {
 		t.Errorf("peak RSS grew by %d MiB with the input (%d -> %d MiB)", big-small, small, big)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -266,9 +267,14 @@ func TestReadmeStartsWithRunAndTest(t *testing.T) {
 // TestDocumentedCommands runs every command line of the README and every
 // example of every subcommand's help, exactly as written, through bash
 // with sdtool (and "go run ./cmd/sdtool") standing for this binary, in a
-// scratch copy of testdata. README lines run in order, twice (a
+// scratch copy of testdata. README lines run in order, then again (a
 // conversion must be repeatable); each subcommand's examples run in order
 // in a fresh copy. Lines that run the Go toolchain itself are left to .ci/run.
+// The renders are most of its time, so the default run renders the README's
+// SD 1.x blocks once and leaves to the long run (SDTOOL_LONG=1) the second
+// pass of every block that renders, the SDXL, Flux and report blocks (their
+// own tests render those models and a report) and the generate and report
+// help examples.
 func TestDocumentedCommands(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -315,11 +321,17 @@ func TestDocumentedCommands(t *testing.T) {
 		return dir
 	}
 
-	var readme []string
+	var readme, again []string
 	for _, block := range readmeBlocks(t) {
-		if !native.Available && needsGGML.MatchString(strings.Join(block, "\n")) {
+		text := strings.Join(block, "\n")
+		renders := needsGGML.MatchString(text)
+		if !native.Available && renders {
 			// Later lines of a block may use what a generate line wrote.
 			t.Logf("needs a cgo build: %q", block)
+			continue
+		}
+		if renders && longReadmeBlock.MatchString(text) && !longtest.Enabled() {
+			t.Logf("a long case (SDTOOL_LONG=1 runs it): %q", block)
 			continue
 		}
 		for _, c := range block {
@@ -328,13 +340,16 @@ func TestDocumentedCommands(t *testing.T) {
 				continue
 			}
 			readme = append(readme, c)
+			if !renders || longtest.Enabled() {
+				again = append(again, c)
+			}
 		}
 	}
 	if len(readme) == 0 {
 		t.Fatal("no runnable command lines in README.md")
 	}
 	t.Run("README", func(t *testing.T) {
-		dir := runLines(t, append(readme, readme...))
+		dir := runLines(t, append(readme, again...))
 		// Examples write into the scratch folder only: nothing in the
 		// repository root (but the ./sdtool that go run ./build makes,
 		// which git ignores), nothing in testdata/.
@@ -364,7 +379,13 @@ func TestDocumentedCommands(t *testing.T) {
 			t.Logf("sdtool %s examples need a cgo build", path)
 			continue
 		}
-		t.Run(path, func(t *testing.T) { runLines(t, ex) })
+		t.Run(path, func(t *testing.T) {
+			if needsGGML.MatchString("sdtool " + path) {
+				// The README's renders above stand for them in the default run.
+				longtest.Skip(t, "sdtool "+path+" --help examples (renders)")
+			}
+			runLines(t, ex)
+		})
 	}
 }
 
@@ -381,6 +402,10 @@ func commandPaths(cmds []*cli.Command, prefix string) []string {
 	}
 	return out
 }
+
+// longReadmeBlock matches the README blocks that render SDXL, Flux or a
+// report: the default run leaves them to the long one.
+var longReadmeBlock = regexp.MustCompile(`tiny-sdxl|tiny-flux|sdtool report\b`)
 
 // needsGGML matches documented command lines that run models through ggml,
 // which a CGO_ENABLED=0 build cannot (it says so and exits 1).

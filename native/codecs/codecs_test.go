@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/native/ggmltest"
 	"github.com/sdtool/sdtool/quant"
@@ -25,6 +26,17 @@ func TestMain(m *testing.M) {
 
 // skipShort skips tests that quantize grid types: ggml builds its search
 // tables for each type on first use, tens of CPU seconds in all.
+// testGridTypes are the grid types the tests quantize: every one in the long
+// run (SDTOOL_LONG=1), else the two with 256-point grids (iq2_xxs, iq3_xxs),
+// whose ggml search tables build fastest: the others' take tens of CPU
+// seconds in the plain build `go test` makes.
+func testGridTypes() []formats.DType {
+	if longtest.Enabled() {
+		return GridIQTypes
+	}
+	return []formats.DType{formats.IQ2_XXS, formats.IQ3_XXS}
+}
+
 func skipShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs ggml's grid search tables")
@@ -99,7 +111,7 @@ func TestRoundTrip(t *testing.T) {
 		formats.IQ3_S: 0.21, formats.IQ1_S: 0.72, formats.IQ1_M: 0.59,
 	}
 	got := map[formats.DType]float64{}
-	for _, typ := range GridIQTypes {
+	for _, typ := range testGridTypes() {
 		for _, w := range [][]float32{ones, nil} {
 			if w == nil && native.RequiresImatrix(typ) {
 				continue
@@ -116,6 +128,9 @@ func TestRoundTrip(t *testing.T) {
 		if got[typ] > bound[typ] {
 			t.Errorf("%s: relative RMSE %.4f above %.3f", typ, got[typ], bound[typ])
 		}
+	}
+	if len(got) < len(GridIQTypes) {
+		return // the orders below need every type: the long run (SDTOOL_LONG=1)
 	}
 	// More bits per element must mean less error.
 	order := []formats.DType{formats.IQ3_S, formats.IQ3_XXS, formats.IQ2_S, formats.IQ2_XS, formats.IQ2_XXS}
@@ -144,7 +159,7 @@ func TestTransparent(t *testing.T) {
 		w[i] = float32(math.Pow(10, 4*r.Float64()-2))
 		ones[i] = 1
 	}
-	for _, typ := range GridIQTypes {
+	for _, typ := range testGridTypes() {
 		for _, vec := range [][]float32{w, nil} {
 			ref := vec
 			if vec == nil && native.RequiresImatrix(typ) {
@@ -231,7 +246,7 @@ func TestExtremeInputs(t *testing.T) {
 		}, true},
 		{"w-1e-45-x-1e-40", xb(1e-40), func(int) float32 { return 1e-45 }, true},
 	}
-	for _, typ := range GridIQTypes {
+	for _, typ := range testGridTypes() {
 		rb := typ.Info().BlockBytes
 		for _, c := range cases {
 			x := make([]float32, 256)
