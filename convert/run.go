@@ -102,6 +102,9 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	// sd-cli writes safetensors for that extension and GGUF for any other;
 	// a GGUF named out.bin misleads every tool that goes by the name, so
 	// sdtool refuses other extensions, as quantize and merge do.
+	if err := pipeline.FolderOutput(opts.Output, "gguf"); err != nil {
+		return nil, err
+	}
 	format, err := formats.CreatorFor(opts.Output)
 	if err != nil || format.Name != "gguf" && format.Name != "safetensors" {
 		return nil, fmt.Errorf("%s: the output must end in .gguf or .safetensors, not %q", opts.Output, filepath.Ext(opts.Output))

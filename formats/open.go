@@ -1,8 +1,10 @@
 package formats
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sort"
 	"sync"
@@ -44,7 +46,7 @@ const HeadSize = 4096
 func Open(path string) (Model, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return nil, statError(path, err)
 	}
 	var head []byte
 	if !st.IsDir() {
@@ -117,4 +119,15 @@ func CheckRegular(path string, st os.FileInfo) error {
 		return nil
 	}
 	return fmt.Errorf("%s: not a regular file (%s)", path, st.Mode().Type())
+}
+
+// statError says why path cannot be opened as the other errors do, "PATH:
+// problem" ("nosuch.gguf: no such file or directory"), rather than with
+// os.Stat's "stat PATH: ..." wording; the error still wraps the cause.
+func statError(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", path, pe.Err)
+	}
+	return err
 }

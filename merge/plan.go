@@ -19,6 +19,9 @@ func newPlan(out string) (*pipeline.Plan, error) {
 	if out == "" {
 		return nil, errors.New("no output file (-o)")
 	}
+	if err := pipeline.FolderOutput(out, "safetensors"); err != nil {
+		return nil, err
+	}
 	format, err := formats.CreatorFor(out)
 	if err != nil {
 		return nil, fmt.Errorf("%s: the output must end in .safetensors or .gguf", out)

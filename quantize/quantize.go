@@ -185,6 +185,9 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		}
 		res.Format, res.FType = "gguf", ft
 	}
+	if err := pipeline.FolderOutput(opts.Output, res.Format); err != nil {
+		return nil, nil, err
+	}
 	format, err := formats.CreatorFor(opts.Output)
 	if err != nil || format.Name != res.Format {
 		return nil, nil, fmt.Errorf("%s: --type %s writes %s: the output must end in .%s, not %q", opts.Output, opts.Type, res.Format, res.Format, filepath.Ext(opts.Output))
