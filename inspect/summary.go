@@ -31,10 +31,10 @@ type Summary struct {
 	Path string `json:"path"`
 	// Format is "gguf" or "safetensors".
 	Format string `json:"format"`
-	// Version is the GGUF version (0 for safetensors).
-	Version int `json:"version"`
-	// Alignment is the GGUF data alignment (0 for safetensors).
-	Alignment int `json:"alignment"`
+	// Version is the GGUF version (0 for safetensors, and left out of the JSON).
+	Version int `json:"version,omitempty"`
+	// Alignment is the GGUF data alignment (0 for safetensors, and left out of the JSON).
+	Alignment int `json:"alignment,omitempty"`
 	// DataOffset is the absolute offset of the first file's data section.
 	DataOffset int64 `json:"data_offset"`
 	// Files lists the files of the model in shard order.

@@ -236,6 +236,10 @@ func TestJSONMatchesSchemaDoc(t *testing.T) {
 	if strings.Contains(b.String(), "null") {
 		t.Errorf("empty summary has null fields:\n%s", b.String())
 	}
+	// safetensors has no version or alignment: the fields are left out, not 0.
+	if strings.Contains(b.String(), `"version"`) || strings.Contains(b.String(), `"alignment"`) {
+		t.Errorf("a safetensors summary states a GGUF version or alignment:\n%s", b.String())
+	}
 	// Several summaries make an array.
 	b.Reset()
 	WriteJSON(&b, []*Summary{empty, empty})
