@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 
@@ -28,7 +29,8 @@ func init() {
 			{
 				Name: "show", Usage: "entries, calls, value statistics and the most important columns", ArgsUsage: "FILE",
 				Flags: []cli.Flag{
-					&cli.IntFlag{Name: "top", Value: 5, Usage: "show the `N` most important columns per entry"},
+					&cli.IntFlag{Name: "top", Value: 5, Usage: "show the `N` most important columns of each entry (--filter picks the entries)"},
+					&cli.StringSliceFlag{Name: "filter", Usage: "show only the entries whose names match `REGEX` (repeatable: any of them)"},
 					&cli.BoolFlag{Name: "json", Usage: "write JSON (docs/imatrix-json.md)"},
 				},
 				Action: runImatrixShow,
@@ -58,6 +60,7 @@ func init() {
 	)
 	registerNested("imatrix show",
 		"sdtool imatrix show testdata/tiny-sd1.imatrix.dat --top 3",
+		"sdtool imatrix show testdata/tiny-sd1.imatrix.dat --top 3 --filter 'attn2\\.to_[kv]'",
 		"sdtool imatrix show testdata/tiny-sd1.imatrix.dat --json --top 1",
 	)
 	registerNested("imatrix merge",
@@ -98,10 +101,10 @@ type imatrixColumnJSON struct {
 	Value  float32 `json:"value"`
 }
 
-func showJSON(w io.Writer, file string, m *imatrix.Matrix, top int) error {
+func showJSON(w io.Writer, file string, m *imatrix.Matrix, names []string, top int) error {
 	out := imatrixShowJSON{File: file, Chunks: m.ChunkCount, ChunkSize: m.ChunkSize, Datasets: append([]string{}, m.Datasets...),
 		EntryCount: len(m.Entries), Entries: []imatrixEntryJSON{}}
-	for _, name := range m.Names() {
+	for _, name := range names {
 		e, _ := m.Lookup(name)
 		s := imatrix.Summarize(e, top)
 		j := imatrixEntryJSON{Name: s.Name, Calls: s.NCall, Values: s.Len, Top: []imatrixColumnJSON{}}
@@ -132,9 +135,13 @@ func runImatrixShow(c *cli.Context) error {
 	if c.Int("top") < 0 {
 		return fmt.Errorf("imatrix show: --top %d: want 0 or more", c.Int("top"))
 	}
+	names, err := filterNames(m.Names(), c.StringSlice("filter"))
+	if err != nil {
+		return err
+	}
 	w := c.App.Writer
 	if c.Bool("json") {
-		return showJSON(w, c.Args().First(), m, c.Int("top"))
+		return showJSON(w, c.Args().First(), m, names, c.Int("top"))
 	}
 	fmt.Fprintf(w, "%s: %s, %s", c.Args().First(), pipeline.Count(len(m.Entries), "entry", "entries"), pipeline.Count(m.ChunkCount, "chunk", "chunks"))
 	if m.ChunkSize > 0 {
@@ -143,10 +150,13 @@ func runImatrixShow(c *cli.Context) error {
 	if len(m.Datasets) > 0 {
 		fmt.Fprintf(w, ", datasets %s", strings.Join(m.Datasets, ", "))
 	}
+	if len(names) < len(m.Entries) {
+		fmt.Fprintf(w, "; %d shown (--filter)", len(names))
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ENTRY\tCALLS\tVALUES\tMIN\tMEAN\tMAX\tSTD\tTOP COLUMNS")
-	for _, name := range m.Names() {
+	for _, name := range names {
 		e, _ := m.Lookup(name)
 		s := imatrix.Summarize(e, c.Int("top"))
 		var top []string
@@ -224,4 +234,30 @@ func writeImatrix(c *cli.Context, m *imatrix.Matrix, inputs []string) error {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s\n", out, pipeline.Count(len(m.Entries), "entry", "entries"))
 	return nil
+}
+
+// filterNames keeps the names that match any of the regular expressions
+// (all names without one).
+func filterNames(names, filters []string) ([]string, error) {
+	if len(filters) == 0 {
+		return names, nil
+	}
+	var res []*regexp.Regexp
+	for _, f := range filters {
+		re, err := regexp.Compile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--filter %q: %v", f, err)
+		}
+		res = append(res, re)
+	}
+	var out []string
+	for _, n := range names {
+		for _, re := range res {
+			if re.MatchString(n) {
+				out = append(out, n)
+				break
+			}
+		}
+	}
+	return out, nil
 }
