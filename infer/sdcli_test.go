@@ -19,6 +19,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -57,6 +58,10 @@ func (r parityRun) request() Request {
 
 func sdcliBinary(tb testing.TB) string {
 	tb.Helper()
+	if t, ok := tb.(*testing.T); ok {
+		// Parity renders take minutes; benchmarks ask for them explicitly.
+		longtest.Skip(t, "parity against sd-cli")
+	}
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
 		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/lora"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
@@ -43,6 +44,7 @@ const minPSNR = 45
 // name, skipping the test when one is unset.
 func sdcliEnv(t *testing.T, vars ...string) (string, []string) {
 	t.Helper()
+	longtest.Skip(t, "parity against sd-cli")
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
 		t.Skip("SDTOOL_SDCLI is not set")

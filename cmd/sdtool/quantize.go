@@ -15,7 +15,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "quantize",
 		Usage:     "quantize a model to a ggml type or mix (GGUF) or to ComfyUI INT8/FP8 (safetensors), like llama-quantize",
-		ArgsUsage: "IN -o OUT --type TYPE",
+		ArgsUsage: "IN -o OUT --type TYPE (or llama-quantize's IN OUT TYPE [NTHREADS])",
 		Description: "Reads IN (GGUF, split GGUF, safetensors, a sharded index or shard; ComfyUI int8/fp8 layers are\n" +
 			"dequantized exactly; ggml-quantized tensors are decoded for a float --type, and requantized only\n" +
 			"with --allow-requantize) and writes OUT. The output format follows --type, and OUT must have its\n" +
