@@ -271,10 +271,10 @@ func TestReadmeStartsWithRunAndTest(t *testing.T) {
 // conversion must be repeatable); each subcommand's examples run in order
 // in a fresh copy. Lines that run the Go toolchain itself are left to .ci/run.
 // The renders are most of its time, so the default run renders the README's
-// SD 1.x blocks once and leaves to the long run (SDTOOL_LONG=1) the second
-// pass of every block that renders, the SDXL, Flux and report blocks (their
-// own tests render those models and a report) and the generate and report
-// help examples.
+// first SD 1.x block once and leaves to the long run (SDTOOL_LONG=1) the
+// second pass of every block that renders, the SDXL, Flux, report and
+// calibration blocks (longReadmeBlock) and the generate and report help
+// examples.
 func TestDocumentedCommands(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -403,9 +403,11 @@ func commandPaths(cmds []*cli.Command, prefix string) []string {
 	return out
 }
 
-// longReadmeBlock matches the README blocks that render SDXL, Flux or a
-// report: the default run leaves them to the long one.
-var longReadmeBlock = regexp.MustCompile(`tiny-sdxl|tiny-flux|sdtool report\b`)
+// longReadmeBlock matches the README blocks that render SDXL, Flux, a
+// report or a calibration set: the default run leaves them to the long one
+// (TestGenerateSDXLMixedComponents, TestGenerateEmptyPrompt, TestReportNaNFile
+// and TestGenerateImatrixPromptFile render those by default).
+var longReadmeBlock = regexp.MustCompile(`tiny-sdxl|tiny-flux|sdtool report\b|--prompt-file`)
 
 // needsGGML matches documented command lines that run models through ggml,
 // which a CGO_ENABLED=0 build cannot (it says so and exits 1).

@@ -17,7 +17,9 @@ import (
 // is refused.
 func TestGenerateEmptyPrompt(t *testing.T) {
 	dir := t.TempDir()
-	for _, model := range []string{"../../testdata/tiny-flux.gguf", tinyGGUF} {
+	// Flux, whose T5 takes the empty prompt as </s> alone; SD's CLIP encodes
+	// "" on every CFG run, as the empty negative prompt.
+	for _, model := range []string{"../../testdata/tiny-flux.gguf"} {
 		out := filepath.Join(dir, filepath.Base(model)+".png")
 		code, _, errOut := runApp(t, "generate", "-m", model, "-p", "", "--steps", "1", "-W", "64", "-H", "64", "-t", "1", "-o", out)
 		if code != 0 {
