@@ -43,8 +43,8 @@ type Options struct {
 	// Metadata are --metadata KEY=VALUE strings added to the output's metadata.
 	Metadata []string
 	// Tokenizers are --tokenizer paths whose tokenizers are embedded in the
-	// output's metadata, where generate reads them (CLIP: GGUF or
-	// safetensors; SentencePiece: GGUF only).
+	// output's metadata, where generate reads them (CLIP and SentencePiece,
+	// GGUF or safetensors).
 	Tokenizers []string
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
