@@ -241,6 +241,9 @@ type Quality struct {
 	Images int `json:"images"`
 	// Report is the report's path relative to the manifest's folder, "" when none was written.
 	Report string `json:"report,omitempty"`
+	// Error says why the report could not render or compare the file ("" when
+	// it could); PSNR, SSIM and Images are then zero.
+	Error string `json:"error,omitempty"`
 }
 
 // manifest builds the manifest of the written rungs.
