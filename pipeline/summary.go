@@ -28,6 +28,13 @@ type TensorSummary struct {
 	Bytes int64 `json:"bytes"`
 	// BitsPerWeight is 8*Bytes/Elements (0 for empty tensors).
 	BitsPerWeight float64 `json:"bits_per_weight"`
+	// From names the source's type where SourceType does not say it
+	// ("int8_convrot" for a ComfyUI module); "" otherwise.
+	From string `json:"from,omitempty"`
+	// Source is the input "FILE:TENSOR" the output comes from, "" when none.
+	Source string `json:"source,omitempty"`
+	// Note says why the output has its type or how it is made.
+	Note string `json:"note,omitempty"`
 }
 
 // TypeSummary totals the tensors of one output type.
@@ -104,6 +111,9 @@ func (p *Plan) summary(rows bool) (Summary, error) {
 				Elements:      n,
 				Bytes:         size,
 				BitsPerWeight: bpw(size, n),
+				From:          o.From,
+				Source:        source(o),
+				Note:          o.Note,
 			}
 			if o.Source != nil {
 				row.SourceType = o.Source.Type.String()

@@ -76,6 +76,7 @@ func init() {
 			maxMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, reasons, consumers) and write nothing"},
+			&cli.BoolFlag{Name: "json", Usage: "print the plan, the file's size and its consumers as JSON on stdout (a ladder: every file's, and the manifest's path) instead of the table and summary (docs/write-json.md)"},
 		},
 		Action: runQuantize,
 	},
@@ -85,6 +86,7 @@ func init() {
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-budget.gguf --budget 3MB --write-type-file tiny-budget.types.txt --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors --type Q8_0,Q6_K,Q4_K_M,Q2_K,int8_convrot -o 'tiny-{type}.{ext}'",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run --json",
 	)
 }
 
@@ -127,5 +129,25 @@ func runQuantize(c *cli.Context) error {
 	if err := writeRecipe(c, res); err != nil {
 		return err
 	}
-	return writePlan(c, plan, "quantize")
+	return writePlan(c, plan, "quantize", func(r *pipeline.Result) any {
+		return quantizeResult{Result: r, Consumers: orEmpty(res.Consumers), Warnings: orEmpty(res.Warnings)}
+	})
+}
+
+// quantizeResult is quantize's --json: the plan's, with the consumers that
+// can load the file and the warnings (docs/write-json.md).
+type quantizeResult struct {
+	*pipeline.Result
+	// Consumers says which of sd.cpp, ComfyUI-GGUF and ggml load the file.
+	Consumers []quantize.Consumer `json:"consumers"`
+	// Warnings are the problems that did not stop the plan.
+	Warnings []string `json:"warnings"`
+}
+
+// orEmpty returns s, or an empty slice for nil, so that JSON lists are [] and never null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
