@@ -55,8 +55,8 @@ type File struct {
 	BitsPerWeight float64
 	// Images are the file's images, one per Prompt in order.
 	Images []Shot
-	// Blocks are per-block errors of the denoiser's outputs (relative RMSE
-	// at the first step), in network order.
+	// Blocks are per-block errors of the denoiser's outputs (relative
+	// error ‖a−b‖/‖a‖ at the first step), in network order.
 	Blocks []Bar
 	// Tensors are per-tensor weight errors (relative error), any order;
 	// the report shows the largest.
@@ -237,8 +237,8 @@ func Write(w io.Writer, r *Report) error {
 		v.Files = append(v.Files, fileView{
 			Name: f.Name, Type: f.Type, Size: size(f.Size), BPW: bpw(f.BitsPerWeight),
 			PSNR: db(f.PSNR()), SSIM: fmt.Sprintf("%.4f", f.SSIM()),
-			Blocks:  bars("per-block error: relative RMSE of each block's output at step 1", f.Blocks, blockScale),
-			Tensors: bars(fmt.Sprintf("per-tensor error: relative error of the %d worst weights", len(tensors)), tensors, tensorScale),
+			Blocks:  bars("per-block error: relative error ‖a−b‖/‖a‖ of each block's output at step 1", f.Blocks, blockScale),
+			Tensors: bars(fmt.Sprintf("per-tensor error: relative error ‖a−b‖/‖a‖ of the %d worst weights", len(tensors)), tensors, tensorScale),
 		})
 	}
 	v.Chart = chart(r.Files)
