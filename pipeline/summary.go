@@ -223,9 +223,10 @@ func (p *Plan) WriteTable(w io.Writer) error {
 	return p.writeSummary(w, &s)
 }
 
-// WriteSummary prints what a run writes (or a dry run would): "PATH: N
-// tensors, P parameters: IN -> OUT (B bits per weight)", the tensors and
-// bytes per output type, then the plan's Notes.
+// WriteSummary prints what a run writes (or a dry run would): "PATH: file
+// SIZE (N bytes); T tensors, P parameters: tensor data IN -> OUT (B bits
+// per weight)", the tensors and bytes per output type, then the plan's
+// Notes.
 func (p *Plan) WriteSummary(w io.Writer) error {
 	s, err := p.summary(false)
 	if err != nil {
@@ -237,8 +238,14 @@ func (p *Plan) WriteSummary(w io.Writer) error {
 func (p *Plan) writeSummary(w io.Writer, s *Summary) error {
 	in, out, params := s.SourceBytes, s.Bytes, s.params
 	b := bpw(out, params)
-	fmt.Fprintf(w, "%s: %s, %s: %s -> %s (%.2f bits per weight)\n",
-		p.Path, Count(s.count, "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
+	// The file's size first, as the budget and the ladder say it; then the
+	// tensor data, which bits per weight count.
+	file := ""
+	if size, err := p.FileSize(); err == nil {
+		file = fmt.Sprintf(" file %s (%d bytes);", HumanBytes(size), size)
+	}
+	fmt.Fprintf(w, "%s:%s %s, %s: tensor data %s -> %s (%.2f bits per weight)\n",
+		p.Path, file, Count(s.count, "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
 	for _, t := range s.ByType {
 		fmt.Fprintf(w, "  %-8s %13s  %s\n", t.Type, Count(t.Tensors, "tensor", "tensors"), HumanBytes(t.Bytes))
 	}

@@ -494,7 +494,7 @@ func budgetNotes(r *BudgetReport) []string {
 	if r == nil {
 		return nil
 	}
-	limit := pipeline.HumanBytes(r.Limit)
+	limit := fmt.Sprintf("%s (%d bytes)", pipeline.HumanBytes(r.Limit), r.Limit)
 	if r.Limit == 0 {
 		limit = fmt.Sprintf("%g bits per weight", r.BPW)
 	}

@@ -54,7 +54,7 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 		return writeLadderJSON(c, l, false)
 	}
 	for i, f := range man.Files {
-		fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %.2f bits per weight, loads in %v\n", l.Rungs[i].Plan.Path, pipeline.HumanBytes(f.Size), f.BitsPerWeight, f.Loads)
+		fmt.Fprintf(c.App.ErrWriter, "wrote %s: file %s (%d bytes), %.2f bits per weight, loads in %v\n", l.Rungs[i].Plan.Path, pipeline.HumanBytes(f.Size), f.Size, f.BitsPerWeight, f.Loads)
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", l.Manifest)
 	return nil

@@ -66,8 +66,10 @@ func budgetOptions(c *cli.Context, opts *quantize.Options) error {
 }
 
 // writeRecipe writes the budget's choice where --write-rules and
-// --write-type-file ask, through the one atomic publish (.partial, then a rename).
-func writeRecipe(c *cli.Context, res *quantize.Report) error {
+// --write-type-file ask, through the one atomic publish (.partial, then a
+// rename). With check it only checks that the paths may be written, and
+// in a dry run says what it would write.
+func writeRecipe(c *cli.Context, res *quantize.Report, check bool) error {
 	rc := res.Recipe()
 	for _, out := range []struct {
 		flag  string
@@ -81,6 +83,15 @@ func writeRecipe(c *cli.Context, res *quantize.Report) error {
 			continue
 		}
 		po := pipeline.PublishOptions{Force: c.Bool("force"), Inputs: []string{c.Args().First()}}
+		if check {
+			if err := pipeline.CheckOutput(path, po.Inputs, po.Force); err != nil {
+				return fmt.Errorf("--%s: %w", out.flag, err)
+			}
+			if c.Bool("dry-run") {
+				fmt.Fprintf(c.App.ErrWriter, "%s not written (--dry-run; %s)\n", path, pipeline.Count(len(rc), "tensor type", "tensor types"))
+			}
+			continue
+		}
 		if err := pipeline.WriteAtomic(context.Background(), path, po, out.write); err != nil {
 			return fmt.Errorf("--%s: %w", out.flag, err)
 		}

@@ -19,7 +19,7 @@ func threadsFlag(usage string) cli.Flag {
 // maxMemoryFlag is the --max-memory flag of the writing commands: a size
 // with or without a unit.
 func maxMemoryFlag() cli.Flag {
-	return &cli.StringFlag{Name: "max-memory", Usage: "`SIZE` of chunks in flight: bytes, or with a unit (512MiB, 2GiB)", DefaultText: "1GiB"}
+	return &cli.StringFlag{Name: "max-memory", Usage: "`SIZE` of chunks in flight: bytes, or with a unit: " + pipeline.SizeUnits, DefaultText: "1GiB"}
 }
 
 // threadsOf returns --threads, refusing a negative count (0 and unset
