@@ -218,7 +218,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	var enc quant.Codec
 	typeSet := a.Type != ""
 	if typeSet {
-		t, err := formats.LookupType(a.Type)
+		t, err := pipeline.LookupSingleType(a.Type, "a LoRA bake (--base --lora) takes it directly")
 		if err != nil {
 			return nil, fmt.Errorf("--type: %w", err)
 		}
