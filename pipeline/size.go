@@ -79,3 +79,18 @@ func Count(n int, one, many string) string {
 	}
 	return strconv.Itoa(n) + " " + many
 }
+
+// Examples names the first of names and counts the others, the one way
+// sdtool points at a list it does not print: `"a"`, `"a" and "b"`, `"a"
+// and 3 more`.
+func Examples(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return strconv.Quote(names[0])
+	case 2:
+		return strconv.Quote(names[0]) + " and " + strconv.Quote(names[1])
+	}
+	return fmt.Sprintf("%q and %d more", names[0], len(names)-1)
+}

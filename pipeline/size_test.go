@@ -43,6 +43,17 @@ func TestParseBytes(t *testing.T) {
 	}
 }
 
+func TestExamples(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{{nil, ""}, {[]string{"a"}, `"a"`}, {[]string{"a", "b"}, `"a" and "b"`}, {[]string{"first_stage_model.x", "b", "c"}, `"first_stage_model.x" and 2 more`}} {
+		if got := Examples(c.in); got != c.want {
+			t.Errorf("Examples(%q) = %s, want %s", c.in, got, c.want)
+		}
+	}
+}
+
 func TestCount(t *testing.T) {
 	if a, b, c := Count(1, "tensor", "tensors"), Count(0, "tensor", "tensors"), Count(3, "entry", "entries"); a != "1 tensor" || b != "0 tensors" || c != "3 entries" {
 		t.Errorf("Count: %q %q %q", a, b, c)

@@ -513,7 +513,7 @@ func budgetNotes(r *BudgetReport) []string {
 			limit, pipeline.HumanBytes(r.FileBytes), r.FileBytes, r.RelError, pipeline.Count(len(r.Tensors)-pinned, "allocated tensor", "allocated tensors"), objective, r.Error),
 	}
 	if pinned > 0 {
-		out = append(out, fmt.Sprintf("budget: %d tensors pinned by --tensor-type rules", pinned))
+		out = append(out, fmt.Sprintf("budget: %s pinned by --tensor-type rules", pipeline.Count(pinned, "tensor", "tensors")))
 	}
 	if r.Optimal {
 		out = append(out, "budget: no choice of at most these bytes has less predicted error")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/formats"
 )
 
@@ -250,7 +251,7 @@ func setupLogging(c *cli.Context, stderr io.Writer) {
 			level = slog.LevelDebug
 		}
 	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	slog.SetDefault(slog.New(console.NewLogHandler(stderr, level)))
 }
 
 // run runs the command line args (args[0] is the program name) and returns

@@ -431,8 +431,8 @@ type compareBlock struct {
 
 // writeText prints the comparison as generate does without --json.
 func (r *compareResult) writeText(w io.Writer) error {
-	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %d steps, as %s computes them:\n",
-		strings.Join(r.Model, " "), strings.Join(r.Reference, " "), r.Seed, r.Steps, runtimeTitle(r.Runtime))
+	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %s, as %s computes them:\n",
+		strings.Join(r.Model, " "), strings.Join(r.Reference, " "), r.Seed, pipeline.Count(r.Steps, "step", "steps"), runtimeTitle(r.Runtime))
 	psnr := math.Inf(1)
 	if r.PSNR != nil {
 		psnr = *r.PSNR
