@@ -1,6 +1,7 @@
 package quantize
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,15 @@ type Budget struct {
 	// Threads measure tensors in parallel (0: every core); the answer does
 	// not depend on it.
 	Threads int
+	// Context stops the measurement when cancelled (nil: never); the error
+	// then wraps pipeline.ErrInterrupted and says how far it got.
+	Context context.Context
+	// Progress, when set, is called as the measurement goes (from several
+	// goroutines) with the bytes of the input measured and their total.
+	Progress func(done, total int64)
+	// Start, when set, is called once before the measurement with the
+	// number of tensors and the input bytes it reads.
+	Start func(tensors int, bytes int64)
 }
 
 // Error metrics of a Budget.

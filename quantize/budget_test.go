@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
@@ -443,5 +445,40 @@ func TestBudgetRelativeErrorIsDiffs(t *testing.T) {
 		if _, got := relErrors(path); !near(mp.RelError, got) {
 			t.Errorf("%s priced at relative error %.6f, diff of the file %.6f", mp.Name, mp.RelError, got)
 		}
+	}
+}
+
+// The measurement reports its progress up to the whole input, and a
+// cancelled context (Ctrl-C) stops it with an error that says so and how
+// far it got, before anything is written (issue 34, item 3).
+func TestBudgetProgressAndInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var last, total int64
+	var started int
+	b := &Budget{Bytes: 3_000_000, Threads: 2,
+		Start: func(n int, bytes int64) { started, total = n, bytes },
+		Progress: func(done, all int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			if all != total || done > all {
+				t.Errorf("progress %d of %d, announced %d", done, all, total)
+			}
+			last = max(last, done)
+		}}
+	run(t, Options{Input: tinyPath, Output: filepath.Join(dir, "a.gguf"), Budget: b}, pipeline.Options{Threads: 2})
+	if started == 0 || total == 0 || last != total {
+		t.Errorf("measured %d tensors, progress reached %d of %d bytes", started, last, total)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := filepath.Join(dir, "b.gguf")
+	o := Options{Input: tinyPath, Output: out, Budget: &Budget{Bytes: 3_000_000, Context: ctx}}
+	_, err := quantizeRun(context.Background(), &o, pipeline.Options{}, false)
+	if !errors.Is(err, pipeline.ErrInterrupted) || !strings.Contains(err.Error(), "while measuring the budget, after 0 of") {
+		t.Errorf("cancelled measurement: %v", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("an interrupted budget wrote the output")
 	}
 }

@@ -123,7 +123,9 @@ func runQuantize(c *cli.Context) error {
 	if quantize.IsLadder(opts.Type) {
 		return runLadder(c, opts)
 	}
+	finish := watchBudget(c, opts.Budget)
 	plan, res, err := quantize.Plan(opts)
+	finish(err)
 	if err != nil {
 		return err
 	}

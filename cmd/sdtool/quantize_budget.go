@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quantize"
@@ -63,6 +64,32 @@ func budgetOptions(c *cli.Context, opts *quantize.Options) error {
 	b.Threads = threads
 	opts.Budget = b
 	return nil
+}
+
+// watchBudget makes a budget's measurement, which reads the whole input
+// before anything is written, visible and interruptible: a line saying
+// what it measures, a progress bar on a terminal, and Ctrl-C stopping it
+// with what was done. The returned function ends the bar with the
+// planning's error (nil when it succeeded).
+func watchBudget(c *cli.Context, b *quantize.Budget) func(error) {
+	if b == nil {
+		return func(error) {}
+	}
+	ctx, stop := console.SignalContext()
+	bar := console.New("measuring", 0)
+	b.Context, b.Progress = ctx, bar.Update
+	b.Start = func(tensors int, bytes int64) {
+		fmt.Fprintf(c.App.ErrWriter, "budget: measuring %s (%s of the input) in each candidate type\n",
+			pipeline.Count(tensors, "tensor", "tensors"), pipeline.HumanBytes(bytes))
+	}
+	return func(err error) {
+		if err != nil {
+			bar.Abandon()
+		} else {
+			bar.Finish()
+		}
+		stop()
+	}
 }
 
 // writeRecipe writes the budget's choice where --write-rules and
