@@ -123,6 +123,11 @@ func runQuantize(c *cli.Context) error {
 	if quantize.IsLadder(opts.Type) {
 		return runLadder(c, opts)
 	}
+	// The recipe files are checked first (a budget measures for minutes)
+	// and written after the model (a dry run writes neither).
+	if err := writeRecipe(c, nil, true); err != nil {
+		return err
+	}
 	finish := watchBudget(c, opts.Budget)
 	plan, res, err := quantize.Plan(opts)
 	finish(err)
@@ -130,10 +135,12 @@ func runQuantize(c *cli.Context) error {
 		return err
 	}
 	defer plan.Close()
-	// The recipe files are checked first and written after the model (a
-	// dry run writes neither).
-	if err := writeRecipe(c, res, true); err != nil {
-		return err
+	if c.Bool("dry-run") {
+		for _, f := range []string{"write-rules", "write-type-file"} {
+			if p := c.String(f); p != "" {
+				fmt.Fprintf(c.App.ErrWriter, "%s not written (--dry-run; %s)\n", p, pipeline.Count(len(res.Recipe()), "tensor type", "tensor types"))
+			}
+		}
 	}
 	err = writePlan(c, plan, "quantize", func(r *pipeline.Result) any {
 		return quantizeResult{Result: r, Consumers: orEmpty(res.Consumers), Warnings: orEmpty(res.Warnings)}

@@ -67,10 +67,10 @@ func budgetOptions(c *cli.Context, opts *quantize.Options) error {
 }
 
 // watchBudget makes a budget's measurement, which reads the whole input
-// before anything is written, visible and interruptible: a line saying
-// what it measures, a progress bar on a terminal, and Ctrl-C stopping it
-// with what was done. The returned function ends the bar with the
-// planning's error (nil when it succeeded).
+// before anything is written, visible and interruptible: on a terminal a
+// line saying what it measures and a progress bar (elsewhere -v logs it),
+// and Ctrl-C stopping it with what was done. The returned function ends
+// the bar with the planning's error (nil when it succeeded).
 func watchBudget(c *cli.Context, b *quantize.Budget) func(error) {
 	if b == nil {
 		return func(error) {}
@@ -78,9 +78,11 @@ func watchBudget(c *cli.Context, b *quantize.Budget) func(error) {
 	ctx, stop := console.SignalContext()
 	bar := console.New("measuring", 0)
 	b.Context, b.Progress = ctx, bar.Update
-	b.Start = func(tensors int, bytes int64) {
-		fmt.Fprintf(c.App.ErrWriter, "budget: measuring %s (%s of the input) in each candidate type\n",
-			pipeline.Count(tensors, "tensor", "tensors"), pipeline.HumanBytes(bytes))
+	if bar.Enabled() {
+		b.Start = func(tensors int, bytes int64) {
+			fmt.Fprintf(c.App.ErrWriter, "budget: measuring %s (%s of the input) in each candidate type\n",
+				pipeline.Count(tensors, "tensor", "tensors"), pipeline.HumanBytes(bytes))
+		}
 	}
 	return func(err error) {
 		if err != nil {
@@ -94,10 +96,13 @@ func watchBudget(c *cli.Context, b *quantize.Budget) func(error) {
 
 // writeRecipe writes the budget's choice where --write-rules and
 // --write-type-file ask, through the one atomic publish (.partial, then a
-// rename). With check it only checks that the paths may be written, and
-// in a dry run says what it would write.
+// rename). With check it only checks that the paths may be written (res
+// may then be nil).
 func writeRecipe(c *cli.Context, res *quantize.Report, check bool) error {
-	rc := res.Recipe()
+	var rc quantize.Recipe
+	if !check {
+		rc = res.Recipe()
+	}
 	for _, out := range []struct {
 		flag  string
 		write func(w io.Writer) error
@@ -113,9 +118,6 @@ func writeRecipe(c *cli.Context, res *quantize.Report, check bool) error {
 		if check {
 			if err := pipeline.CheckOutput(path, po.Inputs, po.Force); err != nil {
 				return fmt.Errorf("--%s: %w", out.flag, err)
-			}
-			if c.Bool("dry-run") {
-				fmt.Fprintf(c.App.ErrWriter, "%s not written (--dry-run; %s)\n", path, pipeline.Count(len(rc), "tensor type", "tensor types"))
 			}
 			continue
 		}

@@ -22,10 +22,6 @@ func TestQuantizeBudgetCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "budget: 2.86 MiB (3000000 bytes); predicted file") || !strings.Contains(stdout, "budget (predicted relative error") {
 		t.Fatalf("budget dry run: exit %d, stderr %s, stdout tail %q", code, errOut, stdout[max(0, len(stdout)-600):])
 	}
-	// The measurement, which reads the whole input first, says so (issue 34, item 3).
-	if !strings.Contains(errOut, "budget: measuring 194 tensors (") {
-		t.Errorf("the measurement is not announced: %q", errOut)
-	}
 	// A dry run writes nothing, the recipe files included (issue 34, item 18).
 	for _, p := range []string{filepath.Join(dir, "b.gguf"), rules, types} {
 		if _, err := os.Stat(p); err == nil {
