@@ -11,6 +11,8 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/convrot"
+	"github.com/sdtool/sdtool/quant/mix"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -218,7 +220,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	var enc quant.Codec
 	typeSet := a.Type != ""
 	if typeSet {
-		t, err := pipeline.LookupSingleType(a.Type, "a LoRA bake (--base --lora) takes it directly")
+		t, err := mix.LookupSingleType(a.Type, convrot.Names(), "a LoRA bake (--base --lora) takes it directly")
 		if err != nil {
 			return nil, fmt.Errorf("--type: %w", err)
 		}
