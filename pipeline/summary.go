@@ -111,13 +111,15 @@ func (p *Plan) summary(rows bool) (Summary, error) {
 				Elements:      n,
 				Bytes:         size,
 				BitsPerWeight: bpw(size, n),
-				From:          o.From,
 				Source:        source(o),
 				Note:          o.Note,
 			}
 			if o.Source != nil {
 				row.SourceType = o.Source.Type.String()
 				row.SourceBytes = o.Source.Size
+			}
+			if o.From != row.SourceType {
+				row.From = o.From
 			}
 			s.Tensors = append(s.Tensors, row)
 		}
