@@ -6,6 +6,8 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quant/convrot"
+	"github.com/sdtool/sdtool/quant/mix"
 )
 
 // ParseRules parses sd.cpp's --tensor-type-rules (pipeline.ParseRules) with
@@ -22,7 +24,7 @@ func ParseTargetType(name string) (formats.DType, error) {
 	if l := strings.ToLower(name); strings.HasPrefix(l, "fp8") || strings.HasPrefix(l, "f8") {
 		return 0, fmt.Errorf("type %q: FP8 is not a GGUF type; use `sdtool quantize --type fp8_e4m3` to write ComfyUI FP8 safetensors", name)
 	}
-	t, err := formats.LookupType(name)
+	t, err := mix.LookupSingleType(name, convrot.Names(), "")
 	if err != nil {
 		return 0, err
 	}

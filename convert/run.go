@@ -43,8 +43,8 @@ type Options struct {
 	// Metadata are --metadata KEY=VALUE strings added to the output's metadata.
 	Metadata []string
 	// Tokenizers are --tokenizer paths whose tokenizers are embedded in the
-	// output's metadata, where generate reads them (CLIP: GGUF or
-	// safetensors; SentencePiece: GGUF only).
+	// output's metadata, where generate reads them (CLIP and SentencePiece,
+	// GGUF or safetensors).
 	Tokenizers []string
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
@@ -249,13 +249,12 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		}
 	}
 	if len(foreign) > 0 {
-		log.Warn("imatrix entries name no tensor of the model", "count", len(foreign), "first", foreign[0])
-		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d %s no tensor of the model (first %q): is it for another model?",
-			len(foreign), map[bool]string{true: "entry names", false: "entries name"}[len(foreign) == 1], foreign[0]))
+		plan.Notes = append(plan.Notes, fmt.Sprintf("warning: imatrix: %s no tensor of the model (%s): is it for another model?",
+			pipeline.Count(len(foreign), "entry names", "entries name"), pipeline.Examples(foreign)))
 	}
 	if len(kept) > 0 {
-		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d %s for tensors that stay unquantized (first %q)",
-			len(kept), map[bool]string{true: "entry is", false: "entries are"}[len(kept) == 1], kept[0]))
+		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %s for tensors that stay unquantized: %s",
+			pipeline.Count(len(kept), "entry is", "entries are"), pipeline.Examples(kept)))
 	}
 	if used := len(pol.Imatrix) - len(unused); len(pol.Imatrix) > 0 {
 		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d of %d entries weight the quantization", used, len(pol.Imatrix)))
@@ -299,8 +298,7 @@ func carryMetadata(plan *pipeline.Plan, format string, from []string, mds []form
 		plan.Notes = append(plan.Notes, fmt.Sprintf("metadata: %s carried from the input (--no-metadata writes sd-cli's exact bytes)", pipeline.Count(n, "key", "keys")))
 	}
 	for _, d := range dropped {
-		log.Warn("metadata not carried", "key", d.Key, "why", d.Reason)
-		plan.Notes = append(plan.Notes, fmt.Sprintf("metadata %s not carried: %s", d.Key, d.Reason))
+		plan.Notes = append(plan.Notes, fmt.Sprintf("warning: metadata %s not carried: %s", d.Key, d.Reason))
 	}
 }
 

@@ -49,8 +49,9 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // loadTokenizer reads the tokenizer at path (a CLIP tokenizer.json,
 // vocab.json with merges.txt or a merges file, a SentencePiece model or a
 // unigram tokenizer.json, or a folder holding one) for an output in
-// format: CLIP's fits GGUF and safetensors (one string), a unigram
-// vocabulary only GGUF (arrays). infer/text, below convert on the package
+// format: CLIP's is one string, a unigram vocabulary GGUF arrays (stored
+// in safetensors as their typed text, which the safetensors reader turns
+// back into arrays). infer/text, below convert on the package
 // map, does the reading and the encoding, so that what convert embeds is
 // exactly what generate reads.
 func loadTokenizer(path, format string) (embedded, error) {
@@ -67,10 +68,15 @@ func loadTokenizer(path, format string) (embedded, error) {
 	}
 	uni, uniErr := text.LoadUnigram(path)
 	if uniErr == nil {
+		meta := uni.GGUFMetadata()
 		if format == "safetensors" {
-			return embedded{}, fmt.Errorf("--tokenizer %s: a SentencePiece vocabulary is stored as GGUF arrays, which safetensors' string metadata cannot hold: write a .gguf", path)
+			// Arrays as their typed text, numbers and flags as decimal text: the readers take both.
+			var dropped []pipeline.DroppedKey
+			if meta, dropped = pipeline.CarryMetadata(meta, format); len(dropped) > 0 {
+				return embedded{}, fmt.Errorf("--tokenizer %s: metadata %s: %s", path, dropped[0].Key, dropped[0].Reason)
+			}
 		}
-		return embedded{Meta: uni.GGUFMetadata(), What: fmt.Sprintf("SentencePiece unigram tokenizer (%d pieces) under tokenizer.ggml.*", uni.VocabSize()),
+		return embedded{Meta: meta, What: fmt.Sprintf("SentencePiece unigram tokenizer (%d pieces) under tokenizer.ggml.*", uni.VocabSize()),
 			Replaces: []string{"tokenizer.ggml.", "sdtool.tokenizer.unigram."}}, nil
 	}
 	return embedded{}, fmt.Errorf("--tokenizer %s: not a CLIP tokenizer (%v) nor a SentencePiece one (%v)", path, clipErr, uniErr)

@@ -22,35 +22,87 @@ func LookupType(name string) (DType, error) {
 func TypeNames() []string { return slices.Clone(sortedNames) }
 
 // UnknownType is the error for a type name that is none of valid (the
-// names a command accepts): one wording everywhere, with the nearest valid
-// name suggested when one is close ("q4k" -> q4_K, "int8convrot" ->
-// int8_convrot).
+// names a command accepts): one wording everywhere, with the valid names
+// Suggest finds ("q4k" -> q4_K, "q4km" -> Q4_K_M, "fp8" -> fp8_e4m3 or
+// fp8_e5m2, "int8convrot" -> int8_convrot).
 func UnknownType(name string, valid []string) error {
 	if name == "" {
 		return fmt.Errorf("no type given")
 	}
-	if s := nearest(name, valid); s != "" {
-		return fmt.Errorf("unknown type %q (did you mean %s?)", name, s)
+	if s := Suggest(name, valid); len(s) > 0 {
+		return fmt.Errorf("unknown type %q (did you mean %s?)", name, strings.Join(s, " or "))
 	}
 	return fmt.Errorf("unknown type %q", name)
 }
 
+// maxSuggestions bounds the names Suggest returns.
+const maxSuggestions = 3
+
+// Suggest returns the names of valid that name was probably meant to be,
+// comparing them without case, underscores or dashes: the ones equal to it
+// so ("q4km" is Q4_K_M), else the ones it begins (a prefix of two or more
+// characters: "fp8" begins fp8_e4m3 and fp8_e5m2), else the nearest one by
+// edit distance when it is close enough to be a typo; at most three, in
+// the order of valid, none when nothing is close.
+func Suggest(name string, valid []string) []string {
+	k := nameKey(name)
+	var equal, prefix []string
+	// Names that differ only in case (q4_K, and quantize's alias Q4_K) are one suggestion.
+	has := func(s []string, v string) bool {
+		return slices.ContainsFunc(s, func(x string) bool { return strings.EqualFold(x, v) })
+	}
+	for _, v := range valid {
+		switch kv := nameKey(v); {
+		case kv == k && !has(equal, v):
+			equal = append(equal, v)
+		case len(k) >= 2 && strings.HasPrefix(kv, k) && !has(prefix, v):
+			prefix = append(prefix, v)
+		}
+	}
+	for _, s := range [][]string{equal, prefix} {
+		if len(s) > 0 {
+			return s[:min(len(s), maxSuggestions)]
+		}
+	}
+	if n := nearest(name, valid); n != "" {
+		return []string{n}
+	}
+	return nil
+}
+
+// nameKey is a name as Suggest compares it: lower case, no '_' or '-'.
+func nameKey(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '_' || r == '-' {
+			return -1
+		}
+		return r
+	}, strings.ToLower(s))
+}
+
 // nearest returns the name of valid closest to name by edit distance
-// (ignoring case), or "" when none is close enough to be a typo. A name
+// (compared as nameKey, ties broken as written), or "" when none is close
+// enough to be a typo. A name
 // that is not within the limit in length alone is never compared: the
 // work per call is bounded by the valid names, not by the input, however
 // long a mistyped (or hostile) argument is.
 func nearest(name string, valid []string) string {
 	limit := max(2, len(name)/3)
-	low := strings.ToLower(name)
-	best, bestD := "", limit+1
+	low, raw := nameKey(name), strings.ToLower(name)
+	best, bestD, bestRaw := "", limit+1, 0
 	for _, v := range valid {
-		lv := strings.ToLower(v)
+		lv := nameKey(v)
 		if d := len(low) - len(lv); d > limit || -d > limit {
 			continue // the distance is at least the difference in length
 		}
-		if d := editDistance(low, lv, bestD-1); d < bestD {
-			best, bestD = v, d
+		d := editDistance(low, lv, bestD)
+		if d > limit || d > bestD {
+			continue
+		}
+		// Ties go to the name nearer as written ("Q4_K_X": Q4_K_S, not q4_K).
+		r := editDistance(raw, strings.ToLower(v), len(raw)+len(v))
+		if d < bestD || r < bestRaw {
+			best, bestD, bestRaw = v, d, r
 		}
 	}
 	return best

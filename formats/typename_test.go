@@ -25,6 +25,23 @@ func TestLookupType(t *testing.T) {
 	}
 }
 
+// Suggest knows names written without underscores, in another case, or
+// begun: the issue's q4km, Q4KM and fp8 got q4_0 and f16 (issue 34, item 11).
+func TestSuggest(t *testing.T) {
+	valid := append(TypeNames(), "Q4_K_S", "Q4_K_M", "Q8_0", "int8_convrot", "int8", "fp8_e4m3", "fp8_e5m2")
+	for in, want := range map[string]string{
+		"q4km": "Q4_K_M", "Q4KM": "Q4_K_M", "q4-k-s": "Q4_K_S", "fp8": "fp8_e4m3 fp8_e5m2", "FP8E4M3": "fp8_e4m3",
+		"int8convrot": "int8_convrot", "q4k": "q4_K", "Q4_K_X": "Q4_K_S", "banana": "",
+	} {
+		if got := strings.Join(Suggest(in, valid), " "); got != want {
+			t.Errorf("Suggest(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := Suggest("q4", valid); len(got) != maxSuggestions || got[0] != "q4_0" {
+		t.Errorf("Suggest(q4) = %q, want the first %d names it begins", got, maxSuggestions)
+	}
+}
+
 func TestFormatShape(t *testing.T) {
 	for _, c := range []struct {
 		in   []int64
@@ -88,10 +105,11 @@ func naiveNearest(name string, valid []string) string {
 		}
 		return prev[len(b)]
 	}
-	best, bestD := "", -1
+	best, bestD, bestRaw := "", -1, 0
 	for _, v := range valid {
-		if d := full(strings.ToLower(name), strings.ToLower(v)); bestD < 0 || d < bestD {
-			best, bestD = v, d
+		d, r := full(nameKey(name), nameKey(v)), full(strings.ToLower(name), strings.ToLower(v))
+		if bestD < 0 || d < bestD || d == bestD && r < bestRaw {
+			best, bestD, bestRaw = v, d, r
 		}
 	}
 	if bestD < 0 || bestD > max(2, len(name)/3) {

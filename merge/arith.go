@@ -11,6 +11,8 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/convrot"
+	"github.com/sdtool/sdtool/quant/mix"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -218,7 +220,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	var enc quant.Codec
 	typeSet := a.Type != ""
 	if typeSet {
-		t, err := formats.LookupType(a.Type)
+		t, err := mix.LookupSingleType(a.Type, convrot.Names(), "a LoRA bake (--base --lora) takes it directly")
 		if err != nil {
 			return nil, fmt.Errorf("--type: %w", err)
 		}
@@ -267,7 +269,8 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	}
 
 	var errs errList
-	var missing []string
+	var missing, only []string // A's tensors the others lack; the others' that A lacks
+	merged, unmerged := 0, 0   // tensors combined; A's copied because another input lacks them
 	others := []*tensor.View{db}
 	otherPaths := []string{a.B}
 	if dc != nil {
@@ -325,6 +328,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 			how := "copy from A"
 			if why != "" {
 				how += " (" + why + ")"
+				unmerged++
 			}
 			var prod pipeline.Producer
 			if sa.Module == nil && outT == sa.Tensor.Type {
@@ -355,21 +359,37 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 			how += fmt.Sprintf(" p=%g seed=%d", dropP, a.Seed)
 		}
 		add(p, name, outT, sa.Shape(), how, c, sa)
+		merged++
 	}
 	// Tensors that only B or C has.
 	for i, om := range others {
 		for _, so := range om.Sources {
 			if _, ok := da.Lookup(so.Name); !ok && !a.AllowMissing {
-				missing = append(missing, fmt.Sprintf("%q (only in %s)", so.Name, otherPaths[i]))
+				only = append(only, fmt.Sprintf("%q (only in %s)", so.Name, otherPaths[i]))
 			}
 		}
 	}
 	if len(missing) > 0 {
-		errs.add(fmt.Errorf("%d tensors are missing from an input or differ in shape (--allow-missing copies A's): %s",
-			len(missing), listSome(missing)))
+		errs.add(fmt.Errorf("%s of %s %s missing from %s or %s another shape there (--allow-missing copies A's): %s",
+			pipeline.Count(len(missing), "tensor", "tensors"), a.A, plural(len(missing), "is", "are"), strings.Join(otherPaths, " or "),
+			plural(len(missing), "has", "have"), listSome(missing)))
+	}
+	if len(only) > 0 {
+		errs.add(fmt.Errorf("%s of %s %s not in %s (--allow-missing leaves them out): %s",
+			pipeline.Count(len(only), "tensor", "tensors"), strings.Join(otherPaths, " and "), plural(len(only), "is", "are"), a.A, listSome(only)))
 	}
 	if err := errs.err(); err != nil {
 		return nil, err
+	}
+	if merged == 0 {
+		// Writing A again under another name is never what a merge was asked for.
+		return nil, fmt.Errorf("%s: no tensor of %s is in %s with the same shape and a float type: nothing to merge",
+			out, a.A, strings.Join(otherPaths, " and "))
+	}
+	p.Notes = append(p.Notes, fmt.Sprintf("merged: %s of %d by %s", pipeline.Count(merged, "tensor", "tensors"), len(da.Sources), m))
+	if unmerged > 0 {
+		p.Notes = append(p.Notes, fmt.Sprintf("warning: %s of %s copied unmerged: %s lacks them or has another shape (--allow-missing)",
+			pipeline.Count(unmerged, "tensor", "tensors"), a.A, strings.Join(otherPaths, " or ")))
 	}
 	names := make([]string, len(da.Sources))
 	for i, s := range da.Sources {
@@ -411,4 +431,12 @@ func arithmeticMetadata(format formats.Creator, fa formats.Model, a *Arithmetic,
 		meta = append(meta, kv)
 	}
 	return append(meta, formats.KV{Key: "sdtool.merge", Type: formats.TypeString, Value: desc})
+}
+
+// plural returns one for n == 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

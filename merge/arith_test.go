@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
@@ -357,8 +358,19 @@ func TestMissingAndShapeMismatch(t *testing.T) {
 	pb := write(t, filepath.Join(dir, "b.safetensors"), nil, tF32("w", []int64{64}, ramp(64, 2)), tF32("only_b", []int64{1}, []float32{1}), tF32("s", []int64{4}, []float32{1, 2, 3, 4}))
 	out := filepath.Join(dir, "o.safetensors")
 	_, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb}, out)
-	wantErr(t, err, "3 tensors are missing", `"only_a" (missing from `+pb, `"s" (shape [2 2] in `+pa+", [4] in "+pb, `"only_b" (only in `+pb, "--allow-missing")
+	// A's two and B's one are counted apart (they were summed as "3 tensors are missing").
+	wantErr(t, err, "2 tensors of "+pa+" are missing from "+pb+" or have another shape there", `"only_a" (missing from `+pb, `"s" (shape [2 2] in `+pa+", [4] in "+pb,
+		"1 tensor of "+pb+" is not in "+pa, `"only_b" (only in `+pb, "--allow-missing")
 	noOutput(t, out)
+	p, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, AllowMissing: true}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.Join(p.Notes, "\n")
+	p.Close()
+	if !strings.Contains(notes, "merged: 1 tensor of 3 by weighted_sum") || !strings.Contains(notes, "warning: 2 tensors of "+pa+" copied unmerged") {
+		t.Errorf("notes do not count the merged and the copied tensors: %q", notes)
+	}
 	got := merged(t, &Arithmetic{Method: WeightedSum, A: pa, B: pb, AllowMissing: true}, out, 1, 0)
 	if !bytes.Equal(got["only_a"].data, f32(5, 6)) || !bytes.Equal(got["s"].data, f32(1, 2, 3, 4)) || len(got["s"].shape) != 2 {
 		t.Error("--allow-missing does not copy A's tensor")
@@ -367,6 +379,18 @@ func TestMissingAndShapeMismatch(t *testing.T) {
 		t.Error("a tensor only B has reached the output")
 	}
 	closeTo(t, "w", floats(got["w"].data), oracleWeighted(va, ramp(64, 2), 0.5), 1e-6)
+}
+
+// A merge in which B shares no tensor with A would write A again: it is
+// refused, --allow-missing or not (issue 34, item 5).
+func TestNothingToMerge(t *testing.T) {
+	dir := t.TempDir()
+	pa := write(t, filepath.Join(dir, "a.safetensors"), nil, tF32("w", []int64{4}, ramp(4, 1)))
+	pb := write(t, filepath.Join(dir, "b.safetensors"), nil, tF32("x", []int64{4}, ramp(4, 2)))
+	out := filepath.Join(dir, "o.safetensors")
+	_, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, AllowMissing: true}, out)
+	wantErr(t, err, "no tensor of "+pa+" is in "+pb, "nothing to merge")
+	noOutput(t, out)
 }
 
 // Output types follow A unless --type; block types apply where rows fit.

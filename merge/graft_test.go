@@ -103,7 +103,7 @@ func TestRecipeDryRunListsSources(t *testing.T) {
 	s := b.String()
 	for _, want := range []string{
 		"queryformer.layers.0.weight", filepath.Join(dir, "qf.safetensors") + ":layers.0.weight",
-		"SOURCE", out + ": 7 tensors",
+		"SOURCE", out + ": file ", "bytes); 7 tensors",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, s)

@@ -8,6 +8,7 @@ import (
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/formats/safetensors"
 )
 
 // DroppedKey is an input metadata entry that CarryMetadata left out, and why.
@@ -41,8 +42,10 @@ func describesData(key string) bool {
 // quantization version, imatrix provenance, ComfyUI-GGUF shapes, split and
 // comfy_quant bookkeeping), which the command writes afresh. A safetensors
 // output holds strings only: GGUF numbers and booleans become their decimal
-// text (what infer's metadata readers accept), and arrays, which have no
-// string form, are dropped. The order of in is kept; dropped entries are
+// text (what infer's metadata readers accept), and arrays their
+// safetensors.ArrayText, which the safetensors reader turns back into the
+// array (so an embedded T5 or LLM tokenizer survives); nested arrays are
+// dropped. The order of in is kept; dropped entries are
 // returned with the reason.
 func CarryMetadata(in formats.Metadata, to string) (formats.Metadata, []DroppedKey) {
 	var out formats.Metadata
@@ -56,8 +59,16 @@ func CarryMetadata(in formats.Metadata, to string) (formats.Metadata, []DroppedK
 			continue
 		}
 		s, ok := metadataString(kv)
+		if a, isArr := kv.Value.(formats.Array); isArr {
+			var err error
+			if s, err = safetensors.ArrayText(a); err != nil {
+				dropped = append(dropped, DroppedKey{kv.Key, fmt.Sprintf("an array value that safetensors' string metadata cannot hold: %v (write a .gguf to keep it)", err)})
+				continue
+			}
+			ok = true
+		}
 		if !ok {
-			dropped = append(dropped, DroppedKey{kv.Key, fmt.Sprintf("a %s value has no place in safetensors' string metadata (write a .gguf to keep it)", kv.Type)})
+			dropped = append(dropped, DroppedKey{kv.Key, fmt.Sprintf("a value of type %s has no place in safetensors' string metadata (write a .gguf to keep it)", kv.Type)})
 			continue
 		}
 		out = append(out, formats.KV{Key: kv.Key, Type: formats.TypeString, Value: s})

@@ -22,19 +22,25 @@ func HumanBytes(n int64) string {
 	return fmt.Sprintf("%.2f %ciB", f, "KMGTPE"[i])
 }
 
+// SizeUnits says, for --help, how ParseBytes reads a size.
+const SizeUnits = "KiB, MiB, GiB, TiB are binary (1 GiB = 2^30 bytes), KB, MB, GB, TB decimal (1 GB = 10^9 bytes)"
+
 // byteUnits are the size suffixes ParseBytes takes, lower-cased: binary
-// (KiB, K) and decimal (KB) units.
+// (KiB) and decimal (KB) units, as IEC 80000-13 names them. A bare K, M, G
+// or T is refused: people mean either, and a budget off by 7% is a file
+// that does not fit.
 var byteUnits = map[string]float64{
 	"": 1, "b": 1,
-	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
-	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
-	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
-	"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
+	"kib": 1 << 10, "kb": 1e3,
+	"mib": 1 << 20, "mb": 1e6,
+	"gib": 1 << 30, "gb": 1e9,
+	"tib": 1 << 40, "tb": 1e12,
 }
 
 // ParseBytes reads a size as people write it: "1073741824", "512MiB",
-// "2GiB", "1.5 GiB", "2G" (binary) or "2GB" (decimal), the inverse of
-// HumanBytes. It refuses negative, fractional-byte and overflowing sizes.
+// "2GiB", "1.5 GiB" (binary) or "2GB" (decimal), the inverse of
+// HumanBytes (SizeUnits). It refuses a bare "2G", which could mean either,
+// and negative, fractional-byte and overflowing sizes.
 func ParseBytes(s string) (int64, error) {
 	t := strings.TrimSpace(s)
 	i := strings.IndexFunc(t, func(r rune) bool { return !(r >= '0' && r <= '9' || r == '.') })
@@ -43,6 +49,11 @@ func ParseBytes(s string) (int64, error) {
 	}
 	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
 	mult, ok := byteUnits[unit]
+	if len(unit) == 1 && strings.Contains("kmgt", unit) && num != "" {
+		u := strings.ToUpper(unit)
+		return 0, fmt.Errorf("size %q: write %s%siB (binary, 2^%d bytes per unit) or %s%sB (decimal, 10^%d)",
+			s, num, u, 10*(1+strings.Index("kmgt", unit)), num, u, 3*(1+strings.Index("kmgt", unit)))
+	}
 	if !ok || num == "" {
 		return 0, fmt.Errorf("size %q: want a number of bytes with an optional unit, such as 512MiB or 2GiB", s)
 	}
@@ -67,4 +78,19 @@ func Count(n int, one, many string) string {
 		return "1 " + one
 	}
 	return strconv.Itoa(n) + " " + many
+}
+
+// Examples names the first of names and counts the others, the one way
+// sdtool points at a list it does not print: `"a"`, `"a" and "b"`, `"a"
+// and 3 more`.
+func Examples(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return strconv.Quote(names[0])
+	case 2:
+		return strconv.Quote(names[0]) + " and " + strconv.Quote(names[1])
+	}
+	return fmt.Sprintf("%q and %d more", names[0], len(names)-1)
 }

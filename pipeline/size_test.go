@@ -20,7 +20,7 @@ func TestHumanBytes(t *testing.T) {
 func TestParseBytes(t *testing.T) {
 	for in, want := range map[string]int64{
 		"1073741824": 1 << 30, "2GiB": 2 << 30, "2 GiB": 2 << 30, "512MiB": 512 << 20, "1.5GiB": 3 << 29,
-		"2G": 2 << 30, "2gb": 2e9, "64k": 64 << 10, "100B": 100, "0": 0,
+		"2gb": 2e9, "64KiB": 64 << 10, "3MB": 3_000_000, "3 mib": 3 << 20, "100B": 100, "0": 0,
 	} {
 		if got, err := ParseBytes(in); err != nil || got != want {
 			t.Errorf("ParseBytes(%q) = %d, %v; want %d", in, got, err, want)
@@ -31,10 +31,25 @@ func TestParseBytes(t *testing.T) {
 			t.Errorf("ParseBytes(%q) accepted", in)
 		}
 	}
+	// A bare unit letter could be binary or decimal: refused, with both spellings.
+	if _, err := ParseBytes("3G"); err == nil || !strings.Contains(err.Error(), "3GiB (binary") || !strings.Contains(err.Error(), "3GB (decimal") {
+		t.Errorf("ParseBytes(3G): %v", err)
+	}
 	// HumanBytes reads back.
 	for _, n := range []int64{0, 512, 1 << 20, 3 << 29} {
 		if got, err := ParseBytes(strings.ReplaceAll(HumanBytes(n), " ", "")); err != nil || got != n {
 			t.Errorf("ParseBytes(HumanBytes(%d)) = %d, %v", n, got, err)
+		}
+	}
+}
+
+func TestExamples(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{{nil, ""}, {[]string{"a"}, `"a"`}, {[]string{"a", "b"}, `"a" and "b"`}, {[]string{"first_stage_model.x", "b", "c"}, `"first_stage_model.x" and 2 more`}} {
+		if got := Examples(c.in); got != c.want {
+			t.Errorf("Examples(%q) = %s, want %s", c.in, got, c.want)
 		}
 	}
 }

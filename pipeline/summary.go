@@ -28,6 +28,13 @@ type TensorSummary struct {
 	Bytes int64 `json:"bytes"`
 	// BitsPerWeight is 8*Bytes/Elements (0 for empty tensors).
 	BitsPerWeight float64 `json:"bits_per_weight"`
+	// From names the source's type where SourceType does not say it
+	// ("int8_convrot" for a ComfyUI module); "" otherwise.
+	From string `json:"from,omitempty"`
+	// Source is the input "FILE:TENSOR" the output comes from, "" when none.
+	Source string `json:"source,omitempty"`
+	// Note says why the output has its type or how it is made.
+	Note string `json:"note,omitempty"`
 }
 
 // TypeSummary totals the tensors of one output type.
@@ -104,10 +111,15 @@ func (p *Plan) summary(rows bool) (Summary, error) {
 				Elements:      n,
 				Bytes:         size,
 				BitsPerWeight: bpw(size, n),
+				Source:        source(o),
+				Note:          o.Note,
 			}
 			if o.Source != nil {
 				row.SourceType = o.Source.Type.String()
 				row.SourceBytes = o.Source.Size
+			}
+			if o.From != row.SourceType {
+				row.From = o.From
 			}
 			s.Tensors = append(s.Tensors, row)
 		}
@@ -213,9 +225,10 @@ func (p *Plan) WriteTable(w io.Writer) error {
 	return p.writeSummary(w, &s)
 }
 
-// WriteSummary prints what a run writes (or a dry run would): "PATH: N
-// tensors, P parameters: IN -> OUT (B bits per weight)", the tensors and
-// bytes per output type, then the plan's Notes.
+// WriteSummary prints what a run writes (or a dry run would): "PATH: file
+// SIZE (N bytes); T tensors, P parameters: tensor data IN -> OUT (B bits
+// per weight)", the tensors and bytes per output type, then the plan's
+// Notes.
 func (p *Plan) WriteSummary(w io.Writer) error {
 	s, err := p.summary(false)
 	if err != nil {
@@ -227,8 +240,14 @@ func (p *Plan) WriteSummary(w io.Writer) error {
 func (p *Plan) writeSummary(w io.Writer, s *Summary) error {
 	in, out, params := s.SourceBytes, s.Bytes, s.params
 	b := bpw(out, params)
-	fmt.Fprintf(w, "%s: %s, %s: %s -> %s (%.2f bits per weight)\n",
-		p.Path, Count(s.count, "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
+	// The file's size first, as the budget and the ladder say it; then the
+	// tensor data, which bits per weight count.
+	file := ""
+	if size, err := p.FileSize(); err == nil {
+		file = fmt.Sprintf(" file %s (%d bytes);", HumanBytes(size), size)
+	}
+	fmt.Fprintf(w, "%s:%s %s, %s: tensor data %s -> %s (%.2f bits per weight)\n",
+		p.Path, file, Count(s.count, "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
 	for _, t := range s.ByType {
 		fmt.Fprintf(w, "  %-8s %13s  %s\n", t.Type, Count(t.Tensors, "tensor", "tensors"), HumanBytes(t.Bytes))
 	}

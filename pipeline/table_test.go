@@ -40,7 +40,7 @@ func TestWriteTable(t *testing.T) {
 		"w f16 q8_0 [4, 64] 512 272 mix: q8_0",
 		"b i8x f32 [4] (was [4, 1]) 16 16 stored 1-D",
 		"marker u8 [3] 0 3",
-		"out.gguf: 3 tensors, 260 parameters: 528 B -> 291 B (8.95 bits per weight)",
+		"out.gguf: 3 tensors, 260 parameters: tensor data 528 B -> 291 B (8.95 bits per weight)",
 		"q8_0 1 tensor 272 B", "u8 1 tensor 3 B", "sdcpp: can load it",
 	} {
 		if !strings.Contains(text, want) {

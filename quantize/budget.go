@@ -1,6 +1,7 @@
 package quantize
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,15 @@ type Budget struct {
 	// Threads measure tensors in parallel (0: every core); the answer does
 	// not depend on it.
 	Threads int
+	// Context stops the measurement when cancelled (nil: never); the error
+	// then wraps pipeline.ErrInterrupted and says how far it got.
+	Context context.Context
+	// Progress, when set, is called as the measurement goes (from several
+	// goroutines) with the bytes of the input measured and their total.
+	Progress func(done, total int64)
+	// Start, when set, is called once before the measurement with the
+	// number of tensors and the input bytes it reads.
+	Start func(tensors int, bytes int64)
 }
 
 // Error metrics of a Budget.
@@ -67,10 +77,13 @@ type BudgetReport struct {
 	// FileBytes is the predicted output size, header included; DataBytes
 	// the tensor data without padding (what bits per weight count).
 	FileBytes, DataBytes int64
-	// Error is the predicted total error (in Metric's units) of the
-	// allocated tensors; RelRMSE is sqrt(Σ squared error / Σ squared
-	// weights) over them.
-	Error, RelRMSE float64
+	// Error is the predicted value of what the allocation minimised (in
+	// Metric's units: the sum over the allocated tensors of their squared
+	// relative errors, or of their squared errors). RelError is the
+	// relative error ‖a−b‖/‖a‖ of the allocated tensors taken as one
+	// vector, as sdtool diff defines it (importance-weighted by column with
+	// an imatrix): the figure to compare with diff and with the Mixes.
+	Error, RelError float64
 	// Optimal reports that no assignment of at most the chosen bytes has
 	// less predicted error (the greedy stopped at a breakpoint).
 	Optimal bool
@@ -88,7 +101,8 @@ type BudgetReport struct {
 type MixPrice struct {
 	Name      string
 	FileBytes int64
-	Error     float64
+	// Error and RelError are BudgetReport's, for this mix's types.
+	Error, RelError float64
 }
 
 // comparedMixes are the mixes a budget prices beside its own choice.
@@ -110,6 +124,7 @@ func (b *builder) priceMixes(inputs []mix.Input, elig []budgetTensor, meas []mea
 		}
 		p := MixPrice{Name: name, FileBytes: fileFixed}
 		ok := true
+		var sse, energy float64
 		for i, e := range elig {
 			if e.pinned {
 				continue
@@ -119,10 +134,15 @@ func (b *builder) priceMixes(inputs []mix.Input, elig []budgetTensor, meas []mea
 				if c.Type == choices[e.index].Type {
 					p.FileBytes += align32(c.Bytes)
 					p.Error += c.Err
+					sse += c.SSE
 					found = true
 				}
 			}
+			energy += meas[i].energy
 			ok = ok && found
+		}
+		if energy > 0 {
+			p.RelError = math.Sqrt(sse / energy)
 		}
 		if ok {
 			out = append(out, p)
@@ -345,11 +365,13 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 	rep.Optimal = a.Breakpoint
 	rep.Mixes = b.priceMixes(inputs, elig, meas, fileFixed)
 	chosen := map[string]formats.DType{}
-	chosenErr := map[string]float64{}
+	chosenErr := map[string]float64{} // ‖a−b‖/‖a‖ of each allocated tensor
 	for k, i := range alloc {
 		c := meas[i].cands[a.Choice[k]]
 		chosen[elig[i].name] = c.Type
-		chosenErr[elig[i].name] = c.Err
+		if meas[i].energy > 0 {
+			chosenErr[elig[i].name] = math.Sqrt(c.SSE / meas[i].energy)
+		}
 	}
 	var sse, energy float64
 	for i, e := range elig {
@@ -375,7 +397,7 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 		rep.Tensors = append(rep.Tensors, bt)
 	}
 	if energy > 0 {
-		rep.RelRMSE = math.Sqrt(sse / energy)
+		rep.RelError = math.Sqrt(sse / energy)
 	}
 	if err := b.planGGUF(f, withTypes(user, chosen)); err != nil {
 		return err
@@ -383,7 +405,7 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 	for i := range b.plan.Outputs {
 		o := &b.plan.Outputs[i]
 		if _, ok := chosen[o.Name]; ok {
-			o.Note = fmt.Sprintf("budget (predicted %s error %.3g)", metric, chosenErr[o.Name]) + strings.TrimPrefix(o.Note, "user rule")
+			o.Note = fmt.Sprintf("budget (predicted relative error %.3g)", chosenErr[o.Name]) + strings.TrimPrefix(o.Note, "user rule")
 		}
 	}
 	b.res.Budget = rep
@@ -482,7 +504,7 @@ func budgetNotes(r *BudgetReport) []string {
 	if r == nil {
 		return nil
 	}
-	limit := pipeline.HumanBytes(r.Limit)
+	limit := fmt.Sprintf("%s (%d bytes)", pipeline.HumanBytes(r.Limit), r.Limit)
 	if r.Limit == 0 {
 		limit = fmt.Sprintf("%g bits per weight", r.BPW)
 	}
@@ -492,18 +514,22 @@ func budgetNotes(r *BudgetReport) []string {
 			pinned++
 		}
 	}
+	objective := "the sum of their squared relative errors"
+	if r.Metric == MetricAbsolute {
+		objective = "the sum of their squared errors"
+	}
 	out := []string{
-		fmt.Sprintf("budget: %s; predicted file %s (%d bytes), %s error %.4g over %d allocated tensors (relative RMSE %.4f)",
-			limit, pipeline.HumanBytes(r.FileBytes), r.FileBytes, r.Metric, r.Error, len(r.Tensors)-pinned, r.RelRMSE),
+		fmt.Sprintf("budget: %s; predicted file %s (%d bytes); relative error %.6f over the %s (‖a−b‖/‖a‖ as sdtool diff measures it); the choice minimised %s, %.4g",
+			limit, pipeline.HumanBytes(r.FileBytes), r.FileBytes, r.RelError, pipeline.Count(len(r.Tensors)-pinned, "allocated tensor", "allocated tensors"), objective, r.Error),
 	}
 	if pinned > 0 {
-		out = append(out, fmt.Sprintf("budget: %d tensors pinned by --tensor-type rules", pinned))
+		out = append(out, fmt.Sprintf("budget: %s pinned by --tensor-type rules", pipeline.Count(pinned, "tensor", "tensors")))
 	}
 	if r.Optimal {
 		out = append(out, "budget: no choice of at most these bytes has less predicted error")
 	}
 	for _, m := range r.Mixes {
-		out = append(out, fmt.Sprintf("budget: %-6s for comparison: file %s (%d bytes), %s error %.4g", m.Name, pipeline.HumanBytes(m.FileBytes), m.FileBytes, r.Metric, m.Error))
+		out = append(out, fmt.Sprintf("budget: %-6s for comparison: file %s (%d bytes), relative error %.6f", m.Name, pipeline.HumanBytes(m.FileBytes), m.FileBytes, m.RelError))
 	}
 	return out
 }

@@ -1,12 +1,14 @@
 package quantize
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
 )
@@ -45,6 +47,11 @@ type measureTask struct {
 // are kept per chunk and added in order, so the result does not depend on
 // the thread count.
 func (b *builder) measure(elig []budgetTensor, cands []formats.DType, threads int) ([]measured, error) {
+	bo := b.opts.Budget
+	ctx := bo.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	tasks := make([]measureTask, len(elig))
 	type job struct{ task, chunk int }
 	var jobs []job
@@ -86,9 +93,17 @@ func (b *builder) measure(elig []budgetTensor, cands []formats.DType, threads in
 	}
 	// One slot per chunk: len(types) squared errors and the energy.
 	partial := make([][]float64, len(tasks))
+	left := make([]atomic.Int64, len(tasks)) // chunks not yet measured, per tensor
+	var total int64
 	for i, t := range tasks {
 		partial[i] = make([]float64, int(t.chunks)*(len(t.types)+1))
+		left[i].Store(t.chunks)
+		total += t.src.Tensor.Size
 	}
+	if bo.Start != nil {
+		bo.Start(len(tasks), total)
+	}
+	var doneBytes, doneTensors atomic.Int64
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
@@ -105,6 +120,12 @@ func (b *builder) measure(elig []budgetTensor, cands []formats.DType, threads in
 				if j >= len(jobs) || errs[w] != nil {
 					return
 				}
+				if ctx.Err() != nil {
+					errs[w] = fmt.Errorf("%s: %w (%v) while measuring the budget, after %d of %s; nothing was written",
+						b.opts.Input, pipeline.ErrInterrupted, context.Cause(ctx), doneTensors.Load(), pipeline.Count(len(tasks), "tensor", "tensors"))
+					next.Store(int64(len(jobs)))
+					return
+				}
 				t := &tasks[jobs[j].task]
 				nt := len(t.types)
 				slot := partial[jobs[j].task][jobs[j].chunk*(nt+1):][:nt+1]
@@ -112,6 +133,16 @@ func (b *builder) measure(elig []budgetTensor, cands []formats.DType, threads in
 					errs[w] = err
 					next.Store(int64(len(jobs)))
 					return
+				}
+				if left[jobs[j].task].Add(-1) == 0 {
+					doneTensors.Add(1)
+				}
+				if bo.Progress != nil {
+					// The chunk's share of the tensor's stored bytes (the shares add up to its size).
+					r0 := int64(jobs[j].chunk) * t.perRows
+					r1 := min(r0+t.perRows, t.rows)
+					size := t.src.Tensor.Size
+					bo.Progress(doneBytes.Add(size*r1/t.rows-size*r0/t.rows), total)
 				}
 			}
 		}()

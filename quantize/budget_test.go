@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/inspect"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 )
@@ -376,5 +380,105 @@ func TestTypeFileBinary(t *testing.T) {
 	_, err = parseTypeFile("t.txt", []byte(long))
 	if err == nil || len(err.Error()) > 300 {
 		t.Fatalf("long item: error of %d bytes: %v", len(err.Error()), err)
+	}
+}
+
+// The budget's relative error, its per-tensor notes and the errors of the
+// mixes it prices are ‖a−b‖/‖a‖ as sdtool diff measures the written
+// files, over the allocated tensors: one definition under one name (issue
+// 34, item 4; the mixes were priced as a sum of squares).
+func TestBudgetRelativeErrorIsDiffs(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "budget.gguf")
+	res := run(t, Options{Input: tinyPath, Output: out, Budget: &Budget{Bytes: 3_000_000}}, pipeline.Options{Threads: 2})
+	allocated := map[string]bool{}
+	for _, bt := range res.Budget.Tensors {
+		allocated[bt.Name] = !bt.Pinned
+	}
+	// relErrors diffs the file at path against the input: per tensor and
+	// over the allocated ones as one vector.
+	relErrors := func(path string) (map[string]float64, float64) {
+		src, got := mustOpen(t, tinyPath), mustOpen(t, path)
+		defer src.Close()
+		defer got.Close()
+		d, err := inspect.Diff(src, got, inspect.DiffOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := map[string]float64{}
+		var sse, energy float64
+		for _, td := range d.Tensors {
+			if !allocated[td.Name] || td.RelError == nil {
+				continue
+			}
+			per[td.Name] = *td.RelError
+			sse += (*td.RelError * td.NormA) * (*td.RelError * td.NormA)
+			energy += td.NormA * td.NormA
+		}
+		return per, math.Sqrt(sse / energy)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-4*b }
+	per, total := relErrors(out)
+	if !near(res.Budget.RelError, total) {
+		t.Errorf("budget: relative error %.6f, diff of the file %.6f", res.Budget.RelError, total)
+	}
+	notes := 0
+	for _, o := range res.Plan.Outputs {
+		var note float64
+		if _, err := fmt.Sscanf(o.Note, "budget (predicted relative error %g)", &note); err != nil {
+			continue
+		}
+		notes++
+		if math.Abs(note-per[o.Name]) > 5e-3*per[o.Name] { // the note has 3 digits
+			t.Errorf("%s: note says %g, diff %g", o.Name, note, per[o.Name])
+		}
+	}
+	if notes == 0 {
+		t.Error("no tensor notes its predicted error")
+	}
+	for _, mp := range res.Budget.Mixes {
+		if mp.Name != "Q4_K_M" && mp.Name != "Q8_0" {
+			continue
+		}
+		path := filepath.Join(dir, mp.Name+".gguf")
+		run(t, Options{Input: tinyPath, Output: path, Type: mp.Name}, pipeline.Options{Threads: 2})
+		if _, got := relErrors(path); !near(mp.RelError, got) {
+			t.Errorf("%s priced at relative error %.6f, diff of the file %.6f", mp.Name, mp.RelError, got)
+		}
+	}
+}
+
+// The measurement reports its progress up to the whole input, and a
+// cancelled context (Ctrl-C) stops it with an error that says so and how
+// far it got, before anything is written (issue 34, item 3).
+func TestBudgetProgressAndInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var last, total int64
+	var started int
+	b := &Budget{Bytes: 3_000_000, Threads: 2,
+		Start: func(n int, bytes int64) { started, total = n, bytes },
+		Progress: func(done, all int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			if all != total || done > all {
+				t.Errorf("progress %d of %d, announced %d", done, all, total)
+			}
+			last = max(last, done)
+		}}
+	run(t, Options{Input: tinyPath, Output: filepath.Join(dir, "a.gguf"), Budget: b}, pipeline.Options{Threads: 2})
+	if started == 0 || total == 0 || last != total {
+		t.Errorf("measured %d tensors, progress reached %d of %d bytes", started, last, total)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := filepath.Join(dir, "b.gguf")
+	o := Options{Input: tinyPath, Output: out, Budget: &Budget{Bytes: 3_000_000, Context: ctx}}
+	_, err := quantizeRun(context.Background(), &o, pipeline.Options{}, false)
+	if !errors.Is(err, pipeline.ErrInterrupted) || !strings.Contains(err.Error(), "while measuring the budget, after 0 of") {
+		t.Errorf("cancelled measurement: %v", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("an interrupted budget wrote the output")
 	}
 }

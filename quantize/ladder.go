@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -233,7 +234,8 @@ type ManifestFile struct {
 
 // Quality is how close a file's images came to the source's in a validation run.
 type Quality struct {
-	// PSNR is the mean peak signal-to-noise ratio in dB over the images.
+	// PSNR is the mean peak signal-to-noise ratio in dB over the images
+	// (+Inf when they are identical to the source's; null in the JSON).
 	PSNR float64 `json:"psnr_db"`
 	// SSIM is the mean structural similarity over the images.
 	SSIM float64 `json:"ssim"`
@@ -241,6 +243,41 @@ type Quality struct {
 	Images int `json:"images"`
 	// Report is the report's path relative to the manifest's folder, "" when none was written.
 	Report string `json:"report,omitempty"`
+	// Error says why the report could not render or compare the file ("" when
+	// it could); PSNR, SSIM and Images are then zero.
+	Error string `json:"error,omitempty"`
+}
+
+// qualityJSON is Quality as the manifest stores it: JSON has no infinity,
+// so the PSNR of identical images (+Inf) is null.
+type qualityJSON struct {
+	PSNR   *float64 `json:"psnr_db"`
+	SSIM   float64  `json:"ssim"`
+	Images int      `json:"images"`
+	Report string   `json:"report,omitempty"`
+	Error  string   `json:"error,omitempty"`
+}
+
+// MarshalJSON writes q with a null psnr_db for identical images.
+func (q Quality) MarshalJSON() ([]byte, error) {
+	j := qualityJSON{SSIM: q.SSIM, Images: q.Images, Report: q.Report, Error: q.Error}
+	if !math.IsInf(q.PSNR, 1) {
+		j.PSNR = &q.PSNR
+	}
+	return sonic.ConfigStd.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, a null psnr_db as +Inf.
+func (q *Quality) UnmarshalJSON(b []byte) error {
+	var j qualityJSON
+	if err := sonic.ConfigStd.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*q = Quality{PSNR: math.Inf(1), SSIM: j.SSIM, Images: j.Images, Report: j.Report, Error: j.Error}
+	if j.PSNR != nil {
+		q.PSNR = *j.PSNR
+	}
+	return nil
 }
 
 // manifest builds the manifest of the written rungs.

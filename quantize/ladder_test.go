@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -231,6 +232,35 @@ func TestInt8DecodesOnce(t *testing.T) {
 		}
 		if modules == 0 || rep.Format != "safetensors" {
 			t.Fatalf("%s: %d INT8 weights planned", typ, modules)
+		}
+	}
+}
+
+// A manifest records the quality of a file whose images are identical to
+// the source's (PSNR +Inf, which JSON cannot hold: null) and reads it back;
+// sonic refused the infinity, so report lost the manifest of a ladder with
+// a lossless rung.
+func TestManifestQualityRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ManifestName)
+	man := &Manifest{Schema: ManifestSchema, Source: ManifestSource{File: "a.gguf"}, Files: []ManifestFile{
+		{File: "f16.gguf", SHA256: strings.Repeat("0", 64), Loads: []string{}, Consumers: []Consumer{}, Quality: &Quality{PSNR: math.Inf(1), SSIM: 1, Images: 2, Report: "r.html"}},
+		{File: "q4.gguf", SHA256: strings.Repeat("1", 64), Loads: []string{}, Consumers: []Consumer{}, Quality: &Quality{PSNR: 31.5, SSIM: 0.9, Images: 2}},
+		{File: "bad.gguf", SHA256: strings.Repeat("2", 64), Loads: []string{}, Consumers: []Consumer{}, Quality: &Quality{Error: "truncated"}},
+	}}
+	if err := WriteManifest(context.Background(), path, man, pipeline.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(path)
+	if !strings.Contains(string(raw), `"psnr_db": null`) {
+		t.Errorf("identical images not written as null:\n%s", raw)
+	}
+	back, err := ReadManifest(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range back.Files {
+		if *f.Quality != *man.Files[i].Quality {
+			t.Errorf("%s: read back %+v, wrote %+v", f.File, *f.Quality, *man.Files[i].Quality)
 		}
 	}
 }

@@ -2,8 +2,11 @@ package quantize
 
 import (
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -33,5 +36,40 @@ func TestQuantizeCarriesMetadataAcrossFormats(t *testing.T) {
 	}
 	if _, ok := g.Metadata().Get("format"); ok {
 		t.Error("safetensors' format key was carried into the GGUF")
+	}
+}
+
+// A T5 tokenizer embedded under tokenizer.ggml.* (arrays and numbers)
+// survives a quantization to ComfyUI safetensors: the output's tokenizer
+// encodes a prompt to the input's ids. Before arrays were carried, the
+// output held tokenizer.ggml.model without its tokens and nothing could
+// read it (issue 34, item 2).
+func TestQuantizeCarriesUnigramTokenizerIntoSafetensors(t *testing.T) {
+	const src = "../testdata/tiny-flux.gguf"
+	in := mustOpen(t, src)
+	want, err := text.UnigramFromMetadata(src, in.Metadata())
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []string{"int8_convrot", "fp8_e4m3"} {
+		out := filepath.Join(t.TempDir(), typ+".safetensors")
+		res := run(t, Options{Input: src, Output: out, Type: typ, GroupSize: 16, AllowRequantize: true}, pipeline.Options{})
+		for _, w := range res.Warnings {
+			if strings.Contains(w, "tokenizer.ggml") {
+				t.Errorf("%s: warning %q", typ, w)
+			}
+		}
+		m := mustOpen(t, out)
+		got, err := text.UnigramFromMetadata(out, m.Metadata())
+		m.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		for _, p := range []string{"a photo of the cat", "", "  an unknown wordz "} {
+			if g, w := got.Encode(p), want.Encode(p); !slices.Equal(g, w) {
+				t.Errorf("%s: %q encodes to %v, the input's tokenizer to %v", typ, p, g, w)
+			}
+		}
 	}
 }

@@ -351,15 +351,15 @@ func checkRequantize(opts *Options, dm *tensor.View, log *slog.Logger, res *Repo
 		log.Info("dequantizing quantized tensors", "count", len(q), "file", opts.Input, "type", res.FType.Base)
 	} else if len(q) > 0 {
 		if !opts.AllowRequantize {
-			return fmt.Errorf("%s: %d tensors are already quantized (tensor %q is %s): %w; requantizing loses quality, pass --allow-requantize to dequantize and quantize again",
-				opts.Input, len(q), q[0], firstType(dm, q[0]), ErrRequantize)
+			return fmt.Errorf("%s: %s already quantized (tensor %q is %s): %w; requantizing loses quality, pass --allow-requantize to dequantize and quantize again",
+				opts.Input, pipeline.Count(len(q), "tensor is", "tensors are"), q[0], firstType(dm, q[0]), ErrRequantize)
 		}
-		w := fmt.Sprintf("requantizing %d quantized tensors of %s: they are dequantized first, and quality suffers compared with quantizing the original weights", len(q), opts.Input)
+		w := fmt.Sprintf("requantizing %s of %s: dequantized first, and quality suffers compared with quantizing the original weights", pipeline.Count(len(q), "quantized tensor", "quantized tensors"), opts.Input)
 		log.Warn(w)
 		res.Warnings = append(res.Warnings, w)
 	}
 	if modules > 0 {
-		w := fmt.Sprintf("%d ComfyUI quantized layers of %s are dequantized exactly (codes times scales, rotation undone) before quantizing", modules, opts.Input)
+		w := fmt.Sprintf("%s of %s dequantized exactly (codes times scales, rotation undone) before quantizing", pipeline.Count(modules, "ComfyUI quantized layer", "ComfyUI quantized layers"), opts.Input)
 		log.Warn(w)
 		res.Warnings = append(res.Warnings, w)
 	}
@@ -583,12 +583,6 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 			if !used[name] {
 				b.res.ImatrixUnused = append(b.res.ImatrixUnused, name)
 			}
-		}
-		if n := len(b.res.ImatrixMissing); n > 0 {
-			b.log.Warn("tensors without an imatrix entry are quantized without importance weights", "count", n, "first", b.res.ImatrixMissing[0])
-		}
-		if n := len(b.res.ImatrixUnused); n > 0 {
-			b.log.Warn("imatrix entries matched no quantized tensor", "count", n, "first", b.res.ImatrixUnused[0])
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // notes returns what the plan's summary says after the totals: the type
@@ -50,13 +51,22 @@ func notes(r *Report) []string {
 		}
 	}
 	if r.Dequantized > 0 {
-		out = append(out, fmt.Sprintf("dequantized: %d quantized tensors of the input decoded to %s", r.Dequantized, r.FType.Base))
+		out = append(out, fmt.Sprintf("dequantized: %s of the input decoded to %s", pipeline.Count(r.Dequantized, "quantized tensor", "quantized tensors"), r.FType.Base))
 	}
 	if n := len(r.ImatrixMissing); n > 0 {
-		out = append(out, fmt.Sprintf("imatrix: %d tensors have no entry and are quantized without importance weights (first %q)", n, r.ImatrixMissing[0]))
+		out = append(out, fmt.Sprintf("warning: imatrix: %s no entry and %s quantized without importance weights: %s",
+			pipeline.Count(n, "tensor has", "tensors have"), plural(n, "is", "are"), pipeline.Examples(r.ImatrixMissing)))
 	}
 	if n := len(r.ImatrixUnused); n > 0 {
-		out = append(out, fmt.Sprintf("imatrix: %d entries matched no quantized tensor (first %q)", n, r.ImatrixUnused[0]))
+		out = append(out, fmt.Sprintf("imatrix: %s no quantized tensor: %s", pipeline.Count(n, "entry matched", "entries matched"), pipeline.Examples(r.ImatrixUnused)))
 	}
 	return out
+}
+
+// plural returns one for n == 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

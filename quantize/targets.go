@@ -110,15 +110,15 @@ func checkGGUF(r *Report, plan *pipeline.Plan, c *Consumer) {
 		}
 	}
 	if long > 0 {
-		c.Problems = append(c.Problems, fmt.Sprintf("%d tensor names longer than %d bytes (longest %d)", long, maxName, longest))
+		c.Problems = append(c.Problems, fmt.Sprintf("%s longer than %d bytes (longest %d)", pipeline.Count(long, "tensor name", "tensor names"), maxName, longest))
 	}
 	if deep > 0 && c.Name != TargetComfyUI {
-		c.Problems = append(c.Problems, fmt.Sprintf("%d tensors with more than 4 dims", deep))
+		c.Problems = append(c.Problems, fmt.Sprintf("%s with more than 4 dims", pipeline.Count(deep, "tensor", "tensors")))
 	}
 	if len(bad) > 0 {
 		var parts []string
 		for _, t := range sortedTypes(bad) {
-			parts = append(parts, fmt.Sprintf("%s (%d tensors)", t, bad[t]))
+			parts = append(parts, fmt.Sprintf("%s (%s)", t, pipeline.Count(bad[t], "tensor", "tensors")))
 		}
 		what := "types it cannot dequantize: "
 		if c.Name != TargetComfyUI {
@@ -129,7 +129,7 @@ func checkGGUF(r *Report, plan *pipeline.Plan, c *Consumer) {
 	switch c.Name {
 	case TargetSDCpp:
 		if n := r.reshaped; n > 0 {
-			c.Problems = append(c.Problems, fmt.Sprintf("%d tensors reshaped by --reshape-conv (sd.cpp expects the original shapes)", n))
+			c.Problems = append(c.Problems, fmt.Sprintf("%s reshaped by --reshape-conv (sd.cpp expects the original shapes)", pipeline.Count(n, "tensor", "tensors")))
 		}
 	case TargetComfyUI:
 		f := family.ByID(r.Arch)

@@ -55,13 +55,19 @@ type File struct {
 	BitsPerWeight float64
 	// Images are the file's images, one per Prompt in order.
 	Images []Shot
-	// Blocks are per-block errors of the denoiser's outputs (relative RMSE
-	// at the first step), in network order.
+	// Blocks are per-block errors of the denoiser's outputs (relative
+	// error ‖a−b‖/‖a‖ at the first step), in network order.
 	Blocks []Bar
 	// Tensors are per-tensor weight errors (relative error), any order;
 	// the report shows the largest.
 	Tensors []Bar
+	// Error says why the file could not be rendered or measured ("" when it
+	// was): its row is marked failed with it, and it has no images or charts.
+	Error string
 }
+
+// Failed reports whether the file could not be rendered (Error is set).
+func (f *File) Failed() bool { return f.Error != "" }
 
 // Shot is one image of a file and how close it is to the source's.
 type Shot struct {
@@ -173,8 +179,8 @@ type shotView struct {
 }
 
 type fileView struct {
-	Name, Type, Size, BPW, PSNR, SSIM string
-	Blocks, Tensors                   template.HTML
+	Name, Type, Size, BPW, PSNR, SSIM, Error string
+	Blocks, Tensors                          template.HTML
 }
 
 // Write renders r as one self-contained HTML page.
@@ -191,6 +197,9 @@ func Write(w io.Writer, r *Report) error {
 		}
 		pv := promptView{Text: p.Text, Seed: p.Seed, Image: src}
 		for _, f := range r.Files {
+			if f.Failed() {
+				continue
+			}
 			if len(f.Images) != len(r.Prompts) {
 				return fmt.Errorf("%s: %d images for %d prompts", f.Name, len(f.Images), len(r.Prompts))
 			}
@@ -216,20 +225,32 @@ func Write(w io.Writer, r *Report) error {
 		blockScale, tensorScale = max(blockScale, largest(f.Blocks)), max(tensorScale, largest(f.Tensors))
 	}
 	for _, f := range r.Files {
+		if f.Failed() {
+			v.Files = append(v.Files, fileView{Name: f.Name, Type: f.Type, Size: size(f.Size), BPW: bpw(f.BitsPerWeight), Error: f.Error})
+			continue
+		}
 		tensors := slices.Clone(f.Tensors)
 		slices.SortStableFunc(tensors, func(a, b Bar) int { return cmp.Compare(b.Value, a.Value) })
 		if len(tensors) > TopTensors {
 			tensors = tensors[:TopTensors]
 		}
 		v.Files = append(v.Files, fileView{
-			Name: f.Name, Type: f.Type, Size: size(f.Size), BPW: fmt.Sprintf("%.2f", f.BitsPerWeight),
+			Name: f.Name, Type: f.Type, Size: size(f.Size), BPW: bpw(f.BitsPerWeight),
 			PSNR: db(f.PSNR()), SSIM: fmt.Sprintf("%.4f", f.SSIM()),
-			Blocks:  bars("per-block error: relative RMSE of each block's output at step 1", f.Blocks, blockScale),
-			Tensors: bars(fmt.Sprintf("per-tensor error: relative error of the %d worst weights", len(tensors)), tensors, tensorScale),
+			Blocks:  bars("per-block error: relative error ‖a−b‖/‖a‖ of each block's output at step 1", f.Blocks, blockScale),
+			Tensors: bars(fmt.Sprintf("per-tensor error: relative error ‖a−b‖/‖a‖ of the %d worst weights", len(tensors)), tensors, tensorScale),
 		})
 	}
 	v.Chart = chart(r.Files)
 	return page.Execute(w, v)
+}
+
+// bpw formats bits per weight; "" when unknown (0).
+func bpw(v float64) string {
+	if v <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 // db formats a PSNR; identical images have an infinite one.
@@ -264,6 +285,7 @@ h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 20px 0 8p
 p.settings { color: #555; margin: 0 0 12px; }
 table.files { border-collapse: collapse; } table.files td, table.files th { padding: 3px 10px; border-bottom: 1px solid #ddd; text-align: right; }
 table.files td:first-child, table.files th:first-child { text-align: left; }
+table.files tr.failed td { color: #b00; } table.files tr.failed td[colspan] { text-align: left; }
 .row { display: flex; flex-wrap: wrap; gap: 10px; align-items: flex-start; }
 figure { margin: 0; text-align: center; font-size: 12px; }
 figure img { display: block; width: 128px; height: 128px; image-rendering: pixelated; }
@@ -278,7 +300,7 @@ figcaption { max-width: 128px; }
 <p class="settings">Source {{.Source}}{{with .SourceSize}} ({{.}}){{end}}. {{.Settings}} Difference maps: the source's image dimmed, the largest channel difference times {{.Gain}} in red to yellow.</p>
 <table class="files">
 <tr><th>file</th><th>type</th><th>size</th><th>bits/weight</th><th>PSNR</th><th>SSIM</th></tr>
-{{range .Files}}<tr><td>{{.Name}}</td><td>{{.Type}}</td><td>{{.Size}}</td><td>{{.BPW}}</td><td>{{.PSNR}}</td><td>{{.SSIM}}</td></tr>
+{{range .Files}}<tr{{if .Error}} class="failed"{{end}}><td>{{.Name}}</td><td>{{.Type}}</td><td>{{.Size}}</td><td>{{.BPW}}</td>{{if .Error}}<td colspan="2">failed: {{.Error}}</td>{{else}}<td>{{.PSNR}}</td><td>{{.SSIM}}</td>{{end}}</tr>
 {{end}}</table>
 <h2>Quality against file size</h2>
 <div class="chart" id="chart-quality">{{.Chart}}</div>
@@ -291,10 +313,10 @@ figcaption { max-width: 128px; }
 {{end}}
 <h2>Where the error is</h2>
 <div class="cards">
-{{range .Files}}<div class="card"><h3>{{.Type}} ({{.Name}}, {{.Size}})</h3>
+{{range .Files}}{{if not .Error}}<div class="card"><h3>{{.Type}} ({{.Name}}, {{.Size}})</h3>
 <div class="chart">{{.Blocks}}</div>
 <div class="chart">{{.Tensors}}</div>
-</div>
+</div>{{end}}
 {{end}}</div>
 </body>
 </html>

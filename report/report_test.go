@@ -88,6 +88,34 @@ func TestWriteSelfContained(t *testing.T) {
 	}
 }
 
+// A file that could not be rendered keeps its row, marked failed with its
+// error, and adds no image, no chart point and no error cards; the other
+// files are reported in full.
+func TestWriteFailedFile(t *testing.T) {
+	r := sampleReport()
+	r.Files = append(r.Files[:1], File{Name: "tiny-int8_convrot.safetensors", Type: "int8_convrot", Size: 2 << 20,
+		Error: "invalid <unigram> tokenizer"}, r.Files[1])
+	var b bytes.Buffer
+	if err := Write(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	row := regexp.MustCompile(`<tr class="failed"><td>tiny-int8_convrot.safetensors</td><td>int8_convrot</td><td>2.00 MiB</td><td></td><td colspan="2">failed: invalid &lt;unigram&gt; tokenizer</td></tr>`)
+	if !row.MatchString(html) {
+		t.Errorf("no failed row for the broken file in:\n%s", html[:min(len(html), 3000)])
+	}
+	good := len(r.Files) - 1
+	if n := len(regexp.MustCompile(`<img [^>]*src="data:image/png;base64,`).FindAllString(html, -1)); n != len(r.Prompts)*(1+2*good) {
+		t.Errorf("%d images, want %d (none for the failed file)", n, len(r.Prompts)*(1+2*good))
+	}
+	if n := strings.Count(html, "<svg "); n != 1+2*good {
+		t.Errorf("%d SVG charts, want %d", n, 1+2*good)
+	}
+	if n := strings.Count(html, "<circle"); n != good {
+		t.Errorf("%d points on the chart, want %d", n, good)
+	}
+}
+
 func TestDiffMap(t *testing.T) {
 	a, b := testImage(0), testImage(0)
 	d, err := DiffMap(a, b, 8)

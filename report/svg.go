@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -15,12 +16,14 @@ const (
 )
 
 // chart draws the files' mean PSNR against their size as an SVG scatter
-// plot; identical images (infinite PSNR) are drawn at the top edge.
+// plot; identical images (infinite PSNR) are drawn at the top edge, failed
+// files not at all.
 func chart(files []File) template.HTML {
 	const w, h, left, right, top, bottom = 560, 300, 56, 100, 16, 44
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="PSNR against file size">`, w, h, w, h)
 	fmt.Fprintf(&b, `<rect x="0" y="0" width="%d" height="%d" fill="#fafafa"/>`, w, h)
+	files = slices.DeleteFunc(slices.Clone(files), func(f File) bool { return f.Failed() })
 	if len(files) == 0 {
 		b.WriteString(`</svg>`)
 		return template.HTML(b.String())

@@ -11,6 +11,9 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
+	"github.com/sdtool/sdtool/formats"
 )
 
 // version is the release version; release builds set it with
@@ -112,7 +115,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Before:         func(c *cli.Context) error { setupLogging(c, stderr); return nil },
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
-				return fmt.Errorf("unknown command %q (see sdtool help)", c.Args().First())
+				var names []string
+				for _, cmd := range c.App.Commands {
+					names = append(names, cmd.Name)
+				}
+				return fmt.Errorf("unknown command %q%s (see sdtool help)", c.Args().First(), didYouMean(c.Args().First(), names, ""))
 			}
 			return cli.ShowAppHelp(c)
 		},
@@ -151,6 +158,19 @@ func prepare(cmd *cli.Command, path string, examples []string, stderr io.Writer)
 	} else if len(c.Subcommands) > 0 {
 		c.CustomHelpTemplate = tmpl
 	}
+	if len(cmd.Subcommands) > 0 && c.Action == nil {
+		// urfave/cli answers an unknown nested command with "No help topic".
+		c.Action = func(ctx *cli.Context) error {
+			if !ctx.Args().Present() {
+				return cli.ShowSubcommandHelp(ctx)
+			}
+			var names []string
+			for _, sub := range cmd.Subcommands {
+				names = append(names, sub.Name)
+			}
+			return fmt.Errorf("unknown command %q%s (see sdtool %s --help)", path+" "+ctx.Args().First(), didYouMean(ctx.Args().First(), names, path+" "), path)
+		}
+	}
 	c.Subcommands = nil
 	for _, sub := range cmd.Subcommands {
 		p := path + " " + sub.Name
@@ -181,9 +201,41 @@ var (
 	goFlagValue   = regexp.MustCompile(`^invalid (?:boolean )?value "([^"]*)" for (?:flag )?-{1,2}([^\s:]+): (.*)$`)
 )
 
+// didYouMean returns " (did you mean X?)" with the names of valid that
+// formats.Suggest finds for name, each after prefix; "" when none is close.
+func didYouMean(name string, valid []string, prefix string) string {
+	s := formats.Suggest(name, valid)
+	if len(s) == 0 {
+		return ""
+	}
+	for i := range s {
+		s[i] = prefix + s[i]
+	}
+	return fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+}
+
+// flagNames lists the long names of the flags of the command c runs (the
+// app's when it is none).
+func flagNames(c *cli.Context) []string {
+	flags := c.App.Flags
+	if c.Command != nil {
+		flags = c.Command.Flags
+	}
+	var out []string
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if len(n) > 1 {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
 // usageError rewrites a flag-parsing error in sdtool's wording, naming the
-// flag as it is spelt (--name, or -x for one letter).
-func usageError(_ *cli.Context, err error, _ bool) error {
+// flag as it is spelt (--name, or -x for one letter) and suggesting the
+// command's flag it was probably meant to be.
+func usageError(c *cli.Context, err error, _ bool) error {
 	dashed := func(name string) string {
 		if len(name) == 1 {
 			return "-" + name
@@ -194,7 +246,11 @@ func usageError(_ *cli.Context, err error, _ bool) error {
 		if m[1] == "flag needs an argument" {
 			return fmt.Errorf("%s needs a value", dashed(m[2]))
 		}
-		return fmt.Errorf("unknown flag %s (see --help)", dashed(m[2]))
+		hint := ""
+		if c != nil && len(m[2]) > 1 {
+			hint = didYouMean(m[2], flagNames(c), "--")
+		}
+		return fmt.Errorf("unknown flag %s%s (see --help)", dashed(m[2]), hint)
 	}
 	if m := goFlagValue.FindStringSubmatch(err.Error()); m != nil {
 		why := m[3]
@@ -215,7 +271,7 @@ func setupLogging(c *cli.Context, stderr io.Writer) {
 			level = slog.LevelDebug
 		}
 	}
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})))
+	slog.SetDefault(slog.New(console.NewLogHandler(stderr, level)))
 }
 
 // run runs the command line args (args[0] is the program name) and returns

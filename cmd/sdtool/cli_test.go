@@ -468,3 +468,17 @@ func TestReadmeSaysWhatTheFirstBuildCosts(t *testing.T) {
 		t.Error("README.md still says the first build takes about a minute")
 	}
 }
+
+// A ladder that requantizes says so once, in the one warning format, not
+// once per rung as a log line (issue 34, item 9).
+func TestLadderWarnsOnce(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := runApp(t, "quantize", "../../testdata/tiny-flux.gguf", "--type", "Q8_0,Q4_K_M,int8_convrot", "--allow-requantize",
+		"-o", filepath.Join(dir, "f-{type}.{ext}"), "--dry-run")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if n := strings.Count(errOut, "warning: requantizing 23 quantized tensors"); n != 1 || strings.Contains(errOut, "level=") {
+		t.Errorf("the requantize warning %d times, or a log line:\n%s", n, errOut)
+	}
+}

@@ -38,7 +38,7 @@ func init() {
 		&cli.StringSliceFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"`: first match wins; repeated flags are joined with commas as sd-cli does"},
 		&cli.StringSliceFlag{Name: "imatrix", Aliases: []string{"imat-in"}, Usage: "importance matrix `FILE` (.dat or GGUF; repeatable: stored values are summed as sd.cpp does)"},
 		&cli.BoolFlag{Name: "convert-name", Usage: "store sd.cpp's converted tensor names"},
-		&cli.StringSliceFlag{Name: "tokenizer", Usage: "embed the tokenizer at `PATH` (CLIP: tokenizer.json, vocab.json+merges.txt or their folder; T5: spiece.model or its tokenizer.json, GGUF only) where generate finds it (repeatable)"},
+		&cli.StringSliceFlag{Name: "tokenizer", Usage: "embed the tokenizer at `PATH` (CLIP: tokenizer.json, vocab.json+merges.txt or their folder; T5: spiece.model or its tokenizer.json) where generate finds it (repeatable)"},
 		&cli.BoolFlag{Name: "no-metadata", Usage: "write no metadata, as sd-cli does (its exact bytes even for inputs with metadata)"},
 		&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string added to the output's metadata (repeatable), e.g. sdtool.unet.num_heads=8"},
 		&cli.BoolFlag{Name: "dequantize", Usage: "decode ComfyUI int8 (convrot) and FP8 modules to floats first, then convert (sd-cli keeps them as stored)"},
@@ -46,6 +46,7 @@ func init() {
 		maxMemoryFlag(),
 		&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, bits per weight) and write nothing"},
+		jsonWriteFlag(),
 	)
 	register(&cli.Command{
 		Name:  "convert",
@@ -56,7 +57,7 @@ func init() {
 			"exclusions (biases, embeddings, rows that do not fit the block), --tensor-type-rules where the first\n" +
 			"match wins, and ggml's weighted quantizers with an all-ones vector or the summed --imatrix files.\n" +
 			"Unlike sd-cli, the inputs' metadata is carried into the output (GGUF keys as typed; safetensors\n" +
-			"__metadata__ as strings, arrays left out), so head counts and an embedded tokenizer survive and\n" +
+			"__metadata__ as strings, arrays as typed JSON text), so head counts and an embedded tokenizer survive and\n" +
 			"`sdtool generate` runs the result; --no-metadata writes none, sd-cli's exact bytes (inputs without\n" +
 			"metadata, or with only safetensors' \"format\", give those bytes either way).\n" +
 			"Unlike sd-cli, a bad type, rule or regex is an error before anything is written (Go regexps are RE2:\n" +
@@ -68,6 +69,7 @@ func init() {
 	},
 		"sdtool convert -m testdata/tiny-sd1.safetensors -o tiny-sd1-q8_0.gguf --type q8_0 --force",
 		"sdtool convert -m testdata/tiny-sd1.safetensors -o tiny-sd1-q4_K.gguf --type q4_K --tensor-type-rules '^first_stage_model\\.=f16,attn2\\.to_[kv]=q8_0' --dry-run",
+		"sdtool convert -m testdata/tiny-sd1.safetensors -o tiny-sd1-q8_0.gguf --type q8_0 --dry-run --json",
 	)
 }
 
@@ -98,5 +100,5 @@ func runConvert(c *cli.Context) error {
 		return err
 	}
 	defer plan.Close()
-	return writePlan(c, plan, "convert")
+	return writePlan(c, plan, "convert", nil)
 }

@@ -7,6 +7,7 @@ import (
 	_ "image/png" // init images
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,6 +126,7 @@ func init() {
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
+			&cli.BoolFlag{Name: "json", Usage: "with --compare: print the comparison as JSON on stdout, one object per image (docs/compare-json.md)"},
 		}...), generateImatrixFlags()...),
 		Action: runGenerate,
 	},
@@ -132,7 +134,7 @@ func init() {
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a (red:1.3) house' -n blurry --steps 2 --sampling-method dpm++2m --scheduler karras -o house.png --threads 1",
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o calib.png --imatrix-out calib.dat --force",
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a red house' --steps 1 -W 64 -H 64 -o calib.png --imatrix-in calib.dat --imatrix-out calib.dat --force",
-		"sdtool generate -m testdata/tiny-sd1.safetensors -p 'a cat' --steps 1 -W 64 -H 64 -o cmp.png --compare testdata/tiny-sd1.gguf",
+		"sdtool generate -m testdata/tiny-sd1.safetensors -p 'a cat' --steps 1 -W 64 -H 64 -o cmp.png --compare testdata/tiny-sd1.gguf --json",
 		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a photo of a (red:1.2) cat' -n blurry -o cat-xl.png --force",
 		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 2 --scheduler sgm_uniform -W 64 -H 64 -o cat-xl.png --compare testdata/tiny-sdxl.gguf --runtime comfyui --force",
 		"sdtool generate -m testdata/tiny-sdxl.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o xl-calib.png --imatrix-out xl-calib.dat --force",
@@ -170,6 +172,9 @@ func runGenerate(c *cli.Context) error {
 		return err
 	}
 	comps := components(c, "")
+	if c.Bool("json") && !comparing(c) {
+		return errors.New("generate: --json prints what --compare measures; give --compare REF_MODEL (or --compare-diffusion-model, ...)")
+	}
 	if comps.Model == "" && comps.DiffusionModel == "" {
 		return errors.New("generate: give a model: -m FILE, or --diffusion-model FILE with its text encoders and VAE")
 	}
@@ -359,27 +364,90 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 	if err != nil {
 		return err
 	}
-	w := c.App.Writer
-	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %d steps, as %s computes them:\n",
-		strings.Join(components(c, "").Files(), " "), strings.Join(refFiles.Files(), " "), req.Seed, req.Steps, runtimeTitle(opt.Runtime))
-	fmt.Fprintf(w, "  image PSNR %.2f dB, SSIM %.4f; final latent cosine %.6f\n", psnr, ssim, cos)
-	fmt.Fprintf(w, "  network block outputs at step 1 (conditional pass):\n  %-18s %10s %10s %10s\n", "block", "cosine", "rel RMSE", "max abs")
+	r := compareResult{Model: components(c, "").Files(), Reference: refFiles.Files(), Runtime: opt.Runtime,
+		Prompt: req.Prompt, Seed: req.Seed, Steps: req.Steps, Width: res.Width, Height: res.Height,
+		Identical: math.IsInf(psnr, 1), SSIM: ssim, LatentCosine: cos, Blocks: []compareBlock{}}
+	if !r.Identical {
+		r.PSNR = &psnr
+	}
 	byName := map[string][]float32{}
 	for _, b := range ref.Blocks {
 		byName[b.Name] = b.Values
 	}
 	for _, b := range res.Blocks {
-		rv, ok := byName[b.Name]
-		if !ok {
-			fmt.Fprintf(w, "  %-18s (missing in the reference)\n", b.Name)
+		cb := compareBlock{Name: b.Name}
+		if rv, ok := byName[b.Name]; !ok {
+			cb.Error = "missing in the reference"
+		} else if e, err := metrics.CompareTensors(rv, b.Values); err != nil {
+			cb.Error = err.Error()
+		} else if math.IsInf(e.RelRMSE, 0) || math.IsNaN(e.RelRMSE) || math.IsNaN(e.Cosine) {
+			cb.Error = "the reference's output is all zeros or not finite"
+		} else {
+			cb.Cosine, cb.RelError, cb.MaxAbs = &e.Cosine, &e.RelRMSE, &e.MaxAbs
+		}
+		r.Blocks = append(r.Blocks, cb)
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, r)
+	}
+	return r.writeText(c.App.Writer)
+}
+
+// compareResult is what generate --compare measures for one image; --json
+// prints it as documented in docs/compare-json.md.
+type compareResult struct {
+	// Model and Reference are the files of the two weight sets, as FLAG=PATH.
+	Model     []string `json:"model"`
+	Reference []string `json:"reference"`
+	// Runtime is the --runtime whose arithmetic both ran with.
+	Runtime string `json:"runtime"`
+	// Prompt, Seed, Steps, Width and Height say what was rendered.
+	Prompt string `json:"prompt"`
+	Seed   uint64 `json:"seed"`
+	Steps  int    `json:"steps"`
+	Width  int    `json:"width"`
+	Height int    `json:"height"`
+	// PSNR is the image PSNR in dB; nil when the images are identical.
+	PSNR *float64 `json:"psnr_db"`
+	// Identical is true when the two images are the same pixel for pixel.
+	Identical bool `json:"identical"`
+	// SSIM is the images' structural similarity.
+	SSIM float64 `json:"ssim"`
+	// LatentCosine is the cosine similarity of the final latents.
+	LatentCosine float64 `json:"latent_cosine"`
+	// Blocks compare each network block's output at step 1, in network order.
+	Blocks []compareBlock `json:"blocks"`
+}
+
+// compareBlock is one network block's output against the reference's.
+type compareBlock struct {
+	// Name is the block's name ("input_blocks.1", "double_blocks.0").
+	Name string `json:"name"`
+	// Cosine, RelError (‖a−b‖/‖a‖, as sdtool diff defines it) and MaxAbs
+	// compare the outputs; nil when Error says why they could not be.
+	Cosine   *float64 `json:"cosine"`
+	RelError *float64 `json:"rel_error"`
+	MaxAbs   *float64 `json:"max_abs_diff"`
+	// Error says why the block could not be compared ("" when it was).
+	Error string `json:"error,omitempty"`
+}
+
+// writeText prints the comparison as generate does without --json.
+func (r *compareResult) writeText(w io.Writer) error {
+	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %s, as %s computes them:\n",
+		strings.Join(r.Model, " "), strings.Join(r.Reference, " "), r.Seed, pipeline.Count(r.Steps, "step", "steps"), runtimeTitle(r.Runtime))
+	psnr := math.Inf(1)
+	if r.PSNR != nil {
+		psnr = *r.PSNR
+	}
+	fmt.Fprintf(w, "  image PSNR %.2f dB, SSIM %.4f; final latent cosine %.6f\n", psnr, r.SSIM, r.LatentCosine)
+	fmt.Fprintf(w, "  network block outputs at step 1 (conditional pass):\n  %-18s %10s %10s %10s\n", "block", "cosine", "rel error", "max abs")
+	for _, b := range r.Blocks {
+		if b.Error != "" {
+			fmt.Fprintf(w, "  %-18s (%s)\n", b.Name, b.Error)
 			continue
 		}
-		e, err := metrics.CompareTensors(rv, b.Values)
-		if err != nil {
-			fmt.Fprintf(w, "  %-18s %v\n", b.Name, err)
-			continue
-		}
-		fmt.Fprintf(w, "  %-18s %10.6f %10.5f %10.4g\n", b.Name, e.Cosine, e.RelRMSE, e.MaxAbs)
+		fmt.Fprintf(w, "  %-18s %10.6f %10.5f %10.4g\n", b.Name, *b.Cosine, *b.RelError, *b.MaxAbs)
 	}
 	return nil
 }

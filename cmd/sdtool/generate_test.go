@@ -4,6 +4,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"image"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
 )
 
@@ -66,6 +70,74 @@ func TestGenerateCompare(t *testing.T) {
 			t.Errorf("compare output lacks %q:\n%s", want, stdout)
 		}
 	}
+}
+
+// generate --compare --json gives the figures as data: the PSNR equals the
+// one measured here from the two images written by separate runs, and
+// every block has a relative error (issue 34, item 17).
+func TestGenerateCompareJSON(t *testing.T) {
+	dir := t.TempDir()
+	q4 := filepath.Join(dir, "q4.gguf")
+	if code, _, errOut := runApp(t, "quantize", tinyGGUF, "--type", "Q4_0", "-o", q4); code != 0 {
+		t.Fatalf("quantize: exit %d: %s", code, errOut)
+	}
+	args := []string{"generate", "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "-t", "1", "--cfg-scale", "1"}
+	got, want := filepath.Join(dir, "q4.png"), filepath.Join(dir, "ref.png")
+	code, stdout, errOut := runApp(t, append(args, "-m", q4, "-o", got, "--compare", tinyGGUF, "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := runApp(t, append(args, "-m", tinyGGUF, "-o", want)...); code != 0 {
+		t.Fatalf("reference: exit %d: %s", code, errOut)
+	}
+	var r struct {
+		Model     []string `json:"model"`
+		PSNR      *float64 `json:"psnr_db"`
+		Identical bool     `json:"identical"`
+		Blocks    []struct {
+			Name     string   `json:"name"`
+			RelError *float64 `json:"rel_error"`
+		} `json:"blocks"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("%v in %q", err, stdout)
+	}
+	checkDocumented(t, "compare-json.md", stdout, false)
+	a, b := readTestPNG(t, want), readTestPNG(t, got)
+	psnr, err := metrics.PSNR(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Identical || r.PSNR == nil || math.Abs(*r.PSNR-psnr) > 1e-9 || len(r.Model) != 1 || r.Model[0] != "model="+q4 {
+		t.Errorf("JSON %s: want psnr_db %.6f measured from the images", stdout, psnr)
+	}
+	if len(r.Blocks) == 0 {
+		t.Fatal("no blocks")
+	}
+	changed := 0
+	for _, bl := range r.Blocks {
+		if bl.RelError == nil || *bl.RelError < 0 {
+			t.Errorf("block %s: rel_error %v", bl.Name, bl.RelError)
+		} else if *bl.RelError > 0 {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Error("q4_0 weights changed no block's output")
+	}
+	if code, _, errOut := runApp(t, append(args, "-m", q4, "-o", filepath.Join(dir, "x.png"), "--json")...); code != 1 || !strings.Contains(errOut, "give --compare") {
+		t.Errorf("--json without --compare: exit %d, %q", code, errOut)
+	}
+}
+
+// readTestPNG decodes a PNG file.
+func readTestPNG(t *testing.T, path string) image.Image {
+	t.Helper()
+	img, err := readPNG(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }
 
 func TestGenerateErrors(t *testing.T) {

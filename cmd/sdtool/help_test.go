@@ -85,3 +85,30 @@ func TestThreadsAndMaxMemory(t *testing.T) {
 		t.Errorf("diff --threads -1: exit %d, %s", code, errOut)
 	}
 }
+
+// Mistyped names get the suggestion a user needs: mixes and ComfyUI types
+// for type names, convert and merge pointed to quantize for what only it
+// writes, and the near flag or command (issue 34, item 11).
+func TestSuggestions(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "x.gguf")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"quantize", tiny, "-o", out, "--type", "q4km"}, `unknown type "q4km" (did you mean Q4_K_M?)`},
+		{[]string{"quantize", tiny, "-o", out, "--type", "Q4KM"}, `(did you mean Q4_K_M?)`},
+		{[]string{"quantize", tiny, "-o", out, "--type", "fp8"}, `(did you mean fp8_e4m3 or fp8_e5m2?)`},
+		{[]string{"convert", "-m", tiny, "-o", out, "--type", "Q4_K_M"}, "`sdtool quantize IN -o OUT.gguf --type Q4_K_M`"},
+		{[]string{"convert", "-m", tiny, "-o", out, "--type", "int8_convrot"}, "`sdtool quantize IN -o OUT.safetensors --type int8_convrot`"},
+		{[]string{"merge", "--method", "weighted_sum", "-a", tiny, "-b", tiny, "-o", out, "--type", "Q4_K_M"}, "a LoRA bake (--base --lora) takes it"},
+		{[]string{"quantize", "--typ", "q8_0"}, "unknown flag --typ (did you mean --type or --types-from?)"},
+		{[]string{"inspect", "--jsn"}, "unknown flag --jsn (did you mean --json?)"},
+		{[]string{"qantize"}, `unknown command "qantize" (did you mean quantize?)`},
+		{[]string{"imatrix", "shwo"}, `unknown command "imatrix shwo" (did you mean imatrix show?)`},
+	} {
+		code, stdout, errOut := runApp(t, c.args...)
+		if code != 1 || stdout != "" || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%q: exit %d, stderr %q, want one line with %q", c.args, code, errOut, c.want)
+		}
+	}
+}

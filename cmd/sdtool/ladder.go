@@ -26,7 +26,11 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 		return err
 	}
 	defer l.Close()
+	asJSON := c.Bool("json")
 	if c.Bool("dry-run") {
+		if asJSON {
+			return writeLadderJSON(c, l, true)
+		}
 		for _, r := range l.Rungs {
 			fmt.Fprintf(c.App.Writer, "== %s -> %s\n", r.Type, r.Plan.Path)
 			if err := r.Plan.WriteTable(c.App.Writer); err != nil {
@@ -46,9 +50,36 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 		return err
 	}
 	bar.Finish()
+	if asJSON {
+		return writeLadderJSON(c, l, false)
+	}
 	for i, f := range man.Files {
-		fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %.2f bits per weight, loads in %v\n", l.Rungs[i].Plan.Path, pipeline.HumanBytes(f.Size), f.BitsPerWeight, f.Loads)
+		fmt.Fprintf(c.App.ErrWriter, "wrote %s: file %s (%d bytes), %.2f bits per weight, loads in %v\n", l.Rungs[i].Plan.Path, pipeline.HumanBytes(f.Size), f.Size, f.BitsPerWeight, f.Loads)
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", l.Manifest)
 	return nil
+}
+
+// ladderResult is a ladder's --json: every rung as quantize's --json gives
+// one file, and the manifest's path (docs/write-json.md).
+type ladderResult struct {
+	// DryRun is true when nothing was written.
+	DryRun bool `json:"dry_run"`
+	// Manifest is the path of manifest.json (written unless DryRun).
+	Manifest string `json:"manifest"`
+	// Files are the rungs in --type order.
+	Files []quantizeResult `json:"files"`
+}
+
+// writeLadderJSON prints the ladder's plans as ladderResult.
+func writeLadderJSON(c *cli.Context, l *quantize.Ladder, dry bool) error {
+	out := ladderResult{DryRun: dry, Manifest: l.Manifest, Files: []quantizeResult{}}
+	for _, r := range l.Rungs {
+		res, err := r.Plan.Result("quantize", dry)
+		if err != nil {
+			return err
+		}
+		out.Files = append(out.Files, quantizeResult{Result: res, Consumers: orEmpty(r.Report.Consumers), Warnings: orEmpty(r.Report.Warnings)})
+	}
+	return writeJSON(c.App.Writer, out)
 }

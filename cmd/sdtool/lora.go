@@ -178,7 +178,7 @@ func runLoraExtract(c *cli.Context) error {
 	} else if err := writeExtractText(c.App.Writer, rep); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(c.App.ErrWriter, "wrote %s: %d tensors, %s\n", out, len(plan.Outputs), pipeline.HumanBytes(rep.Totals.Bytes))
+	_, err = fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %s\n", out, pipeline.Count(len(plan.Outputs), "tensor", "tensors"), pipeline.HumanBytes(rep.Totals.Bytes))
 	return err
 }
 

@@ -80,11 +80,13 @@ func init() {
 			maxMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "list each output tensor with its source and write nothing"},
+			jsonWriteFlag(),
 		},
 		Action: runMerge,
 	},
 		"sdtool merge --recipe testdata/merge-recipe.json -o grafted.safetensors --dry-run",
 		"sdtool merge --recipe testdata/merge-recipe.json -o grafted.gguf",
+		"sdtool merge --recipe testdata/merge-recipe.json -o grafted.safetensors --dry-run --json",
 		"sdtool merge --method weighted_sum -a testdata/tiny-sd1.safetensors -b grafted.gguf --allow-missing --alpha 0.3 -o avg.safetensors",
 		"sdtool merge --method add_difference -a avg.safetensors -b testdata/tiny-sd1.safetensors -c avg.safetensors --alpha-rules 'input_blocks\\.=0.3,output_blocks\\.=0.7' -o diff.gguf --type q8_0",
 		"sdtool merge --method dare -a testdata/tiny-sd1.safetensors -b avg.safetensors --drop-p 0.9 --seed 7 -o dare.safetensors",
@@ -159,7 +161,7 @@ func runMerge(c *cli.Context) error {
 		return errors.New("merge: give --recipe RECIPE.json or --method METHOD (see sdtool merge --help)")
 	}
 	defer plan.Close()
-	return writePlan(c, plan, "merge")
+	return writePlan(c, plan, "merge", nil)
 }
 
 // loraFlags are the flags only a LoRA bake takes.
@@ -240,11 +242,11 @@ func runMergeLoRA(c *cli.Context) error {
 		bake.Annotate(plan)
 	}
 	defer plan.Close()
-	if c.Bool("dry-run") {
+	if c.Bool("dry-run") && !c.Bool("json") {
 		if err := bake.WriteChanges(c.App.Writer); err != nil {
 			return err
 		}
 		fmt.Fprintln(c.App.Writer)
 	}
-	return writePlan(c, plan, "merge")
+	return writePlan(c, plan, "merge", nil)
 }

@@ -68,7 +68,7 @@ func TestMergeCommand(t *testing.T) {
 		}
 	}
 	src.Close()
-	if code, _, errOut := runApp(t, "merge", "--recipe", recipe, "-o", out); code != 0 || !strings.Contains(errOut, fmt.Sprintf("wrote %s: %d tensors", out, vae)) {
+	if code, _, errOut := runApp(t, "merge", "--recipe", recipe, "-o", out); code != 0 || !strings.Contains(errOut, fmt.Sprintf("wrote %s: file ", out)) || !strings.Contains(errOut, fmt.Sprintf("bytes); %d tensors", vae)) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	if code, _, errOut := runApp(t, "merge", "--recipe", recipe, "-o", out); code != 1 || !strings.Contains(errOut, "--force") {

@@ -40,9 +40,11 @@ func init() {
 			"--budget SIZE (or --bpw N), without --type, measures every eligible tensor's error in each\n" +
 			"--budget-types candidate (streamed in bounded chunks; columns weighted by --imatrix) and gives\n" +
 			"each tensor the type that buys the most error reduction per byte, so that the file fits SIZE\n" +
-			"(header included); tensors kept in high precision stay so and --tensor-type rules pin tensors.\n" +
+			"(header included; sizes: " + pipeline.SizeUnits + "); tensors kept in high precision stay\n" +
+			"so and --tensor-type rules pin tensors.\n" +
 			"--write-rules and --write-type-file save the choice as --tensor-type-rules text and as a\n" +
-			"llama.cpp --tensor-type-file (NAME=TYPE lines), which --tensor-type-file reads; --types-from\n" +
+			"llama.cpp --tensor-type-file (NAME=TYPE lines; after the model, and not in a dry run, which writes\n" +
+			"nothing: --dry-run --json lists every tensor's type), which --tensor-type-file reads; --types-from\n" +
 			"OTHER.gguf copies another file's types (same tensor names).\n\n" +
 			"A ladder: --type Q8_0,Q6_K,...,int8_convrot (a comma-separated list) with -o 'DIR/NAME-{type}.{ext}'\n" +
 			"reads and decodes each input tensor once and writes every file in one pass ({ext} is gguf or\n" +
@@ -67,7 +69,7 @@ func init() {
 			&cli.StringFlag{Name: "metadata-preset", Value: "default", Usage: "`PRESET`: default (architecture, file type, imatrix keys, input GGUF keys) or none"},
 			&cli.StringFlag{Name: "te-names", Value: "llama.cpp", Usage: "`NAMES` of a standalone T5/UMT5/Qwen/Llama/Mistral/Gemma text encoder's GGUF tensors: llama.cpp (ComfyUI-GGUF's text loader needs them; sd.cpp reads them too) or sdcpp (the input's)"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "byte-level BPE tokenizer.json `FILE` (or its folder) to embed under tokenizer.ggml.* in a GGUF output: a Mistral text encoder needs it for ComfyUI-GGUF, which rebuilds the Tekken tokenizer from it"},
-			&cli.StringFlag{Name: "budget", Usage: "largest output `SIZE` (4.5GiB, 1.2GB): choose each eligible tensor's type for the least measured error; no --type"},
+			&cli.StringFlag{Name: "budget", Usage: "largest output file `SIZE`, header included (4.5GiB, 1.2GB; " + pipeline.SizeUnits + "): choose each eligible tensor's type for the least measured error; no --type"},
 			&cli.Float64Flag{Name: "bpw", Usage: "like --budget, as at most `N` bits per weight over the whole model"},
 			&cli.StringFlag{Name: "budget-types", Usage: "comma-separated candidate `TYPES` for --budget/--bpw", DefaultText: budgetTypesDefault()},
 			&cli.StringFlag{Name: "budget-metric", Value: "relative", Usage: "`METRIC` the budget minimises: relative (each tensor's error over its weights) or absolute"},
@@ -77,15 +79,17 @@ func init() {
 			maxMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, reasons, consumers) and write nothing"},
+			&cli.BoolFlag{Name: "json", Usage: "print the plan, the file's size and its consumers as JSON on stdout (a ladder: every file's, and the manifest's path) instead of the table and summary (docs/write-json.md)"},
 		},
 		Action: runQuantize,
 	},
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q8_0.gguf --type q8_0 --tensor-type 'attn2\\.to_[kv]=f16' --metadata general.name=tiny",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
-		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-budget.gguf --budget 3MB --write-type-file tiny-budget.types.txt --dry-run",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-budget.gguf --budget 3MB --write-type-file tiny-budget.types.txt",
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
 		"sdtool quantize testdata/tiny-sd1.safetensors --type Q8_0,Q6_K,Q4_K_M,Q2_K,int8_convrot -o 'tiny-{type}.{ext}'",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run --json",
 	)
 }
 
@@ -121,15 +125,50 @@ func runQuantize(c *cli.Context) error {
 	if quantize.IsLadder(opts.Type) {
 		return runLadder(c, opts)
 	}
+	// The recipe files are checked first (a budget measures for minutes)
+	// and written after the model (a dry run writes neither).
+	if err := writeRecipe(c, nil, true); err != nil {
+		return err
+	}
+	finish := watchBudget(c, opts.Budget)
 	plan, res, err := quantize.Plan(opts)
+	finish(err)
 	if err != nil {
 		return err
 	}
 	defer plan.Close()
-	if err := writeRecipe(c, res); err != nil {
+	if c.Bool("dry-run") {
+		for _, f := range []string{"write-rules", "write-type-file"} {
+			if p := c.String(f); p != "" {
+				fmt.Fprintf(c.App.ErrWriter, "%s not written (--dry-run; %s)\n", p, pipeline.Count(len(res.Recipe()), "tensor type", "tensor types"))
+			}
+		}
+	}
+	err = writePlan(c, plan, "quantize", func(r *pipeline.Result) any {
+		return quantizeResult{Result: r, Consumers: orEmpty(res.Consumers), Warnings: orEmpty(res.Warnings)}
+	})
+	if err != nil || c.Bool("dry-run") {
 		return err
 	}
-	return writePlan(c, plan, "quantize")
+	return writeRecipe(c, res, false)
+}
+
+// quantizeResult is quantize's --json: the plan's, with the consumers that
+// can load the file and the warnings (docs/write-json.md).
+type quantizeResult struct {
+	*pipeline.Result
+	// Consumers says which of sd.cpp, ComfyUI-GGUF and ggml load the file.
+	Consumers []quantize.Consumer `json:"consumers"`
+	// Warnings are the problems that did not stop the plan.
+	Warnings []string `json:"warnings"`
+}
+
+// orEmpty returns s, or an empty slice for nil, so that JSON lists are [] and never null.
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // llamaQuantizeOrder rewrites llama-quantize's positional form, sdtool

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quantize"
@@ -65,10 +66,43 @@ func budgetOptions(c *cli.Context, opts *quantize.Options) error {
 	return nil
 }
 
+// watchBudget makes a budget's measurement, which reads the whole input
+// before anything is written, visible and interruptible: on a terminal a
+// line saying what it measures and a progress bar (elsewhere -v logs it),
+// and Ctrl-C stopping it with what was done. The returned function ends
+// the bar with the planning's error (nil when it succeeded).
+func watchBudget(c *cli.Context, b *quantize.Budget) func(error) {
+	if b == nil {
+		return func(error) {}
+	}
+	ctx, stop := console.SignalContext()
+	bar := console.New("measuring", 0)
+	b.Context, b.Progress = ctx, bar.Update
+	if bar.Enabled() {
+		b.Start = func(tensors int, bytes int64) {
+			fmt.Fprintf(c.App.ErrWriter, "budget: measuring %s (%s of the input) in each candidate type\n",
+				pipeline.Count(tensors, "tensor", "tensors"), pipeline.HumanBytes(bytes))
+		}
+	}
+	return func(err error) {
+		if err != nil {
+			bar.Abandon()
+		} else {
+			bar.Finish()
+		}
+		stop()
+	}
+}
+
 // writeRecipe writes the budget's choice where --write-rules and
-// --write-type-file ask, through the one atomic publish (.partial, then a rename).
-func writeRecipe(c *cli.Context, res *quantize.Report) error {
-	rc := res.Recipe()
+// --write-type-file ask, through the one atomic publish (.partial, then a
+// rename). With check it only checks that the paths may be written (res
+// may then be nil).
+func writeRecipe(c *cli.Context, res *quantize.Report, check bool) error {
+	var rc quantize.Recipe
+	if !check {
+		rc = res.Recipe()
+	}
 	for _, out := range []struct {
 		flag  string
 		write func(w io.Writer) error
@@ -81,6 +115,12 @@ func writeRecipe(c *cli.Context, res *quantize.Report) error {
 			continue
 		}
 		po := pipeline.PublishOptions{Force: c.Bool("force"), Inputs: []string{c.Args().First()}}
+		if check {
+			if err := pipeline.CheckOutput(path, po.Inputs, po.Force); err != nil {
+				return fmt.Errorf("--%s: %w", out.flag, err)
+			}
+			continue
+		}
 		if err := pipeline.WriteAtomic(context.Background(), path, po, out.write); err != nil {
 			return fmt.Errorf("--%s: %w", out.flag, err)
 		}

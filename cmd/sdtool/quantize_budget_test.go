@@ -1,28 +1,49 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sdtool/sdtool/pipeline"
 )
 
-// TestQuantizeBudgetCLI makes a budgeted dry run that writes its recipe
-// both ways, replays the rules text with --tensor-type-rules, and checks
-// the refusals, each one "sdtool: " line with exit status 1.
+// TestQuantizeBudgetCLI makes a budgeted dry run, which writes nothing,
+// then the run, which writes its recipe both ways, replays the rules text
+// with --tensor-type-rules, and checks the refusals, each one "sdtool: "
+// line with exit status 1.
 func TestQuantizeBudgetCLI(t *testing.T) {
 	dir := t.TempDir()
 	rules, types := filepath.Join(dir, "r.txt"), filepath.Join(dir, "t.txt")
-	code, stdout, errOut := runApp(t, "quantize", tiny, "-o", filepath.Join(dir, "b.gguf"), "--budget", "3MB", "--dry-run",
-		"--write-rules", rules, "--write-type-file", types, "-t", "2")
-	if code != 0 || !strings.Contains(stdout, "budget: 2.86 MiB; predicted file") || !strings.Contains(stdout, "budget (predicted relative error") {
+	args := []string{"quantize", tiny, "-o", filepath.Join(dir, "b.gguf"), "--budget", "3MB", "--write-rules", rules, "--write-type-file", types, "-t", "2"}
+	code, stdout, errOut := runApp(t, append(args, "--dry-run")...)
+	if code != 0 || !strings.Contains(stdout, "budget: 2.86 MiB (3000000 bytes); predicted file") || !strings.Contains(stdout, "budget (predicted relative error") {
 		t.Fatalf("budget dry run: exit %d, stderr %s, stdout tail %q", code, errOut, stdout[max(0, len(stdout)-600):])
 	}
-	if !strings.Contains(errOut, "wrote "+rules) || !strings.Contains(errOut, "wrote "+types) {
-		t.Errorf("stderr %q does not report the recipe files", errOut)
+	// A dry run writes nothing, the recipe files included (issue 34, item 18).
+	for _, p := range []string{filepath.Join(dir, "b.gguf"), rules, types} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("--dry-run wrote %s", p)
+		}
 	}
-	if _, err := os.Stat(filepath.Join(dir, "b.gguf")); err == nil {
-		t.Error("--dry-run wrote the output")
+	if !strings.Contains(errOut, rules+" not written (--dry-run") || !strings.Contains(errOut, types+" not written (--dry-run") {
+		t.Errorf("stderr %q does not say the recipe files were not written", errOut)
+	}
+	// The run writes them after the model, and its summary gives the size
+	// the budget predicted, in the same words (issue 34, item 10).
+	code, _, errOut = runApp(t, args...)
+	if code != 0 || !strings.Contains(errOut, "wrote "+rules) || !strings.Contains(errOut, "wrote "+types) {
+		t.Fatalf("budget run: exit %d, stderr %q", code, errOut)
+	}
+	st, err := os.Stat(filepath.Join(dir, "b.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := fmt.Sprintf("file %s (%d bytes)", pipeline.HumanBytes(st.Size()), st.Size())
+	if !strings.Contains(errOut, size) || !strings.Contains(stdout, "predicted "+size) {
+		t.Errorf("the run's summary %q or the budget line does not say %q", errOut, size)
 	}
 	r, _ := os.ReadFile(rules)
 	tf, _ := os.ReadFile(types)

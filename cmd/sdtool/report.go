@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
@@ -39,7 +41,10 @@ func init() {
 			"SSIM per file, a chart of PSNR against file size, the relative error of every denoiser block's output\n" +
 			"at the first step and of the worst weights (as sdtool diff measures them). Then it records each file's\n" +
 			"mean PSNR and SSIM as \"quality\" in the manifest, if one was read (docs/ladder-manifest.md). The prompts are fixed\n" +
-			"(--prompt replaces them) and prompt i gets seed --seed+i, so two reports of two ladders compare.",
+			"(--prompt replaces them) and prompt i gets seed --seed+i, so two reports of two ladders compare.\n" +
+			"A file that cannot be loaded, rendered or compared keeps its row, marked failed with the reason (and\n" +
+			"\"quality\": {\"error\": ...} in the manifest); the others are reported, and the command exits 1 after\n" +
+			"writing the report. Tokenizers are found as generate finds them (--tokenizer, --t5-tokenizer).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the report `FILE` (.html)"},
 			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "the source model `FILE`", DefaultText: "the manifest's source"},
@@ -50,6 +55,7 @@ func init() {
 			&cli.IntFlag{Name: "height", Aliases: []string{"H"}, Usage: "image height in `PIXELS`", DefaultText: "model metadata, else the family's"},
 			&cli.Float64Flag{Name: "gain", Value: report.DefaultGain, Usage: "`FACTOR` the difference maps amplify by"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP BPE merges `FILE` (default: found as generate finds it)"},
+			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in each file's metadata; without one only an empty prompt encodes"},
 			threadsFlag("`N` ggml threads"),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing report"},
 		},
@@ -91,11 +97,11 @@ func runReport(c *cli.Context) error {
 		}
 		man = &quantize.Manifest{Source: quantize.ManifestSource{File: c.Args().First()}}
 		for _, f := range c.Args().Slice()[1:] {
-			st, err := os.Stat(f)
+			mf, err := describeFile(f)
 			if err != nil {
 				return err
 			}
-			man.Files = append(man.Files, quantize.ManifestFile{File: f, Type: filepath.Base(f), Size: st.Size()})
+			man.Files = append(man.Files, mf)
 		}
 	default:
 		return fmt.Errorf("report: want a manifest.json, or a source model and the files to compare with it; got %s (see sdtool report --help)", pipeline.Count(c.NArg(), "argument", "arguments"))
@@ -130,42 +136,8 @@ func runReport(c *cli.Context) error {
 	}
 	ctx, stop := console.SignalContext()
 	defer stop()
-	gen := func(path string) (*reportModel, error) {
-		comps := infer.Components{Model: path}
-		tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-		m, err := infer.Load(comps, infer.LoadOptions{Tokenizer: tok, Threads: threads})
-		if err != nil {
-			if notFound != nil {
-				return nil, notFound
-			}
-			return nil, err
-		}
-		defer m.Close()
-		def := m.Family.Defaults
-		rm := &reportModel{path: path}
-		for i, p := range prompts {
-			req := infer.Request{Prompt: p, Width: pick(c.Int("width"), m.Config.DefaultWidth, def.Width),
-				Height: pick(c.Int("height"), m.Config.DefaultHeight, def.Height), Steps: c.Int("steps"),
-				CFGScale: def.CFGScale, Guidance: def.Guidance, Seed: uint64(c.Int64("seed") + int64(i)),
-				Method: def.Method, Scheduler: def.Scheduler, CaptureBlocks: i == 0, Context: ctx}
-			res, err := generateWithBar(c.App.ErrWriter, m, req, filepath.Base(path))
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
-			}
-			warnNaN(c, path, res)
-			rm.nan += res.NaNPixels
-			img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
-			if err != nil {
-				return nil, err
-			}
-			rm.images = append(rm.images, img)
-			if i == 0 {
-				rm.blocks = res.Blocks
-			}
-		}
-		return rm, nil
-	}
-	ref, err := gen(src)
+	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src}
+	ref, err := run.render(src)
 	if err != nil {
 		return err
 	}
@@ -182,44 +154,122 @@ func runReport(c *cli.Context) error {
 	for i, p := range prompts {
 		rep.Prompts = append(rep.Prompts, report.Prompt{Text: p, Seed: uint64(c.Int64("seed") + int64(i)), Image: ref.images[i]})
 	}
-	for i, f := range man.Files {
-		path := filepath.Join(dir, filepath.FromSlash(f.File))
-		got, err := gen(path)
-		if err != nil {
-			return err
-		}
-		rf := report.File{Name: f.File, Type: f.Type, Size: f.Size, BitsPerWeight: f.BitsPerWeight}
-		var psnr, ssim float64
-		for k, img := range got.images {
-			s := report.Shot{Image: img}
-			if s.PSNR, err = metrics.PSNR(ref.images[k], img); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			if s.SSIM, err = metrics.SSIM(ref.images[k], img); err != nil {
-				return fmt.Errorf("%s: %w", path, err)
-			}
-			psnr += s.PSNR
-			ssim += s.SSIM
-			rf.Images = append(rf.Images, s)
-		}
-		rf.Blocks = blockErrors(ref.blocks, got.blocks)
-		if rf.Tensors, err = tensorErrors(ctx, src, path); err != nil {
-			return err
-		}
-		rep.Files = append(rep.Files, rf)
-		rel, _ := filepath.Rel(dir, out)
-		if rel == "" {
-			rel = out
-		}
-		man.Files[i].Quality = &quantize.Quality{PSNR: psnr / float64(len(got.images)), SSIM: ssim / float64(len(got.images)),
-			Images: len(got.images), Report: filepath.ToSlash(rel)}
-		fmt.Fprintf(c.App.ErrWriter, "%s: PSNR %.2f dB, SSIM %.4f\n", f.File, man.Files[i].Quality.PSNR, man.Files[i].Quality.SSIM)
+	rel, _ := filepath.Rel(dir, out)
+	if rel == "" {
+		rel = out
 	}
+	failed := 0
+	for i, f := range man.Files {
+		rf, q, err := run.measure(ref, filepath.Join(dir, filepath.FromSlash(f.File)), f)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, infer.ErrInterrupted) || errors.Is(err, pipeline.ErrInterrupted) {
+				return err
+			}
+			// One broken rung must not cost the report of the others.
+			failed++
+			rf.Error, q = err.Error(), &quantize.Quality{Error: err.Error()}
+			fmt.Fprintf(c.App.ErrWriter, "%s: failed: %v\n", f.File, err)
+		} else {
+			fmt.Fprintf(c.App.ErrWriter, "%s: PSNR %.2f dB, SSIM %.4f\n", f.File, q.PSNR, q.SSIM)
+		}
+		q.Report = filepath.ToSlash(rel)
+		rep.Files = append(rep.Files, rf)
+		man.Files[i].Quality = q
+	}
+	if err := writeReport(ctx, c, out, inputs, rep, man, manPath, dir, src); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("report: %s of %d could not be reported; their rows in %s say why", pipeline.Count(failed, "file", "files"), len(man.Files), out)
+	}
+	return nil
+}
+
+// reportRun holds what every rendering of a report shares.
+type reportRun struct {
+	c       *cli.Context
+	ctx     context.Context
+	prompts []string
+	threads int
+	src     string
+}
+
+// render loads the model at path and renders every prompt with it.
+func (r *reportRun) render(path string) (*reportModel, error) {
+	c := r.c
+	comps := infer.Components{Model: path}
+	tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
+	m, err := infer.Load(comps, infer.LoadOptions{Tokenizer: tok, T5Tokenizer: c.String("t5-tokenizer"), Threads: r.threads})
+	if err != nil {
+		if notFound != nil {
+			return nil, notFound
+		}
+		return nil, err
+	}
+	defer m.Close()
+	def := m.Family.Defaults
+	rm := &reportModel{path: path}
+	for i, p := range r.prompts {
+		req := infer.Request{Prompt: p, Width: pick(c.Int("width"), m.Config.DefaultWidth, def.Width),
+			Height: pick(c.Int("height"), m.Config.DefaultHeight, def.Height), Steps: c.Int("steps"),
+			CFGScale: def.CFGScale, Guidance: def.Guidance, Seed: uint64(c.Int64("seed") + int64(i)),
+			Method: def.Method, Scheduler: def.Scheduler, CaptureBlocks: i == 0, Context: r.ctx}
+		res, err := generateWithBar(c.App.ErrWriter, m, req, filepath.Base(path))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		warnNaN(c, path, res)
+		rm.nan += res.NaNPixels
+		img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
+		if err != nil {
+			return nil, err
+		}
+		rm.images = append(rm.images, img)
+		if i == 0 {
+			rm.blocks = res.Blocks
+		}
+	}
+	return rm, nil
+}
+
+// measure renders the ladder file f at path and compares it with the
+// source's images and weights. On error the returned row still names the file.
+func (r *reportRun) measure(ref *reportModel, path string, f quantize.ManifestFile) (report.File, *quantize.Quality, error) {
+	rf := report.File{Name: f.File, Type: f.Type, Size: f.Size, BitsPerWeight: f.BitsPerWeight}
+	got, err := r.render(path)
+	if err != nil {
+		return rf, nil, err
+	}
+	var psnr, ssim float64
+	for k, img := range got.images {
+		s := report.Shot{Image: img}
+		if s.PSNR, err = metrics.PSNR(ref.images[k], img); err != nil {
+			return rf, nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if s.SSIM, err = metrics.SSIM(ref.images[k], img); err != nil {
+			return rf, nil, fmt.Errorf("%s: %w", path, err)
+		}
+		psnr += s.PSNR
+		ssim += s.SSIM
+		rf.Images = append(rf.Images, s)
+	}
+	rf.Blocks = blockErrors(ref.blocks, got.blocks)
+	if rf.Tensors, err = tensorErrors(r.ctx, r.src, path); err != nil {
+		rf.Images = nil
+		return rf, nil, err
+	}
+	n := float64(len(got.images))
+	return rf, &quantize.Quality{PSNR: psnr / n, SSIM: ssim / n, Images: len(got.images)}, nil
+}
+
+// writeReport writes the HTML page and, when the report was of a manifest,
+// records the quality of each file in it.
+func writeReport(ctx context.Context, c *cli.Context, out string, inputs []string, rep *report.Report, man *quantize.Manifest, manPath, dir, src string) error {
 	var page bytes.Buffer
 	if err := report.Write(&page, rep); err != nil {
 		return err
 	}
-	err = pipeline.WriteAtomic(ctx, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: inputs, Logger: slog.Default()},
+	err := pipeline.WriteAtomic(ctx, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: inputs, Logger: slog.Default()},
 		func(w io.Writer) error { _, err := w.Write(page.Bytes()); return err })
 	if err != nil {
 		return err
@@ -238,6 +288,52 @@ func runReport(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s; quality recorded in %s\n", out, manPath)
 	return nil
+}
+
+// describeFile gives a file named on report's command line what a ladder's
+// manifest gives its files: the size, the type that holds most of its
+// weights (a ComfyUI module format, else the largest quantized type, else
+// the largest type) and the bits per weight (data bytes over elements).
+// A file that exists but cannot be read is left to fail its row.
+func describeFile(path string) (quantize.ManifestFile, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return quantize.ManifestFile{}, fmt.Errorf("report: %w", err)
+	}
+	mf := quantize.ManifestFile{File: path, Size: st.Size()}
+	m, err := formats.Open(path)
+	if err != nil {
+		return mf, nil
+	}
+	defer m.Close()
+	sum, err := inspect.Summarize(m, inspect.Options{NoTensors: true})
+	if err != nil {
+		return mf, nil
+	}
+	if sum.ParamCount > 0 {
+		mf.BitsPerWeight = float64(8*sum.TotalBytes) / float64(sum.ParamCount)
+	}
+	mf.Type = fileType(sum)
+	return mf, nil
+}
+
+// fileType names the type that holds most of a model's weights.
+func fileType(sum *inspect.Summary) string {
+	for _, q := range sum.ComfyQuant {
+		if q.Format != "" {
+			return q.Format
+		}
+	}
+	var best inspect.TypeStat
+	for _, t := range sum.Types {
+		if d, ok := formats.ParseType(t.Type); ok && d.Quantized() && t.Bytes > best.Bytes {
+			best = t
+		}
+	}
+	if best.Type == "" && len(sum.Types) > 0 {
+		best = slices.MaxFunc(sum.Types, func(a, b inspect.TypeStat) int { return cmp.Compare(a.Bytes, b.Bytes) })
+	}
+	return best.Type
 }
 
 // blockErrors compares each block output of got with the reference's.

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/quantize"
 	"github.com/sdtool/sdtool/report/reporttest"
@@ -112,5 +114,86 @@ func TestReportNaNFile(t *testing.T) {
 	code, _, errOut = runApp(t, append(args, "--force", f8, tiny)...)
 	if code != 1 || !strings.Contains(errOut, f8+": the source decodes to NaN values") {
 		t.Fatalf("report against an FP8 source: exit %d: %s", code, errOut)
+	}
+}
+
+// The issue's Flux ladder with ComfyUI types is reportable (the T5
+// tokenizer reaches the safetensors rung), and a rung that cannot be
+// loaded keeps its row, marked failed with the reason, in the page and in
+// the manifest, while the other rungs are measured; the command then
+// exits 1 (issue 34, item 2).
+func TestReportFluxLadderWithComfyRungs(t *testing.T) {
+	if !infer.Available {
+		t.Skip("report runs generate's engine: needs a cgo build")
+	}
+	dir := t.TempDir()
+	code, _, errOut := runApp(t, "quantize", "../../testdata/tiny-flux.gguf", "--type", "int8_convrot,Q4_K_M",
+		"--convrot-group-size", "16", "--allow-requantize", "-o", filepath.Join(dir, "flux-{type}.{ext}"))
+	if code != 0 {
+		t.Fatalf("quantize: exit %d: %s", code, errOut)
+	}
+	if strings.Contains(errOut, "not carried") {
+		t.Errorf("the ladder dropped metadata: %s", errOut)
+	}
+	// Break one rung: a truncated download.
+	broken := "flux-Q4_K_M.gguf"
+	if err := os.Truncate(filepath.Join(dir, broken), 1000); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, quantize.ManifestName)
+	html := filepath.Join(dir, "report.html")
+	code, _, errOut = runApp(t, "report", manifest, "-o", html, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64")
+	if code != 1 || !strings.Contains(errOut, "1 file of 2 could not be reported") {
+		t.Fatalf("report with a broken rung: exit %d: %s", code, errOut)
+	}
+	man, err := quantize.ReadManifest(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range man.Files {
+		q := f.Quality
+		switch {
+		case q == nil:
+			t.Errorf("%s: no quality recorded", f.File)
+		case f.File == broken && (q.Error == "" || q.Images != 0):
+			t.Errorf("%s: quality %+v, want an error", f.File, q)
+		case f.File != broken && (q.Error != "" || q.Images != 1 || q.PSNR <= 0):
+			t.Errorf("%s: quality %+v", f.File, q)
+		}
+	}
+	page, err := os.ReadFile(html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), `<tr class="failed"><td>`+broken+`</td>`) || !strings.Contains(string(page), "flux-int8_convrot.safetensors") {
+		t.Error("the page lacks the failed row or the good rung")
+	}
+}
+
+// report SOURCE FILE... describes each file as a manifest would: its type
+// (not its name) and its bits per weight, which must agree with what a
+// ladder's manifest says of the same bytes (issue 34, item 6).
+func TestDescribeFile(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := runApp(t, "quantize", tiny, "--type", "Q4_K_M,int8_convrot", "--convrot-group-size", "16", "-o", filepath.Join(dir, "t-{type}.{ext}"))
+	if code != 0 {
+		t.Fatalf("quantize: exit %d: %s", code, errOut)
+	}
+	man, err := quantize.ReadManifest(filepath.Join(dir, quantize.ManifestName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range man.Files {
+		mf, err := describeFile(filepath.Join(dir, f.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, quantized := formats.ParseType(mf.Type)
+		if ok := mf.Type == "int8_tensorwise" || quantized && d.Quantized(); !ok || mf.Size != f.Size {
+			t.Errorf("%s: type %q, size %d; want a quantized type and %d bytes", f.File, mf.Type, mf.Size, f.Size)
+		}
+		if math.Abs(mf.BitsPerWeight-f.BitsPerWeight) > 0.02*f.BitsPerWeight {
+			t.Errorf("%s: %.3f bits/weight, the manifest says %.3f", f.File, mf.BitsPerWeight, f.BitsPerWeight)
+		}
 	}
 }

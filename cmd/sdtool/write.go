@@ -19,7 +19,7 @@ func threadsFlag(usage string) cli.Flag {
 // maxMemoryFlag is the --max-memory flag of the writing commands: a size
 // with or without a unit.
 func maxMemoryFlag() cli.Flag {
-	return &cli.StringFlag{Name: "max-memory", Usage: "`SIZE` of chunks in flight: bytes, or with a unit (512MiB, 2GiB)", DefaultText: "1GiB"}
+	return &cli.StringFlag{Name: "max-memory", Usage: "`SIZE` of chunks in flight: bytes, or with a unit: " + pipeline.SizeUnits, DefaultText: "1GiB"}
 }
 
 // threadsOf returns --threads, refusing a negative count (0 and unset
@@ -57,15 +57,37 @@ func runOptions(c *cli.Context) (pipeline.Options, error) {
 	}, nil
 }
 
+// jsonWriteFlag is the --json flag of the writing commands (convert,
+// quantize, merge).
+func jsonWriteFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print the plan and the file's size as JSON on stdout instead of the table and summary (docs/write-json.md)"}
+}
+
 // writePlan prints plan for --dry-run, or writes it with a progress bar
 // on a terminal, Ctrl-C cancelling cleanly, and prints what it wrote.
-func writePlan(c *cli.Context, plan *pipeline.Plan, label string) error {
+// With --json both print plan.Result, through wrap when the command adds
+// fields of its own (nil: the Result as it is).
+func writePlan(c *cli.Context, plan *pipeline.Plan, label string, wrap func(*pipeline.Result) any) error {
 	ro, err := runOptions(c)
 	if err != nil {
 		return err
 	}
 	plan.Inputs = append(plan.Inputs, readFiles(c)...)
-	if c.Bool("dry-run") {
+	dry, asJSON := c.Bool("dry-run"), c.Bool("json")
+	printJSON := func() error {
+		r, err := plan.Result(label, dry)
+		if err != nil {
+			return err
+		}
+		if wrap != nil {
+			return writeJSON(c.App.Writer, wrap(r))
+		}
+		return writeJSON(c.App.Writer, r)
+	}
+	if dry {
+		if asJSON {
+			return printJSON()
+		}
 		if err := plan.WriteTable(c.App.Writer); err != nil {
 			return err
 		}
@@ -81,6 +103,9 @@ func writePlan(c *cli.Context, plan *pipeline.Plan, label string) error {
 		return err
 	}
 	bar.Finish()
+	if asJSON {
+		return printJSON()
+	}
 	fmt.Fprint(c.App.ErrWriter, "wrote ")
 	return plan.WriteSummary(c.App.ErrWriter)
 }

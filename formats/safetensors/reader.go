@@ -169,7 +169,8 @@ func (f *File) Info() formats.Info {
 // Tensors lists the tensors in header (JSON) order; callers must not modify it.
 func (f *File) Tensors() []formats.Tensor { return f.tensors }
 
-// Metadata returns the __metadata__ entries as strings, in header order.
+// Metadata returns the __metadata__ entries in header order: strings, but
+// a GGUF array that ArrayText stored as text comes back as that array.
 func (f *File) Metadata() formats.Metadata { return f.meta }
 
 // Size returns the file size in bytes.
@@ -368,6 +369,10 @@ func (p *headerParser) parseMetadata() error {
 		}
 		if tok.kind != '"' {
 			return p.errf("", "%s value of %q is %s, not a string", metadataKey, key, describe(tok))
+		}
+		if a, ok := parseArrayText(tok.s); ok {
+			p.meta = append(p.meta, formats.KV{Key: strings.Clone(key), Type: formats.TypeArray, Value: a})
+			continue
 		}
 		// Copies: substrings would keep the whole header alive.
 		p.meta = append(p.meta, formats.KV{Key: strings.Clone(key), Type: formats.TypeString, Value: strings.Clone(tok.s)})

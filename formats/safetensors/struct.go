@@ -58,7 +58,7 @@ func init() {
 }
 
 // stringMetadata turns metadata into the __metadata__ map, which holds
-// strings only.
+// strings only: arrays become their ArrayText.
 func stringMetadata(file string, meta formats.Metadata) (map[string]string, error) {
 	if meta == nil {
 		return nil, nil
@@ -66,6 +66,13 @@ func stringMetadata(file string, meta formats.Metadata) (map[string]string, erro
 	out := make(map[string]string, len(meta))
 	for _, kv := range meta {
 		s, ok := kv.Value.(string)
+		if a, isArr := kv.Value.(formats.Array); isArr {
+			var err error
+			if s, err = ArrayText(a); err != nil {
+				return nil, fmt.Errorf("%s: metadata %q: %v", file, kv.Key, err)
+			}
+			ok = true
+		}
 		if !ok {
 			return nil, fmt.Errorf("%s: metadata %q is %s, and safetensors metadata holds strings only", file, kv.Key, kv.Type)
 		}

@@ -3,6 +3,7 @@ package text
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
@@ -220,6 +221,12 @@ func UnigramFromMetadata(source string, md formats.Metadata) (*UnigramTokenizer,
 	} {
 		if kv, ok := md.Get(f.key); ok {
 			b, ok := kv.Value.(bool)
+			if str, isStr := kv.Value.(string); isStr {
+				// Safetensors metadata holds a carried bool as its text.
+				var err error
+				b, err = strconv.ParseBool(str)
+				ok = err == nil
+			}
 			if !ok {
 				return nil, fail(f.key, "is a %s, not a bool", kv.Type)
 			}
@@ -247,9 +254,16 @@ func UnigramFromMetadata(source string, md formats.Metadata) (*UnigramTokenizer,
 	return t, nil
 }
 
-// metadataInt reads an integer metadata value of any integer type.
+// metadataInt reads an integer metadata value of any integer type, or its
+// decimal text (safetensors metadata holds a carried number so).
 func metadataInt(kv formats.KV) (int64, error) {
 	switch v := kv.Value.(type) {
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("is %q, not an integer", v)
+		}
+		return n, nil
 	case uint8:
 		return int64(v), nil
 	case int8:
