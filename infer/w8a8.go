@@ -66,9 +66,8 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 		}
 	}
 	mod := s.Module
-	wt, _ := comfyquant.WeightType(mod.Config.Format)
 	switch {
-	case wt == formats.I8 && mod.Weight.Type == formats.I8 && !mod.Config.FullPrecisionMatMul:
+	case mod.Config.Format == comfyquant.FormatInt8 && mod.Weight.Type == formats.I8 && !mod.Config.FullPrecisionMatMul:
 		group := 0
 		if mod.Config.Convrot {
 			group = mod.Config.GroupSize
@@ -80,7 +79,7 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
 			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
 		return scale, true
-	case (wt == formats.F8_E4M3 || wt == formats.F8_E5M2) && FP8ScaleIgnored(rt):
+	case (mod.Config.Format == comfyquant.FormatFP8E4M3 || mod.Config.Format == comfyquant.FormatFP8E5M2) && FP8ScaleIgnored(rt):
 		ws.unscaledFP8 = true
 	}
 	return weightSpec{}, false
