@@ -259,7 +259,7 @@ func (l *Ladder) manifest(written []pipeline.Written) (*Manifest, error) {
 			n, _ := o.Bytes()
 			data += n
 			if o.Source != nil {
-				weights += o.Elements()
+				weights += o.Source.Elements() // a packed 4-bit weight holds two per element
 			}
 		}
 		if i == 0 {
