@@ -419,6 +419,9 @@ func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off i
 	if w.unscaledFP8 {
 		return w.streamUnscaled(scratch, put)
 	}
+	if w.w8a8 && s.Module.Config.Format == comfyquant.FormatW4A8 {
+		return w.streamW4A8(scratch, put)
+	}
 	if (s.Module == nil || w.w8a8) && t.Type == w.Type && !w.transpose {
 		for off := int64(0); off < t.Size; off += loadChunk {
 			buf := scratch.Bytes(0, int(min(loadChunk, t.Size-off)))

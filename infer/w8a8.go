@@ -8,6 +8,7 @@ import (
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -33,6 +34,14 @@ import (
 // a UNet's layers it multiplies by the unscaled codes: such a file renders
 // wrong in sd-cli. RuntimeSDCPP reproduces that, RuntimeComfyUI applies the
 // scale.
+
+//
+// asym_w4a8_int8: ComfyUI widens the 4-bit codes to their INT8 grid
+// (clamp(round(codebook·relative scale), ±127)) and runs the INT8 convrot
+// product above with weight_s_channel as the row scales; RuntimeComfyUI
+// does the same. nvfp4, mxfp8 and convrot_w4a4 are dequantized: ComfyUI on
+// CPU dequantizes the first two, and the int4 activation quantization of
+// its convrot_w4a4 kernel is not reproduced.
 
 // FP8ScaleIgnored reports whether rt multiplies FP8 modules' codes without
 // their weight scale (stable-diffusion.cpp's UNet and text encoder layers).
@@ -79,6 +88,15 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
 			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
 		return scale, true
+	case mod.Config.Format == comfyquant.FormatW4A8 && rt == RuntimeComfyUI && mod.Correction.Name == "" &&
+		!mod.Config.FullPrecisionMatMul && mod.Config.GroupSize <= native.MaxW8A8Group:
+		// ComfyUI widens the 4-bit codes to their INT8 grid and runs the
+		// INT8 convrot product with the channel scales (comfy-kitchen's
+		// w4a8_int8_linear): the W8A8 path above, codes built on load.
+		ws.Type, ws.w8a8, ws.group = formats.I8, true, mod.Config.GroupSize
+		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
+			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
+		return scale, true
 	case (mod.Config.Format == comfyquant.FormatFP8E4M3 || mod.Config.Format == comfyquant.FormatFP8E5M2) && FP8ScaleIgnored(rt):
 		ws.unscaledFP8 = true
 	}
@@ -89,13 +107,17 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 // tensor-wise scale is repeated for every row.
 func (w *weightSpec) streamScale(put func(data []byte, off int64) error) error {
 	mod := w.scaleOf
-	raw, err := formats.ReadTensor(w.model, &mod.Scale)
+	st := mod.Scale
+	if mod.Config.Format == comfyquant.FormatW4A8 {
+		st = mod.Scale2 // weight_s_channel
+	}
+	raw, err := formats.ReadTensor(w.model, &st)
 	if err != nil {
 		return err
 	}
-	scales := make([]float32, mod.Scale.Elements())
-	if err := quant.DecodeFloats(mod.Scale.Type, scales, raw); err != nil {
-		return fmt.Errorf("%s: tensor %q: %w", w.model.Path(), mod.Scale.Name, err)
+	scales := make([]float32, st.Elements())
+	if err := quant.DecodeFloats(st.Type, scales, raw); err != nil {
+		return fmt.Errorf("%s: tensor %q: %w", w.model.Path(), st.Name, err)
 	}
 	rows := int(w.Shape[0])
 	if len(scales) == 1 && rows != 1 {
@@ -106,7 +128,7 @@ func (w *weightSpec) streamScale(put func(data []byte, off int64) error) error {
 		}
 	}
 	if len(scales) != rows {
-		return fmt.Errorf("%s: tensor %q: %d scales for %d rows", w.model.Path(), mod.Scale.Name, len(scales), rows)
+		return fmt.Errorf("%s: tensor %q: %d scales for %d rows", w.model.Path(), st.Name, len(scales), rows)
 	}
 	out := make([]byte, 4*rows)
 	enc, err := quant.Encoder(formats.F32)
@@ -178,4 +200,45 @@ func (g *builder) linearW8A8(x native.Tensor, prefix string, group int) native.T
 		g.acts[key] = xq
 	}
 	return g.c.MulMatI8(w, xq, scale, bias)
+}
+
+// streamW4A8 writes an asym_w4a8_int8 module's weight as the INT8 codes
+// ComfyUI widens it to ([out, in], one byte each), in chunks of rows.
+func (w *weightSpec) streamW4A8(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
+	mod := w.src.Module
+	out, in := w.Shape[0], w.Shape[1]
+	gs := int64(mod.Config.QuantGroupSize)
+	sRel, err := formats.ReadTensor(w.model, &mod.Scale)
+	if err != nil {
+		return err
+	}
+	var codebook []float32
+	if mod.Codebook.Name != "" {
+		raw, err := formats.ReadTensor(w.model, &mod.Codebook)
+		if err != nil {
+			return err
+		}
+		codebook = make([]float32, 16)
+		if err := quant.DecodeFloats(mod.Codebook.Type, codebook, raw); err != nil {
+			return fmt.Errorf("%s: tensor %q: %w", w.model.Path(), mod.Codebook.Name, err)
+		}
+	}
+	rows := max(1, loadChunk/in)
+	for r0 := int64(0); r0 < out; r0 += rows {
+		n := min(rows, out-r0)
+		packed := scratch.Bytes(0, int(n*in/2))
+		if err := formats.ReadFull(w.model, &mod.Weight, packed, r0*in/2); err != nil {
+			return err
+		}
+		codes := scratch.Bytes(1, int(n*in))
+		for r := range n {
+			if err := convrot.W4A8Int8Row(codes[r*in:(r+1)*in], packed[r*in/2:(r+1)*in/2], sRel[(r0+r)*in/gs:(r0+r+1)*in/gs], codebook, int(gs)); err != nil {
+				return fmt.Errorf("%s: tensor %q: row %d: %w", w.model.Path(), mod.Weight.Name, r0+r, err)
+			}
+		}
+		if err := put(codes, r0*in); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -179,6 +179,27 @@ func (w W4A8Quantizer) EncodeRow(codes, sRel []byte, row []float32) (float32, er
 	return ch, nil
 }
 
+// W4A8Int8Row writes the INT8 codes one row of asym_w4a8_int8 stands for
+// (two's complement, one byte per value): clamp(round(level·relative
+// scale), ±127), level being codebook[code] or, without a codebook,
+// code-8. With the channel scale as the row's scale and the rotation
+// group, they are the INT8 convrot module ComfyUI multiplies (W8A8).
+func W4A8Int8Row(dst []byte, codes, sRel []byte, codebook []float32, gs int) error {
+	n := len(dst)
+	if gs <= 0 || n%gs != 0 || len(codes)*2 != n || len(sRel)*gs != n {
+		return fmt.Errorf("convrot: w4a8 row of %d values needs %d code bytes and %d scales", n, n/2, n/max(gs, 1))
+	}
+	for i := range dst {
+		c := codes[i/2] >> (4 * (i % 2)) & 15
+		level := float32(c) - 8
+		if codebook != nil {
+			level = codebook[c]
+		}
+		dst[i] = byte(int8(min(max(round32(level*quant.F8E4M3ToF32(sRel[i/gs])), -127), 127)))
+	}
+	return nil
+}
+
 // DecodeW4A8Row decodes one row of asym_w4a8_int8: the INT8 value of each
 // code is clamp(round(level·relative scale), ±127), where level is
 // codebook[code] or, without a codebook, code-8; times the channel scale in

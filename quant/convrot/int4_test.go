@@ -101,6 +101,18 @@ func TestW4A8(t *testing.T) {
 		if err := DecodeW4A8Row(back, codes, sRel, ch, cb[:], nil, 16, 256); err != nil {
 			t.Fatal(err)
 		}
+		// The INT8 grid generate multiplies (W8A8) is the same weight.
+		grid, viaGrid := make([]byte, in), make([]float32, in)
+		if err := W4A8Int8Row(grid, codes, sRel, cb[:], 16); err != nil {
+			t.Fatal(err)
+		}
+		for j, c := range grid {
+			viaGrid[j] = float32(int8(c)) * ch
+		}
+		_ = Rotate(viaGrid, 256)
+		if !slices.Equal(viaGrid, back) {
+			t.Fatalf("row %d: the INT8 grid times the channel scale is not the decoded row", i)
+		}
 		for j := range back {
 			d := float64(back[j] - orig[i*in+j])
 			errSum += d * d
