@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -70,6 +71,20 @@ func TestBlockModulesRead(t *testing.T) {
 		}
 		if _, ok := comfyquant.WeightType(p.Config.Format); !ok {
 			t.Errorf("%v: no weight type", tc.typ)
+		}
+		// The dequantized view (convert --dequantize, merge, LoRA bake-in)
+		// lists the weight as F32 [out, in] and drops the module's other tensors.
+		dm, mods, err := Dequantized(m)
+		if err != nil || mods != 1 {
+			t.Fatalf("%v: Dequantized: %d modules, %v", tc.typ, mods, err)
+		}
+		ts := dm.Tensors()
+		if len(ts) != 1 || ts[0].Type != formats.F32 || !slices.Equal(ts[0].Shape, []int64{out, in}) {
+			t.Fatalf("%v: dequantized tensors %v", tc.typ, ts)
+		}
+		raw := make([]byte, 4*in)
+		if _, err := dm.ReadTensorAt(&ts[0], raw, 4*in*5); err != nil || math.Float32frombits(binary.LittleEndian.Uint32(raw[4:])) != all[5*in+1] {
+			t.Errorf("%v: dequantized row 5 reads differently (%v)", tc.typ, err)
 		}
 	}
 }
