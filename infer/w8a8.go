@@ -38,10 +38,11 @@ import (
 //
 // asym_w4a8_int8: ComfyUI widens the 4-bit codes to their INT8 grid
 // (clamp(round(codebook·relative scale), ±127)) and runs the INT8 convrot
-// product above with weight_s_channel as the row scales; RuntimeComfyUI
-// does the same. nvfp4, mxfp8 and convrot_w4a4 are dequantized: ComfyUI on
-// CPU dequantizes the first two, and the int4 activation quantization of
-// its convrot_w4a4 kernel is not reproduced.
+// product above with weight_s_channel as the row scales; convrot_w4a4: it
+// rotates each activation row and quantizes it to int4 (absmax/7, codes in
+// ±7), and multiplies the int4 codes exactly, which is the same product
+// with codes in ±7. RuntimeComfyUI does both. nvfp4 and mxfp8 are
+// dequantized, as ComfyUI on CPU does.
 
 // FP8ScaleIgnored reports whether rt multiplies FP8 modules' codes without
 // their weight scale (stable-diffusion.cpp's UNet and text encoder layers).
@@ -94,6 +95,15 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 		// INT8 convrot product with the channel scales (comfy-kitchen's
 		// w4a8_int8_linear): the W8A8 path above, codes built on load.
 		ws.Type, ws.w8a8, ws.group = formats.I8, true, mod.Config.GroupSize
+		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
+			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
+		return scale, true
+	case mod.Config.Format == comfyquant.FormatW4A4 && rt == RuntimeComfyUI && !mod.Config.FullPrecisionMatMul &&
+		mod.Config.GroupSize <= native.MaxW8A8Group:
+		// comfy-kitchen's eager convrot_w4a4_linear rotates each activation
+		// row, quantizes it to int4 (absmax/7) and multiplies the int4 codes
+		// exactly: the W8A8 product with codes in ±7 on both sides.
+		ws.Type, ws.w8a8, ws.group, ws.actLevels = formats.I8, true, mod.Config.GroupSize, convrot.Int4Max
 		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
 			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
 		return scale, true
@@ -168,10 +178,12 @@ func (w *weightSpec) streamUnscaled(scratch *tensor.Scratch, put func(data []byt
 	return nil
 }
 
-// actKey names one quantized activation: the tensor and the rotation group.
+// actKey names one quantized activation: the tensor, the rotation group
+// and the code range (0: ±127).
 type actKey struct {
-	x     native.Tensor
-	group int
+	x      native.Tensor
+	group  int
+	levels int
 }
 
 // linearW8A8 applies the INT8 module prefix to x [in, L, ...] as W8A8; the
@@ -190,10 +202,15 @@ func (g *builder) linearW8A8(x native.Tensor, prefix string, group int) native.T
 	if !x.Contiguous() {
 		x = g.c.Cont(x)
 	}
-	key := actKey{x, group}
+	levels := g.w.actLevels[prefix+".weight"]
+	key := actKey{x, group, levels}
 	xq, ok := g.acts[key]
 	if !ok {
-		xq = g.c.QuantizeActivations(x, group)
+		if levels != 0 {
+			xq = g.c.QuantizeActivationsLevels(x, group, levels)
+		} else {
+			xq = g.c.QuantizeActivations(x, group)
+		}
 		if g.acts == nil {
 			g.acts = map[actKey]native.Tensor{}
 		}
@@ -202,15 +219,19 @@ func (g *builder) linearW8A8(x native.Tensor, prefix string, group int) native.T
 	return g.c.MulMatI8(w, xq, scale, bias)
 }
 
-// streamW4A8 writes an asym_w4a8_int8 module's weight as the INT8 codes
-// ComfyUI widens it to ([out, in], one byte each), in chunks of rows.
-func (w *weightSpec) streamW4A8(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
+// streamInt4 writes a packed 4-bit module's weight as the INT8 codes
+// ComfyUI multiplies ([out, in], one byte each), in chunks of rows: the
+// signed nibbles of convrot_w4a4, the widened grid of asym_w4a8_int8.
+func (w *weightSpec) streamInt4(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
 	mod := w.src.Module
 	out, in := w.Shape[0], w.Shape[1]
 	gs := int64(mod.Config.QuantGroupSize)
-	sRel, err := formats.ReadTensor(w.model, &mod.Scale)
-	if err != nil {
-		return err
+	var sRel []byte
+	var err error
+	if mod.Config.Format == comfyquant.FormatW4A8 {
+		if sRel, err = formats.ReadTensor(w.model, &mod.Scale); err != nil {
+			return err
+		}
 	}
 	var codebook []float32
 	if mod.Codebook.Name != "" {
@@ -232,7 +253,12 @@ func (w *weightSpec) streamW4A8(scratch *tensor.Scratch, put func(data []byte, o
 		}
 		codes := scratch.Bytes(1, int(n*in))
 		for r := range n {
-			if err := convrot.W4A8Int8Row(codes[r*in:(r+1)*in], packed[r*in/2:(r+1)*in/2], sRel[(r0+r)*in/gs:(r0+r+1)*in/gs], codebook, int(gs)); err != nil {
+			dst, src := codes[r*in:(r+1)*in], packed[r*in/2:(r+1)*in/2]
+			if sRel == nil {
+				convrot.W4A4Int8Row(dst, src)
+				continue
+			}
+			if err := convrot.W4A8Int8Row(dst, src, sRel[(r0+r)*in/gs:(r0+r+1)*in/gs], codebook, int(gs)); err != nil {
 				return fmt.Errorf("%s: tensor %q: row %d: %w", w.model.Path(), mod.Weight.Name, r0+r, err)
 			}
 		}

@@ -179,6 +179,16 @@ func (w W4A8Quantizer) EncodeRow(codes, sRel []byte, row []float32) (float32, er
 	return ch, nil
 }
 
+// W4A4Int8Row widens one row of convrot_w4a4 codes (two per byte, the even
+// column in the low nibble) to one signed byte each (len(dst) =
+// 2·len(codes)): the int4 values ComfyUI's kernel multiplies.
+func W4A4Int8Row(dst, codes []byte) {
+	for i, c := range codes {
+		dst[2*i] = byte(int8(signed4(c & 15)))
+		dst[2*i+1] = byte(int8(signed4(c >> 4)))
+	}
+}
+
 // W4A8Int8Row writes the INT8 codes one row of asym_w4a8_int8 stands for
 // (two's complement, one byte per value): clamp(round(level·relative
 // scale), ±127), level being codebook[code] or, without a codebook,

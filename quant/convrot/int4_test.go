@@ -42,6 +42,16 @@ func TestW4A4RoundTrip(t *testing.T) {
 		if err := DecodeW4A4Row(back, codes, s, g); err != nil {
 			t.Fatal(err)
 		}
+		// The widened codes generate multiplies are the same weight.
+		wide, viaWide := make([]byte, 512), make([]float32, 512)
+		W4A4Int8Row(wide, codes)
+		for i, c := range wide {
+			viaWide[i] = float32(int8(c)) * s
+		}
+		_ = Rotate(viaWide, g)
+		if !slices.Equal(viaWide, back) {
+			t.Fatalf("G=%d: the widened codes times the scale are not the decoded row", g)
+		}
 		var e float64
 		for i := range back {
 			e += float64(back[i]-orig[i]) * float64(back[i]-orig[i])
