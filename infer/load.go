@@ -245,6 +245,9 @@ type weightSpec struct {
 	w8a8    bool
 	group   int
 	scaleOf *comfyquant.Module
+	// actLevels is the code range of the W8A8 activations when it is not
+	// ±127 (7: convrot_w4a4), else 0.
+	actLevels int
 	// unscaledFP8 holds an FP8 module's codes without its weight scale,
 	// as stable-diffusion.cpp does (Runtime).
 	unscaledFP8 bool
@@ -418,6 +421,9 @@ func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off i
 	}
 	if w.unscaledFP8 {
 		return w.streamUnscaled(scratch, put)
+	}
+	if w.w8a8 && comfyquant.Packed(s.Module.Config.Format) {
+		return w.streamInt4(scratch, put)
 	}
 	if (s.Module == nil || w.w8a8) && t.Type == w.Type && !w.transpose {
 		for off := int64(0); off < t.Size; off += loadChunk {

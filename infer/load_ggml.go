@@ -16,6 +16,9 @@ type weightSet struct {
 	types  map[string]formats.DType
 	// w8a8 maps the weights of INT8 modules to their rotation group (0: none).
 	w8a8 map[string]int
+	// actLevels maps the W8A8 weights whose activations take other codes
+	// than ±127 to their range (7: convrot_w4a4's int4 activations).
+	actLevels map[string]int
 }
 
 func (w *weightSet) get(name string) (native.Tensor, bool) {
@@ -72,6 +75,12 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 				ws.w8a8 = map[string]int{}
 			}
 			ws.w8a8[s.Name] = s.group
+			if s.actLevels != 0 {
+				if ws.actLevels == nil {
+					ws.actLevels = map[string]int{}
+				}
+				ws.actLevels[s.Name] = s.actLevels
+			}
 		}
 	}
 	if ws.buf, err = be.AllocContext(ctx); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -33,6 +34,15 @@ import (
 // a UNet's layers it multiplies by the unscaled codes: such a file renders
 // wrong in sd-cli. RuntimeSDCPP reproduces that, RuntimeComfyUI applies the
 // scale.
+
+//
+// asym_w4a8_int8: ComfyUI widens the 4-bit codes to their INT8 grid
+// (clamp(round(codebook·relative scale), ±127)) and runs the INT8 convrot
+// product above with weight_s_channel as the row scales; convrot_w4a4: it
+// rotates each activation row and quantizes it to int4 (absmax/7, codes in
+// ±7), and multiplies the int4 codes exactly, which is the same product
+// with codes in ±7. RuntimeComfyUI does both. nvfp4 and mxfp8 are
+// dequantized, as ComfyUI on CPU does.
 
 // FP8ScaleIgnored reports whether rt multiplies FP8 modules' codes without
 // their weight scale (stable-diffusion.cpp's UNet and text encoder layers).
@@ -66,9 +76,8 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 		}
 	}
 	mod := s.Module
-	wt, _ := comfyquant.WeightType(mod.Config.Format)
 	switch {
-	case wt == formats.I8 && mod.Weight.Type == formats.I8 && !mod.Config.FullPrecisionMatMul:
+	case mod.Config.Format == comfyquant.FormatInt8 && mod.Weight.Type == formats.I8 && !mod.Config.FullPrecisionMatMul:
 		group := 0
 		if mod.Config.Convrot {
 			group = mod.Config.GroupSize
@@ -80,7 +89,25 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
 			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
 		return scale, true
-	case (wt == formats.F8_E4M3 || wt == formats.F8_E5M2) && FP8ScaleIgnored(rt):
+	case mod.Config.Format == comfyquant.FormatW4A8 && rt == RuntimeComfyUI && mod.Correction.Name == "" &&
+		!mod.Config.FullPrecisionMatMul && mod.Config.GroupSize <= native.MaxW8A8Group:
+		// ComfyUI widens the 4-bit codes to their INT8 grid and runs the
+		// INT8 convrot product with the channel scales (comfy-kitchen's
+		// w4a8_int8_linear): the W8A8 path above, codes built on load.
+		ws.Type, ws.w8a8, ws.group = formats.I8, true, mod.Config.GroupSize
+		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
+			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
+		return scale, true
+	case mod.Config.Format == comfyquant.FormatW4A4 && rt == RuntimeComfyUI && !mod.Config.FullPrecisionMatMul &&
+		mod.Config.GroupSize <= native.MaxW8A8Group:
+		// comfy-kitchen's eager convrot_w4a4_linear rotates each activation
+		// row, quantizes it to int4 (absmax/7) and multiplies the int4 codes
+		// exactly: the W8A8 product with codes in ±7 on both sides.
+		ws.Type, ws.w8a8, ws.group, ws.actLevels = formats.I8, true, mod.Config.GroupSize, convrot.Int4Max
+		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
+			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
+		return scale, true
+	case (mod.Config.Format == comfyquant.FormatFP8E4M3 || mod.Config.Format == comfyquant.FormatFP8E5M2) && FP8ScaleIgnored(rt):
 		ws.unscaledFP8 = true
 	}
 	return weightSpec{}, false
@@ -90,13 +117,17 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 // tensor-wise scale is repeated for every row.
 func (w *weightSpec) streamScale(put func(data []byte, off int64) error) error {
 	mod := w.scaleOf
-	raw, err := formats.ReadTensor(w.model, &mod.Scale)
+	st := mod.Scale
+	if mod.Config.Format == comfyquant.FormatW4A8 {
+		st = mod.Scale2 // weight_s_channel
+	}
+	raw, err := formats.ReadTensor(w.model, &st)
 	if err != nil {
 		return err
 	}
-	scales := make([]float32, mod.Scale.Elements())
-	if err := quant.DecodeFloats(mod.Scale.Type, scales, raw); err != nil {
-		return fmt.Errorf("%s: tensor %q: %w", w.model.Path(), mod.Scale.Name, err)
+	scales := make([]float32, st.Elements())
+	if err := quant.DecodeFloats(st.Type, scales, raw); err != nil {
+		return fmt.Errorf("%s: tensor %q: %w", w.model.Path(), st.Name, err)
 	}
 	rows := int(w.Shape[0])
 	if len(scales) == 1 && rows != 1 {
@@ -107,7 +138,7 @@ func (w *weightSpec) streamScale(put func(data []byte, off int64) error) error {
 		}
 	}
 	if len(scales) != rows {
-		return fmt.Errorf("%s: tensor %q: %d scales for %d rows", w.model.Path(), mod.Scale.Name, len(scales), rows)
+		return fmt.Errorf("%s: tensor %q: %d scales for %d rows", w.model.Path(), st.Name, len(scales), rows)
 	}
 	out := make([]byte, 4*rows)
 	enc, err := quant.Encoder(formats.F32)
@@ -147,10 +178,12 @@ func (w *weightSpec) streamUnscaled(scratch *tensor.Scratch, put func(data []byt
 	return nil
 }
 
-// actKey names one quantized activation: the tensor and the rotation group.
+// actKey names one quantized activation: the tensor, the rotation group
+// and the code range (0: ±127).
 type actKey struct {
-	x     native.Tensor
-	group int
+	x      native.Tensor
+	group  int
+	levels int
 }
 
 // linearW8A8 applies the INT8 module prefix to x [in, L, ...] as W8A8; the
@@ -169,14 +202,69 @@ func (g *builder) linearW8A8(x native.Tensor, prefix string, group int) native.T
 	if !x.Contiguous() {
 		x = g.c.Cont(x)
 	}
-	key := actKey{x, group}
+	levels := g.w.actLevels[prefix+".weight"]
+	key := actKey{x, group, levels}
 	xq, ok := g.acts[key]
 	if !ok {
-		xq = g.c.QuantizeActivations(x, group)
+		if levels != 0 {
+			xq = g.c.QuantizeActivationsLevels(x, group, levels)
+		} else {
+			xq = g.c.QuantizeActivations(x, group)
+		}
 		if g.acts == nil {
 			g.acts = map[actKey]native.Tensor{}
 		}
 		g.acts[key] = xq
 	}
 	return g.c.MulMatI8(w, xq, scale, bias)
+}
+
+// streamInt4 writes a packed 4-bit module's weight as the INT8 codes
+// ComfyUI multiplies ([out, in], one byte each), in chunks of rows: the
+// signed nibbles of convrot_w4a4, the widened grid of asym_w4a8_int8.
+func (w *weightSpec) streamInt4(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
+	mod := w.src.Module
+	out, in := w.Shape[0], w.Shape[1]
+	gs := int64(mod.Config.QuantGroupSize)
+	var sRel []byte
+	var err error
+	if mod.Config.Format == comfyquant.FormatW4A8 {
+		if sRel, err = formats.ReadTensor(w.model, &mod.Scale); err != nil {
+			return err
+		}
+	}
+	var codebook []float32
+	if mod.Codebook.Name != "" {
+		raw, err := formats.ReadTensor(w.model, &mod.Codebook)
+		if err != nil {
+			return err
+		}
+		codebook = make([]float32, 16)
+		if err := quant.DecodeFloats(mod.Codebook.Type, codebook, raw); err != nil {
+			return fmt.Errorf("%s: tensor %q: %w", w.model.Path(), mod.Codebook.Name, err)
+		}
+	}
+	rows := max(1, loadChunk/in)
+	for r0 := int64(0); r0 < out; r0 += rows {
+		n := min(rows, out-r0)
+		packed := scratch.Bytes(0, int(n*in/2))
+		if err := formats.ReadFull(w.model, &mod.Weight, packed, r0*in/2); err != nil {
+			return err
+		}
+		codes := scratch.Bytes(1, int(n*in))
+		for r := range n {
+			dst, src := codes[r*in:(r+1)*in], packed[r*in/2:(r+1)*in/2]
+			if sRel == nil {
+				convrot.W4A4Int8Row(dst, src)
+				continue
+			}
+			if err := convrot.W4A8Int8Row(dst, src, sRel[(r0+r)*in/gs:(r0+r+1)*in/gs], codebook, int(gs)); err != nil {
+				return fmt.Errorf("%s: tensor %q: row %d: %w", w.model.Path(), mod.Weight.Name, r0+r, err)
+			}
+		}
+		if err := put(codes, r0*in); err != nil {
+			return err
+		}
+	}
+	return nil
 }

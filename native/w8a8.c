@@ -96,18 +96,20 @@ static void rotate_group(float * v, int g) {
 // rounding gives the same code for every finite product and keeps an
 // infinite one (a row whose scale underflowed) at ±127 instead of at the
 // conversion's overflow value; NaN becomes -127, as in the AVX2 kernel.
-static int8_t code(float v, float inv) {
+static int8_t code_lv(float v, float inv, float lim) {
 	float y = v * inv;
-	y = y > -127.0f ? y : -127.0f; // NaN takes -127 here
-	y = y < 127.0f ? y : 127.0f;
+	y = y > -lim ? y : -lim; // NaN takes -lim here
+	y = y < lim ? y : lim;
 	return (int8_t) lrintf(y); // round half to even, the default mode
 }
+
+static int8_t code(float v, float inv) { return code_lv(v, inv, 127.0f); }
 
 // put_scale stores a row's scale, absmax/127, after its k codes and sets
 // *inv to its reciprocal; for an all-zero row it writes zero codes and
 // returns 0, so that the caller has no codes left to compute.
-static int put_scale(int8_t * out, int64_t k, float amax, float * inv) {
-	const float scale = amax / 127.0f;
+static int put_scale_lv(int8_t * out, int64_t k, float amax, float lim, float * inv) {
+	const float scale = amax / lim;
 	memcpy(out + k, &scale, sizeof scale);
 	if (scale == 0.0f) {
 		memset(out, 0, (size_t) k);
@@ -117,7 +119,14 @@ static int put_scale(int8_t * out, int64_t k, float amax, float * inv) {
 	return 1;
 }
 
-static void quantize_row_generic(const float * src, int8_t * out, int64_t k, int group) {
+static int put_scale(int8_t * out, int64_t k, float amax, float * inv) {
+	return put_scale_lv(out, k, amax, 127.0f, inv);
+}
+
+// quantize_row_generic_lv is the reference row quantizer with codes in
+// ±lim and scale absmax/lim (lim 127 for INT8; 7 for ComfyUI's int4
+// activations of convrot_w4a4, comfy-kitchen's quantize_signed_int4_rowwise).
+static void quantize_row_generic_lv(const float * src, int8_t * out, int64_t k, int group, float lim) {
 	float amax = 0.0f;
 	float v[SDT_W8A8_MAX_GROUP];
 	if (group == 0) {
@@ -136,12 +145,12 @@ static void quantize_row_generic(const float * src, int8_t * out, int64_t k, int
 		}
 	}
 	float inv;
-	if (!put_scale(out, k, amax, &inv)) {
+	if (!put_scale_lv(out, k, amax, lim, &inv)) {
 		return;
 	}
 	if (group == 0) {
 		for (int64_t i = 0; i < k; i++) {
-			out[i] = code(src[i], inv);
+			out[i] = code_lv(src[i], inv, lim);
 		}
 		return;
 	}
@@ -151,9 +160,13 @@ static void quantize_row_generic(const float * src, int8_t * out, int64_t k, int
 		memcpy(v, src + g, (size_t) group * sizeof(float));
 		rotate_group(v, group);
 		for (int i = 0; i < group; i++) {
-			out[g + i] = code(v[i], inv);
+			out[g + i] = code_lv(v[i], inv, lim);
 		}
 	}
+}
+
+static void quantize_row_generic(const float * src, int8_t * out, int64_t k, int group) {
+	quantize_row_generic_lv(src, out, k, group, 127.0f);
 }
 
 #if defined(SDT_X86)
@@ -352,6 +365,18 @@ static void units_end(sdt_w8a8_sched * s, int nth) {
 }
 
 enum { QUANT_ROWS = 16 }; // rows per unit of the quantization op
+
+void sdt_w8a8_quantize_rows_lv(const float * src, int8_t * out, int64_t k, int64_t rows, int group, int levels, int ith,
+	int nth, sdt_w8a8_sched * s) {
+	const int64_t units = (rows + QUANT_ROWS - 1) / QUANT_ROWS;
+	for (int64_t u = units_begin(s, units, ith, nth); u < units; u = units_next(s, u, units, ith, nth)) {
+		const int64_t r1 = (u + 1) * QUANT_ROWS < rows ? (u + 1) * QUANT_ROWS : rows;
+		for (int64_t r = u * QUANT_ROWS; r < r1; r++) {
+			quantize_row_generic_lv(src + r * k, out + r * (k + 4), k, group, (float) levels);
+		}
+	}
+	units_end(s, nth);
+}
 
 void sdt_w8a8_quantize_rows(const float * src, int8_t * out, int64_t k, int64_t rows, int group, int ith, int nth,
 	sdt_w8a8_sched * s) {

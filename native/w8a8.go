@@ -35,6 +35,7 @@ struct sdt_w8a8_prefix {
 struct sdt_w8a8_args {
 	struct ggml_tensor * t[4];
 	int group;
+	int levels; // activation code range, 0 for INT8's 127
 	sdt_w8a8_sched sched; // zeroed by calloc
 };
 
@@ -48,6 +49,11 @@ static void sdt_w8a8_quantize_op(struct ggml_tensor * dst, int ith, int nth, voi
 	struct sdt_w8a8_args * a = (struct sdt_w8a8_args *) userdata;
 	const struct sdt_w8a8_prefix * xp = sdt_w8a8_pre(a->t[0]);
 	const int64_t rows = xp->ne[1] * xp->ne[2] * xp->ne[3];
+	if (a->levels != 0 && a->levels != 127) {
+		sdt_w8a8_quantize_rows_lv((const float *) ggml_get_data(a->t[0]), (int8_t *) ggml_get_data(dst), xp->ne[0], rows,
+			a->group, a->levels, ith, nth, &a->sched);
+		return;
+	}
 	sdt_w8a8_quantize_rows((const float *) ggml_get_data(a->t[0]), (int8_t *) ggml_get_data(dst), xp->ne[0], rows,
 		a->group, ith, nth, &a->sched);
 }
@@ -101,6 +107,11 @@ import (
 // clamp(roundHalfEven(v/scale), -127, 127), all zeros for a zero row. One
 // quantized activation serves every product that reads x (MulMatI8).
 func (c *Context) QuantizeActivations(x Tensor, group int) Tensor {
+	return c.quantizeActivations(x, group, 0)
+}
+
+// quantizeActivations builds the quantization op; levels 0 means 127.
+func (c *Context) quantizeActivations(x Tensor, group, levels int) Tensor {
 	ne := x.Ne()
 	if x.Type() != formats.F32 || !x.contiguous() {
 		shapeErr("w8a8 activations: %s tensor %v (want contiguous f32)", x.Type(), ne)
@@ -109,8 +120,20 @@ func (c *Context) QuantizeActivations(x Tensor, group int) Tensor {
 		shapeErr("w8a8 activations: group %d for rows of %d (want 0, or a power of 4 up to %d dividing the row)", group, ne[0], MaxW8A8Group)
 	}
 	a := c.w8a8Args()
-	a.t[0], a.group = x.p, C.int(group)
+	a.t[0], a.group, a.levels = x.p, C.int(group), C.int(levels)
 	return c.op(C.sdt_w8a8_quantize(c.c, a))
+}
+
+// QuantizeActivationsLevels is QuantizeActivations with codes in ±levels
+// and scale absmax/levels: 127 is QuantizeActivations; 7 is the int4
+// activation ComfyUI's convrot_w4a4 kernel computes (its products of int4
+// codes are exact in the INT8 product). Other ranges than 127 run the
+// plain C row quantizer.
+func (c *Context) QuantizeActivationsLevels(x Tensor, group, levels int) Tensor {
+	if levels < 1 || levels > 127 {
+		shapeErr("w8a8 activations: %d levels (want 1 to 127)", levels)
+	}
+	return c.quantizeActivations(x, group, levels)
 }
 
 // MulMatI8 returns the W8A8 product of the I8 weight w [K, N] (PyTorch's

@@ -30,6 +30,12 @@ void sdt_w8a8_quantize_row(const float * src, int8_t * out, int64_t k, int group
 void sdt_w8a8_quantize_rows(const float * src, int8_t * out, int64_t k, int64_t rows, int group, int ith, int nth,
 	sdt_w8a8_sched * s);
 
+// sdt_w8a8_quantize_rows_lv is sdt_w8a8_quantize_rows with codes in
+// ±levels and scale absmax/levels (the plain C path; levels 7 is ComfyUI's
+// int4 activation of convrot_w4a4).
+void sdt_w8a8_quantize_rows_lv(const float * src, int8_t * out, int64_t k, int64_t rows, int group, int levels, int ith,
+	int nth, sdt_w8a8_sched * s);
+
 // sdt_w8a8_matmul computes, for the rows of xq (k codes and a scale each,
 // k+4 bytes apart) and the n weight rows of w (k codes each), dst[r*n+j] =
 // float(dot)·scale_r·ws[j] (+ bias[j] when bias is not NULL). Thread ith of

@@ -5,6 +5,9 @@ package native
 // QuantizeActivations panics with ErrNoCgo, the twin of w8a8.go's op.
 func (c *Context) QuantizeActivations(x Tensor, group int) Tensor { return noCgo() }
 
+// QuantizeActivationsLevels panics with ErrNoCgo, the twin of w8a8.go's op.
+func (c *Context) QuantizeActivationsLevels(x Tensor, group, levels int) Tensor { return noCgo() }
+
 // MulMatI8 panics with ErrNoCgo, the twin of w8a8.go's op.
 func (c *Context) MulMatI8(w, xq, scale, bias Tensor) Tensor { return noCgo() }
 

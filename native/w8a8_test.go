@@ -39,7 +39,10 @@ func refRotate(v []float32) {
 
 // refQuantize returns a row's codes and scale: rotated by groups, scale
 // absmax/127, codes rounded half to even and clamped to ±127 (NaN to -127).
-func refQuantize(row []float32, group int) ([]int8, float32) {
+func refQuantize(row []float32, group int) ([]int8, float32) { return refQuantizeLv(row, group, 127) }
+
+// refQuantizeLv is refQuantize with codes in ±lim and scale absmax/lim.
+func refQuantizeLv(row []float32, group int, lim float32) ([]int8, float32) {
 	v := append([]float32(nil), row...)
 	if group > 0 {
 		for g := 0; g < len(v); g += group {
@@ -50,7 +53,7 @@ func refQuantize(row []float32, group int) ([]int8, float32) {
 	for _, x := range v {
 		amax = max(amax, float32(math.Abs(float64(x))))
 	}
-	scale := amax / 127
+	scale := amax / lim
 	q := make([]int8, len(v))
 	if scale == 0 {
 		return q, 0
@@ -58,12 +61,88 @@ func refQuantize(row []float32, group int) ([]int8, float32) {
 	inv := 1 / scale
 	for i, x := range v {
 		c := math.RoundToEven(float64(float32(x * inv)))
-		if math.IsNaN(c) { // 0·inf in a row whose 1/scale overflows: the kernels give -127
-			c = -127
+		if math.IsNaN(c) { // 0·inf in a row whose 1/scale overflows: the kernels give -lim
+			c = -float64(lim)
 		}
-		q[i] = int8(max(-127, min(127, c)))
+		q[i] = int8(max(-float64(lim), min(float64(lim), c)))
 	}
 	return q, scale
+}
+
+// TestW8A8Levels: QuantizeActivationsLevels(x, g, 7), the int4 activation
+// of ComfyUI's convrot_w4a4, gives plain Go's codes in ±7 and scale
+// absmax/7 for every row, and the INT8 product reads them exactly.
+func TestW8A8Levels(t *testing.T) {
+	be, err := NewCPUBackend(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Free()
+	const k, rows, n = 256, 5, 3
+	r := rand.New(rand.NewPCG(11, 12))
+	x := make([]float32, k*rows)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	w := make([]byte, k*n)
+	for i := range w {
+		w[i] = byte(int8(r.IntN(15) - 7))
+	}
+	ctx, err := NewContext(16, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw, _ := ctx.NewTensor(formats.I8, k, n)
+	tws, _ := ctx.NewTensor(formats.F32, n)
+	in, _ := ctx.NewTensor(formats.F32, k, rows)
+	in.SetInput()
+	var xq, y Tensor
+	func() {
+		defer Recover(&err)
+		xq = ctx.QuantizeActivationsLevels(in, 64, 7).SetOutput()
+		y = ctx.MulMatI8(tw, xq, tws, Tensor{}).SetOutput()
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gr := ctx.NewGraph(16)
+	gr.Expand(y)
+	if err := be.NewAllocator().Alloc(gr); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.SetData(w); err != nil {
+		t.Fatal(err)
+	}
+	if err := tws.SetF32([]float32{1, 0.5, 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.SetF32(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Compute(gr); err != nil {
+		t.Fatal(err)
+	}
+	packed, _ := xq.Data()
+	got, _ := y.F32()
+	for row := 0; row < rows; row++ {
+		q, scale := refQuantizeLv(x[row*k:(row+1)*k], 64, 7)
+		p := packed[row*(k+4) : (row+1)*(k+4)]
+		for i := range q {
+			if int8(p[i]) != q[i] {
+				t.Fatalf("row %d: code %d is %d, want %d", row, i, int8(p[i]), q[i])
+			}
+		}
+		if s := math.Float32frombits(binary.LittleEndian.Uint32(p[k:])); s != scale {
+			t.Fatalf("row %d: scale %g, want %g", row, s, scale)
+		}
+		var dot int64
+		for i := range q {
+			dot += int64(q[i]) * int64(int8(w[i]))
+		}
+		if want := float32(dot) * scale; math.Abs(float64(got[row*n]-want)) > 1e-5*math.Abs(float64(want))+1e-6 {
+			t.Fatalf("row %d: output %g, want %g", row, got[row*n], want)
+		}
+	}
 }
 
 // The W8A8 ops against plain Go, with every kernel set the CPU runs (plain

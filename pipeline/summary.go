@@ -100,8 +100,10 @@ func (p *Plan) summary(rows bool) (Summary, error) {
 		}
 		n := o.Elements()
 		if o.Source != nil {
+			// The source's count, not the output's: a packed 4-bit
+			// ComfyUI weight stores two parameters per element.
 			s.SourceBytes += o.Source.Size
-			srcElements += n
+			srcElements += o.Source.Elements()
 		}
 		if rows {
 			row := TensorSummary{

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // ManifestName is the file a ladder writes beside its outputs.
@@ -100,8 +101,12 @@ func PlanLadder(opts *Options, types []string) (*Ladder, error) {
 		o := *opts
 		o.Type = typ
 		if formatOf(typ) == "safetensors" {
-			// GGUF-only settings apply to the GGUF rungs of a ladder.
-			o.Imatrix, o.Pure, o.ReshapeConv = nil, false, false
+			// GGUF-only settings apply to the GGUF rungs of a ladder; the
+			// imatrix also to the ComfyUI types whose block scales it steers.
+			o.Pure, o.ReshapeConv = false, false
+			if ct, err := convrot.ParseType(typ); err != nil || !convrot.UsesImportance(ct) {
+				o.Imatrix = nil
+			}
 		}
 		o.Output = OutputPath(opts.Output, typ, formatOf(typ))
 		plan, rep, err := PlanModel(&o, m)
@@ -296,7 +301,7 @@ func (l *Ladder) manifest(written []pipeline.Written) (*Manifest, error) {
 			n, _ := o.Bytes()
 			data += n
 			if o.Source != nil {
-				weights += o.Elements()
+				weights += o.Source.Elements() // a packed 4-bit weight holds two per element
 			}
 		}
 		if i == 0 {

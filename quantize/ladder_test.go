@@ -18,10 +18,11 @@ import (
 )
 
 // ladderTypes is the ladder plus the other ComfyUI types.
-var ladderTypes = []string{"Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K", "int8_convrot", "int8", "fp8_e4m3"}
+var ladderTypes = []string{"Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K", "int8_convrot", "int8", "fp8_e4m3", "nvfp4", "w4a8"}
 
 // Every file of a ladder must be byte-identical to quantize run once for
-// its type, with and without an imatrix (which only the GGUF rungs use),
+// its type, with and without an imatrix (which only the GGUF rungs and
+// nvfp4 use),
 // and the manifest must describe the files as they are on disk.
 func TestLadderMatchesSingleRuns(t *testing.T) {
 	for _, c := range []struct {
@@ -71,7 +72,7 @@ func TestLadderMatchesSingleRuns(t *testing.T) {
 				}
 				single := filepath.Join(dir, "single-"+typ+"."+f.Format)
 				o := Options{Input: tinyPath, Output: single, Type: typ}
-				if f.Format == "gguf" {
+				if f.Format == "gguf" || typ == "nvfp4" {
 					o.Imatrix = c.imatrix
 				}
 				run(t, o, pipeline.Options{Threads: 1})

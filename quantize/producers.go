@@ -88,3 +88,102 @@ func convrotOutputs(p convrot.Layer, src *tensor.Source) ([]pipeline.Output, err
 		{Name: p.Marker.Name, Type: p.Marker.Type, Shape: p.Marker.Shape, Producer: pipeline.Constant(p.MarkerData)},
 	}, nil
 }
+
+// blockModule encodes a whole nvfp4, mxfp8, convrot_w4a4 or
+// asym_w4a8_int8 layer once, when its first output is produced, and hands
+// each output its bytes. The formats need the whole layer (a tensor scale,
+// a codebook, scales swizzled across rows), so one layer's floats and codes
+// are in memory at a time per worker; each output's bytes are dropped once
+// all of them are written.
+type blockModule struct {
+	src     *tensor.Source
+	layer   convrot.Layer
+	weights []float32 // importance per input column, or nil
+	once    sync.Once
+	err     error
+	mu      sync.Mutex
+	bufs    [][]byte
+	left    []int64 // bytes of each output not yet produced
+}
+
+// encode reads and encodes the layer.
+func (b *blockModule) encode() error {
+	b.once.Do(func() {
+		var s tensor.Scratch
+		f := make([]float32, b.src.Elements())
+		if b.err = b.src.Read(f, 0, &s); b.err != nil {
+			return
+		}
+		b.bufs, b.err = b.layer.EncodeBlock(f, b.weights)
+		b.left = make([]int64, len(b.bufs))
+		for i, buf := range b.bufs {
+			b.left[i] = int64(len(buf))
+		}
+	})
+	return b.err
+}
+
+// producer returns the producer of output i (Layout.Tensors order).
+func (b *blockModule) producer(i int) pipeline.Producer {
+	return pipeline.ProducerFunc(func(_ context.Context, dst []byte, firstRow, nRows int64, _ *tensor.Scratch) error {
+		if nRows <= 0 {
+			return nil
+		}
+		if err := b.encode(); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		buf := b.bufs[i]
+		rowBytes := int64(len(dst)) / nRows
+		if buf == nil || (firstRow+nRows)*rowBytes > int64(len(buf)) {
+			return fmt.Errorf("tensor %q: output %d rows [%d, %d) beyond the %d encoded bytes", b.src.Name, i, firstRow, firstRow+nRows, len(buf))
+		}
+		copy(dst, buf[firstRow*rowBytes:])
+		if b.left[i] -= int64(len(dst)); b.left[i] == 0 {
+			b.bufs[i] = nil
+		}
+		return nil
+	})
+}
+
+// blockOutputs returns the outputs of one nvfp4, mxfp8, convrot_w4a4 or
+// asym_w4a8_int8 module: its weight and scale tensors, then comfy_quant.
+func blockOutputs(p convrot.Layer, src *tensor.Source, weights []float32) []pipeline.Output {
+	b := &blockModule{src: src, layer: p, weights: weights}
+	st := src.Tensor
+	var outs []pipeline.Output
+	ts := p.Tensors()
+	for i, t := range ts[:len(ts)-1] {
+		o := pipeline.Output{Name: t.Name, Type: t.Type, Shape: t.Shape, Producer: b.producer(i)}
+		if i == 0 {
+			o.Source = &st
+		}
+		outs = append(outs, o)
+	}
+	return append(outs, pipeline.Output{Name: p.Marker.Name, Type: p.Marker.Type, Shape: p.Marker.Shape, Producer: pipeline.Constant(p.MarkerData)})
+}
+
+// blockWeights returns the importance weights of a layer for the types
+// that use them (nil otherwise, or when the imatrix has no entry), and a
+// note prefix for the plan.
+func (b *builder) blockWeights(s *tensor.Source, t convrot.Type) ([]float32, string, error) {
+	if b.imp == nil || !convrot.UsesImportance(t) {
+		return nil, "", nil
+	}
+	in := s.Shape()[len(s.Shape())-1]
+	v, ok, err := b.imp.Vector(s.Name, in)
+	if !ok && err == nil && b.imatrixKey != nil {
+		if k := b.imatrixKey(s.Name); k != s.Name {
+			v, ok, err = b.imp.Vector(k, in)
+		}
+	}
+	switch {
+	case err != nil:
+		return nil, "", fmt.Errorf("%s: tensor %q: %v", b.opts.Input, s.Name, err)
+	case !ok:
+		b.res.ImatrixMissing = append(b.res.ImatrixMissing, s.Name)
+		return nil, "", nil
+	}
+	return v, "imatrix; ", nil
+}

@@ -171,6 +171,10 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	}
 	res := &Report{Type: opts.Type, modules: map[string]int{}}
 	ct, convrotErr := convrot.ParseType(opts.Type)
+	if convrotErr == nil && ct == convrot.NVFP4 && strings.EqualFold(filepath.Ext(opts.Output), ".gguf") {
+		// nvfp4 is also a ggml type: the output's extension picks which.
+		convrotErr = errors.New("ggml nvfp4")
+	}
 	var ft mix.FType
 	if convrotErr == nil {
 		res.Format = "safetensors"
@@ -232,8 +236,8 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 			return nil, nil, fmt.Errorf("--tensor-type-file and --types-from apply to GGUF outputs, not %s", ct)
 		case opts.Pure:
 			return nil, nil, fmt.Errorf("--pure applies to GGUF types, not %s", ct)
-		case len(opts.Imatrix) > 0:
-			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types: %s does not use importance weights", ct)
+		case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct):
+			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types, nvfp4 and mxfp8: %s does not use importance weights", ct)
 		case opts.ReshapeConv:
 			return nil, nil, fmt.Errorf("--reshape-conv applies to GGUF outputs only")
 		}
@@ -637,7 +641,7 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			quantize, c.Reason = false, fmt.Sprintf("%s layer of %s: ComfyUI modules go on the diffusion model's linear layers only", strings.ReplaceAll(fam.Kind, "_", " "), fam.ID)
 			c.Type = b.floatType(s)
 		}
-		if quantize && cls.ModuleKeep != "" && (ct == convrot.Int8Convrot || ct == convrot.Int8) {
+		if quantize && cls.ModuleKeep != "" && convrot.QuantizesActivations(ct) {
 			// The runtimes run INT8 modules as W8A8; these layers are
 			// where that costs most (a measured choice, docs/families.md).
 			quantize, c.Reason = false, fmt.Sprintf("kept float in INT8 module outputs for %s (%s): measured, docs/families.md", fam.ID, cls.ModuleKeep)
@@ -678,20 +682,43 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 				}
 			}
 		}
+		var p convrot.Layer
 		if quantize {
-			p, err := convrot.NewLayer(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
+			var err error
+			p, err = convrot.NewLayer(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
 			if err != nil {
 				return err
 			}
-			outs, err := convrotOutputs(p, s)
-			if err != nil {
-				return err
+			if p.Keep {
+				// The format's blocks do not fit this weight.
+				quantize, c.Reason, c.Type = false, p.Note, b.floatType(s)
+				if ruleNote != "" {
+					ruleNote += ": " + p.Note
+				}
+				b.log.Info("kept float", "tensor", s.Name, "note", p.Note)
 			}
+		}
+		if quantize {
 			reason := "linear weight: " + mt.String()
 			if ruleNote != "" {
 				reason = ruleNote + ": " + mt.String()
 			}
-			if mt == convrot.Int8Convrot && p.Config.Convrot {
+			var outs []pipeline.Output
+			var err error
+			switch {
+			case convrot.BlockType(mt):
+				weights, note, err := b.blockWeights(s, mt)
+				if err != nil {
+					return err
+				}
+				reason = note + reason
+				outs = blockOutputs(p, s, weights)
+			default:
+				if outs, err = convrotOutputs(p, s); err != nil {
+					return err
+				}
+			}
+			if p.Config.Convrot || p.Config.Rotated() {
 				reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
 			}
 			b.res.modules[convrot.TypeName(p.Config)]++

@@ -166,6 +166,7 @@ func checkSafetensors(r *Report, c *Consumer) {
 		c.Problems = append(c.Problems, "the output is safetensors, not GGUF")
 	case TargetComfyUI:
 		c.Notes = append(c.Notes, "comfy_quant layers ("+r.Type+")")
+		c.Notes = append(c.Notes, comfyFormatNotes(r.modules)...)
 	case TargetSDCpp:
 		// Checked against stable-diffusion.cpp 97d2990 (its
 		// docs/int8_convrot.md and safetensors reader): int8_tensorwise
@@ -179,6 +180,11 @@ func checkSafetensors(r *Report, c *Consumer) {
 		}
 		if n := r.modules[convrot.FP8E4M3.String()] + r.modules[convrot.FP8E5M2.String()]; n > 0 {
 			c.Problems = append(c.Problems, fmt.Sprintf("%d FP8 layers with a tensor-wise weight_scale: sd.cpp 97d2990 loads FP8 weights but applies weight_scale only in Ideogram 4's layers, so other models' outputs would be off by the scale", n))
+		}
+		for _, t := range []convrot.Type{convrot.NVFP4, convrot.MXFP8, convrot.W4A4, convrot.W4A8} {
+			if n := r.modules[t.String()]; n > 0 {
+				c.Problems = append(c.Problems, fmt.Sprintf("%d %s layers: sd.cpp 97d2990 does not know the format", n, t))
+			}
 		}
 	}
 }
@@ -195,4 +201,35 @@ func sortedTypes(m map[formats.DType]int) []formats.DType {
 func hasKey(plan *pipeline.Plan, key string) bool {
 	_, ok := plan.Header.Metadata.Get(key)
 	return ok
+}
+
+// comfyFormats says, per comfy_quant format sdtool writes beyond INT8 and
+// FP8, which ComfyUI first loads it and how it runs. Sources: ComfyUI pull
+// requests #11635 (nvfp4, merged 2026-01-06), #12907 (mxfp8, in v0.18.0)
+// and #15308 (asym_w4a8_int8, in v0.31.0); convrot_w4a4 is known to load in
+// v0.30.0 (its first release was not checked).
+var comfyFormats = map[string]string{
+	"nvfp4":          "nvfp4 needs a ComfyUI from January 2026 or later (PR #11635) with comfy-kitchen; FP4 matmuls on Blackwell GPUs, elsewhere (CPU included) it dequantizes to the compute dtype",
+	"mxfp8":          "mxfp8 needs ComfyUI v0.18.0 or later; FP8 block-scaled matmuls on Blackwell GPUs (torch 2.10 or later), elsewhere it dequantizes",
+	"convrot_w4a4":   "convrot_w4a4 needs ComfyUI v0.30.0 or later (comfy-kitchen's TensorCoreConvRotW4A4Layout); activations are rotated and quantized to int4 per row at run time",
+	"asym_w4a8_int8": "asym_w4a8_int8 needs ComfyUI v0.31.0 or later; the 4-bit codes are widened to int8 and run as rotated W8A8",
+}
+
+// comfyFormatNotes lists the ComfyUI version each written format needs and,
+// for the float formats that can quantize activations (fp8, nvfp4), that
+// no input_scale is written and what ComfyUI then does.
+func comfyFormatNotes(modules map[string]int) []string {
+	var out []string
+	for _, f := range []string{"nvfp4", "mxfp8", "convrot_w4a4", "asym_w4a8_int8"} {
+		if n := modules[f]; n > 0 {
+			out = append(out, fmt.Sprintf("%d %s layers: %s", n, f, comfyFormats[f]))
+		}
+	}
+	if modules[convrot.FP8E4M3.String()]+modules[convrot.FP8E5M2.String()] > 0 {
+		out = append(out, "no input_scale is written: on GPUs that compute in FP8, ComfyUI then quantizes each layer's activations with scale 1, so activations beyond ±448 (e4m3) saturate")
+	}
+	if modules["nvfp4"] > 0 {
+		out = append(out, "no input_scale is written: on Blackwell GPUs ComfyUI then computes each activation's tensor scale (amax/2688) on every call")
+	}
+	return out
 }

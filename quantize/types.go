@@ -39,6 +39,10 @@ var TypeTable = []TypeDoc{
 	{"int8_convrot", "safetensors", "ComfyUI INT8 with a Hadamard rotation per group (--convrot-group-size, default 256)"},
 	{"int8", "safetensors", "ComfyUI INT8, one scale per row, no rotation"},
 	{"fp8_e4m3, fp8_e5m2", "safetensors", "ComfyUI float8 with a tensor-wise weight_scale"},
+	{"nvfp4", "safetensors", "ComfyUI NVFP4: E2M1, an FP8 scale per 16 values and a tensor scale (a .gguf output gets ggml's nvfp4)"},
+	{"mxfp8", "safetensors", "ComfyUI MXFP8: float8_e4m3fn with an E8M0 scale per 32 values"},
+	{"convrot_w4a4, w4a4, int4_convrot", "safetensors", "ComfyUI 4-bit ConvRot: rotated int4, a scale per row (run as W4A4)"},
+	{"asym_w4a8_int8, w4a8, w4a8_int8", "safetensors", "ComfyUI W4A8: rotated 4-bit codebook indices, FP8 scales per 16, a scale per row (run as W8A8)"},
 }
 
 // WriteTypeTable prints TypeTable as an aligned text table.

@@ -19,12 +19,20 @@ type moduleDecoder struct {
 	fp8     convrot.FP8
 	isFP8   bool
 	rowSize int64 // bytes per weight row
+	block   *blockDecoder
 }
 
 // newModuleDecoder reads mod's scale tensor from m and returns its decoder.
 func newModuleDecoder(m formats.Model, mod comfyquant.Module) (*moduleDecoder, error) {
 	if mod.Unsupported || mod.Scale.Name == "" || len(mod.Weight.Shape) != 2 {
 		return nil, fmt.Errorf("%s: module %q: cannot decode format %q (%w)", m.Path(), mod.Name, mod.Config.Format, comfyquant.ErrUnsupportedFormat)
+	}
+	if isBlockFormat(mod.Config.Format) {
+		b, err := newBlockDecoder(m, mod)
+		if err != nil {
+			return nil, err
+		}
+		return &moduleDecoder{mod: mod, rowSize: mod.Weight.Shape[1], block: b}, nil
 	}
 	file := fileOf(m, &mod.Scale)
 	raw, err := formats.ReadTensor(m, &mod.Scale)
@@ -57,6 +65,9 @@ func newModuleDecoder(m formats.Model, mod comfyquant.Module) (*moduleDecoder, e
 // element), into dst (the same number of elements).
 func (d *moduleDecoder) decode(dst []float32, first int64, raw []byte) error {
 	w := &d.mod.Weight
+	if d.block != nil {
+		return d.block.decode(dst, first, raw)
+	}
 	if len(raw) != len(dst) || int64(len(raw))%d.rowSize != 0 {
 		return fmt.Errorf("tensor %q: %d bytes and %d floats are not the same whole number of rows of %d",
 			w.Name, len(raw), len(dst), d.rowSize)

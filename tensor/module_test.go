@@ -274,7 +274,7 @@ func TestDecoderRefuses(t *testing.T) {
 	m.add("a.weight_scale", formats.F32, []int64{1, 1}, f32bytes(float32(math.NaN())))
 	m.add("b.weight", formats.U8, []int64{2, 8}, make([]byte, 16))
 	m.add("b.weight_scale", formats.F8_E4M3, []int64{2, 1}, make([]byte, 2))
-	m.add("b.comfy_quant", formats.U8, []int64{19}, []byte(`{"format": "nvfp4"}`))
+	m.add("b.comfy_quant", formats.U8, []int64{27}, []byte(`{"format": "svdquant_w4a4"}`))
 	mods, err := comfyquant.Detect(m)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestDecoderRefuses(t *testing.T) {
 	if _, err := newModuleDecoder(m, mods[0]); err == nil || !strings.Contains(err.Error(), "a.weight_scale") {
 		t.Errorf("NaN scale: %v", err)
 	}
-	if _, err := newModuleDecoder(m, mods[1]); !errors.Is(err, comfyquant.ErrUnsupportedFormat) || !strings.Contains(err.Error(), "nvfp4") {
-		t.Errorf("NewDecoder(nvfp4) = %v, want ErrUnsupportedFormat naming it", err)
+	if _, err := newModuleDecoder(m, mods[1]); !errors.Is(err, comfyquant.ErrUnsupportedFormat) || !strings.Contains(err.Error(), "svdquant_w4a4") {
+		t.Errorf("NewDecoder(svdquant_w4a4) = %v, want ErrUnsupportedFormat naming it", err)
 	}
 }

@@ -169,7 +169,12 @@ func (x *Index) fill(s *Source, k int) {
 	*s = Source{Name: t.Name, Tensor: t, m: x.m, OrigShape: origShape(x.orig, t), Module: mod}
 	s.unit, s.unitBytes = 1, 1
 	if len(t.Shape) == 2 {
-		s.unit, s.unitBytes = t.Shape[1], t.Shape[1]
+		// A packed 4-bit module stores [out, in/2] bytes: the Source has
+		// the logical [out, in] shape, a unit of one logical row.
+		if !mod.Unsupported {
+			s.Tensor.Shape = mod.Shape()
+		}
+		s.unit, s.unitBytes = s.Tensor.Shape[1], t.Shape[1]
 	}
 	var err error
 	if s.dec, err = newModuleDecoder(x.m, *mod); err != nil {

@@ -28,11 +28,13 @@ func init() {
 			"block does not divide gets the closest type that fits (q4_K -> q5_0, q6_K -> q8_0, ...), shown by\n" +
 			"--dry-run. --tensor-type REGEX=TYPE (repeatable) overrides eligible tensors, the last matching rule\n" +
 			"winning (llama.cpp); --tensor-type-rules \"REGEX=TYPE,...\" does the same with sd.cpp's first-match\n" +
-			"rule. For the ComfyUI types the rule TYPE is int8_convrot, int8, fp8_e4m3, fp8_e5m2, keep, f16, bf16 or\n" +
+			"rule. For the ComfyUI types the rule TYPE is int8_convrot, int8, fp8_e4m3, fp8_e5m2, nvfp4, mxfp8,\n" +
+			"convrot_w4a4, asym_w4a8_int8, keep, f16, bf16 or\n" +
 			"f32; by default modules go on the diffusion model's linear layers only, and a rule asking for one on a\n" +
 			"convolution, norm or lookup table is an error. A standalone T5/UMT5/Qwen/Llama 3/Mistral/Gemma 3 text encoder's GGUF\n" +
 			"gets llama.cpp's tensor names and architecture (--te-names), with q/k rows permuted for llama and norms +1 for gemma3. --imatrix files (.dat or GGUF) give importance weights as llama.cpp uses them (sums over\n" +
 			"counts; several files weighted by their counts); without one, ggml's unweighted quantizers run.\n" +
+			"For nvfp4 and mxfp8 they choose each block's scale among its neighbours by the weighted error.\n" +
 			"GGUF outputs keep every dim, get general.architecture (ComfyUI-GGUF's name), general.file_type,\n" +
 			"general.quantization_version=2, quantize.imatrix.* and comfy.gguf.orig_shape.* for folded (>4-D)\n" +
 			"or --reshape-conv tensors. The plan says which of sd.cpp, ComfyUI-GGUF and ggml can load the\n" +
@@ -52,7 +54,7 @@ func init() {
 			"sha256 and the consumers that load it (docs/ladder-manifest.md). Memory in flight is the number of\n" +
 			"files times --max-memory; a failure or Ctrl-C removes every partial file.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf, or .safetensors for int8_convrot, int8, fp8_e4m3, fp8_e5m2)"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf, or .safetensors for the ComfyUI types: int8_convrot, int8, fp8_e4m3, fp8_e5m2, nvfp4, mxfp8, convrot_w4a4, asym_w4a8_int8)"},
 			&cli.StringFlag{Name: "type", Usage: "`TYPE` or mix from the table above"},
 			&cli.BoolFlag{Name: "pure", Usage: "give every eligible tensor the base type (no mix upgrades)"},
 			&cli.StringSliceFlag{Name: "tensor-type", Usage: "`REGEX=TYPE` for matching eligible tensors (repeatable; the last match wins)"},
@@ -64,7 +66,7 @@ func init() {
 			&cli.BoolFlag{Name: "reshape-conv", Usage: "sd1/sdxl: store tensors as rows of 256 so k-quants apply (ComfyUI-GGUF only; sd.cpp cannot load it)"},
 			&cli.StringSliceFlag{Name: "target", Usage: "`CONSUMER` to check: sdcpp, comfyui, ggml or all (repeatable or comma-separated; default all)"},
 			&cli.BoolFlag{Name: "strict", Usage: "refuse an output that a --target cannot load, or in which NaN, Inf or overflow (finite values encoded as non-finite) occur (a warning with counts otherwise)"},
-			&cli.IntFlag{Name: "convrot-group-size", Value: 256, Usage: "rotation group `G` for int8_convrot (a power of 4); layers whose input width G does not divide get plain int8"},
+			&cli.IntFlag{Name: "convrot-group-size", Value: 256, Usage: "rotation group `G` for int8_convrot, convrot_w4a4 and asym_w4a8_int8 (a power of 4); where G does not divide a layer's input width, int8_convrot writes plain int8 and the 4-bit types a smaller power of 4"},
 			&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string written into the output's metadata (repeatable)"},
 			&cli.StringFlag{Name: "metadata-preset", Value: "default", Usage: "`PRESET`: default (architecture, file type, imatrix keys, input GGUF keys) or none"},
 			&cli.StringFlag{Name: "te-names", Value: "llama.cpp", Usage: "`NAMES` of a standalone T5/UMT5/Qwen/Llama/Mistral/Gemma text encoder's GGUF tensors: llama.cpp (ComfyUI-GGUF's text loader needs them; sd.cpp reads them too) or sdcpp (the input's)"},

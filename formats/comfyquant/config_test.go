@@ -43,7 +43,7 @@ func TestMarshalQuantConfigBytes(t *testing.T) {
 		}
 	}
 	for _, bad := range []QuantConfig{
-		{Format: "nvfp4"},
+		{Format: "svdquant_w4a4"},
 		{Format: ""},
 		{Format: FormatInt8, Convrot: true, GroupSize: 512},
 		{Format: FormatInt8, Convrot: true},
@@ -132,7 +132,11 @@ func TestParseQuantConfigRejects(t *testing.T) {
 		{`{"format": "float8_e4m3fn", "convrot": true}`, "convrot needs format"},
 		{`{"format": "int8_tensorwise", "params": 3}`, `"params"`},
 		{"{\"format\": \"int8_tensorwise\xff\"}", "UTF-8"},
-		{`{"format": "nvfp4"}`, "unsupported"},
+		{`{"format": "svdquant_w4a4"}`, "unsupported"},
+		{`{"format": "nvfp4", "convrot": true}`, "convrot needs format"},
+		{`{"format": "asym_w4a8_int8", "group_size": 3}`, "group_size 3"},
+		{`{"format": "convrot_w4a4", "convrot_groupsize": 512}`, "not of four"},
+		{`{"format": "convrot_w4a4", "linear_dtype": "fp8"}`, "linear_dtype"},
 		{`{"format": "INT8_TENSORWISE"}`, "unsupported"},
 	} {
 		_, err := ParseQuantConfig([]byte(c.in))
@@ -147,8 +151,8 @@ func TestParseQuantConfigRejects(t *testing.T) {
 			t.Errorf("ParseQuantConfig(%q) = %v, wraps neither ErrConfig nor ErrUnsupportedFormat", c.in, err)
 		}
 	}
-	if _, err := ParseQuantConfig([]byte(`{"format": "mxfp8"}`)); !errors.Is(err, ErrUnsupportedFormat) {
-		t.Errorf("mxfp8: %v, want ErrUnsupportedFormat", err)
+	if _, err := ParseQuantConfig([]byte(`{"format": "awq_w4a16"}`)); !errors.Is(err, ErrUnsupportedFormat) {
+		t.Errorf("awq_w4a16: %v, want ErrUnsupportedFormat", err)
 	}
 	big := `{"format": "int8_tensorwise", "pad": "` + strings.Repeat("x", MaxMarkerSize) + `"}`
 	if _, err := ParseQuantConfig([]byte(big)); err == nil || !errors.Is(err, ErrConfig) {

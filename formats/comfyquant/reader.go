@@ -59,8 +59,6 @@ func ParseQuantConfig(data []byte) (QuantConfig, error) {
 		v, ok := params[key]
 		return v, ok
 	}
-	known := map[string]bool{"format": true, "convrot": true, "convrot_groupsize": true,
-		"full_precision_matrix_mult": true, "params": true}
 
 	var c QuantConfig
 	raw, ok := top["format"]
@@ -74,18 +72,42 @@ func ParseQuantConfig(data []byte) (QuantConfig, error) {
 		// Other formats give other meanings to the remaining keys.
 		return QuantConfig{Format: c.Format}, fmt.Errorf("%w %q", ErrUnsupportedFormat, c.Format)
 	}
-	if c.Convrot, err = boolKey(lookup, "convrot"); err != nil {
-		return QuantConfig{}, err
+	known := map[string]bool{"format": true, "convrot": true, "convrot_groupsize": true,
+		"full_precision_matrix_mult": true, "params": true}
+	if c.Format == FormatW4A4 {
+		known["linear_dtype"] = true
+	}
+	if c.Format == FormatW4A8 {
+		known["group_size"] = true
+	}
+	if !c.Rotated() {
+		// The 4-bit ConvRot formats are always rotated: ComfyUI ignores
+		// their "convrot" key, which some converters write.
+		if c.Convrot, err = boolKey(lookup, "convrot"); err != nil {
+			return QuantConfig{}, err
+		}
+	} else {
+		delete(known, "convrot")
 	}
 	if c.FullPrecisionMatMul, err = boolKey(lookup, "full_precision_matrix_mult"); err != nil {
 		return QuantConfig{}, err
 	}
-	if c.Convrot {
-		c.GroupSize = DefaultGroupSize
-		if raw, ok := lookup("convrot_groupsize"); ok {
-			if c.GroupSize, err = intValue(raw); err != nil {
-				return QuantConfig{}, fmt.Errorf("%w: \"convrot_groupsize\": %v", ErrConfig, err)
-			}
+	if c.Convrot || c.Rotated() {
+		if c.GroupSize, err = intKey(lookup, "convrot_groupsize", DefaultGroupSize); err != nil {
+			return QuantConfig{}, err
+		}
+	}
+	if c.Format == FormatW4A8 {
+		if c.QuantGroupSize, err = intKey(lookup, "group_size", 16); err != nil {
+			return QuantConfig{}, err
+		}
+	}
+	if raw, ok := lookup("linear_dtype"); ok && c.Format == FormatW4A4 {
+		if err := json.Unmarshal(raw, &c.LinearDType); err != nil {
+			return QuantConfig{}, fmt.Errorf("%w: \"linear_dtype\" is %s, not a string", ErrConfig, short(raw))
+		}
+		if c.LinearDType == "int4" {
+			c.LinearDType = ""
 		}
 	}
 	for k := range top {
@@ -135,6 +157,19 @@ func boolKey(lookup func(string) (json.RawMessage, bool), key string) (bool, err
 		return false, nil
 	}
 	return false, fmt.Errorf("%w: %q is %s, not true or false", ErrConfig, key, short(raw))
+}
+
+// intKey reads an optional integer key, def when it is absent.
+func intKey(lookup func(string) (json.RawMessage, bool), key string, def int) (int, error) {
+	raw, ok := lookup(key)
+	if !ok {
+		return def, nil
+	}
+	v, err := intValue(raw)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q: %v", ErrConfig, key, err)
+	}
+	return v, nil
 }
 
 // intValue reads a JSON integer literal that fits in an int.
@@ -355,6 +390,17 @@ func complete(m formats.Model, mod *Module, find func(string) (formats.Tensor, b
 	}
 	if mod.Config.Convrot && in%int64(mod.Config.GroupSize) != 0 {
 		return moduleError(file, w.Name, fmt.Sprintf("row length %d is not divisible by convrot_groupsize %d", in, mod.Config.GroupSize))
+	}
+	switch mod.Config.Format {
+	case FormatNVFP4, FormatMXFP8, FormatW4A4, FormatW4A8:
+		mod.Weight = w
+		if err := completeBlock(m, mod, find); err != nil {
+			return err
+		}
+		if t, ok := find(mod.Name + ".input_scale"); ok {
+			mod.InputScale = t
+		}
+		return nil
 	}
 
 	sname, iname := mod.Name+".weight_scale", mod.Name+".input_scale"

@@ -211,11 +211,11 @@ func TestDetectErrors(t *testing.T) {
 func TestDetectUnsupported(t *testing.T) {
 	m := newMemModel()
 	m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
-		Value: `{"layers": {"z": {"format": "mxfp8"}}}`}}
+		Value: `{"layers": {"z": {"format": "awq_w4a16"}}}`}}
 	m.add("a.weight", formats.U8, []int64{2, 8}, make([]byte, 16))
 	m.add("a.weight_scale", formats.F8_E4M3, []int64{2, 1}, make([]byte, 2))
 	m.add("a.weight_scale_2", formats.F32, []int64{}, f32bytes(1))
-	m.add("a.comfy_quant", formats.U8, []int64{19}, []byte(`{"format": "nvfp4"}`))
+	m.add("a.comfy_quant", formats.U8, []int64{27}, []byte(`{"format": "svdquant_w4a4"}`))
 	m.add("b.comfy_quant", formats.U8, []int64{29}, []byte(`{"format": "int8_tensorwise"}`))
 	m.add("b.weight", formats.I8, []int64{1, 4}, make([]byte, 4))
 	m.add("b.weight_scale", formats.F32, []int64{1, 1}, f32bytes(1))
@@ -226,13 +226,13 @@ func TestDetectUnsupported(t *testing.T) {
 	if len(mods) != 3 || mods[0].Name != "a" || mods[1].Name != "b" || mods[2].Name != "z" {
 		t.Fatalf("modules %+v, want a, b, z", mods)
 	}
-	if !mods[0].Unsupported || mods[0].Config.Format != "nvfp4" || mods[1].Unsupported || !mods[2].Unsupported || mods[2].Source != SourceMetadata {
+	if !mods[0].Unsupported || mods[0].Config.Format != "svdquant_w4a4" || mods[1].Unsupported || !mods[2].Unsupported || mods[2].Source != SourceMetadata {
 		t.Errorf("unsupported flags/formats: %+v", mods)
 	}
 	if got := mods[0].Aux(); len(got) != 1 || got[0] != "a.comfy_quant" {
 		t.Errorf("Aux of an unsupported module = %v, want the marker", got)
 	}
-	if _, err := ParseQuantConfig([]byte(`{"format": "convrot_w4a4", "convrot_groupsize": 512}`)); !errors.Is(err, ErrUnsupportedFormat) {
-		t.Errorf("convrot_w4a4 with its own keys: %v, want ErrUnsupportedFormat first", err)
+	if _, err := ParseQuantConfig([]byte(`{"format": "svdquant_w4a4", "act_unsigned": 7}`)); !errors.Is(err, ErrUnsupportedFormat) {
+		t.Errorf("svdquant_w4a4 with its own keys: %v, want ErrUnsupportedFormat first", err)
 	}
 }

@@ -50,6 +50,8 @@ type Flux struct {
 	Type, Quant formats.DType
 	// Width, Height and Steps are the generate defaults written in the metadata.
 	Width, Height, Steps int
+	// Realistic draws the DiT's linear weights with InitWeightRealistic.
+	Realistic bool
 }
 
 // FluxFull is a Flux.1 dev model at full widths with few blocks, for
@@ -77,6 +79,19 @@ var FluxParity = Flux{
 	T5:    &T5{Hidden: 512, FF: 1024, Layers: 2, Heads: 8, HeadDim: 64, Buckets: 32, Vocab: 32128, Words: DefaultWords, Seed: 3, Type: formats.F16},
 	VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
 	Words: DefaultWords, Seed: 3, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
+}
+
+// FluxBench is the Flux layout of the ComfyUI format figures in
+// BENCHMARKS.md: a 256-wide DiT (two heads of 128) with two double and two
+// single blocks whose linear weights have realistic statistics (outlier
+// input channels, heavy tails, per-row spread; InitWeightRealistic), the
+// tiny text encoders and VAE, f16.
+var FluxBench = Flux{
+	Hidden: 256, Heads: 2, Double: 2, Single: 2, Guidance: true, Context: 64,
+	CLIP:  TextModel{Hidden: 64, FF: 64, Layers: 2, Heads: 1},
+	T5:    &TinyT5,
+	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
+	Words: DefaultWords, Seed: 5, Type: formats.F16, Width: 128, Height: 128, Steps: 4, Realistic: true,
 }
 
 // TinyFlux is testdata/tiny-flux.gguf: a 128-wide DiT (one 128-wide head,
@@ -226,6 +241,9 @@ func (c Flux) EncodeSingleAs(w io.Writer, format string, prefix map[string]strin
 	var types []formats.DType
 	for _, flag := range FluxParts {
 		for _, t := range c.Part(flag) {
+			if c.Realistic && flag == "diffusion-model" && t.Init == InitWeight && len(t.Shape) == 2 {
+				t.Init = InitWeightRealistic
+			}
 			types = append(types, c.typeOf(flag, t))
 			names = append(names, prefix[flag]+t.Name)
 			ts = append(ts, t)

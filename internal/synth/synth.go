@@ -45,6 +45,11 @@ const (
 	InitOne
 	// InitIndex stores 0, 1, 2, ... as I64 (position_ids buffers).
 	InitIndex
+	// InitWeightRealistic is InitWeight with the statistics that decide how
+	// a 2-D weight quantizes in trained models: one input column in 64
+	// scaled by 20 (outlier channels), one value in 50 by 4 (heavy tails),
+	// and each row by a log-normal factor exp(0.5·N(0,1)) (per-row spread).
+	InitWeightRealistic
 )
 
 // TensorSpec is one generated tensor: its name, shape (PyTorch order) and
@@ -140,6 +145,7 @@ func Data(spec Spec, t TensorSpec) io.Reader {
 	return &dataReader{
 		t:    t,
 		left: n,
+		seed: uint64(spec.Seed) ^ h.Sum64(),
 		rng:  splitmix.Stream{State: uint64(spec.Seed) ^ h.Sum64()},
 		std:  float32(1 / math.Sqrt(float64(max(fan, 1)))),
 	}
@@ -147,8 +153,9 @@ func Data(spec Spec, t TensorSpec) io.Reader {
 
 type dataReader struct {
 	t    TensorSpec
-	i    int64 // elements produced so far
-	left int64 // elements still to produce
+	i    int64  // elements produced so far
+	left int64  // elements still to produce
+	seed uint64 // the tensor's seed (spec seed and name)
 	rng  splitmix.Stream
 	std  float32
 	buf  [8]byte
@@ -170,8 +177,31 @@ func (r *dataReader) value() float32 {
 		return 0.02 * r.normal()
 	case InitOne:
 		return 1 + 0.02*r.normal()
+	case InitWeightRealistic:
+		return r.std * r.normal() * r.realistic()
 	}
 	return r.std * r.normal()
+}
+
+// realistic returns the factor InitWeightRealistic gives element r.i: its
+// row's and column's factors (functions of the tensor's seed and the
+// index alone) times a heavy-tail draw from the stream.
+func (r *dataReader) realistic() float32 {
+	f := float32(1)
+	if r.rng.Next()%50 == 0 {
+		f = 4
+	}
+	if len(r.t.Shape) != 2 || r.t.Shape[1] == 0 {
+		return f
+	}
+	row, col := uint64(r.i/r.t.Shape[1]), uint64(r.i%r.t.Shape[1])
+	if splitmix.At(r.seed^0xc01, col)%64 == 0 {
+		f *= 20
+	}
+	// A row's normal deviate: four 16-bit uniforms of one hash, as normal() sums them.
+	v := splitmix.At(r.seed^0x20e, row)
+	g := (float32(v&0xffff) + float32(v>>16&0xffff) + float32(v>>32&0xffff) + float32(v>>48) - 131070) / 37837.23
+	return f * float32(math.Exp(0.5*float64(g)))
 }
 
 // elemSize is the byte count of one element of r's tensor.

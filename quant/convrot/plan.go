@@ -24,9 +24,22 @@ const (
 	FP8E4M3
 	// FP8E5M2 is float8_e5m2 with a tensor-wise scale.
 	FP8E5M2
+	// NVFP4 is ComfyUI's nvfp4: E2M1 with FP8 scales per 16 and a tensor scale.
+	NVFP4
+	// MXFP8 is ComfyUI's mxfp8: float8_e4m3fn with E8M0 scales per 32.
+	MXFP8
+	// W4A4 is ComfyUI's convrot_w4a4: rotated signed 4-bit, a scale per row.
+	W4A4
+	// W4A8 is ComfyUI's asym_w4a8_int8: rotated 4-bit codebook indices with
+	// FP8 group scales and an F32 channel scale.
+	W4A8
 )
 
-var typeNames = map[Type]string{Int8Convrot: "int8_convrot", Int8: "int8", FP8E4M3: "fp8_e4m3", FP8E5M2: "fp8_e5m2"}
+var typeNames = map[Type]string{Int8Convrot: "int8_convrot", Int8: "int8", FP8E4M3: "fp8_e4m3", FP8E5M2: "fp8_e5m2",
+	NVFP4: "nvfp4", MXFP8: "mxfp8", W4A4: "convrot_w4a4", W4A8: "asym_w4a8_int8"}
+
+// typeAliases are other names users write for the 4-bit ConvRot types.
+var typeAliases = map[string]Type{"w4a4": W4A4, "int4_convrot": W4A4, "w4a8": W4A8, "w4a8_int8": W4A8}
 
 // String returns the sdtool name of t ("int8_convrot"), or "Type(N)".
 func (t Type) String() string {
@@ -43,11 +56,16 @@ func ParseType(name string) (Type, error) {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("convrot: unknown type %q (want int8_convrot, int8, fp8_e4m3 or fp8_e5m2)", name)
+	if t, ok := typeAliases[strings.ToLower(name)]; ok {
+		return t, nil
+	}
+	return 0, fmt.Errorf("convrot: unknown type %q (want one of %s)", name, strings.Join(Names(), ", "))
 }
 
 // Types lists the types in a fixed order, for help texts.
-func Types() []Type { return []Type{Int8Convrot, Int8, FP8E4M3, FP8E5M2} }
+func Types() []Type {
+	return []Type{Int8Convrot, Int8, FP8E4M3, FP8E5M2, NVFP4, MXFP8, W4A4, W4A8}
+}
 
 // Names lists the names of Types, in the same order.
 func Names() []string {
@@ -73,7 +91,7 @@ func TypeName(c comfyquant.QuantConfig) string {
 	case comfyquant.FormatFP8E5M2:
 		return FP8E5M2.String()
 	}
-	return c.Format
+	return c.Format // nvfp4, mxfp8, convrot_w4a4, asym_w4a8_int8: sdtool uses ComfyUI's names
 }
 
 // Options chooses the output of NewLayer.
@@ -106,6 +124,10 @@ type Layer struct {
 	// Note explains a fallback, e.g. "in=320 not divisible by 256: plain
 	// int8"; empty when the request applied as asked.
 	Note string
+	// Keep reports a weight the type cannot hold (a row length or row
+	// count the format's blocks do not divide); Note says why, and the
+	// writer keeps the weight in float.
+	Keep bool
 }
 
 // Rows returns the row quantizer of an INT8 layer.
@@ -152,6 +174,10 @@ func NewLayer(w formats.Tensor, opt Options) (Layer, error) {
 		c.Format = comfyquant.FormatFP8E4M3
 	case FP8E5M2:
 		c.Format = comfyquant.FormatFP8E5M2
+	case NVFP4, MXFP8, W4A4, W4A8:
+		if !p.blockConfig(&c, out, in, opt.GroupSize) {
+			return p, nil
+		}
 	default:
 		return Layer{}, fmt.Errorf("tensor %q: unknown convrot type %d", w.Name, int(opt.Type))
 	}

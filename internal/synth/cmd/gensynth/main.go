@@ -54,6 +54,7 @@ func run(args []string, stderr io.Writer) (err error) {
 	imat := fs.String("imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
 	testdata := fs.String("testdata", "", "write the committed test files (tiny-sd1.gguf, tiny-sd1.safetensors, tiny-sd1.imatrix.dat, tiny-sdxl.gguf, tiny-flux.gguf) into `DIR`")
 	force := fs.Bool("force", false, "replace existing files")
+	fluxBench := fs.Bool("flux-bench", false, "write synth.FluxBench (a runnable Flux layout with realistic weight statistics) to -o")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,6 +101,11 @@ func run(args []string, stderr io.Writer) (err error) {
 			return err
 		}
 		return synth.TinyFlux.WriteSingle(files[4])
+	case *fluxBench:
+		if *out == "" {
+			return errors.New("-flux-bench needs -o OUT.gguf or OUT.safetensors")
+		}
+		return synth.FluxBench.WriteSingle(*out)
 	case *arch != "" && *sd != "":
 		return errors.New("-arch and -sd exclude each other")
 	case *sd != "":
