@@ -124,7 +124,11 @@ func runQuantize(c *cli.Context) error {
 		return err
 	}
 	defer plan.Close()
-	if err := writeRecipe(c, res); err != nil {
+	plan.Inputs = append(plan.Inputs, readFiles(c)...)
+	if err := checkWritten(c, plan.Inputs); err != nil {
+		return err
+	}
+	if err := writeRecipe(c, res, plan.Inputs); err != nil {
 		return err
 	}
 	return writePlan(c, plan, "quantize")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -67,7 +68,7 @@ func budgetOptions(c *cli.Context, opts *quantize.Options) error {
 
 // writeRecipe writes the budget's choice where --write-rules and
 // --write-type-file ask, through the one atomic publish (.partial, then a rename).
-func writeRecipe(c *cli.Context, res *quantize.Report) error {
+func writeRecipe(c *cli.Context, res *quantize.Report, inputs []string) error {
 	rc := res.Recipe()
 	for _, out := range []struct {
 		flag  string
@@ -80,7 +81,9 @@ func writeRecipe(c *cli.Context, res *quantize.Report) error {
 		if path == "" {
 			continue
 		}
-		po := pipeline.PublishOptions{Force: c.Bool("force"), Inputs: []string{c.Args().First()}}
+		// Every file the command reads (all shards of the model, imatrix and
+		// type files) and the model output are off limits.
+		po := pipeline.PublishOptions{Force: c.Bool("force"), Inputs: append(slices.Clone(inputs), c.String("output"))}
 		if err := pipeline.WriteAtomic(context.Background(), path, po, out.write); err != nil {
 			return fmt.Errorf("--%s: %w", out.flag, err)
 		}

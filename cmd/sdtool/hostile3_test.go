@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Issue 35 (hostile input, round 3): regression tests with crafted inputs.
+
+// snapshot records the bytes of files so that unchangedAll can say which
+// one a refused command replaced.
+func snapshot(t *testing.T, paths ...string) map[string][]byte {
+	t.Helper()
+	m := map[string][]byte{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[p] = b
+	}
+	return m
+}
+
+func unchangedAll(t *testing.T, snap map[string][]byte) {
+	t.Helper()
+	for p, b := range snap {
+		unchanged(t, p, b)
+	}
+}
+
+// refused runs args and fails the test unless the command exits non-zero
+// with an error containing want.
+func refused(t *testing.T, want string, args ...string) {
+	t.Helper()
+	code, _, errOut := runApp(t, args...)
+	if code == 0 || !strings.Contains(errOut, want) {
+		t.Errorf("%s: exit %d, want a refusal with %q: %s", strings.Join(args, " "), code, want, errOut)
+	}
+}
+
+// TestEveryOutputIsCheckedAgainstEveryInput: every file a command writes
+// (-o, --write-rules, --write-type-file, --imatrix-out, a ladder's files) is
+// refused before any work when it names a file the command reads (an
+// imatrix, any shard, a type file) or another output, through links too
+// (issue 35, item 1).
+func TestEveryOutputIsCheckedAgainstEveryInput(t *testing.T) {
+	dir := t.TempDir()
+	model := copyTo(t, "../../testdata/tiny-sd1.safetensors", dir, "m.safetensors")
+	im := copyTo(t, "../../testdata/tiny-sd1.imatrix.dat", dir, "im.dat")
+	out := filepath.Join(dir, "o.gguf")
+	if err := os.WriteFile(out, []byte("earlier output"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	types := filepath.Join(dir, "types.txt")
+	if err := os.WriteFile(types, []byte("time_embed=f16\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	imGGUF := filepath.Join(dir, "q8_0.gguf")
+	if code, _, errOut := runApp(t, "imatrix", "convert", im, "-o", imGGUF); code != 0 {
+		t.Fatal(errOut)
+	}
+	snap := snapshot(t, model, im, out, types, imGGUF)
+	q := []string{"quantize", model, "-o", out, "--budget", "3MB", "--force"}
+	refused(t, "refusing to write over input", append(q, "--imatrix", im, "--write-type-file", im)...)
+	refused(t, "refusing to write over input", append(q, "--imatrix", im, "--write-rules", filepath.Join(link, "im.dat"))...)
+	refused(t, "refusing to write over input", append(q, "--tensor-type-file", types, "--write-type-file", types)...)
+	refused(t, "named by both", append(q, "--write-rules", out)...)
+	refused(t, "named by both", append(q, "--write-rules", filepath.Join(dir, "r.txt"), "--write-type-file", filepath.Join(link, "r.txt"))...)
+	refused(t, "refusing to write over input", "quantize", model, "-o", filepath.Join(dir, "{type}.{ext}"), "--type", "q8_0,q4_0", "--imatrix", filepath.Join(link, "q8_0.gguf"))
+	unchangedAll(t, snap)
+	for _, f := range []string{"r.txt", "q4_0.gguf"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			t.Errorf("%s was written by a refused command", f)
+		}
+	}
+}
+
+// TestWriteTypeFileSparesShards: a --write-type-file naming another shard of
+// a sharded input is refused and the shard kept (issue 35, item 1).
+func TestWriteTypeFileSparesShards(t *testing.T) {
+	dir := t.TempDir()
+	r := rand.New(rand.NewPCG(1, 2))
+	var shards []string
+	for k := 1; k <= 2; k++ {
+		w := make([]float32, 8*256)
+		for i := range w {
+			w[i] = float32(r.NormFloat64())
+		}
+		p := filepath.Join(dir, fmt.Sprintf("m-%05d-of-00002.safetensors", k))
+		name := fmt.Sprintf("model.diffusion_model.input_blocks.%d.0.proj.weight", k)
+		f32Matrices(t, p, map[string][]float32{name: w}, []string{name}, 256)
+		shards = append(shards, p)
+	}
+	snap := snapshot(t, shards...)
+	code, _, errOut := runApp(t, "quantize", shards[0], "-o", filepath.Join(dir, "o.gguf"), "--bpw", "5", "--write-type-file", shards[1], "--force")
+	if code == 0 || !strings.Contains(errOut, "refusing to write over input") {
+		t.Errorf("exit %d, want a refusal: %s", code, errOut)
+	}
+	unchangedAll(t, snap)
+}
