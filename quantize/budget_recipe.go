@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -84,7 +83,7 @@ type typeFileEntry struct {
 // expression searched in the name, as llama-quantize matches it; the first
 // matching item wins.
 func readTypeFile(path string) ([]typeFileEntry, error) {
-	data, err := os.ReadFile(path)
+	data, err := formats.ReadRegular(path, formats.MaxTextFile)
 	if err != nil {
 		return nil, fmt.Errorf("--tensor-type-file: %w", err)
 	}

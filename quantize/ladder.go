@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -298,7 +297,7 @@ func WriteManifest(ctx context.Context, path string, man *Manifest, o pipeline.P
 
 // ReadManifest reads a ladder's manifest.json.
 func ReadManifest(path string) (*Manifest, error) {
-	b, err := os.ReadFile(path)
+	b, err := formats.ReadRegular(path, formats.MaxTextFile)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	_ "image/png" // init images
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
@@ -387,8 +387,12 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 // its header before gigabytes are decoded.
 const maxInitPixels = 4096 * 4096
 
+// maxInitFile bounds an init image's file: a 4096x4096 PNG of 16-bit RGBA
+// stored without compression is 128 MiB.
+const maxInitFile = 256 << 20
+
 func readPNG(path string) (image.Image, error) {
-	f, err := os.Open(path)
+	f, _, err := formats.OpenRegular(path, maxInitFile)
 	if err != nil {
 		return nil, err
 	}

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/imatrix"
@@ -44,7 +44,7 @@ func generatePrompts(c *cli.Context) ([]string, error) {
 	if comparing(c) {
 		return nil, errors.New("generate: --compare takes one --prompt, not --prompt-file")
 	}
-	f, err := os.Open(path)
+	f, _, err := formats.OpenRegular(path, formats.MaxTextFile)
 	if err != nil {
 		return nil, err
 	}
