@@ -54,10 +54,28 @@ type AtomicFile struct {
 // CheckOutput refuses an output that is one of the inputs (as a path, or
 // as the same file through a symlink or hard link; its .partial too), that
 // is a directory, or that exists when force is false. Inputs are only
-// stat'ed, never opened. Commands call it before long work, so that a bad
-// output fails at once; CreateAtomic calls it again.
+// stat'ed, never opened. It also refuses a folder that cannot take a new
+// file (read-only, no permission). Commands call it before long work, so
+// that a bad output fails at once; CreateAtomic calls it again.
 func CheckOutput(path string, inputs []string, force bool) error {
-	return checkOutput(path, inputs, force)
+	if err := checkOutput(path, inputs, force); err != nil {
+		return err
+	}
+	return CheckWritable(path)
+}
+
+// CheckWritable refuses an output whose folder cannot take a new file, by
+// creating and removing a hidden file there: permissions alone do not say
+// it (a read-only mount, root, ACLs).
+func CheckWritable(out string) error {
+	dir := filepath.Dir(out)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(out)+".probe-*")
+	if err != nil {
+		return fmt.Errorf("%s: cannot create it in %s: %w", out, dir, unwrapPath(err))
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 // SameFile reports whether the paths a and b name the same existing file.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/quantize"
 )
 
@@ -48,4 +49,42 @@ func TestSideFilesMustBeRegular(t *testing.T) {
 			t.Errorf("manifest %s: %v", side, err)
 		}
 	}
+}
+
+// readOnlyDir returns a folder in which no file can be created: a folder
+// without write permission, or /sys where the test runs as root (which
+// permissions do not stop).
+func readOnlyDir(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(dir, 0o755) })
+		return dir
+	}
+	if err := os.WriteFile("/sys/sdtool-probe", nil, 0o644); err == nil {
+		os.Remove("/sys/sdtool-probe")
+		t.Skip("no read-only folder to test with")
+	}
+	return "/sys"
+}
+
+// TestReadOnlyOutputFailsFirst: generate and report refuse an output they
+// cannot create before they load or render anything, as quantize and
+// convert do (issue 34, item 7): with a broken model, the error is about
+// the output.
+func TestReadOnlyOutputFailsFirst(t *testing.T) {
+	if !infer.Available {
+		t.Skip("generate and report need a cgo build")
+	}
+	ro := readOnlyDir(t)
+	broken := filepath.Join(t.TempDir(), "broken.gguf")
+	if err := os.WriteFile(broken, []byte("GGUF not really"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, "cannot create it in "+ro, "generate", "-m", broken, "-p", "a cat", "-o", filepath.Join(ro, "x.png"))
+	refused(t, "cannot create it in "+ro, "report", broken, broken, "-o", filepath.Join(ro, "r.html"))
+	refused(t, "cannot create it in "+ro, "quantize", tiny, "--type", "q8_0", "-o", filepath.Join(ro, "q.gguf"))
 }

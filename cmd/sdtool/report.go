@@ -120,6 +120,12 @@ func runReport(c *cli.Context) error {
 	if err := pipeline.CheckOutput(out, inputs, c.Bool("force")); err != nil {
 		return err
 	}
+	if manPath != "" {
+		// The manifest is rewritten in place once the report is written.
+		if err := pipeline.CheckWritable(manPath); err != nil {
+			return err
+		}
+	}
 	prompts := c.StringSlice("prompt")
 	if len(prompts) == 0 {
 		prompts = reportPrompts
