@@ -118,7 +118,7 @@ func init() {
 			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: discrete, karras, simple, sgm_uniform or flux", DefaultText: "the family's: discrete for SD 1.x/2.x/XL, flux for Flux"},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
-			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
+			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`" + threadsBound, DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.StringFlag{Name: "runtime", Value: infer.RuntimeSDCPP, Usage: "`RUNTIME` whose arithmetic to reproduce where the runtimes differ: sdcpp (stable-diffusion.cpp: FP8 modules without their weight_scale, an OpenCLIP text_projection as stored, which transposes SDXL's pooled embedding from single files) or comfyui (FP8 weight_scale applied, text_projection as trained); INT8 modules run as W8A8 in both"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty prompt encodes"},

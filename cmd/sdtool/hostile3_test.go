@@ -5,8 +5,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sdtool/sdtool/infer"
 )
 
 // Issue 35 (hostile input, round 3): regression tests with crafted inputs.
@@ -106,4 +110,36 @@ func TestWriteTypeFileSparesShards(t *testing.T) {
 		t.Errorf("exit %d, want a refusal: %s", code, errOut)
 	}
 	unchangedAll(t, snap)
+}
+
+// TestThreadsBounded: --threads past twice the CPUs is refused by every
+// command before any work, saying the bound, and the help says it
+// (issue 35, item 3: ggml aborted at 100000 threads and never finished at
+// 200 on two cores; lora extract took 300 MB).
+func TestThreadsBounded(t *testing.T) {
+	dir := t.TempDir()
+	huge := fmt.Sprint(2*runtime.NumCPU() + 1)
+	for _, args := range [][]string{
+		{"quantize", tiny, "--type", "q8_0", "-o", filepath.Join(dir, "q.gguf")},
+		{"convert", "-m", tiny, "--type", "q8_0", "-o", filepath.Join(dir, "c.gguf")},
+		{"lora", "extract", "--base", tiny, "--tuned", tiny, "--rank", "4", "-o", filepath.Join(dir, "l.safetensors")},
+		{"diff", tiny, tiny},
+		{"generate", "-m", tiny, "-p", "a cat", "-o", filepath.Join(dir, "g.png")},
+	} {
+		if args[0] == "generate" && !infer.Available {
+			continue
+		}
+		refused(t, fmt.Sprintf("--threads %s: want 1 or more, at most %d", huge, 2*runtime.NumCPU()), append(args, "--threads", huge)...)
+		cmd := args[:1]
+		if args[0] == "lora" {
+			cmd = args[:2]
+		}
+		_, help, _ := runApp(t, append(slices.Clone(cmd), "--help")...)
+		if !strings.Contains(help, "at most twice the CPUs") {
+			t.Errorf("%s --help does not say the bound", args[0])
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "q.gguf")); err == nil {
+		t.Error("a refused command wrote its output")
+	}
 }

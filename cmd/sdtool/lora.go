@@ -96,10 +96,14 @@ func runLoraExtract(c *cli.Context) error {
 	if out == "" {
 		return errors.New("lora extract: no output (-o LORA.safetensors)")
 	}
+	threads, err := threadsOf(c)
+	if err != nil {
+		return err
+	}
 	opts := &merge.ExtractOptions{
 		Base: c.String("base"), Tuned: c.String("tuned"), Output: out,
 		Rank: c.Int("rank"), Energy: c.Float64("energy"), MaxRank: c.Int("max-rank"), Type: c.String("type"),
-		SDCppOnly: c.Bool("sdcpp-only"), Threads: c.Int("threads"), Seed: c.Uint64("seed"), Log: slog.Default(),
+		SDCppOnly: c.Bool("sdcpp-only"), Threads: threads, Seed: c.Uint64("seed"), Log: slog.Default(),
 	}
 	if opts.Rank == 0 && opts.Energy == 0 {
 		return errors.New("lora extract: give --rank R or --energy E")

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"runtime"
 
 	"github.com/urfave/cli/v2"
 
@@ -13,8 +14,17 @@ import (
 // threadsFlag is the --threads flag of a command whose default is every
 // core; usage says what a thread does there, with the `N` placeholder.
 func threadsFlag(usage string) cli.Flag {
-	return &cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: usage, DefaultText: "all cores"}
+	return &cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: usage + threadsBound, DefaultText: "all cores"}
 }
+
+// threadsBound is what --threads help says of maxThreads.
+const threadsBound = " (at most twice the CPUs)"
+
+// maxThreads bounds --threads at twice the CPUs this machine has: ggml's
+// workers spin at barriers, so that far more threads than cores never
+// finish a graph (200 on two cores ran past a minute, and ggml aborts past
+// its 512), and every Go worker holds buffers of its own.
+func maxThreads() int { return min(2*runtime.NumCPU(), 512) }
 
 // maxMemoryFlag is the --max-memory flag of the writing commands: a size
 // with or without a unit.
@@ -26,8 +36,9 @@ func maxMemoryFlag() cli.Flag {
 // mean the command's default).
 func threadsOf(c *cli.Context) (int, error) {
 	n := c.Int("threads")
-	if n < 0 {
-		return 0, fmt.Errorf("--threads %d: want 1 or more (leave it out for the default)", n)
+	if n < 0 || n > maxThreads() {
+		return 0, fmt.Errorf("--threads %d: want 1 or more, at most %d (twice the %s here); leave it out for the default",
+			n, maxThreads(), pipeline.Count(runtime.NumCPU(), "CPU", "CPUs"))
 	}
 	return n, nil
 }
