@@ -48,6 +48,7 @@ func init() {
 					&cli.Uint64Flag{Name: "seed", Usage: "`SEED` of the randomized sketch"},
 					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.safetensors, or .gguf)"},
 					&cli.BoolFlag{Name: "json", Usage: "write the report as JSON (docs/lora-extract-json.md)"},
+					strictFlag(),
 					threadsFlag("layers decomposed at once, `N`"),
 					maxMemoryFlag(),
 					&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},

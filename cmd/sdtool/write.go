@@ -26,6 +26,13 @@ const threadsBound = " (at most twice the CPUs)"
 // its 512), and every Go worker holds buffers of its own.
 func maxThreads() int { return min(2*runtime.NumCPU(), 512) }
 
+// strictFlag is the --strict flag of the writing commands other than
+// quantize: every output's NaN and infinite values are counted and warned
+// about, and --strict refuses them.
+func strictFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "strict", Usage: "refuse an output that holds NaN or infinite values (a warning naming the tensors otherwise)"}
+}
+
 // maxMemoryFlag is the --max-memory flag of the writing commands: a size
 // with or without a unit.
 func maxMemoryFlag() cli.Flag {
@@ -62,7 +69,7 @@ func runOptions(c *cli.Context) (pipeline.Options, error) {
 		Threads:   threads,
 		MaxMemory: maxMem,
 		Force:     c.Bool("force"),
-		// --strict (quantize) also refuses NaN, Inf and overflow.
+		// --strict refuses NaN, Inf and overflow in every output.
 		StrictValues: c.Bool("strict"),
 		Logger:       slog.Default(),
 	}, nil
