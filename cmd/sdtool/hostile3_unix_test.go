@@ -3,6 +3,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/quantize"
 )
 
@@ -87,4 +89,38 @@ func TestReadOnlyOutputFailsFirst(t *testing.T) {
 	refused(t, "cannot create it in "+ro, "generate", "-m", broken, "-p", "a cat", "-o", filepath.Join(ro, "x.png"))
 	refused(t, "cannot create it in "+ro, "report", broken, broken, "-o", filepath.Join(ro, "r.html"))
 	refused(t, "cannot create it in "+ro, "quantize", tiny, "--type", "q8_0", "-o", filepath.Join(ro, "q.gguf"))
+}
+
+// TestReportIdenticalRungAndLinkedManifest: a rung that renders exactly as
+// its source (an F16 ladder file of an F16 model) is recorded as identical,
+// the report and the manifest are both written, and a manifest reached
+// through a link stays a link (issue 35, items 6 and 9).
+func TestReportIdenticalRungAndLinkedManifest(t *testing.T) {
+	if !infer.Available {
+		t.Skip("report needs a cgo build")
+	}
+	longtest.Skip(t, "two report renders of the tiny model (7 s)")
+	dir := t.TempDir()
+	if code, _, errOut := runApp(t, "quantize", tiny, "--type", "f16,q8_0", "-o", filepath.Join(dir, "t-{type}.{ext}")); code != 0 {
+		t.Fatalf("quantize: %s", errOut)
+	}
+	link := filepath.Join(t.TempDir(), "manifest.json")
+	if err := os.Symlink(filepath.Join(dir, quantize.ManifestName), link); err != nil {
+		t.Fatal(err)
+	}
+	html := filepath.Join(dir, "r.html")
+	code, _, errOut := runApp(t, "report", link, "-m", tiny, "-o", html, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64")
+	if code != 0 {
+		t.Fatalf("report: exit %d: %s", code, errOut)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the manifest link became %v (%v)", st.Mode(), err)
+	}
+	man, err := quantize.ReadManifest(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := man.Files[0].Quality; q == nil || !math.IsInf(q.PSNR, 1) {
+		t.Errorf("F16 rung quality %+v, want identical", q)
+	}
 }

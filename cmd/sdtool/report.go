@@ -8,6 +8,7 @@ import (
 	"image"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -84,7 +85,12 @@ func runReport(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		man, dir = m, filepath.Dir(manPath)
+		// The files lie beside the manifest itself, not beside a link to it.
+		real := manPath
+		if r, err := filepath.EvalSymlinks(manPath); err == nil {
+			real = r
+		}
+		man, dir = m, filepath.Dir(real)
 	case c.NArg() >= 2:
 		if c.String("model") != "" {
 			return errors.New("report: -m names the source of a manifest; with files, the first one is the source")
@@ -219,11 +225,23 @@ func runReport(c *cli.Context) error {
 		}
 		man.Files[i].Quality = &quantize.Quality{PSNR: psnr / float64(len(got.images)), SSIM: ssim / float64(len(got.images)),
 			Images: len(got.images), Report: filepath.ToSlash(rel)}
-		fmt.Fprintf(c.App.ErrWriter, "%s: PSNR %.2f dB, SSIM %.4f\n", f.File, man.Files[i].Quality.PSNR, man.Files[i].Quality.SSIM)
+		if q := man.Files[i].Quality; math.IsInf(q.PSNR, 1) {
+			fmt.Fprintf(c.App.ErrWriter, "%s: identical to the source's images\n", f.File)
+		} else {
+			fmt.Fprintf(c.App.ErrWriter, "%s: PSNR %.2f dB, SSIM %.4f\n", f.File, q.PSNR, q.SSIM)
+		}
 	}
 	var page bytes.Buffer
 	if err := report.Write(&page, rep); err != nil {
 		return err
+	}
+	// The manifest is encoded before the page is written, so that a run
+	// writes both or neither.
+	var manBytes []byte
+	if manPath != "" {
+		if manBytes, err = quantize.EncodeManifest(man); err != nil {
+			return fmt.Errorf("%s: %w", manPath, err)
+		}
 	}
 	err = pipeline.WriteAtomic(ctx, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: inputs, Logger: slog.Default()},
 		func(w io.Writer) error { _, err := w.Write(page.Bytes()); return err })
@@ -239,7 +257,14 @@ func runReport(c *cli.Context) error {
 	for _, f := range man.Files {
 		files = append(files, filepath.Join(dir, filepath.FromSlash(f.File)))
 	}
-	if err := quantize.WriteManifest(ctx, manPath, man, pipeline.PublishOptions{Force: true, Inputs: append(files, src)}); err != nil {
+	// A manifest reached through a link is replaced where it lies, and the link stays.
+	target := manPath
+	if t, err := filepath.EvalSymlinks(manPath); err == nil {
+		target = t
+	}
+	err = pipeline.WriteAtomic(ctx, target, pipeline.PublishOptions{Force: true, Inputs: append(files, src)},
+		func(w io.Writer) error { _, err := w.Write(manBytes); return err })
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s; quality recorded in %s\n", out, manPath)
