@@ -196,3 +196,28 @@ func TestNonFiniteOutputsWarnedEverywhere(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptsCheckedFirst: a prompt past the bound, or one that is not
+// UTF-8 (the second of a prompt file), is refused before the model is
+// loaded: with a broken model the error is about the prompt (issue 35,
+// items 8 and 9: 30,000 words encoded for minutes; a bad second prompt
+// failed after the first image).
+func TestPromptsCheckedFirst(t *testing.T) {
+	if !infer.Available {
+		t.Skip("generate and report need a cgo build")
+	}
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.gguf")
+	if err := os.WriteFile(broken, []byte("GGUF not really"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("a cat ", 2000)
+	pf := filepath.Join(dir, "prompts.txt")
+	if err := os.WriteFile(pf, []byte("a cat\na \xff dog\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, "at most 8192", "generate", "-m", broken, "-p", long, "-o", filepath.Join(dir, "a.png"))
+	refused(t, "--negative-prompt: the prompt is", "generate", "-m", broken, "-p", "a cat", "-n", long, "-o", filepath.Join(dir, "b.png"))
+	refused(t, pf+", prompt 2: the prompt is not UTF-8 text", "generate", "-m", broken, "--prompt-file", pf, "-o", filepath.Join(dir, "c.png"))
+	refused(t, "at most 8192", "report", broken, broken, "-p", long, "-o", filepath.Join(dir, "r.html"))
+}

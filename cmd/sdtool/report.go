@@ -136,6 +136,9 @@ func runReport(c *cli.Context) error {
 	if len(prompts) == 0 {
 		prompts = reportPrompts
 	}
+	if err := checkPrompts("--prompt", prompts...); err != nil {
+		return err
+	}
 	threads, err := ggmlThreads(c)
 	if err != nil {
 		return err
