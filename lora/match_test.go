@@ -559,3 +559,30 @@ func TestFusedPartsExactRows(t *testing.T) {
 		}
 	}
 }
+
+// TestAmbiguousAdapterTensorsRefused: a LoKr holding both lokr_w1 and its
+// factors, and an alpha stored as a bool, are refused naming the module
+// instead of silently using one of them or reading true as 1 (issue 35,
+// item 9).
+func TestAmbiguousAdapterTensorsRefused(t *testing.T) {
+	const h = 4
+	rng := rand.New(rand.NewPCG(5, 5))
+	lokr := newMem("lokr.safetensors")
+	m := "lycoris_blocks_0_attn1_to_q"
+	lokr.add(m+".lokr_w1", formats.F32, []int64{2, 2}, randn(rng, 4, 1))
+	lokr.add(m+".lokr_w1_a", formats.F32, []int64{2, 1}, randn(rng, 2, 1))
+	lokr.add(m+".lokr_w1_b", formats.F32, []int64{1, 2}, randn(rng, 2, 1))
+	lokr.add(m+".lokr_w2", formats.F32, []int64{2, 2}, randn(rng, 4, 1))
+	if _, err := Read(lokr); err == nil || !strings.Contains(err.Error(), "both lokr_w1 and its factors") {
+		t.Errorf("LoKr with lokr_w1 and lokr_w1_a/_b: %v", err)
+	}
+	lora := newMem("bool.safetensors")
+	k := "lora_unet_down_blocks_0_attentions_0_proj_in"
+	lora.add(k+".lora_up.weight", formats.F32, []int64{h, 1}, randn(rng, h, 1))
+	lora.add(k+".lora_down.weight", formats.F32, []int64{1, h}, randn(rng, h, 1))
+	lora.add(k+".alpha", formats.Bool, []int64{}, nil)
+	lora.data[k+".alpha"] = []byte{1}
+	if _, err := Read(lora); err == nil || !strings.Contains(err.Error(), "is a bool") {
+		t.Errorf("bool alpha: %v", err)
+	}
+}
