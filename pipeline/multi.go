@@ -79,16 +79,18 @@ func RunAll(ctx context.Context, plans []*Plan, opts Options) ([]Written, error)
 	o := make([]Options, len(plans))
 	layouts := make([]*layout, len(plans))
 	tensors := make([][]formats.Tensor, len(plans))
-	seen := map[string]bool{}
 	for i, p := range plans {
 		o[i] = opts
 		if err := o[i].normalise(p); err != nil {
 			return nil, err
 		}
-		if seen[absClean(p.Path)] {
-			return nil, fmt.Errorf("%s: written by two plans", p.Path)
+		// By path, or through linked folders: two rungs must never race
+		// for one file.
+		for _, q := range plans[:i] {
+			if SameTarget(p.Path, q.Path) {
+				return nil, fmt.Errorf("%s: written by two plans (also as %s)", p.Path, q.Path)
+			}
 		}
-		seen[absClean(p.Path)] = true
 		l, err := prepare(p, &o[i])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p.Path, err)

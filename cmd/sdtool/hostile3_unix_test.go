@@ -124,3 +124,20 @@ func TestReportIdenticalRungAndLinkedManifest(t *testing.T) {
 		t.Errorf("F16 rung quality %+v, want identical", q)
 	}
 }
+
+// TestLadderRungsThroughLinkedFolders: two rungs whose folders are one
+// folder through a link are refused before any work, not left to race for
+// one partial file (issue 35, item 9).
+func TestLadderRungsThroughLinkedFolders(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "d-q8_0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("d-q8_0", filepath.Join(dir, "d-q4_0")); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, "named by both", "quantize", tiny, "--type", "q8_0,q4_0", "-o", filepath.Join(dir, "d-{type}", "m.{ext}"))
+	if left, _ := filepath.Glob(filepath.Join(dir, "d-q8_0", "*")); len(left) > 0 {
+		t.Errorf("a refused ladder wrote %v", left)
+	}
+}
