@@ -157,6 +157,12 @@ func runGenerate(c *cli.Context) error {
 	if err := checkGenerateOutputs(c, out, len(prompts)); err != nil {
 		return err
 	}
+	for _, f := range []string{"cfg-scale", "guidance"} {
+		// Checked as given: past float32's range it would read as +Inf.
+		if v := c.Float64(f); c.IsSet(f) && !(v >= 0 && v < 1000) {
+			return fmt.Errorf("--%s %g: want a value from 0 to below 1000", f, v)
+		}
+	}
 	method, err := infer.ParseMethod(c.String("sampling-method"))
 	if err != nil {
 		return err
@@ -217,7 +223,11 @@ func runGenerate(c *cli.Context) error {
 		req.Scheduler = def.Scheduler
 	}
 	if p := c.String("init-img"); p != "" {
-		img, err := readPNG(p)
+		var wantW, wantH int
+		if c.IsSet("width") || c.IsSet("height") {
+			wantW, wantH = req.Width, req.Height
+		}
+		img, err := readPNGSized(p, wantW, wantH)
 		if err != nil {
 			return err
 		}
@@ -391,7 +401,13 @@ const maxInitPixels = 4096 * 4096
 // stored without compression is 128 MiB.
 const maxInitFile = 256 << 20
 
-func readPNG(path string) (image.Image, error) {
+// readPNG decodes the image at path, refusing one past maxInitPixels.
+func readPNG(path string) (image.Image, error) { return readPNGSized(path, 0, 0) }
+
+// readPNGSized decodes the image at path. Its size is checked from the
+// header first, against the bound and against w x h when they are not 0,
+// so that an image that will be refused is never decoded.
+func readPNGSized(path string, w, h int) (image.Image, error) {
 	f, _, err := formats.OpenRegular(path, maxInitFile)
 	if err != nil {
 		return nil, err
@@ -403,6 +419,9 @@ func readPNG(path string) (image.Image, error) {
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 || int64(cfg.Width)*int64(cfg.Height) > maxInitPixels {
 		return nil, fmt.Errorf("%s: image is %dx%d; init images may have at most %d pixels (4096x4096)", path, cfg.Width, cfg.Height, maxInitPixels)
+	}
+	if w != 0 && h != 0 && (cfg.Width != w || cfg.Height != h) {
+		return nil, fmt.Errorf("%s: image is %dx%d, not %dx%d", path, cfg.Width, cfg.Height, w, h)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err

@@ -221,3 +221,39 @@ func TestPromptsCheckedFirst(t *testing.T) {
 	refused(t, pf+", prompt 2: the prompt is not UTF-8 text", "generate", "-m", broken, "--prompt-file", pf, "-o", filepath.Join(dir, "c.png"))
 	refused(t, "at most 8192", "report", broken, broken, "-p", long, "-o", filepath.Join(dir, "r.html"))
 }
+
+// TestInitImageSizeFromHeader: an init image whose header says it is not
+// the asked -W x -H is refused before it is decoded (issue 35, item 9: a
+// 4096x4096 image was decoded whole, 494 MB, then refused).
+func TestInitImageSizeFromHeader(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big.png")
+	if err := os.WriteFile(p, pngHeader(4096, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var a, b runtime.MemStats
+	runtime.ReadMemStats(&a)
+	_, err := readPNGSized(p, 64, 64)
+	runtime.ReadMemStats(&b)
+	if err == nil || !strings.Contains(err.Error(), "image is 4096x4096, not 64x64") {
+		t.Errorf("got %v", err)
+	}
+	if n := b.TotalAlloc - a.TotalAlloc; n > 1<<20 {
+		t.Errorf("%d bytes allocated before refusing", n)
+	}
+}
+
+// TestGuidanceScalesChecked: --cfg-scale and --guidance are checked as
+// given, before the model loads, not after float32 turned 1e308 into +Inf
+// (issue 35, item 9).
+func TestGuidanceScalesChecked(t *testing.T) {
+	if !infer.Available {
+		t.Skip("generate needs a cgo build")
+	}
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.gguf")
+	if err := os.WriteFile(broken, []byte("GGUF not really"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, "--cfg-scale 1e+308: want a value from 0 to below 1000", "generate", "-m", broken, "-p", "a cat", "--cfg-scale", "1e308", "-o", filepath.Join(dir, "a.png"))
+	refused(t, "--guidance -1: want", "generate", "-m", broken, "-p", "a cat", "--guidance", "-1", "-o", filepath.Join(dir, "a.png"))
+}
