@@ -257,3 +257,24 @@ func TestGuidanceScalesChecked(t *testing.T) {
 	refused(t, "--cfg-scale 1e+308: want a value from 0 to below 1000", "generate", "-m", broken, "-p", "a cat", "--cfg-scale", "1e308", "-o", filepath.Join(dir, "a.png"))
 	refused(t, "--guidance -1: want", "generate", "-m", broken, "-p", "a cat", "--guidance", "-1", "-o", filepath.Join(dir, "a.png"))
 }
+
+// TestLoraExtractMemoryBound: --max-memory bounds lora extract's layers: a
+// layer that needs more is refused before any work, naming it and the
+// bound, and no spill file is left beside the output (issue 35, item 5: a
+// 65536x65536 layer allocated 16 GiB whatever --max-memory said).
+func TestLoraExtractMemoryBound(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "l.safetensors")
+	args := []string{"lora", "extract", "--base", tiny, "--tuned", "../../testdata/tiny-sd1-tuned.safetensors", "--rank", "4", "-o", out}
+	refused(t, "more than the memory bound 4.00 KiB (--max-memory)", append(args, "--max-memory", "4KiB")...)
+	if code, _, errOut := runApp(t, append(args, "--max-memory", "64MiB")...); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "l.safetensors" {
+		t.Errorf("left beside the output: %v", ents)
+	}
+}
