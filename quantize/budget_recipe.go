@@ -54,10 +54,14 @@ func (rc Recipe) Rules() string {
 // (^NAME$) to keep it from claiming that tensor.
 func (rc Recipe) WriteTypeFile(w io.Writer) error {
 	bw := bufio.NewWriter(w)
+	lower := make([]string, len(rc)) // once, not once per pair
+	for i, e := range rc {
+		lower[i] = strings.ToLower(e.Name)
+	}
 	for i, e := range rc {
 		name := e.Name
-		for _, later := range rc[i+1:] {
-			if strings.Contains(strings.ToLower(later.Name), strings.ToLower(e.Name)) {
+		for _, later := range lower[i+1:] {
+			if strings.Contains(later, lower[i]) {
 				name = "^" + regexp.QuoteMeta(e.Name) + "$"
 				break
 			}
