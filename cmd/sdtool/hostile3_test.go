@@ -72,12 +72,14 @@ func TestEveryOutputIsCheckedAgainstEveryInput(t *testing.T) {
 	if code, _, errOut := runApp(t, "imatrix", "convert", im, "-o", imGGUF); code != 0 {
 		t.Fatal(errOut)
 	}
-	snap := snapshot(t, model, im, out, types, imGGUF)
+	typesFrom := copyTo(t, "../../testdata/tiny-sd1.gguf", dir, "from.gguf")
+	snap := snapshot(t, model, im, out, types, imGGUF, typesFrom)
 	q := []string{"quantize", model, "-o", out, "--budget", "3MB", "--force"}
 	refused(t, "refusing to write over input", append(q, "--imatrix", im, "--write-type-file", im)...)
 	refused(t, "refusing to write over input", append(q, "--imatrix", im, "--write-rules", filepath.Join(link, "im.dat"))...)
 	refused(t, "refusing to write over input", append(q, "--tensor-type-file", types, "--write-type-file", types)...)
 	refused(t, "named by both", append(q, "--write-rules", out)...)
+	refused(t, "refusing to write over input", append(q, "--types-from", typesFrom, "--write-rules", typesFrom)...)
 	refused(t, "named by both", append(q, "--write-rules", filepath.Join(dir, "r.txt"), "--write-type-file", filepath.Join(link, "r.txt"))...)
 	refused(t, "refusing to write over input", "quantize", model, "-o", filepath.Join(dir, "{type}.{ext}"), "--type", "q8_0,q4_0", "--imatrix", filepath.Join(link, "q8_0.gguf"))
 	unchangedAll(t, snap)

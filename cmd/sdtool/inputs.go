@@ -113,8 +113,9 @@ func readFiles(c *cli.Context) []string {
 }
 
 // filePlaceholders are the usage placeholders of flags that name a file
-// read (models are A, B, C or MODEL in merge and lora).
-var filePlaceholders = map[string]bool{"FILE": true, "PATH": true, "DIR": true, "FOLDER": true, "MODEL": true, "A": true, "B": true, "C": true}
+// read (models are A, B, C or MODEL in merge and lora; --types-from is a
+// GGUF).
+var filePlaceholders = map[string]bool{"FILE": true, "PATH": true, "DIR": true, "FOLDER": true, "MODEL": true, "A": true, "B": true, "C": true, "GGUF": true}
 
 // namesFile reports whether flag f's usage placeholder names a file.
 func namesFile(f cli.Flag) bool {
