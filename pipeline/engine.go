@@ -413,7 +413,7 @@ func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chun
 	for c := range jobs {
 		if ctx.Err() == nil {
 			c.err = produce(ctx, c, &s)
-			if _, counted := c.out.Producer.(Damaged); c.err == nil && !counted {
+			if c.err == nil && scans(c.out) {
 				c.nonFinite = countNonFinite(c.out.Type, c.buf, &s)
 			}
 			if c.err == nil {

@@ -711,8 +711,8 @@ func (m *multi) drain(ctx context.Context, s *sink, order <-chan *piece) error {
 			return p.job.err
 		}
 		if len(p.buf) > 0 {
-			if c := countNonFinite(p.out.Type, p.buf, &scratch); c > 0 {
-				s.written[p.out] += c
+			if _, copied := p.out.Producer.(*copyProducer); !copied || !p.out.Type.Quantized() {
+				s.written[p.out] += countNonFinite(p.out.Type, p.buf, &scratch)
 			}
 			n, err := s.tw.Write(p.buf)
 			if err == nil && n != len(p.buf) {

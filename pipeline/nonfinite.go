@@ -13,6 +13,18 @@ import (
 // to count its non-finite values: scratch stays small whatever the chunk.
 const scanFloats = 64 << 10
 
+// scans reports whether the engine counts the non-finite values of out's
+// chunks: not when its producer counts its own Damage, nor for a byte copy
+// of a block type, whose decode would cost more than the copy (several
+// times a float scan) for values the input already held.
+func scans(out *Output) bool {
+	if _, counted := out.Producer.(Damaged); counted {
+		return false
+	}
+	_, copied := out.Producer.(*copyProducer)
+	return !copied || !out.Type.Quantized()
+}
+
 // countNonFinite counts the NaN and infinite values in b, bytes of type t
 // as written: float types by their bits, block types decoded a piece at a
 // time (in scratch slot 0, which producers do not keep), integer types
