@@ -95,34 +95,7 @@ func (imp *Importance) Vector(name string, rowLen int64) (v []float32, ok bool, 
 			return nil, true, fmt.Errorf("imatrix entry %q: mean value %d is %v", name, i, x)
 		}
 	}
-	return withoutSubnormals(mean), true, nil
-}
-
-// withoutSubnormals rescales an importance vector holding subnormal values
-// so that its largest is 1, and flushes what is still subnormal to 0. The
-// quantizers minimise an error weighted by the vector, which a common
-// factor does not change, but arithmetic on subnormals is about a hundred
-// times slower on x86: an 8 KB tensor took 37 s to quantize to iq1_s.
-// Vectors without subnormals (every real imatrix) are returned as they are.
-func withoutSubnormals(v []float32) []float32 {
-	var top float32
-	sub := false
-	for _, x := range v {
-		top = max(top, x)
-		sub = sub || (x != 0 && math.Abs(float64(x)) < 0x1p-126)
-	}
-	if !sub || top <= 0 {
-		return v
-	}
-	scale := 1 / float64(top)
-	for i, x := range v {
-		y := float32(float64(x) * scale)
-		if math.Abs(float64(y)) < 0x1p-126 {
-			y = 0
-		}
-		v[i] = y
-	}
-	return v
+	return mean, true, nil
 }
 
 // File returns the value of quantize.imatrix.file: the paths joined by commas.
