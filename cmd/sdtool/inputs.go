@@ -7,8 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/sdtool/sdtool/pipeline"
 	"github.com/urfave/cli/v2"
+
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // outputFlags are the flags that name files a command writes; every other
