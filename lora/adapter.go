@@ -502,7 +502,17 @@ func (l *Layer) shapeLoHa() error {
 }
 
 func (l *Layer) shapeLoKr() error {
-	// w1: [a, c] or w1_a [a, r] · w1_b [r, c].
+	// w1: [a, c] or w1_a [a, r] · w1_b [r, c]; never both (which one
+	// would apply is a guess), and the same for w2.
+	for _, w := range []struct {
+		full  Role
+		parts [2]Role
+		name  string
+	}{{RoleLoKrW1, [2]Role{RoleLoKrW1A, RoleLoKrW1B}, "lokr_w1"}, {RoleLoKrW2, [2]Role{RoleLoKrW2A, RoleLoKrW2B}, "lokr_w2"}} {
+		if l.t[w.full] != nil && (l.t[w.parts[0]] != nil || l.t[w.parts[1]] != nil) {
+			return l.errf("has both %s and its factors %s_a/%s_b; one of them must go", w.name, w.name, w.name)
+		}
+	}
 	var a, c int64
 	if w1 := l.t[RoleLoKrW1]; w1 != nil {
 		if _, err := l.need(RoleLoKrW1, 2); err != nil {
@@ -610,6 +620,9 @@ func (l *Layer) readScalars() error {
 func (l *Layer) scalar(t *formats.Tensor) (float64, error) {
 	if t.Elements() != 1 {
 		return 0, l.errf("tensor %s is not a scalar", desc(t))
+	}
+	if t.Type == formats.Bool {
+		return 0, l.errf("tensor %q is a bool, not a number", t.Name)
 	}
 	v, err := readFloats(l.adapter.model, t)
 	if err != nil {

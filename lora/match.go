@@ -218,6 +218,7 @@ func (b *Base) layout(a *Adapter, g string, layers map[int]*Layer) ([]placed, []
 		}
 	}
 	whole := parts[0]
+	fused := b.fusedShape(g, whole)
 	// Where each layer's rows start in the group's rows.
 	start := map[int]int64{}
 	var idx []int
@@ -226,7 +227,7 @@ func (b *Base) layout(a *Adapter, g string, layers map[int]*Layer) ([]placed, []
 	}
 	sort.Ints(idx)
 	switch {
-	case len(layers) == 1 && idx[0] == 0 && layers[0].Rows == total:
+	case len(layers) == 1 && idx[0] == 0 && layers[0].Rows == total && !qPart(layers[0].Module, g):
 		// One layer for the whole group (a fused layer on split parts too).
 		start[0] = 0
 	case len(parts) > 1:
@@ -242,34 +243,22 @@ func (b *Base) layout(a *Adapter, g string, layers map[int]*Layer) ([]placed, []
 			}
 			start[k] = baseOff[k]
 		}
-	case len(layers) == 1 && idx[0] == 0:
+	case len(layers) == 1 && idx[0] == 0 && !qPart(layers[0].Module, g):
 		fail(layers[0], whole, "%d rows, the tensor has %d", layers[0].Rows, total)
 	default:
-		// Fused base, one layer per part: the parts follow each other. With
-		// a part missing, the parts must all have the same size (q, k and v
-		// do) to be placed.
-		contiguous := idx[len(idx)-1] == len(idx)-1
-		var off int64
-		same := true
+		// Fused base, one layer per part, any subset of the parts: each part
+		// has its exact rows at its own offset (fusedPartRows).
 		for _, k := range idx {
-			same = same && layers[k].Rows == layers[idx[0]].Rows
-		}
-		for _, k := range idx {
-			switch {
-			case contiguous:
-				start[k] = off
-				off += layers[k].Rows
-			case same:
-				start[k] = int64(k) * layers[k].Rows
-			default:
-				fail(layers[k], whole, "part %d of a fused tensor cannot be placed: parts before it are missing and the parts differ in size", k)
+			want := fusedPartRows(fused, k)
+			if want <= 0 {
+				fail(layers[k], whole, "the fused tensor has no part %d", k)
+				continue
 			}
-		}
-		for _, k := range idx {
-			if s, ok := start[k]; ok && s+layers[k].Rows > total {
-				fail(layers[k], whole, "part %d ends at row %d, the tensor has %d rows", k, s+layers[k].Rows, total)
-				delete(start, k)
+			if layers[k].Rows != want {
+				fail(layers[k], whole, "part %d has %d rows, the fused tensor's part %d has %d", k, layers[k].Rows, k, want)
+				continue
 			}
+			start[k] = fusedPartStart(fused, k)
 		}
 	}
 	if len(errs) > 0 {
@@ -298,6 +287,72 @@ func (b *Base) layout(a *Adapter, g string, layers map[int]*Layer) ([]placed, []
 		return nil, errs
 	}
 	return out, nil
+}
+
+// The fused tensors sd.cpp builds at load time are attention projections
+// q, k, v (parts 0-2), square in the model's width, followed in Flux's
+// single blocks by the MLP input (part 3, the rest of the rows): BFL and
+// SD3 qkv [3w, w], Flux linear1 [3w+m, w]; a 1-D bias is cut as its weight
+// (fusedShape), and one without a weight in thirds.
+// fusedPartRows returns the rows of part k of a fused tensor of the given
+// shape, 0 when it has no such part.
+func fusedPartRows(shape []int64, k int) int64 {
+	if len(shape) == 0 || k < 0 || k > 3 {
+		return 0
+	}
+	total, w := shape[0], int64(1)
+	if len(shape) > 1 {
+		w = prod(shape[1:])
+	}
+	if len(shape) == 1 || total < 3*w {
+		if k < 3 && total%3 == 0 {
+			return total / 3
+		}
+		return 0
+	}
+	if k < 3 {
+		return w
+	}
+	return total - 3*w
+}
+
+// qPart reports whether an adapter module names a q projection alone
+// (diffusers "to_q", "add_q_proj", PEFT "q_proj") while the base group g it
+// changes is a fused one (sd.cpp's qkv or Flux's linear1): the layer is
+// then the group's first part, never the whole tensor however many rows it
+// has.
+func qPart(module, g string) bool {
+	stem := strings.TrimSuffix(strings.TrimSuffix(g, ".weight"), ".bias")
+	if !strings.HasSuffix(stem, ".qkv") && !strings.HasSuffix(stem, ".linear1") {
+		return false
+	}
+	for _, q := range []string{"to_q", "add_q_proj", "q_proj"} {
+		if strings.HasSuffix(module, "."+q) || strings.HasSuffix(module, "_"+q) {
+			return true
+		}
+	}
+	return false
+}
+
+// fusedShape returns the shape the parts of fused group g are cut by: the
+// tensor's own, or for a 1-D bias its rows with its weight's width.
+func (b *Base) fusedShape(g string, whole int) []int64 {
+	shape := b.tensors[whole].shape
+	if stem, ok := strings.CutSuffix(g, ".bias"); ok && len(shape) == 1 {
+		if w, ok := b.groups[stem+".weight"]; ok && len(w) > 0 && w[0] >= 0 && len(b.tensors[w[0]].shape) > 1 {
+			return append([]int64{shape[0]}, b.tensors[w[0]].shape[1:]...)
+		}
+	}
+	return shape
+}
+
+// fusedPartStart returns the first row of part k of a fused tensor.
+func fusedPartStart(shape []int64, k int) int64 {
+	var off int64
+	for j := range k {
+		off += fusedPartRows(shape, j)
+	}
+	return off
 }
 
 // rowsOf returns the tensor's first dimension (1 for a scalar).

@@ -503,3 +503,86 @@ type metaModel struct {
 }
 
 func (m *metaModel) Metadata() formats.Metadata { return m.meta }
+
+// TestFusedPartsExactRows: each diffusers part of a fused Flux tensor must
+// have exactly its part's rows (q, k, v the width, proj_mlp the rest), and
+// any subset of parts is placed at the parts' own rows (issue 35, item 7:
+// a to_q of 3w rows changed k and v too, a short proj_mlp left rows out, a
+// short to_v was accepted, and a to_q alone was refused).
+func TestFusedPartsExactRows(t *testing.T) {
+	const h, r = 8, 2
+	rng := rand.New(rand.NewPCG(3, 3))
+	bfl := newMem("flux.safetensors")
+	bfl.add("double_blocks.0.img_attn.qkv.weight", formats.F32, []int64{3 * h, h}, randn(rng, 3*h*h, 1))
+	bfl.add("single_blocks.0.linear1.weight", formats.F32, []int64{3*h + 2*h, h}, randn(rng, 5*h*h, 1))
+	adapter := func(layers map[string]int64) *Adapter {
+		m := newMem("peft.safetensors")
+		for n, rows := range layers {
+			m.add("transformer."+n+".lora_B.weight", formats.F32, []int64{rows, r}, randn(rng, int(rows)*r, 1))
+			m.add("transformer."+n+".lora_A.weight", formats.F32, []int64{r, h}, randn(rng, r*h, 1))
+		}
+		return readAdapter(t, m)
+	}
+	b, err := NewBase(bfl.list, names.Flux, "model.diffusion_model.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, rows := range map[string]int64{
+		"transformer_blocks.0.attn.to_q":        3 * h,
+		"transformer_blocks.0.attn.to_v":        h - 1,
+		"single_transformer_blocks.0.proj_mlp":  2*h - 1,
+		"single_transformer_blocks.0.attn.to_k": h + 1,
+	} {
+		if _, err := b.Match(Use{adapter(map[string]int64{name: rows}), 1}); err == nil || !strings.Contains(err.Error(), "rows") {
+			t.Errorf("%s with %d rows: %v, want a refusal", name, rows, err)
+		}
+	}
+	// to_q alone and proj_mlp alone: only their rows change.
+	for _, c := range []struct {
+		name, base string
+		rows, from int64
+	}{
+		{"transformer_blocks.0.attn.to_q", "double_blocks.0.img_attn.qkv.weight", h, 0},
+		{"single_transformer_blocks.0.proj_mlp", "single_blocks.0.linear1.weight", 2 * h, 3 * h},
+		{"single_transformer_blocks.0.attn.to_v", "single_blocks.0.linear1.weight", h, 2 * h},
+	} {
+		p, err := b.Match(Use{adapter(map[string]int64{c.name: c.rows}), 1})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		tg := p.Target(c.base)
+		if tg == nil || len(tg.Changes) != 1 {
+			t.Fatalf("%s: target %+v", c.name, tg)
+		}
+		if ch := tg.Changes[0]; ch.TargetRow != c.from || ch.Rows != c.rows || ch.LayerRow != 0 {
+			t.Errorf("%s: placed at rows [%d, %d), want [%d, %d)", c.name, ch.TargetRow, ch.TargetRow+ch.Rows, c.from, c.from+c.rows)
+		}
+	}
+}
+
+// TestAmbiguousAdapterTensorsRefused: a LoKr holding both lokr_w1 and its
+// factors, and an alpha stored as a bool, are refused naming the module
+// instead of silently using one of them or reading true as 1 (issue 35,
+// item 9).
+func TestAmbiguousAdapterTensorsRefused(t *testing.T) {
+	const h = 4
+	rng := rand.New(rand.NewPCG(5, 5))
+	lokr := newMem("lokr.safetensors")
+	m := "lycoris_blocks_0_attn1_to_q"
+	lokr.add(m+".lokr_w1", formats.F32, []int64{2, 2}, randn(rng, 4, 1))
+	lokr.add(m+".lokr_w1_a", formats.F32, []int64{2, 1}, randn(rng, 2, 1))
+	lokr.add(m+".lokr_w1_b", formats.F32, []int64{1, 2}, randn(rng, 2, 1))
+	lokr.add(m+".lokr_w2", formats.F32, []int64{2, 2}, randn(rng, 4, 1))
+	if _, err := Read(lokr); err == nil || !strings.Contains(err.Error(), "both lokr_w1 and its factors") {
+		t.Errorf("LoKr with lokr_w1 and lokr_w1_a/_b: %v", err)
+	}
+	lora := newMem("bool.safetensors")
+	k := "lora_unet_down_blocks_0_attentions_0_proj_in"
+	lora.add(k+".lora_up.weight", formats.F32, []int64{h, 1}, randn(rng, h, 1))
+	lora.add(k+".lora_down.weight", formats.F32, []int64{1, h}, randn(rng, h, 1))
+	lora.add(k+".alpha", formats.Bool, []int64{}, nil)
+	lora.data[k+".alpha"] = []byte{1}
+	if _, err := Read(lora); err == nil || !strings.Contains(err.Error(), "is a bool") {
+		t.Errorf("bool alpha: %v", err)
+	}
+}

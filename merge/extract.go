@@ -44,6 +44,11 @@ type ExtractOptions struct {
 	Filters []*regexp.Regexp
 	// Threads is the number of layers decomposed at once (0: all cores).
 	Threads int
+	// MaxMemory bounds the memory of the layers decomposed at once (each
+	// needs its dense difference and the sketch's matrices; 0: 1 GiB): a
+	// layer that needs more on its own is refused before any work, and
+	// fewer layers run at once when large ones would pass it.
+	MaxMemory int64
 	// Seed seeds the randomized sketch.
 	Seed uint64
 	// Log receives warnings; nil discards them.
@@ -95,6 +100,7 @@ type Extraction struct {
 	a, b     formats.Model
 	closers  []formats.Model
 	spill    *os.File
+	unlinked bool // the spill file's name is already removed
 	mu       sync.Mutex
 	spillEnd int64
 	outs     [][]spilled // per layer, its tensors in the spill file
@@ -246,6 +252,21 @@ func (e *Extraction) Run(ctx context.Context, progress func(done, total int64)) 
 		return fmt.Errorf("spill file for the factors: %w", err)
 	}
 	e.spill = f
+	// Unlinked at once where the system allows it (not Windows), so that
+	// no kill, not even for memory, can leave it beside the output.
+	e.unlinked = os.Remove(f.Name()) == nil
+	budget := e.opts.MaxMemory
+	if budget <= 0 {
+		budget = 1 << 30
+	}
+	for i := range e.plan {
+		if n := e.layerMemory(i); n > budget {
+			l := &e.plan[i]
+			return fmt.Errorf("%s: layer %s (%d x %d) needs about %s to decompose, more than the memory bound %s (--max-memory); raise it or leave the layer out (--filter)",
+				e.opts.Output, l.Module, l.Rows, l.Cols(), pipeline.HumanBytes(n), pipeline.HumanBytes(budget))
+		}
+	}
+	mem := newByteSemaphore(budget)
 	threads := e.opts.Threads
 	if threads <= 0 {
 		threads = runtime.NumCPU()
@@ -264,7 +285,10 @@ func (e *Extraction) Run(ctx context.Context, progress func(done, total int64)) 
 		go func() {
 			defer wg.Done()
 			for i := range next {
+				need := e.layerMemory(i)
+				mem.acquire(need)
 				errs[i] = e.layer(i, opt)
+				mem.release(need)
 				n := done.Add(e.work[i])
 				if progress != nil {
 					progress(n, total)
@@ -297,6 +321,52 @@ func (e *Extraction) Run(ctx context.Context, progress func(done, total int64)) 
 		return fmt.Errorf("%s: %w%s while decomposing; nothing written", e.opts.Output, pipeline.ErrInterrupted, what)
 	}
 	return errors.Join(errs...)
+}
+
+// layerMemory estimates the bytes layer i takes while it is decomposed:
+// its dense float32 difference and the randomized SVD's float64 matrices
+// (a few of rows or columns by rank plus oversampling).
+func (e *Extraction) layerMemory(i int) int64 {
+	l := &e.plan[i]
+	k := int64(e.opts.Rank)
+	if k == 0 {
+		k = int64(e.opts.MaxRank)
+		if k == 0 {
+			k = 128
+		}
+	}
+	k = min(k, l.Rows, l.Cols()) + 8
+	return 4*l.Rows*l.Cols() + 24*(l.Rows+l.Cols())*k
+}
+
+// byteSemaphore admits work while the bytes it holds stay within a
+// budget; one item larger than the budget is admitted alone.
+type byteSemaphore struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	held, size int64
+}
+
+func newByteSemaphore(size int64) *byteSemaphore {
+	s := &byteSemaphore{size: size}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+func (s *byteSemaphore) acquire(n int64) {
+	s.mu.Lock()
+	for s.held > 0 && s.held+n > s.size {
+		s.cond.Wait()
+	}
+	s.held += n
+	s.mu.Unlock()
+}
+
+func (s *byteSemaphore) release(n int64) {
+	s.mu.Lock()
+	s.held -= n
+	s.mu.Unlock()
+	s.cond.Broadcast()
 }
 
 // layer extracts layer i into the spill file.
@@ -426,7 +496,10 @@ func (e *Extraction) Close() error {
 	}
 	e.closers = nil
 	if e.spill != nil {
-		errs = append(errs, e.spill.Close(), os.Remove(e.spill.Name()))
+		errs = append(errs, e.spill.Close())
+		if !e.unlinked {
+			errs = append(errs, os.Remove(e.spill.Name()))
+		}
 		e.spill = nil
 	}
 	return errors.Join(errs...)

@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/sdtool/sdtool/formats"
 )
 
 // Recipe is a rule-based merge: which tensors each source contributes, under
@@ -57,7 +58,7 @@ type Rename struct {
 
 // LoadRecipe reads and parses a recipe file.
 func LoadRecipe(path string) (*Recipe, error) {
-	data, err := os.ReadFile(path)
+	data, err := formats.ReadRegular(path, formats.MaxTextFile)
 	if err != nil {
 		return nil, err
 	}

@@ -73,8 +73,11 @@ type chunk struct {
 	buf    []byte
 	pooled bool // buf came from the pool of chunkBytes buffers
 	tokens int  // budget slots held
-	err    error
-	done   chan struct{}
+	// nonFinite counts the NaN and infinite values the chunk holds when its
+	// producer does not count its own Damage.
+	nonFinite int64
+	err       error
+	done      chan struct{}
 }
 
 // layout is the prepared plan: chunking parameters per output.
@@ -85,6 +88,8 @@ type layout struct {
 	total     int64
 	chunkSize int64
 	slots     int
+	// written sums the chunks' nonFinite per output.
+	written []int64
 }
 
 func (o *Options) normalise(plan *Plan) error {
@@ -118,6 +123,7 @@ func prepare(plan *Plan, o *Options) (*layout, error) {
 	}
 	l := &layout{
 		rows:      make([]int64, len(plan.Outputs)),
+		written:   make([]int64, len(plan.Outputs)),
 		rowBytes:  make([]int64, len(plan.Outputs)),
 		perChunk:  make([]int64, len(plan.Outputs)),
 		chunkSize: o.ChunkBytes,
@@ -188,31 +194,50 @@ func Run(ctx context.Context, plan *Plan, opts Options) error {
 	if err := write(ctx, a, plan, tensors, l, &opts); err != nil {
 		return a.Abort(ctx, err)
 	}
-	if err := checkDamage(plan, &opts); err != nil {
+	if err := checkDamage(plan, l.written, &opts); err != nil {
 		return a.Abort(ctx, err)
 	}
 	return a.Commit()
 }
 
-// checkDamage warns, per output, about the NaN and infinite inputs its
-// encoding met and the finite values it turned non-finite (they pass
-// silently otherwise: q8_0 makes +-3e38 all Inf, one Inf makes its block
-// NaN); with StrictValues they are an error naming the first tensors.
-func checkDamage(plan *Plan, o *Options) error {
+// checkDamage warns about the NaN and infinite values of the outputs: the
+// ones a converting producer met in its inputs and the finite values its
+// encoding turned non-finite (q8_0 makes +-3e38 all Inf, one Inf makes its
+// block NaN), and, for every other producer (merges, LoRA bakes and
+// extractions, copies), the non-finite values it wrote (written, per
+// output). The first tensors are named, one line each, then one line for
+// the rest; with StrictValues they are an error naming the first tensors.
+func checkDamage(plan *Plan, written []int64, o *Options) error {
 	var bad []string
 	for i := range plan.Outputs {
 		out := &plan.Outputs[i]
-		d, ok := out.Producer.(Damaged)
-		if !ok {
+		// Whichever counted: the producer while it encoded (Run), or the
+		// engine in the bytes written (producers that do not count, and
+		// every output of a ladder, whose encoders run apart from them).
+		var dm Damage
+		if d, ok := out.Producer.(Damaged); ok {
+			dm = d.Damage()
+		}
+		if dm == (Damage{}) && i < len(written) {
+			dm.Written = written[i]
+		}
+		if dm == (Damage{}) {
 			continue
 		}
-		dm := d.Damage()
-		if dm.NonFinite == 0 && dm.Spoiled == 0 {
-			continue
+		var what string
+		if dm.Written > 0 {
+			what = fmt.Sprintf("%d non-finite values written", dm.Written)
+		} else {
+			what = fmt.Sprintf("%d non-finite inputs, %d finite values made non-finite", dm.NonFinite, dm.Spoiled)
 		}
-		o.Logger.Warn("non-finite values", "tensor", out.Name, "type", out.Type.String(),
-			"non_finite_inputs", dm.NonFinite, "finite_made_non_finite", dm.Spoiled)
-		bad = append(bad, fmt.Sprintf("%q (%d non-finite inputs, %d finite values made non-finite)", out.Name, dm.NonFinite, dm.Spoiled))
+		if len(bad) < maxDamageLines {
+			o.Logger.Warn("non-finite values", "tensor", out.Name, "type", out.Type.String(),
+				"non_finite_inputs", dm.NonFinite, "finite_made_non_finite", dm.Spoiled, "non_finite_written", dm.Written)
+		}
+		bad = append(bad, fmt.Sprintf("%q (%s)", out.Name, what))
+	}
+	if len(bad) > maxDamageLines {
+		o.Logger.Warn("non-finite values in more tensors", "tensors", len(bad)-maxDamageLines)
 	}
 	if len(bad) == 0 || !o.StrictValues {
 		return nil
@@ -224,6 +249,11 @@ func checkDamage(plan *Plan, o *Options) error {
 	}
 	return fmt.Errorf("refused for non-finite values in tensor %s%s", strings.Join(bad, ", tensor "), more)
 }
+
+// maxDamageLines is how many tensors checkDamage warns about one line
+// each; the rest get one line, so that a model full of NaN does not print
+// a line per tensor.
+const maxDamageLines = 5
 
 // write streams the plan into f through the format writer and checks the
 // resulting size; it does not close f.
@@ -383,6 +413,9 @@ func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chun
 	for c := range jobs {
 		if ctx.Err() == nil {
 			c.err = produce(ctx, c, &s)
+			if c.err == nil && scans(c.out) {
+				c.nonFinite = countNonFinite(c.out.Type, c.buf, &s)
+			}
 			if c.err == nil {
 				c.err = ctx.Err()
 			}
@@ -430,6 +463,7 @@ func drain(ctx context.Context, plan *Plan, l *layout, o *Options, tw formats.Te
 		if c.err != nil {
 			return c.err
 		}
+		l.written[c.index] += c.nonFinite
 		if len(c.buf) > 0 {
 			n, err := tw.Write(c.buf)
 			if err == nil && n != len(c.buf) {

@@ -79,16 +79,18 @@ func RunAll(ctx context.Context, plans []*Plan, opts Options) ([]Written, error)
 	o := make([]Options, len(plans))
 	layouts := make([]*layout, len(plans))
 	tensors := make([][]formats.Tensor, len(plans))
-	seen := map[string]bool{}
 	for i, p := range plans {
 		o[i] = opts
 		if err := o[i].normalise(p); err != nil {
 			return nil, err
 		}
-		if seen[absClean(p.Path)] {
-			return nil, fmt.Errorf("%s: written by two plans", p.Path)
+		// By path, or through linked folders: two rungs must never race
+		// for one file.
+		for _, q := range plans[:i] {
+			if SameTarget(p.Path, q.Path) {
+				return nil, fmt.Errorf("%s: written by two plans (also as %s)", p.Path, q.Path)
+			}
 		}
-		seen[absClean(p.Path)] = true
 		l, err := prepare(p, &o[i])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", p.Path, err)
@@ -132,7 +134,7 @@ func RunAll(ctx context.Context, plans []*Plan, opts Options) ([]Written, error)
 	}
 	sinks := make([]*sink, len(plans))
 	for i, p := range plans {
-		s := &sink{file: files[i], sum: sha256.New()}
+		s := &sink{file: files[i], sum: sha256.New(), written: map[*Output]int64{}}
 		s.bw = bufio.NewWriterSize(io.MultiWriter(files[i], s.sum), writeBufferBytes)
 		if s.tw, err = p.Format.New(s.bw, tensors[i], p.header()); err != nil {
 			return abort(fmt.Errorf("%s: %w", p.Path, err))
@@ -144,6 +146,15 @@ func RunAll(ctx context.Context, plans []*Plan, opts Options) ([]Written, error)
 	}
 	if err := m.execute(ctx, sinks); err != nil {
 		return abort(err)
+	}
+	for i, p := range plans {
+		written := make([]int64, len(p.Outputs))
+		for k := range p.Outputs {
+			written[k] = sinks[i].written[&p.Outputs[k]]
+		}
+		if err := checkDamage(p, written, &o[i]); err != nil {
+			return abort(fmt.Errorf("%s: %w", p.Path, err))
+		}
 	}
 	out := make([]Written, len(plans))
 	for i, s := range sinks {
@@ -198,10 +209,12 @@ func checkLayout(lay, tensors []formats.Tensor) error {
 
 // sink is one plan's output file being written.
 type sink struct {
-	file *AtomicFile
-	sum  hash.Hash
-	bw   *bufio.Writer
-	tw   formats.TensorWriter
+	// written counts the non-finite values of each output written.
+	written map[*Output]int64
+	file    *AtomicFile
+	sum     hash.Hash
+	bw      *bufio.Writer
+	tw      formats.TensorWriter
 }
 
 // group is one source's outputs across the plans: in each plan a
@@ -687,6 +700,7 @@ func (m *multi) run(ctx context.Context, j *job, s *tensor.Scratch) (err error) 
 
 // drain writes one plan's pieces in order as their jobs complete.
 func (m *multi) drain(ctx context.Context, s *sink, order <-chan *piece) error {
+	var scratch tensor.Scratch // for counting a quantized piece's non-finite values
 	for p := range order {
 		select {
 		case <-p.job.done:
@@ -697,6 +711,9 @@ func (m *multi) drain(ctx context.Context, s *sink, order <-chan *piece) error {
 			return p.job.err
 		}
 		if len(p.buf) > 0 {
+			if _, copied := p.out.Producer.(*copyProducer); !copied || !p.out.Type.Quantized() {
+				s.written[p.out] += countNonFinite(p.out.Type, p.buf, &scratch)
+			}
 			n, err := s.tw.Write(p.buf)
 			if err == nil && n != len(p.buf) {
 				err = io.ErrShortWrite

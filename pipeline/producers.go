@@ -93,8 +93,10 @@ type convertProducer struct {
 
 // Damage is what encoding did to an output's values: inputs that were NaN
 // or infinite, and finite inputs that came out non-finite (a block scale
-// that overflowed, or a non-finite value elsewhere in the block).
-type Damage struct{ NonFinite, Spoiled int64 }
+// that overflowed, or a non-finite value elsewhere in the block); Written
+// counts the non-finite values of an output whose producer does not say
+// (the engine counts them in the bytes written).
+type Damage struct{ NonFinite, Spoiled, Written int64 }
 
 // Damaged is implemented by producers that count the Damage they did.
 type Damaged interface{ Damage() Damage }

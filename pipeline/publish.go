@@ -54,10 +54,28 @@ type AtomicFile struct {
 // CheckOutput refuses an output that is one of the inputs (as a path, or
 // as the same file through a symlink or hard link; its .partial too), that
 // is a directory, or that exists when force is false. Inputs are only
-// stat'ed, never opened. Commands call it before long work, so that a bad
-// output fails at once; CreateAtomic calls it again.
+// stat'ed, never opened. It also refuses a folder that cannot take a new
+// file (read-only, no permission). Commands call it before long work, so
+// that a bad output fails at once; CreateAtomic calls it again.
 func CheckOutput(path string, inputs []string, force bool) error {
-	return checkOutput(path, inputs, force)
+	if err := checkOutput(path, inputs, force); err != nil {
+		return err
+	}
+	return CheckWritable(path)
+}
+
+// CheckWritable refuses an output whose folder cannot take a new file, by
+// creating and removing a hidden file there: permissions alone do not say
+// it (a read-only mount, root, ACLs).
+func CheckWritable(out string) error {
+	dir := filepath.Dir(out)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(out)+".probe-*")
+	if err != nil {
+		return fmt.Errorf("%s: cannot create it in %s: %w", out, dir, unwrapPath(err))
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }
 
 // SameFile reports whether the paths a and b name the same existing file.
@@ -65,6 +83,32 @@ func SameFile(a, b string) bool {
 	sa, err1 := os.Stat(a)
 	sb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
+// SameTarget reports whether writing a and writing b would write one
+// file: the same path, the same existing file through links, or the same
+// name in one folder reached through a link (for files not yet created).
+func SameTarget(a, b string) bool {
+	if absClean(a) == absClean(b) || SameFile(a, b) {
+		return true
+	}
+	return filepath.Base(a) == filepath.Base(b) && SameFile(filepath.Dir(a), filepath.Dir(b))
+}
+
+// CheckNotInput refuses an output that is one of the inputs (see
+// CheckOutput) without looking at whether it exists; commands use it for
+// every file they write, before any work.
+func CheckNotInput(out string, inputs []string) error {
+	partial := out + PartialSuffix
+	for _, in := range inputs {
+		if SameTarget(in, out) {
+			return fmt.Errorf("%s: refusing to write over input %s: %w", out, in, ErrOutputIsInput)
+		}
+		if SameTarget(in, partial) {
+			return fmt.Errorf("%s: refusing to write %s, which is input %s: %w", out, partial, in, ErrOutputIsInput)
+		}
+	}
+	return nil
 }
 
 // CreateAtomic checks path against o (see CheckOutput) and creates
@@ -153,28 +197,10 @@ func absClean(p string) string {
 // the same file through a symlink or hard link; the .partial file too) and an
 // existing output without force. Inputs are only stat'ed, never opened.
 func checkOutput(out string, inputs []string, force bool) error {
-	partial := out + PartialSuffix
-	outSt, outErr := os.Stat(out)
-	partSt, partErr := os.Stat(partial)
-	for _, in := range inputs {
-		inSt, err := os.Stat(in)
-		for _, c := range []struct {
-			path string
-			st   os.FileInfo
-			err  error
-		}{{out, outSt, outErr}, {partial, partSt, partErr}} {
-			same := absClean(in) == absClean(c.path)
-			if !same && err == nil && c.err == nil {
-				same = os.SameFile(inSt, c.st)
-			}
-			if same {
-				if c.path == out {
-					return fmt.Errorf("%s: refusing to write over input %s: %w", out, in, ErrOutputIsInput)
-				}
-				return fmt.Errorf("%s: refusing to write %s, which is input %s: %w", out, partial, in, ErrOutputIsInput)
-			}
-		}
+	if err := CheckNotInput(out, inputs); err != nil {
+		return err
 	}
+	outSt, outErr := os.Stat(out)
 	if outErr == nil {
 		if outSt.IsDir() {
 			return fmt.Errorf("%s: is a directory", out)

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -55,10 +54,14 @@ func (rc Recipe) Rules() string {
 // (^NAME$) to keep it from claiming that tensor.
 func (rc Recipe) WriteTypeFile(w io.Writer) error {
 	bw := bufio.NewWriter(w)
+	lower := make([]string, len(rc)) // once, not once per pair
+	for i, e := range rc {
+		lower[i] = strings.ToLower(e.Name)
+	}
 	for i, e := range rc {
 		name := e.Name
-		for _, later := range rc[i+1:] {
-			if strings.Contains(strings.ToLower(later.Name), strings.ToLower(e.Name)) {
+		for _, later := range lower[i+1:] {
+			if strings.Contains(later, lower[i]) {
 				name = "^" + regexp.QuoteMeta(e.Name) + "$"
 				break
 			}
@@ -70,6 +73,17 @@ func (rc Recipe) WriteTypeFile(w io.Writer) error {
 	}
 	return bw.Flush()
 }
+
+// Bounds on a --tensor-type-file, whose cost is items times tensors: far
+// above any model's tensor count (a few thousand), far below what takes
+// minutes and gigabytes (400,000 items did).
+const (
+	// maxTypeFileItems bounds the NAME=TYPE items.
+	maxTypeFileItems = 1 << 16
+	// maxTypeFilePatterns bounds the items that are not a tensor's exact
+	// name, each searched in every tensor's name.
+	maxTypeFilePatterns = 4096
+)
 
 // typeFileEntry is one NAME=TYPE of a --tensor-type-file.
 type typeFileEntry struct {
@@ -84,7 +98,7 @@ type typeFileEntry struct {
 // expression searched in the name, as llama-quantize matches it; the first
 // matching item wins.
 func readTypeFile(path string) ([]typeFileEntry, error) {
-	data, err := os.ReadFile(path)
+	data, err := formats.ReadRegular(path, formats.MaxTextFile)
 	if err != nil {
 		return nil, fmt.Errorf("--tensor-type-file: %w", err)
 	}
@@ -98,8 +112,12 @@ func parseTypeFile(path string, data []byte) ([]typeFileEntry, error) {
 	if bytes.IndexByte(data, 0) >= 0 || !utf8.Valid(data) {
 		return nil, fmt.Errorf("%s: not a text file of NAME=TYPE items", path)
 	}
+	items := strings.Fields(string(data))
+	if len(items) > maxTypeFileItems {
+		return nil, fmt.Errorf("%s: %d items; a type file may have at most %d (one per tensor)", path, len(items), maxTypeFileItems)
+	}
 	var out []typeFileEntry
-	for n, item := range strings.Fields(string(data)) {
+	for n, item := range items {
 		i := strings.LastIndexByte(item, '=')
 		if i <= 0 || i == len(item)-1 {
 			return nil, fmt.Errorf("%s: item %d %q: want NAME=TYPE", path, n+1, shortItem(item))
@@ -118,6 +136,27 @@ func parseTypeFile(path string, data []byte) ([]typeFileEntry, error) {
 		return nil, fmt.Errorf("%s: no NAME=TYPE items", path)
 	}
 	return out, nil
+}
+
+// anchoredName returns the tensor name an item written by WriteTypeFile
+// as "^QUOTED$" stands for, or "" when the item is not of that form.
+func anchoredName(p string) string {
+	inner, ok1 := strings.CutPrefix(p, "^")
+	inner, ok2 := strings.CutSuffix(inner, "$")
+	if !ok1 || !ok2 {
+		return ""
+	}
+	var b strings.Builder
+	for i := 0; i < len(inner); i++ {
+		if inner[i] == '\\' && i+1 < len(inner) {
+			i++
+		}
+		b.WriteByte(inner[i])
+	}
+	if regexp.QuoteMeta(b.String()) != inner {
+		return ""
+	}
+	return b.String()
 }
 
 // shortItem cuts an item quoted in an error to a length a terminal line
@@ -145,26 +184,51 @@ func (b *builder) recipeOverride() (mix.Override, error) {
 		}
 		exact := map[string]formats.DType{}
 		for _, e := range entries {
-			if _, dup := exact[e.name]; !dup {
-				exact[e.name] = e.typ
+			key := e.name
+			if a := anchoredName(e.name); a != "" {
+				key = a // WriteTypeFile's "^NAME$", a name that is inside a later one
+			}
+			if _, dup := exact[key]; !dup {
+				exact[key] = e.typ
 			}
 		}
+		tensors := make(map[string]bool, len(b.dm.Sources))
 		names := make([]string, len(b.dm.Sources))
 		for i, s := range b.dm.Sources {
 			names[i] = s.Name
+			tensors[s.Name] = true
 		}
+		var patterns []typeFileEntry
 		for _, e := range entries {
-			if !slices.ContainsFunc(names, e.re.MatchString) {
-				w := fmt.Sprintf("%s: %s=%s matches no tensor of %s", b.opts.TensorTypeFile, e.name, e.typ, b.opts.Input)
-				b.log.Warn(w)
-				b.res.Warnings = append(b.res.Warnings, w)
+			if !tensors[e.name] && !tensors[anchoredName(e.name)] { // else it matches its tensor
+				patterns = append(patterns, e)
 			}
+		}
+		if len(patterns) > maxTypeFilePatterns {
+			return nil, fmt.Errorf("%s: %d items are patterns rather than tensor names, at most %d: each is searched in every tensor's name",
+				b.opts.TensorTypeFile, len(patterns), maxTypeFilePatterns)
+		}
+		// An anchored name matches its tensor alone, which the map finds.
+		searched := slices.DeleteFunc(slices.Clone(entries), func(e typeFileEntry) bool { return anchoredName(e.name) != "" })
+		var unmatched []string
+		for _, e := range patterns {
+			if !slices.ContainsFunc(names, e.re.MatchString) {
+				unmatched = append(unmatched, e.name+"="+e.typ.String())
+			}
+		}
+		if len(unmatched) > 0 {
+			// One line for all of them: a file of many stale items would
+			// otherwise print a line each.
+			w := fmt.Sprintf("%s: %s no tensor of %s (first %s)", b.opts.TensorTypeFile,
+				pipeline.Count(len(unmatched), "item matches", "items match"), b.opts.Input, unmatched[0])
+			b.log.Warn(w)
+			b.res.Warnings = append(b.res.Warnings, w)
 		}
 		return func(name string) (formats.DType, bool) {
 			if t, ok := exact[name]; ok {
 				return t, true
 			}
-			for _, e := range entries {
+			for _, e := range searched {
 				if e.re.MatchString(name) {
 					return e.typ, true
 				}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -239,8 +238,9 @@ type ManifestFile struct {
 
 // Quality is how close a file's images came to the source's in a validation run.
 type Quality struct {
-	// PSNR is the mean peak signal-to-noise ratio in dB over the images
-	// (+Inf when they are identical to the source's; null in the JSON).
+	// PSNR is the mean peak signal-to-noise ratio in dB over the images;
+	// +Inf when every image is identical to the source's (written as
+	// "psnr_db": null with "identical": true, JSON having no infinity).
 	PSNR float64 `json:"psnr_db"`
 	// SSIM is the mean structural similarity over the images.
 	SSIM float64 `json:"ssim"`
@@ -253,34 +253,38 @@ type Quality struct {
 	Error string `json:"error,omitempty"`
 }
 
-// qualityJSON is Quality as the manifest stores it: JSON has no infinity,
-// so the PSNR of identical images (+Inf) is null.
+// qualityJSON is Quality as the manifest stores it.
 type qualityJSON struct {
-	PSNR   *float64 `json:"psnr_db"`
-	SSIM   float64  `json:"ssim"`
-	Images int      `json:"images"`
-	Report string   `json:"report,omitempty"`
-	Error  string   `json:"error,omitempty"`
+	PSNR      *float64 `json:"psnr_db"`
+	Identical bool     `json:"identical,omitempty"`
+	SSIM      float64  `json:"ssim"`
+	Images    int      `json:"images"`
+	Report    string   `json:"report,omitempty"`
+	Error     string   `json:"error,omitempty"`
 }
 
-// MarshalJSON writes q with a null psnr_db for identical images.
+// MarshalJSON writes q with an infinite PSNR (identical images) as null
+// and "identical": true, and any other non-finite PSNR as null.
 func (q Quality) MarshalJSON() ([]byte, error) {
-	j := qualityJSON{SSIM: q.SSIM, Images: q.Images, Report: q.Report, Error: q.Error}
-	if !math.IsInf(q.PSNR, 1) {
+	j := qualityJSON{SSIM: q.SSIM, Images: q.Images, Report: q.Report, Error: q.Error, Identical: math.IsInf(q.PSNR, 1)}
+	if !math.IsInf(q.PSNR, 0) && !math.IsNaN(q.PSNR) {
 		j.PSNR = &q.PSNR
 	}
 	return sonic.ConfigStd.Marshal(j)
 }
 
-// UnmarshalJSON reads what MarshalJSON writes, a null psnr_db as +Inf.
+// UnmarshalJSON reads what MarshalJSON writes.
 func (q *Quality) UnmarshalJSON(b []byte) error {
 	var j qualityJSON
 	if err := sonic.ConfigStd.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*q = Quality{PSNR: math.Inf(1), SSIM: j.SSIM, Images: j.Images, Report: j.Report, Error: j.Error}
-	if j.PSNR != nil {
+	*q = Quality{SSIM: j.SSIM, Images: j.Images, Report: j.Report, Error: j.Error, PSNR: math.NaN()}
+	switch {
+	case j.PSNR != nil:
 		q.PSNR = *j.PSNR
+	case j.Identical:
+		q.PSNR = math.Inf(1)
 	}
 	return nil
 }
@@ -328,19 +332,30 @@ func (l *Ladder) manifest(written []pipeline.Written) (*Manifest, error) {
 
 // WriteManifest writes man as indented JSON to path through the atomic publish.
 func WriteManifest(ctx context.Context, path string, man *Manifest, o pipeline.PublishOptions) error {
-	b, err := sonic.ConfigStd.MarshalIndent(man, "", "  ")
+	b, err := EncodeManifest(man)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	return pipeline.WriteAtomic(ctx, path, o, func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
+		_, err := w.Write(b)
 		return err
 	})
 }
 
+// EncodeManifest returns the bytes of man as WriteManifest writes them, so
+// that a command can learn that it cannot be written before it writes
+// anything else.
+func EncodeManifest(man *Manifest) ([]byte, error) {
+	b, err := sonic.ConfigStd.MarshalIndent(man, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
 // ReadManifest reads a ladder's manifest.json.
 func ReadManifest(path string) (*Manifest, error) {
-	b, err := os.ReadFile(path)
+	b, err := formats.ReadRegular(path, formats.MaxTextFile)
 	if err != nil {
 		return nil, err
 	}

@@ -189,13 +189,13 @@ func Write(w io.Writer, r *Report) error {
 	if gain <= 0 {
 		gain = DefaultGain
 	}
-	v := view{Title: r.Title, Source: r.Source, Settings: r.Settings, SourceSize: size(r.SourceSize), Gain: gain}
+	v := view{Title: clean(r.Title), Source: clean(r.Source), Settings: clean(r.Settings), SourceSize: size(r.SourceSize), Gain: gain}
 	for pi, p := range r.Prompts {
 		src, err := dataURI(p.Image)
 		if err != nil {
 			return err
 		}
-		pv := promptView{Text: p.Text, Seed: p.Seed, Image: src}
+		pv := promptView{Text: clean(p.Text), Seed: p.Seed, Image: src}
 		for _, f := range r.Files {
 			if f.Failed() {
 				continue
@@ -216,7 +216,7 @@ func Write(w io.Writer, r *Report) error {
 			if err != nil {
 				return err
 			}
-			pv.Shots = append(pv.Shots, shotView{File: f.Name, Type: f.Type, Image: img, Diff: diff, PSNR: db(s.PSNR), SSIM: fmt.Sprintf("%.4f", s.SSIM)})
+			pv.Shots = append(pv.Shots, shotView{File: clean(f.Name), Type: clean(f.Type), Image: img, Diff: diff, PSNR: db(s.PSNR), SSIM: fmt.Sprintf("%.4f", s.SSIM)})
 		}
 		v.Prompts = append(v.Prompts, pv)
 	}
@@ -226,7 +226,7 @@ func Write(w io.Writer, r *Report) error {
 	}
 	for _, f := range r.Files {
 		if f.Failed() {
-			v.Files = append(v.Files, fileView{Name: f.Name, Type: f.Type, Size: size(f.Size), BPW: bpw(f.BitsPerWeight), Error: f.Error})
+			v.Files = append(v.Files, fileView{Name: clean(f.Name), Type: clean(f.Type), Size: size(f.Size), BPW: bpw(f.BitsPerWeight), Error: clean(f.Error)})
 			continue
 		}
 		tensors := slices.Clone(f.Tensors)
@@ -235,7 +235,7 @@ func Write(w io.Writer, r *Report) error {
 			tensors = tensors[:TopTensors]
 		}
 		v.Files = append(v.Files, fileView{
-			Name: f.Name, Type: f.Type, Size: size(f.Size), BPW: bpw(f.BitsPerWeight),
+			Name: clean(f.Name), Type: clean(f.Type), Size: size(f.Size), BPW: bpw(f.BitsPerWeight),
 			PSNR: db(f.PSNR()), SSIM: fmt.Sprintf("%.4f", f.SSIM()),
 			Blocks:  bars("per-block error: relative error ‖a−b‖/‖a‖ of each block's output at step 1", f.Blocks, blockScale),
 			Tensors: bars(fmt.Sprintf("per-tensor error: relative error ‖a−b‖/‖a‖ of the %d worst weights", len(tensors)), tensors, tensorScale),

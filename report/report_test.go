@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sdtool/sdtool/report/reporttest"
 )
@@ -164,5 +165,35 @@ func TestRenderedInChromium(t *testing.T) {
 	}
 	for _, b := range blank {
 		t.Errorf("the region %v is blank", b)
+	}
+}
+
+// TestWriteHostileText: names and prompts with control characters,
+// invalid UTF-8 and long multi-byte labels give a page that is valid UTF-8
+// with no raw control character, and labels are cut by characters (issue
+// 35, item 9).
+func TestWriteHostileText(t *testing.T) {
+	r := sampleReport()
+	r.Title = "bell\x07 and \xff"
+	r.Prompts[0].Text = "a\x1b[31m red cat"
+	r.Files[0].Name = "tiny\x00.gguf"
+	r.Files[0].Type = "Q8\x0c_0"
+	r.Files[0].Tensors[0] = Bar{Name: strings.Repeat("é", 40) + ".weight", Value: 1}
+	r.Files[0].Blocks[0].Name = "blk\x01\xfe"
+	var b bytes.Buffer
+	if err := Write(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	page := b.Bytes()
+	if !utf8.Valid(page) {
+		t.Error("the page is not valid UTF-8")
+	}
+	for i, c := range page {
+		if c < 0x20 && c != '\t' && c != '\n' && c != '\r' {
+			t.Fatalf("raw control character %#x at byte %d: %q", c, i, page[max(0, i-40):min(len(page), i+40)])
+		}
+	}
+	if !bytes.Contains(page, []byte("…"+strings.Repeat("é", 20))) {
+		t.Error("the long label is not cut to its last characters")
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Colours of the charts.
@@ -76,7 +78,7 @@ func chart(files []File) template.HTML {
 			}
 		}
 		labels = append(labels, [2]float64{x, ly})
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="#222">%s</text>`, x+8, ly, template.HTMLEscapeString(files[i].Type))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" fill="#222">%s</text>`, x+8, ly, template.HTMLEscapeString(clean(files[i].Type)))
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
@@ -110,10 +112,7 @@ func bars(title string, bs []Bar, scale float64) template.HTML {
 	}
 	for i, x := range bs {
 		y := top + i*row
-		name := x.Name
-		if len(name) > 28 {
-			name = "…" + name[len(name)-27:]
-		}
+		name := lastRunes(clean(x.Name), 28)
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="10" text-anchor="end" fill="#333">%s</text>`, label-4, y+10, template.HTMLEscapeString(name))
 		frac := 0.0
 		if top1 > 0 && !math.IsNaN(x.Value) {
@@ -125,6 +124,31 @@ func bars(title string, bs []Bar, scale float64) template.HTML {
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
+}
+
+// lastRunes returns s, or "…" and its last n-1 characters when it is
+// longer than n characters: a label cut by bytes could split a character
+// and make the page invalid UTF-8.
+func lastRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return "…" + string(r[len(r)-(n-1):])
+}
+
+// clean returns s as valid UTF-8 without control characters, each bad byte
+// or control character shown as U+FFFD: names and prompts come from files
+// and command lines, and raw control characters make the page's SVG (XML)
+// invalid.
+func clean(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\t' && r != '\n' {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
 }
 
 // largest returns the largest finite value of bs, 0 for none.

@@ -143,6 +143,9 @@ func prepare(cmd *cli.Command, path string, examples []string, stderr io.Writer)
 	before := c.Before
 	c.Before = func(ctx *cli.Context) error {
 		setupLogging(ctx, stderr)
+		if err := checkWritten(ctx, nil); err != nil {
+			return err
+		}
 		if before != nil {
 			return before(ctx)
 		}

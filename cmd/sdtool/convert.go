@@ -42,6 +42,7 @@ func init() {
 		&cli.BoolFlag{Name: "no-metadata", Usage: "write no metadata, as sd-cli does (its exact bytes even for inputs with metadata)"},
 		&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string added to the output's metadata (repeatable), e.g. sdtool.unet.num_heads=8"},
 		&cli.BoolFlag{Name: "dequantize", Usage: "decode ComfyUI int8 (convrot) and FP8 modules to floats first, then convert (sd-cli keeps them as stored)"},
+		strictFlag(),
 		threadsFlag("`N` worker threads"),
 		maxMemoryFlag(),
 		&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
@@ -119,7 +119,7 @@ func init() {
 			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: discrete, karras, simple, sgm_uniform or flux", DefaultText: "the family's: discrete for SD 1.x/2.x/XL, flux for Flux"},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
-			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
+			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`" + threadsBound, DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.StringFlag{Name: "runtime", Value: infer.RuntimeSDCPP, Usage: "`RUNTIME` whose arithmetic to reproduce where the runtimes differ: sdcpp (stable-diffusion.cpp: FP8 modules without their weight_scale, an OpenCLIP text_projection as stored, which transposes SDXL's pooled embedding from single files) or comfyui (FP8 weight_scale applied, text_projection as trained, asym_w4a8_int8 modules widened to their INT8 grid and run as W8A8, convrot_w4a4 modules with int4 activations); INT8 modules run as W8A8 in both; nvfp4 and mxfp8 modules are dequantized, as ComfyUI on CPU does"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty or blank prompt encodes (T5 sees </s> alone)"},
@@ -158,6 +158,12 @@ func runGenerate(c *cli.Context) error {
 	}
 	if err := checkGenerateOutputs(c, out, len(prompts)); err != nil {
 		return err
+	}
+	for _, f := range []string{"cfg-scale", "guidance"} {
+		// Checked as given: past float32's range it would read as +Inf.
+		if v := c.Float64(f); c.IsSet(f) && !(v >= 0 && v < 1000) {
+			return fmt.Errorf("--%s %g: want a value from 0 to below 1000", f, v)
+		}
 	}
 	method, err := infer.ParseMethod(c.String("sampling-method"))
 	if err != nil {
@@ -225,7 +231,11 @@ func runGenerate(c *cli.Context) error {
 		req.Scheduler = def.Scheduler
 	}
 	if p := c.String("init-img"); p != "" {
-		img, err := readPNG(p)
+		var wantW, wantH int
+		if c.IsSet("width") || c.IsSet("height") {
+			wantW, wantH = req.Width, req.Height
+		}
+		img, err := readPNGSized(p, wantW, wantH)
 		if err != nil {
 			return err
 		}
@@ -458,8 +468,18 @@ func (r *compareResult) writeText(w io.Writer) error {
 // its header before gigabytes are decoded.
 const maxInitPixels = 4096 * 4096
 
-func readPNG(path string) (image.Image, error) {
-	f, err := os.Open(path)
+// maxInitFile bounds an init image's file: a 4096x4096 PNG of 16-bit RGBA
+// stored without compression is 128 MiB.
+const maxInitFile = 256 << 20
+
+// readPNG decodes the image at path, refusing one past maxInitPixels.
+func readPNG(path string) (image.Image, error) { return readPNGSized(path, 0, 0) }
+
+// readPNGSized decodes the image at path. Its size is checked from the
+// header first, against the bound and against w x h when they are not 0,
+// so that an image that will be refused is never decoded.
+func readPNGSized(path string, w, h int) (image.Image, error) {
+	f, _, err := formats.OpenRegular(path, maxInitFile)
 	if err != nil {
 		return nil, err
 	}
@@ -470,6 +490,9 @@ func readPNG(path string) (image.Image, error) {
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 || int64(cfg.Width)*int64(cfg.Height) > maxInitPixels {
 		return nil, fmt.Errorf("%s: image is %dx%d; init images may have at most %d pixels (4096x4096)", path, cfg.Width, cfg.Height, maxInitPixels)
+	}
+	if w != 0 && h != 0 && (cfg.Width != w || cfg.Height != h) {
+		return nil, fmt.Errorf("%s: image is %dx%d, not %dx%d", path, cfg.Width, cfg.Height, w, h)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/imatrix"
@@ -32,13 +33,16 @@ func generateImatrixFlags() []cli.Flag {
 // generatePrompts returns the prompts to run: --prompt-file's lines, else --prompt.
 func generatePrompts(c *cli.Context) ([]string, error) {
 	path := c.String("prompt-file")
+	if err := checkPrompts("--negative-prompt", c.String("negative-prompt")); err != nil {
+		return nil, err
+	}
 	if path == "" {
 		// An empty prompt is a prompt, as in sd-cli (common with Flux):
 		// only a missing -p is refused.
 		if !c.IsSet("prompt") {
 			return nil, errors.New("generate: give --prompt (-p) or --prompt-file")
 		}
-		return []string{c.String("prompt")}, nil
+		return []string{c.String("prompt")}, checkPrompts("--prompt", c.String("prompt"))
 	}
 	if c.IsSet("prompt") {
 		return nil, errors.New("generate: give --prompt or --prompt-file, not both")
@@ -46,7 +50,7 @@ func generatePrompts(c *cli.Context) ([]string, error) {
 	if comparing(c) {
 		return nil, errors.New("generate: --compare takes one --prompt, not --prompt-file")
 	}
-	f, err := os.Open(path)
+	f, _, err := formats.OpenRegular(path, formats.MaxTextFile)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +69,31 @@ func generatePrompts(c *cli.Context) ([]string, error) {
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no prompts", path)
 	}
-	return out, nil
+	return out, checkPrompts(path, out...)
+}
+
+// maxPromptBytes bounds a prompt: about 1,500 words, some 25 of CLIP's
+// 77-token chunks, far above what a model attends to, so that a runaway
+// prompt (30,000 words took minutes to encode) is refused at once.
+const maxPromptBytes = 8 << 10
+
+// checkPrompts refuses, before any work, a prompt that is too long or is
+// not UTF-8 text (which would fail only when its turn came, after the
+// earlier images); what names the flag or file it came from.
+func checkPrompts(what string, prompts ...string) error {
+	for i, p := range prompts {
+		where := what
+		if len(prompts) > 1 {
+			where = fmt.Sprintf("%s, prompt %d", what, i+1)
+		}
+		if len(p) > maxPromptBytes {
+			return fmt.Errorf("%s: the prompt is %d bytes; at most %d (about 1,500 words) are encoded", where, len(p), maxPromptBytes)
+		}
+		if !utf8.ValidString(p) {
+			return fmt.Errorf("%s: the prompt is not UTF-8 text", where)
+		}
+	}
+	return nil
 }
 
 // checkGenerateOutputs refuses, before any work, every output generate

@@ -23,7 +23,9 @@ func TestGenerateOutputsNeverReplaceInputs(t *testing.T) {
 		{"-o", filepath.Join(dir, "a.png"), "--imatrix-out", filepath.Join(dir, "a.png")},
 	} {
 		code, _, errOut := runApp(t, append(append([]string{}, args...), extra...)...)
-		if code == 0 || !strings.Contains(errOut, "refusing to write over input") {
+		// The image and the imatrix naming one file are two outputs of one
+		// file (issue 35, item 1 says so in those words).
+		if code == 0 || !strings.Contains(errOut, "refusing to write over input") && !strings.Contains(errOut, "named by both --output and --imatrix-out") {
 			t.Errorf("%v: exit %d: %s", extra, code, errOut)
 		}
 		unchanged(t, model, orig)

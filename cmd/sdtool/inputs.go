@@ -1,16 +1,74 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/sdtool/sdtool/pipeline"
 )
 
 // outputFlags are the flags that name files a command writes; every other
 // flag whose placeholder is a FILE or PATH names a file it reads.
-var outputFlags = map[string]bool{"output": true, "imatrix-out": true}
+var outputFlags = map[string]bool{"output": true, "imatrix-out": true, "write-rules": true, "write-type-file": true}
+
+// inPlace names the output flags that may name a file of one input flag:
+// generate --imatrix-out continues an --imatrix-in file in place (it is
+// read whole before anything is written).
+var inPlace = map[string]string{"imatrix-out": "imatrix-in"}
+
+// writtenFile is a file a command writes and what names it in messages:
+// its flag ("--output") or a description ("the ladder's manifest").
+type writtenFile struct{ by, path string }
+
+// writtenFiles lists the files command c's flags name as outputs.
+func writtenFiles(c *cli.Context) []writtenFile {
+	var out []writtenFile
+	if c.Command == nil {
+		return nil
+	}
+	for _, f := range c.Command.Flags {
+		names := f.Names()
+		if len(names) > 0 && outputFlags[names[0]] && c.String(names[0]) != "" {
+			out = append(out, writtenFile{"--" + names[0], c.String(names[0])})
+		}
+	}
+	return out
+}
+
+// checkWritten refuses, before any work, a command whose outputs (its
+// output flags, and extra: the images of a prompt file, a ladder's files)
+// name one of the files it reads (readFiles and more: a model's other
+// shards) or name one file twice, through links too. It is the one check
+// for every command; publishing checks each output again.
+func checkWritten(c *cli.Context, more []string, extra ...writtenFile) error {
+	outs := append(writtenFiles(c), extra...)
+	if len(outs) == 0 {
+		return nil
+	}
+	inputs := append(readFiles(c), more...)
+	for i, o := range outs {
+		for _, p := range outs[:i] {
+			if pipeline.SameTarget(o.path, p.path) {
+				return fmt.Errorf("%s: named by both %s and %s; each output needs its own file", o.path, p.by, o.by)
+			}
+		}
+		ins := inputs
+		if from := inPlace[strings.TrimPrefix(o.by, "--")]; from != "" {
+			ins = slices.DeleteFunc(slices.Clone(inputs), func(in string) bool {
+				return slices.Contains(c.StringSlice(from), in) && pipeline.SameTarget(in, o.path)
+			})
+		}
+		if err := pipeline.CheckNotInput(o.path, ins); err != nil {
+			return fmt.Errorf("%s: %w", o.by, err)
+		}
+	}
+	return nil
+}
 
 // maxFolderInputs bounds the files of one input folder (a tokenizer or
 // diffusers folder) that are listed as inputs.
@@ -56,8 +114,9 @@ func readFiles(c *cli.Context) []string {
 }
 
 // filePlaceholders are the usage placeholders of flags that name a file
-// read (models are A, B, C or MODEL in merge and lora).
-var filePlaceholders = map[string]bool{"FILE": true, "PATH": true, "DIR": true, "FOLDER": true, "MODEL": true, "A": true, "B": true, "C": true}
+// read (models are A, B, C or MODEL in merge and lora; --types-from is a
+// GGUF).
+var filePlaceholders = map[string]bool{"FILE": true, "PATH": true, "DIR": true, "FOLDER": true, "MODEL": true, "A": true, "B": true, "C": true, "GGUF": true}
 
 // namesFile reports whether flag f's usage placeholder names a file.
 func namesFile(f cli.Flag) bool {

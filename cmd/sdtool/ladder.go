@@ -26,6 +26,16 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 		return err
 	}
 	defer l.Close()
+	// Every rung and the manifest are outputs: none may be a file the
+	// command reads (an --imatrix file, any shard) or another rung.
+	var outs []writtenFile
+	for _, r := range l.Rungs {
+		r.Plan.Inputs = append(r.Plan.Inputs, readFiles(c)...)
+		outs = append(outs, writtenFile{"the " + r.Type + " file", r.Plan.Path})
+	}
+	if err := checkWritten(c, l.Rungs[0].Plan.Inputs, append(outs, writtenFile{"the ladder's manifest", l.Manifest})...); err != nil {
+		return err
+	}
 	asJSON := c.Bool("json")
 	if c.Bool("dry-run") {
 		if asJSON {

@@ -48,6 +48,7 @@ func init() {
 					&cli.Uint64Flag{Name: "seed", Usage: "`SEED` of the randomized sketch"},
 					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.safetensors, or .gguf)"},
 					&cli.BoolFlag{Name: "json", Usage: "write the report as JSON (docs/lora-extract-json.md)"},
+					strictFlag(),
 					threadsFlag("layers decomposed at once, `N`"),
 					maxMemoryFlag(),
 					&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
@@ -96,10 +97,14 @@ func runLoraExtract(c *cli.Context) error {
 	if out == "" {
 		return errors.New("lora extract: no output (-o LORA.safetensors)")
 	}
+	ro, err := runOptions(c) // --threads and --max-memory, checked before any work
+	if err != nil {
+		return err
+	}
 	opts := &merge.ExtractOptions{
 		Base: c.String("base"), Tuned: c.String("tuned"), Output: out,
 		Rank: c.Int("rank"), Energy: c.Float64("energy"), MaxRank: c.Int("max-rank"), Type: c.String("type"),
-		SDCppOnly: c.Bool("sdcpp-only"), Threads: c.Int("threads"), Seed: c.Uint64("seed"), Log: slog.Default(),
+		SDCppOnly: c.Bool("sdcpp-only"), Threads: ro.Threads, MaxMemory: ro.MaxMemory, Seed: c.Uint64("seed"), Log: slog.Default(),
 	}
 	if opts.Rank == 0 && opts.Energy == 0 {
 		return errors.New("lora extract: give --rank R or --energy E")
@@ -158,10 +163,6 @@ func runLoraExtract(c *cli.Context) error {
 	defer plan.Close()
 	plan.Inputs = append(plan.Inputs, readFiles(c)...)
 	wbar := console.New("write", 0)
-	ro, err := runOptions(c)
-	if err != nil {
-		return err
-	}
 	ro.Progress = wbar.Update
 	if err := pipeline.Run(ctx, plan, ro); err != nil {
 		wbar.Abandon()

@@ -72,7 +72,7 @@ func init() {
 			&cli.BoolFlag{Name: "pure", Usage: "lora with a mix --type: give every eligible tensor the base type"},
 			&cli.IntFlag{Name: "convrot-group-size", Value: 256, Usage: "lora with --type int8_convrot: rotation group `G` (a power of 4), as in sdtool quantize"},
 			&cli.StringSliceFlag{Name: "target", Usage: "lora with a quantized --type: `CONSUMER` to check, as in sdtool quantize (sdcpp, comfyui, ggml or all)"},
-			&cli.BoolFlag{Name: "strict", Usage: "lora with a quantized --type: refuse an output that a --target cannot load"},
+			&cli.BoolFlag{Name: "strict", Usage: "refuse an output that holds NaN or infinite values, or (lora with a quantized --type) that a --target cannot load"},
 			&cli.StringSliceFlag{Name: "metadata", Usage: "lora with a quantized --type: `KEY=VALUE` string written into the output's metadata (repeatable)"},
 			&cli.BoolFlag{Name: "allow-missing", Usage: "copy A's tensor where B or C lacks it or has another shape"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.safetensors or .gguf)"},
@@ -165,7 +165,7 @@ func runMerge(c *cli.Context) error {
 }
 
 // loraFlags are the flags only a LoRA bake takes.
-var loraFlags = []string{"allow-unmatched", "imatrix", "tensor-type", "tensor-type-rules", "pure", "convrot-group-size", "target", "strict", "metadata"}
+var loraFlags = []string{"allow-unmatched", "imatrix", "tensor-type", "tensor-type-rules", "pure", "convrot-group-size", "target", "metadata"}
 
 func loraOnly(c *cli.Context) error {
 	for _, f := range loraFlags {

@@ -129,7 +129,7 @@ func runQuantize(c *cli.Context) error {
 	}
 	// The recipe files are checked first (a budget measures for minutes)
 	// and written after the model (a dry run writes neither).
-	if err := writeRecipe(c, nil, true); err != nil {
+	if err := writeRecipe(c, nil, readFiles(c), true); err != nil {
 		return err
 	}
 	finish := watchBudget(c, opts.Budget)
@@ -139,6 +139,10 @@ func runQuantize(c *cli.Context) error {
 		return err
 	}
 	defer plan.Close()
+	plan.Inputs = append(plan.Inputs, readFiles(c)...)
+	if err := checkWritten(c, plan.Inputs); err != nil {
+		return err
+	}
 	if c.Bool("dry-run") {
 		for _, f := range []string{"write-rules", "write-type-file"} {
 			if p := c.String(f); p != "" {
@@ -152,7 +156,7 @@ func runQuantize(c *cli.Context) error {
 	if err != nil || c.Bool("dry-run") {
 		return err
 	}
-	return writeRecipe(c, res, false)
+	return writeRecipe(c, res, plan.Inputs, false)
 }
 
 // quantizeResult is quantize's --json: the plan's, with the consumers that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -98,7 +99,7 @@ func watchBudget(c *cli.Context, b *quantize.Budget) func(error) {
 // --write-type-file ask, through the one atomic publish (.partial, then a
 // rename). With check it only checks that the paths may be written (res
 // may then be nil).
-func writeRecipe(c *cli.Context, res *quantize.Report, check bool) error {
+func writeRecipe(c *cli.Context, res *quantize.Report, inputs []string, check bool) error {
 	var rc quantize.Recipe
 	if !check {
 		rc = res.Recipe()
@@ -114,7 +115,9 @@ func writeRecipe(c *cli.Context, res *quantize.Report, check bool) error {
 		if path == "" {
 			continue
 		}
-		po := pipeline.PublishOptions{Force: c.Bool("force"), Inputs: []string{c.Args().First()}}
+		// Every file the command reads (all shards of the model, imatrix and
+		// type files) and the model output are off limits.
+		po := pipeline.PublishOptions{Force: c.Bool("force"), Inputs: append(slices.Clone(inputs), c.String("output"))}
 		if check {
 			if err := pipeline.CheckOutput(path, po.Inputs, po.Force); err != nil {
 				return fmt.Errorf("--%s: %w", out.flag, err)

@@ -9,6 +9,7 @@ import (
 	"image"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -90,7 +91,12 @@ func runReport(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		man, dir = m, filepath.Dir(manPath)
+		// The files lie beside the manifest itself, not beside a link to it.
+		real := manPath
+		if r, err := filepath.EvalSymlinks(manPath); err == nil {
+			real = r
+		}
+		man, dir = m, filepath.Dir(real)
 	case c.NArg() >= 2:
 		if c.String("model") != "" {
 			return errors.New("report: -m names the source of a manifest; with files, the first one is the source")
@@ -126,9 +132,18 @@ func runReport(c *cli.Context) error {
 	if err := pipeline.CheckOutput(out, inputs, c.Bool("force")); err != nil {
 		return err
 	}
+	if manPath != "" {
+		// The manifest is rewritten in place once the report is written.
+		if err := pipeline.CheckWritable(manPath); err != nil {
+			return err
+		}
+	}
 	prompts := c.StringSlice("prompt")
 	if len(prompts) == 0 {
 		prompts = reportPrompts
+	}
+	if err := checkPrompts("--prompt", prompts...); err != nil {
+		return err
 	}
 	threads, err := ggmlThreads(c)
 	if err != nil {
@@ -169,6 +184,8 @@ func runReport(c *cli.Context) error {
 			failed++
 			rf.Error, q = err.Error(), &quantize.Quality{Error: err.Error()}
 			fmt.Fprintf(c.App.ErrWriter, "%s: failed: %v\n", f.File, err)
+		} else if math.IsInf(q.PSNR, 1) {
+			fmt.Fprintf(c.App.ErrWriter, "%s: identical to the source's images\n", f.File)
 		} else {
 			fmt.Fprintf(c.App.ErrWriter, "%s: PSNR %.2f dB, SSIM %.4f\n", f.File, q.PSNR, q.SSIM)
 		}
@@ -269,7 +286,16 @@ func writeReport(ctx context.Context, c *cli.Context, out string, inputs []strin
 	if err := report.Write(&page, rep); err != nil {
 		return err
 	}
-	err := pipeline.WriteAtomic(ctx, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: inputs, Logger: slog.Default()},
+	// The manifest is encoded before the page is written, so that a run
+	// writes both or neither.
+	var manBytes []byte
+	var err error
+	if manPath != "" {
+		if manBytes, err = quantize.EncodeManifest(man); err != nil {
+			return fmt.Errorf("%s: %w", manPath, err)
+		}
+	}
+	err = pipeline.WriteAtomic(ctx, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: inputs, Logger: slog.Default()},
 		func(w io.Writer) error { _, err := w.Write(page.Bytes()); return err })
 	if err != nil {
 		return err
@@ -283,7 +309,14 @@ func writeReport(ctx context.Context, c *cli.Context, out string, inputs []strin
 	for _, f := range man.Files {
 		files = append(files, filepath.Join(dir, filepath.FromSlash(f.File)))
 	}
-	if err := quantize.WriteManifest(ctx, manPath, man, pipeline.PublishOptions{Force: true, Inputs: append(files, src)}); err != nil {
+	// A manifest reached through a link is replaced where it lies, and the link stays.
+	target := manPath
+	if t, err := filepath.EvalSymlinks(manPath); err == nil {
+		target = t
+	}
+	err = pipeline.WriteAtomic(ctx, target, pipeline.PublishOptions{Force: true, Inputs: append(files, src)},
+		func(w io.Writer) error { _, err := w.Write(manBytes); return err })
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s; quality recorded in %s\n", out, manPath)

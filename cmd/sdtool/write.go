@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"runtime"
 
 	"github.com/urfave/cli/v2"
 
@@ -13,7 +14,23 @@ import (
 // threadsFlag is the --threads flag of a command whose default is every
 // core; usage says what a thread does there, with the `N` placeholder.
 func threadsFlag(usage string) cli.Flag {
-	return &cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: usage, DefaultText: "all cores"}
+	return &cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: usage + threadsBound, DefaultText: "all cores"}
+}
+
+// threadsBound is what --threads help says of maxThreads.
+const threadsBound = " (at most twice the CPUs)"
+
+// maxThreads bounds --threads at twice the CPUs this machine has: ggml's
+// workers spin at barriers, so that far more threads than cores never
+// finish a graph (200 on two cores ran past a minute, and ggml aborts past
+// its 512), and every Go worker holds buffers of its own.
+func maxThreads() int { return min(2*runtime.NumCPU(), 512) }
+
+// strictFlag is the --strict flag of the writing commands other than
+// quantize: every output's NaN and infinite values are counted and warned
+// about, and --strict refuses them.
+func strictFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "strict", Usage: "refuse an output that holds NaN or infinite values (a warning naming the tensors otherwise)"}
 }
 
 // maxMemoryFlag is the --max-memory flag of the writing commands: a size
@@ -26,8 +43,9 @@ func maxMemoryFlag() cli.Flag {
 // mean the command's default).
 func threadsOf(c *cli.Context) (int, error) {
 	n := c.Int("threads")
-	if n < 0 {
-		return 0, fmt.Errorf("--threads %d: want 1 or more (leave it out for the default)", n)
+	if n < 0 || n > maxThreads() {
+		return 0, fmt.Errorf("--threads %d: want 1 or more, at most %d (twice the %s here); leave it out for the default",
+			n, maxThreads(), pipeline.Count(runtime.NumCPU(), "CPU", "CPUs"))
 	}
 	return n, nil
 }
@@ -51,7 +69,7 @@ func runOptions(c *cli.Context) (pipeline.Options, error) {
 		Threads:   threads,
 		MaxMemory: maxMem,
 		Force:     c.Bool("force"),
-		// --strict (quantize) also refuses NaN, Inf and overflow.
+		// --strict refuses NaN, Inf and overflow in every output.
 		StrictValues: c.Bool("strict"),
 		Logger:       slog.Default(),
 	}, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -145,7 +146,7 @@ func relAll(dir string, ps []string) []string {
 // as metadata (diffusers.class_name, diffusers.version).
 func (m *Model) readIndex() error {
 	p := filepath.Join(m.path, IndexFile)
-	f, err := os.Open(p)
+	f, _, err := formats.OpenRegular(p, math.MaxInt64) // bounded below with its own message
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -190,7 +191,7 @@ func openPart(p string) (formats.Model, error) {
 // openBinIndex opens the .bin shards listed in a weight_map, in order of
 // first appearance, and checks that every mapped tensor is in its shard.
 func openBinIndex(p string) (formats.Model, error) {
-	f, err := os.Open(p)
+	f, _, err := formats.OpenRegular(p, math.MaxInt64) // bounded below with its own message
 	if err != nil {
 		return nil, err
 	}

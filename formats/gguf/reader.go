@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/sdtool/sdtool/formats"
 )
@@ -41,9 +42,7 @@ type File struct {
 	dataOffset int64
 	meta       formats.Metadata
 	tensors    []formats.Tensor
-	ndims      []int
-	ne         [][]int64
-	byName     map[string]int
+	byName     *formats.NameIndex // positions in tensors by name
 	packed     bool
 	warnings   []string
 }
@@ -69,7 +68,7 @@ func Parse(r io.ReaderAt, size int64, name string) (*File, error) {
 		size: size,
 		name: name,
 	}
-	g := &File{path: name, r: r, size: size, byName: map[string]int{}}
+	g := &File{path: name, r: r, size: size}
 	if err := p.header(g); err != nil {
 		return nil, err
 	}
@@ -79,12 +78,18 @@ func Parse(r io.ReaderAt, size int64, name string) (*File, error) {
 // parser reads the header sequentially and tracks the position, so that
 // every count can be checked against the bytes left before allocating.
 type parser struct {
-	br   *bufio.Reader
-	pos  int64
-	size int64
-	name string
-	buf  [8]byte
-	warn []string
+	br    *bufio.Reader
+	pos   int64
+	size  int64
+	name  string
+	buf   [8]byte
+	buf8s [MaxDims]int64 // one tensor's ne, in file order
+	warn  []string
+	// sbuf is the buffer short strings are read into, and dims the array shapes
+	// are cut from: a header of many tensors then costs one string and a
+	// share of an array per tensor, not a buffer and two slices.
+	sbuf []byte
+	dims []int64
 }
 
 func (p *parser) errorf(format string, args ...any) error {
@@ -97,8 +102,33 @@ func (p *parser) tensorErrorf(tensor, format string, args ...any) error {
 
 func (p *parser) left() int64 { return p.size - p.pos }
 
+// field names a header field in errors. It is formatted only when an error
+// occurs: a header of a million tensors has millions of fields.
+type field struct {
+	format string // with one %d (i) or %q (s) verb, or none
+	s      string
+	i      int64
+	suffix string // " length" for a string's length
+}
+
+// String formats the field's name.
+func (f field) String() string {
+	switch {
+	case strings.Contains(f.format, "%d") && strings.Contains(f.format, "%q"):
+		return fmt.Sprintf(f.format, f.i, f.s) + f.suffix
+	case strings.Contains(f.format, "%q"):
+		return fmt.Sprintf(f.format, f.s) + f.suffix
+	case strings.Contains(f.format, "%d"):
+		return fmt.Sprintf(f.format, f.i) + f.suffix
+	}
+	return f.format + f.suffix
+}
+
+// named is a field without a varying part.
+func named(what string) field { return field{format: what} }
+
 // full reads exactly len(b) bytes; what names the field for the error.
-func (p *parser) full(b []byte, what string) error {
+func (p *parser) full(b []byte, what field) error {
 	n, err := io.ReadFull(p.br, b)
 	p.pos += int64(n)
 	if err == io.EOF || err == io.ErrUnexpectedEOF {
@@ -110,23 +140,25 @@ func (p *parser) full(b []byte, what string) error {
 	return nil
 }
 
-func (p *parser) u32(what string) (uint32, error) {
+func (p *parser) u32(what field) (uint32, error) {
 	if err := p.full(p.buf[:4], what); err != nil {
 		return 0, err
 	}
 	return binary.LittleEndian.Uint32(p.buf[:4]), nil
 }
 
-func (p *parser) u64(what string) (uint64, error) {
+func (p *parser) u64(what field) (uint64, error) {
 	if err := p.full(p.buf[:8], what); err != nil {
 		return 0, err
 	}
 	return binary.LittleEndian.Uint64(p.buf[:8]), nil
 }
 
-func (p *parser) str(what string) (string, error) {
+func (p *parser) str(what field) (string, error) {
 	at := p.pos
-	n, err := p.u64(what + " length")
+	length := what
+	length.suffix = " length"
+	n, err := p.u64(length)
 	if err != nil {
 		return "", err
 	}
@@ -136,16 +168,37 @@ func (p *parser) str(what string) (string, error) {
 	if n > maxString {
 		return "", p.errorf("%s at offset %d has length %d, more than the limit of %d", what, at, n, maxString)
 	}
-	b := make([]byte, n)
+	if n > 1<<16 {
+		b := make([]byte, n)
+		if err := p.full(b, what); err != nil {
+			return "", err
+		}
+		return string(b), nil
+	}
+	// Short strings (names, keys, tokens) go through one reused buffer.
+	if uint64(cap(p.sbuf)) < n {
+		p.sbuf = make([]byte, max(n, 256))
+	}
+	b := p.sbuf[:n]
 	if err := p.full(b, what); err != nil {
 		return "", err
 	}
 	return string(b), nil
 }
 
+// shape returns an array of n dims cut from a shared block: a header of
+// many tensors allocates a block per thousand tensors, not one per tensor.
+func (p *parser) shape(n int) []int64 {
+	if cap(p.dims)-len(p.dims) < n {
+		p.dims = make([]int64, 0, max(4096, n))
+	}
+	p.dims = p.dims[:len(p.dims)+n]
+	return p.dims[len(p.dims)-n : len(p.dims) : len(p.dims)]
+}
+
 // count reads an element count and checks that count elements of at least
 // minSize bytes each fit in the rest of the file.
-func (p *parser) count(what string, minSize int64) (int64, error) {
+func (p *parser) count(what field, minSize int64) (int64, error) {
 	at := p.pos
 	n, err := p.u64(what)
 	if err != nil {
@@ -159,13 +212,13 @@ func (p *parser) count(what string, minSize int64) (int64, error) {
 
 func (p *parser) header(g *File) error {
 	var magic [4]byte
-	if err := p.full(magic[:], "magic"); err != nil {
+	if err := p.full(magic[:], named("magic")); err != nil {
 		return err
 	}
 	if string(magic[:]) != Magic {
 		return p.errorf("not a GGUF file (magic %q)", magic[:])
 	}
-	v, err := p.u32("version")
+	v, err := p.u32(named("version"))
 	if err != nil {
 		return err
 	}
@@ -183,11 +236,11 @@ func (p *parser) header(g *File) error {
 
 	// A tensor info takes at least 24 bytes (empty name, no dims), a KV at
 	// least 13 (empty key, type, one byte of value).
-	nTensors, err := p.count("tensor count", 24)
+	nTensors, err := p.count(named("tensor count"), 24)
 	if err != nil {
 		return err
 	}
-	nKV, err := p.count("metadata count", 13)
+	nKV, err := p.count(named("metadata count"), 13)
 	if err != nil {
 		return err
 	}
@@ -212,7 +265,7 @@ func (p *parser) metadata(g *File, n int64) error {
 	g.meta = make(formats.Metadata, 0, capHint(n))
 	seen := make(map[string]int, capHint(n))
 	for i := range n {
-		key, err := p.str(fmt.Sprintf("key of metadata entry %d", i))
+		key, err := p.str(field{format: "key of metadata entry %d", i: int64(i)})
 		if err != nil {
 			return err
 		}
@@ -223,7 +276,7 @@ func (p *parser) metadata(g *File, n int64) error {
 			return p.errorf("duplicate metadata key %q (entries %d and %d)", key, j, i)
 		}
 		seen[key] = int(i)
-		t, err := p.u32(fmt.Sprintf("value type of %q", key))
+		t, err := p.u32(field{format: "value type of %q", s: key})
 		if err != nil {
 			return err
 		}
@@ -241,7 +294,7 @@ func (p *parser) metadata(g *File, n int64) error {
 }
 
 func (p *parser) value(key string, t formats.ValueType, depth int) (any, error) {
-	what := fmt.Sprintf("value of %q", key)
+	what := field{format: "value of %q", s: key}
 	switch t {
 	case formats.TypeString:
 		return p.str(what)
@@ -292,7 +345,7 @@ func (p *parser) array(key string, depth int) (formats.Array, error) {
 	if depth >= maxArrayDepth {
 		return formats.Array{}, p.errorf("metadata key %q: arrays nested more than %d deep", key, maxArrayDepth)
 	}
-	et, err := p.u32(fmt.Sprintf("array element type of %q", key))
+	et, err := p.u32(field{format: "array element type of %q", s: key})
 	if err != nil {
 		return formats.Array{}, err
 	}
@@ -300,7 +353,7 @@ func (p *parser) array(key string, depth int) (formats.Array, error) {
 	if !validValueType(elem) {
 		return formats.Array{}, p.errorf("metadata key %q: array of unknown value type %d", key, et)
 	}
-	n, err := p.count(fmt.Sprintf("array length of %q", key), minValueSize(elem))
+	n, err := p.count(field{format: "array length of %q", s: key}, minValueSize(elem))
 	if err != nil {
 		return formats.Array{}, err
 	}
@@ -311,7 +364,7 @@ func (p *parser) array(key string, depth int) (formats.Array, error) {
 		// Go string header is 16.
 		out := make([]string, 0, capHint(n))
 		for i := range n {
-			s, err := p.str(fmt.Sprintf("element %d of %q", i, key))
+			s, err := p.str(field{format: "element %d of %q", i: int64(i), s: key})
 			if err != nil {
 				return a, err
 			}
@@ -342,7 +395,7 @@ func (p *parser) fixedArray(key string, t formats.ValueType, n int64) (any, erro
 	}
 	if t == formats.TypeUint8 {
 		v := make([]uint8, n)
-		if err := p.full(v, fmt.Sprintf("array %q", key)); err != nil {
+		if err := p.full(v, field{format: "array %q", s: key}); err != nil {
 			return nil, err
 		}
 		return v, nil
@@ -353,7 +406,7 @@ func (p *parser) fixedArray(key string, t formats.ValueType, n int64) (any, erro
 		for i := int64(0); i < n; {
 			m := min(int64(per), n-i)
 			b := chunk[:m*int64(sz)]
-			if err := p.full(b, fmt.Sprintf("array %q", key)); err != nil {
+			if err := p.full(b, field{format: "array %q", s: key}); err != nil {
 				return err
 			}
 			for j := range m {
@@ -426,26 +479,22 @@ func (p *parser) alignment(g *File) error {
 
 func (p *parser) tensorInfos(g *File, n int64) error {
 	g.tensors = make([]formats.Tensor, 0, capHint(n))
-	g.ndims = make([]int, 0, capHint(n))
-	g.ne = make([][]int64, 0, capHint(n))
+	g.byName = formats.NewNameIndex(capHint(n), func(i int) string { return g.tensors[i].Name })
 	for i := range n {
-		name, err := p.str(fmt.Sprintf("name of tensor %d", i))
+		name, err := p.str(field{format: "name of tensor %d", i: i})
 		if err != nil {
 			return err
 		}
-		if j, dup := g.byName[name]; dup {
-			return p.tensorErrorf(name, "duplicate tensor name (tensors %d and %d)", j, i)
-		}
-		nd, err := p.u32(fmt.Sprintf("dimension count of tensor %q", name))
+		nd, err := p.u32(field{format: "dimension count of tensor %q", s: name})
 		if err != nil {
 			return err
 		}
 		if nd > MaxDims {
 			return p.tensorErrorf(name, "%d dimensions, more than the limit of %d", nd, MaxDims)
 		}
-		ne := make([]int64, nd)
+		ne := p.buf8s[:nd]
 		for j := range ne {
-			d, err := p.u64(fmt.Sprintf("dimensions of tensor %q", name))
+			d, err := p.u64(field{format: "dimensions of tensor %q", s: name})
 			if err != nil {
 				return err
 			}
@@ -454,11 +503,11 @@ func (p *parser) tensorInfos(g *File, n int64) error {
 			}
 			ne[j] = int64(d)
 		}
-		tid, err := p.u32(fmt.Sprintf("type of tensor %q", name))
+		tid, err := p.u32(field{format: "type of tensor %q", s: name})
 		if err != nil {
 			return err
 		}
-		off, err := p.u64(fmt.Sprintf("offset of tensor %q", name))
+		off, err := p.u64(field{format: "offset of tensor %q", s: name})
 		if err != nil {
 			return err
 		}
@@ -466,7 +515,7 @@ func (p *parser) tensorInfos(g *File, n int64) error {
 		if !ok {
 			return p.tensorErrorf(name, "unknown or removed ggml type id %d", tid)
 		}
-		shape := make([]int64, nd)
+		shape := p.shape(int(nd))
 		for j, d := range ne {
 			shape[int(nd)-1-j] = d
 		}
@@ -494,12 +543,17 @@ func (p *parser) tensorInfos(g *File, n int64) error {
 				break
 			}
 		}
-		g.byName[name] = int(i)
+		if len(g.tensors) == cap(g.tensors) {
+			// Doubling: append grows large slices by a quarter, which for a
+			// header of many tensors allocates five times the final list.
+			g.tensors = append(make([]formats.Tensor, 0, 2*cap(g.tensors)), g.tensors...)
+		}
 		g.tensors = append(g.tensors, formats.Tensor{
 			Name: name, Type: dt, Shape: shape, File: g.path, Offset: int64(off), Size: size,
 		})
-		g.ndims = append(g.ndims, int(nd))
-		g.ne = append(g.ne, ne)
+		if j := g.byName.Add(int(i)); j >= 0 {
+			return p.tensorErrorf(name, "duplicate tensor name (tensors %d and %d)", j, i)
+		}
 	}
 	return nil
 }
@@ -584,10 +638,17 @@ func (f *File) Packed() bool { return f.packed }
 
 // NDims returns the dimension count stored for tensor i (sd-cli and ggml's
 // writer drop trailing dims of 1, so it can be less than the model's rank).
-func (f *File) NDims(i int) int { return f.ndims[i] }
+func (f *File) NDims(i int) int { return len(f.tensors[i].Shape) }
 
 // NE returns tensor i's dims as stored (ggml order: ne[0] is the row length).
-func (f *File) NE(i int) []int64 { return append([]int64(nil), f.ne[i]...) }
+func (f *File) NE(i int) []int64 {
+	shape := f.tensors[i].Shape
+	ne := make([]int64, len(shape))
+	for j, d := range shape {
+		ne[len(shape)-1-j] = d
+	}
+	return ne
+}
 
 // Size returns the file size in bytes.
 func (f *File) Size() int64 { return f.size }
@@ -596,8 +657,11 @@ func (f *File) Size() int64 { return f.size }
 // tensor; t must be one of f's tensors. Like io.ReaderAt, it returns io.EOF
 // with a short count when the read reaches past the tensor's end.
 func (f *File) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
-	i, ok := f.byName[t.Name]
-	if !ok || f.tensors[i].Offset != t.Offset || f.tensors[i].Size != t.Size {
+	i := -1
+	if f.byName != nil {
+		i = f.byName.Lookup(t.Name)
+	}
+	if i < 0 || f.tensors[i].Offset != t.Offset || f.tensors[i].Size != t.Size {
 		return 0, fmt.Errorf("%s: tensor %q is not a tensor of this file", f.path, t.Name)
 	}
 	if off < 0 || off > t.Size {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -151,7 +152,7 @@ type index struct {
 // readIndex parses an index.json's weight_map, keeping its order and
 // refusing duplicate tensor names. total_size and other metadata are not used.
 func readIndex(path string) (*index, error) {
-	f, err := os.Open(path)
+	f, _, err := formats.OpenRegular(path, math.MaxInt64) // bounded below with its own message
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ func LoadByteBPE(path string) (*ByteBPEVocab, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, "tokenizer.json")
 	}
-	b, err := os.ReadFile(path)
+	b, err := formats.ReadRegular(path, formats.MaxTokenizerFile)
 	if err != nil {
 		return nil, err
 	}

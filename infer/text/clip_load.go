@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,7 +99,7 @@ func fileExists(p string) bool {
 }
 
 func readTokenizerFile(p string) ([]byte, error) {
-	f, err := os.Open(p)
+	f, _, err := formats.OpenRegular(p, math.MaxInt64) // the bound below names ErrTokenizer
 	if err != nil {
 		return nil, err
 	}

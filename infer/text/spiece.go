@@ -4,7 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
+
+	"github.com/sdtool/sdtool/formats"
 )
 
 // maxUnigramFile bounds what the unigram readers load: UMT5's spiece.model is about 4.5 MB and its
@@ -290,7 +291,7 @@ func pbStringField(field string, wt int, b []byte) (string, error) {
 
 // readUnigramFile reads a whole tokenizer file of bounded size.
 func readUnigramFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, _, err := formats.OpenRegular(path, math.MaxInt64) // the bound below names ErrUnigram
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
+
+	"github.com/sdtool/sdtool/formats"
 )
 
 // maxDatName bounds entry names in .dat files, so that a corrupt length
@@ -156,7 +157,7 @@ func WriteDat(w io.Writer, m *Matrix) error {
 
 // OpenDat reads a legacy .dat imatrix file.
 func OpenDat(path string) (*Matrix, error) {
-	f, err := os.Open(path)
+	f, _, err := formats.OpenRegular(path, math.MaxInt64) // the reader bounds what it allocates
 	if err != nil {
 		return nil, err
 	}

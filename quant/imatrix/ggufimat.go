@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -207,7 +206,7 @@ func WriteGGUF(w io.Writer, m *Matrix) (long []string, err error) {
 // Open reads an imatrix file in either format: GGUF when it starts with the
 // GGUF magic, the legacy .dat layout otherwise.
 func Open(path string) (*Matrix, error) {
-	f, err := os.Open(path)
+	f, _, err := formats.OpenRegular(path, math.MaxInt64) // readers bound what they allocate
 	if err != nil {
 		return nil, err
 	}
