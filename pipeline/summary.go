@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"sort"
 	"text/tabwriter"
@@ -227,8 +228,12 @@ func (p *Plan) WriteSummary(w io.Writer) error {
 func (p *Plan) writeSummary(w io.Writer, s *Summary) error {
 	in, out, params := s.SourceBytes, s.Bytes, s.params
 	b := bpw(out, params)
+	name := p.Path
+	if paths, _, err := p.Shards(); err == nil && len(paths) > 1 {
+		name = fmt.Sprintf("%s to %s", paths[0], filepath.Base(paths[len(paths)-1]))
+	}
 	fmt.Fprintf(w, "%s: %s, %s: %s -> %s (%.2f bits per weight)\n",
-		p.Path, Count(s.count, "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
+		name, Count(s.count, "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
 	for _, t := range s.ByType {
 		fmt.Fprintf(w, "  %-8s %13s  %s\n", t.Type, Count(t.Tensors, "tensor", "tensors"), HumanBytes(t.Bytes))
 	}

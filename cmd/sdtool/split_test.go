@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/gguf"
+)
+
+// splitInputs are the committed GGUFs the split tests cut.
+var splitInputs = []string{"../../testdata/tiny-sd1.gguf", "../../testdata/tiny-flux.gguf"}
+
+// splitFlagSets are gguf-split flag sets, each given to both programs as is.
+var splitFlagSets = [][]string{
+	{"--split-max-size", "1M"},
+	{"--split-max-tensors", "100"},
+	{"--split-max-tensors", "300", "--no-tensor-first-split"},
+	{"--split-max-size", "2M", "--no-tensor-first-split"},
+	{}, // gguf-split's default: 128 tensors per shard
+}
+
+// shardFiles lists the files of dir, sorted.
+func shardFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	return names
+}
+
+// sameFiles compares every file of dir a with the file of that name in b.
+func sameFiles(t *testing.T, what, a, b string) {
+	t.Helper()
+	na, nb := shardFiles(t, a), shardFiles(t, b)
+	if !slices.Equal(na, nb) {
+		t.Errorf("%s: files %q, want %q", what, nb, na)
+		return
+	}
+	for _, n := range na {
+		x, err1 := os.ReadFile(filepath.Join(a, n))
+		y, err2 := os.ReadFile(filepath.Join(b, n))
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if !bytes.Equal(x, y) {
+			t.Errorf("%s: %s differs from gguf-split's (%d bytes, want %d)", what, n, len(y), len(x))
+		}
+	}
+}
+
+// TestSplitMatchesGGUFSplit compares split and split --merge with llama.cpp's
+// gguf-split (SDTOOL_GGUF_SPLIT names its binary, built with
+// GGML_MAX_NAME=160 so that SD names load) on the same inputs and flags.
+func TestSplitMatchesGGUFSplit(t *testing.T) {
+	oracle := os.Getenv("SDTOOL_GGUF_SPLIT")
+	if oracle == "" {
+		t.Skip("SDTOOL_GGUF_SPLIT (the path of llama.cpp's llama-gguf-split) is not set")
+	}
+	for _, in := range splitInputs {
+		for _, flags := range splitFlagSets {
+			what := filepath.Base(in) + " " + strings.Join(flags, " ")
+			want, got := t.TempDir(), t.TempDir()
+			cmd := exec.Command(oracle, append(slices.Clone(flags), in, filepath.Join(want, "m"))...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s: gguf-split: %v\n%s", what, err, out)
+			}
+			args := append([]string{"split", in, "-o", filepath.Join(got, "m")}, flags...)
+			if code, _, errOut := runApp(t, args...); code != 0 {
+				t.Fatalf("%s: %s", what, errOut)
+			}
+			sameFiles(t, what, want, got)
+
+			first := filepath.Join(want, shardFiles(t, want)[0])
+			joinWant, joinGot := filepath.Join(t.TempDir(), "j.gguf"), filepath.Join(t.TempDir(), "j.gguf")
+			if out, err := exec.Command(oracle, "--merge", first, joinWant).CombinedOutput(); err != nil {
+				t.Fatalf("%s: gguf-split --merge: %v\n%s", what, err, out)
+			}
+			if code, _, errOut := runApp(t, "split", "--merge", first, "-o", joinGot); code != 0 {
+				t.Fatalf("%s: merge: %s", what, errOut)
+			}
+			sameFiles(t, what+" --merge", filepath.Dir(joinWant), filepath.Dir(joinGot))
+		}
+	}
+}
+
+// A split with --keep-dims and its merge keep every tensor's name, type,
+// shape and bytes and every key; the shards open as one model.
+func TestSplitRoundTrip(t *testing.T) {
+	in := splitInputs[0]
+	dir := t.TempDir()
+	if code, _, errOut := runApp(t, "split", in, "--split-max-size", "1M", "--keep-dims", "-o", filepath.Join(dir, "m.gguf")); code != 0 {
+		t.Fatal(errOut)
+	}
+	if got := shardFiles(t, dir); len(got) != 4 || got[0] != "m-00001-of-00004.gguf" {
+		t.Fatalf("shards %q", got)
+	}
+	joined := filepath.Join(t.TempDir(), "j.gguf")
+	if code, _, errOut := runApp(t, "split", "--merge", filepath.Join(dir, "m-00003-of-00004.gguf"), "--keep-dims", "-o", joined); code != 0 {
+		t.Fatal(errOut)
+	}
+	src := openModel(t, in)
+	for _, path := range []string{filepath.Join(dir, "m-00001-of-00004.gguf"), joined} {
+		m := openModel(t, path)
+		sameTensors(t, src, m)
+		if got, want := gguf.StripSplitKeys(m.Metadata()), src.Metadata(); len(got) != len(want) {
+			t.Errorf("%s: %d keys besides split.*, the input has %d", path, len(got), len(want))
+		}
+		if kv, ok := m.Metadata().Get(gguf.SplitTensorsCountKey); !ok || kv.Value != int32(len(src.Tensors())) {
+			t.Errorf("%s: split.tensors.count %v", path, kv.Value)
+		}
+	}
+}
+
+func openModel(t *testing.T, path string) formats.Model {
+	t.Helper()
+	m, err := formats.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// sameTensors checks that b holds a's tensors in order, with the same
+// types, shapes and bytes.
+func sameTensors(t *testing.T, a, b formats.Model) {
+	t.Helper()
+	ta, tb := a.Tensors(), b.Tensors()
+	if len(ta) != len(tb) {
+		t.Fatalf("%s: %d tensors, want %d", b.Path(), len(tb), len(ta))
+	}
+	for i := range ta {
+		x, y := &ta[i], &tb[i]
+		if x.Name != y.Name || x.Type != y.Type || !slices.Equal(x.Shape, y.Shape) {
+			t.Fatalf("%s: tensor %d is %q %s %v, want %q %s %v", b.Path(), i, y.Name, y.Type, y.Shape, x.Name, x.Type, x.Shape)
+		}
+		bx, err1 := formats.ReadTensor(a, x)
+		by, err2 := formats.ReadTensor(b, y)
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		if !bytes.Equal(bx, by) {
+			t.Fatalf("%s: tensor %q: bytes differ", b.Path(), x.Name)
+		}
+	}
+}
+
+// A shard that cannot be created (its name is taken by a folder) leaves
+// no shard and no partial file behind: the set is complete or absent.
+func TestSplitAllOrNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "m-00003-of-00004.gguf.partial"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runApp(t, "split", splitInputs[0], "--split-max-size", "1M", "-o", filepath.Join(dir, "m"))
+	if code != 1 || !strings.Contains(errOut, "m-00003-of-00004.gguf") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if got := shardFiles(t, dir); !slices.Equal(got, []string{"m-00003-of-00004.gguf.partial"}) {
+		t.Errorf("left %q", got)
+	}
+}
+
+func TestSplitFlags(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--split-max-size", "1M", "--split-max-tensors", "3"}, "give one or the other"},
+		{[]string{"--split-max-size", "0M"}, "want a positive size"},
+		{[]string{"--split-max-size", "1.5Q"}, `size "1.5Q"`},
+		{[]string{"--split-max-tensors", "0"}, "want 1 or more"},
+		{[]string{"--split-max-size", "1K"}, "a shard would hold no tensor"},
+		{[]string{"--merge"}, "not named like a shard"},
+	} {
+		code, _, errOut := runApp(t, append([]string{"split", splitInputs[0], "-o", out}, c.args...)...)
+		if code != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%q: exit %d, %q", c.args, code, errOut)
+		}
+	}
+	if got := shardFiles(t, filepath.Dir(out)); len(got) != 0 {
+		t.Errorf("left %q", got)
+	}
+}
