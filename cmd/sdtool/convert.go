@@ -47,6 +47,7 @@ func init() {
 		&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, bits per weight) and write nothing"},
 	)
+	flags = append(flags, splitFlags()...)
 	register(&cli.Command{
 		Name:  "convert",
 		Usage: "convert checkpoints the way `sd-cli -M convert` does, byte for byte",

@@ -21,6 +21,12 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 	if err != nil {
 		return err
 	}
+	if lim, err := splitLimits(c); err != nil || lim.Active() {
+		if err == nil {
+			err = fmt.Errorf("quantize: --split-max-size and --split-max-tensors split one output, not a ladder: split each file with sdtool split")
+		}
+		return err
+	}
 	l, err := quantize.PlanLadder(opts, types)
 	if err != nil {
 		return err

@@ -48,7 +48,7 @@ func init() {
 			"safetensors as the type needs), then DIR/manifest.json: each file's type, size, bits per weight,\n" +
 			"sha256 and the consumers that load it (docs/ladder-manifest.md). Memory in flight is the number of\n" +
 			"files times --max-memory; a failure or Ctrl-C removes every partial file.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf, or .safetensors for int8_convrot, int8, fp8_e4m3, fp8_e5m2)"},
 			&cli.StringFlag{Name: "type", Usage: "`TYPE` or mix from the table above"},
 			&cli.BoolFlag{Name: "pure", Usage: "give every eligible tensor the base type (no mix upgrades)"},
@@ -76,7 +76,7 @@ func init() {
 			maxMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, reasons, consumers) and write nothing"},
-		},
+		}, splitFlags()...),
 		Action: runQuantize,
 	},
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run",

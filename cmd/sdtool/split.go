@@ -93,7 +93,7 @@ func init() {
 		Action: runSplitCmd,
 	},
 		"sdtool split testdata/tiny-sd1.gguf --split-max-size 1M -o tiny-sd1 --force",
-		"sdtool split --merge tiny-sd1-00001-of-00003.gguf -o tiny-sd1-joined.gguf --force",
+		"sdtool split --merge tiny-sd1-00001-of-00004.gguf -o tiny-sd1-joined.gguf --force",
 		"sdtool split testdata/tiny-sd1.gguf --split-max-tensors 100 --dry-run",
 	)
 }
@@ -185,18 +185,8 @@ func copyPlan(m formats.Model, out string, meta formats.Metadata, trim bool) *pi
 	return plan
 }
 
-// writeSplitPlan writes plan (or prints it for --dry-run) and lists the
-// files written.
+// writeSplitPlan writes plan (or prints it for --dry-run).
 func writeSplitPlan(c *cli.Context, plan *pipeline.Plan, label string) error {
 	defer plan.Close()
-	paths, shards, err := plan.Shards()
-	if err != nil {
-		return err
-	}
-	if c.Bool("dry-run") && shards != nil {
-		for k, sh := range shards {
-			fmt.Fprintf(c.App.Writer, "%s: %s, %d metadata keys\n", paths[k], pipeline.Count(sh.Count, "tensor", "tensors"), len(sh.Metadata))
-		}
-	}
 	return writePlan(c, plan, label)
 }

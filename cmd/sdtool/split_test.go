@@ -195,3 +195,50 @@ func TestSplitFlags(t *testing.T) {
 		t.Errorf("left %q", got)
 	}
 }
+
+// quantize, convert and merge with --split-max-size write the shards that
+// split --keep-dims cuts from their unsplit output, byte for byte.
+func TestWritersSplit(t *testing.T) {
+	for _, args := range [][]string{
+		{"quantize", tiny, "--type", "Q4_K_M"},
+		{"convert", "-m", tiny, "--type", "q8_0"},
+		{"merge", "--base", tiny, "--lora", "../../testdata/tiny-sd1-lora.safetensors", "--type", "f16"},
+	} {
+		dir := t.TempDir()
+		whole, cut, want := filepath.Join(dir, "whole.gguf"), filepath.Join(dir, "cut.gguf"), filepath.Join(dir, "want")
+		if code, _, errOut := runApp(t, append(slices.Clone(args), "-o", whole)...); code != 0 {
+			t.Fatalf("%s: %s", args[0], errOut)
+		}
+		code, _, errOut := runApp(t, append(slices.Clone(args), "-o", cut, "--split-max-size", "1M")...)
+		if code != 0 || !strings.Contains(errOut, "sdtool split --merge") {
+			t.Fatalf("%s --split-max-size: exit %d: %s", args[0], code, errOut)
+		}
+		if code, _, errOut := runApp(t, "split", whole, "--keep-dims", "--split-max-size", "1M", "-o", want); code != 0 {
+			t.Fatal(errOut)
+		}
+		shards := 0
+		for _, n := range shardFiles(t, dir) {
+			rest, ok := strings.CutPrefix(n, "cut-")
+			if !ok {
+				continue
+			}
+			shards++
+			a, err1 := os.ReadFile(filepath.Join(dir, n))
+			b, err2 := os.ReadFile(filepath.Join(dir, "want-"+rest))
+			if err1 != nil || err2 != nil || !bytes.Equal(a, b) {
+				t.Errorf("%s: %s differs from split's shard (%v, %v)", args[0], n, err1, err2)
+			}
+		}
+		if shards < 2 {
+			t.Errorf("%s: %d shards", args[0], shards)
+		}
+	}
+	code, _, errOut := runApp(t, "quantize", tiny, "--type", "Q8_0,Q4_K_M", "-o", filepath.Join(t.TempDir(), "x-{type}.{ext}"), "--split-max-tensors", "100")
+	if code != 1 || !strings.Contains(errOut, "not a ladder") {
+		t.Errorf("ladder: exit %d: %s", code, errOut)
+	}
+	code, _, errOut = runApp(t, "quantize", tiny, "--type", "int8", "-o", filepath.Join(t.TempDir(), "x.safetensors"), "--split-max-tensors", "100")
+	if code != 1 || !strings.Contains(errOut, "only GGUF outputs are split") {
+		t.Errorf("safetensors: exit %d: %s", code, errOut)
+	}
+}

@@ -57,6 +57,10 @@ func runOptions(c *cli.Context) (pipeline.Options, error) {
 	}, nil
 }
 
+// splitNote says which runtimes read a split GGUF: sd.cpp (97d2990) and
+// ComfyUI-GGUF open one file and would miss the other shards' tensors.
+const splitNote = "note: llama.cpp's loader reads split GGUFs; sd.cpp and ComfyUI-GGUF read one file: join the shards with `sdtool split --merge` before loading them there"
+
 // writePlan prints plan for --dry-run, or writes it with a progress bar
 // on a terminal, Ctrl-C cancelling cleanly, and prints what it wrote.
 func writePlan(c *cli.Context, plan *pipeline.Plan, label string) error {
@@ -65,9 +69,24 @@ func writePlan(c *cli.Context, plan *pipeline.Plan, label string) error {
 		return err
 	}
 	plan.Inputs = append(plan.Inputs, readFiles(c)...)
+	if !plan.Split.Active() {
+		if plan.Split, err = splitLimits(c); err != nil {
+			return err
+		}
+	}
+	paths, shards, err := plan.Shards()
+	if err != nil {
+		return err
+	}
+	if len(paths) > 1 {
+		plan.Notes = append(plan.Notes, splitNote)
+	}
 	if c.Bool("dry-run") {
 		if err := plan.WriteTable(c.App.Writer); err != nil {
 			return err
+		}
+		for k, sh := range shards {
+			fmt.Fprintf(c.App.Writer, "%s: %s, %d metadata keys\n", paths[k], pipeline.Count(sh.Count, "tensor", "tensors"), len(sh.Metadata))
 		}
 		_, err := fmt.Fprintln(c.App.Writer, "nothing written (--dry-run)")
 		return err
