@@ -99,5 +99,8 @@ func runConvert(c *cli.Context) error {
 		return err
 	}
 	defer plan.Close()
+	if n := trimNote(plan, "as sd-cli stores them (sdtool quantize keeps them, for ComfyUI-GGUF)"); n != "" {
+		plan.Notes = append(plan.Notes, n)
+	}
 	return writePlan(c, plan, "convert")
 }

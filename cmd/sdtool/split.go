@@ -165,24 +165,41 @@ func copyPlan(m formats.Model, out string, meta formats.Metadata, trim bool) *pi
 		Header: formats.WriteOptions{Metadata: meta, TrimDims: trim, PadEnd: true},
 	}
 	plan.Use(m)
-	var changed []string
 	for _, t := range m.Tensors() {
 		plan.Outputs = append(plan.Outputs, pipeline.Output{
 			Name: t.Name, Type: t.Type, Shape: t.Shape, Producer: pipeline.Copy(m, t), Source: &t, Note: "copied",
 		})
-		if trim && len(t.Shape) > 1 && t.Shape[0] == 1 {
-			changed = append(changed, fmt.Sprintf("%q %s", t.Name, formats.FormatShape(t.Shape)))
-		}
 	}
-	if len(changed) > 0 {
-		more := ""
-		if len(changed) > 3 {
-			more = fmt.Sprintf(" and %d more", len(changed)-3)
-		}
-		plan.Notes = append(plan.Notes, fmt.Sprintf("note: %s stored without leading dims of 1, as gguf-split stores them (--keep-dims keeps them): %s%s",
-			pipeline.Count(len(changed), "tensor", "tensors"), strings.Join(changed[:min(3, len(changed))], ", "), more))
+	if n := trimNote(plan, "as gguf-split stores them (--keep-dims keeps them)"); n != "" {
+		plan.Notes = append(plan.Notes, n)
 	}
 	return plan
+}
+
+// trimNote says which tensors a plan that trims dims (ggml_n_dims) stores
+// without their leading dims of 1, and why; "" when none. ComfyUI-GGUF
+// reads a tensor's torch shape from the stored dims, so such a file fails
+// there for the families that have such tensors (Z-Image's pad tokens, Wan's
+// modulation, SD3's pos_embed: docs/load-table.md).
+func trimNote(plan *pipeline.Plan, why string) string {
+	if !plan.Header.TrimDims {
+		return ""
+	}
+	var changed []string
+	for _, o := range plan.Outputs {
+		if len(o.Shape) > 1 && o.Shape[0] == 1 {
+			changed = append(changed, fmt.Sprintf("%q %s", o.Name, formats.FormatShape(o.Shape)))
+		}
+	}
+	if len(changed) == 0 {
+		return ""
+	}
+	more := ""
+	if len(changed) > 3 {
+		more = fmt.Sprintf(" and %d more", len(changed)-3)
+	}
+	return fmt.Sprintf("note: %s stored without leading dims of 1, %s; ComfyUI-GGUF reads the stored dims as the torch shape: %s%s",
+		pipeline.Count(len(changed), "tensor", "tensors"), why, strings.Join(changed[:min(3, len(changed))], ", "), more)
 }
 
 // writeSplitPlan writes plan (or prints it for --dry-run).
