@@ -68,6 +68,7 @@ func init() {
 		&cli.BoolFlag{Name: "merge", Usage: "join the split GGUF that IN belongs to into one file (-o)"},
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "split: the shards' `PATH` prefix (OUT or OUT.gguf gives OUT-00001-of-0000N.gguf; default IN without .gguf); --merge: the output file"},
 		&cli.BoolFlag{Name: "no-tensor-first-split", Usage: "give the first shard the metadata and no tensor"},
+		&cli.BoolFlag{Name: "drop-split-keys", Usage: "--merge: leave out the split.* keys, so that joining the shards of a file (split with --keep-dims) gives that file back byte for byte"},
 		&cli.BoolFlag{Name: "keep-dims", Usage: "keep stored dims of 1 that gguf-split drops (torch [1, 320] stays [1, 320]; the bytes then differ from gguf-split's)"},
 		threadsFlag("`N` threads reading and writing"),
 		maxMemoryFlag(),
@@ -84,11 +85,12 @@ func init() {
 			"data over --split-max-size (the header not counted) or at every --split-max-tensors tensors\n" +
 			"(128 when neither is given, as in gguf-split). --merge joins the split GGUF that IN (any shard)\n" +
 			"belongs to into one file as gguf-split --merge does: the first shard's metadata with split.count\n" +
-			"0, then every tensor. Like gguf-split, both drop stored dims of 1 past the first (ggml_n_dims);\n" +
-			"--keep-dims keeps them (ComfyUI-GGUF reads a tensor's shape from them unless\n" +
-			"comfy.gguf.orig_shape says otherwise). Tensor data is copied, never decoded. Every shard is\n" +
-			"written as NAME.partial and renamed only when all are complete; on any failure none is left.\n" +
-			"quantize, convert and merge take --split-max-size and --split-max-tensors too.",
+			"0, then every tensor; --drop-split-keys leaves the split keys out. Like gguf-split, both drop\n" +
+			"stored dims of 1 past the first (ggml_n_dims); --keep-dims keeps them (ComfyUI-GGUF reads a\n" +
+			"tensor's shape from them unless comfy.gguf.orig_shape says otherwise), so that a file split and\n" +
+			"joined with --keep-dims --drop-split-keys is that file again. Tensor data is copied, never\n" +
+			"decoded. Every shard is written as NAME.partial and renamed only when all are complete; on any\n" +
+			"failure none is left. quantize, convert and merge take --split-max-size and --split-max-tensors too.",
 		Flags:  flags,
 		Action: runSplitCmd,
 	},
@@ -117,6 +119,9 @@ func runSplitCmd(c *cli.Context) error {
 		lim.MaxTensors = 128 // gguf-split's default
 	}
 	lim.NoTensorsFirst = c.Bool("no-tensor-first-split")
+	if c.Bool("drop-split-keys") {
+		return fmt.Errorf("split: --drop-split-keys is for --merge")
+	}
 	m, err := gguf.OpenModel(in)
 	if err != nil {
 		return err
@@ -151,7 +156,11 @@ func runJoin(c *cli.Context, in string) error {
 		m.Close()
 		return fmt.Errorf("%s: no %s key: not a shard written by gguf-split", m.Info().Files[0], gguf.SplitCountKey)
 	}
-	plan := copyPlan(m, out, gguf.MergeMetadata(meta), !c.Bool("keep-dims"))
+	meta = gguf.MergeMetadata(meta)
+	if c.Bool("drop-split-keys") {
+		meta = gguf.StripSplitKeys(meta)
+	}
+	plan := copyPlan(m, out, meta, !c.Bool("keep-dims"))
 	return writeSplitPlan(c, plan, "merge")
 }
 

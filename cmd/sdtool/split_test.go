@@ -242,3 +242,25 @@ func TestWritersSplit(t *testing.T) {
 		t.Errorf("safetensors: exit %d: %s", code, errOut)
 	}
 }
+
+// A quantized file split with --keep-dims and joined with --keep-dims
+// --drop-split-keys is the file again, byte for byte.
+func TestSplitJoinBack(t *testing.T) {
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q.gguf")
+	if code, _, errOut := runApp(t, "quantize", tiny, "--type", "Q8_0", "-o", q); code != 0 {
+		t.Fatal(errOut)
+	}
+	if code, _, errOut := runApp(t, "split", q, "--keep-dims", "--split-max-size", "1M", "-o", filepath.Join(dir, "s")); code != 0 {
+		t.Fatal(errOut)
+	}
+	joined := filepath.Join(dir, "j.gguf")
+	first, _ := filepath.Glob(filepath.Join(dir, "s-00001-of-*.gguf"))
+	if len(first) != 1 {
+		t.Fatalf("shards %q", first)
+	}
+	if code, _, errOut := runApp(t, "split", "--merge", first[0], "--keep-dims", "--drop-split-keys", "-o", joined); code != 0 {
+		t.Fatal(errOut)
+	}
+	sameBytes(t, "joined", q, joined)
+}
