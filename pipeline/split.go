@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +42,7 @@ func (p *Plan) Shards() ([]string, []gguf.Shard, error) {
 // shard. Every shard is written through the atomic publish and the set is
 // committed only when all are complete (see fileSet).
 func runSplit(ctx context.Context, plan *Plan, tensors []formats.Tensor, l *layout, o *Options) error {
-	paths, shards, err := plan.Shards()
+	paths, _, err := plan.Shards()
 	if err != nil {
 		return err
 	}
@@ -52,37 +51,20 @@ func runSplit(ctx context.Context, plan *Plan, tensors []formats.Tensor, l *layo
 			return err
 		}
 	}
-	set, err := createSet(paths, PublishOptions{Force: o.Force, Inputs: plan.Inputs, Logger: o.Logger})
+	s, err := openSink(plan, tensors, PublishOptions{Force: o.Force, Inputs: plan.Inputs, Logger: o.Logger})
 	if err != nil {
 		return err
 	}
-	sw := &shardWriter{}
-	opts := &gguf.WriterOptions{TrimDims: plan.Header.TrimDims, PadEnd: true}
-	for k, sh := range shards {
-		bw := bufio.NewWriterSize(set.files[k], writeBufferBytes)
-		tw, err := gguf.NewWriter(bw, tensors[sh.First:sh.First+sh.Count], sh.Metadata, opts)
-		if err != nil {
-			return set.abort(ctx, fmt.Errorf("%s: %w", paths[k], err))
-		}
-		var data int64
-		for _, t := range tensors[sh.First : sh.First+sh.Count] {
-			data += t.Size
-		}
-		sw.add(paths[k], bw, tw, data)
+	if err := execute(ctx, plan, l, o, s.tw); err != nil {
+		return s.set.abort(ctx, err)
 	}
-	if err := checkLayout(sw.Layout(), tensors); err != nil {
-		return set.abort(ctx, err)
-	}
-	if err := execute(ctx, plan, l, o, sw); err != nil {
-		return set.abort(ctx, err)
-	}
-	if err := sw.finish(set); err != nil {
-		return set.abort(ctx, err)
+	if _, err := s.finish(plan.Path); err != nil {
+		return s.set.abort(ctx, err)
 	}
 	if err := checkDamage(plan, o); err != nil {
-		return set.abort(ctx, err)
+		return s.set.abort(ctx, err)
 	}
-	return set.commit()
+	return s.set.commit()
 }
 
 // shardWriter is a formats.TensorWriter over the writers of several
@@ -90,18 +72,31 @@ func runSplit(ctx context.Context, plan *Plan, tensors []formats.Tensor, l *layo
 // the next shard's, in order.
 type shardWriter struct {
 	paths []string
-	bws   []*bufio.Writer
 	tws   []formats.TensorWriter
 	data  []int64 // tensor data each shard takes
 	cur   int     // shard receiving data
 	done  int64   // bytes of it written
 }
 
-func (s *shardWriter) add(path string, bw *bufio.Writer, tw formats.TensorWriter, data int64) {
-	s.paths = append(s.paths, path)
-	s.bws = append(s.bws, bw)
-	s.tws = append(s.tws, tw)
-	s.data = append(s.data, data)
+// newShardWriter returns the writer of the shards of tensors, shard k
+// written to ws[k] as a GGUF with gguf-split's layout (trim: dims trimmed
+// as ggml_n_dims trims them).
+func newShardWriter(paths []string, shards []gguf.Shard, ws []io.Writer, tensors []formats.Tensor, trim bool) (*shardWriter, error) {
+	sw := &shardWriter{paths: paths}
+	opts := &gguf.WriterOptions{TrimDims: trim, PadEnd: true}
+	for k, sh := range shards {
+		part := tensors[sh.First : sh.First+sh.Count]
+		tw, err := gguf.NewWriter(ws[k], part, sh.Metadata, opts)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", paths[k], err)
+		}
+		var data int64
+		for _, t := range part {
+			data += t.Size
+		}
+		sw.tws, sw.data = append(sw.tws, tw), append(sw.data, data)
+	}
+	return sw, nil
 }
 
 // Write routes p to the shards in order.
@@ -158,22 +153,6 @@ func (s *shardWriter) Size() int64 {
 		n += tw.Size()
 	}
 	return n
-}
-
-// finish closes the writers, flushes every shard and checks its size.
-func (s *shardWriter) finish(set *fileSet) error {
-	if err := s.Close(); err != nil {
-		return err
-	}
-	for k, bw := range s.bws {
-		if err := bw.Flush(); err != nil {
-			return fmt.Errorf("%s: %w", s.paths[k], err)
-		}
-		if n, err := set.files[k].Size(); err == nil && n != s.tws[k].Size() {
-			return fmt.Errorf("%s: wrote %d bytes, the writer announced %d", s.paths[k], n, s.tws[k].Size())
-		}
-	}
-	return nil
 }
 
 // fileSet is several outputs that make one whole (the shards of a split

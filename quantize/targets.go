@@ -196,3 +196,17 @@ func hasKey(plan *pipeline.Plan, key string) bool {
 	_, ok := plan.Header.Metadata.Get(key)
 	return ok
 }
+
+// MarkSplit records that the output is written as a split GGUF: sd.cpp
+// (97d2990) and ComfyUI-GGUF open one file and would miss the other
+// shards' tensors, while ggml's gguf reader is what llama.cpp's loader
+// reads every shard with.
+func (r *Report) MarkSplit() {
+	for i := range r.Consumers {
+		c := &r.Consumers[i]
+		if c.Name == TargetSDCpp || c.Name == TargetComfyUI {
+			c.Problems = append(c.Problems, "a split GGUF: it reads one file (join the shards with sdtool split --merge)")
+			c.OK = false
+		}
+	}
+}

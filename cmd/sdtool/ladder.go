@@ -21,10 +21,8 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 	if err != nil {
 		return err
 	}
-	if lim, err := splitLimits(c); err != nil || lim.Active() {
-		if err == nil {
-			err = fmt.Errorf("quantize: --split-max-size and --split-max-tensors split one output, not a ladder: split each file with sdtool split")
-		}
+	lim, err := splitLimits(c)
+	if err != nil {
 		return err
 	}
 	l, err := quantize.PlanLadder(opts, types)
@@ -32,6 +30,20 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 		return err
 	}
 	defer l.Close()
+	for _, r := range l.Rungs {
+		// Only GGUF files are split; safetensors rungs stay whole.
+		if r.Plan.Format.Name != "gguf" {
+			continue
+		}
+		r.Plan.Split = lim
+		paths, _, err := r.Plan.Shards()
+		if err != nil {
+			return err
+		}
+		if len(paths) > 1 {
+			r.Report.MarkSplit()
+		}
+	}
 	if c.Bool("dry-run") {
 		for _, r := range l.Rungs {
 			fmt.Fprintf(c.App.Writer, "== %s -> %s\n", r.Type, r.Plan.Path)
@@ -52,8 +64,12 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 		return err
 	}
 	bar.Finish()
-	for i, f := range man.Files {
-		fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %.2f bits per weight, loads in %v\n", l.Rungs[i].Plan.Path, pipeline.HumanBytes(f.Size), f.BitsPerWeight, f.Loads)
+	for _, f := range man.Files {
+		name := f.File
+		if n := len(f.Shards); n > 0 {
+			name = fmt.Sprintf("%s (%d shards)", f.File, n)
+		}
+		fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %.2f bits per weight, loads in %v\n", name, pipeline.HumanBytes(f.Size), f.BitsPerWeight, f.Loads)
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", l.Manifest)
 	return nil
