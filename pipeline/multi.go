@@ -216,8 +216,18 @@ func openSink(p *Plan, tensors []formats.Tensor, o PublishOptions) (*sink, error
 		return nil, err
 	}
 	s := &sink{set: set}
-	ws := make([]io.Writer, len(paths))
-	for k := range paths {
+	if shards != nil && len(paths) > len(shards) {
+		// The safetensors index: known now, written at once.
+		idx, err := safetensorsIndex(paths, shards, tensors)
+		if err == nil {
+			_, err = set.files[len(shards)].Write(idx)
+		}
+		if err != nil {
+			return nil, set.abort(context.Background(), fmt.Errorf("%s: %w", paths[len(shards)], err))
+		}
+	}
+	ws := make([]io.Writer, max(len(shards), 1))
+	for k := range ws {
 		sum := sha256.New()
 		bw := bufio.NewWriterSize(io.MultiWriter(set.files[k], sum), writeBufferBytes)
 		s.sums, s.bws, ws[k] = append(s.sums, sum), append(s.bws, bw), bw
@@ -227,7 +237,7 @@ func openSink(p *Plan, tensors []formats.Tensor, o PublishOptions) (*sink, error
 		s.tws = []formats.TensorWriter{s.tw}
 	} else {
 		var sw *shardWriter
-		sw, err = newShardWriter(paths, shards, ws, tensors, p.Header.TrimDims)
+		sw, err = newShardWriter(p, paths, shards, ws, tensors)
 		if err == nil {
 			s.tw, s.tws = sw, sw.tws
 		}

@@ -12,19 +12,25 @@ import (
 	"github.com/sdtool/sdtool/formats/gguf"
 )
 
-// Shards returns the files the plan writes: Path alone, or the shards of a
-// split GGUF (PREFIX-00001-of-0000N.gguf, PREFIX being Path without .gguf)
-// with the metadata and tensor range of each when Split is active.
+// Shards returns the files the plan writes: Path alone, or when Split is
+// active the shards with the metadata and tensor range of each: those of
+// a split GGUF (PREFIX-00001-of-0000N.gguf, PREFIX being Path without
+// .gguf), or Hugging Face's safetensors shards followed by their index
+// (see safetensorsShards), one path more than shards.
 func (p *Plan) Shards() ([]string, []gguf.Shard, error) {
 	if !p.Split.Active() {
 		return []string{p.Path}, nil, nil
 	}
-	if p.Format.Name != "gguf" {
-		return nil, nil, fmt.Errorf("%s: only GGUF outputs are split (the output is %s)", p.Path, p.Format.Name)
-	}
 	tensors, err := p.Tensors()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", p.Path, err)
+	}
+	switch p.Format.Name {
+	case "safetensors":
+		return p.safetensorsShards(tensors)
+	case "gguf":
+	default:
+		return nil, nil, fmt.Errorf("%s: %s outputs are not split", p.Path, p.Format.Name)
 	}
 	shards, err := gguf.PlanSplit(p.Header.Metadata, tensors, p.Split)
 	if err != nil {
@@ -78,15 +84,23 @@ type shardWriter struct {
 	done  int64   // bytes of it written
 }
 
-// newShardWriter returns the writer of the shards of tensors, shard k
-// written to ws[k] as a GGUF with gguf-split's layout (trim: dims trimmed
-// as ggml_n_dims trims them).
-func newShardWriter(paths []string, shards []gguf.Shard, ws []io.Writer, tensors []formats.Tensor, trim bool) (*shardWriter, error) {
+// newShardWriter returns the writer of the shards of p's tensors, shard k
+// written to ws[k]: a GGUF with gguf-split's layout (dims trimmed as
+// p.Header says), or a file of p's format with p's header.
+func newShardWriter(p *Plan, paths []string, shards []gguf.Shard, ws []io.Writer, tensors []formats.Tensor) (*shardWriter, error) {
 	sw := &shardWriter{paths: paths}
-	opts := &gguf.WriterOptions{TrimDims: trim, PadEnd: true}
+	opts := &gguf.WriterOptions{TrimDims: p.Header.TrimDims, PadEnd: true}
 	for k, sh := range shards {
 		part := tensors[sh.First : sh.First+sh.Count]
-		tw, err := gguf.NewWriter(ws[k], part, sh.Metadata, opts)
+		var tw formats.TensorWriter
+		var err error
+		if p.Format.Name == "gguf" {
+			tw, err = gguf.NewWriter(ws[k], part, sh.Metadata, opts)
+		} else {
+			h := p.header()
+			h.Name, h.Metadata = paths[k], sh.Metadata
+			tw, err = p.Format.New(ws[k], part, h)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", paths[k], err)
 		}

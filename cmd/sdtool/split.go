@@ -13,12 +13,12 @@ import (
 	"github.com/sdtool/sdtool/pipeline"
 )
 
-// splitFlags are the flags that cut a GGUF output into shards, shared by
+// splitFlags are the flags that cut an output into shards, shared by
 // split, quantize, convert and merge.
 func splitFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "split-max-size", Usage: "write a split GGUF of shards of at most `SIZE` of tensor data (4G = 4e9 bytes and 500M = 5e8 as in llama.cpp's gguf-split; 4GiB, 4GB, bytes too)"},
-		&cli.IntFlag{Name: "split-max-tensors", Usage: "write a split GGUF of shards of at most `N` tensors"},
+		&cli.StringFlag{Name: "split-max-size", Usage: "write shards of at most `SIZE` of tensor data: a split GGUF, or safetensors shards with an index (4G = 4e9 bytes and 500M = 5e8 as in llama.cpp's gguf-split; 4GiB, 4GB, bytes too)"},
+		&cli.IntFlag{Name: "split-max-tensors", Usage: "write shards of at most `N` tensors (a split GGUF, or safetensors shards with an index)"},
 	}
 }
 

@@ -236,9 +236,48 @@ func TestWritersSplit(t *testing.T) {
 			t.Errorf("%s: %d shards", args[0], shards)
 		}
 	}
-	code, _, errOut := runApp(t, "quantize", tiny, "--type", "int8", "-o", filepath.Join(t.TempDir(), "x.safetensors"), "--split-max-tensors", "100")
-	if code != 1 || !strings.Contains(errOut, "only GGUF outputs are split") {
-		t.Errorf("safetensors: exit %d: %s", code, errOut)
+}
+
+// A safetensors output splits into Hugging Face shards with an index that
+// opens as the unsplit file's tensors; a shard that cannot be created
+// leaves nothing, index included.
+func TestSafetensorsShards(t *testing.T) {
+	dir := t.TempDir()
+	whole, cut := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "cut.safetensors")
+	for _, out := range []string{whole, cut} {
+		args := []string{"quantize", tiny, "--type", "int8", "-o", out}
+		if out == cut {
+			args = append(args, "--split-max-size", "1M")
+		}
+		if code, _, errOut := runApp(t, args...); code != 0 {
+			t.Fatal(errOut)
+		}
+	}
+	var shards []string
+	for _, n := range shardFiles(t, dir) {
+		if strings.HasPrefix(n, "cut-") {
+			shards = append(shards, n)
+			if st, err := os.Stat(filepath.Join(dir, n)); err != nil || st.Size() > 1e6+1<<17 {
+				t.Errorf("%s: %v, %v", n, st.Size(), err)
+			}
+		}
+	}
+	if len(shards) < 3 || shards[0] != "cut-00001-of-00004.safetensors" {
+		t.Errorf("shards %q", shards)
+	}
+	sameTensors(t, openModel(t, whole), openModel(t, cut+".index.json"))
+	sameTensors(t, openModel(t, whole), openModel(t, filepath.Join(dir, shards[1])))
+
+	fail := t.TempDir()
+	if err := os.Mkdir(filepath.Join(fail, "x.safetensors.index.json.partial"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runApp(t, "quantize", tiny, "--type", "int8", "-o", filepath.Join(fail, "x.safetensors"), "--split-max-tensors", "500")
+	if code != 1 || !strings.Contains(errOut, "index.json") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+	if got := shardFiles(t, fail); len(got) != 1 {
+		t.Errorf("left %q", got)
 	}
 }
 

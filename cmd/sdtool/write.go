@@ -78,7 +78,7 @@ func writePlan(c *cli.Context, plan *pipeline.Plan, label string) error {
 	if err != nil {
 		return err
 	}
-	if len(paths) > 1 {
+	if len(paths) > 1 && plan.Format.Name == "gguf" {
 		plan.Notes = append(plan.Notes, splitNote)
 	}
 	if c.Bool("dry-run") {
