@@ -10,6 +10,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -77,7 +78,7 @@ func init() {
 	)
 	register(&cli.Command{
 		Name:      "split",
-		Usage:     "split a GGUF into shards or join them, byte for byte as llama.cpp's gguf-split",
+		Usage:     "split a GGUF into shards or join them, byte for byte as llama.cpp's gguf-split (safetensors too)",
 		ArgsUsage: "IN",
 		Description: "Writes the split GGUF that llama.cpp's gguf-split --split writes for the same input and flags:\n" +
 			"shards NAME-00001-of-0000N.gguf, the first holding every metadata key, each holding split.no,\n" +
@@ -90,7 +91,9 @@ func init() {
 			"tensor's shape from them unless comfy.gguf.orig_shape says otherwise), so that a file split and\n" +
 			"joined with --keep-dims --drop-split-keys is that file again. Tensor data is copied, never\n" +
 			"decoded. Every shard is written as NAME.partial and renamed only when all are complete; on any\n" +
-			"failure none is left. quantize, convert and merge take --split-max-size and --split-max-tensors too.",
+			"failure none is left. A safetensors IN is cut into Hugging Face shards (NAME-00001-of-0000N.safetensors\n" +
+			"and NAME.safetensors.index.json; give a limit), and --merge joins them from the index or any shard.\n" +
+			"quantize, convert and merge take --split-max-size and --split-max-tensors too.",
 		Flags:  flags,
 		Action: runSplitCmd,
 	},
@@ -102,7 +105,7 @@ func init() {
 
 func runSplitCmd(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return fmt.Errorf("split: want one input GGUF (see sdtool split --help)")
+		return fmt.Errorf("split: want one input GGUF or safetensors file (see sdtool split --help)")
 	}
 	in := c.Args().First()
 	lim, err := splitLimits(c)
@@ -122,30 +125,51 @@ func runSplitCmd(c *cli.Context) error {
 	if c.Bool("drop-split-keys") {
 		return fmt.Errorf("split: --drop-split-keys is for --merge")
 	}
-	m, err := gguf.OpenModel(in)
-	if err != nil {
-		return err
-	}
 	out := c.String("output")
 	if out == "" {
 		out = in
-		if _, _, _, ok := gguf.ParseSplitPath(in); ok {
-			return fmt.Errorf("split: %s is a shard: name the new shards with -o", in)
+		if _, _, _, ok := gguf.ParseSplitPath(in); ok || safetensors.IsShardName(in) || safetensors.IsIndex(in) {
+			return fmt.Errorf("split: %s is a shard or an index: name the new shards with -o", in)
 		}
 	}
-	plan := copyPlan(m, gguf.SplitPrefix(out)+".gguf", gguf.StripSplitKeys(m.Metadata()), !c.Bool("keep-dims"))
+	m, err := formats.Open(in)
+	if err != nil {
+		return err
+	}
+	var plan *pipeline.Plan
+	switch m.Info().Format {
+	case "gguf":
+		plan = copyPlan(m, gguf.SplitPrefix(out)+".gguf", gguf.StripSplitKeys(m.Metadata()), !c.Bool("keep-dims"))
+	case "safetensors":
+		if !c.IsSet("split-max-size") && !c.IsSet("split-max-tensors") {
+			m.Close()
+			return fmt.Errorf("split: %s: give --split-max-size or --split-max-tensors for safetensors shards", in)
+		}
+		plan = copyPlan(m, strings.TrimSuffix(out, ".safetensors")+".safetensors", m.Metadata(), false)
+	default:
+		m.Close()
+		return fmt.Errorf("split: %s is %s: GGUF and safetensors files are split", in, m.Info().Format)
+	}
 	plan.Split = lim
 	return writeSplitPlan(c, plan, "split")
 }
 
-// runJoin joins the split GGUF that in belongs to, as gguf-split --merge.
+// runJoin joins the split GGUF that in belongs to, as gguf-split --merge,
+// or the safetensors shards of an index (or of any shard) into one file.
 func runJoin(c *cli.Context, in string) error {
 	out := c.String("output")
 	if out == "" {
 		return fmt.Errorf("split --merge: name the joined file with -o")
 	}
+	if safetensors.IsIndex(in) || safetensors.IsShardName(in) {
+		m, err := safetensors.OpenSharded(in)
+		if err != nil {
+			return err
+		}
+		return writeSplitPlan(c, copyPlan(m, out, m.Metadata(), false), "merge")
+	}
 	if _, _, _, ok := gguf.ParseSplitPath(in); !ok {
-		return fmt.Errorf("split --merge: %s is not named like a shard (NAME-00001-of-00003.gguf)", in)
+		return fmt.Errorf("split --merge: %s is not named like a shard (NAME-00001-of-00003.gguf) or an index.json", in)
 	}
 	m, err := gguf.OpenSplit(in)
 	if err != nil {
@@ -164,10 +188,11 @@ func runJoin(c *cli.Context, in string) error {
 	return writeSplitPlan(c, plan, "merge")
 }
 
-// copyPlan is a plan that copies every tensor of m into out, as GGUF with
-// metadata meta, dims trimmed as ggml's writer trims them when trim is set.
+// copyPlan is a plan that copies every tensor of m into out, in m's
+// format, with metadata meta; a GGUF with gguf-split's layout, dims
+// trimmed as ggml's writer trims them when trim is set.
 func copyPlan(m formats.Model, out string, meta formats.Metadata, trim bool) *pipeline.Plan {
-	creator, _ := formats.CreatorNamed("gguf")
+	creator, _ := formats.CreatorNamed(m.Info().Format)
 	plan := &pipeline.Plan{
 		Path:   out,
 		Format: creator,

@@ -361,3 +361,22 @@ func TestLadderSplit(t *testing.T) {
 		}
 	}
 }
+
+// split cuts a safetensors file into Hugging Face shards and --merge joins
+// them (from the index or any shard) into the same file, byte for byte.
+func TestSplitSafetensors(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errOut := runApp(t, "split", tiny, "--split-max-size", "1M", "-o", filepath.Join(dir, "m.safetensors")); code != 0 {
+		t.Fatal(errOut)
+	}
+	for _, in := range []string{"m.safetensors.index.json", "m-00003-of-00004.safetensors"} {
+		joined := filepath.Join(t.TempDir(), "j.safetensors")
+		if code, _, errOut := runApp(t, "split", "--merge", filepath.Join(dir, in), "-o", joined); code != 0 {
+			t.Fatal(errOut)
+		}
+		sameBytes(t, "joined from "+in, tiny, joined)
+	}
+	if code, _, errOut := runApp(t, "split", tiny, "-o", filepath.Join(dir, "n")); code != 1 || !strings.Contains(errOut, "give --split-max-size") {
+		t.Errorf("no limit: exit %d, %s", code, errOut)
+	}
+}
