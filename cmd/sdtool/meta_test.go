@@ -28,8 +28,10 @@ func copyFile(t *testing.T, src, dst string) {
 
 // TestMetaMatchesGGUFPy compares meta with llama.cpp's gguf_new_metadata.py
 // and gguf_set_metadata.py where they overlap. SDTOOL_GGUF_PY is the
-// gguf-py folder (holding gguf/ and scripts/); SDTOOL_PYTHON the Python
-// with numpy and tqdm (default python3).
+// gguf-py folder of a llama.cpp checkout (holding gguf/ and scripts/);
+// SDTOOL_PYTHON the Python with numpy and tqdm (default python3; Debian's
+// python3-numpy and python3-tqdm do). Extra modules gguf-py imports can be
+// put on PYTHONPATH, which the test keeps.
 func TestMetaMatchesGGUFPy(t *testing.T) {
 	dir := os.Getenv("SDTOOL_GGUF_PY")
 	if dir == "" {

@@ -64,8 +64,11 @@ func sameFiles(t *testing.T, what, a, b string) {
 }
 
 // TestSplitMatchesGGUFSplit compares split and split --merge with llama.cpp's
-// gguf-split (SDTOOL_GGUF_SPLIT names its binary, built with
-// GGML_MAX_NAME=160 so that SD names load) on the same inputs and flags.
+// gguf-split on the same inputs and flags. SDTOOL_GGUF_SPLIT names its
+// binary, built with GGML_MAX_NAME=160 so that SD names load:
+//
+//	cmake -B build -DCMAKE_C_FLAGS=-DGGML_MAX_NAME=160 -DCMAKE_CXX_FLAGS=-DGGML_MAX_NAME=160
+//	cmake --build build --target llama-gguf-split -j2
 func TestSplitMatchesGGUFSplit(t *testing.T) {
 	oracle := os.Getenv("SDTOOL_GGUF_SPLIT")
 	if oracle == "" {
