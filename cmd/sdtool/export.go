@@ -7,7 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/convert"
 )
 
 func init() {
@@ -25,7 +25,7 @@ func init() {
 			"SD 1.x, 2.x or XL UNet alone: the names of a diffusers folder's unet/diffusion_pytorch_model).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE`.safetensors"},
-			&cli.StringFlag{Name: "names", Value: pipeline.NamesKeep, Usage: "naming `SCHEME`: " + strings.Join(pipeline.NameSchemes, ", ")},
+			&cli.StringFlag{Name: "names", Value: convert.NamesKeep, Usage: "naming `SCHEME`: " + strings.Join(convert.NameSchemes, ", ")},
 			&cli.StringFlag{Name: "dtype", Value: "f16", Usage: "`TYPE` quantized tensors are decoded to: f16, bf16 or f32"},
 			threadsFlag("`N` worker threads"),
 			maxMemoryFlag(),
@@ -55,7 +55,7 @@ func runExport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	plan, err := pipeline.ExportPlan(m, out, pipeline.ExportOptions{Names: c.String("names"), DType: dt})
+	plan, err := convert.ExportPlan(m, out, convert.ExportOptions{Names: c.String("names"), DType: dt})
 	if err != nil {
 		m.Close()
 		return err

@@ -1,4 +1,4 @@
-package pipeline
+package convert
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/names"
+	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
 )
@@ -41,7 +42,7 @@ type ExportOptions struct {
 // byte for byte, quantized ones (ggml types, ComfyUI modules) decoded to
 // o.DType, ComfyUI-GGUF's reshaped tensors given back their recorded
 // shape, names in o.Names' scheme, and the string metadata carried.
-func ExportPlan(m formats.Model, out string, o ExportOptions) (*Plan, error) {
+func ExportPlan(m formats.Model, out string, o ExportOptions) (*pipeline.Plan, error) {
 	creator, err := formats.CreatorFor(out)
 	if err != nil || creator.Name != "safetensors" {
 		return nil, fmt.Errorf("%s: export writes .safetensors", out)
@@ -61,23 +62,23 @@ func ExportPlan(m formats.Model, out string, o ExportOptions) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	meta, _ := CarryMetadata(m.Metadata(), "safetensors")
-	plan := &Plan{Path: out, Format: creator, Header: formats.WriteOptions{Metadata: meta}}
+	meta, _ := pipeline.CarryMetadata(m.Metadata(), "safetensors")
+	plan := &pipeline.Plan{Path: out, Format: creator, Header: formats.WriteOptions{Metadata: meta}}
 	plan.Use(m)
 	enc, err := quant.Encoder(o.DType)
 	if err != nil {
 		return nil, err
 	}
 	for i, s := range view.Sources {
-		outp := Output{Name: renamed[i], Type: s.Tensor.Type, Shape: s.Shape(), Source: &s.Tensor, Note: "copied"}
+		outp := pipeline.Output{Name: renamed[i], Type: s.Tensor.Type, Shape: s.Shape(), Source: &s.Tensor, Note: "copied"}
 		if s.Quantized() || !creator.Stores(s.Tensor.Type) {
 			if err := s.Err(); err != nil {
 				return nil, err
 			}
 			outp.Type, outp.Note = o.DType, "decoded"
-			outp.Producer = Convert(s, o.DType, EncodeRows(o.DType, enc.Quantize, nil))
+			outp.Producer = pipeline.Convert(s, o.DType, pipeline.EncodeRows(o.DType, enc.Quantize, nil))
 		} else {
-			outp.Producer = Copy(m, s.Tensor)
+			outp.Producer = pipeline.Copy(m, s.Tensor)
 		}
 		plan.Outputs = append(plan.Outputs, outp)
 	}
