@@ -6,8 +6,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/convert"
+	"github.com/sdtool/sdtool/formats"
 )
 
 func init() {
