@@ -99,6 +99,21 @@ func TestSplitMatchesGGUFSplit(t *testing.T) {
 			sameFiles(t, what+" --merge", filepath.Dir(joinWant), filepath.Dir(joinGot))
 		}
 	}
+	// gguf-split (ggml's reader) joins the shards quantize writes as split
+	// --merge joins them.
+	dir := t.TempDir()
+	if code, _, errOut := runApp(t, "quantize", tiny, "--type", "Q4_K_M", "-o", filepath.Join(dir, "q.gguf"), "--split-max-size", "1M"); code != 0 {
+		t.Fatal(errOut)
+	}
+	first := filepath.Join(dir, "q-00001-of-00003.gguf")
+	joinWant, joinGot := filepath.Join(t.TempDir(), "j.gguf"), filepath.Join(t.TempDir(), "j.gguf")
+	if out, err := exec.Command(oracle, "--merge", first, joinWant).CombinedOutput(); err != nil {
+		t.Fatalf("gguf-split --merge of quantize's shards: %v\n%s", err, out)
+	}
+	if code, _, errOut := runApp(t, "split", "--merge", first, "-o", joinGot); code != 0 {
+		t.Fatal(errOut)
+	}
+	sameFiles(t, "quantize's shards --merge", filepath.Dir(joinWant), filepath.Dir(joinGot))
 }
 
 // A split with --keep-dims and its merge keep every tensor's name, type,
