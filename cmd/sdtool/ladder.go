@@ -21,29 +21,11 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 	if err != nil {
 		return err
 	}
-	lim, err := splitLimits(c)
-	if err != nil {
-		return err
-	}
 	l, err := quantize.PlanLadder(opts, types)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	for _, r := range l.Rungs {
-		// Only GGUF files are split; safetensors rungs stay whole.
-		if r.Plan.Format.Name != "gguf" {
-			continue
-		}
-		r.Plan.Split = lim
-		paths, _, err := r.Plan.Shards()
-		if err != nil {
-			return err
-		}
-		if len(paths) > 1 {
-			r.Report.MarkSplit()
-		}
-	}
 	if c.Bool("dry-run") {
 		for _, r := range l.Rungs {
 			fmt.Fprintf(c.App.Writer, "== %s -> %s\n", r.Type, r.Plan.Path)

@@ -116,6 +116,11 @@ func runQuantize(c *cli.Context) error {
 	if err := budgetOptions(c, opts); err != nil {
 		return err
 	}
+	split, err := splitLimits(c)
+	if err != nil {
+		return err
+	}
+	opts.Split = split
 	if quantize.IsLadder(opts.Type) {
 		return runLadder(c, opts)
 	}
