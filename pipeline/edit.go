@@ -20,6 +20,10 @@ type MetaEdit struct {
 	// Rename maps tensor names (old, new); a ComfyUI-GGUF orig_shape key of
 	// the old name is renamed with it.
 	Rename [][2]string
+	// Reshape gives tensors (by name before any rename) other stored dims
+	// in PyTorch order, with the same element count: [3840] becomes
+	// [1, 3840] for a reader that takes the stored dims for the torch shape.
+	Reshape map[string][]int64
 	// KeepLayout keeps a GGUF's data end unpadded where it was (an edit in
 	// place, as gguf_set_metadata.py leaves the file); otherwise the data
 	// ends padded to the alignment, as gguf_new_metadata.py writes it.
@@ -58,9 +62,21 @@ func EditPlan(m formats.Model, out string, e MetaEdit) (*Plan, error) {
 	plan := &Plan{Path: out, Format: creator, Header: formats.WriteOptions{Metadata: meta, PadEnd: !e.KeepLayout || endsPadded(m)}}
 	plan.Use(m)
 	for _, t := range m.Tensors() {
+		shape := t.Shape
+		if s, ok := e.Reshape[t.Name]; ok {
+			if n, err := formats.Elements(s); err != nil || n != t.Elements() {
+				return nil, fmt.Errorf("%s: tensor %q: shape %v does not hold its %d elements", m.Path(), t.Name, s, t.Elements())
+			}
+			shape = s
+		}
 		plan.Outputs = append(plan.Outputs, Output{
-			Name: names[t.Name], Type: t.Type, Shape: t.Shape, Producer: Copy(m, t), Source: &t, Note: "copied",
+			Name: names[t.Name], Type: t.Type, Shape: shape, Producer: Copy(m, t), Source: &t, Note: "copied",
 		})
+	}
+	for name := range e.Reshape {
+		if _, ok := names[name]; !ok {
+			return nil, fmt.Errorf("%s: tensor %q: no such tensor to reshape", m.Path(), name)
+		}
 	}
 	return plan, nil
 }

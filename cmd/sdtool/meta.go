@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -25,13 +26,16 @@ func init() {
 			"for the same edit (general.architecture first, the data padded to the end), and --in-place keeps\n" +
 			"the file's key order and layout, so an in-place --set of a number leaves what gguf_set_metadata.py\n" +
 			"leaves. --set takes the existing key's type, or --type, or string. A safetensors\n" +
-			"__metadata__ holds strings only. --in-place writes FILE.partial and renames it over FILE only when\n" +
+			"__metadata__ holds strings only. --shape NAME=1,3840 stores a tensor with other dims (same elements),\n" +
+			"the fix for a file sd-cli wrote whose [1, C] tensors ComfyUI-GGUF would read as [C]\n" +
+			"(docs/load-table.md). --in-place writes FILE.partial and renames it over FILE only when\n" +
 			"complete, so FILE is intact after any failure; it needs free space for a second copy.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "set", Usage: "set `KEY=VALUE` (repeatable): the key keeps its place and type, a new key goes last"},
 			&cli.StringFlag{Name: "type", Usage: "value `TYPE` of every --set: u8, i8, u16, i16, u32, i32, u64, i64, f32, f64, bool or string", DefaultText: "the key's, or string"},
 			&cli.StringSliceFlag{Name: "delete", Usage: "remove `KEY` (repeatable)"},
 			&cli.StringSliceFlag{Name: "rename-tensor", Usage: "rename tensor `OLD=NEW` (repeatable; its comfy.gguf.orig_shape key follows)"},
+			&cli.StringSliceFlag{Name: "shape", Usage: "store tensor `NAME=D0,D1,...` with these dims (PyTorch order, same element count; repeatable): [1,3840] where sd-cli stored [3840]"},
 			&cli.StringFlag{Name: "architecture", Usage: "set general.architecture to `NAME` (ComfyUI-GGUF refuses names it does not know)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the edited file to `OUT` (same format as FILE)"},
 			&cli.BoolFlag{Name: "in-place", Usage: "replace FILE with the edited file (atomically)"},
@@ -64,9 +68,9 @@ func runMeta(c *cli.Context) error {
 		return err
 	}
 	out, inPlace := c.String("output"), c.Bool("in-place")
-	if len(edit.Set)+len(edit.Delete)+len(edit.Rename) == 0 {
+	if len(edit.Set)+len(edit.Delete)+len(edit.Rename)+len(edit.Reshape) == 0 {
 		if out != "" || inPlace {
-			return fmt.Errorf("meta: -o and --in-place write an edit: give --set, --delete, --rename-tensor or --architecture")
+			return fmt.Errorf("meta: -o and --in-place write an edit: give --set, --delete, --rename-tensor, --shape or --architecture")
 		}
 		s, err := inspect.Summarize(m, inspect.Options{NoTensors: true})
 		if err != nil {
@@ -149,6 +153,17 @@ func metaEdit(c *cli.Context, m formats.Model) (pipeline.MetaEdit, error) {
 		e.Set = append(e.Set, formats.KV{Key: k, Type: t, Value: val})
 	}
 	e.Delete = c.StringSlice("delete")
+	for _, r := range c.StringSlice("shape") {
+		name, dims, ok := strings.Cut(r, "=")
+		shape, err := parseDims(dims)
+		if !ok || name == "" || err != nil {
+			return e, fmt.Errorf("--shape %q: want NAME=D0,D1,... (PyTorch order)", r)
+		}
+		if e.Reshape == nil {
+			e.Reshape = map[string][]int64{}
+		}
+		e.Reshape[name] = shape
+	}
 	for _, r := range c.StringSlice("rename-tensor") {
 		old, neu, ok := strings.Cut(r, "=")
 		if !ok || old == "" || neu == "" {
@@ -185,4 +200,17 @@ func writeInPlace(c *cli.Context, plan *pipeline.Plan, in string) error {
 	bar.Finish()
 	fmt.Fprint(c.App.ErrWriter, "wrote ")
 	return plan.WriteSummary(c.App.ErrWriter)
+}
+
+// parseDims reads "1,3840" as a shape.
+func parseDims(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		d, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("dim %q", f)
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/internal/synth"
 )
 
 // copyFile copies src to dst.
@@ -205,5 +206,40 @@ func TestMetaSafetensorsAndRefusals(t *testing.T) {
 	}
 	if code, out, _ := runApp(t, "meta", g); code != 0 || !regexp.MustCompile(`(?m)^sdtool\.unet\.num_heads +u32 +8$`).MatchString(out) {
 		t.Errorf("listing: exit %d, %q", code, out)
+	}
+}
+
+// --shape stores the dims sd-cli dropped (Z-Image's pad tokens), so that
+// readers taking the stored dims for the torch shape get [1, C]; the bytes
+// stay, and a shape of another element count is refused.
+func TestMetaShape(t *testing.T) {
+	dir := t.TempDir()
+	src, sd, fixed := filepath.Join(dir, "z.safetensors"), filepath.Join(dir, "z.gguf"), filepath.Join(dir, "fixed.gguf")
+	if err := synth.Write(src, synth.Spec{Arch: "layout-z-image", Seed: 1, DType: formats.F16}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runApp(t, "convert", "--diffusion-model", src, "--type", "q8_0", "-o", sd); code != 0 || !strings.Contains(errOut, "x_pad_token") {
+		t.Fatalf("convert: exit %d, %s (the summary names the tensors stored without their leading 1)", code, errOut)
+	}
+	const x, c = "model.diffusion_model.x_pad_token", "model.diffusion_model.cap_pad_token"
+	if code, _, errOut := runApp(t, "meta", sd, "--shape", x+"=1,64", "--shape", c+"=1,64", "-o", fixed); code != 0 {
+		t.Fatal(errOut)
+	}
+	a, b := openModel(t, sd), openModel(t, fixed)
+	for i, tt := range b.Tensors() {
+		want := a.Tensors()[i].Shape
+		if tt.Name == x || tt.Name == c {
+			want = []int64{1, 64}
+		}
+		x1, _ := formats.ReadTensor(a, &a.Tensors()[i])
+		y1, _ := formats.ReadTensor(b, &tt)
+		if !slices.Equal(tt.Shape, want) || !bytes.Equal(x1, y1) {
+			t.Errorf("tensor %q: %v, want %v with the same bytes", tt.Name, tt.Shape, want)
+		}
+	}
+	for _, bad := range []string{x + "=2,64", "nope=1", x + "=1,x"} {
+		if code, _, errOut := runApp(t, "meta", sd, "--shape", bad, "-o", filepath.Join(dir, "bad.gguf")); code != 1 {
+			t.Errorf("--shape %s: exit %d, %s", bad, code, errOut)
+		}
 	}
 }
