@@ -294,3 +294,19 @@ func familyLine(f *family.Family, variant, sdcpp string) string {
 	}
 	return fmt.Sprintf("%s; ComfyUI-GGUF: %s; sd.cpp: %s; generate: %s", out, or(f.ComfyArch), or(sdcpp), gen)
 }
+
+// WriteMetadata writes the summary's metadata, one "KEY  TYPE  VALUE" line
+// per key in file order, values shortened as WriteText shortens them.
+func WriteMetadata(w io.Writer, s *Summary) error {
+	ew := &errWriter{w: cleanWriter{w}}
+	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+	for _, e := range s.Metadata {
+		typ := e.Type
+		if e.ElemType != "" {
+			typ = fmt.Sprintf("%s[%s; %d]", e.Type, e.ElemType, e.Count)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", Clean(e.Key), typ, shortValue(e))
+	}
+	tw.Flush()
+	return ew.err
+}

@@ -187,6 +187,9 @@ func Run(ctx context.Context, plan *Plan, opts Options) error {
 	if ctx.Err() != nil {
 		return interrupted(out, ctx, "nothing written")
 	}
+	if plan.Split.Active() {
+		return runSplit(ctx, plan, tensors, l, &opts)
+	}
 	a, err := CreateAtomic(out, PublishOptions{Force: opts.Force, Inputs: plan.Inputs, Logger: opts.Logger})
 	if err != nil {
 		return err

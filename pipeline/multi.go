@@ -48,12 +48,16 @@ func (p *convertProducer) Encode(dst []byte, f []float32, _, nRows int64) error 
 
 // Written is one output of RunAll.
 type Written struct {
-	// Path is the output file.
+	// Path is the output file (the first shard of a split output).
 	Path string
-	// Bytes is the file's size.
+	// Bytes is the file's size (of all shards for a split output).
 	Bytes int64
 	// SHA256 is the digest of the file's bytes, computed as they were written.
 	SHA256 [sha256.Size]byte
+	// Shards lists the shards of a split output (Path, Bytes and SHA256 are
+	// then the first shard's path and digest and the size of all); nil
+	// otherwise.
+	Shards []Written
 }
 
 // RunAll writes several plans that read the same inputs in one pass: each
@@ -99,8 +103,14 @@ func RunAll(ctx context.Context, plans []*Plan, opts Options) ([]Written, error)
 			return nil, fmt.Errorf("%s: %w", p.Path, err)
 		}
 		layouts[i] = l
-		if err := CheckOutput(p.Path, p.Inputs, opts.Force); err != nil {
+		paths, _, err := p.Shards()
+		if err != nil {
 			return nil, err
+		}
+		for _, path := range paths {
+			if err := CheckOutput(path, p.Inputs, opts.Force); err != nil {
+				return nil, err
+			}
 		}
 	}
 	sched, err := schedule(plans, layouts)
@@ -114,35 +124,25 @@ func RunAll(ctx context.Context, plans []*Plan, opts Options) ([]Written, error)
 		return nil, interrupted(plans[0].Path, ctx, "nothing written")
 	}
 	m := &multi{plans: plans, layouts: layouts, opts: o[0], sched: sched}
-	var files []*AtomicFile
+	var sinks []*sink
 	abort := func(err error) ([]Written, error) {
-		var errs []error
-		for _, f := range files {
-			errs = append(errs, f.Abort(ctx, err))
+		var first error
+		for _, s := range sinks {
+			if e := s.set.abort(ctx, err); first == nil {
+				first = e
+			}
 		}
-		if len(errs) == 0 {
+		if first == nil {
 			return nil, err
 		}
-		return nil, errs[0]
+		return nil, first
 	}
-	for _, p := range plans {
-		f, err := CreateAtomic(p.Path, PublishOptions{Force: opts.Force, Inputs: p.Inputs, Logger: o[0].Logger})
+	for i, p := range plans {
+		s, err := openSink(p, tensors[i], PublishOptions{Force: opts.Force, Inputs: p.Inputs, Logger: o[0].Logger})
 		if err != nil {
 			return abort(err)
 		}
-		files = append(files, f)
-	}
-	sinks := make([]*sink, len(plans))
-	for i, p := range plans {
-		s := &sink{file: files[i], sum: sha256.New(), written: map[*Output]int64{}}
-		s.bw = bufio.NewWriterSize(io.MultiWriter(files[i], s.sum), writeBufferBytes)
-		if s.tw, err = p.Format.New(s.bw, tensors[i], p.header()); err != nil {
-			return abort(fmt.Errorf("%s: %w", p.Path, err))
-		}
-		if err := checkLayout(s.tw.Layout(), tensors[i]); err != nil {
-			return abort(fmt.Errorf("%s: %w", p.Path, err))
-		}
-		sinks[i] = s
+		sinks = append(sinks, s)
 	}
 	if err := m.execute(ctx, sinks); err != nil {
 		return abort(err)
@@ -158,25 +158,23 @@ func RunAll(ctx context.Context, plans []*Plan, opts Options) ([]Written, error)
 	}
 	out := make([]Written, len(plans))
 	for i, s := range sinks {
-		err := s.tw.Close()
-		if err == nil {
-			err = s.bw.Flush()
-		}
-		if err == nil {
-			if n, serr := s.file.Size(); serr == nil && n != s.tw.Size() {
-				err = fmt.Errorf("wrote %d bytes, the writer announced %d", n, s.tw.Size())
-			}
-		}
+		w, err := s.finish(plans[i].Path)
 		if err != nil {
-			return abort(fmt.Errorf("%s: %w", plans[i].Path, err))
+			return abort(err)
 		}
-		out[i] = Written{Path: plans[i].Path, Bytes: s.tw.Size()}
-		copy(out[i].SHA256[:], s.sum.Sum(nil))
+		out[i] = w
 	}
-	for i, f := range files {
-		if err := f.Commit(); err != nil {
-			for _, g := range files[i+1:] {
-				g.Abort(context.Background(), err)
+	return commitSinks(plans, sinks, out)
+}
+
+// commitSinks publishes every plan's files in order. A commit that fails
+// leaves the plans before it published, returns them, and names them in
+// the error; the failing plan's shards and every later plan are removed.
+func commitSinks(plans []*Plan, sinks []*sink, out []Written) ([]Written, error) {
+	for i, s := range sinks {
+		if err := s.set.commit(); err != nil {
+			for _, t := range sinks[i+1:] {
+				t.set.abort(context.Background(), err)
 			}
 			if i > 0 {
 				// Complete files are not taken back; say which exist so
@@ -207,14 +205,91 @@ func checkLayout(lay, tensors []formats.Tensor) error {
 	return nil
 }
 
-// sink is one plan's output file being written.
+// sink is one plan's output being written: one file, or the shards of a
+// split GGUF, each with its digest.
 type sink struct {
 	// written counts the non-finite values of each output written.
 	written map[*Output]int64
-	file    *AtomicFile
-	sum     hash.Hash
-	bw      *bufio.Writer
-	tw      formats.TensorWriter
+	set     *fileSet
+	sums    []hash.Hash
+	bws     []*bufio.Writer
+	tws     []formats.TensorWriter // each file's format writer
+	tw      formats.TensorWriter   // what the plan's data is written to
+}
+
+// openSink creates plan p's files (its shards when p.Split is active) and
+// their writers; on failure nothing of it is left.
+func openSink(p *Plan, tensors []formats.Tensor, o PublishOptions) (*sink, error) {
+	paths, shards, err := p.Shards()
+	if err != nil {
+		return nil, err
+	}
+	set, err := createSet(paths, o)
+	if err != nil {
+		return nil, err
+	}
+	s := &sink{set: set, written: map[*Output]int64{}}
+	if shards != nil && len(paths) > len(shards) {
+		// The safetensors index: known now, written at once.
+		idx, err := safetensorsIndex(paths, shards, tensors)
+		if err == nil {
+			_, err = set.files[len(shards)].Write(idx)
+		}
+		if err != nil {
+			return nil, set.abort(context.Background(), fmt.Errorf("%s: %w", paths[len(shards)], err))
+		}
+	}
+	ws := make([]io.Writer, max(len(shards), 1))
+	for k := range ws {
+		sum := sha256.New()
+		bw := bufio.NewWriterSize(io.MultiWriter(set.files[k], sum), writeBufferBytes)
+		s.sums, s.bws, ws[k] = append(s.sums, sum), append(s.bws, bw), bw
+	}
+	if shards == nil {
+		s.tw, err = p.Format.New(ws[0], tensors, p.header())
+		s.tws = []formats.TensorWriter{s.tw}
+	} else {
+		var sw *shardWriter
+		sw, err = newShardWriter(p, paths, shards, ws, tensors)
+		if err == nil {
+			s.tw, s.tws = sw, sw.tws
+		}
+	}
+	if err == nil {
+		err = checkLayout(s.tw.Layout(), tensors)
+	}
+	if err != nil {
+		return nil, set.abort(context.Background(), fmt.Errorf("%s: %w", p.Path, err))
+	}
+	return s, nil
+}
+
+// finish closes the writers, flushes and checks every file, and says what
+// was written: for a split output, the first shard with the size of all
+// and each shard in Shards.
+func (s *sink) finish(path string) (Written, error) {
+	if err := s.tw.Close(); err != nil {
+		return Written{}, fmt.Errorf("%s: %w", path, err)
+	}
+	var w Written
+	for k, bw := range s.bws {
+		if err := bw.Flush(); err != nil {
+			return Written{}, fmt.Errorf("%s: %w", s.set.paths[k], err)
+		}
+		if n, err := s.set.files[k].Size(); err == nil && n != s.tws[k].Size() {
+			return Written{}, fmt.Errorf("%s: wrote %d bytes, the writer announced %d", s.set.paths[k], n, s.tws[k].Size())
+		}
+		one := Written{Path: s.set.paths[k], Bytes: s.tws[k].Size()}
+		copy(one.SHA256[:], s.sums[k].Sum(nil))
+		if k == 0 {
+			w = one
+		}
+		if len(s.bws) > 1 {
+			w.Shards = append(w.Shards, one)
+		}
+	}
+	w.Bytes = s.tw.Size()
+	return w, nil
 }
 
 // group is one source's outputs across the plans: in each plan a

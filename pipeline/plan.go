@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/tensor"
 )
 
@@ -130,6 +131,10 @@ type Plan struct {
 	Outputs []Output
 	// Inputs are the paths of every input file (all shards).
 	Inputs []string
+	// Split, when active, writes a GGUF output as the shards of a split
+	// GGUF with gguf-split's keys and cuts (see Shards); Path names the
+	// whole and is not written itself.
+	Split gguf.SplitLimits
 	// Notes are the lines the summary ends with: what the command found
 	// that the table does not show (consumers, unused imatrix entries).
 	Notes []string

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"sort"
 	"text/tabwriter"
@@ -242,14 +243,17 @@ func (p *Plan) WriteSummary(w io.Writer) error {
 func (p *Plan) writeSummary(w io.Writer, s *Summary) error {
 	in, out, params := s.SourceBytes, s.Bytes, s.params
 	b := bpw(out, params)
-	// The file's size first, as the budget and the ladder say it; then the
-	// tensor data, which bits per weight count.
-	file := ""
-	if size, err := p.FileSize(); err == nil {
+	// The file's size first, as the budget and the ladder say it (a split
+	// output's shards each have a header of their own, so it has none
+	// here); then the tensor data, which bits per weight count.
+	name, file := p.Path, ""
+	if paths, _, err := p.Shards(); err == nil && len(paths) > 1 {
+		name = fmt.Sprintf("%s to %s", paths[0], filepath.Base(paths[len(paths)-1]))
+	} else if size, err := p.FileSize(); err == nil {
 		file = fmt.Sprintf(" file %s (%d bytes);", HumanBytes(size), size)
 	}
 	fmt.Fprintf(w, "%s:%s %s, %s: tensor data %s -> %s (%.2f bits per weight)\n",
-		p.Path, file, Count(s.count, "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
+		name, file, Count(s.count, "tensor", "tensors"), Count(int(params), "parameter", "parameters"), HumanBytes(in), HumanBytes(out), b)
 	for _, t := range s.ByType {
 		fmt.Fprintf(w, "  %-8s %13s  %s\n", t.Type, Count(t.Tensors, "tensor", "tensors"), HumanBytes(t.Bytes))
 	}

@@ -234,6 +234,19 @@ type ManifestFile struct {
 	Consumers []Consumer `json:"consumers"`
 	// Quality holds the figures of a validation run (sdtool report), nil until one ran.
 	Quality *Quality `json:"quality"`
+	// Shards lists the files of a split GGUF (--split-max-size); File and
+	// SHA256 are then the first shard's, Size the size of all.
+	Shards []ManifestShard `json:"shards,omitempty"`
+}
+
+// ManifestShard is one file of a split output.
+type ManifestShard struct {
+	// File is the shard's path relative to the manifest's folder.
+	File string `json:"file"`
+	// Size is the shard's size in bytes.
+	Size int64 `json:"size"`
+	// SHA256 is the hex digest of the shard.
+	SHA256 string `json:"sha256"`
 }
 
 // Quality is how close a file's images came to the source's in a validation run.
@@ -314,6 +327,13 @@ func (l *Ladder) manifest(written []pipeline.Written) (*Manifest, error) {
 		}
 		f := ManifestFile{File: filepath.ToSlash(rel), Type: r.Type, Format: r.Report.Format, Size: w.Bytes,
 			SHA256: hex.EncodeToString(w.SHA256[:]), Loads: []string{}, Consumers: r.Report.Consumers}
+		for _, sh := range w.Shards {
+			rel, err := filepath.Rel(dir, sh.Path)
+			if err != nil {
+				rel = sh.Path
+			}
+			f.Shards = append(f.Shards, ManifestShard{File: filepath.ToSlash(rel), Size: sh.Bytes, SHA256: hex.EncodeToString(sh.SHA256[:])})
+		}
 		if weights > 0 {
 			f.BitsPerWeight = float64(8*data) / float64(weights)
 		}

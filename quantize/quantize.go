@@ -72,6 +72,10 @@ type Options struct {
 	TensorTypeFile string
 	// TypesFrom is a GGUF whose per-tensor types are copied (same names).
 	TypesFrom string
+	// Split, when active, writes the output as shards (pipeline.Plan.Split:
+	// a split GGUF, or safetensors shards with an index); the consumers
+	// that read one file are then reported unable to load it.
+	Split gguf.SplitLimits
 	// Log receives warnings and per-tensor records; nil discards them.
 	Log *slog.Logger
 }
@@ -318,6 +322,14 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		res.Warnings = append(res.Warnings, w)
 	}
 	res.Consumers = checkConsumers(res, plan, targets)
+	plan.Split = opts.Split
+	paths, _, err := plan.Shards()
+	if err != nil {
+		return fail(err)
+	}
+	if len(paths) > 1 {
+		res.MarkSplit()
+	}
 	for _, c := range res.Consumers {
 		if !c.OK {
 			msg := fmt.Sprintf("%s cannot load %s: %s", c.Name, opts.Output, strings.Join(c.Problems, "; "))

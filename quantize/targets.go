@@ -233,3 +233,17 @@ func comfyFormatNotes(modules map[string]int) []string {
 	}
 	return out
 }
+
+// MarkSplit records that the output is written as shards: sd.cpp
+// (97d2990), ComfyUI-GGUF and ComfyUI's safetensors loaders open one file
+// and would miss the other shards' tensors (llama.cpp's loader, through
+// ggml's gguf reader, reads every shard of a split GGUF).
+func (r *Report) MarkSplit() {
+	for i := range r.Consumers {
+		c := &r.Consumers[i]
+		if c.Name == TargetSDCpp || c.Name == TargetComfyUI {
+			c.Problems = append(c.Problems, "written as shards, and it reads one file (join them with sdtool split --merge)")
+			c.OK = false
+		}
+	}
+}

@@ -49,6 +49,7 @@ func init() {
 		&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, bits per weight) and write nothing"},
 		jsonWriteFlag(),
 	)
+	flags = append(flags, splitFlags()...)
 	register(&cli.Command{
 		Name:  "convert",
 		Usage: "convert checkpoints the way `sd-cli -M convert` does, byte for byte",
@@ -101,5 +102,8 @@ func runConvert(c *cli.Context) error {
 		return err
 	}
 	defer plan.Close()
+	if n := trimNote(plan, "as sd-cli stores them (sdtool quantize keeps them, for ComfyUI-GGUF)"); n != "" {
+		plan.Notes = append(plan.Notes, n)
+	}
 	return writePlan(c, plan, "convert", nil)
 }

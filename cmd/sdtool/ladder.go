@@ -64,7 +64,11 @@ func runLadder(c *cli.Context, opts *quantize.Options) error {
 		return writeLadderJSON(c, l, false)
 	}
 	for i, f := range man.Files {
-		fmt.Fprintf(c.App.ErrWriter, "wrote %s: file %s (%d bytes), %.2f bits per weight, loads in %v\n", l.Rungs[i].Plan.Path, pipeline.HumanBytes(f.Size), f.Size, f.BitsPerWeight, f.Loads)
+		name := l.Rungs[i].Plan.Path
+		if n := len(f.Shards); n > 0 {
+			name = fmt.Sprintf("%s (%d shards)", name, n)
+		}
+		fmt.Fprintf(c.App.ErrWriter, "wrote %s: file %s (%d bytes), %.2f bits per weight, loads in %v\n", name, pipeline.HumanBytes(f.Size), f.Size, f.BitsPerWeight, f.Loads)
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s\n", l.Manifest)
 	return nil

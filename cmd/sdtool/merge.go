@@ -51,7 +51,7 @@ func init() {
 			"--dry-run lists which tensors each adapter changes, then the plan.\n\n" +
 			"All three write OUT (.safetensors or .gguf, by extension) as OUT.partial and rename it when complete;\n" +
 			"an existing OUT needs --force, and OUT can never be an input.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "recipe", Usage: "recipe `FILE` (JSON) for a rule-based merge"},
 			&cli.StringFlag{Name: "method", Usage: "arithmetic `METHOD`: weighted_sum, add_difference, ties, dare or slerp"},
 			&cli.StringFlag{Name: "a", Usage: "model `A` (the base of ties and dare)"},
@@ -81,7 +81,7 @@ func init() {
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "list each output tensor with its source and write nothing"},
 			jsonWriteFlag(),
-		},
+		}, splitFlags()...),
 		Action: runMerge,
 	},
 		"sdtool merge --recipe testdata/merge-recipe.json -o grafted.safetensors --dry-run",

@@ -53,7 +53,7 @@ func init() {
 			"safetensors as the type needs), then DIR/manifest.json: each file's type, size, bits per weight,\n" +
 			"sha256 and the consumers that load it (docs/ladder-manifest.md). Memory in flight is the number of\n" +
 			"files times --max-memory; a failure or Ctrl-C removes every partial file.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.gguf, or .safetensors for the ComfyUI types: int8_convrot, int8, fp8_e4m3, fp8_e5m2, nvfp4, mxfp8, convrot_w4a4, asym_w4a8_int8)"},
 			&cli.StringFlag{Name: "type", Usage: "`TYPE` or mix from the table above"},
 			&cli.BoolFlag{Name: "pure", Usage: "give every eligible tensor the base type (no mix upgrades)"},
@@ -82,7 +82,7 @@ func init() {
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the plan (types, sizes, reasons, consumers) and write nothing"},
 			&cli.BoolFlag{Name: "json", Usage: "print the plan, the file's size and its consumers as JSON on stdout (a ladder: every file's, and the manifest's path) instead of the table and summary (docs/write-json.md)"},
-		},
+		}, splitFlags()...),
 		Action: runQuantize,
 	},
 		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run",
@@ -124,6 +124,11 @@ func runQuantize(c *cli.Context) error {
 	if err := budgetOptions(c, opts); err != nil {
 		return err
 	}
+	split, err := splitLimits(c)
+	if err != nil {
+		return err
+	}
+	opts.Split = split
 	if quantize.IsLadder(opts.Type) {
 		return runLadder(c, opts)
 	}

@@ -81,6 +81,10 @@ func jsonWriteFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "json", Usage: "print the plan and the file's size as JSON on stdout instead of the table and summary (docs/write-json.md)"}
 }
 
+// splitNote says which runtimes read a split GGUF: sd.cpp (97d2990) and
+// ComfyUI-GGUF open one file and would miss the other shards' tensors.
+const splitNote = "note: llama.cpp's loader reads split GGUFs; sd.cpp and ComfyUI-GGUF read one file: join the shards with `sdtool split --merge` before loading them there"
+
 // writePlan prints plan for --dry-run, or writes it with a progress bar
 // on a terminal, Ctrl-C cancelling cleanly, and prints what it wrote.
 // With --json both print plan.Result, through wrap when the command adds
@@ -91,6 +95,18 @@ func writePlan(c *cli.Context, plan *pipeline.Plan, label string, wrap func(*pip
 		return err
 	}
 	plan.Inputs = append(plan.Inputs, readFiles(c)...)
+	if !plan.Split.Active() {
+		if plan.Split, err = splitLimits(c); err != nil {
+			return err
+		}
+	}
+	paths, shards, err := plan.Shards()
+	if err != nil {
+		return err
+	}
+	if len(paths) > 1 && plan.Format.Name == "gguf" {
+		plan.Notes = append(plan.Notes, splitNote)
+	}
 	dry, asJSON := c.Bool("dry-run"), c.Bool("json")
 	printJSON := func() error {
 		r, err := plan.Result(label, dry)
@@ -108,6 +124,9 @@ func writePlan(c *cli.Context, plan *pipeline.Plan, label string, wrap func(*pip
 		}
 		if err := plan.WriteTable(c.App.Writer); err != nil {
 			return err
+		}
+		for k, sh := range shards {
+			fmt.Fprintf(c.App.Writer, "%s: %s, %d metadata keys\n", paths[k], pipeline.Count(sh.Count, "tensor", "tensors"), len(sh.Metadata))
 		}
 		_, err := fmt.Fprintln(c.App.Writer, "nothing written (--dry-run)")
 		return err
