@@ -2,8 +2,10 @@
 // element ranges and bounded memory: plain float and integer dtypes, ggml
 // block types with a registered dequantizer (package quant), and ComfyUI
 // quantized linear layers (comfy_quant INT8 with or without the convrot
-// rotation, FP8 with a scale), found by formats/comfyquant and decoded
-// exactly with the quant/convrot codecs.
+// rotation, FP8 with a scale, nvfp4, mxfp8, convrot_w4a4 and
+// asym_w4a8_int8, the packed 4-bit ones at their logical [out, in] shape),
+// found by formats/comfyquant and decoded exactly with the quant/convrot
+// codecs.
 //
 // NewView lists a model's tensors as Sources; Source.Read decodes any
 // element range; Dequantized presents a model whose ComfyUI modules read as

@@ -20,6 +20,10 @@ func FuzzParseQuantConfig(f *testing.F) {
 		`{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 512}`,
 		`{"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 256.0}`,
 		`{"format": "nvfp4", "per_row": true}`,
+		`{"format": "mxfp8"}`,
+		`{"format": "convrot_w4a4", "convrot_groupsize": 64, "linear_dtype": "int8"}`,
+		`{"format": "asym_w4a8_int8", "params": {"group_size": 32, "convrot_groupsize": 16}}`,
+		`{"format": "asym_w4a8_int8", "group_size": 5}`,
 		`{"format": "int8_tensorwise"} trailing`,
 		``, `null`, `[]`, `{"params": null, "format": "int8_tensorwise"}`,
 	} {

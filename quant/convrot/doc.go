@@ -1,7 +1,10 @@
 // Package convrot holds the codecs of ComfyUI's quantized linear layers:
-// INT8 with a block Hadamard rotation ("convrot"), plain per-row INT8, and
-// FP8 with a tensor-wise scale, and Layer, which says how one linear weight
-// is written (marker config, output tensors, codec).
+// INT8 with a block Hadamard rotation ("convrot"), plain per-row INT8, FP8
+// with a tensor-wise scale, NVFP4 and MXFP8 with block scales in cuBLAS's
+// swizzled layout (blockfp.go), and the rotated 4-bit formats convrot_w4a4
+// and asym_w4a8_int8 (int4.go); and Layer, which says how one linear weight
+// is written (marker config, output tensors, codec). The block formats'
+// numbers are in docs/comfy-formats.md.
 //
 // # The numbers
 //
