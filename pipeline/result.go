@@ -23,6 +23,7 @@ type Result struct {
 	Parameters int64 `json:"parameters"`
 	// ParameterBitsPerWeight is 8*bytes/parameters, the summary line's figure.
 	ParameterBitsPerWeight float64 `json:"parameter_bits_per_weight"`
+	// Summary gives the tensors, the totals per type and the byte counts.
 	Summary
 	// Notes are the summary's closing lines (consumers, carried metadata, ...).
 	Notes []string `json:"notes"`

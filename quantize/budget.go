@@ -283,9 +283,58 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 	if metric == "" {
 		metric = MetricRelative
 	}
+	tasks, err := b.measureTasks(elig, cands)
+	if err != nil {
+		return err
+	}
+	// Sizes need no measurement: the bytes every other tensor (and the
+	// header) takes, from a plan with each allocated tensor at its first
+	// candidate, and a budget below the smallest file refused before the
+	// input is read.
+	cost := func(t *measureTask, typ formats.DType) int64 {
+		if bo.Bytes > 0 {
+			return align32(t.bytes(typ))
+		}
+		return t.bytes(typ)
+	}
+	first := map[string]formats.DType{}
+	for i, e := range elig {
+		if !e.pinned {
+			first[e.name] = tasks[i].types[0]
+		}
+	}
+	probe, err := b.probePlan(f, withTypes(user, first), userMeta)
+	if err != nil {
+		return err
+	}
+	fileFixed, dataFixed := probe.file, probe.data
+	var least int64
+	for i, e := range elig {
+		if e.pinned {
+			continue
+		}
+		t := &tasks[i]
+		fileFixed -= align32(t.bytes(t.types[0]))
+		dataFixed -= t.bytes(t.types[0])
+		m := cost(t, t.types[0])
+		for _, typ := range t.types {
+			m = min(m, cost(t, typ))
+		}
+		least += m
+	}
+	var avail int64
+	if bo.Bytes > 0 {
+		avail = bo.Bytes - fileFixed
+	} else {
+		avail = int64(math.Floor(bo.BPW*float64(probe.params)/8)) - dataFixed
+	}
+	if least > avail {
+		return b.budgetTooSmall(fileFixed, dataFixed, least, probe.params)
+	}
+
 	start := time.Now()
 	b.log.Info("measuring candidate types", "tensors", len(elig), "candidates", len(cands), "file", b.opts.Input)
-	meas, err := b.measure(elig, cands, bo.Threads)
+	meas, err := b.measure(tasks, bo.Threads)
 	if err != nil {
 		return err
 	}
@@ -302,65 +351,23 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 	}
 	b.log.Info("measured", "elements", rep.Measured, "time", rep.Elapsed.Round(time.Millisecond))
 
-	// The bytes every other tensor (and the header) takes: plan once with
-	// each allocated tensor at its first candidate and subtract those.
-	first := map[string]formats.DType{}
-	for i, e := range elig {
-		if !e.pinned {
-			first[e.name] = meas[i].cands[0].Type
-		}
-	}
-	probe, err := b.probePlan(f, withTypes(user, first), userMeta)
-	if err != nil {
-		return err
-	}
-	fileFixed, dataFixed := probe.file, probe.data
 	items := make([]allocItem, 0, len(elig))
 	var alloc []int // elig index of each item
 	for i, e := range elig {
 		if e.pinned {
 			continue
 		}
-		c0 := meas[i].cands[0]
-		fileFixed -= align32(c0.Bytes)
-		dataFixed -= c0.Bytes
 		var it allocItem
 		for _, c := range meas[i].cands {
-			cost := c.Bytes
-			if bo.Bytes > 0 {
-				cost = align32(c.Bytes)
-			}
-			it.Cost = append(it.Cost, cost)
+			it.Cost = append(it.Cost, cost(&tasks[i], c.Type))
 			it.Err = append(it.Err, c.Err)
 		}
 		items = append(items, it)
 		alloc = append(alloc, i)
 	}
-	var avail int64
-	if bo.Bytes > 0 {
-		avail = bo.Bytes - fileFixed
-	} else {
-		avail = int64(math.Floor(bo.BPW*float64(probe.params)/8)) - dataFixed
-	}
 	a, err := allocate(items, avail)
 	if err != nil {
-		limit := pipeline.HumanBytes(bo.Bytes)
-		if bo.Bytes == 0 {
-			limit = fmt.Sprintf("%g bits per weight", bo.BPW)
-		}
-		var least int64
-		for _, it := range items {
-			m := it.Cost[0]
-			for _, c := range it.Cost {
-				m = min(m, c)
-			}
-			least += m
-		}
-		if bo.Bytes > 0 {
-			return fmt.Errorf("%s: --budget %s is below the smallest file the candidates allow, %s (%s of it in tensors kept in high precision, pinned tensors and the header)",
-				b.opts.Input, limit, pipeline.HumanBytes(fileFixed+least), pipeline.HumanBytes(fileFixed))
-		}
-		return fmt.Errorf("%s: --bpw %g is below the smallest the candidates allow, %.3f bits per weight", b.opts.Input, bo.BPW, float64(dataFixed+least)*8/float64(probe.params))
+		return b.budgetTooSmall(fileFixed, dataFixed, least, probe.params)
 	}
 	rep.Optimal = a.Breakpoint
 	rep.Mixes = b.priceMixes(inputs, elig, meas, fileFixed)
@@ -449,6 +456,18 @@ func align32(n int64) int64 { return (n + 31) &^ 31 }
 // probeSize is what a plan would write: the whole file, the tensor data
 // without padding, and the parameters (elements with a source).
 type probeSize struct{ file, data, params int64 }
+
+// budgetTooSmall is the error for a budget below the smallest output the
+// candidates allow: least bytes for the allocated tensors on top of the
+// fixed ones.
+func (b *builder) budgetTooSmall(fileFixed, dataFixed, least, params int64) error {
+	bo := b.opts.Budget
+	if bo.Bytes > 0 {
+		return fmt.Errorf("%s: --budget %s is below the smallest file the candidates allow, %s (%s of it in tensors kept in high precision, pinned tensors and the header)",
+			b.opts.Input, pipeline.HumanBytes(bo.Bytes), pipeline.HumanBytes(fileFixed+least), pipeline.HumanBytes(fileFixed))
+	}
+	return fmt.Errorf("%s: --bpw %g is below the smallest the candidates allow, %.3f bits per weight", b.opts.Input, bo.BPW, float64(dataFixed+least)*8/float64(params))
+}
 
 // probePlan plans with the given types on a copy of the builder, adds the
 // metadata, and measures the file that plan would write.

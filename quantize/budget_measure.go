@@ -38,23 +38,11 @@ type measureTask struct {
 	perRows int64 // rows per chunk
 }
 
-// measure computes, for every eligible tensor, each fitting candidate's
-// error: the tensor is read in chunks of whole rows through the same
-// reader the pipeline uses, each chunk is quantized to every candidate
-// (with the importance weights the real run uses) and decoded, and the
-// squared differences, weighted by column when an imatrix covers the
-// tensor, are summed in float64. Workers share the chunks; partial sums
-// are kept per chunk and added in order, so the result does not depend on
-// the thread count.
-func (b *builder) measure(elig []budgetTensor, cands []formats.DType, threads int) ([]measured, error) {
-	bo := b.opts.Budget
-	ctx := bo.Context
-	if ctx == nil {
-		ctx = context.Background()
-	}
+// measureTasks prepares the measurement of every eligible tensor: its
+// rows, importance weights, chunks and the candidate types that fit it,
+// in cands' order. Nothing is read yet.
+func (b *builder) measureTasks(elig []budgetTensor, cands []formats.DType) ([]measureTask, error) {
 	tasks := make([]measureTask, len(elig))
-	type job struct{ task, chunk int }
-	var jobs []job
 	for i, e := range elig {
 		s := b.dm.Sources[e.index]
 		rowLen := e.shape[len(e.shape)-1]
@@ -87,6 +75,33 @@ func (b *builder) measure(elig []budgetTensor, cands []formats.DType, threads in
 		t.perRows = max(1, measureChunkElements/rowLen)
 		t.chunks = (t.rows + t.perRows - 1) / t.perRows
 		tasks[i] = t
+	}
+	return tasks, nil
+}
+
+// bytes returns the tensor's data size in type typ.
+func (t *measureTask) bytes(typ formats.DType) int64 {
+	n, _ := typ.Bytes([]int64{t.rows, t.rowLen})
+	return n
+}
+
+// measure computes, for every eligible tensor, each fitting candidate's
+// error: the tensor is read in chunks of whole rows through the same
+// reader the pipeline uses, each chunk is quantized to every candidate
+// (with the importance weights the real run uses) and decoded, and the
+// squared differences, weighted by column when an imatrix covers the
+// tensor, are summed in float64. Workers share the chunks; partial sums
+// are kept per chunk and added in order, so the result does not depend on
+// the thread count.
+func (b *builder) measure(tasks []measureTask, threads int) ([]measured, error) {
+	bo := b.opts.Budget
+	ctx := bo.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	type job struct{ task, chunk int }
+	var jobs []job
+	for i, t := range tasks {
 		for c := range t.chunks {
 			jobs = append(jobs, job{i, int(c)})
 		}

@@ -482,3 +482,18 @@ func TestBudgetProgressAndInterrupt(t *testing.T) {
 		t.Error("an interrupted budget wrote the output")
 	}
 }
+
+// A budget below the smallest file the candidates allow is refused from
+// the sizes alone, before the measurement reads the input (it took minutes
+// to learn that a budget was too small).
+func TestBudgetTooSmallBeforeMeasuring(t *testing.T) {
+	for _, b := range []*Budget{{Bytes: 1000}, {BPW: 0.5}} {
+		measured := false
+		b.Start = func(int, int64) { measured = true }
+		o := Options{Input: tinyPath, Output: filepath.Join(t.TempDir(), "a.gguf"), Budget: b}
+		_, err := quantizeRun(context.Background(), &o, pipeline.Options{}, true)
+		if err == nil || !strings.Contains(err.Error(), "is below the smallest") || measured {
+			t.Errorf("%+v: measured %v, error %v", *b, measured, err)
+		}
+	}
+}

@@ -7,5 +7,7 @@
 // holds the definitions the reader and writer share and registers the
 // format with formats.Open and formats.Create, reader.go and writer.go
 // mirror each other, shard.go joins sharded checkpoints, json.go is the
-// header's strict JSON scanner. It imports only package formats.
+// header's strict JSON scanner, metaarray.go the typed JSON text a GGUF
+// array takes in __metadata__ (which holds strings only). It imports only
+// package formats.
 package safetensors
