@@ -204,7 +204,7 @@ func TestSplitFlags(t *testing.T) {
 		{[]string{"--split-max-size", "0M"}, "want a positive size"},
 		{[]string{"--split-max-size", "1.5Q"}, `size "1.5Q"`},
 		{[]string{"--split-max-tensors", "0"}, "want 1 or more"},
-		{[]string{"--split-max-size", "1K"}, "a shard would hold no tensor"},
+		{[]string{"--split-max-size", "1KB"}, "a shard would hold no tensor"},
 		{[]string{"--merge"}, "not named like a shard"},
 	} {
 		code, _, errOut := runApp(t, append([]string{"split", splitInputs[0], "-o", out}, c.args...)...)
