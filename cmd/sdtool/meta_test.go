@@ -248,3 +248,20 @@ func TestMetaShape(t *testing.T) {
 		}
 	}
 }
+
+// An edit of a split GGUF is one file without the split keys.
+func TestMetaOfSplit(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errOut := runApp(t, "split", splitInputs[0], "--split-max-size", "1M", "--keep-dims", "-o", filepath.Join(dir, "s")); code != 0 {
+		t.Fatal(errOut)
+	}
+	out := filepath.Join(dir, "one.gguf")
+	if code, _, errOut := runApp(t, "meta", filepath.Join(dir, "s-00002-of-00004.gguf"), "--set", "general.name=joined", "-o", out); code != 0 {
+		t.Fatal(errOut)
+	}
+	m := openModel(t, out)
+	if _, ok := m.Metadata().Get(gguf.SplitCountKey); ok {
+		t.Error("split.count kept in a single file")
+	}
+	sameTensors(t, openModel(t, splitInputs[0]), m)
+}
