@@ -47,6 +47,11 @@ func EditPlan(m formats.Model, out string, e MetaEdit) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(info.Files) > 1 && info.Format == "gguf" {
+		// The edit of a split GGUF is one file: split.count would make
+		// llama.cpp's loader look for shards.
+		meta = gguf.StripSplitKeys(meta)
+	}
 	names, err := renames(m, e.Rename)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -460,6 +461,10 @@ type job struct {
 	refs    atomic.Int32
 	tokens  int
 	release func(*job)
+	// calm reports that the job's decoded values were finite and below
+	// checkAbove, so that no output encoded from them can hold a
+	// non-finite value and drain need not count them.
+	calm bool
 }
 
 // encode is one output's part of a shared job.
@@ -758,6 +763,13 @@ func (m *multi) run(ctx context.Context, j *job, s *tensor.Scratch) (err error) 
 	if err := j.src.Read(f, j.e0, s); err != nil {
 		return nameTensor(j.src.Name, err)
 	}
+	j.calm = true
+	for _, v := range f {
+		if !(math.Abs(float64(v)) < checkAbove) { // NaN too
+			j.calm = false
+			break
+		}
+	}
 	for k, e := range j.encs {
 		vals := f
 		if k < len(j.encs)-1 {
@@ -786,7 +798,7 @@ func (m *multi) drain(ctx context.Context, s *sink, order <-chan *piece) error {
 			return p.job.err
 		}
 		if len(p.buf) > 0 {
-			if _, copied := p.out.Producer.(*copyProducer); !copied || !p.out.Type.Quantized() {
+			if _, copied := p.out.Producer.(*copyProducer); !p.job.calm && (!copied || !p.out.Type.Quantized()) {
 				s.written[p.out] += countNonFinite(p.out.Type, p.buf, &scratch)
 			}
 			n, err := s.tw.Write(p.buf)

@@ -29,7 +29,8 @@ func copyFile(t *testing.T, src, dst string) {
 
 // TestMetaMatchesGGUFPy compares meta with llama.cpp's gguf_new_metadata.py
 // and gguf_set_metadata.py where they overlap. SDTOOL_GGUF_PY is the
-// gguf-py folder of a llama.cpp checkout (holding gguf/ and scripts/);
+// gguf-py folder of a llama.cpp checkout (holding gguf/, the scripts in
+// gguf/scripts/ or, in older ones, scripts/);
 // SDTOOL_PYTHON the Python with numpy and tqdm (default python3; Debian's
 // python3-numpy and python3-tqdm do). Extra modules gguf-py imports can be
 // put on PYTHONPATH, which the test keeps.
@@ -42,9 +43,13 @@ func TestMetaMatchesGGUFPy(t *testing.T) {
 	if python == "" {
 		python = "python3"
 	}
+	scripts := filepath.Join(dir, "gguf", "scripts") // newer gguf-py; older ones have scripts/ beside gguf/
+	if _, err := os.Stat(scripts); err != nil {
+		scripts = filepath.Join(dir, "scripts")
+	}
 	py := func(script string, args ...string) {
 		t.Helper()
-		cmd := exec.Command(python, append([]string{filepath.Join(dir, "scripts", script)}, args...)...)
+		cmd := exec.Command(python, append([]string{filepath.Join(scripts, script)}, args...)...)
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+dir+string(os.PathListSeparator)+os.Getenv("PYTHONPATH"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%s %q: %v\n%s", script, args, err, out)
@@ -242,4 +247,21 @@ func TestMetaShape(t *testing.T) {
 			t.Errorf("--shape %s: exit %d, %s", bad, code, errOut)
 		}
 	}
+}
+
+// An edit of a split GGUF is one file without the split keys.
+func TestMetaOfSplit(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, errOut := runApp(t, "split", splitInputs[0], "--split-max-size", "1M", "--keep-dims", "-o", filepath.Join(dir, "s")); code != 0 {
+		t.Fatal(errOut)
+	}
+	out := filepath.Join(dir, "one.gguf")
+	if code, _, errOut := runApp(t, "meta", filepath.Join(dir, "s-00002-of-00004.gguf"), "--set", "general.name=joined", "-o", out); code != 0 {
+		t.Fatal(errOut)
+	}
+	m := openModel(t, out)
+	if _, ok := m.Metadata().Get(gguf.SplitCountKey); ok {
+		t.Error("split.count kept in a single file")
+	}
+	sameTensors(t, openModel(t, splitInputs[0]), m)
 }
