@@ -106,6 +106,10 @@ func OpenFile[T any](path string, parse func(r io.ReaderAt, size int64, name str
 	v, err := parse(f, st.Size(), path)
 	if err != nil {
 		f.Close()
+		var te *TruncatedError
+		if errors.As(err, &te) {
+			te.detach()
+		}
 		return zero, nil, err
 	}
 	return v, f, nil

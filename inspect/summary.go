@@ -68,6 +68,26 @@ type Summary struct {
 	// Adapter describes an adapter file (LoRA and its kin); nil (and left
 	// out of the JSON) for a model.
 	Adapter *AdapterSummary `json:"adapter,omitempty"`
+	// Truncated is set for a file shorter than its header's tensor data
+	// says (a cut-short download), which only inspect opens.
+	Truncated *Truncation `json:"truncated,omitempty"`
+}
+
+// Truncation says how much of a truncated file is missing.
+type Truncation struct {
+	// Size is the file's size in bytes.
+	Size int64 `json:"size"`
+	// Want is the size its header's tensor data needs.
+	Want int64 `json:"want"`
+	// Missing is Want less Size.
+	Missing int64 `json:"missing"`
+	// Cut names the tensors whose data is not all in the file, in data order.
+	Cut []string `json:"cut_tensors"`
+}
+
+// TruncationOf describes e for a Summary.
+func TruncationOf(e *formats.TruncatedError) *Truncation {
+	return &Truncation{Size: e.Size, Want: e.Want, Missing: e.Missing(), Cut: e.Cut}
 }
 
 // MetaEntry is one metadata key and value.

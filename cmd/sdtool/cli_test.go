@@ -306,9 +306,10 @@ func TestDocumentedCommands(t *testing.T) {
   echo "documented line runs go $*: not supported by this test" >&2; return 99
 }
 `
-	runLines := func(t *testing.T, lines []string) string {
+	runLines := func(t *testing.T, lines []string, setup ...string) string {
 		dir := t.TempDir()
 		copyDir(t, "../../testdata", filepath.Join(dir, "testdata"))
+		lines = append(setup, lines...)
 		for _, line := range lines {
 			cmd := exec.Command(bash, "-c", prelude+line)
 			cmd.Dir = dir
@@ -350,18 +351,7 @@ func TestDocumentedCommands(t *testing.T) {
 	}
 	t.Run("README", func(t *testing.T) {
 		dir := runLines(t, append(readme, again...))
-		// Examples write into the scratch folder only: nothing in the
-		// repository root (but the ./sdtool that go run ./build makes,
-		// which git ignores), nothing in testdata/.
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if n := e.Name(); n != scratchDir && n != "testdata" && n != "sdtool" {
-				t.Errorf("README examples wrote %s outside %s/", n, scratchDir)
-			}
-		}
-		if got, want := listFiles(t, filepath.Join(dir, "testdata")), listFiles(t, "../../testdata"); !reflect.DeepEqual(got, want) {
-			t.Errorf("README examples changed testdata/: %q, was %q", got, want)
-		}
+		checkScratchOnly(t, dir, "README examples")
 	})
 
 	for _, path := range commandPaths(newApp(&bytes.Buffer{}, &bytes.Buffer{}).Commands, "") {
@@ -384,8 +374,29 @@ func TestDocumentedCommands(t *testing.T) {
 				// The README's renders above stand for them in the default run.
 				longtest.Skip(t, "sdtool "+path+" --help examples (renders)")
 			}
-			runLines(t, ex)
+			// The README makes the scratch folder once, before its first
+			// example; a help's examples assume it, as they would run
+			// after the README's.
+			dir := runLines(t, ex, "mkdir -p "+scratchDir)
+			checkScratchOnly(t, dir, "sdtool "+path+" --help examples")
 		})
+	}
+}
+
+// checkScratchOnly fails t when the examples run in dir (what names them)
+// wrote anything but into the scratch folder: nothing in the repository
+// root (but the ./sdtool that go run ./build makes, which git ignores),
+// nothing in testdata/ (issue 34, item 20).
+func checkScratchOnly(t *testing.T, dir, what string) {
+	t.Helper()
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if n := e.Name(); n != scratchDir && n != "testdata" && n != "sdtool" {
+			t.Errorf("%s wrote %s outside %s/", what, n, scratchDir)
+		}
+	}
+	if got, want := listFiles(t, filepath.Join(dir, "testdata")), listFiles(t, "../../testdata"); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s changed testdata/: %q, was %q", what, got, want)
 	}
 }
 

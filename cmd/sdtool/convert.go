@@ -69,9 +69,9 @@ func init() {
 		Flags:  flags,
 		Action: runConvert,
 	},
-		"sdtool convert -m testdata/tiny-sd1.safetensors -o tiny-sd1-q8_0.gguf --type q8_0 --force",
-		"sdtool convert -m testdata/tiny-sd1.safetensors -o tiny-sd1-q4_K.gguf --type q4_K --tensor-type-rules '^first_stage_model\\.=f16,attn2\\.to_[kv]=q8_0' --dry-run",
-		"sdtool convert -m testdata/tiny-sd1.safetensors -o tiny-sd1-q8_0.gguf --type q8_0 --dry-run --json",
+		"sdtool convert -m testdata/tiny-sd1.safetensors -o out/tiny-sd1-q8_0.gguf --type q8_0 --force",
+		"sdtool convert -m testdata/tiny-sd1.safetensors -o out/tiny-sd1-q4_K.gguf --type q4_K --tensor-type-rules '^first_stage_model\\.=f16,attn2\\.to_[kv]=q8_0' --dry-run",
+		"sdtool convert -m testdata/tiny-sd1.safetensors -o out/tiny-sd1-q8_0.gguf --type q8_0 --dry-run --json",
 	)
 }
 

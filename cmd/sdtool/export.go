@@ -34,8 +34,8 @@ func init() {
 		},
 		Action: runExport,
 	},
-		"sdtool export testdata/tiny-flux.gguf --names comfyui -o tiny-flux.safetensors --force",
-		"sdtool export testdata/tiny-sdxl.gguf --names sdcpp --dtype f32 -o tiny-sdxl-sdcpp.safetensors --dry-run",
+		"sdtool export testdata/tiny-flux.gguf --names comfyui -o out/tiny-flux.safetensors --force",
+		"sdtool export testdata/tiny-sdxl.gguf --names sdcpp --dtype f32 -o out/tiny-sdxl-sdcpp.safetensors --dry-run",
 	)
 }
 

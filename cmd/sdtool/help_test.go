@@ -112,3 +112,54 @@ func TestSuggestions(t *testing.T) {
 		}
 	}
 }
+
+// Every help example writes into the scratch folder, as the README's do,
+// not into the folder it runs from (issue 34, item 20). This reads the
+// output flags of each example, so it also covers the examples that only
+// the long run executes (generate's and report's renders).
+func TestHelpExamplesWriteIntoScratch(t *testing.T) {
+	for _, path := range commandPaths(newApp(&bytes.Buffer{}, &bytes.Buffer{}).Commands, "") {
+		for _, ex := range helpExamples(t, path) {
+			words := shellWords(ex)
+			for i := 0; i+1 < len(words); i++ {
+				name := strings.TrimLeft(words[i], "-")
+				if name == "o" {
+					name = "output"
+				}
+				if !strings.HasPrefix(words[i], "-") || !outputFlags[name] {
+					continue
+				}
+				if out := words[i+1]; !strings.HasPrefix(out, scratchDir+"/") {
+					t.Errorf("sdtool %s example writes %s outside %s/: %s", path, out, scratchDir, ex)
+				}
+			}
+		}
+	}
+}
+
+// shellWords splits a command line at blanks, keeping single-quoted parts
+// whole (all the quoting the examples use).
+func shellWords(line string) []string {
+	var words []string
+	var cur strings.Builder
+	quoted, in := false, false
+	for _, r := range line {
+		switch {
+		case r == '\'':
+			quoted, in = !quoted, true
+		case r == ' ' && !quoted:
+			if in {
+				words = append(words, cur.String())
+			}
+			cur.Reset()
+			in = false
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words
+}

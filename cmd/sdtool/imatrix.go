@@ -55,8 +55,8 @@ func init() {
 		},
 	},
 		"sdtool imatrix show testdata/tiny-sd1.imatrix.dat --top 3",
-		"sdtool imatrix convert testdata/tiny-sd1.imatrix.dat -o tiny-sd1.imatrix.gguf --force",
-		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat tiny-sd1.imatrix.gguf -o merged.dat --mode sdcpp --force",
+		"sdtool imatrix convert testdata/tiny-sd1.imatrix.dat -o out/tiny-sd1.imatrix.gguf --force",
+		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat out/tiny-sd1.imatrix.gguf -o out/merged.dat --mode sdcpp --force",
 	)
 	registerNested("imatrix show",
 		"sdtool imatrix show testdata/tiny-sd1.imatrix.dat --top 3",
@@ -64,12 +64,12 @@ func init() {
 		"sdtool imatrix show testdata/tiny-sd1.imatrix.dat --json --top 1",
 	)
 	registerNested("imatrix merge",
-		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat testdata/tiny-sd1.imatrix.dat -o twice.dat",
-		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat testdata/tiny-sd1.imatrix.dat -o twice.gguf --mode sdcpp",
+		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat testdata/tiny-sd1.imatrix.dat -o out/twice.dat",
+		"sdtool imatrix merge testdata/tiny-sd1.imatrix.dat testdata/tiny-sd1.imatrix.dat -o out/twice.gguf --mode sdcpp",
 	)
 	registerNested("imatrix convert",
-		"sdtool imatrix convert testdata/tiny-sd1.imatrix.dat -o tiny-sd1.imatrix.gguf",
-		"sdtool imatrix convert tiny-sd1.imatrix.gguf -o back.dat",
+		"sdtool imatrix convert testdata/tiny-sd1.imatrix.dat -o out/tiny-sd1.imatrix.gguf",
+		"sdtool imatrix convert out/tiny-sd1.imatrix.gguf -o out/back.dat",
 	)
 }
 

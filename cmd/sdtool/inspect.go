@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -23,7 +24,8 @@ func init() {
 			"quantized modules, over-long names, and a table of every tensor. An adapter file (LoRA, LoCon, LoHa,\n" +
 			"LoKr, full diffs) also gets its naming (kohya, PEFT, diffusers, LyCORIS, ...), layer kinds and count,\n" +
 			"the parts it adapts, ranks, alphas and the family it was made for. Only headers are read (and the\n" +
-			"few bytes of comfy_quant markers and adapter alphas).\n" +
+			"few bytes of comfy_quant markers and adapter alphas). A file shorter than its header says (a cut-short\n" +
+			"download) is shown with a warning naming the bytes missing and the tensors cut; other commands refuse it.\n" +
 			"--json writes the schema documented in docs/inspect-json.md (an array for several files).",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "write JSON (one object per file; an array for several files)"},
@@ -56,6 +58,12 @@ func runInspect(c *cli.Context) error {
 	for i, path := range c.Args().Slice() {
 		start := time.Now()
 		m, err := formats.Open(path)
+		// A truncated download still has its whole header: show it, with
+		// the truncation as its first warning, where other commands refuse.
+		var te *formats.TruncatedError
+		if errors.As(err, &te) && te.Header != nil {
+			m, err = te.Header, nil
+		}
 		if err != nil {
 			return err
 		}
@@ -63,6 +71,10 @@ func runInspect(c *cli.Context) error {
 		m.Close()
 		if err != nil {
 			return err
+		}
+		if te != nil {
+			s.Truncated = inspect.TruncationOf(te)
+			defer fmt.Fprintf(c.App.ErrWriter, "warning: %s\n", te.Warning())
 		}
 		slog.Debug("inspected", "file", path, "tensors", s.TensorCount, "elapsed", time.Since(start))
 		if c.Bool("json") {

@@ -58,11 +58,11 @@ func init() {
 			},
 		},
 	},
-		"sdtool lora extract --base testdata/tiny-sd1.safetensors --tuned testdata/tiny-sd1-tuned.safetensors --rank 2 -o lora.safetensors --dry-run",
+		"sdtool lora extract --base testdata/tiny-sd1.safetensors --tuned testdata/tiny-sd1-tuned.safetensors --rank 2 -o out/lora.safetensors --dry-run",
 	)
 	registerNested("lora extract",
-		"sdtool lora extract --base testdata/tiny-sd1.safetensors --tuned testdata/tiny-sd1-tuned.safetensors --rank 2 -o lora.safetensors",
-		"sdtool lora extract --base testdata/tiny-sd1.safetensors --tuned testdata/tiny-sd1-tuned.safetensors --energy 0.9 --filter 'down_blocks' -o lora-down.safetensors --json",
+		"sdtool lora extract --base testdata/tiny-sd1.safetensors --tuned testdata/tiny-sd1-tuned.safetensors --rank 2 -o out/lora.safetensors",
+		"sdtool lora extract --base testdata/tiny-sd1.safetensors --tuned testdata/tiny-sd1-tuned.safetensors --energy 0.9 --filter 'down_blocks' -o out/lora-down.safetensors --json",
 	)
 }
 

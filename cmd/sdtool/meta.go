@@ -47,9 +47,9 @@ func init() {
 		Action: runMeta,
 	},
 		"sdtool meta testdata/tiny-sd1.gguf",
-		"sdtool meta testdata/tiny-sd1.gguf --architecture sd1 --set general.name=tiny --set sdtool.generate.steps=8 --delete sdtool.prediction -o tiny-edited.gguf --force",
-		"sdtool meta tiny-edited.gguf --set sdtool.generate.steps=2 --in-place",
-		"sdtool meta testdata/tiny-sd1.safetensors --set general.name=tiny --rename-tensor cond_stage_model.transformer.text_model.final_layer_norm.weight=cond_stage_model.final_ln.weight -o tiny-edited.safetensors --force",
+		"sdtool meta testdata/tiny-sd1.gguf --architecture sd1 --set general.name=tiny --set sdtool.generate.steps=8 --delete sdtool.prediction -o out/tiny-edited.gguf --force",
+		"sdtool meta out/tiny-edited.gguf --set sdtool.generate.steps=2 --in-place",
+		"sdtool meta testdata/tiny-sd1.safetensors --set general.name=tiny --rename-tensor cond_stage_model.transformer.text_model.final_layer_norm.weight=cond_stage_model.final_ln.weight -o out/tiny-edited.safetensors --force",
 	)
 }
 

@@ -85,13 +85,13 @@ func init() {
 		}, splitFlags()...),
 		Action: runQuantize,
 	},
-		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run",
-		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q8_0.gguf --type q8_0 --tensor-type 'attn2\\.to_[kv]=f16' --metadata general.name=tiny",
-		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
-		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-budget.gguf --budget 3MB --write-type-file tiny-budget.types.txt",
-		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
-		"sdtool quantize testdata/tiny-sd1.safetensors --type Q8_0,Q6_K,Q4_K_M,Q2_K,int8_convrot -o 'tiny-{type}.{ext}'",
-		"sdtool quantize testdata/tiny-sd1.safetensors -o tiny-q4_k_m.gguf --type Q4_K_M --dry-run --json",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o out/tiny-q4_k_m.gguf --type Q4_K_M --dry-run",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o out/tiny-q8_0.gguf --type q8_0 --tensor-type 'attn2\\.to_[kv]=f16' --metadata general.name=tiny",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o out/tiny-int8.safetensors --type int8_convrot --convrot-group-size 16",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o out/tiny-budget.gguf --budget 3MB --write-type-file out/tiny-budget.types.txt",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o out/tiny-mixed.safetensors --type int8_convrot --tensor-type-rules 'mlp\\.fc2=fp8_e4m3,attn1\\.to_q=keep' --dry-run",
+		"sdtool quantize testdata/tiny-sd1.safetensors --type Q8_0,Q6_K,Q4_K_M,Q2_K,int8_convrot -o 'out/tiny-{type}.{ext}'",
+		"sdtool quantize testdata/tiny-sd1.safetensors -o out/tiny-q4_k_m.gguf --type Q4_K_M --dry-run --json",
 	)
 }
 

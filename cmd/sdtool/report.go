@@ -62,7 +62,7 @@ func init() {
 		},
 		Action: runReport,
 	},
-		"sdtool report testdata/tiny-sd1.safetensors testdata/tiny-sd1.gguf -o report.html -p 'a cat' --steps 1 -W 64 -H 64",
+		"sdtool report testdata/tiny-sd1.safetensors testdata/tiny-sd1.gguf -o out/report.html -p 'a cat' --steps 1 -W 64 -H 64",
 	)
 }
 

@@ -97,8 +97,8 @@ func init() {
 		Flags:  flags,
 		Action: runSplitCmd,
 	},
-		"sdtool split testdata/tiny-sd1.gguf --split-max-size 1M -o tiny-sd1 --force",
-		"sdtool split --merge tiny-sd1-00001-of-00004.gguf -o tiny-sd1-joined.gguf --force",
+		"sdtool split testdata/tiny-sd1.gguf --split-max-size 1M -o out/tiny-sd1 --force",
+		"sdtool split --merge out/tiny-sd1-00001-of-00004.gguf -o out/tiny-sd1-joined.gguf --force",
 		"sdtool split testdata/tiny-sd1.gguf --split-max-tensors 100 --dry-run",
 	)
 }

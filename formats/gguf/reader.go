@@ -558,12 +558,14 @@ func (p *parser) tensorInfos(g *File, n int64) error {
 	return nil
 }
 
-// checkData turns relative offsets into absolute ones and checks that every
-// tensor lies within the file and that no two overlap.
+// checkData turns relative offsets into absolute ones and checks that no
+// two tensors overlap and that every tensor lies within the file: a file
+// that ends inside the data is a *formats.TruncatedError, whose Header is g.
 func (p *parser) checkData(g *File) error {
 	avail := g.size - g.dataOffset
+	limit := math.MaxInt64 - g.dataOffset // keeps absolute offsets from overflowing
 	packed := true
-	var run int64
+	var run, want int64
 	for i := range g.tensors {
 		t := &g.tensors[i]
 		rel := t.Offset
@@ -571,15 +573,21 @@ func (p *parser) checkData(g *File) error {
 			packed = false
 		}
 		run = pad(rel, g.alignment) + pad(t.Size, g.alignment)
-		if t.Size > 0 && (avail < 0 || rel > avail || t.Size > avail-rel) {
-			return p.tensorErrorf(t.Name, "data [%d, %d) past the end of the file (%d bytes of data from offset %d)",
-				g.dataOffset+rel, g.dataOffset+rel+t.Size, max(avail, 0), g.dataOffset)
+		if t.Size > 0 && (rel > limit || t.Size > limit-rel) {
+			return p.tensorErrorf(t.Name, "data at relative offset %d of %d bytes ends past any possible file", rel, t.Size)
 		}
+		if t.Size > 0 {
+			want = max(want, rel+t.Size)
+		}
+	}
+	for i := range g.tensors {
+		t := &g.tensors[i]
+		rel := t.Offset
 		// An empty tensor holds no data, but its offset must still be near
 		// the data (within one alignment of its end, where writers put
 		// them): beyond, the absolute offset could overflow to a negative.
-		if t.Size == 0 && rel > max(avail, 0)+g.alignment {
-			return p.tensorErrorf(t.Name, "empty tensor at relative offset %d, past the end of the data (%d bytes)", rel, max(avail, 0))
+		if t.Size == 0 && (rel > limit || rel-g.alignment > max(avail, want, 0)) {
+			return p.tensorErrorf(t.Name, "empty tensor at relative offset %d, past the end of the data (%d bytes)", rel, max(avail, want, 0))
 		}
 		t.Offset = g.dataOffset + rel
 	}
@@ -608,7 +616,30 @@ func (p *parser) checkData(g *File) error {
 	if !packed {
 		p.warn = append(p.warn, "tensor data is not packed in info order (ggml's reader will refuse this file)")
 	}
+	if want > avail {
+		return p.truncated(g, order, g.dataOffset+want)
+	}
 	return nil
+}
+
+// truncated returns the error for a file that ends before want, the end
+// of its tensor data, listing the cut tensors in data order (order); its
+// Header is g, warning first.
+func (p *parser) truncated(g *File, order []int, want int64) error {
+	e := &formats.TruncatedError{File: g.path, Size: g.size, Want: want, Tensors: len(g.tensors), Err: ErrFormat}
+	for _, i := range order {
+		t := &g.tensors[i]
+		if t.Size == 0 || t.Offset+t.Size <= g.size {
+			continue
+		}
+		if e.First == "" {
+			e.First = fmt.Sprintf("data [%d, %d) runs past the end of the file", t.Offset, t.Offset+t.Size)
+		}
+		e.Cut = append(e.Cut, t.Name)
+	}
+	g.warnings = append([]string{e.Warning()}, p.warn...)
+	e.Header = g
+	return e
 }
 
 // Path returns the path the file was opened from.

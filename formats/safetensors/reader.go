@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,6 +119,9 @@ func parsePieces(r io.ReaderAt, size int64, name string, newTokens func(string) 
 	end, err := p.checkLayout()
 	if err != nil {
 		return nil, err
+	}
+	if end > p.dataSize {
+		return nil, p.truncated(f, end)
 	}
 	if trailing := size - dataStart - end; trailing > 0 {
 		f.info.Warnings = append(f.info.Warnings, fmt.Sprintf(
@@ -476,9 +480,8 @@ func (p *headerParser) parseEntry(name string) (formats.Tensor, error) {
 		return t, p.errf(name, "data_offsets [%d, %d) hold %d bytes, but %s %v needs %d",
 			begin, end, got, dtypeName(t.Type), t.Shape, want)
 	}
-	if end > p.dataSize {
-		return t, p.errf(name, "data_offsets [%d, %d) run past the end of the file (the data section has %d bytes)",
-			begin, end, p.dataSize)
+	if end > math.MaxInt64-p.dataStart {
+		return t, p.errf(name, "data_offsets [%d, %d) end past any possible file", begin, end)
 	}
 	t.Offset, t.Size = p.dataStart+begin, end-begin
 	t.Name = p.name(name)
@@ -577,6 +580,30 @@ func (p *headerParser) checkLayout() (int64, error) {
 		prev = t
 	}
 	return end, nil
+}
+
+// truncated returns the error for file f, whose data section ends before
+// end, the end of its tensor data: the cut tensors are listed in data
+// order, and its Header is f, warning first. The tiling that checkLayout
+// checked makes the first cut tensor the one that holds the file's end.
+func (p *headerParser) truncated(f *File, end int64) error {
+	e := &formats.TruncatedError{File: f.path, Size: f.size, Want: p.dataStart + end, Tensors: len(f.tensors), Err: ErrFormat}
+	cut := make([]*formats.Tensor, 0, 16)
+	for i := range f.tensors {
+		if t := &f.tensors[i]; t.Size > 0 && t.Offset+t.Size > f.size {
+			cut = append(cut, t)
+		}
+	}
+	slices.SortStableFunc(cut, func(a, b *formats.Tensor) int { return cmpInt(a.Offset, b.Offset) })
+	for _, t := range cut {
+		e.Cut = append(e.Cut, t.Name)
+	}
+	first := cut[0]
+	e.First = fmt.Sprintf("data_offsets [%d, %d) run past the end of the file (the data section has %d bytes)",
+		first.Offset-p.dataStart, first.Offset-p.dataStart+first.Size, p.dataSize)
+	f.info.Warnings = append(append([]string{e.Warning()}, f.info.Warnings...), p.warnings...)
+	e.Header = f
+	return e
 }
 
 func cmpInt(a, b int64) int {
