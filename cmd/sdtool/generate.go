@@ -19,7 +19,7 @@ import (
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
 	"github.com/sdtool/sdtool/infer/text"
-	"github.com/sdtool/sdtool/internal/benchutil"
+	"github.com/sdtool/sdtool/internal/procmem"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -321,7 +321,7 @@ func generateWithBar(stderr io.Writer, m *infer.Model, req infer.Request, label 
 
 // peakRSS formats the process's peak resident memory so far (Linux), or "".
 func peakRSS() string {
-	if b := benchutil.PeakRSS(); b > 0 {
+	if b := procmem.Peak(); b > 0 {
 		return fmt.Sprintf(", peak RSS %.0f MiB", float64(b)/(1<<20))
 	}
 	return ""

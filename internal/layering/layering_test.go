@@ -26,6 +26,7 @@ var layers = []struct {
 	name string
 	pkgs []string
 }{
+	{"process facts", []string{"internal/procmem"}},
 	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest"}},
 	{"vocabulary", []string{"formats"}},
 	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant"}},
@@ -51,11 +52,13 @@ const cgoHome = "native"
 
 // pkg is one package of the tree: its module-relative path, the module
 // packages it imports (from every non-test file, whatever its build tags)
-// and whether it imports "C".
+// whether it imports "C", and whether it imports the standard library's
+// testing package.
 type pkg struct {
 	path    string
 	imports []string
 	cgo     bool
+	testing bool
 }
 
 // layerOf returns the layer of a package path, or -1 when the table has no
@@ -178,6 +181,75 @@ func TestCheckFindsViolations(t *testing.T) {
 	}
 }
 
+// shipped is the program users run; test support must stay out of it.
+const shipped = "cmd/sdtool"
+
+// testSupport are the module's packages made for tests alone.
+var testSupport = []string{"internal/synth", "internal/benchutil", "internal/peakrss", "internal/layering"}
+
+// linkedTestSupport follows the imports of root through the graph (every
+// non-test file whatever its build tags, so it over-approximates `go list
+// -deps`) and names each package on the way that imports testing or is
+// test support, with the chain of imports that reaches it.
+func linkedTestSupport(graph []pkg, root string) []string {
+	byPath := map[string]pkg{}
+	for _, p := range graph {
+		byPath[p.path] = p
+	}
+	via := map[string]string{root: ""}
+	queue := []string{root}
+	var bad []string
+	chain := func(p string) string {
+		parts := []string{p}
+		for q := via[p]; q != ""; q = via[q] {
+			parts = append([]string{q}, parts...)
+		}
+		return strings.Join(parts, " -> ")
+	}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		p := byPath[cur]
+		if p.testing {
+			bad = append(bad, chain(cur)+" imports testing")
+		} else if contains(testSupport, cur) {
+			bad = append(bad, chain(cur)+" is test support")
+		}
+		for _, imp := range p.imports {
+			if _, seen := via[imp]; !seen {
+				via[imp] = cur
+				queue = append(queue, imp)
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// TestShippedBinaryLinksNoTestSupport holds that the sdtool binary links
+// neither the testing package nor the synthetic-model generator and other
+// test helpers (what `go list -deps ./cmd/sdtool` would show).
+func TestShippedBinaryLinksNoTestSupport(t *testing.T) {
+	graph, err := readGraph(moduleRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range linkedTestSupport(graph, shipped) {
+		t.Error(v)
+	}
+	// The walk itself: a chain through a helper is caught and named.
+	bad := linkedTestSupport([]pkg{
+		{path: "cmd/x", imports: []string{"infer"}},
+		{path: "infer", imports: []string{"internal/benchutil"}},
+		{path: "internal/benchutil", imports: []string{"internal/synth"}, testing: true},
+		{path: "internal/synth"},
+	}, "cmd/x")
+	want := []string{"cmd/x -> infer -> internal/benchutil -> internal/synth is test support", "cmd/x -> infer -> internal/benchutil imports testing"}
+	if strings.Join(bad, "|") != strings.Join(want, "|") {
+		t.Errorf("linkedTestSupport = %q, want %q", bad, want)
+	}
+}
+
 // moduleRoot finds the directory of go.mod above this package.
 func moduleRoot(t *testing.T) string {
 	dir, err := os.Getwd()
@@ -250,6 +322,9 @@ func readGraph(root string) ([]pkg, error) {
 			}
 			if ip == "C" {
 				p.cgo = true
+			}
+			if ip == "testing" {
+				p.testing = true
 			}
 			if rest, ok := strings.CutPrefix(ip, module+"/"); ok && !contains(p.imports, rest) {
 				p.imports = append(p.imports, rest)
