@@ -217,7 +217,7 @@ func loadT5Tokenizer(file string, srcs []*openSource) (*text.UnigramTokenizer, e
 	}
 	for _, flag := range []string{"t5xxl", "model", "diffusion-model", "clip_l", "clip_g", "vae"} {
 		for _, s := range srcs {
-			if s.comp.flag != flag {
+			if s.comp.Flag != flag {
 				continue
 			}
 			t, err := text.UnigramFromMetadata(s.m.Path(), s.m.Metadata())

@@ -149,12 +149,13 @@ type Defaults struct {
 
 // Family describes one model family.
 type Family struct {
-	// Name is the family's short name ("sd1", "sdxl").
-	Name string
 	// ID is the entry of the family table (package family) that this
 	// engine entry runs: detection is family.Detect's, and Match only
 	// tells apart the engine entries of one ID (the SDXL refiner).
 	ID string
+	// Variant is the family table's name for the variant this entry runs
+	// ("refiner", "dev"; "" for the family in general).
+	Variant string
 	// Title is its display name ("SD 1.x", "SDXL").
 	Title string
 	// Match lists alternative marker sets: the family matches when every
@@ -197,7 +198,7 @@ var sdDefaults = Defaults{Method: EulerAncestral, Scheduler: SchedulerDiscrete, 
 // Families is the family table, most specific first.
 var Families = []*Family{
 	{
-		Name: "sdxl", ID: "sdxl", Title: "SDXL",
+		ID: "sdxl", Title: "SDXL",
 		Match: [][]Marker{{
 			{Name: unetPrefix + "label_emb.0.0.weight", Dims: 2},
 			{Name: clipPrefix + "embeddings.token_embedding.weight"},
@@ -220,7 +221,7 @@ var Families = []*Family{
 		// (6 for the prompt, 2.5 for the negative, sgm's defaults).
 		// stable-diffusion.cpp does not run it (its detection finds no
 		// version for it).
-		Name: "sdxl-refiner", ID: "sdxl", Title: "SDXL refiner",
+		ID: "sdxl", Variant: "refiner", Title: "SDXL refiner",
 		Match: [][]Marker{{
 			{Name: unetPrefix + "label_emb.0.0.weight", Dims: 2},
 			{Name: clipPrefix + "embeddings.token_embedding.weight"},
@@ -236,7 +237,7 @@ var Families = []*Family{
 		Defaults:   sdDefaults,
 	},
 	{
-		Name: "sd2", ID: "sd2", Title: "SD 2.x",
+		ID: "sd2", Title: "SD 2.x",
 		Match: [][]Marker{
 			{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: unetPrefix + "middle_block.1.proj_in.weight", Dims: 2}},
 			{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: clipPrefix + "embeddings.token_embedding.weight", Dim: 1, Value: 1024}},
@@ -248,7 +249,7 @@ var Families = []*Family{
 		Defaults: sdDefaults,
 	},
 	{
-		Name: "sd1", ID: "sd1", Title: "SD 1.x",
+		ID: "sd1", Title: "SD 1.x",
 		Match:       [][]Marker{{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: clipPrefix + "embeddings.token_embedding.weight"}}},
 		Encoders:    []TextEncoder{{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 1, FinalNorm: true, PadEOS: true, Hidden: true}},
 		Conditioner: "clip", Network: "unet", Schedule: "discrete",
@@ -258,10 +259,19 @@ var Families = []*Family{
 	},
 }
 
-// FamilyByName returns the family called name.
+// Name is the entry's short name: the family table's ID, then its
+// variant after a dash ("sd1", "sdxl-refiner", "flux-dev").
+func (f *Family) Name() string {
+	if f.Variant == "" {
+		return f.ID
+	}
+	return f.ID + "-" + f.Variant
+}
+
+// FamilyByName returns the entry whose Name is name.
 func FamilyByName(name string) (*Family, bool) {
 	for _, f := range Families {
-		if f.Name == name {
+		if f.Name() == name {
 			return f, true
 		}
 	}

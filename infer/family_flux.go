@@ -29,7 +29,7 @@ var fluxMarker = Marker{Name: unetPrefix + "double_blocks.0.img_attn.qkv.weight"
 // negative pass (--cfg-scale 1).
 var FluxFamilies = []*Family{
 	{
-		Name: "flux-dev", ID: "flux", Title: "Flux.1 dev",
+		ID: "flux", Variant: "dev", Title: "Flux.1 dev",
 		Match: [][]Marker{{
 			fluxMarker,
 			{Name: unetPrefix + "guidance_in.in_layer.weight"},
@@ -41,7 +41,7 @@ var FluxFamilies = []*Family{
 		Defaults: Defaults{Method: Euler, Scheduler: SchedulerFlux, CFGScale: 1, Guidance: 3.5, Width: 512, Height: 512, Steps: 20},
 	},
 	{
-		Name: "flux-schnell", ID: "flux", Title: "Flux.1 schnell",
+		ID: "flux", Variant: "schnell", Title: "Flux.1 schnell",
 		Match: [][]Marker{{
 			fluxMarker,
 			{Name: unetPrefix + "guidance_in.in_layer.weight", Absent: true},

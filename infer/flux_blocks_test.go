@@ -242,7 +242,7 @@ func TestDetectFlux(t *testing.T) {
 	// The schnell layout has no guidance_in.
 	delete(sh, unetPrefix+"guidance_in.in_layer.weight")
 	fam, err := DetectFamily(sh)
-	if err != nil || fam.Name != "flux-schnell" {
+	if err != nil || fam.Name() != "flux-schnell" {
 		t.Errorf("without guidance_in: family %v, %v", fam, err)
 	}
 }

@@ -50,7 +50,7 @@ func (r fluxParityRun) sdcliArgs(out string) []string {
 }
 
 func (r fluxParityRun) components() Components {
-	return Components{DiffusionModel: r.Parts["diffusion-model"], CLIPL: r.Parts["clip_l"], T5XXL: r.Parts["t5xxl"], VAE: r.Parts["vae"]}
+	return Components{"diffusion-model": r.Parts["diffusion-model"], "clip_l": r.Parts["clip_l"], "t5xxl": r.Parts["t5xxl"], "vae": r.Parts["vae"]}
 }
 
 func (r fluxParityRun) request() Request {

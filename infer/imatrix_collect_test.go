@@ -344,7 +344,7 @@ func TestImatrixEntriesMatchSDCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(Components{Model: path}, LoadOptions{})
+	m, err := Load(Components{"model": path}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package infer
 import (
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -76,10 +77,8 @@ func imatrixEntryNames(specs []weightSpec) []string {
 	for i, sp := range specs {
 		out[i] = sp.src.Name
 		if count[sp.src.Name] > 1 {
-			for _, ct := range componentTable {
-				if ct.flag == sp.Component {
-					out[i] = ct.loadName(sp.src.Name)
-				}
+			if ct := family.InputByFlag(sp.Component); ct != nil {
+				out[i] = ct.LoadName(sp.src.Name)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/native"
@@ -131,9 +132,8 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 			s.m.Close()
 		}
 	}()
-	for i := range componentTable {
-		ct := &componentTable[i]
-		path := ct.path(&c)
+	for _, ct := range family.GenerateInputs() {
+		path := c[ct.Flag]
 		if path == "" {
 			continue
 		}
@@ -157,7 +157,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	}
 	main := c.Main()
 	for _, s := range srcs {
-		if s.comp.flag == "vae" && !hasVAE(specs, "vae") {
+		if s.comp.Flag == family.FlagVAE && !hasVAE(specs, family.FlagVAE) {
 			return nil, fmt.Errorf("%s: no VAE tensors (encoder., decoder., post_quant_conv.)", s.m.Path())
 		}
 	}
@@ -176,7 +176,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		var ce *componentError
 		if errors.As(err, &ce) {
 			for _, s := range srcs {
-				if s.comp.flag == ce.flag {
+				if s.comp.Flag == ce.flag {
 					main = s.m.Path()
 				}
 			}
@@ -184,14 +184,14 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		return nil, fmt.Errorf("%s: %w", main, err)
 	}
 	fam, _ := FamilyByName(cfg.Family)
-	if fam.VAE.BuiltinConvScale != 0 && c.VAE == "" {
+	if fam.VAE.BuiltinConvScale != 0 && c[family.FlagVAE] == "" {
 		cfg.VAE.ConvScale = fam.VAE.BuiltinConvScale
 	}
 	specs = familyWeights(fam, specs)
 	var unused []string
 	for _, s := range srcs {
-		if s.comp.flag != "model" && !slices.ContainsFunc(specs, func(w weightSpec) bool { return w.Component == s.comp.flag }) {
-			unused = append(unused, "--"+s.comp.flag+" "+s.m.Path())
+		if !s.comp.Whole() && !slices.ContainsFunc(specs, func(w weightSpec) bool { return w.Component == s.comp.Flag }) {
+			unused = append(unused, "--"+s.comp.Flag+" "+s.m.Path())
 		}
 	}
 	var tok *text.CLIPTokenizer
@@ -329,7 +329,7 @@ func loadModelTokenizer(file string, srcs []*openSource) (*text.CLIPTokenizer, e
 	order := []string{"clip_l", "clip_g", "model", "diffusion-model", "t5xxl", "vae"}
 	for _, flag := range order {
 		for _, s := range srcs {
-			if s.comp.flag != flag {
+			if s.comp.Flag != flag {
 				continue
 			}
 			t, err := text.CLIPTokenizerFromMetadata(s.m.Path(), s.m.Metadata())

@@ -232,7 +232,7 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 	if err != nil {
 		return nil, err
 	}
-	cfg := &ModelConfig{Family: fam.Name}
+	cfg := &ModelConfig{Family: fam.Name()}
 	det, ok := networkDetectors[fam.Network]
 	if !ok {
 		return nil, fmt.Errorf("%s: no network %q in this build", fam.Title, fam.Network)

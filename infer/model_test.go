@@ -24,7 +24,7 @@ import (
 
 func loadTiny(t *testing.T, path string) *Model {
 	t.Helper()
-	m, err := Load(Components{Model: path}, LoadOptions{Threads: 1})
+	m, err := Load(Components{"model": path}, LoadOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestTinySD2Layout(t *testing.T) {
 	if !slices.Equal(a.Latent, b.Latent) {
 		t.Error("SD2 layout is not deterministic")
 	}
-	v, err := Load(Components{Model: path}, LoadOptions{Threads: 1, Prediction: "v"})
+	v, err := Load(Components{"model": path}, LoadOptions{Threads: 1, Prediction: "v"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 // --vae with a file holding the same VAE gives the same image; one without a VAE is refused.
 func TestSeparateVAE(t *testing.T) {
 	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
-	v, err := Load(Components{Model: "../testdata/tiny-sd1.gguf", VAE: "../testdata/tiny-sd1.gguf"}, LoadOptions{Threads: 1})
+	v, err := Load(Components{"model": "../testdata/tiny-sd1.gguf", "vae": "../testdata/tiny-sd1.gguf"}, LoadOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestSeparateVAE(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(path, buf.Bytes(), 0o644)
-	if _, err := Load(Components{Model: "../testdata/tiny-sd1.gguf", VAE: path}, LoadOptions{Threads: 1}); err == nil || !strings.Contains(err.Error(), "no VAE tensors") {
+	if _, err := Load(Components{"model": "../testdata/tiny-sd1.gguf", "vae": path}, LoadOptions{Threads: 1}); err == nil || !strings.Contains(err.Error(), "no VAE tensors") {
 		t.Errorf("a --vae without VAE tensors: err = %v", err)
 	}
 }

@@ -131,7 +131,7 @@ func readPNGFile(tb testing.TB, path string) image.Image {
 // generateImage runs r in this process and returns the image and the result.
 func generateImage(tb testing.TB, r parityRun, opt LoadOptions) (image.Image, *Result) {
 	tb.Helper()
-	m, err := Load(Components{Model: r.Model}, opt)
+	m, err := Load(Components{"model": r.Model}, opt)
 	if err != nil {
 		tb.Fatal(err)
 	}

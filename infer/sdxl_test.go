@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
@@ -276,7 +277,7 @@ func TestTextProjectionLayout(t *testing.T) {
 	} {
 		m := &memModel{}
 		m.add(c.name, formats.F32, []int64{rows, cols}, f)
-		src, err := newSource(&component{flag: "model"}, m)
+		src, err := newSource(family.InputByFlag(family.FlagModel), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +309,7 @@ const tinySDXL = "../testdata/tiny-sdxl.gguf"
 func TestTinySDXL(t *testing.T) {
 	m := loadTiny(t, tinySDXL)
 	cfg := m.Config
-	if m.Family.Name != "sdxl" || cfg.UNet.ADMChannels != 64+6*256 || cfg.UNet.ContextDim != 128 || !cfg.UNet.LinearProj ||
+	if m.Family.Name() != "sdxl" || cfg.UNet.ADMChannels != 64+6*256 || cfg.UNet.ContextDim != 128 || !cfg.UNet.LinearProj ||
 		!slices.Equal(cfg.UNet.TransformerDepth, []int{0, 1, 1}) || len(cfg.Text) != 2 {
 		t.Fatalf("config %+v %+v", cfg.UNet, cfg.Text)
 	}
@@ -472,7 +473,7 @@ func splitTinySDXL(t *testing.T, dir string) Components {
 		}
 		f.Close()
 	}
-	return Components{DiffusionModel: parts["unet"].path, CLIPL: parts["clip_l"].path, CLIPG: parts["clip_g"].path, VAE: parts["vae"].path}
+	return Components{"diffusion-model": parts["unet"].path, "clip_l": parts["clip_l"].path, "clip_g": parts["clip_g"].path, "vae": parts["vae"].path}
 }
 
 // The same weights as separate component files (sd-cli's flags, other
@@ -488,8 +489,8 @@ func TestSDXLComponents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.Family.Name != "sdxl" || m.Config.VAE.ConvScale != 0 {
-		t.Fatalf("family %s, conv scale %g", m.Family.Name, m.Config.VAE.ConvScale)
+	if m.Family.Name() != "sdxl" || m.Config.VAE.ConvScale != 0 {
+		t.Fatalf("family %s, conv scale %g", m.Family.Name(), m.Config.VAE.ConvScale)
 	}
 	single.Config.VAE.ConvScale = 0
 	req := Request{Prompt: "a red cat", Negative: "blurry", Width: 64, Height: 64, Steps: 2, CFGScale: 4, Seed: 11}
@@ -505,7 +506,7 @@ func TestSDXLComponents(t *testing.T) {
 		t.Error("the component files give another image than the single file")
 	}
 	// The checkpoint with a standalone CLIP-G and VAE: those parts come from the files.
-	mixed, err := Load(Components{Model: tinySDXL, CLIPG: comps.CLIPG, VAE: comps.VAE}, LoadOptions{Threads: 1})
+	mixed, err := Load(Components{"model": tinySDXL, "clip_g": comps["clip_g"], "vae": comps["vae"]}, LoadOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -608,9 +609,9 @@ func TestSDXLRefiner(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := loadTiny(t, path)
-	if m.Family.Name != "sdxl-refiner" || len(m.Config.Text) != 1 || m.Config.Text[0].Prefix != clipPrefix ||
+	if m.Family.Name() != "sdxl-refiner" || len(m.Config.Text) != 1 || m.Config.Text[0].Prefix != clipPrefix ||
 		m.Config.UNet.ContextDim != 64 || m.Config.UNet.ADMChannels != 64+5*256 {
-		t.Fatalf("family %s, config %+v %+v", m.Family.Name, m.Config.UNet, m.Config.Text)
+		t.Fatalf("family %s, config %+v %+v", m.Family.Name(), m.Config.UNet, m.Config.Text)
 	}
 	pos, err := m.cond.encode("a cat", 64, 64, false)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/internal/synth"
@@ -27,12 +28,7 @@ import (
 // loadT5Tokenizer finds.
 func loadT5Component(t testing.TB, path string) *Model {
 	t.Helper()
-	var ct *component
-	for i := range componentTable {
-		if componentTable[i].flag == "t5xxl" {
-			ct = &componentTable[i]
-		}
-	}
+	ct := family.InputByFlag("t5xxl")
 	fm, err := formats.Open(path)
 	if err != nil {
 		t.Fatal(err)

@@ -460,8 +460,8 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 	if err != nil {
 		return err
 	}
-	if f := b.layout.Main(); b.opts.ReshapeConv && (f == nil || f.ComfyArch != "sd1" && f.ComfyArch != "sdxl") {
-		return fmt.Errorf("--reshape-conv applies to sd1/sdxl models; %s is %q", b.opts.Input, b.res.Arch)
+	if f := b.layout.Main(); b.opts.ReshapeConv && (f == nil || !f.ReshapeConv) {
+		return fmt.Errorf("--reshape-conv applies to %s models; %s is %q", strings.Join(family.ReshapeConvIDs(), "/"), b.opts.Input, b.res.Arch)
 	}
 	if b.opts.ReshapeConv {
 		w := "--reshape-conv: conv kernels are stored as rows of 256 with comfy.gguf.orig_shape (ComfyUI-GGUF's layout); stable-diffusion.cpp cannot load the result"

@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
@@ -27,57 +28,62 @@ import (
 // the command exists but says that the binary cannot run models
 // (infer.Available is false).
 
-// componentFlags are sd-cli's model flags; with a prefix ("compare-") they
-// name the reference model's components.
-var componentFlags = []struct {
-	name, alias, usage string
-	set                func(*infer.Components, string)
-}{
-	{"model", "m", "whole model `FILE` (one file with LDM/ComfyUI/diffusers names, or a diffusers folder)", func(c *infer.Components, v string) { c.Model = v }},
-	{"diffusion-model", "", "standalone diffusion model `FILE` (UNet or DiT)", func(c *infer.Components, v string) { c.DiffusionModel = v }},
-	{"clip_l", "", "standalone CLIP-L text encoder `FILE`", func(c *infer.Components, v string) { c.CLIPL = v }},
-	{"clip_g", "", "standalone OpenCLIP bigG text encoder `FILE` (SDXL)", func(c *infer.Components, v string) { c.CLIPG = v }},
-	{"t5xxl", "", "standalone T5-XXL text encoder `FILE`", func(c *infer.Components, v string) { c.T5XXL = v }},
-	{"vae", "", "standalone VAE `FILE` replacing the model's", func(c *infer.Components, v string) { c.VAE = v }},
+// generateUsage is the help text of a model-file flag of generate.
+func generateUsage(in *family.Input) string {
+	if in.Whole() {
+		return "whole model `FILE` (one file with LDM/ComfyUI/diffusers names, or a diffusers folder)"
+	}
+	return "standalone " + in.What + " `FILE` replacing the model's"
 }
 
+// modelFlags are the input table's flags generate takes and, named
+// "compare-FLAG" (--compare for the whole model), the reference model's.
 func modelFlags() []cli.Flag {
 	var out []cli.Flag
-	for _, f := range componentFlags {
-		fl := &cli.StringFlag{Name: f.name, Usage: f.usage}
-		if f.alias != "" {
-			fl.Aliases = []string{f.alias}
+	for _, in := range family.GenerateInputs() {
+		fl := &cli.StringFlag{Name: in.Flag, Usage: generateUsage(in)}
+		if in.Alias != "" {
+			fl.Aliases = []string{in.Alias}
 		}
 		out = append(out, fl)
 	}
-	for _, f := range componentFlags {
-		name := "compare-" + f.name
-		usage := "reference " + strings.TrimPrefix(f.usage, "whole ")
-		if f.name == "model" {
-			name, usage = "compare", "reference model `FILE` to compare with (same seed); unset reference components default to the model's"
+	for _, in := range family.GenerateInputs() {
+		name, usage := compareFlag(in), "reference "+strings.TrimPrefix(generateUsage(in), "whole ")
+		if in.Whole() {
+			usage = "reference model `FILE` to compare with (same seed); unset reference components default to the model's"
 		}
 		out = append(out, &cli.StringFlag{Name: name, Usage: usage})
 	}
 	return out
 }
 
-// components reads the model flags (prefix "" for the tested model,
-// "compare-" for the reference, whose unset parts default to the model's).
-func components(c *cli.Context, prefix string) infer.Components {
-	var out infer.Components
-	for _, f := range componentFlags {
-		name := prefix + f.name
-		if prefix != "" && f.name == "model" {
-			name = "compare"
+// compareFlag names the flag of the reference model's file for in.
+func compareFlag(in *family.Input) string {
+	if in.Whole() {
+		return "compare"
+	}
+	return "compare-" + in.Flag
+}
+
+// components reads the model flags (reference false) or the reference
+// model's (true), whose unset parts default to the model's.
+func components(c *cli.Context, reference bool) infer.Components {
+	out := infer.Components{}
+	for _, in := range family.GenerateInputs() {
+		name := in.Flag
+		if reference {
+			name = compareFlag(in)
 		}
-		f.set(&out, c.String(name))
+		if v := c.String(name); v != "" {
+			out[in.Flag] = v
+		}
 	}
 	return out
 }
 
 // comparing reports whether any reference flag is set.
 func comparing(c *cli.Context) bool {
-	return components(c, "compare-") != infer.Components{}
+	return !components(c, true).Empty()
 }
 
 func init() {
@@ -169,8 +175,8 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	comps := components(c, "")
-	if comps.Model == "" && comps.DiffusionModel == "" {
+	comps := components(c, false)
+	if !comps.HasPrimary() {
 		return errors.New("generate: give a model: -m FILE, or --diffusion-model FILE with its text encoders and VAE")
 	}
 	tok, tokSaid, notFound := resolveTokenizer(c.String("tokenizer"), comps)
@@ -280,7 +286,7 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		out, res.Width, res.Height, m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
 		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), peakRSS())
 	if comparing(c) {
-		if err := compareWith(c, components(c, "compare-").WithDefaults(m.Components), opt, req, res, img); err != nil {
+		if err := compareWith(c, components(c, true).WithDefaults(m.Components), opt, req, res, img); err != nil {
 			if errors.Is(err, infer.ErrInterrupted) {
 				return fmt.Errorf("%w during the --compare reference run (%s was written; no comparison)", err, out)
 			}
@@ -358,7 +364,7 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "compare %s (model) with %s (reference), seed %d, %d steps, as %s computes them:\n",
-		strings.Join(components(c, "").Files(), " "), strings.Join(refFiles.Files(), " "), req.Seed, req.Steps, runtimeTitle(opt.Runtime))
+		strings.Join(components(c, false).Files(), " "), strings.Join(refFiles.Files(), " "), req.Seed, req.Steps, runtimeTitle(opt.Runtime))
 	fmt.Fprintf(w, "  image PSNR %.2f dB, SSIM %.4f; final latent cosine %.6f\n", psnr, ssim, cos)
 	fmt.Fprintf(w, "  network block outputs at step 1 (conditional pass):\n  %-18s %10s %10s %10s\n", "block", "cosine", "rel RMSE", "max abs")
 	byName := map[string][]float32{}

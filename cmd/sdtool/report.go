@@ -131,7 +131,7 @@ func runReport(c *cli.Context) error {
 	ctx, stop := console.SignalContext()
 	defer stop()
 	gen := func(path string) (*reportModel, error) {
-		comps := infer.Components{Model: path}
+		comps := infer.Components{"model": path}
 		tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
 		m, err := infer.Load(comps, infer.LoadOptions{Tokenizer: tok, Threads: threads})
 		if err != nil {
