@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/text"
 )
 
 // embedded is a tokenizer read for --tokenizer, as the metadata that
@@ -50,7 +50,7 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // vocab.json with merges.txt or a merges file, a SentencePiece model or a
 // unigram tokenizer.json, or a folder holding one) for an output in
 // format: CLIP's fits GGUF and safetensors (one string), a unigram
-// vocabulary only GGUF (arrays). infer/text, below convert on the package
+// vocabulary only GGUF (arrays). text, below convert on the package
 // map, does the reading and the encoding, so that what convert embeds is
 // exactly what generate reads.
 func loadTokenizer(path, format string) (embedded, error) {

@@ -6,8 +6,8 @@ import (
 	"math"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/text"
 )
 
 // T5 conditioning as stable-diffusion.cpp (97d2990) computes it for Flux

@@ -40,9 +40,9 @@
 // entry in Families and, for new architectures, a conditioner, a network
 // and a schedule registered from init (see family.go).
 //
-// Beside it: infer/text (tokenizers and prompt weights), infer/metrics (PSNR,
+// Beside it: text (tokenizers and prompt weights), infer/metrics (PSNR,
 // SSIM, tensor differences) and infer/pngtext (PNG text chunks). infer
-// imports formats, names, quant, native, infer/text and the dequantizer;
+// imports formats, names, quant, native, text and the dequantizer;
 // only cmd/sdtool imports infer. Without cgo it builds unchanged, Available
 // is false and Load returns ErrNoCgo.
 package infer

@@ -9,8 +9,8 @@ import (
 
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/text"
 )
 
 // Available reports whether this build can run inference (it needs cgo and ggml).

@@ -15,11 +15,11 @@ import (
 
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
+	"github.com/sdtool/sdtool/text"
 )
 
 // loadT5Component loads a T5 encoder file the way Load reads a --t5xxl
@@ -303,7 +303,7 @@ func TestT5Imatrix(t *testing.T) {
 // transformers.js publishes for it, then </s> and padding to 256.
 func TestT5RealTokenizer(t *testing.T) {
 	dir := t.TempDir()
-	gz, err := os.Open("text/testdata/t5/spiece.model.gz")
+	gz, err := os.Open("../text/testdata/t5/spiece.model.gz")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/quant/imatrix"
+	"github.com/sdtool/sdtool/text"
 )
 
 // TestT5MatchesSDCLIImatrix compares the T5 encoder with stable-diffusion.cpp's

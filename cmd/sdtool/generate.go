@@ -19,9 +19,9 @@ import (
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/internal/procmem"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/text"
 )
 
 // generate runs the families of infer.Families through ggml. Without cgo

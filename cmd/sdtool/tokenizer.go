@@ -7,7 +7,7 @@ import (
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
-	"github.com/sdtool/sdtool/infer/text"
+	"github.com/sdtool/sdtool/text"
 )
 
 // resolveTokenizer decides where generate's CLIP tokenizer comes from:

@@ -20,7 +20,7 @@ const module = "github.com/sdtool/sdtool"
 // layers is the package map, lowest first: a package may import packages
 // of lower layers only, never one of its own layer or above. A path ending
 // in "/*" stands for every package below it (not the package itself), so
-// that the subpackages of infer and native (infer/text, infer/metrics,
+// that the subpackages of infer and native (infer/metrics,
 // native/ggmltest, ...) need no row of their own.
 var layers = []struct {
 	name string
@@ -32,7 +32,7 @@ var layers = []struct {
 	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant"}},
 	{"folders of containers", []string{"formats/diffusers"}},
 	{"model families (data)", []string{"family"}},
-	{"codecs, names and ggml", []string{"quant", "names", "native"}},
+	{"codecs, names, tokenizers and ggml", []string{"quant", "names", "text", "native"}},
 	{"codec policies and ggml-backed codecs", []string{"quant/mix", "quant/imatrix", "quant/convrot", "native/*"}},
 	{"any tensor as float32", []string{"tensor"}},
 	{"adapters (LoRA and its kin) over a base's tensors", []string{"lora"}},
@@ -154,8 +154,8 @@ func TestCheckFindsViolations(t *testing.T) {
 		{path: "formats"},
 		{path: "formats/gguf", imports: []string{"formats"}},
 		{path: "pipeline", imports: []string{"formats", "tensor"}},
-		{path: "infer/text", imports: []string{"tensor"}},
-		{path: "infer", imports: []string{"infer/text", "native"}},
+		{path: "text", imports: []string{"formats"}},
+		{path: "infer", imports: []string{"text", "native"}},
 		{path: "native", imports: []string{"formats"}, cgo: true},
 		{path: "native/ggmltest", imports: []string{"native", "quant"}, cgo: true},
 		{path: "pngtext"}, // an unknown leaf is tolerated
@@ -170,7 +170,7 @@ func TestCheckFindsViolations(t *testing.T) {
 		{pkg{path: "tensor", imports: []string{"pipeline"}}, "a higher layer"},
 		{pkg{path: "quant", imports: []string{"names"}}, "its own layer"},
 		{pkg{path: "quantize", imports: []string{"convert"}}, "must not import each other"},
-		{pkg{path: "infer/text", imports: []string{"infer"}}, "a higher layer"},
+		{pkg{path: "text", imports: []string{"infer"}}, "a higher layer"},
 		{pkg{path: "pipeline", cgo: true}, "cgo belongs in native/"},
 		{pkg{path: "unmapped", imports: []string{"formats"}}, "not on the map"},
 	} {
