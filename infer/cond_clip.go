@@ -115,8 +115,8 @@ func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, nega
 		if err != nil {
 			return nil, err
 		}
-		if u := m.Config.UNet; u != nil && u.ADMChannels != len(v) {
-			return nil, fmt.Errorf("%s: the conditioning vector has %d values, the UNet's label_emb takes %d", m.Path, len(v), u.ADMChannels)
+		if u, ok := m.Config.Network.(vectorTaker); ok && u.vectorWidth() != len(v) {
+			return nil, fmt.Errorf("%s: the conditioning vector has %d values, the UNet's label_emb takes %d", m.Path, len(v), u.vectorWidth())
 		}
 		out.Vector = v
 	}

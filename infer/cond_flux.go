@@ -21,8 +21,8 @@ type fluxConditioner struct {
 
 func init() {
 	conditioners["flux"] = func(m *Model) (conditioner, error) {
-		f := m.Config.Flux
-		if f == nil {
+		f, ok := m.Config.Network.(*FluxConfig)
+		if !ok {
 			return nil, fmt.Errorf("%s: no Flux configuration", m.Path)
 		}
 		c := &fluxConditioner{m: m, t5: m.Config.T5, ctxDim: f.ContextDim, vecDim: f.VecDim, tokens: 256}

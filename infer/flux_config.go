@@ -50,7 +50,7 @@ func init() {
 		if err != nil {
 			return err
 		}
-		cfg.Flux = c
+		cfg.Network = c
 		return nil
 	}
 }

@@ -499,8 +499,8 @@ func (m *Model) probePrediction() (Prediction, error) {
 	for i := range cond.Context {
 		cond.Context[i] = 0.5
 	}
-	if u := m.Config.UNet; u != nil && u.ADMChannels > 0 {
-		cond.Vector = make([]float32, u.ADMChannels)
+	if u, ok := m.Config.Network.(vectorTaker); ok && u.vectorWidth() > 0 {
+		cond.Vector = make([]float32, u.vectorWidth())
 		for i := range cond.Vector {
 			cond.Vector[i] = 0.5
 		}

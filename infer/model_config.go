@@ -117,16 +117,15 @@ type VAEConfig struct {
 type ModelConfig struct {
 	// Family is the detected family's name ("sd1", "sd2", "sdxl"; see Families).
 	Family string
-	// UNet is the diffusion UNet of the UNet families (nil otherwise).
-	UNet *UNetConfig
+	// Network is the diffusion network's configuration, detected by the
+	// family's network kind (*UNetConfig, *FluxConfig, ...).
+	Network NetworkConfig
 	// Text are the CLIP text encoders, in the family's Encoders order.
 	Text []CLIPConfig
 	// T5 is the T5 encoder of a family that has one (Flux), nil otherwise.
 	T5 *T5Config
 	// VAE describes the autoencoder.
 	VAE VAEConfig
-	// Flux is the MMDiT of the Flux family (nil otherwise).
-	Flux *FluxConfig
 	// Prediction is the prediction type from metadata; PredictionKnown is
 	// false when neither metadata nor the caller set it and the family
 	// probes the network.
@@ -135,6 +134,26 @@ type ModelConfig struct {
 	// DefaultWidth, DefaultHeight and DefaultSteps come from the metadata (0 when absent).
 	DefaultWidth, DefaultHeight, DefaultSteps int
 }
+
+// NetworkConfig is a diffusion network's configuration.
+type NetworkConfig interface {
+	// LatentChannels is the latent width the network denoises.
+	LatentChannels() int
+}
+
+// vectorTaker is a network configuration that takes a conditioning
+// vector of a fixed width (the UNet's label_emb: SDXL's ADM vector).
+type vectorTaker interface{ vectorWidth() int }
+
+// contextTaker is a network configuration whose cross-attention reads a
+// context of a fixed width, checked against its text encoders' widths.
+type contextTaker interface{ contextWidth() int }
+
+// LatentChannels is the latent width the UNet denoises.
+func (c *UNetConfig) LatentChannels() int { return c.OutChannels }
+
+func (c *UNetConfig) vectorWidth() int  { return c.ADMChannels }
+func (c *UNetConfig) contextWidth() int { return c.ContextDim }
 
 // TextEncoder returns the configuration of the CLIP encoder of a component ("clip_l", "clip_g").
 func (c *ModelConfig) TextEncoder(component string) (*CLIPConfig, bool) {
@@ -219,8 +238,9 @@ var encoderKinds = map[string]func(s shapes, md formats.Metadata, e *TextEncoder
 // networkDetectors detect a network's configuration by its kind (Family.Network).
 var networkDetectors = map[string]func(s shapes, md formats.Metadata, cfg *ModelConfig) error{
 	"unet": func(s shapes, md formats.Metadata, cfg *ModelConfig) error {
-		cfg.UNet = &UNetConfig{}
-		return detectUNet(s, md, cfg.UNet)
+		u := &UNetConfig{}
+		cfg.Network = u
+		return detectUNet(s, md, u)
 	},
 }
 
@@ -253,15 +273,15 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 			return nil, &componentError{e.Component, fmt.Errorf("%s text encoder (%s): %w", fam.Title, e.Component, err)}
 		}
 	}
-	if u := cfg.UNet; u != nil {
+	if u, ok := cfg.Network.(contextTaker); ok {
 		ctx := 0
 		for i, e := range fam.Encoders {
 			if e.Hidden {
 				ctx += cfg.Text[i].Hidden
 			}
 		}
-		if ctx != u.ContextDim {
-			return nil, fmt.Errorf("%s: the text encoders' widths add up to %d, the UNet's context width is %d", fam.Title, ctx, u.ContextDim)
+		if ctx != u.contextWidth() {
+			return nil, fmt.Errorf("%s: the text encoders' widths add up to %d, the UNet's context width is %d", fam.Title, ctx, u.contextWidth())
 		}
 	}
 	if err := detectVAE(s, &cfg.VAE); err != nil {
@@ -539,13 +559,10 @@ func (e *componentError) Unwrap() error { return e.err }
 // latentChannels is the latent width the diffusion model denoises, 0 when
 // no network is configured.
 func (c *ModelConfig) latentChannels() int {
-	switch {
-	case c.UNet != nil:
-		return c.UNet.OutChannels
-	case c.Flux != nil:
-		return c.Flux.LatentChannels()
+	if c.Network == nil {
+		return 0
 	}
-	return 0
+	return c.Network.LatentChannels()
 }
 
 func detectVAE(s shapes, c *VAEConfig) error {

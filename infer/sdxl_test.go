@@ -309,9 +309,9 @@ const tinySDXL = "../testdata/tiny-sdxl.gguf"
 func TestTinySDXL(t *testing.T) {
 	m := loadTiny(t, tinySDXL)
 	cfg := m.Config
-	if m.Family.Name() != "sdxl" || cfg.UNet.ADMChannels != 64+6*256 || cfg.UNet.ContextDim != 128 || !cfg.UNet.LinearProj ||
-		!slices.Equal(cfg.UNet.TransformerDepth, []int{0, 1, 1}) || len(cfg.Text) != 2 {
-		t.Fatalf("config %+v %+v", cfg.UNet, cfg.Text)
+	if m.Family.Name() != "sdxl" || unetOf(cfg).ADMChannels != 64+6*256 || unetOf(cfg).ContextDim != 128 || !unetOf(cfg).LinearProj ||
+		!slices.Equal(unetOf(cfg).TransformerDepth, []int{0, 1, 1}) || len(cfg.Text) != 2 {
+		t.Fatalf("config %+v %+v", unetOf(cfg), cfg.Text)
 	}
 	l, g := cfg.Text[0], cfg.Text[1]
 	if l.Component != "clip_l" || !l.QuickGELU || l.FinalNorm || l.Skip != 2 || l.PadID != -1 || l.FusedQKV ||
@@ -328,7 +328,7 @@ func TestTinySDXL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Tokens != 77 || c.Dim != 128 || len(c.Context) != 77*128 || len(c.Vector) != cfg.UNet.ADMChannels {
+	if c.Tokens != 77 || c.Dim != 128 || len(c.Context) != 77*128 || len(c.Vector) != unetOf(cfg).ADMChannels {
 		t.Fatalf("conditioning %d x %d, vector %d", c.Tokens, c.Dim, len(c.Vector))
 	}
 	c2, err := m.Encode("a cat", 256, 128)
@@ -610,8 +610,8 @@ func TestSDXLRefiner(t *testing.T) {
 	}
 	m := loadTiny(t, path)
 	if m.Family.Name() != "sdxl-refiner" || len(m.Config.Text) != 1 || m.Config.Text[0].Prefix != clipPrefix ||
-		m.Config.UNet.ContextDim != 64 || m.Config.UNet.ADMChannels != 64+5*256 {
-		t.Fatalf("family %s, config %+v %+v", m.Family.Name(), m.Config.UNet, m.Config.Text)
+		unetOf(m.Config).ContextDim != 64 || unetOf(m.Config).ADMChannels != 64+5*256 {
+		t.Fatalf("family %s, config %+v %+v", m.Family.Name(), unetOf(m.Config), m.Config.Text)
 	}
 	pos, err := m.cond.encode("a cat", 64, 64, false)
 	if err != nil {

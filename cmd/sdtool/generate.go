@@ -241,7 +241,7 @@ func runGenerate(c *cli.Context) error {
 			req.Width, req.Height, w, h, mult)
 		req.Width, req.Height = w, h
 	}
-	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "unet", fmt.Sprintf("%+v", cfg.UNet),
+	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "network", fmt.Sprintf("%+v", cfg.Network),
 		"text", fmt.Sprintf("%+v", cfg.Text), "vae", fmt.Sprintf("%+v", cfg.VAE), "prediction", cfg.Prediction, "load", m.LoadTime)
 	ctx, stop := console.SignalContext()
 	defer stop()
