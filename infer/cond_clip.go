@@ -19,11 +19,11 @@ type clipConditioner struct {
 
 func init() {
 	conditioners["clip"] = func(m *Model) (conditioner, error) {
-		if m.Tokenizer == nil {
+		if m.clipTokenizer() == nil {
 			return nil, fmt.Errorf("%s: no CLIP tokenizer", m.Path)
 		}
-		if len(m.Config.Text) != len(m.Family.Encoders) {
-			return nil, fmt.Errorf("%s: %d text encoders found, %s has %d", m.Path, len(m.Config.Text), m.Family.Title, len(m.Family.Encoders))
+		if n := len(m.Config.clipEncoders()); n != len(m.Family.Encoders) {
+			return nil, fmt.Errorf("%s: %d text encoders found, %s has %d", m.Path, n, m.Family.Title, len(m.Family.Encoders))
 		}
 		return &clipConditioner{m: m, fam: m.Family}, nil
 	}
@@ -32,7 +32,7 @@ func init() {
 // chunkLen is the token count of one text-encoder pass: 77, or fewer when an encoder has fewer positions.
 func (c *clipConditioner) chunkLen() int {
 	n := 77
-	for _, t := range c.m.Config.Text {
+	for _, t := range c.m.Config.clipEncoders() {
 		n = min(n, t.Positions)
 	}
 	return n
@@ -49,9 +49,9 @@ func (c *clipConditioner) encodeNegative(prompt string, width, height int, zero 
 
 func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, negative bool) (*Conditioning, error) {
 	m := c.m
-	tok := m.Tokenizer
+	tok := m.clipTokenizer()
 	chunk := c.chunkLen()
-	encs := m.Config.Text
+	encs := m.Config.clipEncoders()
 	// Token ids per encoder (they differ only in padding: EOS for CLIP-L,
 	// 0 for OpenCLIP); the weights are the same.
 	ids := make([][]int, len(encs))
@@ -89,7 +89,7 @@ func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, nega
 			if wantPooled {
 				at = firstEOS(ids[i][:chunk], tok.EOS())
 			}
-			h, p, err := c.run(&encs[i], ids[i][lo:lo+chunk], at)
+			h, p, err := c.run(encs[i], ids[i][lo:lo+chunk], at)
 			if err != nil {
 				return nil, err
 			}

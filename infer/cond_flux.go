@@ -25,13 +25,13 @@ func init() {
 		if !ok {
 			return nil, fmt.Errorf("%s: no Flux configuration", m.Path)
 		}
-		c := &fluxConditioner{m: m, t5: m.Config.T5, ctxDim: f.ContextDim, vecDim: f.VecDim, tokens: 256}
+		c := &fluxConditioner{m: m, t5: m.Config.t5(), ctxDim: f.ContextDim, vecDim: f.VecDim, tokens: 256}
 		for _, e := range m.Family.Encoders {
 			if e.Kind == "t5" && e.Tokens > 0 {
 				c.tokens = e.Tokens
 			}
 		}
-		if cl, ok := m.Config.TextEncoder("clip_l"); ok {
+		if cl, ok := m.Config.clipEncoder("clip_l"); ok {
 			c.clip = cl
 			if f.VecDim > 0 && cl.Hidden != f.VecDim {
 				return nil, fmt.Errorf("%s: CLIP-L is %d wide, the DiT's vector_in takes %d", m.Path, cl.Hidden, f.VecDim)
@@ -53,7 +53,7 @@ func (c *fluxConditioner) encode(prompt string, width, height int, zero bool) (*
 	if c.vecDim > 0 {
 		out.Vector = make([]float32, c.vecDim)
 		if c.clip != nil {
-			tok := m.Tokenizer
+			tok := m.clipTokenizer()
 			ids, _ := tok.EncodeWeighted(prompt, 77, tok.EOS())
 			for _, id := range ids {
 				if id < 0 || id >= c.clip.Vocab {
@@ -72,7 +72,7 @@ func (c *fluxConditioner) encode(prompt string, width, height int, zero bool) (*
 		out.Context = make([]float32, c.tokens*c.ctxDim)
 		return out, nil
 	}
-	h, n, err := m.t5Context(m.T5Tokenizer, prompt, c.tokens)
+	h, n, err := m.t5Context(m.t5Tokenizer(), prompt, c.tokens)
 	if err != nil {
 		return nil, err
 	}

@@ -59,11 +59,11 @@ func t5Buckets(n, buckets, maxDistance int) []int32 {
 
 // EncodeT5 runs the model's T5 encoder on one sequence of token ids (what
 // sd-cli runs per chunk: text.FluxT5Length ids for Flux) and returns its
-// hidden states after the final norm, len(ids) rows of Config.T5.Hidden
+// hidden states after the final norm, len(ids) rows of the T5 encoder's Hidden
 // values. mask, when not nil, has one entry per id, false for padding that
 // no query may attend to (Chroma's T5 mask; Flux uses none).
 func (m *Model) EncodeT5(ids []int32, mask []bool) ([]float32, error) {
-	cfg := m.Config.T5
+	cfg := m.Config.t5()
 	if cfg == nil {
 		return nil, fmt.Errorf("%s: the model has no T5 encoder", m.Path)
 	}
@@ -113,7 +113,7 @@ func (m *Model) encodeT5(cfg *T5Config, ids []int32, mask []bool) ([]float32, er
 }
 
 // t5Context is the T5 half of Flux's conditioning as sd-cli computes it
-// (see the top of this file): the context, tokens rows of Config.T5.Hidden
+// (see the top of this file): the context, tokens rows of the T5 encoder's Hidden
 // values, tokens a multiple of chunkLen (text.FluxT5Length for Flux). tok
 // may be nil when no T5 tokenizer was found; then only a prompt without
 // text (which gives </s> and padding) can be encoded.
@@ -127,7 +127,7 @@ func (m *Model) t5Context(tok *text.UnigramTokenizer, prompt string, chunkLen in
 // maskKeys hides the padding from every query inside T5 as well (sd-cli's
 // chroma_use_t5_mask; text.ChromaT5Length is Chroma's chunk length).
 func (m *Model) t5ContextMasked(tok *text.UnigramTokenizer, prompt string, chunkLen int, maskKeys bool) (ctx []float32, keep []bool, err error) {
-	cfg := m.Config.T5
+	cfg := m.Config.t5()
 	if cfg == nil {
 		return nil, nil, fmt.Errorf("%s: the model has no T5 encoder", m.Path)
 	}
@@ -205,6 +205,28 @@ func t5FallbackTokenizer() *text.UnigramTokenizer {
 		panic(err) // a fixed, valid specification
 	}
 	return t
+}
+
+// t5Tokenizer returns the model's T5 tokenizer (nil when none was found:
+// then only an empty prompt encodes).
+func (m *Model) t5Tokenizer() *text.UnigramTokenizer {
+	t, _ := m.tokenizers["t5"].(*text.UnigramTokenizer)
+	return t
+}
+
+// loadT5KindTokenizer loads the T5 tokenizer (loadT5Tokenizer) and checks
+// that the encoder's embedding has a row for each piece.
+func loadT5KindTokenizer(opt LoadOptions, srcs []*openSource, encs []EncoderConfig, main string) (any, error) {
+	tok, err := loadT5Tokenizer(opt.T5Tokenizer, srcs)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range encs {
+		if c := e.(*T5Config); tok != nil && tok.VocabSize() > c.Vocab {
+			return nil, fmt.Errorf("%s: the T5 tokenizer has %d pieces, the T5 encoder's embedding %d rows", main, tok.VocabSize(), c.Vocab)
+		}
+	}
+	return tok, nil
 }
 
 // loadT5Tokenizer takes file (--t5-tokenizer) when given, else the unigram

@@ -4,7 +4,57 @@ import (
 	"fmt"
 
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/text"
 )
+
+func init() {
+	encoderKinds["clip"] = encoderKind{detect: detectCLIP, tokenizer: loadCLIPKindTokenizer}
+}
+
+// Input is the input flag of the encoder's standalone file.
+func (c *CLIPConfig) Input() string { return c.Component }
+
+// Width is the width of the encoder's hidden states.
+func (c *CLIPConfig) Width() int { return c.Hidden }
+
+// clipEncoders returns the model's CLIP encoders, in the family's order.
+func (c *ModelConfig) clipEncoders() []*CLIPConfig {
+	var out []*CLIPConfig
+	for _, e := range c.Encoders {
+		if cc, ok := e.(*CLIPConfig); ok {
+			out = append(out, cc)
+		}
+	}
+	return out
+}
+
+// clipEncoder returns the CLIP encoder whose file comes from flag.
+func (c *ModelConfig) clipEncoder(flag string) (*CLIPConfig, bool) {
+	e, ok := c.Encoder(flag)
+	cc, isCLIP := e.(*CLIPConfig)
+	return cc, ok && isCLIP
+}
+
+// clipTokenizer returns the model's CLIP tokenizer (nil without CLIP).
+func (m *Model) clipTokenizer() *text.CLIPTokenizer {
+	t, _ := m.tokenizers["clip"].(*text.CLIPTokenizer)
+	return t
+}
+
+// loadCLIPKindTokenizer loads the CLIP tokenizer (loadModelTokenizer) and
+// checks that every CLIP encoder's embedding has a row for each token.
+func loadCLIPKindTokenizer(opt LoadOptions, srcs []*openSource, encs []EncoderConfig, main string) (any, error) {
+	tok, err := loadModelTokenizer(opt.Tokenizer, srcs)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range encs {
+		if t := e.(*CLIPConfig); tok.VocabSize() > t.Vocab {
+			return nil, fmt.Errorf("%s: the tokenizer has %d tokens, the %s text encoder's embedding %d rows", main, tok.VocabSize(), t.Component, t.Vocab)
+		}
+	}
+	return tok, nil
+}
 
 // clip builds the CLIP text transformer under cfg.Prefix (Hugging Face
 // naming, which names.Convert also gives OpenCLIP checkpoints) for token ids

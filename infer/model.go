@@ -87,11 +87,6 @@ type Model struct {
 	Family *Family
 	// Config is the detected configuration.
 	Config *ModelConfig
-	// Tokenizer is the CLIP tokenizer in use (nil for a family without CLIP).
-	Tokenizer *text.CLIPTokenizer
-	// T5Tokenizer is the T5 tokenizer of a family with a T5 encoder (nil
-	// when none was found: then only an empty prompt encodes).
-	T5Tokenizer *text.UnigramTokenizer
 	// LoadTime is how long loading took.
 	LoadTime time.Duration
 	// WeightBytes is the size of the ggml buffer holding the weights.
@@ -110,6 +105,8 @@ type Model struct {
 	specs []weightSpec
 	cond  conditioner
 	net   network
+	// tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
+	tokenizers map[string]any
 
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
@@ -194,25 +191,9 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 			unused = append(unused, "--"+s.comp.Flag+" "+s.m.Path())
 		}
 	}
-	var tok *text.CLIPTokenizer
-	if len(cfg.Text) > 0 {
-		if tok, err = loadModelTokenizer(opt.Tokenizer, srcs); err != nil {
-			return nil, err
-		}
-		for _, t := range cfg.Text {
-			if tok.VocabSize() > t.Vocab {
-				return nil, fmt.Errorf("%s: the tokenizer has %d tokens, the %s text encoder's embedding %d rows", main, tok.VocabSize(), t.Component, t.Vocab)
-			}
-		}
-	}
-	var t5tok *text.UnigramTokenizer
-	if cfg.T5 != nil {
-		if t5tok, err = loadT5Tokenizer(opt.T5Tokenizer, srcs); err != nil {
-			return nil, err
-		}
-		if t5tok != nil && t5tok.VocabSize() > cfg.T5.Vocab {
-			return nil, fmt.Errorf("%s: the T5 tokenizer has %d pieces, the T5 encoder's embedding %d rows", main, t5tok.VocabSize(), cfg.T5.Vocab)
-		}
+	toks, err := loadTokenizers(fam, cfg, opt, srcs, main)
+	if err != nil {
+		return nil, err
 	}
 	be, err := native.NewCPUBackend(opt.Threads)
 	if err != nil {
@@ -223,7 +204,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		be.Free()
 		return nil, err
 	}
-	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, T5Tokenizer: t5tok, be: be, w: w,
+	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, tokenizers: toks, be: be, w: w,
 		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), Unused: unused}
 	for _, s := range specs {
 		switch {
@@ -266,6 +247,33 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	}
 	model.LoadTime = time.Since(start)
 	return model, nil
+}
+
+// loadTokenizers loads the tokenizer of each text encoder kind the model
+// has, in the order the family lists its encoders.
+func loadTokenizers(fam *Family, cfg *ModelConfig, opt LoadOptions, srcs []*openSource, main string) (map[string]any, error) {
+	out := map[string]any{}
+	for _, e := range fam.Encoders {
+		if _, done := out[e.Kind]; done {
+			continue
+		}
+		var encs []EncoderConfig
+		for _, f := range fam.Encoders {
+			if ec, ok := cfg.Encoder(f.Component); ok && f.Kind == e.Kind {
+				encs = append(encs, ec)
+			}
+		}
+		kind := encoderKinds[e.Kind]
+		if len(encs) == 0 || kind.tokenizer == nil {
+			continue
+		}
+		tok, err := kind.tokenizer(opt, srcs, encs, main)
+		if err != nil {
+			return nil, err
+		}
+		out[e.Kind] = tok
+	}
+	return out, nil
 }
 
 // newNetwork makes the family's network for a loaded model.
@@ -492,8 +500,8 @@ func (m *Model) probePrediction() (Prediction, error) {
 		x[i] = 0.5
 	}
 	cond := &Conditioning{Tokens: 2}
-	for _, t := range m.Config.Text {
-		cond.Dim += t.Hidden
+	for _, e := range m.Config.Encoders {
+		cond.Dim += e.Width()
 	}
 	cond.Context = make([]float32, 2*cond.Dim)
 	for i := range cond.Context {

@@ -120,10 +120,10 @@ type ModelConfig struct {
 	// Network is the diffusion network's configuration, detected by the
 	// family's network kind (*UNetConfig, *FluxConfig, ...).
 	Network NetworkConfig
-	// Text are the CLIP text encoders, in the family's Encoders order.
-	Text []CLIPConfig
-	// T5 is the T5 encoder of a family that has one (Flux), nil otherwise.
-	T5 *T5Config
+	// Encoders are the text encoders' configurations (*CLIPConfig,
+	// *T5Config, ...), in the family's Encoders order; an optional encoder
+	// the files lack has none.
+	Encoders []EncoderConfig
 	// VAE describes the autoencoder.
 	VAE VAEConfig
 	// Prediction is the prediction type from metadata; PredictionKnown is
@@ -155,11 +155,20 @@ func (c *UNetConfig) LatentChannels() int { return c.OutChannels }
 func (c *UNetConfig) vectorWidth() int  { return c.ADMChannels }
 func (c *UNetConfig) contextWidth() int { return c.ContextDim }
 
-// TextEncoder returns the configuration of the CLIP encoder of a component ("clip_l", "clip_g").
-func (c *ModelConfig) TextEncoder(component string) (*CLIPConfig, bool) {
-	for i := range c.Text {
-		if c.Text[i].Component == component {
-			return &c.Text[i], true
+// EncoderConfig is a text encoder's configuration.
+type EncoderConfig interface {
+	// Input is the input-table flag of the encoder's standalone file ("clip_l").
+	Input() string
+	// Width is the width of its hidden states.
+	Width() int
+}
+
+// Encoder returns the configuration of the text encoder whose file comes
+// from the input flag ("clip_l", "t5xxl").
+func (c *ModelConfig) Encoder(flag string) (EncoderConfig, bool) {
+	for _, e := range c.Encoders {
+		if e.Input() == flag {
+			return e, true
 		}
 	}
 	return nil, false
@@ -230,10 +239,20 @@ func metaInt(md formats.Metadata, key string) (int, bool, error) {
 	return int(v), true, nil
 }
 
-// encoderKinds detect a text encoder's configuration by its kind (TextEncoder.Kind).
-var encoderKinds = map[string]func(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig) error{
-	"clip": detectCLIP,
+// encoderKind is what the core needs of a kind of text encoder (TextEncoder.Kind).
+type encoderKind struct {
+	// detect reads the encoder's configuration from the shapes and the
+	// metadata overrides.
+	detect func(s shapes, md formats.Metadata, e *TextEncoder) (EncoderConfig, error)
+	// tokenizer loads the kind's tokenizer (once per model, whatever the
+	// number of encoders of the kind) from the options or the component
+	// files and checks it against the encoders' vocabularies; nil and no
+	// error when the kind can run without one.
+	tokenizer func(opt LoadOptions, srcs []*openSource, encs []EncoderConfig, main string) (any, error)
 }
+
+// encoderKinds are the text encoder kinds by name, registered by their files.
+var encoderKinds = map[string]encoderKind{}
 
 // networkDetectors detect a network's configuration by its kind (Family.Network).
 var networkDetectors = map[string]func(s shapes, md formats.Metadata, cfg *ModelConfig) error{
@@ -265,19 +284,21 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		if e.Optional && !s.hasPrefix(e.Prefix) {
 			continue // sd-cli conditions on zeros in its place
 		}
-		det, ok := encoderKinds[e.Kind]
+		kind, ok := encoderKinds[e.Kind]
 		if !ok {
 			return nil, fmt.Errorf("%s: no text encoder kind %q in this build", fam.Title, e.Kind)
 		}
-		if err := det(s, md, e, cfg); err != nil {
+		ec, err := kind.detect(s, md, e)
+		if err != nil {
 			return nil, &componentError{e.Component, fmt.Errorf("%s text encoder (%s): %w", fam.Title, e.Component, err)}
 		}
+		cfg.Encoders = append(cfg.Encoders, ec)
 	}
 	if u, ok := cfg.Network.(contextTaker); ok {
 		ctx := 0
-		for i, e := range fam.Encoders {
-			if e.Hidden {
-				ctx += cfg.Text[i].Hidden
+		for _, e := range fam.Encoders {
+			if ec, ok := cfg.Encoder(e.Component); ok && e.Hidden {
+				ctx += ec.Width()
 			}
 		}
 		if ctx != u.contextWidth() {
@@ -476,38 +497,38 @@ func encoderMetaKey(component, key string) string {
 	return "sdtool." + component + strings.TrimPrefix(key, "sdtool.clip")
 }
 
-// detectCLIP reads a CLIP text encoder's configuration under e.Prefix and appends it to cfg.Text.
-func detectCLIP(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig) error {
-	c := CLIPConfig{Component: e.Component, Prefix: e.Prefix, FinalNorm: e.FinalNorm}
+// detectCLIP reads a CLIP text encoder's configuration under e.Prefix.
+func detectCLIP(s shapes, md formats.Metadata, e *TextEncoder) (EncoderConfig, error) {
+	c := &CLIPConfig{Component: e.Component, Prefix: e.Prefix, FinalNorm: e.FinalNorm}
 	p := e.Prefix
 	var err error
 	if c.Vocab, err = s.dim(p+"embeddings.token_embedding.weight", 0); err != nil {
-		return err
+		return nil, err
 	}
 	if c.Hidden, err = s.dim(p+"embeddings.token_embedding.weight", 1); err != nil {
-		return err
+		return nil, err
 	}
 	if c.Positions, err = s.dim(p+"embeddings.position_embedding.weight", 0); err != nil {
-		return err
+		return nil, err
 	}
 	for s.has(fmt.Sprintf("%sencoder.layers.%d.layer_norm1.weight", p, c.Layers)) {
 		c.Layers++
 	}
 	if c.Layers == 0 {
-		return fmt.Errorf("no layers under %sencoder.layers", p)
+		return nil, fmt.Errorf("no layers under %sencoder.layers", p)
 	}
 	if c.FF, err = s.dim(p+"encoder.layers.0.mlp.fc1.weight", 0); err != nil {
-		return err
+		return nil, err
 	}
 	c.FusedQKV = s.has(p + "encoder.layers.0.self_attn.in_proj.weight")
 	c.Heads = max(c.Hidden/64, 1)
 	if h, ok, err := metaInt(md, encoderMetaKey(e.Component, MetaCLIPHeads)); err != nil {
-		return err
+		return nil, err
 	} else if ok {
 		c.Heads = h
 	}
 	if c.Hidden%c.Heads != 0 {
-		return fmt.Errorf("%d channels do not split into %d heads", c.Hidden, c.Heads)
+		return nil, fmt.Errorf("%d channels do not split into %d heads", c.Hidden, c.Heads)
 	}
 	c.QuickGELU = !e.GELU
 	if a, ok := md.String(encoderMetaKey(e.Component, MetaCLIPAct)); ok {
@@ -517,7 +538,7 @@ func detectCLIP(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig)
 		case "gelu":
 			c.QuickGELU = false
 		default:
-			return fmt.Errorf("metadata %s = %q (want quick_gelu or gelu)", MetaCLIPAct, a)
+			return nil, fmt.Errorf("metadata %s = %q (want quick_gelu or gelu)", MetaCLIPAct, a)
 		}
 	}
 	c.Skip = e.Skip
@@ -526,23 +547,22 @@ func detectCLIP(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig)
 		c.PadID = -1 // EOS
 	}
 	if k, ok, err := metaInt(md, encoderMetaKey(e.Component, MetaCLIPSkip)); err != nil {
-		return err
+		return nil, err
 	} else if ok {
 		c.Skip = k
 	}
 	if c.Skip < 1 || c.Skip > c.Layers {
-		return fmt.Errorf("clip skip %d with %d layers", c.Skip, c.Layers)
+		return nil, fmt.Errorf("clip skip %d with %d layers", c.Skip, c.Layers)
 	}
 	if e.Pooled && !e.NoProjection {
 		if sh, ok := s[p+"text_projection"]; ok {
 			if len(sh) != 2 || sh[1] != int64(c.Hidden) {
-				return fmt.Errorf("text_projection has shape %v, want [out, %d]", sh, c.Hidden)
+				return nil, fmt.Errorf("text_projection has shape %v, want [out, %d]", sh, c.Hidden)
 			}
 			c.Projection = int(sh[0])
 		}
 	}
-	cfg.Text = append(cfg.Text, c)
-	return nil
+	return c, nil
 }
 
 // componentError is a configuration error in one component's weights,

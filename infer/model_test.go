@@ -185,7 +185,7 @@ func TestDetectConfigTiny(t *testing.T) {
 		!slices.Equal(u.TransformerDepth, []int{1, 1, 1, 0}) || u.MiddleDepth != 1 || u.ContextDim != 64 || u.NumHeads != 8 || u.LinearProj {
 		t.Errorf("UNet config %+v", u)
 	}
-	if c := cfg.Text[0]; c.Hidden != 64 || c.Layers != 2 || c.Heads != 2 || c.FF != 256 || !c.QuickGELU || c.Skip != 1 {
+	if c := cfg.clipEncoders()[0]; c.Hidden != 64 || c.Layers != 2 || c.Heads != 2 || c.FF != 256 || !c.QuickGELU || c.Skip != 1 {
 		t.Errorf("CLIP config %+v", c)
 	}
 	if v := cfg.VAE; v.Levels != 4 || v.BlocksPerLevel != 3 || !v.HasEncoder {
@@ -284,8 +284,8 @@ func TestTinySD2Layout(t *testing.T) {
 	}
 	m := loadTiny(t, path)
 	cfg := m.Config
-	if cfg.Family != "sd2" || !unetOf(cfg).LinearProj || !cfg.Text[0].FusedQKV || cfg.Text[0].Skip != 2 || cfg.Text[0].QuickGELU || cfg.Text[0].PadID != 0 {
-		t.Errorf("config %+v / %+v", unetOf(cfg), cfg.Text[0])
+	if cfg.Family != "sd2" || !unetOf(cfg).LinearProj || !cfg.clipEncoders()[0].FusedQKV || cfg.clipEncoders()[0].Skip != 2 || cfg.clipEncoders()[0].QuickGELU || cfg.clipEncoders()[0].PadID != 0 {
+		t.Errorf("config %+v / %+v", unetOf(cfg), cfg.clipEncoders()[0])
 	}
 	if !cfg.PredictionKnown {
 		t.Error("prediction not probed")
@@ -334,7 +334,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, c := unetOf(cfg), cfg.Text[0]
+	u, c := unetOf(cfg), cfg.clipEncoders()[0]
 	if cfg.Family != "sd1" || u.ModelChannels != 320 || !slices.Equal(u.ChannelMult, []int{1, 2, 4, 4}) || u.NumHeads != 8 ||
 		u.ContextDim != 768 || c.Layers != 12 || c.Heads != 12 || c.Vocab != 49408 || !c.QuickGELU || c.Skip != 1 ||
 		cfg.Prediction != EpsPrediction || !cfg.PredictionKnown {
@@ -358,7 +358,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, c = unetOf(cfg), cfg.Text[0]
+	u, c = unetOf(cfg), cfg.clipEncoders()[0]
 	if cfg.Family != "sd2" || u.HeadDim != 64 || u.heads(320) != 5 || u.heads(1280) != 20 || !u.LinearProj ||
 		c.Heads != 16 || !c.FusedQKV || c.QuickGELU || c.Skip != 2 || c.PadID != 0 || cfg.PredictionKnown {
 		t.Errorf("SD 2.x: %+v %+v %+v", cfg, u, c)

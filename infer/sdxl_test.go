@@ -310,13 +310,13 @@ func TestTinySDXL(t *testing.T) {
 	m := loadTiny(t, tinySDXL)
 	cfg := m.Config
 	if m.Family.Name() != "sdxl" || unetOf(cfg).ADMChannels != 64+6*256 || unetOf(cfg).ContextDim != 128 || !unetOf(cfg).LinearProj ||
-		!slices.Equal(unetOf(cfg).TransformerDepth, []int{0, 1, 1}) || len(cfg.Text) != 2 {
-		t.Fatalf("config %+v %+v", unetOf(cfg), cfg.Text)
+		!slices.Equal(unetOf(cfg).TransformerDepth, []int{0, 1, 1}) || len(cfg.clipEncoders()) != 2 {
+		t.Fatalf("config %+v %+v", unetOf(cfg), cfg.clipEncoders())
 	}
-	l, g := cfg.Text[0], cfg.Text[1]
+	l, g := cfg.clipEncoders()[0], cfg.clipEncoders()[1]
 	if l.Component != "clip_l" || !l.QuickGELU || l.FinalNorm || l.Skip != 2 || l.PadID != -1 || l.FusedQKV ||
 		g.Component != "clip_g" || g.QuickGELU || g.FinalNorm || g.Skip != 2 || g.PadID != 0 || !g.FusedQKV || g.Projection != 64 {
-		t.Errorf("text encoders %+v", cfg.Text)
+		t.Errorf("text encoders %+v", cfg.clipEncoders())
 	}
 	if v := cfg.VAE; v.ScaleFactor != 0.13025 || v.ConvScale != 1.0/32 {
 		t.Errorf("VAE %+v", v)
@@ -609,9 +609,9 @@ func TestSDXLRefiner(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := loadTiny(t, path)
-	if m.Family.Name() != "sdxl-refiner" || len(m.Config.Text) != 1 || m.Config.Text[0].Prefix != clipPrefix ||
+	if m.Family.Name() != "sdxl-refiner" || len(m.Config.clipEncoders()) != 1 || m.Config.clipEncoders()[0].Prefix != clipPrefix ||
 		unetOf(m.Config).ContextDim != 64 || unetOf(m.Config).ADMChannels != 64+5*256 {
-		t.Fatalf("family %s, config %+v %+v", m.Family.Name(), unetOf(m.Config), m.Config.Text)
+		t.Fatalf("family %s, config %+v %+v", m.Family.Name(), unetOf(m.Config), m.Config.clipEncoders())
 	}
 	pos, err := m.cond.encode("a cat", 64, 64, false)
 	if err != nil {

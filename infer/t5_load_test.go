@@ -66,7 +66,7 @@ func loadT5Component(t testing.TB, path string) *Model {
 	t.Cleanup(ws.free)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
-	return &Model{Path: path, Config: &ModelConfig{T5: cfg}, T5Tokenizer: tok, be: be, w: ws, alloc: alloc, specs: specs}
+	return &Model{Path: path, Config: &ModelConfig{Encoders: []EncoderConfig{cfg}}, tokenizers: map[string]any{"t5": tok}, be: be, w: ws, alloc: alloc, specs: specs}
 }
 
 // TestT5NamingsLoadAlike writes the tiny T5 in the three namings people
@@ -92,11 +92,11 @@ func TestT5NamingsLoadAlike(t *testing.T) {
 			wantCfg := T5Config{Component: "t5xxl", Prefix: T5Prefix, Embedding: T5Prefix + "shared.weight",
 				Vocab: tok.VocabSize(), Hidden: p.Hidden, FF: p.FF, Layers: p.Layers, Heads: p.Heads, HeadDim: p.HeadDim,
 				Buckets: p.Buckets, MaxDistance: 128}
-			if *m.Config.T5 != wantCfg {
-				t.Fatalf("config %+v, want %+v", *m.Config.T5, wantCfg)
+			if *m.Config.t5() != wantCfg {
+				t.Fatalf("config %+v, want %+v", *m.Config.t5(), wantCfg)
 			}
-			if (m.T5Tokenizer != nil) != (c.ext == ".gguf") {
-				t.Errorf("tokenizer found: %v, want %v (GGUF carries it)", m.T5Tokenizer != nil, c.ext == ".gguf")
+			if (m.t5Tokenizer() != nil) != (c.ext == ".gguf") {
+				t.Errorf("tokenizer found: %v, want %v (GGUF carries it)", m.t5Tokenizer() != nil, c.ext == ".gguf")
 			}
 			got, err := m.EncodeT5(ids, nil)
 			if err != nil {
@@ -125,7 +125,7 @@ func TestT5ContextLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := loadT5Component(t, path)
-	tok := m.T5Tokenizer
+	tok := m.t5Tokenizer()
 	if tok == nil {
 		t.Fatal("no tokenizer in the GGUF file")
 	}
@@ -327,7 +327,7 @@ func TestT5RealTokenizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := loadT5Component(t, path)
-	if m.T5Tokenizer != nil {
+	if m.t5Tokenizer() != nil {
 		t.Fatal("a safetensors T5 carries no tokenizer")
 	}
 	tok, err := loadT5Tokenizer(spiece, nil)
@@ -372,7 +372,7 @@ func TestT5ContextMasked(t *testing.T) {
 	}
 	m := loadT5Component(t, path)
 	const n = 12
-	plain, keep, err := m.t5ContextMasked(m.T5Tokenizer, "a red cat", n, false)
+	plain, keep, err := m.t5ContextMasked(m.t5Tokenizer(), "a red cat", n, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,11 +380,11 @@ func TestT5ContextMasked(t *testing.T) {
 	if !slices.Equal(keep, want) {
 		t.Fatalf("mask %v, want %v", keep, want)
 	}
-	masked, _, err := m.t5ContextMasked(m.T5Tokenizer, "a red cat", n, true)
+	masked, _, err := m.t5ContextMasked(m.t5Tokenizer(), "a red cat", n, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := m.T5Tokenizer.EncodeChunked("a red cat", n)
+	ids := m.t5Tokenizer().EncodeChunked("a red cat", n)
 	direct, err := m.EncodeT5(ids, keep)
 	if err != nil {
 		t.Fatal(err)

@@ -241,8 +241,12 @@ func runGenerate(c *cli.Context) error {
 			req.Width, req.Height, w, h, mult)
 		req.Width, req.Height = w, h
 	}
+	encoders := make([]string, len(cfg.Encoders))
+	for i, e := range cfg.Encoders {
+		encoders[i] = fmt.Sprintf("%+v", e)
+	}
 	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "network", fmt.Sprintf("%+v", cfg.Network),
-		"text", fmt.Sprintf("%+v", cfg.Text), "vae", fmt.Sprintf("%+v", cfg.VAE), "prediction", cfg.Prediction, "load", m.LoadTime)
+		"text", encoders, "vae", fmt.Sprintf("%+v", cfg.VAE), "prediction", cfg.Prediction, "load", m.LoadTime)
 	ctx, stop := console.SignalContext()
 	defer stop()
 	req.Context = ctx
