@@ -123,8 +123,10 @@ type VectorPart struct {
 	Value, Negative float32
 }
 
-// VAEFacts are a family's latent format.
+// VAEFacts are a family's VAE: its kind and latent format.
 type VAEFacts struct {
+	// Kind names the VAE's graph (vaeKinds: "kl", the LDM AutoencoderKL).
+	Kind string
 	// Scale and Shift map VAE latents to diffusion latents: z_diffusion =
 	// (z_vae - Shift) * Scale (SD: 0.18215 and 0; SDXL: 0.13025).
 	Scale, Shift float32
@@ -211,7 +213,7 @@ var Families = []*Family{
 		Vector:      []VectorPart{{Kind: "pooled"}, {Kind: "size", Dim: 256}, {Kind: "crop", Dim: 256}, {Kind: "target", Dim: 256}},
 		Conditioner: "clip", Network: "unet", Schedule: "discrete",
 		Prediction: EpsPrediction, EmptyNegativeZero: true,
-		VAE:      VAEFacts{Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
+		VAE:      VAEFacts{Kind: "kl", Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
 		Defaults: sdDefaults,
 	},
 	{
@@ -233,7 +235,7 @@ var Families = []*Family{
 		Vector:      []VectorPart{{Kind: "pooled"}, {Kind: "size", Dim: 256}, {Kind: "crop", Dim: 256}, {Kind: "score", Dim: 256, Value: 6, Negative: 2.5}},
 		Conditioner: "clip", Network: "unet", Schedule: "discrete",
 		Prediction: EpsPrediction,
-		VAE:        VAEFacts{Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
+		VAE:        VAEFacts{Kind: "kl", Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
 		Defaults:   sdDefaults,
 	},
 	{
@@ -245,7 +247,7 @@ var Families = []*Family{
 		Encoders:    []TextEncoder{{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 2, FinalNorm: true, GELU: true, Hidden: true}},
 		Conditioner: "clip", Network: "unet", Schedule: "discrete",
 		Prediction: EpsPrediction, ProbePrediction: true,
-		VAE:      VAEFacts{Scale: 0.18215},
+		VAE:      VAEFacts{Kind: "kl", Scale: 0.18215},
 		Defaults: sdDefaults,
 	},
 	{
@@ -254,7 +256,7 @@ var Families = []*Family{
 		Encoders:    []TextEncoder{{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 1, FinalNorm: true, PadEOS: true, Hidden: true}},
 		Conditioner: "clip", Network: "unet", Schedule: "discrete",
 		Prediction: EpsPrediction,
-		VAE:        VAEFacts{Scale: 0.18215},
+		VAE:        VAEFacts{Kind: "kl", Scale: 0.18215},
 		Defaults:   sdDefaults,
 	},
 }

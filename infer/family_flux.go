@@ -18,7 +18,7 @@ var fluxEncoders = []TextEncoder{
 }
 
 // fluxVAE is the 16-channel Flux autoencoder's latent format (sd.cpp's).
-var fluxVAE = VAEFacts{Scale: 0.3611, Shift: 0.1159}
+var fluxVAE = VAEFacts{Kind: "kl", Scale: 0.3611, Shift: 0.1159}
 
 // fluxMarker is the tensor every Flux.1 DiT has.
 var fluxMarker = Marker{Name: unetPrefix + "double_blocks.0.img_attn.qkv.weight", Dims: 2}

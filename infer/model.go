@@ -299,7 +299,12 @@ func hasVAE(specs []weightSpec, flag string) bool {
 // model, the VAE and its encoders (an SD 1.x checkpoint's spare tensors,
 // or a text encoder the family does not use, stay out of memory).
 func familyWeights(f *Family, specs []weightSpec) []weightSpec {
-	keep := []string{unetPrefix, vaePfx}
+	var keep []string
+	for _, in := range family.GenerateInputs() {
+		if in.Kind == family.KindDiffusion || in.Kind == family.KindVAE {
+			keep = append(keep, in.Parts...)
+		}
+	}
 	for _, e := range f.Encoders {
 		keep = append(keep, e.Prefix)
 	}
@@ -315,10 +320,10 @@ func familyWeights(f *Family, specs []weightSpec) []weightSpec {
 	return out
 }
 
-// isVAEWeight reports an AutoencoderKL tensor under first_stage_model.
+// isVAEWeight reports a tensor of some registered kind of VAE.
 func isVAEWeight(name string) bool {
-	for _, p := range []string{"encoder.", "decoder.", "quant_conv.", "post_quant_conv."} {
-		if hasPrefix(name, vaePfx+p) {
+	for _, k := range vaeKinds {
+		if k.isWeight(name) {
 			return true
 		}
 	}
@@ -371,13 +376,7 @@ func (m *Model) SetThreads(n int) { m.be.SetThreads(n) }
 func (m *Model) ParamsByType() map[string]map[formats.DType]int64 {
 	out := map[string]map[formats.DType]int64{}
 	for _, s := range m.specs {
-		part := "vae"
-		switch {
-		case hasPrefix(s.Name, unetPrefix):
-			part = "unet"
-		case hasPrefix(s.Name, "cond_stage_model."), hasPrefix(s.Name, "text_encoders."):
-			part = "text"
-		}
+		part := paramPart(s.Name)
 		if out[part] == nil {
 			out[part] = map[formats.DType]int64{}
 		}
@@ -385,6 +384,20 @@ func (m *Model) ParamsByType() map[string]map[formats.DType]int64 {
 		out[part][s.Type] += n
 	}
 	return out
+}
+
+// paramParts name ParamsByType's parts by the input table's kinds.
+var paramParts = map[string]string{family.KindDiffusion: "unet", family.KindTextEncoder: "text", family.KindVAE: "vae"}
+
+// paramPart names the part a weight belongs to: the kind of the input whose
+// part holds it ("vae" for anything else).
+func paramPart(name string) string {
+	for _, in := range family.GenerateInputs() {
+		if in.Provides(name) {
+			return paramParts[in.Kind]
+		}
+	}
+	return "vae"
 }
 
 // input is an F32 or I32 graph input and its values.
@@ -539,7 +552,7 @@ func (m *Model) DecodeLatent(latent []float32, w, h int) ([]float32, error) {
 	err := m.compute(func(g *builder) ([]input, native.Tensor) {
 		g.convScale = cfg.ConvScale
 		zt := newInput(g, formats.F32, int64(w), int64(h), int64(cfg.ZChannels), 1)
-		return []input{{t: zt, f32: z}}, g.vaeDecode(cfg, zt)
+		return []input{{t: zt, f32: z}}, vaeKinds[cfg.Kind].decode(g, cfg, zt)
 	}, func(o native.Tensor) error {
 		var err error
 		out, err = o.F32()
@@ -568,7 +581,7 @@ func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 	err := m.compute(func(g *builder) ([]input, native.Tensor) {
 		g.convScale = cfg.ConvScale
 		it := newInput(g, formats.F32, int64(w), int64(h), 3, 1)
-		return []input{{t: it, f32: pixels}}, g.vaeEncode(cfg, it)
+		return []input{{t: it, f32: pixels}}, vaeKinds[cfg.Kind].encode(g, cfg, it)
 	}, func(o native.Tensor) error {
 		var err error
 		moments, err = o.F32()

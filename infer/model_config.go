@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/native"
 )
 
 // Metadata keys that override what detection from tensor shapes cannot
@@ -93,25 +94,40 @@ type CLIPConfig struct {
 	Projection int
 }
 
-// VAEConfig is an LDM AutoencoderKL decoder's configuration.
+// VAEConfig is the autoencoder's configuration: what the engine needs of
+// any VAE, and the kind's own layout.
 type VAEConfig struct {
+	// Kind is the VAE kind (VAEFacts.Kind: "kl").
+	Kind string
 	// ZChannels is the latent width (4 for SD, 16 for Flux).
 	ZChannels int
-	// Levels is the number of resolution levels (SD: 4, so 8x downsampling).
-	Levels int
-	// BlocksPerLevel is the decoder's residual blocks per level (SD: 3).
-	BlocksPerLevel int
 	// HasEncoder reports encoder weights (for img2img).
 	HasEncoder bool
-	// QuantConv reports quant_conv/post_quant_conv (absent in Flux's VAE).
-	QuantConv bool
 	// ScaleFactor and ShiftFactor map VAE latents to diffusion latents:
 	// z = (z_vae - ShiftFactor) * ScaleFactor (SD: 0.18215 and 0).
 	ScaleFactor, ShiftFactor float32
 	// ConvScale, when not 0, scales each convolution's input by it and the
 	// output back (sd-cli's guard against f16 overflow in SDXL's own VAE).
 	ConvScale float32
+	// Layout is the kind's own configuration (*KLConfig for "kl").
+	Layout any
 }
+
+// vaeKind is what the core needs of a kind of VAE (VAEFacts.Kind).
+type vaeKind struct {
+	// detect reads the VAE's configuration from the shapes into c (whose
+	// Kind is set).
+	detect func(s shapes, c *VAEConfig) error
+	// decode builds the decoder from a VAE latent [w, h, Z, N] (unscaled
+	// and unshifted) to pixels; encode the encoder from pixels [W, H, 3,
+	// N] to the latent distribution's moments (mean, then log-variance).
+	decode, encode func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor
+	// isWeight reports a tensor of this kind of VAE (internal name).
+	isWeight func(name string) bool
+}
+
+// vaeKinds are the VAE kinds by name, registered by their files.
+var vaeKinds = map[string]vaeKind{}
 
 // ModelConfig is the configuration of a whole model.
 type ModelConfig struct {
@@ -305,7 +321,12 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 			return nil, fmt.Errorf("%s: the text encoders' widths add up to %d, the UNet's context width is %d", fam.Title, ctx, u.contextWidth())
 		}
 	}
-	if err := detectVAE(s, &cfg.VAE); err != nil {
+	vk, ok := vaeKinds[fam.VAE.Kind]
+	if !ok {
+		return nil, fmt.Errorf("%s: no VAE kind %q in this build", fam.Title, fam.VAE.Kind)
+	}
+	cfg.VAE.Kind = fam.VAE.Kind
+	if err := vk.detect(s, &cfg.VAE); err != nil {
 		return nil, &componentError{"vae", fmt.Errorf("VAE: %w", err)}
 	}
 	if want := cfg.latentChannels(); want > 0 && cfg.VAE.ZChannels != want {
@@ -583,24 +604,4 @@ func (c *ModelConfig) latentChannels() int {
 		return 0
 	}
 	return c.Network.LatentChannels()
-}
-
-func detectVAE(s shapes, c *VAEConfig) error {
-	p := vaePfx
-	var err error
-	if c.ZChannels, err = s.dim(p+"decoder.conv_in.weight", 1); err != nil {
-		return err
-	}
-	for s.has(fmt.Sprintf("%sdecoder.up.%d.block.0.conv1.weight", p, c.Levels)) {
-		c.Levels++
-	}
-	if c.Levels == 0 {
-		return fmt.Errorf("no decoder levels under %sdecoder.up", p)
-	}
-	for s.has(fmt.Sprintf("%sdecoder.up.0.block.%d.conv1.weight", p, c.BlocksPerLevel)) {
-		c.BlocksPerLevel++
-	}
-	c.HasEncoder = s.has(p + "encoder.conv_in.weight")
-	c.QuantConv = s.has(p + "post_quant_conv.weight")
-	return nil
 }

@@ -188,7 +188,7 @@ func TestDetectConfigTiny(t *testing.T) {
 	if c := cfg.clipEncoders()[0]; c.Hidden != 64 || c.Layers != 2 || c.Heads != 2 || c.FF != 256 || !c.QuickGELU || c.Skip != 1 {
 		t.Errorf("CLIP config %+v", c)
 	}
-	if v := cfg.VAE; v.Levels != 4 || v.BlocksPerLevel != 3 || !v.HasEncoder {
+	if v, kl := cfg.VAE, cfg.VAE.Layout.(*KLConfig); v.Kind != "kl" || kl.Levels != 4 || kl.BlocksPerLevel != 3 || !v.HasEncoder {
 		t.Errorf("VAE config %+v", v)
 	}
 	// Without the head override, a 64-wide context is taken for SD 2.x's

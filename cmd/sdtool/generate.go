@@ -246,7 +246,7 @@ func runGenerate(c *cli.Context) error {
 		encoders[i] = fmt.Sprintf("%+v", e)
 	}
 	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "network", fmt.Sprintf("%+v", cfg.Network),
-		"text", encoders, "vae", fmt.Sprintf("%+v", cfg.VAE), "prediction", cfg.Prediction, "load", m.LoadTime)
+		"text", encoders, "vae", fmt.Sprintf("%+v %+v", cfg.VAE, cfg.VAE.Layout), "prediction", cfg.Prediction, "load", m.LoadTime)
 	ctx, stop := console.SignalContext()
 	defer stop()
 	req.Context = ctx
