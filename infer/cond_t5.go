@@ -217,7 +217,7 @@ func (m *Model) t5Tokenizer() *text.UnigramTokenizer {
 // loadT5KindTokenizer loads the T5 tokenizer (loadT5Tokenizer) and checks
 // that the encoder's embedding has a row for each piece.
 func loadT5KindTokenizer(opt LoadOptions, srcs []*openSource, encs []EncoderConfig, main string) (any, error) {
-	tok, err := loadT5Tokenizer(opt.T5Tokenizer, srcs)
+	tok, err := loadT5Tokenizer(opt.Tokenizers["t5"], srcs)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ var fluxEncoders = []TextEncoder{
 var fluxVAE = VAEFacts{Kind: "kl", Scale: 0.3611, Shift: 0.1159}
 
 // fluxMarker is the tensor every Flux.1 DiT has.
-var fluxMarker = Marker{Name: unetPrefix + "double_blocks.0.img_attn.qkv.weight", Dims: 2}
+var fluxMarker = Marker{Name: dmPrefix + "double_blocks.0.img_attn.qkv.weight", Dims: 2}
 
 // FluxFamilies are Flux.1 dev (with a guidance embedding) and schnell
 // (without one); both condition on CLIP-L's pooled output and T5-XXL,
@@ -32,8 +32,8 @@ var FluxFamilies = []*Family{
 		ID: "flux", Variant: "dev", Title: "Flux.1 dev",
 		Match: [][]Marker{{
 			fluxMarker,
-			{Name: unetPrefix + "guidance_in.in_layer.weight"},
-			{Name: unetPrefix + "distilled_guidance_layer.in_proj.weight", Absent: true},
+			{Name: dmPrefix + "guidance_in.in_layer.weight"},
+			{Name: dmPrefix + "distilled_guidance_layer.in_proj.weight", Absent: true},
 		}},
 		Encoders: fluxEncoders, Vector: []VectorPart{{Kind: "pooled"}},
 		Conditioner: "flux", Network: "flux", Schedule: "flux",
@@ -44,8 +44,8 @@ var FluxFamilies = []*Family{
 		ID: "flux", Variant: "schnell", Title: "Flux.1 schnell",
 		Match: [][]Marker{{
 			fluxMarker,
-			{Name: unetPrefix + "guidance_in.in_layer.weight", Absent: true},
-			{Name: unetPrefix + "distilled_guidance_layer.in_proj.weight", Absent: true},
+			{Name: dmPrefix + "guidance_in.in_layer.weight", Absent: true},
+			{Name: dmPrefix + "distilled_guidance_layer.in_proj.weight", Absent: true},
 		}},
 		Encoders: fluxEncoders, Vector: []VectorPart{{Kind: "pooled"}},
 		Conditioner: "flux", Network: "flux", Schedule: "flux",

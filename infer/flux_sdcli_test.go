@@ -120,7 +120,7 @@ func testFluxParity(t *testing.T, dev bool) {
 		copyFile(t, out, filepath.Join(d, "sdcli.png"))
 	}
 	// CLIP's real vocabulary, as sd-cli has it built in (the files embed a small one).
-	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizer: sharedCLIPMerges})
+	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": sharedCLIPMerges}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestFluxGenerateChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizer: sharedCLIPMerges})
+	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": sharedCLIPMerges}})
 	if err != nil {
 		t.Fatal(err)
 	}

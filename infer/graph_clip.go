@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sdtool/sdtool/native"
@@ -44,7 +45,7 @@ func (m *Model) clipTokenizer() *text.CLIPTokenizer {
 // loadCLIPKindTokenizer loads the CLIP tokenizer (loadModelTokenizer) and
 // checks that every CLIP encoder's embedding has a row for each token.
 func loadCLIPKindTokenizer(opt LoadOptions, srcs []*openSource, encs []EncoderConfig, main string) (any, error) {
-	tok, err := loadModelTokenizer(opt.Tokenizer, srcs)
+	tok, err := loadModelTokenizer(opt.Tokenizers["clip"], srcs)
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +55,29 @@ func loadCLIPKindTokenizer(opt LoadOptions, srcs []*openSource, encs []EncoderCo
 		}
 	}
 	return tok, nil
+}
+
+// loadModelTokenizer takes --tokenizer when given, else merges embedded in
+// the metadata of the first component file that has them (the text
+// encoders' own files first, then the model's, then any other).
+func loadModelTokenizer(file string, srcs []*openSource) (*text.CLIPTokenizer, error) {
+	if file != "" {
+		return text.LoadCLIPTokenizer(file)
+	}
+	order := []string{"clip_l", "clip_g", "model", "diffusion-model", "t5xxl", "vae"}
+	for _, flag := range order {
+		for _, s := range srcs {
+			if s.comp.Flag != flag {
+				continue
+			}
+			t, err := text.CLIPTokenizerFromMetadata(s.m.Path(), s.m.Metadata())
+			if errors.Is(err, text.ErrNoTokenizer) {
+				continue
+			}
+			return t, err
+		}
+	}
+	return nil, fmt.Errorf("%s: %w; pass --tokenizer with CLIP's tokenizer.json or merges (or embed one with `sdtool convert --tokenizer`)", srcs[0].m.Path(), text.ErrNoTokenizer)
 }
 
 // clip builds the CLIP text transformer under cfg.Prefix (Hugging Face

@@ -82,7 +82,7 @@ func (g *builder) spatialTransformer(x, ctx native.Tensor, p string, depth, head
 // capture is set it also returns every block's output, marked as graph
 // outputs.
 func (g *builder) unet(cfg *UNetConfig, x, timesteps, ctx, y native.Tensor, capture bool) (native.Tensor, []blockTensor) {
-	p := unetPrefix
+	p := dmPrefix
 	mc := cfg.ModelChannels
 	var blocks []blockTensor
 	keep := func(name string, t native.Tensor) {

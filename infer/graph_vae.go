@@ -21,8 +21,12 @@ type KLConfig struct {
 
 func init() {
 	vaeKinds["kl"] = vaeKind{detect: detectKL, isWeight: isKLWeight,
-		decode: func(g *builder, c *VAEConfig, z native.Tensor) native.Tensor { return g.vaeDecode(c.Layout.(*KLConfig), z) },
-		encode: func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor { return g.vaeEncode(c.Layout.(*KLConfig), x) },
+		decode: func(g *builder, c *VAEConfig, z native.Tensor) native.Tensor {
+			return g.vaeDecode(c.Layout.(*KLConfig), z)
+		},
+		encode: func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor {
+			return g.vaeEncode(c.Layout.(*KLConfig), x)
+		},
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
-	"github.com/sdtool/sdtool/text"
 )
 
 // Available reports whether this build can run inference (it needs cgo and ggml).
@@ -332,29 +331,6 @@ func isVAEWeight(name string) bool {
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
-// loadModelTokenizer takes --tokenizer when given, else merges embedded in
-// the metadata of the first component file that has them (the text
-// encoders' own files first, then the model's, then any other).
-func loadModelTokenizer(file string, srcs []*openSource) (*text.CLIPTokenizer, error) {
-	if file != "" {
-		return text.LoadCLIPTokenizer(file)
-	}
-	order := []string{"clip_l", "clip_g", "model", "diffusion-model", "t5xxl", "vae"}
-	for _, flag := range order {
-		for _, s := range srcs {
-			if s.comp.Flag != flag {
-				continue
-			}
-			t, err := text.CLIPTokenizerFromMetadata(s.m.Path(), s.m.Metadata())
-			if errors.Is(err, text.ErrNoTokenizer) {
-				continue
-			}
-			return t, err
-		}
-	}
-	return nil, fmt.Errorf("%s: %w; pass --tokenizer with CLIP's tokenizer.json or merges (or embed one with `sdtool convert --tokenizer`)", srcs[0].m.Path(), text.ErrNoTokenizer)
-}
-
 // LinkedAVX2 reports whether the linked ggml's CPU kernels were compiled
 // with AVX2 (without it, and FMA and F16C, inference is many times slower).
 func LinkedAVX2() bool {
@@ -372,7 +348,8 @@ func (m *Model) Close() {
 // SetThreads changes the thread count.
 func (m *Model) SetThreads(n int) { m.be.SetThreads(n) }
 
-// ParamsByType counts the elements of each held type, per part ("unet", "text", "vae").
+// ParamsByType counts the elements of each held type, per part (the
+// input table's kinds: family.KindDiffusion, KindTextEncoder, KindVAE).
 func (m *Model) ParamsByType() map[string]map[formats.DType]int64 {
 	out := map[string]map[formats.DType]int64{}
 	for _, s := range m.specs {
@@ -386,18 +363,15 @@ func (m *Model) ParamsByType() map[string]map[formats.DType]int64 {
 	return out
 }
 
-// paramParts name ParamsByType's parts by the input table's kinds.
-var paramParts = map[string]string{family.KindDiffusion: "unet", family.KindTextEncoder: "text", family.KindVAE: "vae"}
-
 // paramPart names the part a weight belongs to: the kind of the input whose
-// part holds it ("vae" for anything else).
+// part holds it (family.KindVAE for anything else).
 func paramPart(name string) string {
 	for _, in := range family.GenerateInputs() {
 		if in.Provides(name) {
-			return paramParts[in.Kind]
+			return in.Kind
 		}
 	}
-	return "vae"
+	return family.KindVAE
 }
 
 // input is an F32 or I32 graph input and its values.

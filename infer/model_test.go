@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
@@ -233,7 +234,7 @@ func TestQuantizedQualityOrder(t *testing.T) {
 		if typ != formats.F32 {
 			var in, all int64
 			for part, byType := range m.ParamsByType() {
-				if part == "vae" {
+				if part == family.KindVAE {
 					continue
 				}
 				for ty, n := range byType {

@@ -125,8 +125,9 @@ const (
 	SchedulerSGMUniform Scheduler = "sgm_uniform"
 )
 
-// schedulerNames lists the schedulers in the order help and errors name them.
-var schedulerNames = []Scheduler{SchedulerDiscrete, SchedulerKarras, SchedulerSimple, SchedulerSGMUniform, SchedulerFlux}
+// schedulerNames lists the schedulers in the order help and errors name
+// them: the core's spacings, then those a family's file adds from init.
+var schedulerNames = []Scheduler{SchedulerDiscrete, SchedulerKarras, SchedulerSimple, SchedulerSGMUniform}
 
 // ParseScheduler checks a --scheduler value: "" and "default" return "" (the family's default),
 // "normal" is discrete, as in sd-cli.

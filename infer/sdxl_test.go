@@ -421,8 +421,8 @@ func splitTinySDXL(t *testing.T, dir string) Components {
 		var p *part
 		name := ts.Name
 		switch {
-		case hasPrefix(name, unetPrefix):
-			p, name = parts["unet"], name[len(unetPrefix):]
+		case hasPrefix(name, dmPrefix):
+			p, name = parts["unet"], name[len(dmPrefix):]
 		case hasPrefix(name, vaePfx):
 			p, name = parts["vae"], name[len(vaePfx):]
 		case hasPrefix(name, "conditioner.embedders.0.transformer."):
@@ -551,8 +551,8 @@ func TestSDXLDiffusersNames(t *testing.T) {
 	}
 	specs := planByName(t, m, nil)
 	for _, want := range []string{
-		unetPrefix + "input_blocks.0.0.weight", unetPrefix + "input_blocks.4.1.transformer_blocks.0.attn2.to_k.weight",
-		unetPrefix + "middle_block.2.in_layers.2.weight", unetPrefix + "label_emb.0.0.weight", unetPrefix + "label_emb.0.2.weight",
+		dmPrefix + "input_blocks.0.0.weight", dmPrefix + "input_blocks.4.1.transformer_blocks.0.attn2.to_k.weight",
+		dmPrefix + "middle_block.2.in_layers.2.weight", dmPrefix + "label_emb.0.0.weight", dmPrefix + "label_emb.0.2.weight",
 		clipPrefix + "embeddings.token_embedding.weight", clipGPrefix + "embeddings.token_embedding.weight",
 		clipGPrefix + "encoder.layers.3.self_attn.q_proj.weight", clipGPrefix + "text_projection",
 		vaePfx + "decoder.conv_in.weight", vaePfx + "decoder.up.3.block.0.conv1.weight",

@@ -298,7 +298,7 @@ func TestT5Imatrix(t *testing.T) {
 }
 
 // TestT5RealTokenizer loads T5's own spiece.model the way --t5-tokenizer
-// does (LoadOptions.T5Tokenizer) beside an encoder with T5-XXL's 32128
+// does (LoadOptions.Tokenizers["t5"]) beside an encoder with T5-XXL's 32128
 // embedding rows, and checks that a prompt reaches the encoder as the ids
 // transformers.js publishes for it, then </s> and padding to 256.
 func TestT5RealTokenizer(t *testing.T) {

@@ -181,9 +181,9 @@ func runGenerate(c *cli.Context) error {
 	}
 	tok, tokSaid, notFound := resolveTokenizer(c.String("tokenizer"), comps)
 	rt := c.String("runtime")
-	opt := infer.LoadOptions{Tokenizer: tok, Threads: threads, Prediction: c.String("prediction"),
+	opt := infer.LoadOptions{Tokenizers: map[string]string{"clip": tok}, Threads: threads, Prediction: c.String("prediction"),
 		Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP}
-	opt.T5Tokenizer = c.String("t5-tokenizer")
+	opt.Tokenizers["t5"] = c.String("t5-tokenizer")
 	m, err := infer.Load(comps, opt)
 	if err != nil {
 		// The model's own problems come first (infer checks them before the

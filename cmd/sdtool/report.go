@@ -133,7 +133,7 @@ func runReport(c *cli.Context) error {
 	gen := func(path string) (*reportModel, error) {
 		comps := infer.Components{"model": path}
 		tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-		m, err := infer.Load(comps, infer.LoadOptions{Tokenizer: tok, Threads: threads})
+		m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok}, Threads: threads})
 		if err != nil {
 			if notFound != nil {
 				return nil, notFound
