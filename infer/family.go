@@ -25,7 +25,9 @@ import (
 //     (networkDetectors[Family.Network]) and the graph of one evaluation
 //     (networks[Family.Network]);
 //   - text encoders of a new kind (encoderKinds[TextEncoder.Kind]): their
-//     configuration detected from shapes;
+//     configuration detected from shapes and their tokenizer's loader;
+//   - a VAE of a new kind (vaeKinds[VAEFacts.Kind]): its configuration
+//     detected from shapes and its decoder and encoder graphs;
 //   - a schedule (schedules[Family.Schedule]): the sigmas and the timestep
 //     the network sees.
 //

@@ -41,9 +41,6 @@ import (
 // ErrNewerType is wrapped by errors about tensor types the linked ggml does not know.
 var ErrNewerType = errors.New("type is newer than the linked ggml")
 
-// usedPrefixes are the internal name prefixes the graphs read.
-var usedPrefixes = []string{"model.diffusion_model.", "first_stage_model.", "cond_stage_model.", "text_encoders."}
-
 // Components names a model's files by the flags of the component table
 // (family.Components: "model", "diffusion-model", "clip_l", "vae", ...).
 // Any mix is allowed: a standalone component replaces the same part of the
@@ -318,9 +315,11 @@ func isInt(t formats.DType) bool {
 	return t == formats.I64 || t == formats.I32 || t == formats.I16 || t == formats.I8
 }
 
+// used reports whether a graph may read the weight: whether it belongs to
+// the part of one of the input table's components.
 func used(name string) bool {
-	for _, p := range usedPrefixes {
-		if strings.HasPrefix(name, p) {
+	for _, in := range family.GenerateInputs() {
+		if in.Provides(name) {
 			return true
 		}
 	}

@@ -17,8 +17,9 @@ import (
 // module is the module path the table's package paths are relative to.
 const module = "github.com/sdtool/sdtool"
 
-// layers is the package map, lowest first: a package may import packages
-// of lower layers only, never one of its own layer or above. A path ending
+// layers is the package map of docs/design.md, lowest first: a package may
+// import packages of lower layers only, never one of its own layer or
+// above. A path ending
 // in "/*" stands for every package below it (not the package itself), so
 // that the subpackages of infer and native (infer/metrics,
 // native/ggmltest, ...) need no row of their own.
@@ -351,4 +352,47 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// designDoc is the repository's design document, whose package map must be
+// the table above.
+const designDoc = "docs/design.md"
+
+// TestDesignDocHoldsTheMap reads the package map between the layers
+// markers of docs/design.md ("name: pkg, pkg" per line, lowest first) and
+// fails when it differs from the table.
+func TestDesignDocHoldsTheMap(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(moduleRoot(t), designDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "<!-- layers: begin -->")
+	block, _, ok2 := strings.Cut(rest, "<!-- layers: end -->")
+	if !ok || !ok2 {
+		t.Fatalf("%s: no <!-- layers: begin --> ... <!-- layers: end --> block", designDoc)
+	}
+	var doc []string
+	for line := range strings.Lines(block) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "```") {
+			continue
+		}
+		// The layer's name may hold colons of its own: the packages follow the last one.
+		i := strings.LastIndex(line, ":")
+		if i < 0 {
+			t.Fatalf("%s: map line %q has no \"name: packages\"", designDoc, line)
+		}
+		var pkgs []string
+		for _, p := range strings.Split(line[i+1:], ",") {
+			pkgs = append(pkgs, strings.TrimSpace(p))
+		}
+		doc = append(doc, strings.TrimSpace(line[:i])+": "+strings.Join(pkgs, ", "))
+	}
+	var table []string
+	for _, l := range layers {
+		table = append(table, l.name+": "+strings.Join(l.pkgs, ", "))
+	}
+	if strings.Join(doc, "\n") != strings.Join(table, "\n") {
+		t.Errorf("%s's package map differs from the layering table:\n%s\nwant:\n%s", designDoc, strings.Join(doc, "\n"), strings.Join(table, "\n"))
+	}
 }
