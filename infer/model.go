@@ -122,62 +122,19 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		return nil, err
 	}
 	start := time.Now()
-	var srcs []*openSource
+	srcs, err := openInputs(c)
 	defer func() {
 		for _, s := range srcs {
 			s.m.Close()
 		}
 	}()
-	for _, ct := range family.GenerateInputs() {
-		path := c[ct.Flag]
-		if path == "" {
-			continue
-		}
-		fm, err := formats.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		src, err := newSource(ct, fm)
-		if err != nil {
-			fm.Close()
-			return nil, err
-		}
-		srcs = append(srcs, src)
-	}
-	if len(srcs) == 0 {
-		return nil, errors.New("no model given (-m, or --diffusion-model with the text encoders and VAE)")
-	}
-	specs, err := selectFrom(srcs, nil, opt)
 	if err != nil {
 		return nil, err
 	}
 	main := c.Main()
-	for _, s := range srcs {
-		if s.comp.Flag == family.FlagVAE && !hasVAE(specs, family.FlagVAE) {
-			return nil, fmt.Errorf("%s: no VAE tensors (encoder., decoder., post_quant_conv.)", s.m.Path())
-		}
-	}
-	sh := map[string][]int64{}
-	for _, s := range specs {
-		sh[s.Name] = s.Shape
-	}
-	// Metadata overrides may sit in any component file; the first file
-	// (in sd-cli's flag order) that has a key wins.
-	var md formats.Metadata
-	for _, s := range srcs {
-		md = append(md, s.m.Metadata()...)
-	}
-	cfg, err := DetectConfig(sh, md)
+	specs, cfg, err := detectModel(srcs, main, opt)
 	if err != nil {
-		var ce *componentError
-		if errors.As(err, &ce) {
-			for _, s := range srcs {
-				if s.comp.Flag == ce.flag {
-					main = s.m.Path()
-				}
-			}
-		}
-		return nil, fmt.Errorf("%s: %w", main, err)
+		return nil, err
 	}
 	fam, _ := FamilyByName(cfg.Family)
 	if fam.VAE.BuiltinConvScale != 0 && c[family.FlagVAE] == "" {
@@ -213,39 +170,111 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 			model.UnscaledFP8++
 		}
 	}
-	defer func() {
-		if err != nil {
-			model.Close()
-		}
-	}()
-	if model.net, err = newNetwork(model); err != nil {
+	if err := model.attachParts(opt); err != nil {
+		model.Close()
 		return nil, err
+	}
+	model.LoadTime = time.Since(start)
+	return model, nil
+}
+
+// openInputs opens the component files that are set, in the input table's
+// order; the caller closes what it returns, also on error.
+func openInputs(c Components) ([]*openSource, error) {
+	var srcs []*openSource
+	for _, ct := range family.GenerateInputs() {
+		path := c[ct.Flag]
+		if path == "" {
+			continue
+		}
+		fm, err := formats.Open(path)
+		if err != nil {
+			return srcs, err
+		}
+		src, err := newSource(ct, fm)
+		if err != nil {
+			fm.Close()
+			return srcs, err
+		}
+		srcs = append(srcs, src)
+	}
+	if len(srcs) == 0 {
+		return nil, errors.New("no model given (-m, or --diffusion-model with the text encoders and VAE)")
+	}
+	return srcs, nil
+}
+
+// detectModel selects the weights of the opened files and detects the
+// family and configuration from them; an error in one component's weights
+// names that component's file rather than main.
+func detectModel(srcs []*openSource, main string, opt LoadOptions) ([]weightSpec, *ModelConfig, error) {
+	specs, err := selectFrom(srcs, nil, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range srcs {
+		if s.comp.Flag == family.FlagVAE && !hasVAE(specs, family.FlagVAE) {
+			return nil, nil, fmt.Errorf("%s: no VAE tensors (encoder., decoder., post_quant_conv.)", s.m.Path())
+		}
+	}
+	sh := map[string][]int64{}
+	for _, s := range specs {
+		sh[s.Name] = s.Shape
+	}
+	// Metadata overrides may sit in any component file; the first file
+	// (in sd-cli's flag order) that has a key wins.
+	var md formats.Metadata
+	for _, s := range srcs {
+		md = append(md, s.m.Metadata()...)
+	}
+	cfg, err := DetectConfig(sh, md)
+	if err != nil {
+		var ce *componentError
+		if errors.As(err, &ce) {
+			for _, s := range srcs {
+				if s.comp.Flag == ce.flag {
+					main = s.m.Path()
+				}
+			}
+		}
+		return nil, nil, fmt.Errorf("%s: %w", main, err)
+	}
+	return specs, cfg, nil
+}
+
+// attachParts makes the family's network and conditioner for the loaded
+// weights, checks its schedule is registered, and settles the prediction
+// type (the option, else metadata or the family's, else a probe).
+func (m *Model) attachParts(opt LoadOptions) error {
+	fam, cfg := m.Family, m.Config
+	var err error
+	if m.net, err = newNetwork(m); err != nil {
+		return err
 	}
 	mk, ok := conditioners[fam.Conditioner]
 	if !ok {
-		return nil, fmt.Errorf("%s: no conditioner %q in this build", fam.Title, fam.Conditioner)
+		return fmt.Errorf("%s: no conditioner %q in this build", fam.Title, fam.Conditioner)
 	}
-	if model.cond, err = mk(model); err != nil {
-		return nil, err
+	if m.cond, err = mk(m); err != nil {
+		return err
 	}
 	if _, ok := schedules[fam.Schedule]; !ok {
-		return nil, fmt.Errorf("%s: no schedule %q in this build", fam.Title, fam.Schedule)
+		return fmt.Errorf("%s: no schedule %q in this build", fam.Title, fam.Schedule)
 	}
 	if opt.Prediction != "" {
 		p, err := ParsePrediction(opt.Prediction)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		cfg.Prediction, cfg.PredictionKnown = p, true
 	}
 	if !cfg.PredictionKnown {
-		if cfg.Prediction, err = model.probePrediction(); err != nil {
-			return nil, err
+		if cfg.Prediction, err = m.probePrediction(); err != nil {
+			return err
 		}
 		cfg.PredictionKnown = true
 	}
-	model.LoadTime = time.Since(start)
-	return model, nil
+	return nil
 }
 
 // loadTokenizers loads the tokenizer of each text encoder kind the model
@@ -588,6 +617,85 @@ func (m *Model) AlignSize(w, h int) (int, int, int) {
 	return up(w), up(h), down
 }
 
+// guidedDenoiser is one sampling run's Denoiser: the network on the
+// conditional and, with classifier-free guidance, the unconditional
+// context, mixed by the guidance scale and turned into the denoised
+// latent by the parameterisation.
+type guidedDenoiser struct {
+	m            *Model
+	pred         Prediction
+	sched        Schedule
+	req          *Request
+	cond, uncond *Conditioning
+	w, h         int
+	in, den      []float32
+	capture      *[]BlockOutput // the first step's block outputs, when requested
+	err          error          // the first network error (the sampler cannot return one)
+}
+
+func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
+	_, _, cIn := d.pred.Scalings(sigma)
+	for i, v := range xs {
+		d.in[i] = v * cIn
+	}
+	call := &netInput{x: d.in, w: d.w, h: d.h, t: d.sched.SigmaToT(sigma), cond: d.cond, guidance: d.req.Guidance}
+	blocks := d.capture
+	d.capture = nil
+	out, err := d.m.runNet(call, blocks)
+	if err != nil {
+		d.err = err
+		return nil
+	}
+	if d.uncond != nil {
+		call.cond = d.uncond
+		u, err := d.m.runNet(call, nil)
+		if err != nil {
+			d.err = err
+			return nil
+		}
+		Guide(out, u, d.req.CFGScale)
+	}
+	d.pred.Denoised(d.den, xs, out, sigma)
+	return d.den
+}
+
+// conditionings encodes the prompt and, when classifier-free guidance
+// needs one (CFGScale != 1), the negative prompt.
+func (m *Model) conditionings(req *Request) (cond, uncond *Conditioning, err error) {
+	if cond, err = m.cond.encode(req.Prompt, req.Width, req.Height, false); err != nil {
+		return nil, nil, err
+	}
+	if req.CFGScale != 1 {
+		zero := m.Family.EmptyNegativeZero && req.Negative == ""
+		encode := m.cond.encode
+		if nc, ok := m.cond.(negativeConditioner); ok {
+			encode = nc.encodeNegative
+		}
+		if uncond, err = encode(req.Negative, req.Width, req.Height, zero); err != nil {
+			return nil, nil, err
+		}
+	}
+	return cond, uncond, nil
+}
+
+// initLatent encodes img2img's init image into a sample of its latent
+// distribution, n values.
+func (m *Model) initLatent(req *Request, n int) ([]float32, error) {
+	if len(req.Init) != 3*req.Width*req.Height {
+		return nil, fmt.Errorf("init image has %d values, want %d", len(req.Init), 3*req.Width*req.Height)
+	}
+	// sd-cli seeds its generator, draws the encoder's sample from it,
+	// then seeds it again for the starting noise: both start at the
+	// seed, so the sample's noise is the starting noise.
+	eps, err := NewRNG(req.RNG, req.Seed)
+	if err != nil {
+		return nil, err
+	}
+	e := make([]float32, n)
+	eps.FillNormal(e)
+	return m.encodeLatent(req.Init, req.Width, req.Height, e)
+}
+
 // schedule returns the model's noise schedule for a latent of w×h cells.
 func (m *Model) schedule(w, h int) Schedule { return schedules[m.Family.Schedule](m, w, h) }
 
@@ -613,20 +721,9 @@ func (m *Model) Generate(req Request) (*Result, error) {
 	}
 	res := &Result{Width: req.Width, Height: req.Height}
 	t0 := time.Now()
-	cond, err := m.cond.encode(req.Prompt, req.Width, req.Height, false)
+	cond, uncond, err := m.conditionings(&req)
 	if err != nil {
 		return nil, err
-	}
-	var uncond *Conditioning
-	if req.CFGScale != 1 {
-		zero := fam.EmptyNegativeZero && req.Negative == ""
-		encode := m.cond.encode
-		if nc, ok := m.cond.(negativeConditioner); ok {
-			encode = nc.encodeNegative
-		}
-		if uncond, err = encode(req.Negative, req.Width, req.Height, zero); err != nil {
-			return nil, err
-		}
 	}
 	res.Timings.Text = time.Since(t0)
 
@@ -643,19 +740,7 @@ func (m *Model) Generate(req Request) (*Result, error) {
 	}
 	var init []float32
 	if req.Init != nil {
-		if len(req.Init) != 3*req.Width*req.Height {
-			return nil, fmt.Errorf("init image has %d values, want %d", len(req.Init), 3*req.Width*req.Height)
-		}
-		// sd-cli seeds its generator, draws the encoder's sample from it,
-		// then seeds it again for the starting noise: both start at the
-		// seed, so the sample's noise is the starting noise.
-		eps, err := NewRNG(req.RNG, req.Seed)
-		if err != nil {
-			return nil, err
-		}
-		e := make([]float32, n)
-		eps.FillNormal(e)
-		if init, err = m.encodeLatent(req.Init, req.Width, req.Height, e); err != nil {
+		if init, err = m.initLatent(&req, n); err != nil {
 			return nil, err
 		}
 		sigmas = Img2ImgSigmas(sigmas, req.Strength)
@@ -665,50 +750,23 @@ func (m *Model) Generate(req Request) (*Result, error) {
 	noise.FillNormal(x)
 	pred.NoiseLatent(x, init, x, sigmas[0])
 
-	in := make([]float32, n)
-	den := make([]float32, n)
-	var denErr error
-	first := true
-	denoise := func(xs []float32, sigma float32) []float32 {
-		_, _, cIn := pred.Scalings(sigma)
-		for i, v := range xs {
-			in[i] = v * cIn
-		}
-		call := &netInput{x: in, w: lw, h: lh, t: sched.SigmaToT(sigma), cond: cond, guidance: req.Guidance}
-		var blocks *[]BlockOutput
-		if first && req.CaptureBlocks {
-			blocks = &res.Blocks
-		}
-		first = false
-		out, err := m.runNet(call, blocks)
-		if err != nil {
-			denErr = err
-			return nil
-		}
-		if uncond != nil {
-			call.cond = uncond
-			u, err := m.runNet(call, nil)
-			if err != nil {
-				denErr = err
-				return nil
-			}
-			Guide(out, u, req.CFGScale)
-		}
-		pred.Denoised(den, xs, out, sigma)
-		return den
+	d := &guidedDenoiser{m: m, pred: pred, sched: sched, req: &req, cond: cond, uncond: uncond, w: lw, h: lh,
+		in: make([]float32, n), den: make([]float32, n)}
+	if req.CaptureBlocks {
+		d.capture = &res.Blocks
 	}
 	t1 := time.Now()
 	if err := req.interrupted(0, len(sigmas)-1); err != nil {
 		return nil, err
 	}
-	err = SamplePrediction(req.Method, pred, denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
+	err = SamplePrediction(req.Method, pred, d.denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
 		if req.OnStep != nil {
 			req.OnStep(step, steps)
 		}
 		return req.interrupted(step, steps)
 	})
-	if denErr != nil {
-		return nil, denErr
+	if d.err != nil {
+		return nil, d.err
 	}
 	if err != nil {
 		return nil, err
