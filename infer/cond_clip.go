@@ -3,9 +3,6 @@ package infer
 import (
 	"fmt"
 	"math"
-
-	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
 )
 
 // clipConditioner is the conditioning of the CLIP families (Family.Conditioner
@@ -89,7 +86,7 @@ func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, nega
 			if wantPooled {
 				at = firstEOS(ids[i][:chunk], tok.EOS())
 			}
-			h, p, err := c.run(encs[i], ids[i][lo:lo+chunk], at)
+			h, p, err := m.runCLIP(encs[i], ids[i][lo:lo+chunk], at)
 			if err != nil {
 				return nil, err
 			}
@@ -121,43 +118,6 @@ func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, nega
 		out.Vector = v
 	}
 	return out, nil
-}
-
-// firstEOS returns the index of the first end-of-text token (the pooled
-// position), the last index when there is none, as sd.cpp takes it.
-func firstEOS(ids []int, eos int) int {
-	for i, id := range ids {
-		if id == eos {
-			return i
-		}
-	}
-	return len(ids) - 1
-}
-
-// run evaluates one text encoder on one chunk of ids: its hidden states
-// [len(ids)][Hidden] and, when pooledAt >= 0, its pooled output.
-func (c *clipConditioner) run(e *CLIPConfig, ids []int, pooledAt int) (hidden, pooled []float32, err error) {
-	idv := make([]int32, len(ids))
-	for i, id := range ids {
-		idv[i] = int32(id)
-	}
-	var pt native.Tensor
-	err = c.m.compute(func(g *builder) ([]input, native.Tensor) {
-		t := newInput(g, formats.I32, int64(len(idv)))
-		h, p := g.clip(e, t, pooledAt)
-		pt = p
-		return []input{{t: t, i32: idv}}, h
-	}, func(o native.Tensor) error {
-		var err error
-		if hidden, err = o.F32(); err != nil {
-			return err
-		}
-		if pt.Valid() {
-			pooled, err = pt.F32()
-		}
-		return err
-	})
-	return hidden, pooled, err
 }
 
 // conditioningVector assembles a conditioning vector from its parts: the

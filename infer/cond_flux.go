@@ -60,8 +60,7 @@ func (c *fluxConditioner) encode(prompt string, width, height int, zero bool) (*
 					return nil, fmt.Errorf("token id %d outside CLIP-L's %d rows", id, c.clip.Vocab)
 				}
 			}
-			cc := &clipConditioner{m: m, fam: m.Family}
-			_, pooled, err := cc.run(c.clip, ids[:77], firstEOS(ids[:77], tok.EOS()))
+			_, pooled, err := m.runCLIP(c.clip, ids[:77], firstEOS(ids[:77], tok.EOS()))
 			if err != nil {
 				return nil, err
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/text"
 )
@@ -78,6 +79,43 @@ func loadModelTokenizer(file string, srcs []*openSource) (*text.CLIPTokenizer, e
 		}
 	}
 	return nil, fmt.Errorf("%s: %w; pass --tokenizer with CLIP's tokenizer.json or merges (or embed one with `sdtool convert --tokenizer`)", srcs[0].m.Path(), text.ErrNoTokenizer)
+}
+
+// firstEOS returns the index of the first end-of-text token (the pooled
+// position), the last index when there is none, as sd.cpp takes it.
+func firstEOS(ids []int, eos int) int {
+	for i, id := range ids {
+		if id == eos {
+			return i
+		}
+	}
+	return len(ids) - 1
+}
+
+// runCLIP evaluates one CLIP text encoder on one chunk of ids: its hidden
+// states [len(ids)][Hidden] and, when pooledAt >= 0, its pooled output.
+func (m *Model) runCLIP(e *CLIPConfig, ids []int, pooledAt int) (hidden, pooled []float32, err error) {
+	idv := make([]int32, len(ids))
+	for i, id := range ids {
+		idv[i] = int32(id)
+	}
+	var pt native.Tensor
+	err = m.compute(func(g *builder) ([]input, native.Tensor) {
+		t := newInput(g, formats.I32, int64(len(idv)))
+		h, p := g.clip(e, t, pooledAt)
+		pt = p
+		return []input{{t: t, i32: idv}}, h
+	}, func(o native.Tensor) error {
+		var err error
+		if hidden, err = o.F32(); err != nil {
+			return err
+		}
+		if pt.Valid() {
+			pooled, err = pt.F32()
+		}
+		return err
+	})
+	return hidden, pooled, err
 }
 
 // clip builds the CLIP text transformer under cfg.Prefix (Hugging Face

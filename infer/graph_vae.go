@@ -9,6 +9,9 @@ import (
 // The LDM AutoencoderKL's decoder (and encoder for img2img) on ggml: the
 // VAE kind "kl" (SD 1.x/2.x/XL, and Flux.1's 16-channel one).
 
+// vaeNormEps is the AutoencoderKL's GroupNorm epsilon.
+const vaeNormEps = 1e-6
+
 // KLConfig is an LDM AutoencoderKL's layout (VAEConfig.Layout).
 type KLConfig struct {
 	// Levels is the number of resolution levels (SD: 4, so 8x downsampling).
