@@ -265,19 +265,24 @@ func DetectFamily(sh map[string][]int64) (*Family, error) {
 	return nil, fmt.Errorf("not a model family generate knows (%s): %s", strings.Join(names, ", "), missingHint(s))
 }
 
-// entryTitles lists the engine entries' titles in the family table's
-// order (entries of one ID in their own order), whatever order the
-// families' files registered them in.
-func entryTitles() []string {
+// Entries returns the engine entries in the family table's order (entries
+// of one ID in their own order), whatever order the families' files
+// registered them in.
+func Entries() []*Family {
 	order := map[string]int{}
 	for i, id := range family.IDs() {
 		order[id] = i
 	}
 	entries := slices.Clone(Families)
 	slices.SortStableFunc(entries, func(a, b *Family) int { return order[a.ID] - order[b.ID] })
-	names := make([]string, len(entries))
-	for i, f := range entries {
-		names[i] = f.Title
+	return entries
+}
+
+// entryTitles lists the engine entries' titles in the family table's order.
+func entryTitles() []string {
+	var names []string
+	for _, f := range Entries() {
+		names = append(names, f.Title)
 	}
 	return names
 }

@@ -28,6 +28,47 @@ import (
 // the command exists but says that the binary cannot run models
 // (infer.Available is false).
 
+// familyTitles lists the engine entries generate runs, for help texts.
+func familyTitles() []string {
+	var out []string
+	for _, f := range infer.Entries() {
+		out = append(out, f.Title)
+	}
+	return out
+}
+
+// familyDefaults describes one of the families' defaults for a flag's
+// help ("the family's: 7 for SD 1.x, SDXL; 1 for Flux.1 dev"), leaving
+// out the families whose value is "0" (none).
+func familyDefaults(value func(infer.Defaults) string) string {
+	var order []string
+	by := map[string][]string{}
+	for _, f := range infer.Entries() {
+		v := value(f.Defaults)
+		if v == "0" || v == "" {
+			continue
+		}
+		if by[v] == nil {
+			order = append(order, v)
+		}
+		by[v] = append(by[v], f.Title)
+	}
+	parts := make([]string, len(order))
+	for i, v := range order {
+		parts[i] = v + " for " + strings.Join(by[v], ", ")
+	}
+	return "the family's: " + strings.Join(parts, "; ")
+}
+
+// schedulerList names the schedulers for --scheduler's help.
+func schedulerList() string {
+	var names []string
+	for _, s := range infer.Schedulers() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
 // generateUsage is the help text of a model-file flag of generate.
 func generateUsage(in *family.Input) string {
 	if in.Whole() {
@@ -89,13 +130,13 @@ func comparing(c *cli.Context) bool {
 func init() {
 	register(&cli.Command{
 		Name:      "generate",
-		Usage:     "generate an image with an SD 1.x/2.x, SDXL or Flux.1 model (ggml CPU kernels) and optionally compare two weight sets",
+		Usage:     "generate an image with an " + strings.Join(familyTitles(), ", ") + " model (ggml CPU kernels) and optionally compare two weight sets",
 		ArgsUsage: "-m MODEL | --diffusion-model FILE --clip_l FILE ... -p PROMPT -o OUT.png",
 		Description: "Runs the text encoders, the diffusion network (configuration detected from tensor shapes) and the VAE with\n" +
 			"ggml's CPU kernels, the same kernels stable-diffusion.cpp uses, on any file sdtool reads (GGUF of any ggml type,\n" +
 			"safetensors, .ckpt, diffusers folders, ComfyUI INT8/FP8). The model is one file (-m) or separate components as\n" +
 			"sd-cli names them (--diffusion-model, --clip_l, --clip_g, --t5xxl, --vae), in any mix of formats and types; the\n" +
-			"family (SD 1.x, SD 2.x, SDXL, Flux.1 dev and schnell) is detected from the tensors. The PNG gets A1111-style \"parameters\" text.\n\n" +
+			"family (" + strings.Join(familyTitles(), ", ") + ") is detected from the tensors. The PNG gets A1111-style \"parameters\" text.\n\n" +
 			"--compare REF runs the same seed with REF's weights and prints the PSNR and SSIM of the two images, the\n" +
 			"cosine similarity of the final latents and each network block's output error at the first step, so a\n" +
 			"quantized model can be checked against its source; --compare-diffusion-model, --compare-clip_l, ... name\n" +
@@ -115,13 +156,13 @@ func init() {
 			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.png)", Required: true},
 			&cli.IntFlag{Name: "steps", Usage: "sampling `STEPS`", DefaultText: "model metadata, else 20"},
-			&cli.Float64Flag{Name: "cfg-scale", Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)", DefaultText: "the family's: 7 for SD 1.x/2.x/XL, 1 for Flux"},
-			&cli.Float64Flag{Name: "guidance", Usage: "distilled guidance `SCALE` of models with a guidance input", DefaultText: "the family's: 3.5 for Flux dev"},
+			&cli.Float64Flag{Name: "cfg-scale", Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)", DefaultText: familyDefaults(func(d infer.Defaults) string { return fmt.Sprint(d.CFGScale) })},
+			&cli.Float64Flag{Name: "guidance", Usage: "distilled guidance `SCALE` of models with a guidance input", DefaultText: familyDefaults(func(d infer.Defaults) string { return fmt.Sprint(d.Guidance) })},
 			&cli.IntFlag{Name: "width", Aliases: []string{"W"}, Usage: "image width in `PIXELS`", DefaultText: "model metadata, else 512"},
 			&cli.IntFlag{Name: "height", Aliases: []string{"H"}, Usage: "image height in `PIXELS`", DefaultText: "model metadata, else 512"},
 			&cli.Int64Flag{Name: "seed", Aliases: []string{"s"}, Value: 42, Usage: "noise `SEED`"},
-			&cli.StringFlag{Name: "sampling-method", Usage: "`SAMPLER`: euler, euler_a or dpm++2m", DefaultText: "the family's: euler_a for SD 1.x/2.x/XL, euler for Flux"},
-			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: discrete, karras, simple, sgm_uniform or flux", DefaultText: "the family's: discrete for SD 1.x/2.x/XL, flux for Flux"},
+			&cli.StringFlag{Name: "sampling-method", Usage: "`SAMPLER`: euler, euler_a or dpm++2m", DefaultText: familyDefaults(func(d infer.Defaults) string { return string(d.Method) })},
+			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: " + schedulerList(), DefaultText: familyDefaults(func(d infer.Defaults) string { return string(d.Scheduler) })},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`", DefaultText: "the idle cores: all, less the other threads running when generate starts"},
