@@ -41,8 +41,8 @@ import (
 // ErrNewerType is wrapped by errors about tensor types the linked ggml does not know.
 var ErrNewerType = errors.New("type is newer than the linked ggml")
 
-// Components names a model's files by the flags of the component table
-// (family.Components: "model", "diffusion-model", "clip_l", "vae", ...).
+// Components names a model's files by the flags of the input table
+// (family.Inputs: "model", "diffusion-model", "clip_l", "vae", ...).
 // Any mix is allowed: a standalone component replaces the same part of the
 // whole model. Empty paths count as unset.
 type Components map[string]string
