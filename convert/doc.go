@@ -1,5 +1,5 @@
 // Package convert reproduces stable-diffusion.cpp's convert mode (`sd-cli -M
-// convert`): how inputs are loaded and named (Load, Components), which
+// convert`): how inputs are loaded and named (Load, with family.ConvertInputs), which
 // tensors change type (Decide), and the --tensor-type-rules semantics, so
 // that sdtool writes the same GGUF bytes. Plan turns an invocation
 // (Options) into a *pipeline.Plan, which pipeline.Run writes and

@@ -5,28 +5,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 )
-
-// Component names an sd-cli input flag and the name prefix sd.cpp gives its tensors.
-type Component struct {
-	// Flag is the command-line flag ("model", "clip_l", ...).
-	Flag string
-	// Prefix is prepended to every tensor name that does not already start with it.
-	Prefix string
-}
-
-// Components lists sd-cli's convert inputs in the order sd.cpp loads them,
-// plus --llm, an sdtool extension that sd-cli's convert mode ignores.
-var Components = []Component{
-	{"model", ""},
-	{"clip_l", "text_encoders.clip_l.transformer."},
-	{"clip_g", "text_encoders.clip_g.transformer."},
-	{"t5xxl", "text_encoders.t5xxl.transformer."},
-	{"diffusion-model", "model.diffusion_model."},
-	{"vae", "vae."},
-	{"llm", "text_encoders.llm."},
-}
 
 // unusedPrefixes are the names sd.cpp treats as unused: a tensor whose name
 // starts with one of them is dropped.
@@ -92,8 +73,8 @@ type Skipped struct {
 // String returns "file: tensor "name": reason".
 func (s Skipped) String() string { return fmt.Sprintf("%s: tensor %q: %s", s.File, s.Tensor, s.Reason) }
 
-// Load lists the tensors of the inputs (one model per component, in
-// Components order; nil entries are skipped) the way sd.cpp builds its tensor
+// Load lists the tensors of the inputs (one model per input flag, in
+// family.ConvertInputs order; nil entries are skipped) the way sd.cpp builds its tensor
 // map: safetensors tensors in byte-wise name order per file, GGUF in file
 // order, U8 tensors skipped, unused tensors dropped, prefixes added, and a
 // repeated name replacing the earlier tensor in the earlier position. It
@@ -109,12 +90,12 @@ func Load(inputs map[string]formats.Model) ([]Source, []Skipped, error) {
 	}
 	out = make([]Source, 0, total)
 	index := formats.NewNameIndex(total, func(i int) string { return out[i].Name })
-	for _, c := range Components {
+	for _, c := range family.ConvertInputs() {
 		m := inputs[c.Flag]
 		if m == nil {
 			continue
 		}
-		prefix := c.Prefix
+		prefix := c.ConvertPrefix
 		if m.Info().Format == "diffusers" {
 			// sd.cpp names diffusers components itself (unet., vae., te.) and ignores the flag's prefix.
 			prefix = ""

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
+
 	// The writers sd-cli's convert writes: GGUF, and safetensors by extension.
 	_ "github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
@@ -21,7 +22,7 @@ import (
 // Options is one `sdtool convert` invocation: what to read and what to
 // write. How to run it (threads, memory, --force) is pipeline.Options.
 type Options struct {
-	// Inputs maps Component flags ("model", "vae", ...) to paths.
+	// Inputs maps input flags (family.Inputs: "model", "vae", ...) to paths.
 	Inputs map[string]string
 	// Output is the output path: .safetensors writes safetensors, anything
 	// else GGUF (as sd-cli does).
@@ -129,7 +130,7 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	models := map[string]formats.Model{}
 	var mdFrom []string
 	var mds []formats.Metadata
-	for _, c := range Components {
+	for _, c := range family.ConvertInputs() {
 		path, ok := opts.Inputs[c.Flag]
 		if !ok {
 			continue

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/text"
 )
 
 // embedded is a tokenizer read for --tokenizer, as the metadata that
@@ -51,7 +51,7 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // unigram tokenizer.json, or a folder holding one) for an output in
 // format: CLIP's is one string, a unigram vocabulary GGUF arrays (stored
 // in safetensors as their typed text, which the safetensors reader turns
-// back into arrays). infer/text, below convert on the package
+// back into arrays). text, below convert on the package
 // map, does the reading and the encoding, so that what convert embeds is
 // exactly what generate reads.
 func loadTokenizer(path, format string) (embedded, error) {

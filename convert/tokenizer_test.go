@@ -10,12 +10,12 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/text"
 )
 
 // --tokenizer embeds a CLIP tokenizer and a SentencePiece one (both
-// formats) so that infer/text reads back the same tokenizers.
+// formats) so that text reads back the same tokenizers.
 func TestConvertEmbedsTokenizers(t *testing.T) {
 	dir := t.TempDir()
 	merges := filepath.Join(dir, "merges.txt")
@@ -25,7 +25,7 @@ func TestConvertEmbedsTokenizers(t *testing.T) {
 		t.Fatal(err)
 	}
 	spiece := filepath.Join(dir, "spiece.model")
-	gz, err := os.Open("../infer/text/testdata/t5/spiece.model.gz")
+	gz, err := os.Open("../text/testdata/t5/spiece.model.gz")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,6 +95,10 @@ type Family struct {
 	// llama.cpp's converter bakes Gemma's (1 + w) RMS-norm scale into the
 	// weights.
 	NormShift float32
+	// ReshapeConv reports that ComfyUI-GGUF reshapes the family's conv
+	// kernels stored as rows (its shape_fix families: the UNets), so that
+	// quantize --reshape-conv applies to it.
+	ReshapeConv bool
 	// Generate reports that sdtool's generate runs the family.
 	Generate bool
 	// Note is one line for docs/families.md (what differs, what is missing).
@@ -220,6 +224,17 @@ func Generators() []string {
 	var out []string
 	for _, f := range Families {
 		if f.Generate {
+			out = append(out, f.ID)
+		}
+	}
+	return out
+}
+
+// ReshapeConvIDs lists the families quantize --reshape-conv applies to.
+func ReshapeConvIDs() []string {
+	var out []string
+	for _, f := range Families {
+		if f.ReshapeConv {
 			out = append(out, f.ID)
 		}
 	}

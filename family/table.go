@@ -154,7 +154,7 @@ var (
 var Families = []*Family{
 	// UNets.
 	{
-		ID: "sd1", Title: "SD 1.x", Kind: KindDiffusion, ComfyArch: "sd1", SDCpp: "sd1", Generate: true,
+		ID: "sd1", Title: "SD 1.x", Kind: KindDiffusion, ComfyArch: "sd1", SDCpp: "sd1", Generate: true, ReshapeConv: true,
 		Detect: []Rule{
 			rule("", rank(ldmProjIn, 4), lacks(ldmLabelEmb)),
 			rule("", rank(ldmProjIn, 4), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 768), has(ldmMiddle1)),
@@ -169,7 +169,7 @@ var Families = []*Family{
 		Note:       "sd.cpp names SD 1.x from CLIP-L's token embedding: a UNet without it is of no version there.",
 	},
 	{
-		ID: "sd2", Title: "SD 2.x", Kind: KindDiffusion, ComfyArch: "sd1", SDCpp: "sd2", Generate: true,
+		ID: "sd2", Title: "SD 2.x", Kind: KindDiffusion, ComfyArch: "sd1", SDCpp: "sd2", Generate: true, ReshapeConv: true,
 		Detect: []Rule{
 			rule("", rank(ldmProjIn, 2), lacks(ldmLabelEmb)),
 			rule("", rank(ldmProjIn, 2), lacks(ldmLabelEmb), shape(ldmAttnKV, -1, 1024), has(ldmMiddle1)),
@@ -184,7 +184,7 @@ var Families = []*Family{
 		Note:       "ComfyUI-GGUF loads SD 2.x under its sd1 architecture (same UNet names).",
 	},
 	{
-		ID: "sdxl", Title: "SDXL", Kind: KindDiffusion, ComfyArch: "sdxl", SDCpp: "sdxl", Generate: true,
+		ID: "sdxl", Title: "SDXL", Kind: KindDiffusion, ComfyArch: "sdxl", SDCpp: "sdxl", Generate: true, ReshapeConv: true,
 		Detect: []Rule{
 			rule("", has(ldmLabelEmb), has(`^input_blocks\.\d+\.1\.transformer_blocks\.`)),
 			rule("", has(ldmLabelEmb), has(`^input_blocks\.[78]\.1\.transformer_blocks\.9\.`), shape(ldmAttnKV, -1, 2048), has(ldmMiddle1)),

@@ -16,7 +16,7 @@ func TestLoadWithoutGGML(t *testing.T) {
 	if Available {
 		t.Skip("ggml is linked")
 	}
-	if _, err := Load(Components{Model: "no-such-model.gguf"}, LoadOptions{}); !errors.Is(err, ErrNoCgo) {
+	if _, err := Load(Components{"model": "no-such-model.gguf"}, LoadOptions{}); !errors.Is(err, ErrNoCgo) {
 		t.Errorf("Load: %v, want ErrNoCgo", err)
 	}
 	if LinkedAVX2() {

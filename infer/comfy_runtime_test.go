@@ -120,7 +120,7 @@ func TestComfyRuntimeInt4(t *testing.T) {
 		}
 	}
 	render := func(dm, rt string) []float32 {
-		m, err := Load(Components{DiffusionModel: dm, CLIPL: parts["clip_l"], T5XXL: parts["t5xxl"], VAE: parts["vae"]}, LoadOptions{Threads: 2, Runtime: rt})
+		m, err := Load(Components{"diffusion-model": dm, "clip_l": parts["clip_l"], "t5xxl": parts["t5xxl"], "vae": parts["vae"]}, LoadOptions{Threads: 2, Runtime: rt})
 		if err != nil {
 			t.Fatal(err)
 		}

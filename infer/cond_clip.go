@@ -3,9 +3,6 @@ package infer
 import (
 	"fmt"
 	"math"
-
-	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/native"
 )
 
 // clipConditioner is the conditioning of the CLIP families (Family.Conditioner
@@ -19,11 +16,11 @@ type clipConditioner struct {
 
 func init() {
 	conditioners["clip"] = func(m *Model) (conditioner, error) {
-		if m.Tokenizer == nil {
+		if m.clipTokenizer() == nil {
 			return nil, fmt.Errorf("%s: no CLIP tokenizer", m.Path)
 		}
-		if len(m.Config.Text) != len(m.Family.Encoders) {
-			return nil, fmt.Errorf("%s: %d text encoders found, %s has %d", m.Path, len(m.Config.Text), m.Family.Title, len(m.Family.Encoders))
+		if n := len(m.Config.clipEncoders()); n != len(m.Family.Encoders) {
+			return nil, fmt.Errorf("%s: %d text encoders found, %s has %d", m.Path, n, m.Family.Title, len(m.Family.Encoders))
 		}
 		return &clipConditioner{m: m, fam: m.Family}, nil
 	}
@@ -32,7 +29,7 @@ func init() {
 // chunkLen is the token count of one text-encoder pass: 77, or fewer when an encoder has fewer positions.
 func (c *clipConditioner) chunkLen() int {
 	n := 77
-	for _, t := range c.m.Config.Text {
+	for _, t := range c.m.Config.clipEncoders() {
 		n = min(n, t.Positions)
 	}
 	return n
@@ -49,9 +46,9 @@ func (c *clipConditioner) encodeNegative(prompt string, width, height int, zero 
 
 func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, negative bool) (*Conditioning, error) {
 	m := c.m
-	tok := m.Tokenizer
+	tok := m.clipTokenizer()
 	chunk := c.chunkLen()
-	encs := m.Config.Text
+	encs := m.Config.clipEncoders()
 	// Token ids per encoder (they differ only in padding: EOS for CLIP-L,
 	// 0 for OpenCLIP); the weights are the same.
 	ids := make([][]int, len(encs))
@@ -89,7 +86,7 @@ func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, nega
 			if wantPooled {
 				at = firstEOS(ids[i][:chunk], tok.EOS())
 			}
-			h, p, err := c.run(&encs[i], ids[i][lo:lo+chunk], at)
+			h, p, err := m.runCLIP(encs[i], ids[i][lo:lo+chunk], at)
 			if err != nil {
 				return nil, err
 			}
@@ -115,49 +112,12 @@ func (c *clipConditioner) encodeFor(prompt string, width, height int, zero, nega
 		if err != nil {
 			return nil, err
 		}
-		if u := m.Config.UNet; u != nil && u.ADMChannels != len(v) {
-			return nil, fmt.Errorf("%s: the conditioning vector has %d values, the UNet's label_emb takes %d", m.Path, len(v), u.ADMChannels)
+		if u, ok := m.Config.Network.(vectorTaker); ok && u.vectorWidth() != len(v) {
+			return nil, fmt.Errorf("%s: the conditioning vector has %d values, the UNet's label_emb takes %d", m.Path, len(v), u.vectorWidth())
 		}
 		out.Vector = v
 	}
 	return out, nil
-}
-
-// firstEOS returns the index of the first end-of-text token (the pooled
-// position), the last index when there is none, as sd.cpp takes it.
-func firstEOS(ids []int, eos int) int {
-	for i, id := range ids {
-		if id == eos {
-			return i
-		}
-	}
-	return len(ids) - 1
-}
-
-// run evaluates one text encoder on one chunk of ids: its hidden states
-// [len(ids)][Hidden] and, when pooledAt >= 0, its pooled output.
-func (c *clipConditioner) run(e *CLIPConfig, ids []int, pooledAt int) (hidden, pooled []float32, err error) {
-	idv := make([]int32, len(ids))
-	for i, id := range ids {
-		idv[i] = int32(id)
-	}
-	var pt native.Tensor
-	err = c.m.compute(func(g *builder) ([]input, native.Tensor) {
-		t := newInput(g, formats.I32, int64(len(idv)))
-		h, p := g.clip(e, t, pooledAt)
-		pt = p
-		return []input{{t: t, i32: idv}}, h
-	}, func(o native.Tensor) error {
-		var err error
-		if hidden, err = o.F32(); err != nil {
-			return err
-		}
-		if pt.Valid() {
-			pooled, err = pt.F32()
-		}
-		return err
-	})
-	return hidden, pooled, err
 }
 
 // conditioningVector assembles a conditioning vector from its parts: the

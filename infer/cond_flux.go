@@ -21,17 +21,17 @@ type fluxConditioner struct {
 
 func init() {
 	conditioners["flux"] = func(m *Model) (conditioner, error) {
-		f := m.Config.Flux
-		if f == nil {
+		f, ok := m.Config.Network.(*FluxConfig)
+		if !ok {
 			return nil, fmt.Errorf("%s: no Flux configuration", m.Path)
 		}
-		c := &fluxConditioner{m: m, t5: m.Config.T5, ctxDim: f.ContextDim, vecDim: f.VecDim, tokens: 256}
+		c := &fluxConditioner{m: m, t5: m.Config.t5(), ctxDim: f.ContextDim, vecDim: f.VecDim, tokens: 256}
 		for _, e := range m.Family.Encoders {
 			if e.Kind == "t5" && e.Tokens > 0 {
 				c.tokens = e.Tokens
 			}
 		}
-		if cl, ok := m.Config.TextEncoder("clip_l"); ok {
+		if cl, ok := m.Config.clipEncoder("clip_l"); ok {
 			c.clip = cl
 			if f.VecDim > 0 && cl.Hidden != f.VecDim {
 				return nil, fmt.Errorf("%s: CLIP-L is %d wide, the DiT's vector_in takes %d", m.Path, cl.Hidden, f.VecDim)
@@ -53,15 +53,14 @@ func (c *fluxConditioner) encode(prompt string, width, height int, zero bool) (*
 	if c.vecDim > 0 {
 		out.Vector = make([]float32, c.vecDim)
 		if c.clip != nil {
-			tok := m.Tokenizer
+			tok := m.clipTokenizer()
 			ids, _ := tok.EncodeWeighted(prompt, 77, tok.EOS())
 			for _, id := range ids {
 				if id < 0 || id >= c.clip.Vocab {
 					return nil, fmt.Errorf("token id %d outside CLIP-L's %d rows", id, c.clip.Vocab)
 				}
 			}
-			cc := &clipConditioner{m: m, fam: m.Family}
-			_, pooled, err := cc.run(c.clip, ids[:77], firstEOS(ids[:77], tok.EOS()))
+			_, pooled, err := m.runCLIP(c.clip, ids[:77], firstEOS(ids[:77], tok.EOS()))
 			if err != nil {
 				return nil, err
 			}
@@ -72,7 +71,7 @@ func (c *fluxConditioner) encode(prompt string, width, height int, zero bool) (*
 		out.Context = make([]float32, c.tokens*c.ctxDim)
 		return out, nil
 	}
-	h, n, err := m.t5Context(m.T5Tokenizer, prompt, c.tokens)
+	h, n, err := m.t5Context(m.t5Tokenizer(), prompt, c.tokens)
 	if err != nil {
 		return nil, err
 	}

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/text"
 )
 
 // T5 conditioning as stable-diffusion.cpp (97d2990) computes it for Flux
@@ -60,11 +60,11 @@ func t5Buckets(n, buckets, maxDistance int) []int32 {
 
 // EncodeT5 runs the model's T5 encoder on one sequence of token ids (what
 // sd-cli runs per chunk: text.FluxT5Length ids for Flux) and returns its
-// hidden states after the final norm, len(ids) rows of Config.T5.Hidden
+// hidden states after the final norm, len(ids) rows of the T5 encoder's Hidden
 // values. mask, when not nil, has one entry per id, false for padding that
 // no query may attend to (Chroma's T5 mask; Flux uses none).
 func (m *Model) EncodeT5(ids []int32, mask []bool) ([]float32, error) {
-	cfg := m.Config.T5
+	cfg := m.Config.t5()
 	if cfg == nil {
 		return nil, fmt.Errorf("%s: the model has no T5 encoder", m.Path)
 	}
@@ -114,7 +114,7 @@ func (m *Model) encodeT5(cfg *T5Config, ids []int32, mask []bool) ([]float32, er
 }
 
 // t5Context is the T5 half of Flux's conditioning as sd-cli computes it
-// (see the top of this file): the context, tokens rows of Config.T5.Hidden
+// (see the top of this file): the context, tokens rows of the T5 encoder's Hidden
 // values, tokens a multiple of chunkLen (text.FluxT5Length for Flux). tok
 // may be nil when no T5 tokenizer was found; then only a prompt without
 // text (which gives </s> and padding) can be encoded.
@@ -128,7 +128,7 @@ func (m *Model) t5Context(tok *text.UnigramTokenizer, prompt string, chunkLen in
 // maskKeys hides the padding from every query inside T5 as well (sd-cli's
 // chroma_use_t5_mask; text.ChromaT5Length is Chroma's chunk length).
 func (m *Model) t5ContextMasked(tok *text.UnigramTokenizer, prompt string, chunkLen int, maskKeys bool) (ctx []float32, keep []bool, err error) {
-	cfg := m.Config.T5
+	cfg := m.Config.t5()
 	if cfg == nil {
 		return nil, nil, fmt.Errorf("%s: the model has no T5 encoder", m.Path)
 	}
@@ -213,6 +213,28 @@ func t5FallbackTokenizer() *text.UnigramTokenizer {
 	return t
 }
 
+// t5Tokenizer returns the model's T5 tokenizer (nil when none was found:
+// then only an empty prompt encodes).
+func (m *Model) t5Tokenizer() *text.UnigramTokenizer {
+	t, _ := m.tokenizers["t5"].(*text.UnigramTokenizer)
+	return t
+}
+
+// loadT5KindTokenizer loads the T5 tokenizer (loadT5Tokenizer) and checks
+// that the encoder's embedding has a row for each piece.
+func loadT5KindTokenizer(opt LoadOptions, srcs []*openSource, encs []EncoderConfig, main string) (any, error) {
+	tok, err := loadT5Tokenizer(opt.Tokenizers["t5"], srcs)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range encs {
+		if c := e.(*T5Config); tok != nil && tok.VocabSize() > c.Vocab {
+			return nil, fmt.Errorf("%s: the T5 tokenizer has %d pieces, the T5 encoder's embedding %d rows", main, tok.VocabSize(), c.Vocab)
+		}
+	}
+	return tok, nil
+}
+
 // loadT5Tokenizer takes file (--t5-tokenizer) when given, else the unigram
 // tokenizer embedded in the metadata of the first component file that has
 // one (the --t5xxl file first, then the model's, then any other); nil
@@ -223,7 +245,7 @@ func loadT5Tokenizer(file string, srcs []*openSource) (*text.UnigramTokenizer, e
 	}
 	for _, flag := range []string{"t5xxl", "model", "diffusion-model", "clip_l", "clip_g", "vae"} {
 		for _, s := range srcs {
-			if s.comp.flag != flag {
+			if s.comp.Flag != flag {
 				continue
 			}
 			t, err := text.UnigramFromMetadata(s.m.Path(), s.m.Metadata())

@@ -2,6 +2,7 @@ package infer
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -24,7 +25,9 @@ import (
 //     (networkDetectors[Family.Network]) and the graph of one evaluation
 //     (networks[Family.Network]);
 //   - text encoders of a new kind (encoderKinds[TextEncoder.Kind]): their
-//     configuration detected from shapes;
+//     configuration detected from shapes and their tokenizer's loader;
+//   - a VAE of a new kind (vaeKinds[VAEFacts.Kind]): its configuration
+//     detected from shapes and its decoder and encoder graphs;
 //   - a schedule (schedules[Family.Schedule]): the sigmas and the timestep
 //     the network sees.
 //
@@ -123,8 +126,10 @@ type VectorPart struct {
 	Value, Negative float32
 }
 
-// VAEFacts are a family's latent format.
+// VAEFacts are a family's VAE: its kind and latent format.
 type VAEFacts struct {
+	// Kind names the VAE's graph (vaeKinds: "kl", the LDM AutoencoderKL).
+	Kind string
 	// Scale and Shift map VAE latents to diffusion latents: z_diffusion =
 	// (z_vae - Shift) * Scale (SD: 0.18215 and 0; SDXL: 0.13025).
 	Scale, Shift float32
@@ -149,12 +154,13 @@ type Defaults struct {
 
 // Family describes one model family.
 type Family struct {
-	// Name is the family's short name ("sd1", "sdxl").
-	Name string
 	// ID is the entry of the family table (package family) that this
 	// engine entry runs: detection is family.Detect's, and Match only
 	// tells apart the engine entries of one ID (the SDXL refiner).
 	ID string
+	// Variant is the family table's name for the variant this entry runs
+	// ("refiner", "dev"; "" for the family in general).
+	Variant string
 	// Title is its display name ("SD 1.x", "SDXL").
 	Title string
 	// Match lists alternative marker sets: the family matches when every
@@ -183,85 +189,29 @@ type Family struct {
 	Defaults Defaults
 }
 
-// Internal-name prefixes (sd.cpp's) the families read.
+// Internal-name prefixes (sd.cpp's) of the parts every family has.
 const (
-	unetPrefix  = "model.diffusion_model."
-	vaePfx      = "first_stage_model."
-	clipPrefix  = "cond_stage_model.transformer.text_model."
-	clipGPrefix = "cond_stage_model.1.transformer.text_model."
+	dmPrefix = "model.diffusion_model."
+	vaePfx   = "first_stage_model."
 )
 
-// sdDefaults are sd-cli's defaults for the UNet families.
-var sdDefaults = Defaults{Method: EulerAncestral, Scheduler: SchedulerDiscrete, CFGScale: 7, Width: 512, Height: 512, Steps: 20}
+// Families is the family table, most specific first among the entries of
+// one ID; each family's file appends its entries from init.
+var Families []*Family
 
-// Families is the family table, most specific first.
-var Families = []*Family{
-	{
-		Name: "sdxl", ID: "sdxl", Title: "SDXL",
-		Match: [][]Marker{{
-			{Name: unetPrefix + "label_emb.0.0.weight", Dims: 2},
-			{Name: clipPrefix + "embeddings.token_embedding.weight"},
-			{Name: clipGPrefix + "embeddings.token_embedding.weight"},
-		}},
-		Encoders: []TextEncoder{
-			{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 2, PadEOS: true, Hidden: true},
-			{Component: "clip_g", Kind: "clip", Prefix: clipGPrefix, Skip: 2, GELU: true, Hidden: true, Pooled: true},
-		},
-		Vector:      []VectorPart{{Kind: "pooled"}, {Kind: "size", Dim: 256}, {Kind: "crop", Dim: 256}, {Kind: "target", Dim: 256}},
-		Conditioner: "clip", Network: "unet", Schedule: "discrete",
-		Prediction: EpsPrediction, EmptyNegativeZero: true,
-		VAE:      VAEFacts{Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
-		Defaults: sdDefaults,
-	},
-	{
-		// The SDXL refiner: OpenCLIP bigG alone (its single file names it
-		// conditioner.embedders.0), context 1280 wide, and a 2560-wide
-		// vector with sgm's aesthetic score in place of the target size
-		// (6 for the prompt, 2.5 for the negative, sgm's defaults).
-		// stable-diffusion.cpp does not run it (its detection finds no
-		// version for it).
-		Name: "sdxl-refiner", ID: "sdxl", Title: "SDXL refiner",
-		Match: [][]Marker{{
-			{Name: unetPrefix + "label_emb.0.0.weight", Dims: 2},
-			{Name: clipPrefix + "embeddings.token_embedding.weight"},
-			{Name: clipGPrefix + "embeddings.token_embedding.weight", Absent: true},
-		}},
-		Encoders: []TextEncoder{
-			{Component: "clip_g", Kind: "clip", Prefix: clipPrefix, Skip: 2, GELU: true, Hidden: true, Pooled: true},
-		},
-		Vector:      []VectorPart{{Kind: "pooled"}, {Kind: "size", Dim: 256}, {Kind: "crop", Dim: 256}, {Kind: "score", Dim: 256, Value: 6, Negative: 2.5}},
-		Conditioner: "clip", Network: "unet", Schedule: "discrete",
-		Prediction: EpsPrediction,
-		VAE:        VAEFacts{Scale: 0.13025, BuiltinConvScale: 1.0 / 32},
-		Defaults:   sdDefaults,
-	},
-	{
-		Name: "sd2", ID: "sd2", Title: "SD 2.x",
-		Match: [][]Marker{
-			{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: unetPrefix + "middle_block.1.proj_in.weight", Dims: 2}},
-			{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: clipPrefix + "embeddings.token_embedding.weight", Dim: 1, Value: 1024}},
-		},
-		Encoders:    []TextEncoder{{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 2, FinalNorm: true, GELU: true, Hidden: true}},
-		Conditioner: "clip", Network: "unet", Schedule: "discrete",
-		Prediction: EpsPrediction, ProbePrediction: true,
-		VAE:      VAEFacts{Scale: 0.18215},
-		Defaults: sdDefaults,
-	},
-	{
-		Name: "sd1", ID: "sd1", Title: "SD 1.x",
-		Match:       [][]Marker{{{Name: unetPrefix + "input_blocks.0.0.weight"}, {Name: clipPrefix + "embeddings.token_embedding.weight"}}},
-		Encoders:    []TextEncoder{{Component: "clip_l", Kind: "clip", Prefix: clipPrefix, Skip: 1, FinalNorm: true, PadEOS: true, Hidden: true}},
-		Conditioner: "clip", Network: "unet", Schedule: "discrete",
-		Prediction: EpsPrediction,
-		VAE:        VAEFacts{Scale: 0.18215},
-		Defaults:   sdDefaults,
-	},
+// Name is the entry's short name: the family table's ID, then its
+// variant after a dash ("sd1", "sdxl-refiner", "flux-dev").
+func (f *Family) Name() string {
+	if f.Variant == "" {
+		return f.ID
+	}
+	return f.ID + "-" + f.Variant
 }
 
-// FamilyByName returns the family called name.
+// FamilyByName returns the entry whose Name is name.
 func FamilyByName(name string) (*Family, bool) {
 	for _, f := range Families {
-		if f.Name == name {
+		if f.Name() == name {
 			return f, true
 		}
 	}
@@ -308,33 +258,54 @@ func DetectFamily(sh map[string][]int64) (*Family, error) {
 		// there (a component file that replaced it with nothing, say).
 		return nil, fmt.Errorf("a %s model without the %s that generate needs", arch.Main().Title, failed.describe())
 	}
-	names := make([]string, len(Families))
-	for i, f := range Families {
-		names[i] = f.Title
-	}
+	names := entryTitles()
 	if ff := arch.Main(); ff != nil && ff.Kind == family.KindDiffusion {
 		return nil, fmt.Errorf("a %s model: generate runs %s only (sdtool converts and quantizes the others)", ff.Title, strings.Join(names, ", "))
 	}
 	return nil, fmt.Errorf("not a model family generate knows (%s): %s", strings.Join(names, ", "), missingHint(s))
 }
 
+// Entries returns the engine entries in the family table's order (entries
+// of one ID in their own order), whatever order the families' files
+// registered them in.
+func Entries() []*Family {
+	order := map[string]int{}
+	for i, id := range family.IDs() {
+		order[id] = i
+	}
+	entries := slices.Clone(Families)
+	slices.SortStableFunc(entries, func(a, b *Family) int { return order[a.ID] - order[b.ID] })
+	return entries
+}
+
+// entryTitles lists the engine entries' titles in the family table's order.
+func entryTitles() []string {
+	var names []string
+	for _, f := range Entries() {
+		names = append(names, f.Title)
+	}
+	return names
+}
+
 // missingHint says which of the usual parts are missing, for the error above.
 func missingHint(s shapes) string {
 	var miss []string
-	for _, p := range []struct{ name, what string }{
-		{unetPrefix, "a diffusion model (--diffusion-model)"},
-		{"cond_stage_model.", "text encoders (--clip_l, --clip_g)"},
-		{vaePfx, "a VAE (--vae)"},
+	for _, kind := range []struct{ kind, what string }{
+		{family.KindDiffusion, "a diffusion model"}, {family.KindTextEncoder, "text encoders"}, {family.KindVAE, "a VAE"},
 	} {
+		var flags []string
 		found := false
-		for n := range s {
-			if strings.HasPrefix(n, p.name) {
-				found = true
-				break
+		for _, in := range family.GenerateInputs() {
+			if in.Kind != kind.kind {
+				continue
+			}
+			flags = append(flags, "--"+in.Flag)
+			for _, p := range in.Parts {
+				found = found || s.hasPrefix(p)
 			}
 		}
 		if !found {
-			miss = append(miss, p.what)
+			miss = append(miss, kind.what+" ("+strings.Join(flags, ", ")+")")
 		}
 	}
 	if len(miss) == 0 {

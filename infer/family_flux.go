@@ -18,10 +18,10 @@ var fluxEncoders = []TextEncoder{
 }
 
 // fluxVAE is the 16-channel Flux autoencoder's latent format (sd.cpp's).
-var fluxVAE = VAEFacts{Scale: 0.3611, Shift: 0.1159}
+var fluxVAE = VAEFacts{Kind: "kl", Scale: 0.3611, Shift: 0.1159}
 
 // fluxMarker is the tensor every Flux.1 DiT has.
-var fluxMarker = Marker{Name: unetPrefix + "double_blocks.0.img_attn.qkv.weight", Dims: 2}
+var fluxMarker = Marker{Name: dmPrefix + "double_blocks.0.img_attn.qkv.weight", Dims: 2}
 
 // FluxFamilies are Flux.1 dev (with a guidance embedding) and schnell
 // (without one); both condition on CLIP-L's pooled output and T5-XXL,
@@ -29,11 +29,11 @@ var fluxMarker = Marker{Name: unetPrefix + "double_blocks.0.img_attn.qkv.weight"
 // negative pass (--cfg-scale 1).
 var FluxFamilies = []*Family{
 	{
-		Name: "flux-dev", ID: "flux", Title: "Flux.1 dev",
+		ID: "flux", Variant: "dev", Title: "Flux.1 dev",
 		Match: [][]Marker{{
 			fluxMarker,
-			{Name: unetPrefix + "guidance_in.in_layer.weight"},
-			{Name: unetPrefix + "distilled_guidance_layer.in_proj.weight", Absent: true},
+			{Name: dmPrefix + "guidance_in.in_layer.weight"},
+			{Name: dmPrefix + "distilled_guidance_layer.in_proj.weight", Absent: true},
 		}},
 		Encoders: fluxEncoders, Vector: []VectorPart{{Kind: "pooled"}},
 		Conditioner: "flux", Network: "flux", Schedule: "flux",
@@ -41,11 +41,11 @@ var FluxFamilies = []*Family{
 		Defaults: Defaults{Method: Euler, Scheduler: SchedulerFlux, CFGScale: 1, Guidance: 3.5, Width: 512, Height: 512, Steps: 20},
 	},
 	{
-		Name: "flux-schnell", ID: "flux", Title: "Flux.1 schnell",
+		ID: "flux", Variant: "schnell", Title: "Flux.1 schnell",
 		Match: [][]Marker{{
 			fluxMarker,
-			{Name: unetPrefix + "guidance_in.in_layer.weight", Absent: true},
-			{Name: unetPrefix + "distilled_guidance_layer.in_proj.weight", Absent: true},
+			{Name: dmPrefix + "guidance_in.in_layer.weight", Absent: true},
+			{Name: dmPrefix + "distilled_guidance_layer.in_proj.weight", Absent: true},
 		}},
 		Encoders: fluxEncoders, Vector: []VectorPart{{Kind: "pooled"}},
 		Conditioner: "flux", Network: "flux", Schedule: "flux",

@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/sdtool/sdtool/family"
@@ -16,9 +17,12 @@ func TestFamiliesAgreeWithTable(t *testing.T) {
 		tf := family.ByID(f.ID)
 		switch {
 		case tf == nil:
-			t.Errorf("engine family %s: ID %q is not in the family table", f.Name, f.ID)
+			t.Errorf("engine family %s: ID %q is not in the family table", f.Name(), f.ID)
 		case !tf.Generate:
-			t.Errorf("engine family %s: the table says generate does not run %s", f.Name, f.ID)
+			t.Errorf("engine family %s: the table says generate does not run %s", f.Name(), f.ID)
+		case f.Variant != "" && !slices.ContainsFunc(tf.Detect, func(r family.Rule) bool { return r.Variant == f.Variant }):
+			// One vocabulary: an engine variant is one the table detects.
+			t.Errorf("engine family %s: the table detects no variant %q of %s", f.Name(), f.Variant, f.ID)
 		}
 		has[f.ID] = true
 	}

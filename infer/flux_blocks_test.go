@@ -203,7 +203,7 @@ func TestFluxSigmas(t *testing.T) {
 func TestDetectFlux(t *testing.T) {
 	sh := map[string][]int64{}
 	for _, ts := range synth.FluxParity.Part("diffusion-model") {
-		sh[unetPrefix+ts.Name] = ts.Shape
+		sh[dmPrefix+ts.Name] = ts.Shape
 	}
 	c, err := detectFlux(shapes(sh), nil)
 	if err != nil {
@@ -218,18 +218,18 @@ func TestDetectFlux(t *testing.T) {
 	for k, v := range sh {
 		broken[k] = v
 	}
-	delete(broken, unetPrefix+"single_blocks.1.linear2.weight")
+	delete(broken, dmPrefix+"single_blocks.1.linear2.weight")
 	if _, err := detectFlux(shapes(broken), nil); err == nil || !strings.Contains(err.Error(), "single_blocks.1.linear2.weight") {
 		t.Errorf("missing tensor: %v", err)
 	}
-	broken[unetPrefix+"single_blocks.1.linear2.weight"] = []int64{768, 100}
+	broken[dmPrefix+"single_blocks.1.linear2.weight"] = []int64{768, 100}
 	if _, err := detectFlux(shapes(broken), nil); err == nil || !strings.Contains(err.Error(), "single_blocks.1.linear2.weight") {
 		t.Errorf("misshapen tensor: %v", err)
 	}
 	// Heads that are not 128 wide need the axes in the metadata.
 	narrow := map[string][]int64{}
 	for _, ts := range synth.TinyFlux.Part("diffusion-model") {
-		narrow[unetPrefix+ts.Name] = ts.Shape
+		narrow[dmPrefix+ts.Name] = ts.Shape
 	}
 	for k := range narrow {
 		if strings.HasSuffix(k, "_norm.scale") {
@@ -240,9 +240,9 @@ func TestDetectFlux(t *testing.T) {
 		t.Errorf("64-wide heads without axes: %v", err)
 	}
 	// The schnell layout has no guidance_in.
-	delete(sh, unetPrefix+"guidance_in.in_layer.weight")
+	delete(sh, dmPrefix+"guidance_in.in_layer.weight")
 	fam, err := DetectFamily(sh)
-	if err != nil || fam.Name != "flux-schnell" {
+	if err != nil || fam.Name() != "flux-schnell" {
 		t.Errorf("without guidance_in: family %v, %v", fam, err)
 	}
 }

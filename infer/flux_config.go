@@ -50,14 +50,14 @@ func init() {
 		if err != nil {
 			return err
 		}
-		cfg.Flux = c
+		cfg.Network = c
 		return nil
 	}
 }
 
 // detectFlux reads a Flux DiT's configuration under model.diffusion_model.
 func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
-	p := unetPrefix
+	p := dmPrefix
 	c := &FluxConfig{Patch: 2, Theta: 10000}
 	var err error
 	if c.Hidden, err = s.dim(p+"txt_in.weight", 0); err != nil {

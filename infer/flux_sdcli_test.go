@@ -50,7 +50,7 @@ func (r fluxParityRun) sdcliArgs(out string) []string {
 }
 
 func (r fluxParityRun) components() Components {
-	return Components{DiffusionModel: r.Parts["diffusion-model"], CLIPL: r.Parts["clip_l"], T5XXL: r.Parts["t5xxl"], VAE: r.Parts["vae"]}
+	return Components{"diffusion-model": r.Parts["diffusion-model"], "clip_l": r.Parts["clip_l"], "t5xxl": r.Parts["t5xxl"], "vae": r.Parts["vae"]}
 }
 
 func (r fluxParityRun) request() Request {
@@ -120,7 +120,7 @@ func testFluxParity(t *testing.T, dev bool) {
 		copyFile(t, out, filepath.Join(d, "sdcli.png"))
 	}
 	// CLIP's real vocabulary, as sd-cli has it built in (the files embed a small one).
-	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizer: sharedCLIPMerges})
+	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": sharedCLIPMerges}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestFluxGenerateChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizer: sharedCLIPMerges})
+	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": sharedCLIPMerges}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,9 +41,9 @@ func TestTinyFluxGenerates(t *testing.T) {
 		t.Fatal(err)
 	}
 	comps := map[string]Components{
-		"single": {Model: single},
-		"parts":  {DiffusionModel: parts["diffusion-model"], CLIPL: parts["clip_l"], T5XXL: parts["t5xxl"], VAE: parts["vae"]},
-		"ldm":    {Model: ldm},
+		"single": {"model": single},
+		"parts":  {"diffusion-model": parts["diffusion-model"], "clip_l": parts["clip_l"], "t5xxl": parts["t5xxl"], "vae": parts["vae"]},
+		"ldm":    {"model": ldm},
 	}
 	var first []float32
 	for _, name := range []string{"single", "parts", "ldm"} {
@@ -51,8 +51,8 @@ func TestTinyFluxGenerates(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if m.Family.Name != "flux-dev" {
-			t.Errorf("%s: family %s, want flux-dev", name, m.Family.Name)
+		if m.Family.Name() != "flux-dev" {
+			t.Errorf("%s: family %s, want flux-dev", name, m.Family.Name())
 		}
 		res, err := m.Generate(Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 2, CFGScale: 1, Guidance: 3.5, Seed: 1})
 		m.Close()

@@ -1,10 +1,122 @@
 package infer
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
+	"github.com/sdtool/sdtool/text"
 )
+
+func init() {
+	encoderKinds["clip"] = encoderKind{detect: detectCLIP, tokenizer: loadCLIPKindTokenizer}
+}
+
+// Input is the input flag of the encoder's standalone file.
+func (c *CLIPConfig) Input() string { return c.Component }
+
+// Width is the width of the encoder's hidden states.
+func (c *CLIPConfig) Width() int { return c.Hidden }
+
+// clipEncoders returns the model's CLIP encoders, in the family's order.
+func (c *ModelConfig) clipEncoders() []*CLIPConfig {
+	var out []*CLIPConfig
+	for _, e := range c.Encoders {
+		if cc, ok := e.(*CLIPConfig); ok {
+			out = append(out, cc)
+		}
+	}
+	return out
+}
+
+// clipEncoder returns the CLIP encoder whose file comes from flag.
+func (c *ModelConfig) clipEncoder(flag string) (*CLIPConfig, bool) {
+	e, ok := c.Encoder(flag)
+	cc, isCLIP := e.(*CLIPConfig)
+	return cc, ok && isCLIP
+}
+
+// clipTokenizer returns the model's CLIP tokenizer (nil without CLIP).
+func (m *Model) clipTokenizer() *text.CLIPTokenizer {
+	t, _ := m.tokenizers["clip"].(*text.CLIPTokenizer)
+	return t
+}
+
+// loadCLIPKindTokenizer loads the CLIP tokenizer (loadModelTokenizer) and
+// checks that every CLIP encoder's embedding has a row for each token.
+func loadCLIPKindTokenizer(opt LoadOptions, srcs []*openSource, encs []EncoderConfig, main string) (any, error) {
+	tok, err := loadModelTokenizer(opt.Tokenizers["clip"], srcs)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range encs {
+		if t := e.(*CLIPConfig); tok.VocabSize() > t.Vocab {
+			return nil, fmt.Errorf("%s: the tokenizer has %d tokens, the %s text encoder's embedding %d rows", main, tok.VocabSize(), t.Component, t.Vocab)
+		}
+	}
+	return tok, nil
+}
+
+// loadModelTokenizer takes --tokenizer when given, else merges embedded in
+// the metadata of the first component file that has them (the text
+// encoders' own files first, then the model's, then any other).
+func loadModelTokenizer(file string, srcs []*openSource) (*text.CLIPTokenizer, error) {
+	if file != "" {
+		return text.LoadCLIPTokenizer(file)
+	}
+	order := []string{"clip_l", "clip_g", "model", "diffusion-model", "t5xxl", "vae"}
+	for _, flag := range order {
+		for _, s := range srcs {
+			if s.comp.Flag != flag {
+				continue
+			}
+			t, err := text.CLIPTokenizerFromMetadata(s.m.Path(), s.m.Metadata())
+			if errors.Is(err, text.ErrNoTokenizer) {
+				continue
+			}
+			return t, err
+		}
+	}
+	return nil, fmt.Errorf("%s: %w; pass --tokenizer with CLIP's tokenizer.json or merges (or embed one with `sdtool convert --tokenizer`)", srcs[0].m.Path(), text.ErrNoTokenizer)
+}
+
+// firstEOS returns the index of the first end-of-text token (the pooled
+// position), the last index when there is none, as sd.cpp takes it.
+func firstEOS(ids []int, eos int) int {
+	for i, id := range ids {
+		if id == eos {
+			return i
+		}
+	}
+	return len(ids) - 1
+}
+
+// runCLIP evaluates one CLIP text encoder on one chunk of ids: its hidden
+// states [len(ids)][Hidden] and, when pooledAt >= 0, its pooled output.
+func (m *Model) runCLIP(e *CLIPConfig, ids []int, pooledAt int) (hidden, pooled []float32, err error) {
+	idv := make([]int32, len(ids))
+	for i, id := range ids {
+		idv[i] = int32(id)
+	}
+	var pt native.Tensor
+	err = m.compute(func(g *builder) ([]input, native.Tensor) {
+		t := newInput(g, formats.I32, int64(len(idv)))
+		h, p := g.clip(e, t, pooledAt)
+		pt = p
+		return []input{{t: t, i32: idv}}, h
+	}, func(o native.Tensor) error {
+		var err error
+		if hidden, err = o.F32(); err != nil {
+			return err
+		}
+		if pt.Valid() {
+			pooled, err = pt.F32()
+		}
+		return err
+	})
+	return hidden, pooled, err
+}
 
 // clip builds the CLIP text transformer under cfg.Prefix (Hugging Face
 // naming, which names.Convert also gives OpenCLIP checkpoints) for token ids

@@ -186,7 +186,7 @@ func (g *builder) fluxSingle(cfg *FluxConfig, p string, x, vec, cos, sin native.
 // returns the velocity tokens [OutChannels, Li] and, with capture, every
 // block's output.
 func (g *builder) flux(cfg *FluxConfig, img, txt, t, guidance, y, cos, sin native.Tensor, capture bool) (native.Tensor, []blockTensor) {
-	p := unetPrefix
+	p := dmPrefix
 	var blocks []blockTensor
 	keep := func(name string, x native.Tensor) {
 		if capture {

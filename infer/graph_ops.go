@@ -14,6 +14,16 @@ import (
 // graph builders recover into an error (native.Recover), because ggml
 // itself would abort the process.
 
+// layerNormEps is PyTorch's LayerNorm default, which every transformer
+// here keeps.
+const layerNormEps = 1e-5
+
+// blockTensor is one network block's output tensor, kept for --compare.
+type blockTensor struct {
+	name string
+	t    native.Tensor
+}
+
 // builder is one graph under construction: its context and the weights it reads.
 type builder struct {
 	c    *native.Context

@@ -9,19 +9,11 @@ import (
 // The LDM UNet (openaimodel.py) of SD 1.x/2.x and SDXL on ggml.
 
 // Norm epsilons: the UNet's GroupNorm32 uses PyTorch's default, the
-// transformers' GroupNorm and the VAE 1e-6.
+// transformers' GroupNorm 1e-6 (LayerNorm: layerNormEps).
 const (
 	unetNormEps        = 1e-5
 	transformerNormEps = 1e-6
-	layerNormEps       = 1e-5
-	vaeNormEps         = 1e-6
 )
-
-// blockTensor is one UNet block's output tensor, kept for --compare.
-type blockTensor struct {
-	name string
-	t    native.Tensor
-}
 
 // resBlock is a ResBlock: two GroupNorm-SiLU-conv stages with the time
 // embedding added between them, plus a skip path.
@@ -82,7 +74,7 @@ func (g *builder) spatialTransformer(x, ctx native.Tensor, p string, depth, head
 // capture is set it also returns every block's output, marked as graph
 // outputs.
 func (g *builder) unet(cfg *UNetConfig, x, timesteps, ctx, y native.Tensor, capture bool) (native.Tensor, []blockTensor) {
-	p := unetPrefix
+	p := dmPrefix
 	mc := cfg.ModelChannels
 	var blocks []blockTensor
 	keep := func(name string, t native.Tensor) {

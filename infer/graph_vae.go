@@ -6,7 +6,65 @@ import (
 	"github.com/sdtool/sdtool/native"
 )
 
-// The LDM AutoencoderKL's decoder (and encoder for img2img) on ggml.
+// The LDM AutoencoderKL's decoder (and encoder for img2img) on ggml: the
+// VAE kind "kl" (SD 1.x/2.x/XL, and Flux.1's 16-channel one).
+
+// vaeNormEps is the AutoencoderKL's GroupNorm epsilon.
+const vaeNormEps = 1e-6
+
+// KLConfig is an LDM AutoencoderKL's layout (VAEConfig.Layout).
+type KLConfig struct {
+	// Levels is the number of resolution levels (SD: 4, so 8x downsampling).
+	Levels int
+	// BlocksPerLevel is the decoder's residual blocks per level (SD: 3).
+	BlocksPerLevel int
+	// QuantConv reports quant_conv/post_quant_conv (absent in Flux's VAE).
+	QuantConv bool
+}
+
+func init() {
+	vaeKinds["kl"] = vaeKind{detect: detectKL, isWeight: isKLWeight,
+		decode: func(g *builder, c *VAEConfig, z native.Tensor) native.Tensor {
+			return g.vaeDecode(c.Layout.(*KLConfig), z)
+		},
+		encode: func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor {
+			return g.vaeEncode(c.Layout.(*KLConfig), x)
+		},
+	}
+}
+
+// isKLWeight reports an AutoencoderKL tensor under first_stage_model.
+func isKLWeight(name string) bool {
+	for _, p := range []string{"encoder.", "decoder.", "quant_conv.", "post_quant_conv."} {
+		if hasPrefix(name, vaePfx+p) {
+			return true
+		}
+	}
+	return false
+}
+
+// detectKL reads an AutoencoderKL's configuration from its shapes.
+func detectKL(s shapes, c *VAEConfig) error {
+	p := vaePfx
+	kl := &KLConfig{}
+	c.Layout = kl
+	var err error
+	if c.ZChannels, err = s.dim(p+"decoder.conv_in.weight", 1); err != nil {
+		return err
+	}
+	for s.has(fmt.Sprintf("%sdecoder.up.%d.block.0.conv1.weight", p, kl.Levels)) {
+		kl.Levels++
+	}
+	if kl.Levels == 0 {
+		return fmt.Errorf("no decoder levels under %sdecoder.up", p)
+	}
+	for s.has(fmt.Sprintf("%sdecoder.up.0.block.%d.conv1.weight", p, kl.BlocksPerLevel)) {
+		kl.BlocksPerLevel++
+	}
+	c.HasEncoder = s.has(p + "encoder.conv_in.weight")
+	kl.QuantConv = s.has(p + "post_quant_conv.weight")
+	return nil
+}
 
 // vaeRes is the VAE's ResnetBlock.
 func (g *builder) vaeRes(x native.Tensor, p string) native.Tensor {
@@ -38,7 +96,7 @@ func (g *builder) vaeMid(x native.Tensor, p string) native.Tensor {
 // vaeDecode turns a VAE latent z [w, h, Z, N] (the diffusion latent
 // already unscaled and unshifted) into an image [8w, 8h, 3, N], nominally in [-1, 1] (unclamped,
 // as sd.cpp hands it to its PNG conversion; see ImageFromCHW).
-func (g *builder) vaeDecode(cfg *VAEConfig, z native.Tensor) native.Tensor {
+func (g *builder) vaeDecode(cfg *KLConfig, z native.Tensor) native.Tensor {
 	p := vaePfx
 	x := z
 	if cfg.QuantConv {
@@ -60,7 +118,7 @@ func (g *builder) vaeDecode(cfg *VAEConfig, z native.Tensor) native.Tensor {
 // vaeEncode turns an image [W, H, 3, N] in [-1, 1] into the moments of
 // the latent distribution [W/8, H/8, 2Z, N]: Z channels of mean, then Z of
 // log-variance (before the scale factor).
-func (g *builder) vaeEncode(cfg *VAEConfig, img native.Tensor) native.Tensor {
+func (g *builder) vaeEncode(cfg *KLConfig, img native.Tensor) native.Tensor {
 	p := vaePfx
 	x := g.conv2d(img, p+"encoder.conv_in", 1)
 	for level := 0; level < cfg.Levels; level++ {

@@ -28,7 +28,7 @@ type ImatrixStats struct {
 	mu     sync.Mutex
 	byName map[string]*imatAcc
 	evals  int // graph evaluations that collected something
-	unet   int // UNet evaluations
+	net    int // diffusion-network evaluations
 	rows   int // largest rows per call seen (the chunk size written to GGUF)
 	// skipped counts non-finite activation values left out.
 	skipped int
@@ -95,12 +95,12 @@ func (s *ImatrixStats) warnNonFinite(name string, n int64) {
 	s.skipped += int(n)
 }
 
-// evaluated counts one graph evaluation (unet says whether it was the UNet's).
-func (s *ImatrixStats) evaluated(unet bool) {
+// evaluated counts one graph evaluation (net says whether it was the diffusion network's).
+func (s *ImatrixStats) evaluated(net bool) {
 	s.mu.Lock()
 	s.evals++
-	if unet {
-		s.unet++
+	if net {
+		s.net++
 	}
 	s.mu.Unlock()
 }
@@ -135,7 +135,7 @@ func (s *ImatrixStats) Matrix(dataset string) *imatrix.Matrix {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	m := &imatrix.Matrix{ChunkCount: s.unet, ChunkSize: s.rows}
+	m := &imatrix.Matrix{ChunkCount: s.net, ChunkSize: s.rows}
 	if dataset != "" {
 		m.Datasets = []string{dataset}
 	}

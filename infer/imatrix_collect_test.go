@@ -58,7 +58,7 @@ func TestImatrixCollect(t *testing.T) {
 			want = append(want, sp.src.Name)
 		}
 	}
-	if m.Config.Text[0].Skip > 1 {
+	if m.Config.clipEncoders()[0].Skip > 1 {
 		t.Skip("the tiny model is expected to use the last CLIP layer")
 	}
 	slices.Sort(want)
@@ -344,7 +344,7 @@ func TestImatrixEntriesMatchSDCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(Components{Model: path}, LoadOptions{})
+	m, err := Load(Components{"model": path}, LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package infer
 import (
 	"strings"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -18,13 +19,13 @@ type imatrixPass struct {
 	groups  []native.Tensor // [ΣK, 2] column squares per group
 	pending []native.Tensor // activations of the group being filled
 	c       *native.Context // the graph's context (set by watch)
-	unet    bool
+	net     bool
 }
 
 // imatWeight names a collected weight.
 type imatWeight struct {
 	file string // the name in the model file (the entry name)
-	unet bool
+	net  bool
 }
 
 // imatrixTap is one watched product W·x.
@@ -50,7 +51,7 @@ func (m *Model) SetImatrix(s *ImatrixStats) {
 	for i, sp := range m.specs {
 		// sd.cpp collects only model weights (model., cond_stage_model.,
 		// text_encoders.), never the VAE (first_stage_model.).
-		diffusion := strings.HasPrefix(sp.Name, unetPrefix)
+		diffusion := strings.HasPrefix(sp.Name, dmPrefix)
 		if !diffusion && !strings.HasPrefix(sp.Name, "cond_stage_model.") && !strings.HasPrefix(sp.Name, "text_encoders.") {
 			continue
 		}
@@ -58,7 +59,7 @@ func (m *Model) SetImatrix(s *ImatrixStats) {
 			continue
 		}
 		if t, ok := m.w.get(sp.Name); ok {
-			m.imatNames[t] = imatWeight{file: names[i], unet: diffusion}
+			m.imatNames[t] = imatWeight{file: names[i], net: diffusion}
 		}
 	}
 }
@@ -76,10 +77,8 @@ func imatrixEntryNames(specs []weightSpec) []string {
 	for i, sp := range specs {
 		out[i] = sp.src.Name
 		if count[sp.src.Name] > 1 {
-			for _, ct := range componentTable {
-				if ct.flag == sp.Component {
-					out[i] = ct.loadName(sp.src.Name)
-				}
+			if ct := family.InputByFlag(sp.Component); ct != nil {
+				out[i] = ct.LoadName(sp.src.Name)
 			}
 		}
 	}
@@ -128,7 +127,7 @@ func (g *builder) watch(w, x native.Tensor) {
 	if iw.file == p.stats.captureName {
 		tap.keep = g.c.Cont(x).SetOutput()
 	}
-	p.unet = p.unet || iw.unet
+	p.net = p.net || iw.net
 	p.taps = append(p.taps, tap)
 }
 
@@ -188,6 +187,6 @@ func (p *imatrixPass) read() error {
 			p.stats.mu.Unlock()
 		}
 	}
-	p.stats.evaluated(p.unet)
+	p.stats.evaluated(p.net)
 	return nil
 }

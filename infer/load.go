@@ -41,121 +41,79 @@ import (
 // ErrNewerType is wrapped by errors about tensor types the linked ggml does not know.
 var ErrNewerType = errors.New("type is newer than the linked ggml")
 
-// usedPrefixes are the internal name prefixes the graphs read.
-var usedPrefixes = []string{"model.diffusion_model.", "first_stage_model.", "cond_stage_model.", "text_encoders."}
+// Components names a model's files by the flags of the input table
+// (family.Inputs: "model", "diffusion-model", "clip_l", "vae", ...).
+// Any mix is allowed: a standalone component replaces the same part of the
+// whole model. Empty paths count as unset.
+type Components map[string]string
 
-// Components names a model's files the way sd-cli's flags do. Any mix is
-// allowed: a standalone component replaces the same part of Model.
-type Components struct {
-	// Model is a whole model (-m): one file with LDM, ComfyUI or sd-cli
-	// convert names, or a diffusers folder.
-	Model string
-	// DiffusionModel is a standalone UNet or DiT (--diffusion-model).
-	DiffusionModel string
-	// CLIPL, CLIPG and T5XXL are standalone text encoders (--clip_l, --clip_g, --t5xxl).
-	CLIPL, CLIPG, T5XXL string
-	// VAE is a standalone VAE (--vae).
-	VAE string
-}
-
-// component is one entry of the component table: an sd-cli model flag, the
-// prefix sd-cli's loader gives the file's tensor names, and the internal
-// prefixes of the part it provides (which it replaces in the -m file).
-type component struct {
-	flag   string
-	prefix string
-	parts  []string
-	path   func(*Components) string
-	// keep lists name prefixes that already name this part, which get no
-	// load prefix (a whole checkpoint given as --vae keeps first_stage_model.).
-	keep []string
-}
-
-// componentTable is sd-cli's model flags in its load order.
-var componentTable = []component{
-	{flag: "model", path: func(c *Components) string { return c.Model }},
-	{flag: "diffusion-model", prefix: "model.diffusion_model.", parts: []string{"model.diffusion_model."},
-		keep: []string{"model.diffusion_model.", "diffusion_model."}, path: func(c *Components) string { return c.DiffusionModel }},
-	{flag: "clip_l", prefix: "clip_l.", parts: []string{"cond_stage_model.transformer.", "cond_stage_model.model.", "text_encoders.clip_l."},
-		path: func(c *Components) string { return c.CLIPL }},
-	{flag: "clip_g", prefix: "clip_g.", parts: []string{"cond_stage_model.1.", "text_encoders.clip_g."},
-		path: func(c *Components) string { return c.CLIPG }},
-	{flag: "t5xxl", prefix: "text_encoders.t5xxl.transformer.", parts: []string{"text_encoders.t5xxl."},
-		path: func(c *Components) string { return c.T5XXL }},
-	{flag: "vae", prefix: "vae.", parts: []string{"first_stage_model."},
-		keep: []string{"first_stage_model.", "vae."}, path: func(c *Components) string { return c.VAE }},
-}
-
-// Files lists the components that are set, as "flag=path".
+// Files lists the components that are set, as "flag=path", in load order.
 func (c Components) Files() []string {
 	var out []string
-	for _, ct := range componentTable {
-		if p := ct.path(&c); p != "" {
-			out = append(out, ct.flag+"="+p)
+	for _, ct := range family.GenerateInputs() {
+		if p := c[ct.Flag]; p != "" {
+			out = append(out, ct.Flag+"="+p)
 		}
 	}
 	return out
 }
 
-// Main returns the file that names the model: -m, else --diffusion-model, else the first component set.
+// Main returns the file that names the model: the first primary component
+// set (-m, else --diffusion-model), else the first component set.
 func (c Components) Main() string {
-	for _, ct := range componentTable[:2] {
-		if p := ct.path(&c); p != "" {
-			return p
-		}
-	}
-	for _, ct := range componentTable {
-		if p := ct.path(&c); p != "" {
-			return p
+	for _, primary := range []bool{true, false} {
+		for _, ct := range family.GenerateInputs() {
+			if p := c[ct.Flag]; p != "" && (ct.Primary || !primary) {
+				return p
+			}
 		}
 	}
 	return ""
 }
 
-// WithDefaults returns c with every unset component taken from d (a
-// reference model defaults to the tested model's other files).
-func (c Components) WithDefaults(d Components) Components {
-	pick := func(a, b string) string {
-		if a != "" {
-			return a
-		}
-		return b
-	}
-	return Components{
-		Model: pick(c.Model, d.Model), DiffusionModel: pick(c.DiffusionModel, d.DiffusionModel),
-		CLIPL: pick(c.CLIPL, d.CLIPL), CLIPG: pick(c.CLIPG, d.CLIPG), T5XXL: pick(c.T5XXL, d.T5XXL), VAE: pick(c.VAE, d.VAE),
-	}
-}
-
-// loadName gives a component file's tensor name its load prefix, as sd-cli does.
-func (ct *component) loadName(name string) string {
-	if ct.prefix == "" || strings.HasPrefix(name, ct.prefix) {
-		return name
-	}
-	for _, k := range ct.keep {
-		if strings.HasPrefix(name, k) {
-			return name
-		}
-	}
-	return ct.prefix + name
-}
-
-// provides reports whether an internal name belongs to the part ct provides.
-func (ct *component) provides(name string) bool {
-	for _, p := range ct.parts {
-		if strings.HasPrefix(name, p) {
+// HasPrimary reports whether a primary component (one that names the model) is set.
+func (c Components) HasPrimary() bool {
+	for _, ct := range family.GenerateInputs() {
+		if ct.Primary && c[ct.Flag] != "" {
 			return true
 		}
 	}
 	return false
 }
 
+// Empty reports whether no component is set.
+func (c Components) Empty() bool {
+	for _, p := range c {
+		if p != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// WithDefaults returns c with every unset component taken from d (a
+// reference model defaults to the tested model's other files).
+func (c Components) WithDefaults(d Components) Components {
+	out := Components{}
+	for k, v := range d {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	for k, v := range c {
+		if v != "" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
 // vaePrefix gives a standalone VAE file's names the load prefix (--vae).
-func vaePrefix(name string) string { return componentTable[len(componentTable)-1].loadName(name) }
+func vaePrefix(name string) string { return family.InputByFlag(family.FlagVAE).LoadName(name) }
 
 // openSource is one opened component file.
 type openSource struct {
-	comp *component
+	comp *family.Input
 	m    formats.Model
 	dq   *tensor.View
 }
@@ -257,15 +215,14 @@ type weightSpec struct {
 // renamed and typed as described above. rename, when not nil, runs before
 // names.Convert (a standalone VAE file gets its prefix there).
 func selectWeights(m formats.Model, rename func(string) string) ([]weightSpec, error) {
-	ct := component{flag: "model"}
-	src, err := newSource(&ct, m)
+	src, err := newSource(family.InputByFlag(family.FlagModel), m)
 	if err != nil {
 		return nil, err
 	}
 	return selectFrom([]*openSource{src}, rename, LoadOptions{})
 }
 
-func newSource(ct *component, m formats.Model) (*openSource, error) {
+func newSource(ct *family.Input, m formats.Model) (*openSource, error) {
 	for _, t := range m.Tensors() {
 		if t.Type.Info().Newer {
 			return nil, fmt.Errorf("%s: tensor %q: %w: %s (ggml id %d) cannot be computed by this build's ggml; requantize it with `sdtool quantize` to a type such as q4_K or q8_0",
@@ -296,7 +253,7 @@ func selectFrom(srcs []*openSource, override func(string) string, opt LoadOption
 	var tensors []formats.Tensor
 	for _, src := range srcs {
 		for _, s := range src.dq.Sources {
-			load := src.comp.loadName(s.Name)
+			load := src.comp.LoadName(s.Name)
 			if override != nil {
 				load = override(s.Name)
 			}
@@ -309,7 +266,7 @@ func selectFrom(srcs []*openSource, override func(string) string, opt LoadOption
 	v := loadVersion(tensors)
 	replaced := func(name string, from *openSource) bool {
 		for _, o := range srcs {
-			if o != from && o.comp.flag != "model" && o.comp.provides(name) {
+			if o != from && !o.comp.Whole() && o.comp.Provides(name) {
 				return true
 			}
 		}
@@ -322,10 +279,10 @@ func selectFrom(srcs []*openSource, override func(string) string, opt LoadOption
 		if !used(name) {
 			continue
 		}
-		if n.src.comp.flag != "model" && len(n.src.comp.parts) > 0 && !n.src.comp.provides(name) {
+		if !n.src.comp.Whole() && !n.src.comp.Provides(name) {
 			continue // a whole checkpoint given as one component: only that part is read
 		}
-		if n.src.comp.flag == "model" && replaced(name, n.src) {
+		if n.src.comp.Whole() && replaced(name, n.src) {
 			continue
 		}
 		if prev, ok := seen[name]; ok {
@@ -337,7 +294,7 @@ func selectFrom(srcs []*openSource, override func(string) string, opt LoadOption
 			// needed one would report it missing.
 			continue
 		}
-		ws := weightSpec{Name: name, Shape: n.s.Shape(), Component: n.src.comp.flag, src: n.s, model: n.src.m}
+		ws := weightSpec{Name: name, Shape: n.s.Shape(), Component: n.src.comp.Flag, src: n.s, model: n.src.m}
 		if !stored && transposedAtLoad(name, n.s.Name) && len(ws.Shape) == 2 {
 			ws.transpose = true
 			ws.Shape = []int64{ws.Shape[1], ws.Shape[0]}
@@ -361,9 +318,11 @@ func isInt(t formats.DType) bool {
 	return t == formats.I64 || t == formats.I32 || t == formats.I16 || t == formats.I8
 }
 
+// used reports whether a graph may read the weight: whether it belongs to
+// the part of one of the input table's components.
 func used(name string) bool {
-	for _, p := range usedPrefixes {
-		if strings.HasPrefix(name, p) {
+	for _, in := range family.GenerateInputs() {
+		if in.Provides(name) {
 			return true
 		}
 	}

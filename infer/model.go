@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -86,11 +86,6 @@ type Model struct {
 	Family *Family
 	// Config is the detected configuration.
 	Config *ModelConfig
-	// Tokenizer is the CLIP tokenizer in use (nil for a family without CLIP).
-	Tokenizer *text.CLIPTokenizer
-	// T5Tokenizer is the T5 tokenizer of a family with a T5 encoder (nil
-	// when none was found: then only an empty prompt encodes).
-	T5Tokenizer *text.UnigramTokenizer
 	// LoadTime is how long loading took.
 	LoadTime time.Duration
 	// WeightBytes is the size of the ggml buffer holding the weights.
@@ -109,6 +104,8 @@ type Model struct {
 	specs []weightSpec
 	cond  conditioner
 	net   network
+	// tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
+	tokenizers map[string]any
 
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
@@ -125,40 +122,99 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		return nil, err
 	}
 	start := time.Now()
-	var srcs []*openSource
+	srcs, err := openInputs(c)
 	defer func() {
 		for _, s := range srcs {
 			s.m.Close()
 		}
 	}()
-	for i := range componentTable {
-		ct := &componentTable[i]
-		path := ct.path(&c)
+	if err != nil {
+		return nil, err
+	}
+	main := c.Main()
+	specs, cfg, err := detectModel(srcs, main, opt)
+	if err != nil {
+		return nil, err
+	}
+	fam, _ := FamilyByName(cfg.Family)
+	if fam.VAE.BuiltinConvScale != 0 && c[family.FlagVAE] == "" {
+		cfg.VAE.ConvScale = fam.VAE.BuiltinConvScale
+	}
+	specs = familyWeights(fam, specs)
+	var unused []string
+	for _, s := range srcs {
+		if !s.comp.Whole() && !slices.ContainsFunc(specs, func(w weightSpec) bool { return w.Component == s.comp.Flag }) {
+			unused = append(unused, "--"+s.comp.Flag+" "+s.m.Path())
+		}
+	}
+	toks, err := loadTokenizers(fam, cfg, opt, srcs, main)
+	if err != nil {
+		return nil, err
+	}
+	be, err := native.NewCPUBackend(opt.Threads)
+	if err != nil {
+		return nil, err
+	}
+	w, err := loadWeights(be, main, specs)
+	if err != nil {
+		be.Free()
+		return nil, err
+	}
+	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, tokenizers: toks, be: be, w: w,
+		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), Unused: unused}
+	for _, s := range specs {
+		switch {
+		case s.w8a8:
+			model.W8A8Modules++
+		case s.unscaledFP8:
+			model.UnscaledFP8++
+		}
+	}
+	if err := model.attachParts(opt); err != nil {
+		model.Close()
+		return nil, err
+	}
+	model.LoadTime = time.Since(start)
+	return model, nil
+}
+
+// openInputs opens the component files that are set, in the input table's
+// order; the caller closes what it returns, also on error.
+func openInputs(c Components) ([]*openSource, error) {
+	var srcs []*openSource
+	for _, ct := range family.GenerateInputs() {
+		path := c[ct.Flag]
 		if path == "" {
 			continue
 		}
 		fm, err := formats.Open(path)
 		if err != nil {
-			return nil, err
+			return srcs, err
 		}
 		src, err := newSource(ct, fm)
 		if err != nil {
 			fm.Close()
-			return nil, err
+			return srcs, err
 		}
 		srcs = append(srcs, src)
 	}
 	if len(srcs) == 0 {
 		return nil, errors.New("no model given (-m, or --diffusion-model with the text encoders and VAE)")
 	}
+	return srcs, nil
+}
+
+// detectModel selects the weights of the opened files and detects the
+// family and configuration from them; an error in one component's weights
+// names that component's file rather than main.
+func detectModel(srcs []*openSource, main string, opt LoadOptions) ([]weightSpec, *ModelConfig, error) {
 	specs, err := selectFrom(srcs, nil, opt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	main := c.Main()
 	for _, s := range srcs {
-		if s.comp.flag == "vae" && !hasVAE(specs, "vae") {
-			return nil, fmt.Errorf("%s: no VAE tensors (encoder., decoder., post_quant_conv.)", s.m.Path())
+		if s.comp.Flag == family.FlagVAE && !hasVAE(specs, family.FlagVAE) {
+			return nil, nil, fmt.Errorf("%s: no VAE tensors (encoder., decoder., post_quant_conv.)", s.m.Path())
 		}
 	}
 	sh := map[string][]int64{}
@@ -176,96 +232,76 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		var ce *componentError
 		if errors.As(err, &ce) {
 			for _, s := range srcs {
-				if s.comp.flag == ce.flag {
+				if s.comp.Flag == ce.flag {
 					main = s.m.Path()
 				}
 			}
 		}
-		return nil, fmt.Errorf("%s: %w", main, err)
+		return nil, nil, fmt.Errorf("%s: %w", main, err)
 	}
-	fam, _ := FamilyByName(cfg.Family)
-	if fam.VAE.BuiltinConvScale != 0 && c.VAE == "" {
-		cfg.VAE.ConvScale = fam.VAE.BuiltinConvScale
-	}
-	specs = familyWeights(fam, specs)
-	var unused []string
-	for _, s := range srcs {
-		if s.comp.flag != "model" && !slices.ContainsFunc(specs, func(w weightSpec) bool { return w.Component == s.comp.flag }) {
-			unused = append(unused, "--"+s.comp.flag+" "+s.m.Path())
-		}
-	}
-	var tok *text.CLIPTokenizer
-	if len(cfg.Text) > 0 {
-		if tok, err = loadModelTokenizer(opt.Tokenizer, srcs); err != nil {
-			return nil, err
-		}
-		for _, t := range cfg.Text {
-			if tok.VocabSize() > t.Vocab {
-				return nil, fmt.Errorf("%s: the tokenizer has %d tokens, the %s text encoder's embedding %d rows", main, tok.VocabSize(), t.Component, t.Vocab)
-			}
-		}
-	}
-	var t5tok *text.UnigramTokenizer
-	if cfg.T5 != nil {
-		if t5tok, err = loadT5Tokenizer(opt.T5Tokenizer, srcs); err != nil {
-			return nil, err
-		}
-		if t5tok != nil && t5tok.VocabSize() > cfg.T5.Vocab {
-			return nil, fmt.Errorf("%s: the T5 tokenizer has %d pieces, the T5 encoder's embedding %d rows", main, t5tok.VocabSize(), cfg.T5.Vocab)
-		}
-	}
-	be, err := native.NewCPUBackend(opt.Threads)
-	if err != nil {
-		return nil, err
-	}
-	w, err := loadWeights(be, main, specs)
-	if err != nil {
-		be.Free()
-		return nil, err
-	}
-	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizer: tok, T5Tokenizer: t5tok, be: be, w: w,
-		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), Unused: unused}
-	for _, s := range specs {
-		switch {
-		case s.w8a8:
-			model.W8A8Modules++
-		case s.unscaledFP8:
-			model.UnscaledFP8++
-		}
-	}
-	defer func() {
-		if err != nil {
-			model.Close()
-		}
-	}()
-	if model.net, err = newNetwork(model); err != nil {
-		return nil, err
+	return specs, cfg, nil
+}
+
+// attachParts makes the family's network and conditioner for the loaded
+// weights, checks its schedule is registered, and settles the prediction
+// type (the option, else metadata or the family's, else a probe).
+func (m *Model) attachParts(opt LoadOptions) error {
+	fam, cfg := m.Family, m.Config
+	var err error
+	if m.net, err = newNetwork(m); err != nil {
+		return err
 	}
 	mk, ok := conditioners[fam.Conditioner]
 	if !ok {
-		return nil, fmt.Errorf("%s: no conditioner %q in this build", fam.Title, fam.Conditioner)
+		return fmt.Errorf("%s: no conditioner %q in this build", fam.Title, fam.Conditioner)
 	}
-	if model.cond, err = mk(model); err != nil {
-		return nil, err
+	if m.cond, err = mk(m); err != nil {
+		return err
 	}
 	if _, ok := schedules[fam.Schedule]; !ok {
-		return nil, fmt.Errorf("%s: no schedule %q in this build", fam.Title, fam.Schedule)
+		return fmt.Errorf("%s: no schedule %q in this build", fam.Title, fam.Schedule)
 	}
 	if opt.Prediction != "" {
 		p, err := ParsePrediction(opt.Prediction)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		cfg.Prediction, cfg.PredictionKnown = p, true
 	}
 	if !cfg.PredictionKnown {
-		if cfg.Prediction, err = model.probePrediction(); err != nil {
-			return nil, err
+		if cfg.Prediction, err = m.probePrediction(); err != nil {
+			return err
 		}
 		cfg.PredictionKnown = true
 	}
-	model.LoadTime = time.Since(start)
-	return model, nil
+	return nil
+}
+
+// loadTokenizers loads the tokenizer of each text encoder kind the model
+// has, in the order the family lists its encoders.
+func loadTokenizers(fam *Family, cfg *ModelConfig, opt LoadOptions, srcs []*openSource, main string) (map[string]any, error) {
+	out := map[string]any{}
+	for _, e := range fam.Encoders {
+		if _, done := out[e.Kind]; done {
+			continue
+		}
+		var encs []EncoderConfig
+		for _, f := range fam.Encoders {
+			if ec, ok := cfg.Encoder(f.Component); ok && f.Kind == e.Kind {
+				encs = append(encs, ec)
+			}
+		}
+		kind := encoderKinds[e.Kind]
+		if len(encs) == 0 || kind.tokenizer == nil {
+			continue
+		}
+		tok, err := kind.tokenizer(opt, srcs, encs, main)
+		if err != nil {
+			return nil, err
+		}
+		out[e.Kind] = tok
+	}
+	return out, nil
 }
 
 // newNetwork makes the family's network for a loaded model.
@@ -291,7 +327,12 @@ func hasVAE(specs []weightSpec, flag string) bool {
 // model, the VAE and its encoders (an SD 1.x checkpoint's spare tensors,
 // or a text encoder the family does not use, stay out of memory).
 func familyWeights(f *Family, specs []weightSpec) []weightSpec {
-	keep := []string{unetPrefix, vaePfx}
+	var keep []string
+	for _, in := range family.GenerateInputs() {
+		if in.Kind == family.KindDiffusion || in.Kind == family.KindVAE {
+			keep = append(keep, in.Parts...)
+		}
+	}
 	for _, e := range f.Encoders {
 		keep = append(keep, e.Prefix)
 	}
@@ -307,10 +348,10 @@ func familyWeights(f *Family, specs []weightSpec) []weightSpec {
 	return out
 }
 
-// isVAEWeight reports an AutoencoderKL tensor under first_stage_model.
+// isVAEWeight reports a tensor of some registered kind of VAE.
 func isVAEWeight(name string) bool {
-	for _, p := range []string{"encoder.", "decoder.", "quant_conv.", "post_quant_conv."} {
-		if hasPrefix(name, vaePfx+p) {
+	for _, k := range vaeKinds {
+		if k.isWeight(name) {
 			return true
 		}
 	}
@@ -318,29 +359,6 @@ func isVAEWeight(name string) bool {
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
-
-// loadModelTokenizer takes --tokenizer when given, else merges embedded in
-// the metadata of the first component file that has them (the text
-// encoders' own files first, then the model's, then any other).
-func loadModelTokenizer(file string, srcs []*openSource) (*text.CLIPTokenizer, error) {
-	if file != "" {
-		return text.LoadCLIPTokenizer(file)
-	}
-	order := []string{"clip_l", "clip_g", "model", "diffusion-model", "t5xxl", "vae"}
-	for _, flag := range order {
-		for _, s := range srcs {
-			if s.comp.flag != flag {
-				continue
-			}
-			t, err := text.CLIPTokenizerFromMetadata(s.m.Path(), s.m.Metadata())
-			if errors.Is(err, text.ErrNoTokenizer) {
-				continue
-			}
-			return t, err
-		}
-	}
-	return nil, fmt.Errorf("%s: %w; pass --tokenizer with CLIP's tokenizer.json or merges (or embed one with `sdtool convert --tokenizer`)", srcs[0].m.Path(), text.ErrNoTokenizer)
-}
 
 // LinkedAVX2 reports whether the linked ggml's CPU kernels were compiled
 // with AVX2 (without it, and FMA and F16C, inference is many times slower).
@@ -359,17 +377,12 @@ func (m *Model) Close() {
 // SetThreads changes the thread count.
 func (m *Model) SetThreads(n int) { m.be.SetThreads(n) }
 
-// ParamsByType counts the elements of each held type, per part ("unet", "text", "vae").
+// ParamsByType counts the elements of each held type, per part (the
+// input table's kinds: family.KindDiffusion, KindTextEncoder, KindVAE).
 func (m *Model) ParamsByType() map[string]map[formats.DType]int64 {
 	out := map[string]map[formats.DType]int64{}
 	for _, s := range m.specs {
-		part := "vae"
-		switch {
-		case hasPrefix(s.Name, unetPrefix):
-			part = "unet"
-		case hasPrefix(s.Name, "cond_stage_model."), hasPrefix(s.Name, "text_encoders."):
-			part = "text"
-		}
+		part := paramPart(s.Name)
 		if out[part] == nil {
 			out[part] = map[formats.DType]int64{}
 		}
@@ -377,6 +390,17 @@ func (m *Model) ParamsByType() map[string]map[formats.DType]int64 {
 		out[part][s.Type] += n
 	}
 	return out
+}
+
+// paramPart names the part a weight belongs to: the kind of the input whose
+// part holds it (family.KindVAE for anything else).
+func paramPart(name string) string {
+	for _, in := range family.GenerateInputs() {
+		if in.Provides(name) {
+			return in.Kind
+		}
+	}
+	return family.KindVAE
 }
 
 // input is an F32 or I32 graph input and its values.
@@ -492,15 +516,15 @@ func (m *Model) probePrediction() (Prediction, error) {
 		x[i] = 0.5
 	}
 	cond := &Conditioning{Tokens: 2}
-	for _, t := range m.Config.Text {
-		cond.Dim += t.Hidden
+	for _, e := range m.Config.Encoders {
+		cond.Dim += e.Width()
 	}
 	cond.Context = make([]float32, 2*cond.Dim)
 	for i := range cond.Context {
 		cond.Context[i] = 0.5
 	}
-	if u := m.Config.UNet; u != nil && u.ADMChannels > 0 {
-		cond.Vector = make([]float32, u.ADMChannels)
+	if u, ok := m.Config.Network.(vectorTaker); ok && u.vectorWidth() > 0 {
+		cond.Vector = make([]float32, u.vectorWidth())
 		for i := range cond.Vector {
 			cond.Vector[i] = 0.5
 		}
@@ -531,7 +555,7 @@ func (m *Model) DecodeLatent(latent []float32, w, h int) ([]float32, error) {
 	err := m.compute(func(g *builder) ([]input, native.Tensor) {
 		g.convScale = cfg.ConvScale
 		zt := newInput(g, formats.F32, int64(w), int64(h), int64(cfg.ZChannels), 1)
-		return []input{{t: zt, f32: z}}, g.vaeDecode(cfg, zt)
+		return []input{{t: zt, f32: z}}, vaeKinds[cfg.Kind].decode(g, cfg, zt)
 	}, func(o native.Tensor) error {
 		var err error
 		out, err = o.F32()
@@ -560,7 +584,7 @@ func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 	err := m.compute(func(g *builder) ([]input, native.Tensor) {
 		g.convScale = cfg.ConvScale
 		it := newInput(g, formats.F32, int64(w), int64(h), 3, 1)
-		return []input{{t: it, f32: pixels}}, g.vaeEncode(cfg, it)
+		return []input{{t: it, f32: pixels}}, vaeKinds[cfg.Kind].encode(g, cfg, it)
 	}, func(o native.Tensor) error {
 		var err error
 		moments, err = o.F32()
@@ -593,6 +617,85 @@ func (m *Model) AlignSize(w, h int) (int, int, int) {
 	return up(w), up(h), down
 }
 
+// guidedDenoiser is one sampling run's Denoiser: the network on the
+// conditional and, with classifier-free guidance, the unconditional
+// context, mixed by the guidance scale and turned into the denoised
+// latent by the parameterisation.
+type guidedDenoiser struct {
+	m            *Model
+	pred         Prediction
+	sched        Schedule
+	req          *Request
+	cond, uncond *Conditioning
+	w, h         int
+	in, den      []float32
+	capture      *[]BlockOutput // the first step's block outputs, when requested
+	err          error          // the first network error (the sampler cannot return one)
+}
+
+func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
+	_, _, cIn := d.pred.Scalings(sigma)
+	for i, v := range xs {
+		d.in[i] = v * cIn
+	}
+	call := &netInput{x: d.in, w: d.w, h: d.h, t: d.sched.SigmaToT(sigma), cond: d.cond, guidance: d.req.Guidance}
+	blocks := d.capture
+	d.capture = nil
+	out, err := d.m.runNet(call, blocks)
+	if err != nil {
+		d.err = err
+		return nil
+	}
+	if d.uncond != nil {
+		call.cond = d.uncond
+		u, err := d.m.runNet(call, nil)
+		if err != nil {
+			d.err = err
+			return nil
+		}
+		Guide(out, u, d.req.CFGScale)
+	}
+	d.pred.Denoised(d.den, xs, out, sigma)
+	return d.den
+}
+
+// conditionings encodes the prompt and, when classifier-free guidance
+// needs one (CFGScale != 1), the negative prompt.
+func (m *Model) conditionings(req *Request) (cond, uncond *Conditioning, err error) {
+	if cond, err = m.cond.encode(req.Prompt, req.Width, req.Height, false); err != nil {
+		return nil, nil, err
+	}
+	if req.CFGScale != 1 {
+		zero := m.Family.EmptyNegativeZero && req.Negative == ""
+		encode := m.cond.encode
+		if nc, ok := m.cond.(negativeConditioner); ok {
+			encode = nc.encodeNegative
+		}
+		if uncond, err = encode(req.Negative, req.Width, req.Height, zero); err != nil {
+			return nil, nil, err
+		}
+	}
+	return cond, uncond, nil
+}
+
+// initLatent encodes img2img's init image into a sample of its latent
+// distribution, n values.
+func (m *Model) initLatent(req *Request, n int) ([]float32, error) {
+	if len(req.Init) != 3*req.Width*req.Height {
+		return nil, fmt.Errorf("init image has %d values, want %d", len(req.Init), 3*req.Width*req.Height)
+	}
+	// sd-cli seeds its generator, draws the encoder's sample from it,
+	// then seeds it again for the starting noise: both start at the
+	// seed, so the sample's noise is the starting noise.
+	eps, err := NewRNG(req.RNG, req.Seed)
+	if err != nil {
+		return nil, err
+	}
+	e := make([]float32, n)
+	eps.FillNormal(e)
+	return m.encodeLatent(req.Init, req.Width, req.Height, e)
+}
+
 // schedule returns the model's noise schedule for a latent of w×h cells.
 func (m *Model) schedule(w, h int) Schedule { return schedules[m.Family.Schedule](m, w, h) }
 
@@ -616,20 +719,9 @@ func (m *Model) generate(req Request) (*Result, error) {
 	}
 	res := &Result{Width: req.Width, Height: req.Height}
 	t0 := time.Now()
-	cond, err := m.cond.encode(req.Prompt, req.Width, req.Height, false)
+	cond, uncond, err := m.conditionings(&req)
 	if err != nil {
 		return nil, err
-	}
-	var uncond *Conditioning
-	if req.CFGScale != 1 {
-		zero := fam.EmptyNegativeZero && req.Negative == ""
-		encode := m.cond.encode
-		if nc, ok := m.cond.(negativeConditioner); ok {
-			encode = nc.encodeNegative
-		}
-		if uncond, err = encode(req.Negative, req.Width, req.Height, zero); err != nil {
-			return nil, err
-		}
 	}
 	res.Timings.Text = time.Since(t0)
 
@@ -646,19 +738,7 @@ func (m *Model) generate(req Request) (*Result, error) {
 	}
 	var init []float32
 	if req.Init != nil {
-		if len(req.Init) != 3*req.Width*req.Height {
-			return nil, fmt.Errorf("init image has %d values, want %d", len(req.Init), 3*req.Width*req.Height)
-		}
-		// sd-cli seeds its generator, draws the encoder's sample from it,
-		// then seeds it again for the starting noise: both start at the
-		// seed, so the sample's noise is the starting noise.
-		eps, err := NewRNG(req.RNG, req.Seed)
-		if err != nil {
-			return nil, err
-		}
-		e := make([]float32, n)
-		eps.FillNormal(e)
-		if init, err = m.encodeLatent(req.Init, req.Width, req.Height, e); err != nil {
+		if init, err = m.initLatent(&req, n); err != nil {
 			return nil, err
 		}
 		sigmas = Img2ImgSigmas(sigmas, req.Strength)
@@ -668,50 +748,23 @@ func (m *Model) generate(req Request) (*Result, error) {
 	noise.FillNormal(x)
 	pred.NoiseLatent(x, init, x, sigmas[0])
 
-	in := make([]float32, n)
-	den := make([]float32, n)
-	var denErr error
-	first := true
-	denoise := func(xs []float32, sigma float32) []float32 {
-		_, _, cIn := pred.Scalings(sigma)
-		for i, v := range xs {
-			in[i] = v * cIn
-		}
-		call := &netInput{x: in, w: lw, h: lh, t: sched.SigmaToT(sigma), cond: cond, guidance: req.Guidance}
-		var blocks *[]BlockOutput
-		if first && req.CaptureBlocks {
-			blocks = &res.Blocks
-		}
-		first = false
-		out, err := m.runNet(call, blocks)
-		if err != nil {
-			denErr = err
-			return nil
-		}
-		if uncond != nil {
-			call.cond = uncond
-			u, err := m.runNet(call, nil)
-			if err != nil {
-				denErr = err
-				return nil
-			}
-			Guide(out, u, req.CFGScale)
-		}
-		pred.Denoised(den, xs, out, sigma)
-		return den
+	d := &guidedDenoiser{m: m, pred: pred, sched: sched, req: &req, cond: cond, uncond: uncond, w: lw, h: lh,
+		in: make([]float32, n), den: make([]float32, n)}
+	if req.CaptureBlocks {
+		d.capture = &res.Blocks
 	}
 	t1 := time.Now()
 	if err := req.interrupted(0, len(sigmas)-1); err != nil {
 		return nil, err
 	}
-	err = SamplePrediction(req.Method, pred, denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
+	err = SamplePrediction(req.Method, pred, d.denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
 		if req.OnStep != nil {
 			req.OnStep(step, steps)
 		}
 		return req.interrupted(step, steps)
 	})
-	if denErr != nil {
-		return nil, denErr
+	if d.err != nil {
+		return nil, d.err
 	}
 	if err != nil {
 		return nil, err

@@ -26,7 +26,7 @@ func BenchmarkStep(b *testing.B) {
 	for _, c := range cases {
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/threads=%d", c.name, threads), func(b *testing.B) {
-				m, err := Load(Components{Model: c.path}, LoadOptions{Threads: threads})
+				m, err := Load(Components{"model": c.path}, LoadOptions{Threads: threads})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
@@ -25,7 +26,7 @@ import (
 
 func loadTiny(t *testing.T, path string) *Model {
 	t.Helper()
-	m, err := Load(Components{Model: path}, LoadOptions{Threads: 1})
+	m, err := Load(Components{"model": path}, LoadOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,15 +182,15 @@ func TestDetectConfigTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := cfg.UNet
+	u := unetOf(cfg)
 	if u.ModelChannels != 32 || !slices.Equal(u.ChannelMult, []int{1, 1, 1, 1}) || u.NumResBlocks != 2 ||
 		!slices.Equal(u.TransformerDepth, []int{1, 1, 1, 0}) || u.MiddleDepth != 1 || u.ContextDim != 64 || u.NumHeads != 8 || u.LinearProj {
 		t.Errorf("UNet config %+v", u)
 	}
-	if c := cfg.Text[0]; c.Hidden != 64 || c.Layers != 2 || c.Heads != 2 || c.FF != 256 || !c.QuickGELU || c.Skip != 1 {
+	if c := cfg.clipEncoders()[0]; c.Hidden != 64 || c.Layers != 2 || c.Heads != 2 || c.FF != 256 || !c.QuickGELU || c.Skip != 1 {
 		t.Errorf("CLIP config %+v", c)
 	}
-	if v := cfg.VAE; v.Levels != 4 || v.BlocksPerLevel != 3 || !v.HasEncoder {
+	if v, kl := cfg.VAE, cfg.VAE.Layout.(*KLConfig); v.Kind != "kl" || kl.Levels != 4 || kl.BlocksPerLevel != 3 || !v.HasEncoder {
 		t.Errorf("VAE config %+v", v)
 	}
 	// Without the head override, a 64-wide context is taken for SD 2.x's
@@ -240,7 +241,7 @@ func TestQuantizedQualityOrder(t *testing.T) {
 		if typ != formats.F32 {
 			var in, all int64
 			for part, byType := range m.ParamsByType() {
-				if part == "vae" {
+				if part == family.KindVAE {
 					continue
 				}
 				for ty, n := range byType {
@@ -291,8 +292,8 @@ func TestTinySD2Layout(t *testing.T) {
 	}
 	m := loadTiny(t, path)
 	cfg := m.Config
-	if cfg.Family != "sd2" || !cfg.UNet.LinearProj || !cfg.Text[0].FusedQKV || cfg.Text[0].Skip != 2 || cfg.Text[0].QuickGELU || cfg.Text[0].PadID != 0 {
-		t.Errorf("config %+v / %+v", cfg.UNet, cfg.Text[0])
+	if cfg.Family != "sd2" || !unetOf(cfg).LinearProj || !cfg.clipEncoders()[0].FusedQKV || cfg.clipEncoders()[0].Skip != 2 || cfg.clipEncoders()[0].QuickGELU || cfg.clipEncoders()[0].PadID != 0 {
+		t.Errorf("config %+v / %+v", unetOf(cfg), cfg.clipEncoders()[0])
 	}
 	if !cfg.PredictionKnown {
 		t.Error("prediction not probed")
@@ -309,7 +310,7 @@ func TestTinySD2Layout(t *testing.T) {
 	if !slices.Equal(a.Latent, b.Latent) {
 		t.Error("SD2 layout is not deterministic")
 	}
-	v, err := Load(Components{Model: path}, LoadOptions{Threads: 1, Prediction: "v"})
+	v, err := Load(Components{"model": path}, LoadOptions{Threads: 1, Prediction: "v"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +342,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, c := cfg.UNet, cfg.Text[0]
+	u, c := unetOf(cfg), cfg.clipEncoders()[0]
 	if cfg.Family != "sd1" || u.ModelChannels != 320 || !slices.Equal(u.ChannelMult, []int{1, 2, 4, 4}) || u.NumHeads != 8 ||
 		u.ContextDim != 768 || c.Layers != 12 || c.Heads != 12 || c.Vocab != 49408 || !c.QuickGELU || c.Skip != 1 ||
 		cfg.Prediction != EpsPrediction || !cfg.PredictionKnown {
@@ -365,7 +366,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, c = cfg.UNet, cfg.Text[0]
+	u, c = unetOf(cfg), cfg.clipEncoders()[0]
 	if cfg.Family != "sd2" || u.HeadDim != 64 || u.heads(320) != 5 || u.heads(1280) != 20 || !u.LinearProj ||
 		c.Heads != 16 || !c.FusedQKV || c.QuickGELU || c.Skip != 2 || c.PadID != 0 || cfg.PredictionKnown {
 		t.Errorf("SD 2.x: %+v %+v %+v", cfg, u, c)
@@ -375,7 +376,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 // --vae with a file holding the same VAE gives the same image; one without a VAE is refused.
 func TestSeparateVAE(t *testing.T) {
 	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
-	v, err := Load(Components{Model: "../testdata/tiny-sd1.gguf", VAE: "../testdata/tiny-sd1.gguf"}, LoadOptions{Threads: 1})
+	v, err := Load(Components{"model": "../testdata/tiny-sd1.gguf", "vae": "../testdata/tiny-sd1.gguf"}, LoadOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +405,13 @@ func TestSeparateVAE(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(path, buf.Bytes(), 0o644)
-	if _, err := Load(Components{Model: "../testdata/tiny-sd1.gguf", VAE: path}, LoadOptions{Threads: 1}); err == nil || !strings.Contains(err.Error(), "no VAE tensors") {
+	if _, err := Load(Components{"model": "../testdata/tiny-sd1.gguf", "vae": path}, LoadOptions{Threads: 1}); err == nil || !strings.Contains(err.Error(), "no VAE tensors") {
 		t.Errorf("a --vae without VAE tensors: err = %v", err)
 	}
+}
+
+// unetOf returns a UNet family's network configuration, nil for another network.
+func unetOf(cfg *ModelConfig) *UNetConfig {
+	u, _ := cfg.Network.(*UNetConfig)
+	return u
 }

@@ -12,12 +12,11 @@ var ErrNoCgo = errors.New("this sdtool was built without cgo, so it has no ggml 
 
 // LoadOptions are the settings of Load.
 type LoadOptions struct {
-	// Tokenizer is a tokenizer.json or a folder with vocab.json and
-	// merges.txt; "" uses the merges embedded in a component's metadata.
-	Tokenizer string
-	// T5Tokenizer is T5's spiece.model, unigram tokenizer.json or a folder
-	// holding one; "" uses one embedded in a component's metadata.
-	T5Tokenizer string
+	// Tokenizers are tokenizer files by text encoder kind (TextEncoder.Kind:
+	// CLIP's tokenizer.json or a folder with vocab.json and merges.txt;
+	// T5's spiece.model, unigram tokenizer.json or a folder holding one);
+	// a kind without one uses what a component's metadata embeds.
+	Tokenizers map[string]string
 	// Threads is the ggml thread count (<= 0: all cores).
 	Threads int
 	// Prediction forces "eps", "v" or "flow"; "" takes metadata, then the family's.

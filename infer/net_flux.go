@@ -17,10 +17,11 @@ type fluxNet struct {
 
 func init() {
 	networks["flux"] = func(m *Model) (network, error) {
-		if m.Config.Flux == nil {
+		cfg, ok := m.Config.Network.(*FluxConfig)
+		if !ok {
 			return nil, fmt.Errorf("%s: no Flux configuration", m.Path)
 		}
-		return &fluxNet{cfg: m.Config.Flux}, nil
+		return &fluxNet{cfg: cfg}, nil
 	}
 }
 

@@ -15,10 +15,11 @@ type unetNet struct {
 
 func init() {
 	networks["unet"] = func(m *Model) (network, error) {
-		if m.Config.UNet == nil {
+		cfg, ok := m.Config.Network.(*UNetConfig)
+		if !ok {
 			return nil, fmt.Errorf("%s: no UNet configuration", m.Path)
 		}
-		return &unetNet{cfg: m.Config.UNet}, nil
+		return &unetNet{cfg: cfg}, nil
 	}
 }
 

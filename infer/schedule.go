@@ -3,6 +3,7 @@ package infer
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -125,8 +126,13 @@ const (
 	SchedulerSGMUniform Scheduler = "sgm_uniform"
 )
 
-// schedulerNames lists the schedulers in the order help and errors name them.
-var schedulerNames = []Scheduler{SchedulerDiscrete, SchedulerKarras, SchedulerSimple, SchedulerSGMUniform, SchedulerFlux}
+// schedulerNames lists the schedulers in the order help and errors name
+// them: the core's spacings, then those a family's file adds from init.
+var schedulerNames = []Scheduler{SchedulerDiscrete, SchedulerKarras, SchedulerSimple, SchedulerSGMUniform}
+
+// Schedulers lists the schedulers this build implements, in the order
+// help and errors name them.
+func Schedulers() []Scheduler { return slices.Clone(schedulerNames) }
 
 // ParseScheduler checks a --scheduler value: "" and "default" return "" (the family's default),
 // "normal" is discrete, as in sd-cli.

@@ -68,6 +68,7 @@ func FluxSigmas(steps, cells int) []float32 {
 }
 
 func init() {
+	schedulerNames = append(schedulerNames, SchedulerFlux)
 	schedules["flux"] = func(m *Model, w, h int) Schedule {
 		return &flowSchedule{shift: m.Family.FlowShift, cells: w * h}
 	}

@@ -136,7 +136,7 @@ func readPNGFile(tb testing.TB, path string) image.Image {
 // generateImage runs r in this process and returns the image and the result.
 func generateImage(tb testing.TB, r parityRun, opt LoadOptions) (image.Image, *Result) {
 	tb.Helper()
-	m, err := Load(Components{Model: r.Model}, opt)
+	m, err := Load(Components{"model": r.Model}, opt)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestSDXLMatchesSDCLI(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "sdcli.png")
 	runSDCLI(t, bin, r, out)
 	ref := readPNGFile(t, out)
-	img, _ := generateImage(t, r, LoadOptions{Tokenizer: sharedCLIPMerges, Threads: r.Threads, StoredLayout: true})
+	img, _ := generateImage(t, r, LoadOptions{Tokenizers: map[string]string{"clip": sharedCLIPMerges}, Threads: r.Threads, StoredLayout: true})
 	psnr, err := metrics.PSNR(ref, img)
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func TestSDXLMatchesSDCLI(t *testing.T) {
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
 	}
-	ours, _ := generateImage(t, r, LoadOptions{Tokenizer: sharedCLIPMerges, Threads: r.Threads})
+	ours, _ := generateImage(t, r, LoadOptions{Tokenizers: map[string]string{"clip": sharedCLIPMerges}, Threads: r.Threads})
 	if p, err := metrics.PSNR(ref, ours); err == nil {
 		t.Logf("with the reference text_projection orientation: PSNR %.2f dB", p)
 	}
@@ -205,7 +205,7 @@ func TestGenerateChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		t.Fatal(err)
 	}
-	_, res := generateImage(t, r, LoadOptions{Tokenizer: sharedCLIPMerges, Threads: r.Threads, StoredLayout: true})
+	_, res := generateImage(t, r, LoadOptions{Tokenizers: map[string]string{"clip": sharedCLIPMerges}, Threads: r.Threads, StoredLayout: true})
 	b, _ := json.Marshal(childReport{PerStep: res.Timings.Sampling.Seconds() / float64(res.Timings.Steps)})
 	fmt.Printf("CHILD %s\n", b)
 }

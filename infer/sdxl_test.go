@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
@@ -276,7 +277,7 @@ func TestTextProjectionLayout(t *testing.T) {
 	} {
 		m := &memModel{}
 		m.add(c.name, formats.F32, []int64{rows, cols}, f)
-		src, err := newSource(&component{flag: "model"}, m)
+		src, err := newSource(family.InputByFlag(family.FlagModel), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,14 +309,14 @@ const tinySDXL = "../testdata/tiny-sdxl.gguf"
 func TestTinySDXL(t *testing.T) {
 	m := loadTiny(t, tinySDXL)
 	cfg := m.Config
-	if m.Family.Name != "sdxl" || cfg.UNet.ADMChannels != 64+6*256 || cfg.UNet.ContextDim != 128 || !cfg.UNet.LinearProj ||
-		!slices.Equal(cfg.UNet.TransformerDepth, []int{0, 1, 1}) || len(cfg.Text) != 2 {
-		t.Fatalf("config %+v %+v", cfg.UNet, cfg.Text)
+	if m.Family.Name() != "sdxl" || unetOf(cfg).ADMChannels != 64+6*256 || unetOf(cfg).ContextDim != 128 || !unetOf(cfg).LinearProj ||
+		!slices.Equal(unetOf(cfg).TransformerDepth, []int{0, 1, 1}) || len(cfg.clipEncoders()) != 2 {
+		t.Fatalf("config %+v %+v", unetOf(cfg), cfg.clipEncoders())
 	}
-	l, g := cfg.Text[0], cfg.Text[1]
+	l, g := cfg.clipEncoders()[0], cfg.clipEncoders()[1]
 	if l.Component != "clip_l" || !l.QuickGELU || l.FinalNorm || l.Skip != 2 || l.PadID != -1 || l.FusedQKV ||
 		g.Component != "clip_g" || g.QuickGELU || g.FinalNorm || g.Skip != 2 || g.PadID != 0 || !g.FusedQKV || g.Projection != 64 {
-		t.Errorf("text encoders %+v", cfg.Text)
+		t.Errorf("text encoders %+v", cfg.clipEncoders())
 	}
 	if v := cfg.VAE; v.ScaleFactor != 0.13025 || v.ConvScale != 1.0/32 {
 		t.Errorf("VAE %+v", v)
@@ -327,7 +328,7 @@ func TestTinySDXL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Tokens != 77 || c.Dim != 128 || len(c.Context) != 77*128 || len(c.Vector) != cfg.UNet.ADMChannels {
+	if c.Tokens != 77 || c.Dim != 128 || len(c.Context) != 77*128 || len(c.Vector) != unetOf(cfg).ADMChannels {
 		t.Fatalf("conditioning %d x %d, vector %d", c.Tokens, c.Dim, len(c.Vector))
 	}
 	c2, err := m.Encode("a cat", 256, 128)
@@ -420,8 +421,8 @@ func splitTinySDXL(t *testing.T, dir string) Components {
 		var p *part
 		name := ts.Name
 		switch {
-		case hasPrefix(name, unetPrefix):
-			p, name = parts["unet"], name[len(unetPrefix):]
+		case hasPrefix(name, dmPrefix):
+			p, name = parts["unet"], name[len(dmPrefix):]
 		case hasPrefix(name, vaePfx):
 			p, name = parts["vae"], name[len(vaePfx):]
 		case hasPrefix(name, "conditioner.embedders.0.transformer."):
@@ -472,7 +473,7 @@ func splitTinySDXL(t *testing.T, dir string) Components {
 		}
 		f.Close()
 	}
-	return Components{DiffusionModel: parts["unet"].path, CLIPL: parts["clip_l"].path, CLIPG: parts["clip_g"].path, VAE: parts["vae"].path}
+	return Components{"diffusion-model": parts["unet"].path, "clip_l": parts["clip_l"].path, "clip_g": parts["clip_g"].path, "vae": parts["vae"].path}
 }
 
 // The same weights as separate component files (sd-cli's flags, other
@@ -488,8 +489,8 @@ func TestSDXLComponents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.Family.Name != "sdxl" || m.Config.VAE.ConvScale != 0 {
-		t.Fatalf("family %s, conv scale %g", m.Family.Name, m.Config.VAE.ConvScale)
+	if m.Family.Name() != "sdxl" || m.Config.VAE.ConvScale != 0 {
+		t.Fatalf("family %s, conv scale %g", m.Family.Name(), m.Config.VAE.ConvScale)
 	}
 	single.Config.VAE.ConvScale = 0
 	req := Request{Prompt: "a red cat", Negative: "blurry", Width: 64, Height: 64, Steps: 2, CFGScale: 4, Seed: 11}
@@ -505,7 +506,7 @@ func TestSDXLComponents(t *testing.T) {
 		t.Error("the component files give another image than the single file")
 	}
 	// The checkpoint with a standalone CLIP-G and VAE: those parts come from the files.
-	mixed, err := Load(Components{Model: tinySDXL, CLIPG: comps.CLIPG, VAE: comps.VAE}, LoadOptions{Threads: 1})
+	mixed, err := Load(Components{"model": tinySDXL, "clip_g": comps["clip_g"], "vae": comps["vae"]}, LoadOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,8 +551,8 @@ func TestSDXLDiffusersNames(t *testing.T) {
 	}
 	specs := planByName(t, m, nil)
 	for _, want := range []string{
-		unetPrefix + "input_blocks.0.0.weight", unetPrefix + "input_blocks.4.1.transformer_blocks.0.attn2.to_k.weight",
-		unetPrefix + "middle_block.2.in_layers.2.weight", unetPrefix + "label_emb.0.0.weight", unetPrefix + "label_emb.0.2.weight",
+		dmPrefix + "input_blocks.0.0.weight", dmPrefix + "input_blocks.4.1.transformer_blocks.0.attn2.to_k.weight",
+		dmPrefix + "middle_block.2.in_layers.2.weight", dmPrefix + "label_emb.0.0.weight", dmPrefix + "label_emb.0.2.weight",
 		clipPrefix + "embeddings.token_embedding.weight", clipGPrefix + "embeddings.token_embedding.weight",
 		clipGPrefix + "encoder.layers.3.self_attn.q_proj.weight", clipGPrefix + "text_projection",
 		vaePfx + "decoder.conv_in.weight", vaePfx + "decoder.up.3.block.0.conv1.weight",
@@ -608,9 +609,9 @@ func TestSDXLRefiner(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := loadTiny(t, path)
-	if m.Family.Name != "sdxl-refiner" || len(m.Config.Text) != 1 || m.Config.Text[0].Prefix != clipPrefix ||
-		m.Config.UNet.ContextDim != 64 || m.Config.UNet.ADMChannels != 64+5*256 {
-		t.Fatalf("family %s, config %+v %+v", m.Family.Name, m.Config.UNet, m.Config.Text)
+	if m.Family.Name() != "sdxl-refiner" || len(m.Config.clipEncoders()) != 1 || m.Config.clipEncoders()[0].Prefix != clipPrefix ||
+		unetOf(m.Config).ContextDim != 64 || unetOf(m.Config).ADMChannels != 64+5*256 {
+		t.Fatalf("family %s, config %+v %+v", m.Family.Name(), unetOf(m.Config), m.Config.clipEncoders())
 	}
 	pos, err := m.cond.encode("a cat", 64, 64, false)
 	if err != nil {

@@ -190,13 +190,31 @@ func (s shapes) want(name string, want []int64) error {
 }
 
 func init() {
-	encoderKinds["t5"] = func(s shapes, md formats.Metadata, e *TextEncoder, cfg *ModelConfig) error {
-		c, err := DetectT5(s, md, e.Prefix)
-		if err != nil {
-			return err
-		}
-		c.Component = e.Component
-		cfg.T5 = c
-		return nil
+	encoderKinds["t5"] = encoderKind{
+		detect: func(s shapes, md formats.Metadata, e *TextEncoder) (EncoderConfig, error) {
+			c, err := DetectT5(s, md, e.Prefix)
+			if err != nil {
+				return nil, err
+			}
+			c.Component = e.Component
+			return c, nil
+		},
+		tokenizer: loadT5KindTokenizer,
 	}
+}
+
+// Input is the input flag of the encoder's standalone file.
+func (c *T5Config) Input() string { return c.Component }
+
+// Width is the width of the encoder's hidden states.
+func (c *T5Config) Width() int { return c.Hidden }
+
+// t5 returns the model's T5 encoder, nil when it has none.
+func (c *ModelConfig) t5() *T5Config {
+	for _, e := range c.Encoders {
+		if t, ok := e.(*T5Config); ok {
+			return t
+		}
+	}
+	return nil
 }

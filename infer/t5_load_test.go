@@ -13,12 +13,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
+	"github.com/sdtool/sdtool/text"
 )
 
 // loadT5Component loads a T5 encoder file the way Load reads a --t5xxl
@@ -27,12 +28,7 @@ import (
 // loadT5Tokenizer finds.
 func loadT5Component(t testing.TB, path string) *Model {
 	t.Helper()
-	var ct *component
-	for i := range componentTable {
-		if componentTable[i].flag == "t5xxl" {
-			ct = &componentTable[i]
-		}
-	}
+	ct := family.InputByFlag("t5xxl")
 	fm, err := formats.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +66,7 @@ func loadT5Component(t testing.TB, path string) *Model {
 	t.Cleanup(ws.free)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
-	return &Model{Path: path, Config: &ModelConfig{T5: cfg}, T5Tokenizer: tok, be: be, w: ws, alloc: alloc, specs: specs}
+	return &Model{Path: path, Config: &ModelConfig{Encoders: []EncoderConfig{cfg}}, tokenizers: map[string]any{"t5": tok}, be: be, w: ws, alloc: alloc, specs: specs}
 }
 
 // TestT5NamingsLoadAlike writes the tiny T5 in the three namings people
@@ -96,11 +92,11 @@ func TestT5NamingsLoadAlike(t *testing.T) {
 			wantCfg := T5Config{Component: "t5xxl", Prefix: T5Prefix, Embedding: T5Prefix + "shared.weight",
 				Vocab: tok.VocabSize(), Hidden: p.Hidden, FF: p.FF, Layers: p.Layers, Heads: p.Heads, HeadDim: p.HeadDim,
 				Buckets: p.Buckets, MaxDistance: 128}
-			if *m.Config.T5 != wantCfg {
-				t.Fatalf("config %+v, want %+v", *m.Config.T5, wantCfg)
+			if *m.Config.t5() != wantCfg {
+				t.Fatalf("config %+v, want %+v", *m.Config.t5(), wantCfg)
 			}
-			if (m.T5Tokenizer != nil) != (c.ext == ".gguf") {
-				t.Errorf("tokenizer found: %v, want %v (GGUF carries it)", m.T5Tokenizer != nil, c.ext == ".gguf")
+			if (m.t5Tokenizer() != nil) != (c.ext == ".gguf") {
+				t.Errorf("tokenizer found: %v, want %v (GGUF carries it)", m.t5Tokenizer() != nil, c.ext == ".gguf")
 			}
 			got, err := m.EncodeT5(ids, nil)
 			if err != nil {
@@ -129,7 +125,7 @@ func TestT5ContextLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := loadT5Component(t, path)
-	tok := m.T5Tokenizer
+	tok := m.t5Tokenizer()
 	if tok == nil {
 		t.Fatal("no tokenizer in the GGUF file")
 	}
@@ -302,12 +298,12 @@ func TestT5Imatrix(t *testing.T) {
 }
 
 // TestT5RealTokenizer loads T5's own spiece.model the way --t5-tokenizer
-// does (LoadOptions.T5Tokenizer) beside an encoder with T5-XXL's 32128
+// does (LoadOptions.Tokenizers["t5"]) beside an encoder with T5-XXL's 32128
 // embedding rows, and checks that a prompt reaches the encoder as the ids
 // transformers.js publishes for it, then </s> and padding to 256.
 func TestT5RealTokenizer(t *testing.T) {
 	dir := t.TempDir()
-	gz, err := os.Open("text/testdata/t5/spiece.model.gz")
+	gz, err := os.Open("../text/testdata/t5/spiece.model.gz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +327,7 @@ func TestT5RealTokenizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := loadT5Component(t, path)
-	if m.T5Tokenizer != nil {
+	if m.t5Tokenizer() != nil {
 		t.Fatal("a safetensors T5 carries no tokenizer")
 	}
 	tok, err := loadT5Tokenizer(spiece, nil)
@@ -376,7 +372,7 @@ func TestT5ContextMasked(t *testing.T) {
 	}
 	m := loadT5Component(t, path)
 	const n = 12
-	plain, keep, err := m.t5ContextMasked(m.T5Tokenizer, "a red cat", n, false)
+	plain, keep, err := m.t5ContextMasked(m.t5Tokenizer(), "a red cat", n, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,11 +380,11 @@ func TestT5ContextMasked(t *testing.T) {
 	if !slices.Equal(keep, want) {
 		t.Fatalf("mask %v, want %v", keep, want)
 	}
-	masked, _, err := m.t5ContextMasked(m.T5Tokenizer, "a red cat", n, true)
+	masked, _, err := m.t5ContextMasked(m.t5Tokenizer(), "a red cat", n, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := m.T5Tokenizer.EncodeChunked("a red cat", n)
+	ids := m.t5Tokenizer().EncodeChunked("a red cat", n)
 	direct, err := m.EncodeT5(ids, keep)
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/quant/imatrix"
+	"github.com/sdtool/sdtool/text"
 )
 
 // TestT5MatchesSDCLIImatrix compares the T5 encoder with stable-diffusion.cpp's
@@ -78,7 +78,7 @@ func TestT5MatchesSDCLIImatrix(t *testing.T) {
 		}
 		compared++
 	}
-	if want := 7 * m.Config.T5.Layers; compared != want {
+	if want := 7 * m.Config.t5().Layers; compared != want {
 		t.Errorf("compared %d weights, want %d", compared, want)
 	}
 	t.Logf("%d T5 weights against sd-cli: worst relative difference %.3g (%s)", compared, worst, worstName)

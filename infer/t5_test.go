@@ -182,7 +182,7 @@ func t5TestModel(t *testing.T, w map[string]testWeight, cfg *T5Config) *Model {
 	ws := makeWeights(t, be, w)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
-	return &Model{Path: "t5 test", Config: &ModelConfig{T5: cfg}, be: be, w: ws, alloc: alloc}
+	return &Model{Path: "t5 test", Config: &ModelConfig{Encoders: []EncoderConfig{cfg}}, be: be, w: ws, alloc: alloc}
 }
 
 func TestT5EncoderMatchesReference(t *testing.T) {

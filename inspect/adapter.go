@@ -75,7 +75,10 @@ func summarizeAdapter(m formats.Model) *AdapterSummary {
 	}
 	s.Ranks = append(s.Ranks, sum.Ranks...)
 	s.Alphas = append(s.Alphas, sum.Alphas...)
-	s.Family = sum.Family.String()
+	s.Family = sum.Family
+	if s.Family == "" {
+		s.Family = "unknown"
+	}
 	s.Notes = append(s.Notes, sum.Notes...)
 	return s
 }

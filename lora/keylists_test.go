@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/names"
 )
 
 // keyList is one file of testdata/keys.
@@ -325,13 +325,13 @@ func checkKeyList(t *testing.T, kl *keyList, b *Base, expectations bool) {
 		return
 	}
 	sum := Summarize(a)
-	want := map[string]names.Version{"sd1": names.SD1, "sdxl": names.SDXL, "flux": names.Flux, "flux_clip": names.Flux,
-		"wan14b": names.Wan2, "wan14b_i2v": names.Wan2}[kl.bases[0]]
+	want := map[string]string{"sd1": "sd1", "sdxl": "sdxl", "flux": "flux", "flux_clip": "flux",
+		"wan14b": "wan", "wan14b_i2v": "wan"}[kl.bases[0]]
 	if sum.Parts["unet"] == 0 && sum.Parts["te2"] == 0 {
-		want = names.Unknown // one CLIP alone does not tell the family
+		want = "" // one CLIP alone does not tell the family
 	}
 	if sum.Family != want {
-		t.Errorf("family %v, want %v", sum.Family, want)
+		t.Errorf("family %q, want %q", sum.Family, want)
 	}
 	if sum.Layers != len(a.Layers) || sum.Kinds[a.Layers[0].Kind] == 0 || !IsAdapter(m.list) {
 		t.Errorf("summary %+v", sum)
@@ -394,4 +394,20 @@ func ExampleParseKey() {
 	// transformer.single_transformer_blocks.0.attn.to_q down
 	// lycoris_blocks_18_attn1_to_k lokr_w1
 	// diffusion_model.blocks.26.cross_attn.v_img diff_b
+}
+
+// The families a summary names are the family table's IDs (one vocabulary).
+func TestSummaryFamiliesAreTableIDs(t *testing.T) {
+	ids := []string{}
+	for _, fm := range familyMarkers {
+		ids = append(ids, fm.id)
+	}
+	for _, id := range unetContext {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if f := family.ByID(id); f == nil || f.Kind != family.KindDiffusion {
+			t.Errorf("summary family %q is no diffusion family of the family table", id)
+		}
+	}
 }

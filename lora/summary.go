@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/names"
 )
 
 // IsAdapter reports whether a tensor list is an adapter's: most of its
@@ -39,9 +38,9 @@ type Summary struct {
 	Alphas []float64
 	// DoRA counts weight-decomposed layers.
 	DoRA int
-	// Family is the model family the names and shapes point to (Unknown
-	// when they do not tell).
-	Family names.Version
+	// Family is the family-table ID (package family) the names and shapes
+	// point to ("" when they do not tell).
+	Family string
 	// Refused and Unknown count the modules of refused kinds and the
 	// tensors that are not adapter tensors.
 	Refused, Unknown int
@@ -58,20 +57,20 @@ type Summary struct {
 // "self_attn_o" is not read in CLIP's "self_attn_out_proj".
 var familyMarkers = []struct {
 	any []string
-	v   names.Version
+	id  string
 }{
-	{[]string{"double_blocks", "single_blocks", "single_transformer_blocks", "img_attn_qkv", "proj_lora1"}, names.Flux},
-	{[]string{"joint_blocks", "context_block"}, names.SD3},
-	{[]string{"noise_refiner", "context_refiner"}, names.ZImage},
-	{[]string{"img_mlp", "txt_mlp", "img_mod"}, names.QwenImage},
-	{[]string{"cross_attn_k", "self_attn_o", "ffn_0", "ffn_2", "ffn_net_0_proj", "k_img", "lycoris_blocks", "lora_unet_blocks", "diffusion_model_blocks"}, names.Wan2},
-	{[]string{"lora_te2", "text_encoder_2", "label_emb", "add_embedding"}, names.SDXL},
-	{[]string{"input_blocks", "output_blocks", "middle_block", "down_blocks", "up_blocks", "mid_block"}, names.SD1},
+	{[]string{"double_blocks", "single_blocks", "single_transformer_blocks", "img_attn_qkv", "proj_lora1"}, "flux"},
+	{[]string{"joint_blocks", "context_block"}, "sd3"},
+	{[]string{"noise_refiner", "context_refiner"}, "z_image"},
+	{[]string{"img_mlp", "txt_mlp", "img_mod"}, "qwen_image"},
+	{[]string{"cross_attn_k", "self_attn_o", "ffn_0", "ffn_2", "ffn_net_0_proj", "k_img", "lycoris_blocks", "lora_unet_blocks", "diffusion_model_blocks"}, "wan"},
+	{[]string{"lora_te2", "text_encoder_2", "label_emb", "add_embedding"}, "sdxl"},
+	{[]string{"input_blocks", "output_blocks", "middle_block", "down_blocks", "up_blocks", "mid_block"}, "sd1"},
 }
 
 // unetContext tells the UNet families apart by the width of the text
 // context their cross-attention keys read.
-var unetContext = map[int64]names.Version{768: names.SD1, 1024: names.SD2, 2048: names.SDXL}
+var unetContext = map[int64]string{768: "sd1", 1024: "sd2", 2048: "sdxl"}
 
 // Summarize describes an adapter: its layers by kind, naming and part,
 // ranks, alphas and the family it was made for.
@@ -164,23 +163,23 @@ func partOf(module string) string {
 	return "unet"
 }
 
-func guessFamily(a *Adapter, flat []string) names.Version {
+func guessFamily(a *Adapter, flat []string) string {
 	for _, fm := range familyMarkers {
 		for _, m := range flat {
 			if containsWord(m, fm.any) {
-				if fm.v != names.SD1 {
-					return fm.v
+				if fm.id != "sd1" {
+					return fm.id
 				}
 				return unetFamily(a)
 			}
 		}
 	}
-	return names.Unknown
+	return ""
 }
 
 // unetFamily reads the context width off a cross-attention key or value
 // layer; a text encoder alone does not tell SD 1.x from its successors.
-func unetFamily(a *Adapter) names.Version {
+func unetFamily(a *Adapter) string {
 	for _, l := range a.Layers {
 		m := strings.ReplaceAll(l.Module, ".", "_")
 		if strings.Contains(m, "attn2") && (strings.HasSuffix(m, "to_k") || strings.HasSuffix(m, "to_v")) {
@@ -189,7 +188,7 @@ func unetFamily(a *Adapter) names.Version {
 			}
 		}
 	}
-	return names.SD1
+	return "sd1"
 }
 
 // containsWord reports whether one of words occurs in s between "_"

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/text"
 )
 
 // A GGUF's model metadata (head counts, the embedded tokenizer) survives a

@@ -215,7 +215,7 @@ func TestPlanErrors(t *testing.T) {
 		{Options{Type: "int8", Output: "o.safetensors", Pure: true}, "applies to GGUF types"},
 		{Options{Type: "int8", Output: "o.safetensors", TensorTypes: []string{"x=q4_K"}}, "a ComfyUI output takes"},
 		{Options{Type: "int8", Output: "o.safetensors", TensorTypeRules: "x=keep", TensorTypes: []string{"y=int8"}}, "cannot be combined"},
-		{Options{Type: "Q4_K_M", Output: "o.gguf", ReshapeConv: true}, "sd1/sdxl"},
+		{Options{Type: "Q4_K_M", Output: "o.gguf", ReshapeConv: true}, "sd1/sd2/sdxl"},
 		{Options{Type: "iq2_xxs", Output: "o.gguf"}, "iq2_xxs"},
 	}
 	for _, c := range cases {

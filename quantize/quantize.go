@@ -11,10 +11,12 @@ import (
 
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
+
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
 	"github.com/sdtool/sdtool/formats/gguf"
-	"github.com/sdtool/sdtool/infer/text"
+	"github.com/sdtool/sdtool/text"
+
 	// The safetensors reader and writer (formats.Open, formats.CreatorFor).
 	_ "github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/names"
@@ -479,8 +481,8 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 	if err != nil {
 		return err
 	}
-	if f := b.layout.Main(); b.opts.ReshapeConv && (f == nil || f.ComfyArch != "sd1" && f.ComfyArch != "sdxl") {
-		return fmt.Errorf("--reshape-conv applies to sd1/sdxl models; %s is %q", b.opts.Input, b.res.Arch)
+	if f := b.layout.Main(); b.opts.ReshapeConv && (f == nil || !f.ReshapeConv) {
+		return fmt.Errorf("--reshape-conv applies to %s models; %s is %q", strings.Join(family.ReshapeConvIDs(), "/"), b.opts.Input, b.res.Arch)
 	}
 	if b.opts.ReshapeConv {
 		w := "--reshape-conv: conv kernels are stored as rows of 256 with comfy.gguf.orig_shape (ComfyUI-GGUF's layout); stable-diffusion.cpp cannot load the result"

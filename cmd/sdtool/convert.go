@@ -8,27 +8,26 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/convert"
+	"github.com/sdtool/sdtool/family"
 )
 
-// convertInputs maps convert's input flags to convert.Components flags.
-var convertInputs = []struct {
-	flag, alias, usage string
-}{
-	{"model", "m", "a full checkpoint (names kept as they are)"},
-	{"diffusion-model", "", "a diffusion model alone (prefix model.diffusion_model.)"},
-	{"vae", "", "a VAE (prefix vae.)"},
-	{"clip_l", "", "a CLIP-L text encoder (prefix text_encoders.clip_l.transformer.)"},
-	{"clip_g", "", "a CLIP-G text encoder (prefix text_encoders.clip_g.transformer.)"},
-	{"t5xxl", "", "a T5-XXL text encoder (prefix text_encoders.t5xxl.transformer.)"},
-	{"llm", "", "an LLM text encoder (prefix text_encoders.llm.; sd-cli's convert ignores this flag)"},
+// convertUsage is the help text of an input flag of convert.
+func convertUsage(in *family.Input) string {
+	switch {
+	case in.Whole():
+		return "a full checkpoint (names kept as they are)"
+	case !in.SDCpp:
+		return fmt.Sprintf("a %s (prefix %s; sd-cli's convert has no such flag)", in.What, in.ConvertPrefix)
+	}
+	return fmt.Sprintf("a %s (prefix %s)", in.What, in.ConvertPrefix)
 }
 
 func init() {
 	flags := []cli.Flag{}
-	for _, in := range convertInputs {
-		f := &cli.StringFlag{Name: in.flag, Usage: in.usage + ": `FILE`"}
-		if in.alias != "" {
-			f.Aliases = []string{in.alias}
+	for _, in := range family.Inputs {
+		f := &cli.StringFlag{Name: in.Flag, Usage: convertUsage(in) + ": `FILE`"}
+		if in.Alias != "" {
+			f.Aliases = []string{in.Alias}
 		}
 		flags = append(flags, f)
 	}
@@ -92,9 +91,9 @@ func runConvert(c *cli.Context) error {
 		Tokenizers:  c.StringSlice("tokenizer"),
 		Log:         slog.Default(),
 	}
-	for _, in := range convertInputs {
-		if v := c.String(in.flag); v != "" {
-			opts.Inputs[in.flag] = v
+	for _, in := range family.Inputs {
+		if v := c.String(in.Flag); v != "" {
+			opts.Inputs[in.Flag] = v
 		}
 	}
 	plan, err := convert.Plan(opts)

@@ -16,81 +16,128 @@ import (
 
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
-	"github.com/sdtool/sdtool/infer/text"
-	"github.com/sdtool/sdtool/internal/benchutil"
+	"github.com/sdtool/sdtool/internal/procmem"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/text"
 )
 
 // generate runs the families of infer.Families through ggml. Without cgo
 // the command exists but says that the binary cannot run models
 // (infer.Available is false).
 
-// componentFlags are sd-cli's model flags; with a prefix ("compare-") they
-// name the reference model's components.
-var componentFlags = []struct {
-	name, alias, usage string
-	set                func(*infer.Components, string)
-}{
-	{"model", "m", "whole model `FILE` (one file with LDM/ComfyUI/diffusers names, or a diffusers folder)", func(c *infer.Components, v string) { c.Model = v }},
-	{"diffusion-model", "", "standalone diffusion model `FILE` (UNet or DiT)", func(c *infer.Components, v string) { c.DiffusionModel = v }},
-	{"clip_l", "", "standalone CLIP-L text encoder `FILE`", func(c *infer.Components, v string) { c.CLIPL = v }},
-	{"clip_g", "", "standalone OpenCLIP bigG text encoder `FILE` (SDXL)", func(c *infer.Components, v string) { c.CLIPG = v }},
-	{"t5xxl", "", "standalone T5-XXL text encoder `FILE`", func(c *infer.Components, v string) { c.T5XXL = v }},
-	{"vae", "", "standalone VAE `FILE` replacing the model's", func(c *infer.Components, v string) { c.VAE = v }},
+// familyTitles lists the engine entries generate runs, for help texts.
+func familyTitles() []string {
+	var out []string
+	for _, f := range infer.Entries() {
+		out = append(out, f.Title)
+	}
+	return out
 }
 
+// familyDefaults describes one of the families' defaults for a flag's
+// help ("the family's: 7 for SD 1.x, SDXL; 1 for Flux.1 dev"), leaving
+// out the families whose value is "0" (none).
+func familyDefaults(value func(infer.Defaults) string) string {
+	var order []string
+	by := map[string][]string{}
+	for _, f := range infer.Entries() {
+		v := value(f.Defaults)
+		if v == "0" || v == "" {
+			continue
+		}
+		if by[v] == nil {
+			order = append(order, v)
+		}
+		by[v] = append(by[v], f.Title)
+	}
+	parts := make([]string, len(order))
+	for i, v := range order {
+		parts[i] = v + " for " + strings.Join(by[v], ", ")
+	}
+	return "the family's: " + strings.Join(parts, "; ")
+}
+
+// schedulerList names the schedulers for --scheduler's help.
+func schedulerList() string {
+	var names []string
+	for _, s := range infer.Schedulers() {
+		names = append(names, string(s))
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// generateUsage is the help text of a model-file flag of generate.
+func generateUsage(in *family.Input) string {
+	if in.Whole() {
+		return "whole model `FILE` (one file with LDM/ComfyUI/diffusers names, or a diffusers folder)"
+	}
+	return "standalone " + in.What + " `FILE` replacing the model's"
+}
+
+// modelFlags are the input table's flags generate takes and, named
+// "compare-FLAG" (--compare for the whole model), the reference model's.
 func modelFlags() []cli.Flag {
 	var out []cli.Flag
-	for _, f := range componentFlags {
-		fl := &cli.StringFlag{Name: f.name, Usage: f.usage}
-		if f.alias != "" {
-			fl.Aliases = []string{f.alias}
+	for _, in := range family.GenerateInputs() {
+		fl := &cli.StringFlag{Name: in.Flag, Usage: generateUsage(in)}
+		if in.Alias != "" {
+			fl.Aliases = []string{in.Alias}
 		}
 		out = append(out, fl)
 	}
-	for _, f := range componentFlags {
-		name := "compare-" + f.name
-		usage := "reference " + strings.TrimPrefix(f.usage, "whole ")
-		if f.name == "model" {
-			name, usage = "compare", "reference model `FILE` to compare with (same seed); unset reference components default to the model's"
+	for _, in := range family.GenerateInputs() {
+		name, usage := compareFlag(in), "reference "+strings.TrimPrefix(generateUsage(in), "whole ")
+		if in.Whole() {
+			usage = "reference model `FILE` to compare with (same seed); unset reference components default to the model's"
 		}
 		out = append(out, &cli.StringFlag{Name: name, Usage: usage})
 	}
 	return out
 }
 
-// components reads the model flags (prefix "" for the tested model,
-// "compare-" for the reference, whose unset parts default to the model's).
-func components(c *cli.Context, prefix string) infer.Components {
-	var out infer.Components
-	for _, f := range componentFlags {
-		name := prefix + f.name
-		if prefix != "" && f.name == "model" {
-			name = "compare"
+// compareFlag names the flag of the reference model's file for in.
+func compareFlag(in *family.Input) string {
+	if in.Whole() {
+		return "compare"
+	}
+	return "compare-" + in.Flag
+}
+
+// components reads the model flags (reference false) or the reference
+// model's (true), whose unset parts default to the model's.
+func components(c *cli.Context, reference bool) infer.Components {
+	out := infer.Components{}
+	for _, in := range family.GenerateInputs() {
+		name := in.Flag
+		if reference {
+			name = compareFlag(in)
 		}
-		f.set(&out, c.String(name))
+		if v := c.String(name); v != "" {
+			out[in.Flag] = v
+		}
 	}
 	return out
 }
 
 // comparing reports whether any reference flag is set.
 func comparing(c *cli.Context) bool {
-	return components(c, "compare-") != infer.Components{}
+	return !components(c, true).Empty()
 }
 
 func init() {
 	register(&cli.Command{
 		Name:      "generate",
-		Usage:     "generate an image with an SD 1.x/2.x, SDXL or Flux.1 model (ggml CPU kernels) and optionally compare two weight sets",
+		Usage:     "generate an image with an " + strings.Join(familyTitles(), ", ") + " model (ggml CPU kernels) and optionally compare two weight sets",
 		ArgsUsage: "-m MODEL | --diffusion-model FILE --clip_l FILE ... -p PROMPT -o OUT.png",
 		Description: "Runs the text encoders, the diffusion network (configuration detected from tensor shapes) and the VAE with\n" +
 			"ggml's CPU kernels, the same kernels stable-diffusion.cpp uses, on any file sdtool reads (GGUF of any ggml type,\n" +
 			"safetensors, .ckpt, diffusers folders, ComfyUI INT8/FP8). The model is one file (-m) or separate components as\n" +
 			"sd-cli names them (--diffusion-model, --clip_l, --clip_g, --t5xxl, --vae), in any mix of formats and types; the\n" +
-			"family (SD 1.x, SD 2.x, SDXL, Flux.1 dev and schnell) is detected from the tensors. The PNG gets A1111-style \"parameters\" text.\n\n" +
+			"family (" + strings.Join(familyTitles(), ", ") + ") is detected from the tensors. The PNG gets A1111-style \"parameters\" text.\n\n" +
 			"--compare REF runs the same seed with REF's weights and prints the PSNR and SSIM of the two images, the\n" +
 			"cosine similarity of the final latents and each network block's output error at the first step, so a\n" +
 			"quantized model can be checked against its source; --compare-diffusion-model, --compare-clip_l, ... name\n" +
@@ -110,13 +157,13 @@ func init() {
 			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "output.png", Usage: "output `FILE` (.png; sd-cli's default name)"},
 			&cli.IntFlag{Name: "steps", Usage: "sampling `STEPS`", DefaultText: "model metadata, else 20"},
-			&cli.Float64Flag{Name: "cfg-scale", Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)", DefaultText: "the family's: 7 for SD 1.x/2.x/XL, 1 for Flux"},
-			&cli.Float64Flag{Name: "guidance", Usage: "distilled guidance `SCALE` of models with a guidance input", DefaultText: "the family's: 3.5 for Flux dev"},
+			&cli.Float64Flag{Name: "cfg-scale", Usage: "classifier-free guidance `SCALE` (1 skips the negative pass)", DefaultText: familyDefaults(func(d infer.Defaults) string { return fmt.Sprint(d.CFGScale) })},
+			&cli.Float64Flag{Name: "guidance", Usage: "distilled guidance `SCALE` of models with a guidance input", DefaultText: familyDefaults(func(d infer.Defaults) string { return fmt.Sprint(d.Guidance) })},
 			&cli.IntFlag{Name: "width", Aliases: []string{"W"}, Usage: "image width in `PIXELS`", DefaultText: "model metadata, else 512"},
 			&cli.IntFlag{Name: "height", Aliases: []string{"H"}, Usage: "image height in `PIXELS`", DefaultText: "model metadata, else 512"},
 			&cli.Int64Flag{Name: "seed", Aliases: []string{"s"}, Value: 42, Usage: "noise `SEED`"},
-			&cli.StringFlag{Name: "sampling-method", Usage: "`SAMPLER`: euler, euler_a or dpm++2m", DefaultText: "the family's: euler_a for SD 1.x/2.x/XL, euler for Flux"},
-			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: discrete, karras, simple, sgm_uniform or flux", DefaultText: "the family's: discrete for SD 1.x/2.x/XL, flux for Flux"},
+			&cli.StringFlag{Name: "sampling-method", Usage: "`SAMPLER`: euler, euler_a or dpm++2m", DefaultText: familyDefaults(func(d infer.Defaults) string { return string(d.Method) })},
+			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: " + schedulerList(), DefaultText: familyDefaults(func(d infer.Defaults) string { return string(d.Scheduler) })},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`" + threadsBound, DefaultText: "the idle cores: all, less the other threads running when generate starts"},
@@ -177,18 +224,18 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	comps := components(c, "")
+	comps := components(c, false)
 	if c.Bool("json") && !comparing(c) {
 		return errors.New("generate: --json prints what --compare measures; give --compare REF_MODEL (or --compare-diffusion-model, ...)")
 	}
-	if comps.Model == "" && comps.DiffusionModel == "" {
+	if !comps.HasPrimary() {
 		return errors.New("generate: give a model: -m FILE, or --diffusion-model FILE with its text encoders and VAE")
 	}
 	tok, tokSaid, notFound := resolveTokenizer(c.String("tokenizer"), comps)
 	rt := c.String("runtime")
-	opt := infer.LoadOptions{Tokenizer: tok, Threads: threads, Prediction: c.String("prediction"),
+	opt := infer.LoadOptions{Tokenizers: map[string]string{"clip": tok}, Threads: threads, Prediction: c.String("prediction"),
 		Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP}
-	opt.T5Tokenizer = c.String("t5-tokenizer")
+	opt.Tokenizers["t5"] = c.String("t5-tokenizer")
 	m, err := infer.Load(comps, opt)
 	if err != nil {
 		// The model's own problems come first (infer checks them before the
@@ -253,8 +300,12 @@ func runGenerate(c *cli.Context) error {
 			req.Width, req.Height, w, h, mult)
 		req.Width, req.Height = w, h
 	}
-	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "unet", fmt.Sprintf("%+v", cfg.UNet),
-		"text", fmt.Sprintf("%+v", cfg.Text), "vae", fmt.Sprintf("%+v", cfg.VAE), "prediction", cfg.Prediction, "load", m.LoadTime)
+	encoders := make([]string, len(cfg.Encoders))
+	for i, e := range cfg.Encoders {
+		encoders[i] = fmt.Sprintf("%+v", e)
+	}
+	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "network", fmt.Sprintf("%+v", cfg.Network),
+		"text", encoders, "vae", fmt.Sprintf("%+v %+v", cfg.VAE, cfg.VAE.Layout), "prediction", cfg.Prediction, "load", m.LoadTime)
 	ctx, stop := console.SignalContext()
 	defer stop()
 	req.Context = ctx
@@ -298,7 +349,7 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		out, res.Width, res.Height, m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
 		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), peakRSS())
 	if comparing(c) {
-		if err := compareWith(c, components(c, "compare-").WithDefaults(m.Components), opt, req, res, img); err != nil {
+		if err := compareWith(c, components(c, true).WithDefaults(m.Components), opt, req, res, img); err != nil {
 			if errors.Is(err, infer.ErrInterrupted) {
 				return fmt.Errorf("%w during the --compare reference run (%s was written; no comparison)", err, out)
 			}
@@ -339,7 +390,7 @@ func generateWithBar(stderr io.Writer, m *infer.Model, req infer.Request, label 
 
 // peakRSS formats the process's peak resident memory so far (Linux), or "".
 func peakRSS() string {
-	if b := benchutil.PeakRSS(); b > 0 {
+	if b := procmem.Peak(); b > 0 {
 		return fmt.Sprintf(", peak RSS %.0f MiB", float64(b)/(1<<20))
 	}
 	return ""
@@ -374,7 +425,7 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 	if err != nil {
 		return err
 	}
-	r := compareResult{Model: components(c, "").Files(), Reference: refFiles.Files(), Runtime: opt.Runtime,
+	r := compareResult{Model: components(c, false).Files(), Reference: refFiles.Files(), Runtime: opt.Runtime,
 		Prompt: req.Prompt, Seed: req.Seed, Steps: req.Steps, Width: res.Width, Height: res.Height,
 		Identical: math.IsInf(psnr, 1), SSIM: ssim, LatentCosine: cos, Blocks: []compareBlock{}}
 	if !r.Identical {

@@ -16,10 +16,11 @@ import (
 // inspect does and the flags of the parts not given, or returns nil when
 // the file is something else (and the engine's own error stands).
 func missingParts(comps infer.Components) error {
-	if comps.Model == "" || comps.DiffusionModel != "" {
+	whole := comps["model"]
+	if whole == "" || comps["diffusion-model"] != "" {
 		return nil
 	}
-	m, err := formats.Open(comps.Model)
+	m, err := formats.Open(whole)
 	if err != nil {
 		return nil
 	}
@@ -42,11 +43,11 @@ func missingParts(comps infer.Components) error {
 	if len(encoders) == 0 {
 		return nil // not a family generate runs: the engine says so
 	}
-	given := map[string]string{"clip_l": comps.CLIPL, "clip_g": comps.CLIPG, "t5xxl": comps.T5XXL, "vae": comps.VAE}
 	var missing []string
-	for _, c := range append(encoders, "vae") {
-		if given[c] == "" {
-			missing = append(missing, "--"+c+" FILE")
+	for _, in := range family.GenerateInputs() {
+		needed := in.Kind == family.KindVAE || slices.Contains(encoders, in.Flag)
+		if needed && comps[in.Flag] == "" {
+			missing = append(missing, "--"+in.Flag+" FILE")
 		}
 	}
 	title := arch.Main().Title
@@ -54,5 +55,5 @@ func missingParts(comps infer.Components) error {
 		title += " " + v
 	}
 	return fmt.Errorf("%s is a %s diffusion model alone (no text encoders, no VAE): give it as --diffusion-model %s with %s",
-		comps.Model, title, comps.Model, strings.Join(missing, " "))
+		whole, title, whole, strings.Join(missing, " "))
 }

@@ -214,9 +214,9 @@ type reportRun struct {
 // render loads the model at path and renders every prompt with it.
 func (r *reportRun) render(path string) (*reportModel, error) {
 	c := r.c
-	comps := infer.Components{Model: path}
+	comps := infer.Components{"model": path}
 	tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-	m, err := infer.Load(comps, infer.LoadOptions{Tokenizer: tok, T5Tokenizer: c.String("t5-tokenizer"), Threads: r.threads})
+	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads})
 	if err != nil {
 		if notFound != nil {
 			return nil, notFound

@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
-	"github.com/sdtool/sdtool/infer/text"
+	"github.com/sdtool/sdtool/text"
 )
 
 // resolveTokenizer decides where generate's CLIP tokenizer comes from:
 // --tokenizer when given; else "" when a component that carries CLIP (the
-// whole model, --clip_l, --clip_g) embeds one (infer reads it from the
+// whole model, the diffusion model or a text encoder) embeds one (infer reads it from the
 // metadata); else the first one found where people keep one
 // (text.FindCLIPTokenizer: beside the model, a diffusers folder's
 // tokenizer/, a ComfyUI install, the Hugging Face cache), which it returns
@@ -23,12 +24,15 @@ func resolveTokenizer(flag string, comps infer.Components) (path, said string, e
 	if flag != "" {
 		return flag, "", nil
 	}
+	// Every component but the VAE may carry CLIP's tokenizer; the first in
+	// load order (-m, else --diffusion-model) is where to look beside.
 	var files []string
-	for _, f := range []string{comps.Model, comps.CLIPL, comps.CLIPG, comps.DiffusionModel} {
-		if f != "" {
+	for _, in := range family.GenerateInputs() {
+		if f := comps[in.Flag]; f != "" && in.Kind != family.KindVAE {
 			files = append(files, f)
 		}
 	}
+
 	for _, f := range files {
 		m, err := formats.Open(f)
 		if err != nil {

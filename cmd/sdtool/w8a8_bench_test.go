@@ -78,7 +78,7 @@ func BenchmarkGenerateW8A8VsF16(b *testing.B) {
 		}
 	}
 	load := func(path string) *infer.Model {
-		m, err := infer.Load(infer.Components{Model: path}, infer.LoadOptions{Threads: threads, Tokenizer: tok})
+		m, err := infer.Load(infer.Components{"model": path}, infer.LoadOptions{Threads: threads, Tokenizers: map[string]string{"clip": tok}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -17,21 +17,23 @@ import (
 // module is the module path the table's package paths are relative to.
 const module = "github.com/sdtool/sdtool"
 
-// layers is the package map, lowest first: a package may import packages
-// of lower layers only, never one of its own layer or above. A path ending
+// layers is the package map of docs/design.md, lowest first: a package may
+// import packages of lower layers only, never one of its own layer or
+// above. A path ending
 // in "/*" stands for every package below it (not the package itself), so
-// that the subpackages of infer and native (infer/text, infer/metrics,
+// that the subpackages of infer and native (infer/metrics,
 // native/ggmltest, ...) need no row of their own.
 var layers = []struct {
 	name string
 	pkgs []string
 }{
+	{"process facts", []string{"internal/procmem"}},
 	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest"}},
 	{"vocabulary", []string{"formats"}},
 	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant"}},
 	{"folders of containers", []string{"formats/diffusers"}},
 	{"model families (data)", []string{"family"}},
-	{"codecs, names and ggml", []string{"quant", "names", "native"}},
+	{"codecs, names, tokenizers and ggml", []string{"quant", "names", "text", "native"}},
 	{"codec policies and ggml-backed codecs", []string{"quant/mix", "quant/imatrix", "quant/convrot", "native/*"}},
 	{"any tensor as float32", []string{"tensor"}},
 	{"adapters (LoRA and its kin) over a base's tensors", []string{"lora"}},
@@ -51,11 +53,13 @@ const cgoHome = "native"
 
 // pkg is one package of the tree: its module-relative path, the module
 // packages it imports (from every non-test file, whatever its build tags)
-// and whether it imports "C".
+// whether it imports "C", and whether it imports the standard library's
+// testing package.
 type pkg struct {
 	path    string
 	imports []string
 	cgo     bool
+	testing bool
 }
 
 // layerOf returns the layer of a package path, or -1 when the table has no
@@ -151,8 +155,8 @@ func TestCheckFindsViolations(t *testing.T) {
 		{path: "formats"},
 		{path: "formats/gguf", imports: []string{"formats"}},
 		{path: "pipeline", imports: []string{"formats", "tensor"}},
-		{path: "infer/text", imports: []string{"tensor"}},
-		{path: "infer", imports: []string{"infer/text", "native"}},
+		{path: "text", imports: []string{"formats"}},
+		{path: "infer", imports: []string{"text", "native"}},
 		{path: "native", imports: []string{"formats"}, cgo: true},
 		{path: "native/ggmltest", imports: []string{"native", "quant"}, cgo: true},
 		{path: "pngtext"}, // an unknown leaf is tolerated
@@ -167,7 +171,7 @@ func TestCheckFindsViolations(t *testing.T) {
 		{pkg{path: "tensor", imports: []string{"pipeline"}}, "a higher layer"},
 		{pkg{path: "quant", imports: []string{"names"}}, "its own layer"},
 		{pkg{path: "quantize", imports: []string{"convert"}}, "must not import each other"},
-		{pkg{path: "infer/text", imports: []string{"infer"}}, "a higher layer"},
+		{pkg{path: "text", imports: []string{"infer"}}, "a higher layer"},
 		{pkg{path: "pipeline", cgo: true}, "cgo belongs in native/"},
 		{pkg{path: "unmapped", imports: []string{"formats"}}, "not on the map"},
 	} {
@@ -175,6 +179,75 @@ func TestCheckFindsViolations(t *testing.T) {
 		if len(v) != 1 || !strings.Contains(v[0], c.want) {
 			t.Errorf("%+v: %q, want one violation saying %q", c.p, v, c.want)
 		}
+	}
+}
+
+// shipped is the program users run; test support must stay out of it.
+const shipped = "cmd/sdtool"
+
+// testSupport are the module's packages made for tests alone.
+var testSupport = []string{"internal/synth", "internal/benchutil", "internal/peakrss", "internal/layering"}
+
+// linkedTestSupport follows the imports of root through the graph (every
+// non-test file whatever its build tags, so it over-approximates `go list
+// -deps`) and names each package on the way that imports testing or is
+// test support, with the chain of imports that reaches it.
+func linkedTestSupport(graph []pkg, root string) []string {
+	byPath := map[string]pkg{}
+	for _, p := range graph {
+		byPath[p.path] = p
+	}
+	via := map[string]string{root: ""}
+	queue := []string{root}
+	var bad []string
+	chain := func(p string) string {
+		parts := []string{p}
+		for q := via[p]; q != ""; q = via[q] {
+			parts = append([]string{q}, parts...)
+		}
+		return strings.Join(parts, " -> ")
+	}
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		p := byPath[cur]
+		if p.testing {
+			bad = append(bad, chain(cur)+" imports testing")
+		} else if contains(testSupport, cur) {
+			bad = append(bad, chain(cur)+" is test support")
+		}
+		for _, imp := range p.imports {
+			if _, seen := via[imp]; !seen {
+				via[imp] = cur
+				queue = append(queue, imp)
+			}
+		}
+	}
+	sort.Strings(bad)
+	return bad
+}
+
+// TestShippedBinaryLinksNoTestSupport holds that the sdtool binary links
+// neither the testing package nor the synthetic-model generator and other
+// test helpers (what `go list -deps ./cmd/sdtool` would show).
+func TestShippedBinaryLinksNoTestSupport(t *testing.T) {
+	graph, err := readGraph(moduleRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range linkedTestSupport(graph, shipped) {
+		t.Error(v)
+	}
+	// The walk itself: a chain through a helper is caught and named.
+	bad := linkedTestSupport([]pkg{
+		{path: "cmd/x", imports: []string{"infer"}},
+		{path: "infer", imports: []string{"internal/benchutil"}},
+		{path: "internal/benchutil", imports: []string{"internal/synth"}, testing: true},
+		{path: "internal/synth"},
+	}, "cmd/x")
+	want := []string{"cmd/x -> infer -> internal/benchutil -> internal/synth is test support", "cmd/x -> infer -> internal/benchutil imports testing"}
+	if strings.Join(bad, "|") != strings.Join(want, "|") {
+		t.Errorf("linkedTestSupport = %q, want %q", bad, want)
 	}
 }
 
@@ -251,6 +324,9 @@ func readGraph(root string) ([]pkg, error) {
 			if ip == "C" {
 				p.cgo = true
 			}
+			if ip == "testing" {
+				p.testing = true
+			}
 			if rest, ok := strings.CutPrefix(ip, module+"/"); ok && !contains(p.imports, rest) {
 				p.imports = append(p.imports, rest)
 			}
@@ -276,4 +352,47 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// designDoc is the repository's design document, whose package map must be
+// the table above.
+const designDoc = "docs/design.md"
+
+// TestDesignDocHoldsTheMap reads the package map between the layers
+// markers of docs/design.md ("name: pkg, pkg" per line, lowest first) and
+// fails when it differs from the table.
+func TestDesignDocHoldsTheMap(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(moduleRoot(t), designDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "<!-- layers: begin -->")
+	block, _, ok2 := strings.Cut(rest, "<!-- layers: end -->")
+	if !ok || !ok2 {
+		t.Fatalf("%s: no <!-- layers: begin --> ... <!-- layers: end --> block", designDoc)
+	}
+	var doc []string
+	for line := range strings.Lines(block) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "```") {
+			continue
+		}
+		// The layer's name may hold colons of its own: the packages follow the last one.
+		i := strings.LastIndex(line, ":")
+		if i < 0 {
+			t.Fatalf("%s: map line %q has no \"name: packages\"", designDoc, line)
+		}
+		var pkgs []string
+		for _, p := range strings.Split(line[i+1:], ",") {
+			pkgs = append(pkgs, strings.TrimSpace(p))
+		}
+		doc = append(doc, strings.TrimSpace(line[:i])+": "+strings.Join(pkgs, ", "))
+	}
+	var table []string
+	for _, l := range layers {
+		table = append(table, l.name+": "+strings.Join(l.pkgs, ", "))
+	}
+	if strings.Join(doc, "\n") != strings.Join(table, "\n") {
+		t.Errorf("%s's package map differs from the layering table:\n%s\nwant:\n%s", designDoc, strings.Join(doc, "\n"), strings.Join(table, "\n"))
+	}
 }

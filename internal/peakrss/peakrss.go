@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/sdtool/sdtool/internal/procmem"
 )
 
 // marker prefixes the line a child prints with its peak.
@@ -21,19 +23,7 @@ const marker = "PEAKRSS_KB="
 
 // Bytes returns the process's peak resident memory (VmHWM) in bytes, 0
 // where it cannot be read.
-func Bytes() int64 {
-	status, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
+func Bytes() int64 { return procmem.Peak() }
 
 // ScratchDir returns a folder for a child's files: on tmpfs where there is
 // one, whose file pages do not count toward the process's resident memory,

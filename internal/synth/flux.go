@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/text"
 )
 
 // Flux is a Flux.1 model (dev with a guidance embedding, schnell without)

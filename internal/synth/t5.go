@@ -11,9 +11,9 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
-	"github.com/sdtool/sdtool/infer/text"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
+	"github.com/sdtool/sdtool/text"
 )
 
 // T5 is a T5 v1.1 encoder file (what sd-cli's --t5xxl takes, or the T5 part

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats/gguf"
-	"github.com/sdtool/sdtool/infer/text"
+	"github.com/sdtool/sdtool/text"
 )
 
 func TestT5Namings(t *testing.T) {

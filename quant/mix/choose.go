@@ -121,7 +121,7 @@ func (p *planner) upgrades(name string) []family.Upgrade {
 // (ComfyUI-GGUF's shape_fix families: the UNets).
 func (p *planner) reshapes(name string) bool {
 	f := p.familyOf(name)
-	return f != nil && (f.ComfyArch == "sd1" || f.ComfyArch == "sdxl")
+	return f != nil && f.ReshapeConv
 }
 
 func (p *planner) choose(in Input) (Choice, error) {

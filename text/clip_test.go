@@ -13,7 +13,7 @@ import (
 )
 
 // sharedMerges is CLIP's merges file in the shared data folder beside the repository.
-const sharedMerges = "../../../shared/data/clip_bpe_merges.txt"
+const sharedMerges = "../../shared/data/clip_bpe_merges.txt"
 
 // tinyMerges is a hand-made merges list: ids follow CLIP's rule, so "of</w>" is 512, "ca" 513,
 // "cat</w>" 514, "ph" 515, "ot" 516, "phot" 517, "photo</w>" 518, BOS 519 and EOS 520.

@@ -1,0 +1,141 @@
+package infer
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sdtool/sdtool/family"
+)
+
+// coreFiles are the engine core: Load and Generate through the registries,
+// weight loading, sampling, schedules, noise and graph helpers. A family,
+// a text encoder kind or a VAE kind lives in files of its own (doc.go
+// lists them) and registers itself; the core names none of them, so that
+// adding one never edits these files.
+var coreFiles = []string{
+	"family.go", "graph_ops.go", "image.go", "imatrix_collect.go", "imatrix_graph.go", "load.go", "load_ggml.go",
+	"model.go", "model_config.go", "model_types.go", "params.go", "rng.go", "sampler.go", "schedule.go", "w8a8.go",
+}
+
+// familyWords are the names the core must not use: the families generate
+// runs (the family table's IDs), the engine parts the family entries name
+// (networks, conditioners, schedules other than the core's own, text
+// encoder and VAE kinds) and the component flags of their encoders.
+func familyWords() []string {
+	words := map[string]bool{}
+	for _, id := range family.Generators() {
+		words[id] = true
+	}
+	for _, f := range Families {
+		words[f.Network], words[f.Conditioner], words[f.VAE.Kind] = true, true, true
+		if f.Schedule != "discrete" { // the core's DDPM schedule
+			words[f.Schedule] = true
+		}
+		for _, e := range f.Encoders {
+			words[e.Kind], words[e.Component] = true, true
+		}
+	}
+	var out []string
+	for w := range words {
+		out = append(out, w)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// namesFamily returns the family word s contains as a word of its own: in
+// a string between non-letters, in an identifier also at a change of case
+// ("dmPrefix", "detectCLIP").
+func namesFamily(s string, ident bool, words []string) string {
+	lower := strings.ToLower(s)
+	for _, w := range words {
+		for i := 0; ; {
+			j := strings.Index(lower[i:], w)
+			if j < 0 {
+				break
+			}
+			j += i
+			end := j + len(w)
+			if boundary(s, j, ident, true) && boundary(s, end, ident, false) {
+				return w
+			}
+			i = j + 1
+		}
+	}
+	return ""
+}
+
+// boundary reports whether position i of s starts (start) or ends a word.
+func boundary(s string, i int, ident, start bool) bool {
+	if i == 0 || i == len(s) {
+		return true
+	}
+	letter := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+	upper := func(c byte) bool { return c >= 'A' && c <= 'Z' }
+	a, b := s[i-1], s[i]
+	if !letter(a) || !letter(b) {
+		return true
+	}
+	// "dmPrefix": a lower-case letter then an upper-case one.
+	return ident && !upper(a) && upper(b)
+}
+
+// TestCoreNamesNoFamily holds the plug-in rule: no identifier or string
+// literal in the core's files names a family or one of its parts.
+func TestCoreNamesNoFamily(t *testing.T) {
+	words := familyWords()
+	if len(words) < 5 {
+		t.Fatalf("family words %q: the table or the registries are empty", words)
+	}
+	fset := token.NewFileSet()
+	for _, name := range coreFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(".", name), nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.Ident:
+				if w := namesFamily(x.Name, true, words); w != "" {
+					t.Errorf("%s: identifier %s names %q", fset.Position(x.Pos()), x.Name, w)
+				}
+			case *ast.BasicLit:
+				if x.Kind == token.STRING {
+					v, _ := strconv.Unquote(x.Value)
+					if w := namesFamily(v, false, words); w != "" {
+						t.Errorf("%s: string %s names %q", fset.Position(x.Pos()), x.Value, w)
+					}
+				}
+			}
+			return true
+		})
+	}
+}
+
+// The rule's word matcher: whole words only, camel case in identifiers.
+func TestNamesFamily(t *testing.T) {
+	words := []string{"clip", "unet", "t5"}
+	for _, c := range []struct {
+		s     string
+		ident bool
+		want  string
+	}{
+		{"unetPrefix", true, "unet"},
+		{"detectCLIP", true, "clip"},
+		{"clipped", true, ""},
+		{"clip_l", false, "clip"},
+		{"a clip", false, "clip"},
+		{"t5xxl", false, "t5"},
+		{"eclipse", false, ""},
+	} {
+		if got := namesFamily(c.s, c.ident, words); got != c.want {
+			t.Errorf("namesFamily(%q, %v) = %q, want %q", c.s, c.ident, got, c.want)
+		}
+	}
+}
