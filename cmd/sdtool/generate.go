@@ -105,7 +105,7 @@ func init() {
 			"`go run ./build` in the repository, which sets the compiler flags for this CPU. --threads defaults to\n" +
 			"the idle cores (ggml's spinning workers collapse on busy ones).",
 		Flags: append(append(modelFlags(), []cli.Flag{
-			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` ((word:1.2) weights allowed; or --prompt-file)"},
+			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` (sd-cli's weights: (word:1.2), (word), [word], \\( for a literal bracket, BREAK; or --prompt-file)"},
 			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "output `FILE` (.png)", Required: true},
 			&cli.IntFlag{Name: "steps", Usage: "sampling `STEPS`", DefaultText: "model metadata, else 20"},
