@@ -137,9 +137,9 @@ func firstEOS(ids []int, eos int) int {
 	return len(ids) - 1
 }
 
-// zeroAfterEOS sets every id after the first end-of-text token of each chunk to 0: sd-cli gives SDXL's
-// OpenCLIP bigG CLIP-L's ids treated so, which differs from padding with 0 where a BREAK has filled a chunk
-// with end-of-text tokens.
+// zeroAfterEOS sets every id after the first end-of-text token of each chunk to 0. sd-cli feeds SDXL's
+// OpenCLIP bigG the CLIP-L ids changed so, which differs from padding with 0 where a BREAK has filled a
+// chunk with end-of-text tokens.
 func zeroAfterEOS(ids []int, chunk, eos int) {
 	for lo := 0; lo+chunk <= len(ids); lo += chunk {
 		c := ids[lo : lo+chunk]
