@@ -54,7 +54,7 @@ func (c *fluxConditioner) encode(prompt string, width, height int, zero bool) (*
 		out.Vector = make([]float32, c.vecDim)
 		if c.clip != nil {
 			tok := m.clipTokenizer()
-			ids, _ := tok.EncodeWeighted(prompt, 77, tok.EOS())
+			ids, _ := tok.EncodeWeightedBreakAsText(prompt, 77, tok.EOS())
 			for _, id := range ids {
 				if id < 0 || id >= c.clip.Vocab {
 					return nil, fmt.Errorf("token id %d outside CLIP-L's %d rows", id, c.clip.Vocab)

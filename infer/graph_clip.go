@@ -92,6 +92,18 @@ func firstEOS(ids []int, eos int) int {
 	return len(ids) - 1
 }
 
+// zeroAfterEOS sets every id after the first end-of-text token of each chunk to 0. sd-cli feeds SDXL's
+// OpenCLIP bigG the CLIP-L ids changed so, which differs from padding with 0 where a BREAK has filled a
+// chunk with end-of-text tokens.
+func zeroAfterEOS(ids []int, chunk, eos int) {
+	for lo := 0; lo+chunk <= len(ids); lo += chunk {
+		c := ids[lo : lo+chunk]
+		if at := firstEOS(c, eos); c[at] == eos {
+			clear(c[at+1:])
+		}
+	}
+}
+
 // runCLIP evaluates one CLIP text encoder on one chunk of ids: its hidden
 // states [len(ids)][Hidden] and, when pooledAt >= 0, its pooled output.
 func (m *Model) runCLIP(e *CLIPConfig, ids []int, pooledAt int) (hidden, pooled []float32, err error) {

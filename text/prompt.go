@@ -14,22 +14,30 @@ type PromptSegment struct {
 	Weight float32
 }
 
-// Bracket multipliers of the A1111 prompt syntax.
+// Bracket multipliers of the A1111 prompt syntax, as float32 values: sd.cpp computes the square bracket's as the
+// float32 quotient 1/1.1f, which a constant division rounded once reproduces.
 const (
 	roundMultiplier  = float32(1.1)
-	squareMultiplier = float32(1 / 1.1)
+	squareMultiplier = 1 / roundMultiplier
 )
 
-// ParseAttention splits a prompt into weighted segments with the A1111 / stable-diffusion.cpp syntax:
-// "(text)" multiplies attention by 1.1, "[text]" divides it by 1.1, "(text:1.5)" sets the multiplier,
-// brackets nest (their multipliers multiply), and "\(", "\)", "\[", "\]", "\\" write the character itself.
-// Unclosed brackets apply to the end of the prompt, an unmatched ")" or "]" is plain text, and neighbouring
-// segments of equal weight are joined. Weights are float32 products, as in stable-diffusion.cpp.
-//
-// Where the two reference parsers differ this follows A1111: every backslash escape drops its backslash
-// (sd.cpp does so only for "\("), and a ":1.2)" with no open "(" stays text (sd.cpp drops it). A weight
-// that does not parse as a number ("(a:1.2.3)") keeps the longest prefix that does, as C's stof does; with
-// none, the ":..." is text. "BREAK" is ordinary text, as in stable-diffusion.cpp.
+// BreakWeight is the weight of a BREAK segment: ParseAttention returns a standalone "BREAK" as the segment
+// {"BREAK", BreakWeight}, as stable-diffusion.cpp does, and only that exact pair starts a new chunk.
+const BreakWeight = float32(-1)
+
+// IsBreak reports whether s is a BREAK that starts a new chunk: brackets around a BREAK multiply its weight
+// away from BreakWeight, and sd.cpp then encodes it as the text "BREAK" with that weight.
+func (s PromptSegment) IsBreak() bool { return s.Text == "BREAK" && s.Weight == BreakWeight }
+
+// ParseAttention splits a prompt into weighted segments as stable-diffusion.cpp 97d2990's
+// parse_prompt_attention does (A1111's syntax): "(text)" multiplies attention by 1.1, "[text]" divides it by
+// 1.1, "(text:1.5)" sets the multiplier, brackets nest (their multipliers multiply in float32), unclosed
+// brackets apply to the end of the prompt, an unmatched ")" or "]" is text, and neighbouring segments of equal
+// weight are joined. Where sd.cpp departs from A1111 this follows sd.cpp: only "\(" drops its backslash
+// ("\)", "\[", "\]", "\\" and a lone backslash stay as written), a ":1.2)" with no open "(" is dropped,
+// and "BREAK" standing alone is the segment {"BREAK", BreakWeight}, also inside a word ("xBREAK"), as sd.cpp's
+// regex finds it. A weight reads the longest prefix that is a number ("1.2.3" is 1.2, as C's stof); where no
+// prefix is ("(a:.)"), sd-cli aborts, and here ":" and the rest are text.
 func ParseAttention(text string) []PromptSegment {
 	var res []PromptSegment
 	var round, square []int
@@ -38,63 +46,31 @@ func ParseAttention(text string) []PromptSegment {
 			res[i].Weight *= m
 		}
 	}
-	appendText := func(s string) {
-		res = append(res, PromptSegment{Text: s, Weight: 1})
-	}
-	for i := 0; i < len(text); {
-		c := text[i]
-		switch c {
-		case '\\':
-			// "\(" "\)" "\[" "\]" "\\" are escapes; a lone backslash (any other next byte, or none)
-			// is a token of its own and, as in A1111, loses itself: text[1:] is empty.
-			if i+1 < len(text) && strings.IndexByte(`()[]\`, text[i+1]) >= 0 {
-				appendText(text[i+1 : i+2])
-				i += 2
-			} else {
-				i++
-			}
-		case '(':
+	for rest := text; rest != ""; {
+		tok, w, hasWeight := attentionToken(rest)
+		rest = rest[len(tok):]
+		switch {
+		case tok == "(":
 			round = append(round, len(res))
-			i++
-		case '[':
+		case tok == "[":
 			square = append(square, len(res))
-			i++
-		case ')':
+		case hasWeight:
 			if len(round) > 0 {
-				multiply(round[len(round)-1], roundMultiplier)
-				round = round[:len(round)-1]
-			} else {
-				appendText(")")
-			}
-			i++
-		case ']':
-			if len(square) > 0 {
-				multiply(square[len(square)-1], squareMultiplier)
-				square = square[:len(square)-1]
-			} else {
-				appendText("]")
-			}
-			i++
-		case ':':
-			if w, n, ok := weightToken(text[i:]); ok && len(round) > 0 {
 				multiply(round[len(round)-1], w)
 				round = round[:len(round)-1]
-				i += n
-			} else if ok {
-				// A weight with no open bracket is text, whole (A1111).
-				appendText(text[i : i+n])
-				i += n
-			} else {
-				appendText(":")
-				i++
 			}
+		case tok == ")" && len(round) > 0:
+			multiply(round[len(round)-1], roundMultiplier)
+			round = round[:len(round)-1]
+		case tok == "]" && len(square) > 0:
+			multiply(square[len(square)-1], squareMultiplier)
+			square = square[:len(square)-1]
+		case tok == `\(`:
+			res = append(res, PromptSegment{Text: "(", Weight: 1})
+		case tok == "BREAK":
+			res = append(res, PromptSegment{Text: "BREAK", Weight: BreakWeight})
 		default:
-			j := i
-			for j < len(text) && strings.IndexByte(`\()[]:`, text[j]) < 0 {
-				j++
-			}
-			appendText(text[i:j])
-			i = j
+			res = append(res, PromptSegment{Text: tok, Weight: 1})
 		}
 	}
 	for _, p := range round {
@@ -117,8 +93,45 @@ func ParseAttention(text string) []PromptSegment {
 	return out
 }
 
+// attentionToken returns the token at the start of s (non-empty) that sd.cpp's attention regex matches there,
+// its alternatives tried in the regex's order: the escapes "\(" "\)" "\[" "\]" "\\", a lone "\", "(", "[",
+// ":<number>)" (with the weight and hasWeight set), ")", "]", "BREAK" followed by a non-word byte or the end,
+// a run of bytes other than \()[]:B, ":", and "B". Every regex search starts on the rest of the prompt, so a
+// "B" is always at a word boundary there.
+func attentionToken(s string) (tok string, weight float32, hasWeight bool) {
+	switch c := s[0]; c {
+	case '\\':
+		if len(s) > 1 && strings.IndexByte(`()[]\`, s[1]) >= 0 {
+			return s[:2], 0, false
+		}
+		return s[:1], 0, false
+	case '(', '[', ')', ']':
+		return s[:1], 0, false
+	case ':':
+		if w, n, ok := weightToken(s); ok {
+			return s[:n], w, true
+		}
+		return s[:1], 0, false
+	case 'B':
+		if strings.HasPrefix(s, "BREAK") && (len(s) == 5 || !isWordByte(s[5])) {
+			return s[:5], 0, false
+		}
+		return s[:1], 0, false
+	}
+	n := 1
+	for n < len(s) && strings.IndexByte(`\()[]:B`, s[n]) < 0 {
+		n++
+	}
+	return s[:n], 0, false
+}
+
+// isWordByte reports whether c is a word character of the regex's \b in the C locale: [A-Za-z0-9_].
+func isWordByte(c byte) bool {
+	return c == '_' || (c >= '0' && c <= '9') || (c|0x20 >= 'a' && c|0x20 <= 'z')
+}
+
 // weightToken matches ":<number>)" at the start of s, where <number> is [+-]?[.0-9]+ as in the reference
-// regex, and returns the weight, the token's length and whether it matched.
+// regex, and returns the weight, the token's length and whether it matched with a number that parses.
 func weightToken(s string) (float32, int, bool) {
 	j := 1
 	if j < len(s) && (s[j] == '+' || s[j] == '-') {
@@ -142,23 +155,41 @@ func weightToken(s string) (float32, int, bool) {
 }
 
 // EncodeWeighted tokenizes a weighted prompt as stable-diffusion.cpp does for the CLIP text encoders: each
-// segment of ParseAttention is encoded on its own and its tokens get its weight; the tokens are then cut
-// into chunks of chunkLen-2, each chunk framed by BOS and EOS (weight 1), and the last chunk is padded to
-// chunkLen with padID (weight 1). The result is a whole number of chunks (at least one), so a prompt longer
-// than 75 tokens is kept, not truncated; the text encoder runs once per chunk and concatenates. chunkLen is
-// usually CLIPMaxLength; values below 3 are raised to 3.
+// segment of ParseAttention is encoded on its own and its tokens get its weight, and a BREAK pads the tokens
+// so far with EOS (weight 1) to a multiple of chunkLen-2, so that the text after it starts a chunk; the
+// tokens are then cut into chunks of chunkLen-2, each chunk framed by BOS and EOS (weight 1), and the last
+// chunk is padded to chunkLen with padID (weight 1). The result is a whole number of chunks (at least one),
+// so a prompt longer than 75 tokens is kept, not truncated; the text encoder runs once per chunk and
+// concatenates. chunkLen is usually CLIPMaxLength; values below 3 are raised to 3.
 func (t *CLIPTokenizer) EncodeWeighted(prompt string, chunkLen, padID int) (ids []int, weights []float32) {
+	return t.encodeWeighted(prompt, chunkLen, padID, true)
+}
+
+// EncodeWeightedBreakAsText is EncodeWeighted with a BREAK encoded as the text "BREAK" at BreakWeight, as
+// stable-diffusion.cpp's Flux conditioner does for its CLIP-L (only the SD 1.x/2.x/XL one handles BREAK).
+func (t *CLIPTokenizer) EncodeWeightedBreakAsText(prompt string, chunkLen, padID int) (ids []int, weights []float32) {
+	return t.encodeWeighted(prompt, chunkLen, padID, false)
+}
+
+func (t *CLIPTokenizer) encodeWeighted(prompt string, chunkLen, padID int, breaks bool) (ids []int, weights []float32) {
 	chunkLen = max(chunkLen, 3)
+	per := chunkLen - 2
 	var toks []int
 	var ws []float32
 	for _, seg := range ParseAttention(prompt) {
+		if breaks && seg.IsBreak() {
+			for len(toks)%per != 0 {
+				toks = append(toks, int(t.eos))
+				ws = append(ws, 1)
+			}
+			continue
+		}
 		n := len(toks)
 		toks = t.appendEncode(toks, seg.Text)
 		for range len(toks) - n {
 			ws = append(ws, seg.Weight)
 		}
 	}
-	per := chunkLen - 2
 	chunks := max((len(toks)+per-1)/per, 1)
 	ids = make([]int, 0, chunks*chunkLen)
 	weights = make([]float32, 0, chunks*chunkLen)

@@ -15,8 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
-	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/family"
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
@@ -153,7 +153,7 @@ func init() {
 			"`go run ./build` in the repository, which sets the compiler flags for this CPU. --threads defaults to\n" +
 			"the idle cores (ggml's spinning workers collapse on busy ones).",
 		Flags: append(append(modelFlags(), []cli.Flag{
-			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` ((word:1.2) weights allowed; or --prompt-file)"},
+			&cli.StringFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` (sd-cli's weights: (word:1.2), (word), [word], \\( for a literal bracket, BREAK; or --prompt-file)"},
 			&cli.StringFlag{Name: "negative-prompt", Aliases: []string{"n"}, Usage: "negative `PROMPT`"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "output.png", Usage: "output `FILE` (.png; sd-cli's default name)"},
 			&cli.IntFlag{Name: "steps", Usage: "sampling `STEPS`", DefaultText: "model metadata, else 20"},

@@ -179,7 +179,7 @@ func TestCompareFidelitySDCLI(t *testing.T) {
 	}
 	t.Logf("%dx%d, %d %s steps, seeds %v, CFG %g, prompt %q", p.w, p.h, p.steps, p.method, seeds, p.cfg, p.prompt)
 	t.Logf("| type | seed | generate --compare | sd-cli | difference |")
-	types := []string{"q8_0", "Q4_K_M", "Q2_K", "int8_convrot", "int8", "fp8_e4m3"}
+	types := []string{"q8_0", "q6_K", "Q5_K_M", "Q4_K_M", "q4_0", "Q3_K_M", "Q2_K", "int8_convrot", "int8", "fp8_e4m3"}
 	if v := os.Getenv("SDTOOL_FIDELITY_TYPES"); v != "" {
 		types = strings.Split(v, ",")
 	}
