@@ -5,6 +5,6 @@
 // (Options) into a *pipeline.Plan, which pipeline.Run writes and
 // Plan.WriteTable prints for --dry-run.
 //
-// On the map (DESIGN.md) convert stands beside quantize and merge, above
+// On the map (docs/design.md) convert stands beside quantize and merge, above
 // pipeline, tensor, names and quant; none of the three imports another.
 package convert

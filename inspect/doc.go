@@ -7,7 +7,7 @@
 // Diff compares two models tensor by tensor through package tensor, in
 // bounded memory.
 //
-// On the map (DESIGN.md) inspect stands beside the writing commands: it
+// On the map (docs/design.md) inspect stands beside the writing commands: it
 // reads through formats, formats/comfyquant, names (architecture
 // detection), lora (adapters) and tensor, and uses package pipeline only for its size
 // formatting.

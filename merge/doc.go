@@ -14,7 +14,7 @@
 // memory and Plan.WriteTable lists for --dry-run (where every output tensor
 // comes from and how it is made).
 //
-// On the map (DESIGN.md) merge stands beside convert and quantize, above
+// On the map (docs/design.md) merge stands beside convert and quantize, above
 // lora, pipeline, tensor and quant; none of the three imports another (the
 // command hands a bake to quantize's planner when the output is quantized).
 package merge

@@ -31,6 +31,6 @@
 // table (with where sd.cpp looks and what else it needs, family/sdcpp.go),
 // so there is one detector. Version is the conversion's parameter.
 //
-// On the map (DESIGN.md) names sits beside quant, above family and formats:
+// On the map (docs/design.md) names sits beside quant, above family and formats:
 // inspect, quantize, convert and infer use it.
 package names

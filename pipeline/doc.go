@@ -23,6 +23,6 @@
 // through a callback and cancellation through the context: progress bars
 // and signals belong to the command (cmd/sdtool).
 //
-// On the map (DESIGN.md) pipeline sits under convert, quantize and merge
+// On the map (docs/design.md) pipeline sits under convert, quantize and merge
 // and above tensor, quant and formats.
 package pipeline

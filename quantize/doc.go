@@ -8,6 +8,6 @@
 // and a report of which consumers can load the output. Plan turns an
 // invocation (Options) into a *pipeline.Plan and a Report.
 //
-// On the map (DESIGN.md) quantize stands beside convert and merge, above
+// On the map (docs/design.md) quantize stands beside convert and merge, above
 // pipeline, tensor, names and quant; none of the three imports another.
 package quantize

@@ -9,6 +9,6 @@
 // The package only renders (html/template, image/png); `sdtool report`
 // (cmd/sdtool) runs the models through infer and measures the errors.
 //
-// On the map (DESIGN.md) report stands beside the commands' packages and
+// On the map (docs/design.md) report stands beside the commands' packages and
 // imports none of sdtool's.
 package report

@@ -14,7 +14,7 @@
 // Scratch is the one set of reusable buffers that the
 // pipeline's workers, the readers and the producers share.
 //
-// On the map (DESIGN.md) the package sits below pipeline and above quant
+// On the map (docs/design.md) the package sits below pipeline and above quant
 // and formats: the writing commands, inspect's diff, merge and infer read
 // their inputs through it, and it knows nothing of outputs.
 package tensor

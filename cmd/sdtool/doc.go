@@ -12,7 +12,7 @@
 // without SIMD kernels (`go run ./build` makes one with them), and where its
 // CLIP tokenizer comes from.
 //
-// On the map (DESIGN.md) the command is the top floor: flags become
+// On the map (docs/design.md) the command is the top floor: flags become
 // options, options become a plan (convert, quantize, merge) or a summary
 // (inspect), and the plan runs through package pipeline with the progress
 // bars and signal handling of cmd/sdtool/internal/console. It does no file

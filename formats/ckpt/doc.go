@@ -20,7 +20,7 @@
 // LongStorage is I64, float8 tensors of newer torch are F8_*); narrowing
 // them as stable-diffusion.cpp does is left to the caller.
 //
-// The package is one room of the formats/ floor (see DESIGN.md): struct.go
+// The package is one room of the formats/ floor (see docs/design.md): struct.go
 // holds the shared definitions and registers the format with formats.Open,
 // reader.go reads the container and pickle.go the pickle. There is no
 // writer: sdtool never writes pickles, so formats.Create has no .ckpt. It

@@ -20,7 +20,7 @@
 // tensor and <m>.scale_weight; Detect finds all three. Biases and every
 // other tensor are stored as they are.
 //
-// The package is one room of the formats/ floor (see DESIGN.md): struct.go
+// The package is one room of the formats/ floor (see docs/design.md): struct.go
 // holds the definitions the reader and writer share, reader.go parses
 // markers and finds modules (Detect), block.go checks the tensors of the
 // four block formats, writer.go marshals markers and lays out a module's

@@ -7,7 +7,7 @@
 // (read with formats/ckpt); tensor data is read on demand from the
 // component files, which are never modified.
 //
-// The package is one room of the formats/ floor (see DESIGN.md), above the
+// The package is one room of the formats/ floor (see docs/design.md), above the
 // safetensors and ckpt rooms it reads the components with; it registers the
 // folder layout with formats.Open. There is no writer: sdtool writes single
 // files, so formats.Create has no folder format.

@@ -12,7 +12,7 @@
 // The writer computes the whole header from the tensor descriptors first and
 // then streams the tensor data in order, adding the padding itself.
 //
-// The package is one room of the formats/ floor (see DESIGN.md): struct.go
+// The package is one room of the formats/ floor (see docs/design.md): struct.go
 // holds the definitions the reader and writer share, reader.go and
 // writer.go mirror each other, split.go joins shards. It imports only
 // package formats, registers itself with formats.Open and formats.Create,

@@ -3,7 +3,7 @@
 // demand, sharded checkpoints (index.json or NAME-0000k-of-0000n names), and a
 // streaming writer whose header is computed from the tensor descriptors.
 //
-// The package is one room of the formats/ floor (see DESIGN.md): struct.go
+// The package is one room of the formats/ floor (see docs/design.md): struct.go
 // holds the definitions the reader and writer share and registers the
 // format with formats.Open and formats.Create, reader.go and writer.go
 // mirror each other, shard.go joins sharded checkpoints, json.go is the

@@ -8,6 +8,6 @@
 // (sd.go) built by the same UNet, VAE and CLIP builders as the scaled
 // architectures; testdata/tiny-sd1.gguf and testdata/tiny-sd1.safetensors
 // are one of them, TinySD, in both formats. It writes through the pipeline's atomic publish and
-// the formats' Create registry, so on the map (DESIGN.md) it stands with
+// the formats' Create registry, so on the map (docs/design.md) it stands with
 // the commands; tests and cmd/gensynth import it.
 package synth

@@ -28,7 +28,7 @@
 // Decoding is exact as defined: INT8 gives q·s (float32), then the rotation
 // again when convrot is set; FP8 gives decode(code)·scale.
 //
-// The package sits in quant/ beside the ggml codecs (see DESIGN.md). The
+// The package sits in quant/ beside the ggml codecs (see docs/design.md). The
 // container side (which tensors form a module, the comfy_quant marker) is
 // package formats/comfyquant, which it imports; package tensor decodes
 // stored modules to float32 with these codecs, and package quantize plans

@@ -3,6 +3,6 @@
 // GGUF imatrix, and turns them into the per-column importance vectors that
 // the quantizers take.
 //
-// On the map (DESIGN.md) it sits with the other codec policies, above
+// On the map (docs/design.md) it sits with the other codec policies, above
 // formats/gguf, which its GGUF format uses.
 package imatrix

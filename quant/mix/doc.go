@@ -4,6 +4,6 @@
 // image-model upgrades of V projections, fused qkv and FFN-down weights,
 // user rules and the row-size fallback.
 //
-// On the map (DESIGN.md) it sits with the other codec policies above quant
+// On the map (docs/design.md) it sits with the other codec policies above quant
 // and formats; package quantize asks it for every tensor's type.
 package mix
