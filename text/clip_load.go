@@ -99,7 +99,13 @@ func fileExists(p string) bool {
 }
 
 func readTokenizerFile(p string) ([]byte, error) {
-	f, _, err := formats.OpenRegular(p, math.MaxInt64) // the bound below names ErrTokenizer
+	return readBounded(p, maxTokenizerFile, ErrTokenizer)
+}
+
+// readBounded reads the whole regular file at path, refusing one larger
+// than limit bytes with an error that wraps the loader's sentinel.
+func readBounded(path string, limit int64, sentinel error) ([]byte, error) {
+	f, _, err := formats.OpenRegular(path, math.MaxInt64) // the bound below names the sentinel
 	if err != nil {
 		return nil, err
 	}
@@ -108,12 +114,12 @@ func readTokenizerFile(p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if st.Size() > maxTokenizerFile {
-		return nil, fmt.Errorf("%s: %w: %d bytes is too large for a tokenizer file", p, ErrTokenizer, st.Size())
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s: %w: %d bytes is too large for a tokenizer file", path, sentinel, st.Size())
 	}
 	data := make([]byte, st.Size())
 	if _, err := f.ReadAt(data, 0); err != nil && st.Size() > 0 {
-		return nil, fmt.Errorf("%s: %w", p, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return data, nil
 }

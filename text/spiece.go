@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-
-	"github.com/sdtool/sdtool/formats"
 )
 
 // maxUnigramFile bounds what the unigram readers load: UMT5's spiece.model is about 4.5 MB and its
@@ -291,21 +289,5 @@ func pbStringField(field string, wt int, b []byte) (string, error) {
 
 // readUnigramFile reads a whole tokenizer file of bounded size.
 func readUnigramFile(path string) ([]byte, error) {
-	f, _, err := formats.OpenRegular(path, math.MaxInt64) // the bound below names ErrUnigram
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > maxUnigramFile {
-		return nil, fmt.Errorf("%s: %w: %d bytes is too large for a tokenizer file", path, ErrUnigram, st.Size())
-	}
-	data := make([]byte, st.Size())
-	if _, err := f.ReadAt(data, 0); err != nil && st.Size() > 0 {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return data, nil
+	return readBounded(path, maxUnigramFile, ErrUnigram)
 }
