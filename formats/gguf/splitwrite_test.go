@@ -1,6 +1,7 @@
 package gguf
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,22 +50,10 @@ func TestPlanSplitCuts(t *testing.T) {
 			first += s.Count
 			got = append(got, s.Count)
 		}
-		if !equalInts(got, c.counts) {
+		if !slices.Equal(got, c.counts) {
 			t.Errorf("%s: shards of %v tensors, want %v", c.name, got, c.counts)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // The first shard gets every key, then the split keys in the order
