@@ -239,13 +239,13 @@ var Families = []*Family{
 		Note: "generate runs dev and schnell; Fill and Kontext are converted only. Kontext has dev's tensors: only metadata that names it tells them apart.",
 	},
 	{
-		ID: "chroma", Title: "Chroma", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux",
+		ID: "chroma", Title: "Chroma", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux", Generate: true,
 		Detect: []Rule{
 			rule("", has(fluxDouble), has(fluxSingle), has(`^distilled_guidance_layer\.`), lacks(`^guidance_in\.`)),
 			rule("radiance", has(fluxDouble), has(fluxSingle), has(`^distilled_guidance_layer\.`), lacks(`^guidance_in\.`), has(`^nerf_final_layer_conv\.`)).sd("chroma-radiance"),
 		},
 		Keep: with(fluxKeep, "distilled_guidance_layer."), Upgrades: Std,
-		Note: "Flux.1 without the modulation layers: ComfyUI-GGUF loads it under its flux architecture, sd.cpp as a Flux variant.",
+		Note: "Flux.1 without the modulation layers: ComfyUI-GGUF loads it under its flux architecture, sd.cpp as a Flux variant. generate runs Chroma; Radiance is converted only.",
 	},
 	{
 		ID: "flux2", Title: "Flux.2", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux2",
