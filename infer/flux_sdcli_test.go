@@ -34,6 +34,16 @@ type fluxParityRun struct {
 	Seed     uint64
 	Guidance float32
 	Threads  int
+	// CFG is the --cfg-scale (0: 1, no negative pass).
+	CFG float32
+}
+
+// cfg is the run's CFG scale.
+func (r fluxParityRun) cfg() float32 {
+	if r.CFG == 0 {
+		return 1
+	}
+	return r.CFG
 }
 
 func (r fluxParityRun) sdcliArgs(out string) []string {
@@ -45,16 +55,22 @@ func (r fluxParityRun) sdcliArgs(out string) []string {
 	}
 	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
 		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
-		"--scheduler", "flux", "--cfg-scale", "1", "--guidance", strconv.FormatFloat(float64(r.Guidance), 'g', -1, 32),
+		"--scheduler", "flux", "--cfg-scale", strconv.FormatFloat(float64(r.cfg()), 'g', -1, 32), "--guidance", strconv.FormatFloat(float64(r.Guidance), 'g', -1, 32),
 		"--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
 }
 
 func (r fluxParityRun) components() Components {
-	return Components{"diffusion-model": r.Parts["diffusion-model"], "clip_l": r.Parts["clip_l"], "t5xxl": r.Parts["t5xxl"], "vae": r.Parts["vae"]}
+	c := Components{}
+	for _, flag := range synth.FluxParts {
+		if p, ok := r.Parts[flag]; ok {
+			c[flag] = p
+		}
+	}
+	return c
 }
 
 func (r fluxParityRun) request() Request {
-	return Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1, Guidance: r.Guidance,
+	return Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: r.cfg(), Guidance: r.Guidance,
 		Seed: r.Seed, RNG: RNGCUDA, Method: Euler, Scheduler: SchedulerFlux}
 }
 
@@ -188,7 +204,11 @@ func TestFluxGenerateChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": sharedCLIPMerges}})
+	opts := LoadOptions{Threads: r.Threads}
+	if _, ok := r.Parts["clip_l"]; ok {
+		opts.Tokenizers = map[string]string{"clip": sharedCLIPMerges}
+	}
+	m, err := Load(r.components(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,6 +236,11 @@ func BenchmarkFluxVsSDCLI(b *testing.B) {
 		}
 		r.Threads = n
 	}
+	benchFluxVsSDCLI(b, bin, r)
+}
+
+// benchFluxVsSDCLI is BenchmarkFluxVsSDCLI's loop for any run of a Flux-layout model.
+func benchFluxVsSDCLI(b *testing.B, bin string, r fluxParityRun) {
 	dir := b.TempDir()
 	spec, _ := json.Marshal(r)
 	var cliStep, ourStep float64
