@@ -3,6 +3,7 @@
 package infer
 
 import (
+	"image"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -71,21 +72,9 @@ func TestChromaMatchesSDCLI(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "sdcli.png")
 	runFluxSDCLI(t, bin, r, out)
 	ref := readPNGFile(t, out)
-	m, err := Load(r.components(), LoadOptions{Threads: r.Threads})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if m.Family.Name() != "chroma" {
-		t.Fatalf("family %s, want chroma", m.Family.Name())
-	}
-	res, err := m.Generate(r.request())
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := ImageFromCHW(res.Pixels, res.Width, res.Height)
-	if err != nil {
-		t.Fatal(err)
+	img, fam := generateParts(t, r.components(), LoadOptions{Threads: r.Threads}, r.request())
+	if fam.Name() != "chroma" {
+		t.Fatalf("family %s, want chroma", fam.Name())
 	}
 	if d := os.Getenv("SDTOOL_CHROMA_PARITY_DIR"); d != "" {
 		copyFile(t, out, filepath.Join(d, "sdcli.png"))
@@ -116,4 +105,23 @@ func BenchmarkChromaVsSDCLI(b *testing.B) {
 		r.Threads = n
 	}
 	benchFluxVsSDCLI(b, chromaSDCLI(b), r)
+}
+
+// generateParts loads comps, runs req and returns the image and the family that ran it.
+func generateParts(tb testing.TB, comps Components, opt LoadOptions, req Request) (image.Image, *Family) {
+	tb.Helper()
+	m, err := Load(comps, opt)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer m.Close()
+	res, err := m.Generate(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	img, err := ImageFromCHW(res.Pixels, res.Width, res.Height)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return img, m.Family
 }

@@ -209,21 +209,7 @@ func TestTinyChromaGenerates(t *testing.T) {
 	if err := synth.TinyChroma.WriteSingle(path); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(Components{"model": path}, LoadOptions{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if m.Family.Name() != "chroma" {
-		t.Errorf("family %s, want chroma", m.Family.Name())
-	}
-	res, err := m.Generate(Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 1, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.NaNPixels != 0 {
-		t.Fatalf("%d NaN pixels", res.NaNPixels)
-	}
+	m := renderTiny(t, path, "chroma")
 	// The prompt and the empty negative prompt condition differently.
 	pos, err := m.Encode("a cat", 64, 64)
 	if err != nil {
@@ -239,4 +225,27 @@ func TestTinyChromaGenerates(t *testing.T) {
 	if slices.Equal(pos.Context, neg.Context) {
 		t.Error("the prompt's context equals the empty prompt's")
 	}
+}
+
+// renderTiny loads the one-file model at path (closed when the test
+// ends), checks its family and renders one 64x64 step of "a cat" without
+// a negative pass, failing on NaN pixels.
+func renderTiny(t *testing.T, path, family string) *Model {
+	t.Helper()
+	m, err := Load(Components{"model": path}, LoadOptions{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if m.Family.Name() != family {
+		t.Fatalf("family %s, want %s", m.Family.Name(), family)
+	}
+	res, err := m.Generate(Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 1, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.NaNPixels != 0 {
+		t.Fatalf("%d NaN pixels", res.NaNPixels)
+	}
+	return m
 }

@@ -33,9 +33,10 @@ type SD3 struct {
 	L, G TextModel
 	// T5, when not nil, adds a T5 encoder.
 	T5 *T5
-	// VAECh and VAEMult shape the VAE (2 residual blocks per level).
-	VAECh   int
-	VAEMult []int
+	// VAECh and VAEMult shape the VAE (2 residual blocks per level);
+	// VAEDecCh, when not 0, narrows its decoder alone.
+	VAECh, VAEDecCh int
+	VAEMult         []int
 	// Words are the prompt words the embedded CLIP tokenizer knows whole.
 	Words []string
 	// Seed selects the values; Type is every tensor's float type and
@@ -59,6 +60,30 @@ var TinySD3 = SD3{
 	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
 	Words: DefaultWords, Seed: 8, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
 }
+
+// SD3ParityMedium and SD3ParityLarge are the SD 3.5 medium and large
+// layouts of the sd-cli image parity tests, at the depths sd.cpp needs
+// (24 and 38 blocks: it reads at least 24 and takes the heads from the
+// depth) but narrow (heads 16 and 8 wide instead of 64): medium with
+// attn2 in its first 13 blocks and the 384-wide position table, large
+// without attn2; both with RMS QK norms, the full CLIP-L (sd.cpp fixes
+// it), no CLIP-G and no T5 (sd.cpp fixes CLIP-G at 32 layers 1280 wide
+// and T5's context at 4096; both sides condition on zeros in their place)
+// and the VAE with a 32-wide decoder.
+var (
+	SD3ParityMedium = SD3{
+		Hidden: 384, Depth: 24, XSelf: 13, QKNorm: true, PosMax: 384, Context: 4096,
+		L: TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12}, G: TextModel{Hidden: 1280},
+		VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
+		Words: DefaultWords, Seed: 9, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
+	}
+	SD3ParityLarge = SD3{
+		Hidden: 304, Depth: 38, QKNorm: true, PosMax: 192, Context: 4096,
+		L: TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12}, G: TextModel{Hidden: 1280},
+		VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
+		Words: DefaultWords, Seed: 10, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
+	}
+)
 
 // SD3Parts are the component flags SD3 writes, in sd-cli's order.
 var SD3Parts = []string{"diffusion-model", "clip_l", "clip_g", "t5xxl", "vae"}
@@ -91,6 +116,9 @@ func (c SD3) Part(flag string) []TensorSpec {
 		if flag == "clip_g" {
 			m = c.G
 		}
+		if m.Layers == 0 {
+			return nil
+		}
 		b.prefix = "text_model."
 		clipConfig{Hidden: m.Hidden, FF: m.FF, Layers: m.Layers, Vocab: c.clipVocab(m), Positions: 77, Projection: true}.buildHF(b)
 	case "t5xxl":
@@ -103,7 +131,7 @@ func (c SD3) Part(flag string) []TensorSpec {
 		}
 		return ts
 	case "vae":
-		vaeConfig{Ch: c.VAECh, InCh: 3, ZCh: 16, Mult: c.VAEMult, NumRes: 2, NoQuantConv: true}.build(b)
+		vaeConfig{Ch: c.VAECh, DecCh: c.VAEDecCh, InCh: 3, ZCh: 16, Mult: c.VAEMult, NumRes: 2, NoQuantConv: true}.build(b)
 	}
 	return b.out
 }
@@ -170,10 +198,10 @@ func (c SD3) Metadata(flag string) formats.Metadata {
 	if flag == "" || flag == "clip_l" || flag == "clip_g" {
 		md = append(md, str("sdtool.tokenizer.clip.merges", "#version: 0.2\n"+strings.Join(Merges(c.Words), "\n")))
 	}
-	if flag == "" || flag == "clip_l" {
+	if (flag == "" || flag == "clip_l") && c.L.Layers > 0 {
 		md = append(md, u32("sdtool.clip.num_heads", c.L.Heads))
 	}
-	if flag == "" || flag == "clip_g" {
+	if (flag == "" || flag == "clip_g") && c.G.Layers > 0 {
 		md = append(md, u32("sdtool.clip_g.num_heads", c.G.Heads))
 	}
 	if c.T5 != nil && (flag == "" || flag == "t5xxl") {
