@@ -10,7 +10,7 @@ import (
 // zero-padded to the DiT's context width (4096), then T5-XXL's 77 hidden
 // states below them, so a chunk is 154 tokens; each encoder's states are
 // weighted on their own. The vector is CLIP-L's and CLIP-G's pooled
-// outputs (final norm at the first end-of-text token, through
+// outputs (final norm at the first end-of-text token; CLIP-G's through
 // text_projection) of the first chunk. An absent encoder gives zeros, as
 // sd-cli's.
 type sd3Conditioner struct {

@@ -11,10 +11,12 @@ const (
 )
 
 // sd3Encoders are SD3's text encoders: both CLIPs at their penultimate
-// layer without the final norm (sd-cli's clip-skip 2), pooled through
-// their projections, CLIP-G padding with 0; T5-XXL over chunks of 77.
+// layer without the final norm (sd-cli's clip-skip 2), CLIP-G padding
+// with 0 and pooled through its projection, CLIP-L pooled without one
+// (sd.cpp gives OpenAI's CLIP-L no text_projection, even where the file
+// has one); T5-XXL over chunks of 77.
 var sd3Encoders = []TextEncoder{
-	{Component: "clip_l", Kind: "clip", Prefix: sd3CLIPLPrefix, Skip: 2, PadEOS: true, Hidden: true, Pooled: true, Optional: true},
+	{Component: "clip_l", Kind: "clip", Prefix: sd3CLIPLPrefix, Skip: 2, PadEOS: true, Hidden: true, Pooled: true, NoProjection: true, Optional: true},
 	{Component: "clip_g", Kind: "clip", Prefix: sd3CLIPGPrefix, Skip: 2, GELU: true, Hidden: true, Pooled: true, Optional: true},
 	{Component: "t5xxl", Kind: "t5", Prefix: fluxT5Prefix, Tokens: sd3Chunk, Hidden: true, Optional: true},
 }
