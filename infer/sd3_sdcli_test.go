@@ -16,8 +16,9 @@ import (
 
 // SD 3.5 image parity against sd-cli (SDTOOL_SDCLI; skipped without it) on
 // synth.SD3ParityMedium and SD3ParityLarge written as component files
-// (--diffusion-model, --clip_l, --vae), with a real prompt through CLIP-L
-// (CLIP's real vocabulary on both sides) and a negative pass (CFG 4.5).
+// (--diffusion-model, --clip_l, --clip_g, --vae), with a real prompt
+// through both CLIPs (CLIP's real vocabulary on both sides) and a negative
+// pass (CFG 4.5).
 
 // sd3ParityRun is one SD3 generation's settings, pinned on both sides.
 type sd3ParityRun struct {
@@ -78,12 +79,12 @@ func sd3ParityModel(tb testing.TB, c synth.SD3, name string) map[string]string {
 		dir = tb.TempDir()
 	} else {
 		parts := map[string]string{}
-		for _, flag := range []string{"diffusion-model", "clip_l", "vae"} {
+		for _, flag := range []string{"diffusion-model", "clip_l", "clip_g", "vae"} {
 			if p := filepath.Join(dir, name+"-"+flag+".safetensors"); fileExists(p) {
 				parts[flag] = p
 			}
 		}
-		if len(parts) == 3 {
+		if len(parts) == 4 {
 			return parts
 		}
 	}

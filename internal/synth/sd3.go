@@ -66,20 +66,20 @@ var TinySD3 = SD3{
 // (24 and 38 blocks: it reads at least 24 and takes the heads from the
 // depth) but narrow (heads 16 and 8 wide instead of 64): medium with
 // attn2 in its first 13 blocks and the 384-wide position table, large
-// without attn2; both with RMS QK norms, the full CLIP-L (sd.cpp fixes
-// it), no CLIP-G and no T5 (sd.cpp fixes CLIP-G at 32 layers 1280 wide
-// and T5's context at 4096; both sides condition on zeros in their place)
-// and the VAE with a 32-wide decoder.
+// without attn2; both with RMS QK norms, the full CLIP-L and CLIP-G
+// (sd.cpp fixes both; it cannot run SD3 with one CLIP alone), no T5
+// (sd.cpp fixes its context at 4096; both sides condition on zeros in its
+// place) and the VAE with a 32-wide decoder.
 var (
 	SD3ParityMedium = SD3{
 		Hidden: 384, Depth: 24, XSelf: 13, QKNorm: true, PosMax: 384, Context: 4096,
-		L: TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12}, G: TextModel{Hidden: 1280},
+		L: TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12}, G: TextModel{Hidden: 1280, FF: 5120, Layers: 32, Heads: 20},
 		VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
 		Words: DefaultWords, Seed: 9, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
 	}
 	SD3ParityLarge = SD3{
 		Hidden: 304, Depth: 38, QKNorm: true, PosMax: 192, Context: 4096,
-		L: TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12}, G: TextModel{Hidden: 1280},
+		L: TextModel{Hidden: 768, FF: 3072, Layers: 12, Heads: 12}, G: TextModel{Hidden: 1280, FF: 5120, Layers: 32, Heads: 20},
 		VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
 		Words: DefaultWords, Seed: 10, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
 	}
@@ -121,6 +121,12 @@ func (c SD3) Part(flag string) []TensorSpec {
 		}
 		b.prefix = "text_model."
 		clipConfig{Hidden: m.Hidden, FF: m.FF, Layers: m.Layers, Vocab: c.clipVocab(m), Positions: 77, Projection: true}.buildHF(b)
+		// CLIPTextModelWithProjection keeps the projection beside text_model., not in it.
+		for i := range b.out {
+			if b.out[i].Name == "text_model.text_projection.weight" {
+				b.out[i].Name = "text_projection.weight"
+			}
+		}
 	case "t5xxl":
 		if c.T5 == nil {
 			return nil
