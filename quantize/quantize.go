@@ -633,10 +633,11 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		if s.Module != nil {
 			typ = formats.F32
 		}
-		if len(s.Shape()) > 4 {
-			return fmt.Errorf("%s: tensor %q: %d-D tensors are not supported in the ComfyUI safetensors output", s.Tensor.File, s.Name, len(s.Shape()))
-		}
-		inputs[i] = mix.Input{Name: s.Name, Shape: s.Shape(), Source: typ}
+		// The mix decides on the shape ggml would see; the output keeps the
+		// torch shape (ComfyUI builds Wan's patch embedding as a Conv3d
+		// from the 5-D weight, a plain float op, never a module).
+		shape, _ := fold(s.Shape())
+		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
 	}
 	q8, _ := mix.Parse("q8_0")
 	choices, err := mix.Choose(q8, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: true})
@@ -649,6 +650,9 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			return err
 		}
 		st := s.Tensor
+		if n := len(s.Shape()); n > 4 {
+			c.Reason = fmt.Sprintf("%d-D convolution kernel, kept %d-D: ComfyUI builds a Conv3d from it, and modules go on linear layers only", n, n)
+		}
 		fam, cls := b.layout.Classify(s.Name, s.Shape())
 		quantize, mt, ruleNote := c.Quantized && cls.Linear, ct, ""
 		if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
