@@ -300,14 +300,16 @@ func runGenerate(c *cli.Context) error {
 			req.Width, req.Height, w, h, mult)
 		req.Width, req.Height = w, h
 	}
+	// Caught before the model line is logged, so that a signal sent on
+	// seeing it (TestGenerateSIGTERMWhileEncoding) finds the handler.
+	ctx, stop := console.SignalContext()
+	defer stop()
 	encoders := make([]string, len(cfg.Encoders))
 	for i, e := range cfg.Encoders {
 		encoders[i] = fmt.Sprintf("%+v", e)
 	}
 	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "network", fmt.Sprintf("%+v", cfg.Network),
 		"text", encoders, "vae", fmt.Sprintf("%+v %+v", cfg.VAE, cfg.VAE.Layout), "prediction", cfg.Prediction, "load", m.LoadTime)
-	ctx, stop := console.SignalContext()
-	defer stop()
 	req.Context = ctx
 	for i, p := range prompts {
 		req.Prompt, req.Seed = p, uint64(c.Int64("seed")+int64(i))
