@@ -112,8 +112,9 @@ type Report struct {
 	// Budget is what a --budget or --bpw allocation chose (nil without one).
 	Budget *BudgetReport
 
-	reshaped int            // outputs stored with another shape
-	modules  map[string]int // ComfyUI modules written, by type name
+	reshaped    int            // outputs stored with another shape
+	modules     map[string]int // ComfyUI modules written, by type name
+	inputScales int            // modules given a calibrated input_scale
 }
 
 // ErrRequantize is wrapped by the error for quantized inputs without AllowRequantize.
@@ -242,8 +243,8 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 			return nil, nil, fmt.Errorf("--tensor-type-file and --types-from apply to GGUF outputs, not %s", ct)
 		case opts.Pure:
 			return nil, nil, fmt.Errorf("--pure applies to GGUF types, not %s", ct)
-		case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct):
-			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types, nvfp4 and mxfp8: %s does not use importance weights", ct)
+		case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct) && !takesInputScale(ct):
+			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types, nvfp4 and mxfp8 (importance weights) and fp8 (input_scale from activation maxima): %s uses neither", ct)
 		case opts.ReshapeConv:
 			return nil, nil, fmt.Errorf("--reshape-conv applies to GGUF outputs only")
 		}
@@ -738,6 +739,10 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			}
 			if p.Config.Convrot || p.Config.Rotated() {
 				reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
+			}
+			if o, note, ok := b.inputScale(s, p, mt); ok {
+				outs = append(outs, o)
+				reason += note
 			}
 			b.res.modules[convrot.TypeName(p.Config)]++
 			if p.Note != "" {
