@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -194,9 +195,13 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		s.Filter = append(s.Filter, re.String())
 	}
 	byType := map[formats.DType]*TypeStat{}
+	logical := packedWeights(m, tensors)
 	for i := range tensors {
 		t := &tensors[i]
 		n := t.Elements()
+		if sh, ok := logical[t.Name]; ok {
+			n = sh[0] * sh[1]
+		}
 		s.TensorCount++
 		s.ParamCount += n
 		s.TotalBytes += t.Size
@@ -253,9 +258,42 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		}
 		return s.Types[i].Type < s.Types[j].Type
 	})
+	if len(logical) > 0 {
+		// Detection and its parameter counts see the weights' [out, in].
+		tensors = slices.Clone(tensors)
+		for i := range tensors {
+			if sh, ok := logical[tensors[i].Name]; ok {
+				tensors[i].Shape = sh
+			}
+		}
+	}
 	s.Architecture = family.Detect(tensors, m.Metadata())
 	s.Adapter = summarizeAdapter(m)
 	return s, nil
+}
+
+// packedWeights returns the logical [out, in] shape of every ComfyUI
+// module weight stored two 4-bit values per byte ([out, in/2]: nvfp4,
+// convrot_w4a4, asym_w4a8_int8), by weight name, so that such a weight
+// counts out·in parameters and not half. Files without modules, and
+// modules Detect cannot read (inspect lists their problem), give none.
+func packedWeights(m formats.Model, tensors []formats.Tensor) map[string][]int64 {
+	marked := slices.ContainsFunc(tensors, func(t formats.Tensor) bool { return strings.HasSuffix(t.Name, comfyquant.MarkerSuffix) })
+	// The metadata entry is named as its Source is.
+	if _, meta := m.Metadata().Get(comfyquant.SourceMetadata); !marked && !meta {
+		return nil
+	}
+	mods, err := comfyquant.Detect(m)
+	if err != nil {
+		return nil
+	}
+	out := map[string][]int64{}
+	for i := range mods {
+		if md := &mods[i]; !md.Unsupported && comfyquant.Packed(md.Config.Format) && len(md.Weight.Shape) == 2 {
+			out[md.Weight.Name] = md.Shape()
+		}
+	}
+	return out
 }
 
 func matchAny(res []*regexp.Regexp, name string) bool {
