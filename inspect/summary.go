@@ -195,13 +195,9 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		s.Filter = append(s.Filter, re.String())
 	}
 	byType := map[formats.DType]*TypeStat{}
-	logical := packedWeights(m, tensors)
 	for i := range tensors {
 		t := &tensors[i]
 		n := t.Elements()
-		if sh, ok := logical[t.Name]; ok {
-			n = sh[0] * sh[1]
-		}
 		s.TensorCount++
 		s.ParamCount += n
 		s.TotalBytes += t.Size
@@ -246,6 +242,7 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 			}
 		}
 	}
+	logical := packedWeights(s, tensors, byType)
 	for _, st := range byType {
 		if s.TotalBytes > 0 {
 			st.Percent = math.Round(float64(st.Bytes)*10000/float64(s.TotalBytes)) / 100
@@ -272,25 +269,41 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 	return s, nil
 }
 
-// packedWeights returns the logical [out, in] shape of every ComfyUI
-// module weight stored two 4-bit values per byte ([out, in/2]: nvfp4,
-// convrot_w4a4, asym_w4a8_int8), by weight name, so that such a weight
-// counts out·in parameters and not half. Files without modules, and
-// modules Detect cannot read (inspect lists their problem), give none.
-func packedWeights(m formats.Model, tensors []formats.Tensor) map[string][]int64 {
-	marked := slices.ContainsFunc(tensors, func(t formats.Tensor) bool { return strings.HasSuffix(t.Name, comfyquant.MarkerSuffix) })
-	// The metadata entry is named as its Source is.
-	if _, meta := m.Metadata().Get(comfyquant.SourceMetadata); !marked && !meta {
+// packedWeights finds the ComfyUI module weights stored two 4-bit values
+// per byte ([out, in/2]: nvfp4, convrot_w4a4, asym_w4a8_int8; known from
+// the markers already read, so nothing more is read) and counts each as
+// out·in parameters, not half: in s's totals and tensor list and in
+// byType. It returns their logical [out, in] shapes by weight name.
+func packedWeights(s *Summary, tensors []formats.Tensor, byType map[formats.DType]*TypeStat) map[string][]int64 {
+	var out map[string][]int64
+	for _, q := range s.ComfyQuant {
+		if q.Error == "" && comfyquant.Packed(q.Format) {
+			if out == nil {
+				out = map[string][]int64{}
+			}
+			out[q.Module+".weight"] = nil
+		}
+	}
+	if out == nil {
 		return nil
 	}
-	mods, err := comfyquant.Detect(m)
-	if err != nil {
-		return nil
+	for i := range tensors {
+		t := &tensors[i]
+		if _, ok := out[t.Name]; !ok || len(t.Shape) != 2 {
+			continue
+		}
+		out[t.Name] = []int64{t.Shape[0], 2 * t.Shape[1]}
+		s.ParamCount += t.Elements()
+		byType[t.Type].Params += t.Elements()
 	}
-	out := map[string][]int64{}
-	for i := range mods {
-		if md := &mods[i]; !md.Unsupported && comfyquant.Packed(md.Config.Format) && len(md.Weight.Shape) == 2 {
-			out[md.Weight.Name] = md.Shape()
+	for i := range s.Tensors {
+		if sh := out[s.Tensors[i].Name]; sh != nil {
+			s.Tensors[i].Params = sh[0] * sh[1]
+		}
+	}
+	for name, sh := range out {
+		if sh == nil {
+			delete(out, name) // no 2-D weight of that name: nothing to count
 		}
 	}
 	return out
