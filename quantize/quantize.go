@@ -498,6 +498,12 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		if s.Module != nil && !c.Quantized && !t.Info().Float {
 			t = formats.F16
 		}
+		if positionIDs(s) {
+			// sd.cpp drops these arange buffers by name, and its convert
+			// stops on an I64 one in a GGUF; ComfyUI makes its own.
+			b.log.Info("left out: an integer position_ids buffer, which no runtime reads", "tensor", s.Name)
+			continue
+		}
 		if !t.IsGGML() {
 			// GGUF has no such type (u8, bool, u16, ...); sd.cpp skips them too.
 			w := fmt.Sprintf("%s: tensor %q: %s has no GGUF type: left out", s.Tensor.File, s.Name, t)
@@ -605,6 +611,13 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		}
 	}
 	return nil
+}
+
+// positionIDs reports a text encoder's integer position_ids buffer (CLIP's
+// arange(77) as transformers saves it), which GGUF outputs leave out as
+// sd-cli's convert does.
+func positionIDs(s *tensor.Source) bool {
+	return strings.HasSuffix(s.Name, "embeddings.position_ids") && s.Module == nil && !s.Float()
 }
 
 // moduleKinds are the component kinds whose linear layers become ComfyUI
