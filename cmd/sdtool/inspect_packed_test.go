@@ -11,10 +11,10 @@ import (
 // the component, not half (it once counted [out, in/2]).
 func TestInspectCountsPackedWeights(t *testing.T) {
 	const w = "model.diffusion_model.input_blocks.2.1.transformer_blocks.0.ff.net.2.weight" // a module in both formats
-	src := summaryOf(t, tinyGGUF)
+	src := summaryOf(t, tiny)
 	for _, typ := range []string{"nvfp4", "convrot_w4a4"} {
 		out := filepath.Join(t.TempDir(), typ+".safetensors")
-		if code, _, errOut := runApp(t, "quantize", tinyGGUF, "--allow-requantize", "--type", typ, "--convrot-group-size", "16", "-o", out); code != 0 {
+		if code, _, errOut := runApp(t, "quantize", tiny, "--type", typ, "--convrot-group-size", "16", "-o", out); code != 0 {
 			t.Fatalf("%s: %s", typ, errOut)
 		}
 		got := summaryOf(t, out)
