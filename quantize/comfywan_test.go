@@ -47,7 +47,12 @@ func TestQuantizeComfyWan(t *testing.T) {
 		{"nvfp4", "nvfp4"}, {"mxfp8", "mxfp8"}, {"convrot_w4a4", "convrot_w4a4"}, {"asym_w4a8_int8", "asym_w4a8_int8"},
 	} {
 		var mods [2][]string
-		for i, in := range []string{src, gg} {
+		ins := []string{src, gg}
+		if c.typ != "int8_convrot" && c.typ != "nvfp4" {
+			// Detection is the same for every type: two types from the GGUF suffice.
+			ins = ins[:1]
+		}
+		for i, in := range ins {
 			out := filepath.Join(dir, c.typ+filepath.Ext(in)+".safetensors")
 			run(t, Options{Input: in, Output: out, Type: c.typ, AllowRequantize: true}, pipeline.Options{})
 			m := mustOpen(t, out)
@@ -71,7 +76,7 @@ func TestQuantizeComfyWan(t *testing.T) {
 				t.Errorf("%s from %s: modules %v: want the blocks' linear layers and not the layers Wan keeps", c.typ, filepath.Base(in), mods[i])
 			}
 		}
-		if !slices.Equal(mods[0], mods[1]) {
+		if len(ins) == 2 && !slices.Equal(mods[0], mods[1]) {
 			t.Errorf("%s: modules from safetensors %v, from GGUF %v", c.typ, mods[0], mods[1])
 		}
 	}
