@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
@@ -169,5 +170,31 @@ func TestComfyOracleWan(t *testing.T) {
 		// least-squares scales are the likely cause), with the same output
 		// error: the bytes need not all be equal here.
 		comfyOracle(t, root, dir, "src.safetensors", typ+".safetensors", 0.999)
+	}
+}
+
+// TestPlanComfyWanVariants plans the Wan 2.1 I2V and Wan 2.2 I2V and
+// TI2V-5B layouts (36- and 48-channel patch embeddings, img_emb) in an
+// INT8 and a 4-bit ComfyUI format: the patch embedding stays 5-D and
+// float, the blocks' linear layers become modules, and the layers Wan
+// keeps (img_emb among them) stay float.
+func TestPlanComfyWanVariants(t *testing.T) {
+	for _, arch := range []string{"layout-wan-i2v", "layout-wan2.2-i2v", "layout-wan2.2-ti2v-5b"} {
+		m := synthModel(t, synth.Spec{Arch: arch, DType: formats.BF16})
+		pe := find(t, m, "patch_embedding.weight")
+		for _, typ := range []string{"int8_convrot", "nvfp4"} {
+			r := plan(t, m, Options{Type: typ, Output: "out.safetensors"})
+			if w := rowOf(t, r, "patch_embedding.weight"); !slices.Equal(w.Shape, pe.Shape) || !w.To.Info().Float {
+				t.Errorf("%s %s: patch_embedding is %s %v, want float %v", arch, typ, w.To, w.Shape, pe.Shape)
+			}
+			if !strings.Contains(rowOf(t, r, "blocks.0.cross_attn.k.weight").Reason, "linear weight: "+typ) {
+				t.Errorf("%s %s: blocks.0.cross_attn.k: %q", arch, typ, rowOf(t, r, "blocks.0.cross_attn.k.weight").Reason)
+			}
+			for _, row := range r.rows() {
+				if strings.HasPrefix(row.Name, "img_emb.") && strings.HasSuffix(row.Name, ".comfy_quant") {
+					t.Errorf("%s %s: %s: img_emb is kept float for Wan", arch, typ, row.Name)
+				}
+			}
+		}
 	}
 }
