@@ -152,7 +152,6 @@ func TestByteBPEVocabMergesFolder(t *testing.T) {
 	}
 }
 
-
 // TestQwenTokenizerReal encodes the committed prompts with the real Qwen
 // tokenizer.json and compares with the ids an independent tokenizer gave
 // (testdata/qwen/ids.json, written by gen.js with transformers.js).
