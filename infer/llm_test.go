@@ -43,9 +43,9 @@ func llmTestWeights(r *rand.Rand, cfg LLMConfig, lin formats.DType) map[string]t
 		}
 		w[cfg.Prefix+name] = testWeight{shape: shape, typ: typ, data: d}
 	}
-	add("model.embed_tokens.weight", formats.F32, 1, 0, int64(cfg.Vocab), h)
+	add("embed_tokens.weight", formats.F32, 1, 0, int64(cfg.Vocab), h)
 	for i := 0; i < cfg.Layers; i++ {
-		p := "model.layers." + strconv.Itoa(i) + "."
+		p := "layers." + strconv.Itoa(i) + "."
 		add(p+"input_layernorm.weight", formats.F32, 0.2, 1, h)
 		add(p+"post_attention_layernorm.weight", formats.F32, 0.2, 1, h)
 		add(p+"self_attn.q_proj.weight", lin, 0.3, 0, q, h)
@@ -65,7 +65,7 @@ func llmTestWeights(r *rand.Rand, cfg LLMConfig, lin formats.DType) map[string]t
 		add(p+"mlp.up_proj.weight", lin, 0.3, 0, ff, h)
 		add(p+"mlp.down_proj.weight", lin, 0.3, 0, h, ff)
 	}
-	add("model.norm.weight", formats.F32, 0.2, 1, h)
+	add("norm.weight", formats.F32, 0.2, 1, h)
 	return w
 }
 
@@ -116,7 +116,7 @@ func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, l
 			x[i], x[i+half] = a*c-b*s, b*c+a*s
 		}
 	}
-	emb := get("model.embed_tokens.weight")
+	emb := get("embed_tokens.weight")
 	x := make([][]float64, l)
 	for i, id := range ids {
 		x[i] = make([]float64, hd)
@@ -129,7 +129,7 @@ func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, l
 		n, norm = cfg.Layers, true
 	}
 	for li := 0; li < n; li++ {
-		p := "model.layers." + strconv.Itoa(li) + "."
+		p := "layers." + strconv.Itoa(li) + "."
 		q, k, v := make([][]float64, l), make([][]float64, l), make([][]float64, l)
 		for i := range x {
 			h := rms(x[i], get(p+"input_layernorm.weight"))
@@ -197,7 +197,7 @@ func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, l
 	out := make([]float32, 0, l*hd)
 	for i := range x {
 		if norm {
-			x[i] = rms(x[i], get("model.norm.weight"))
+			x[i] = rms(x[i], get("norm.weight"))
 		}
 		for _, a := range x[i] {
 			out = append(out, float32(a))
@@ -288,12 +288,12 @@ func TestLLMReferenceIsSensitive(t *testing.T) {
 		swapped[k] = v
 	}
 	for _, name := range []string{"self_attn.k_proj.weight", "self_attn.v_proj.weight"} {
-		tw := w[cfg.Prefix+"model.layers.0."+name]
+		tw := w[cfg.Prefix+"layers.0."+name]
 		d := make([]float32, len(tw.data))
 		half := len(d) / 2
 		copy(d, tw.data[half:])
 		copy(d[half:], tw.data[:half])
-		swapped[cfg.Prefix+"model.layers.0."+name] = testWeight{shape: tw.shape, typ: tw.typ, data: d}
+		swapped[cfg.Prefix+"layers.0."+name] = testWeight{shape: tw.shape, typ: tw.typ, data: d}
 	}
 	got, err = llmTestModel(t, swapped, &cfg).EncodeLLM(ids, 0)
 	if err != nil {
