@@ -322,3 +322,56 @@ func TestLLMReferenceIsSensitive(t *testing.T) {
 		t.Error("changing the last token left its hidden states unchanged")
 	}
 }
+
+// TestQwen25VLRopeIsNeoxForText checks the claim the "qwen2.5-vl"
+// architecture rests on: sd.cpp rotates Qwen2.5-VL's queries and keys with
+// ggml's multimodal rotation (sections 16, 24, 24 of the 64 pairs, theta
+// 1e6), and for text, whose three position rows are equal, that is the
+// ordinary NeoX rotation the graph uses. Image-like positions (rows that
+// differ) must not give the same result, or the check proves nothing.
+func TestQwen25VLRopeIsNeoxForText(t *testing.T) {
+	const d, heads, l = 128, 3, 9
+	r := rand.New(rand.NewPCG(5, 6))
+	x := randn(r, d*heads*l, 1)
+	m := llmTestModel(t, map[string]testWeight{}, &LLMConfig{})
+	rotate := func(multi bool, hShift int32) []float32 {
+		pos := make([]int32, l)
+		for i := range pos {
+			pos[i] = int32(i)
+		}
+		if multi {
+			p4 := make([]int32, 4*l)
+			for i := 0; i < l; i++ {
+				p4[i], p4[l+i], p4[2*l+i] = int32(i), int32(i)+hShift, int32(i)
+			}
+			pos = p4
+		}
+		var out []float32
+		err := m.compute(func(g *builder) ([]input, native.Tensor) {
+			xt := newInput(g, formats.F32, d, heads, l)
+			pt := newInput(g, formats.I32, int64(len(pos)))
+			var y native.Tensor
+			if multi {
+				y = g.c.RopeMulti(xt, pt, d, [4]int{16, 24, 24, 0}, 1e6)
+			} else {
+				y = g.c.Rope(xt, pt, d, native.RopeNeox, 1e6)
+			}
+			return []input{{t: xt, f32: x}, {t: pt, i32: pos}}, y
+		}, func(o native.Tensor) error {
+			var err error
+			out, err = o.F32()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	neox := rotate(false, 0)
+	if e := maxRelErr(t, rotate(true, 0), neox); e > 1e-6 {
+		t.Errorf("multimodal rotation of text positions differs from NeoX's by %g", e)
+	}
+	if e := maxRelErr(t, rotate(true, 3), neox); e < 1e-3 {
+		t.Errorf("image-like positions give NeoX's rotation too (%g): the comparison cannot fail", e)
+	}
+}
