@@ -91,6 +91,11 @@ const llmDefaultHeadDim = 128
 // prefix in sh (internal names, PyTorch shapes), with md's overrides.
 func DetectLLM(sh map[string][]int64, md formats.Metadata, prefix string) (*LLMConfig, error) {
 	s := shapes(sh)
+	if !s.has(prefix+"embed_tokens.weight") && s.has(prefix+"model.embed_tokens.weight") {
+		// A family that names the file's whole part (text_encoders.llm.)
+		// gets the model under it; LLMPrefix also leaves a vision tower out.
+		prefix += "model."
+	}
 	c := &LLMConfig{Component: "llm", Prefix: prefix}
 	emb := prefix + "embed_tokens.weight"
 	var err error

@@ -54,6 +54,10 @@ func TestDetectLLM(t *testing.T) {
 	if c.Arch.Name != "qwen3" || c.Hidden != 2560 || c.Layers != 36 || c.Heads != 32 || c.KVHeads != 8 || c.HeadDim != 128 || c.FF != 9728 || c.Vocab != 151936 || !c.QKNorm || c.QKVBias || !c.FinalNorm {
 		t.Errorf("Qwen3-4B: %+v", c)
 	}
+	// The file's whole part as the prefix finds the model under it.
+	if c, err := DetectLLM(llmShapes(true, 2), nil, "text_encoders.llm."); err != nil || c.Prefix != LLMPrefix || c.Layers != 2 {
+		t.Errorf("prefix text_encoders.llm.: %+v, %v", c, err)
+	}
 	c, err = DetectLLM(llmShapes(false, 28), nil, LLMPrefix)
 	if err != nil {
 		t.Fatal(err)
