@@ -294,7 +294,7 @@ func loadLLMKindTokenizer(opt LoadOptions, srcs []*openSource, encs []EncoderCon
 				continue
 			}
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w (a tokenizer given as an option replaces it)", err)
 			}
 			tok = t
 		}
