@@ -125,7 +125,7 @@ func (r *byteReader) Read(p []byte) (int, error) {
 }
 
 // TestLLMMatchesSDCLIImatrix runs sd-cli on a Z-Image model whose --llm
-// is Qwen3-4B at full width, two layers deep (synth.Qwen3x4B), for a table
+// is Qwen3-4B at full width, two layers deep (synth.Qwen3Encoder4B), for a table
 // of prompts, and compares its imatrix with the one sdtool collects
 // encoding the same prompts.
 func TestLLMMatchesSDCLIImatrix(t *testing.T) {
@@ -148,7 +148,7 @@ func TestLLMMatchesSDCLIImatrix(t *testing.T) {
 	// merge (its merges text has no final newline), so it numbers every
 	// control token one lower than Qwen does: rows from that merge's id on
 	// are made equal, so that <|im_start|> reads the same row either way.
-	q := synth.Qwen3x4B
+	q := synth.Qwen3Encoder4B
 	q.SameRowsFrom = 151642
 	if _, err := os.Stat(vae); err != nil {
 		if err := q.Write(llm); err != nil {
