@@ -268,7 +268,7 @@ func readF32Tensor(t *testing.T, path, name string) []float32 {
 }
 
 // TestLLMMatchesSDCLIImatrix runs sd-cli on a Z-Image model whose --llm
-// is Qwen3-4B at full width, two layers deep (synth.Qwen3Encoder4B), for a
+// is Qwen3-4B at full width, two layers deep (synth.Qwen3x4B), for a
 // table of prompts, and compares its imatrix with the one sdtool collects
 // encoding the same prompts.
 func TestLLMMatchesSDCLIImatrix(t *testing.T) {
@@ -288,7 +288,7 @@ func TestLLMMatchesSDCLIImatrix(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	llmParity{llm: synth.Qwen3Encoder4B, llmPath: filepath.Join(dir, "llm.gguf"), dit: dit, vae: vae, prompt: ZImagePrompt,
+	llmParity{llm: synth.Qwen3x4B, llmPath: filepath.Join(dir, "llm.gguf"), dit: dit, vae: vae, prompt: ZImagePrompt,
 		ctxNorm: "cap_embedder.0.weight", ctxLin: "model.diffusion_model.cap_embedder.1.weight", ctxEps: 1e-5,
 		prompts: []string{
 			"a photo of a cat sitting on a wooden table, golden hour",
