@@ -2,9 +2,11 @@ package family
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/formats/gguf"
 )
 
 // Component is one recognised part of a checkpoint.
@@ -277,6 +279,7 @@ var metaKeys = []string{"modelspec.architecture", "modelspec.title", "modelspec.
 // apart, from md (which may be nil).
 func Detect(tensors []formats.Tensor, md formats.Metadata) Architecture {
 	words := describe(md)
+	tensors = logicalShapes(tensors, md)
 	var groups []*group
 	byPrefix := map[string]*group{}
 	for i := range tensors {
@@ -321,6 +324,49 @@ func Detect(tensors []formats.Tensor, md formats.Metadata) Architecture {
 		arch.Name = arch.Components[0].Name
 	}
 	return arch
+}
+
+// logicalShapes gives tensors stored with another shape the shape that
+// md's comfy.gguf.orig_shape keys record (a GGUF's Wan patch embedding is
+// folded from 5-D to 4-D), so that a family is recognised by the shapes
+// its rules are written for whatever the container. tensors is returned
+// as it is when no key applies; otherwise a copy is changed.
+func logicalShapes(tensors []formats.Tensor, md formats.Metadata) []formats.Tensor {
+	var out []formats.Tensor
+	var index map[string]int // built on the first key: keys times tensors could be 10^12
+	for _, kv := range md {
+		name, ok := strings.CutPrefix(kv.Key, gguf.OrigShapePrefix)
+		if !ok {
+			continue
+		}
+		if index == nil {
+			index = make(map[string]int, len(tensors))
+			for i := range tensors {
+				index[tensors[i].Name] = i
+			}
+		}
+		i, ok := index[name]
+		a, isArray := kv.Value.(formats.Array)
+		dims, _ := a.Values.([]int32)
+		if !ok || !isArray || len(dims) == 0 {
+			continue
+		}
+		shape := make([]int64, len(dims))
+		for j, d := range dims {
+			shape[j] = int64(d)
+		}
+		if n, err := formats.Elements(shape); err != nil || n != tensors[i].Elements() {
+			continue // a key that does not fit the tensor describes nothing
+		}
+		if out == nil {
+			out = slices.Clone(tensors)
+		}
+		out[i].Shape = shape
+	}
+	if out == nil {
+		return tensors
+	}
+	return out
 }
 
 // condRef names condition c of rule r.

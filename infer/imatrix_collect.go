@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 
@@ -44,6 +45,7 @@ type ImatrixStats struct {
 type imatAcc struct {
 	sum2   []float64
 	finite []float64 // values that entered sum2, per column
+	amax   []float32 // largest finite |x| per column
 	rows   float64
 	calls  int
 }
@@ -55,18 +57,18 @@ func NewImatrixStats() *ImatrixStats {
 
 // add records one product of weight name: sum2 holds Σx² per input column
 // over the finite values of an activation with rows rows, finite how many
-// values each column had. Non-finite values are left out (reported once),
-// as stable-diffusion.cpp does; Matrix turns each column's sum into the
-// mean over its finite values.
-func (s *ImatrixStats) add(name string, sum2, finite []float32, rows int64) error {
+// values each column had, amax their largest magnitude. Non-finite values
+// are left out (reported once), as stable-diffusion.cpp does; Matrix turns
+// each column's sum into the mean over its finite values.
+func (s *ImatrixStats) add(name string, sum2, finite, amax []float32, rows int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a, ok := s.byName[name]
 	if !ok {
-		a = &imatAcc{sum2: make([]float64, len(sum2)), finite: make([]float64, len(sum2))}
+		a = &imatAcc{sum2: make([]float64, len(sum2)), finite: make([]float64, len(sum2)), amax: make([]float32, len(sum2))}
 		s.byName[name] = a
 	}
-	if len(a.sum2) != len(sum2) || len(finite) != len(sum2) {
+	if len(a.sum2) != len(sum2) || len(finite) != len(sum2) || len(amax) != len(sum2) {
 		return fmt.Errorf("imatrix: weight %q: %d input columns, earlier products had %d", name, len(sum2), len(a.sum2))
 	}
 	for j, v := range sum2 {
@@ -77,6 +79,7 @@ func (s *ImatrixStats) add(name string, sum2, finite []float32, rows int64) erro
 		}
 		a.sum2[j] += float64(v)
 		a.finite[j] += float64(finite[j])
+		a.amax[j] = max(a.amax[j], amax[j])
 		if miss := rows - int64(finite[j]); miss > 0 {
 			s.warnNonFinite(name, miss)
 		}
@@ -120,7 +123,8 @@ func (s *ImatrixStats) Skipped() int {
 }
 
 // Matrix returns the statistics as an imatrix: per weight (names sorted)
-// Sum2 = Σx² per column, Counts = [rows seen], NCall = products seen.
+// Sum2 = Σx² per column, Counts = [rows seen], NCall = products seen,
+// AbsMax = the largest |x| per column.
 // ChunkCount is the number of UNet evaluations and ChunkSize the largest
 // rows one product saw (usually the latent's pixels, what one UNet call
 // shows its first-level attention; 77 text tokens for small latents), which
@@ -141,7 +145,8 @@ func (s *ImatrixStats) Matrix(dataset string) *imatrix.Matrix {
 	}
 	for _, n := range names {
 		a := s.byName[n]
-		e := &imatrix.Entry{Name: n, Sum2: make([]float32, len(a.sum2)), Counts: []float32{float32(a.rows)}, NCall: a.calls}
+		e := &imatrix.Entry{Name: n, Sum2: make([]float32, len(a.sum2)), Counts: []float32{float32(a.rows)}, NCall: a.calls,
+			AbsMax: slices.Clone(a.amax)}
 		for j, v := range a.sum2 {
 			if a.finite[j] < a.rows && a.finite[j] > 0 {
 				// Some values were left out: scale the column so that
@@ -169,7 +174,8 @@ func ContinueImatrix(collected *imatrix.Matrix, files []string, priors []*imatri
 	for _, p := range priors {
 		q := &imatrix.Matrix{Datasets: p.Datasets, ChunkCount: p.ChunkCount, ChunkSize: p.ChunkSize}
 		for _, e := range p.Entries {
-			c := &imatrix.Entry{Name: e.Name, NCall: e.NCall, Sum2: append([]float32(nil), e.Sum2...), Counts: append([]float32(nil), e.Counts...)}
+			c := &imatrix.Entry{Name: e.Name, NCall: e.NCall, Sum2: append([]float32(nil), e.Sum2...), Counts: append([]float32(nil), e.Counts...),
+				AbsMax: slices.Clone(e.AbsMax)}
 			if cur, ok := collected.Lookup(e.Name); ok && cur.NCall > 0 && len(cur.Counts) == 1 && len(c.Counts) == 1 {
 				perCall := float64(cur.Counts[0]) / float64(cur.NCall)
 				if c.Counts[0] == float32(c.NCall) {

@@ -104,25 +104,29 @@ func TestImatrixCollect(t *testing.T) {
 		t.Errorf("chunk count %d size %d", mx.ChunkCount, mx.ChunkSize)
 	}
 
-	// Σx² of the captured layer, recomputed in Go from its inputs.
+	// Σx² and max |x| of the captured layer, recomputed in Go from its inputs.
 	e, _ := mx.Lookup(tinyCaptured)
 	if len(s.captured) != 2*steps {
 		t.Fatalf("captured %d activations, want %d", len(s.captured), 2*steps)
 	}
 	in := len(e.Sum2)
-	ref := make([]float64, in)
+	ref, big := make([]float64, in), make([]float32, in)
 	for _, x := range s.captured {
 		if len(x) != in*int(lat) {
 			t.Fatalf("captured %d values, want %d", len(x), in*int(lat))
 		}
 		for i, v := range x {
 			ref[i%in] += float64(v) * float64(v)
+			big[i%in] = max(big[i%in], float32(math.Abs(float64(v))))
 		}
 	}
 	for j := range ref {
 		if d := math.Abs(float64(e.Sum2[j]) - ref[j]); d > 1e-4*ref[j]+1e-6 {
 			t.Fatalf("column %d: Σx² %v, Go recomputation %v", j, e.Sum2[j], ref[j])
 		}
+	}
+	if !slices.Equal(e.AbsMax, big) {
+		t.Errorf("max |x| per column %v, Go recomputation %v", e.AbsMax, big)
 	}
 	if s.Skipped() != 0 {
 		t.Errorf("%d products skipped", s.Skipped())
@@ -199,14 +203,14 @@ func TestImatrixContinue(t *testing.T) {
 // over finite values when some were left out.
 func TestImatrixStatsAdd(t *testing.T) {
 	s := NewImatrixStats()
-	if err := s.add("w", []float32{2, 4}, []float32{2, 2}, 2); err != nil {
+	if err := s.add("w", []float32{2, 4}, []float32{2, 2}, []float32{1, 1.5}, 2); err != nil {
 		t.Fatal(err)
 	}
 	// Column 0 had one non-finite value of two; column 1 overflowed.
-	if err := s.add("w", []float32{3, float32(math.Inf(1))}, []float32{1, 2}, 2); err != nil {
+	if err := s.add("w", []float32{3, float32(math.Inf(1))}, []float32{1, 2}, []float32{1.7, 1}, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.add("w", []float32{1, 2, 3}, []float32{1, 1, 1}, 2); err == nil {
+	if err := s.add("w", []float32{1, 2, 3}, []float32{1, 1, 1}, []float32{1, 1, 1}, 2); err == nil {
 		t.Error("a different width was accepted")
 	}
 	e, _ := s.Matrix("").Lookup("w")
@@ -218,6 +222,9 @@ func TestImatrixStatsAdd(t *testing.T) {
 	}
 	if math.Abs(float64(e.Sum2[0])-20.0/3) > 1e-5 || e.Sum2[1] != 8 {
 		t.Errorf("sums %v, want [6.667 8]", e.Sum2)
+	}
+	if !slices.Equal(e.AbsMax, []float32{1.7, 1.5}) {
+		t.Errorf("maxima %v, want [1.7 1.5]", e.AbsMax)
 	}
 }
 
@@ -250,20 +257,21 @@ func TestColumnSquaresOp(t *testing.T) {
 			k, rows = c.ne[1], c.ne[0]*c.ne[2]
 			col = func(i int) int64 { return (int64(i) / c.ne[0]) % c.ne[1] }
 		}
-		if ne[0] != k || ne[1] != 2 {
+		if ne[0] != k || ne[1] != 3 {
 			t.Fatalf("%v: output %v", c.ne, ne)
 		}
-		sum, cnt := make([]float64, k), make([]float64, k)
+		sum, cnt, big := make([]float64, k), make([]float64, k), make([]float64, k)
 		for i, v := range x {
 			if f := float64(v); !math.IsNaN(f) && !math.IsInf(f, 0) {
 				sum[col(i)] += f * f
 				cnt[col(i)]++
+				big[col(i)] = max(big[col(i)], math.Abs(f))
 			}
 		}
 		var total float64
 		for j := range sum {
-			if math.Abs(float64(got[j])-sum[j]) > 1e-5*sum[j] || float64(got[int(k)+j]) != cnt[j] {
-				t.Fatalf("%v permute=%v column %d: %v (%v finite), want %v (%v)", c.ne, c.permute, j, got[j], got[int(k)+j], sum[j], cnt[j])
+			if math.Abs(float64(got[j])-sum[j]) > 1e-5*sum[j] || float64(got[int(k)+j]) != cnt[j] || float64(got[2*int(k)+j]) != big[j] {
+				t.Fatalf("%v permute=%v column %d: %v (%v finite, max %v), want %v (%v, %v)", c.ne, c.permute, j, got[j], got[int(k)+j], got[2*int(k)+j], sum[j], cnt[j], big[j])
 			}
 			total += cnt[j]
 		}
@@ -363,16 +371,16 @@ func TestImatrixEntriesMatchSDCLI(t *testing.T) {
 }
 
 // A group measures its activations one after the other: sums of all, then
-// finite counts of all.
+// finite counts of all, then largest magnitudes of all.
 func TestColumnSquaresGroup(t *testing.T) {
 	be := newTestBackend(t)
 	ws := makeWeights(t, be, nil)
 	a := []float32{1, 2, 3, 4, 5, 6}              // [3, 2]
-	b := []float32{1, -1, 2, float32(math.NaN())} // [2, 2]
+	b := []float32{1, -3, 2, float32(math.NaN())} // [2, 2]
 	got, ne := runGraph(t, be, ws, []testInput{{ne: []int64{3, 2}, data: a}, {ne: []int64{2, 2}, data: b}}, func(g *builder, in []native.Tensor) native.Tensor {
 		return g.c.ColumnSquares(in[0], in[1])
 	})
-	want := []float32{1 + 16, 4 + 25, 9 + 36, 1 + 4, 1, 2, 2, 2, 2, 1}
+	want := []float32{1 + 16, 4 + 25, 9 + 36, 1 + 4, 9, 2, 2, 2, 2, 1, 4, 5, 6, 2, 3}
 	if ne[0] != 5 || !slices.Equal(got, want) {
 		t.Errorf("got %v (ne %v), want %v", got, ne, want)
 	}

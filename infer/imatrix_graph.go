@@ -16,7 +16,7 @@ type imatrixPass struct {
 	stats   *ImatrixStats
 	names   map[native.Tensor]imatWeight // collected weights
 	taps    []imatrixTap
-	groups  []native.Tensor // [ΣK, 2] column squares per group
+	groups  []native.Tensor // [ΣK, 3] column squares, counts and maxima per group
 	pending []native.Tensor // activations of the group being filled
 	c       *native.Context // the graph's context (set by watch)
 	net     bool
@@ -173,8 +173,9 @@ func (p *imatrixPass) read() error {
 	}
 	for _, t := range p.taps {
 		v := vals[t.group]
-		total, k := int64(len(v)/2), t.x.Ne()[0]
-		if err := p.stats.add(t.name, v[t.offset:t.offset+k], v[total+t.offset:total+t.offset+k], t.rows); err != nil {
+		total, k := int64(len(v)/3), t.x.Ne()[0]
+		col := func(row int64) []float32 { return v[row*total+t.offset : row*total+t.offset+k] }
+		if err := p.stats.add(t.name, col(0), col(1), col(2), t.rows); err != nil {
 			return err
 		}
 		if t.keep.Valid() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sdtool/sdtool/native"
 )
@@ -42,7 +43,15 @@ func (m *Model) Generate(req Request) (*Result, error) {
 	}()
 	res, err := m.generate(req)
 	if errors.Is(err, native.ErrAborted) {
-		return nil, fmt.Errorf("%w (%v) after step %d of %d", ErrInterrupted, context.Cause(req.Context), step, steps)
+		where := fmt.Sprintf("after step %d of %d", step, steps)
+		if strings.HasSuffix(err.Error(), whileEncoding) {
+			where = whileEncoding
+		}
+		return nil, fmt.Errorf("%w (%v) %s", ErrInterrupted, context.Cause(req.Context), where)
 	}
 	return res, err
 }
+
+// whileEncoding ends the error of an abort in the text encoders, so that
+// an interrupt there is not reported as one in the first step.
+const whileEncoding = "while encoding the prompt"

@@ -721,6 +721,9 @@ func (m *Model) generate(req Request) (*Result, error) {
 	t0 := time.Now()
 	cond, uncond, err := m.conditionings(&req)
 	if err != nil {
+		if errors.Is(err, native.ErrAborted) {
+			return nil, fmt.Errorf("%w %s", err, whileEncoding)
+		}
 		return nil, err
 	}
 	res.Timings.Text = time.Since(t0)

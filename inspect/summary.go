@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -241,6 +242,7 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 			}
 		}
 	}
+	logical := packedWeights(s, tensors, byType)
 	for _, st := range byType {
 		if s.TotalBytes > 0 {
 			st.Percent = math.Round(float64(st.Bytes)*10000/float64(s.TotalBytes)) / 100
@@ -253,9 +255,58 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 		}
 		return s.Types[i].Type < s.Types[j].Type
 	})
+	if len(logical) > 0 {
+		// Detection and its parameter counts see the weights' [out, in].
+		tensors = slices.Clone(tensors)
+		for i := range tensors {
+			if sh, ok := logical[tensors[i].Name]; ok {
+				tensors[i].Shape = sh
+			}
+		}
+	}
 	s.Architecture = family.Detect(tensors, m.Metadata())
 	s.Adapter = summarizeAdapter(m)
 	return s, nil
+}
+
+// packedWeights finds the ComfyUI module weights stored two 4-bit values
+// per byte ([out, in/2]: nvfp4, convrot_w4a4, asym_w4a8_int8; known from
+// the markers already read, so nothing more is read) and counts each as
+// out·in parameters, not half: in s's totals and tensor list and in
+// byType. It returns their logical [out, in] shapes by weight name.
+func packedWeights(s *Summary, tensors []formats.Tensor, byType map[formats.DType]*TypeStat) map[string][]int64 {
+	var out map[string][]int64
+	for _, q := range s.ComfyQuant {
+		if q.Error == "" && comfyquant.Packed(q.Format) {
+			if out == nil {
+				out = map[string][]int64{}
+			}
+			out[q.Module+".weight"] = nil
+		}
+	}
+	if out == nil {
+		return nil
+	}
+	for i := range tensors {
+		t := &tensors[i]
+		if _, ok := out[t.Name]; !ok || len(t.Shape) != 2 {
+			continue
+		}
+		out[t.Name] = []int64{t.Shape[0], 2 * t.Shape[1]}
+		s.ParamCount += t.Elements()
+		byType[t.Type].Params += t.Elements()
+	}
+	for i := range s.Tensors {
+		if sh := out[s.Tensors[i].Name]; sh != nil {
+			s.Tensors[i].Params = sh[0] * sh[1]
+		}
+	}
+	for name, sh := range out {
+		if sh == nil {
+			delete(out, name) // no 2-D weight of that name: nothing to count
+		}
+	}
+	return out
 }
 
 func matchAny(res []*regexp.Regexp, name string) bool {

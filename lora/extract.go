@@ -565,12 +565,62 @@ func (l *ExtractLayer) Tensors(d *Decomposition, t formats.DType) ([]OutTensor, 
 	if int64(len(d.Up)) != l.Rows*int64(d.Rank) || int64(len(d.Down)) != int64(d.Rank)*l.Cols() {
 		return nil, fmt.Errorf("lora: %s: decomposition does not fit the layer", l.Module)
 	}
+	upv, downv, err := l.fitFactors(d, t)
+	if err != nil {
+		return nil, err
+	}
 	up, down := l.Shapes(d.Rank)
 	return []OutTensor{
-		{Name: l.Module + ".lora_up.weight", Type: t, Shape: up, Data: encodeFloats(t, d.Up)},
-		{Name: l.Module + ".lora_down.weight", Type: t, Shape: down, Data: encodeFloats(t, d.Down)},
+		{Name: l.Module + ".lora_up.weight", Type: t, Shape: up, Data: encodeFloats(t, upv)},
+		{Name: l.Module + ".lora_down.weight", Type: t, Shape: down, Data: encodeFloats(t, downv)},
 		{Name: l.Module + ".alpha", Type: t, Shape: []int64{}, Data: encodeFloats(t, []float32{float32(d.Rank)})},
 	}, nil
+}
+
+// fitFactors returns the factors to encode in t: d's own (up = U·Σ, down
+// = Vᵀ, kohya's split) when every value fits t's range; otherwise Σ split
+// evenly (up = U·√Σ, down = √Σ·Vᵀ, the same product), which brings the
+// largest value down to about √σ₁. A layer whose factors overflow t even
+// then is refused: written, its Inf values would make every output of
+// the layer Inf while the report said the difference was kept.
+func (l *ExtractLayer) fitFactors(d *Decomposition, t formats.DType) (up, down []float32, err error) {
+	limit := math.MaxFloat32
+	switch t {
+	case formats.F16:
+		limit = 65504 // beyond it values round to Inf
+	case formats.BF16:
+		limit = 0x1.fep127 // bf16's largest finite value
+	}
+	if fits(d.Up, limit) && fits(d.Down, limit) {
+		return d.Up, d.Down, nil
+	}
+	r, cols := d.Rank, int(l.Cols())
+	up, down = make([]float32, len(d.Up)), make([]float32, len(d.Down))
+	for c := 0; c < r; c++ {
+		root := math.Sqrt(d.Sigma[c])
+		for i := c; i < len(up); i += r {
+			if root > 0 {
+				up[i] = float32(float64(d.Up[i]) / root)
+			}
+		}
+		for j := 0; j < cols; j++ {
+			down[c*cols+j] = float32(float64(d.Down[c*cols+j]) * root)
+		}
+	}
+	if !fits(up, limit) || !fits(down, limit) {
+		return nil, nil, fmt.Errorf("lora: %s: the factors exceed %s's range (±%g) even with the singular values split evenly between lora_up and lora_down (the largest is %.4g): extract to a wider type", l.Module, t, limit, d.Sigma[0])
+	}
+	return up, down, nil
+}
+
+// fits reports whether every value of v is finite and within ±limit.
+func fits(v []float32, limit float64) bool {
+	for _, x := range v {
+		if !(math.Abs(float64(x)) <= limit) { // NaN fails too
+			return false
+		}
+	}
+	return true
 }
 
 func encodeFloats(t formats.DType, v []float32) []byte {

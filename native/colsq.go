@@ -35,11 +35,12 @@ struct sdt_colsq_group {
 };
 
 // sdt_colsq_one accumulates one F32 activation x [K, ...] into out: K sums
-// of x² over every row and slice at out[0..K), and at cnt[0..K) how many
-// of those values were finite. Non-finite values are left out, as
-// stable-diffusion.cpp's collector does. Threads split the columns; each
-// accumulates a block of columns in double over all rows.
-static void sdt_colsq_one(const struct ggml_tensor * x, float * out, float * cnt, int ith, int nth) {
+// of x² over every row and slice at out[0..K), at cnt[0..K) how many of
+// those values were finite, and at amax[0..K) their largest magnitude.
+// Non-finite values are left out, as stable-diffusion.cpp's collector
+// does. Threads split the columns; each accumulates a block of columns in
+// double over all rows.
+static void sdt_colsq_one(const struct ggml_tensor * x, float * out, float * cnt, float * amax, int ith, int nth) {
 	const struct sdt_stats_prefix * xp = (const struct sdt_stats_prefix *) x;
 	const char * data = (const char *) ggml_get_data(x);
 	const int64_t k = xp->ne[0];
@@ -48,11 +49,13 @@ static void sdt_colsq_one(const struct ggml_tensor * x, float * out, float * cnt
 	enum { BLOCK = 256 };
 	double sum[BLOCK];
 	int64_t fin[BLOCK];
+	float big[BLOCK];
 	for (int64_t b = j0; b < j1; b += BLOCK) {
 		const int64_t n = j1 - b < BLOCK ? j1 - b : BLOCK;
 		for (int64_t j = 0; j < n; j++) {
 			sum[j] = 0;
 			fin[j] = 0;
+			big[j] = 0;
 		}
 		for (int64_t i3 = 0; i3 < xp->ne[3]; i3++)
 		for (int64_t i2 = 0; i2 < xp->ne[2]; i2++)
@@ -63,31 +66,34 @@ static void sdt_colsq_one(const struct ggml_tensor * x, float * out, float * cnt
 				if (isfinite(v)) {
 					sum[j] += (double) v * (double) v;
 					fin[j]++;
+					big[j] = fabsf(v) > big[j] ? fabsf(v) : big[j];
 				}
 			}
 		}
 		for (int64_t j = 0; j < n; j++) {
 			out[b + j] = (float) sum[j];
 			cnt[b + j] = (float) fin[j];
+			amax[b + j] = big[j];
 		}
 	}
 }
 
-// sdt_column_squares fills dst [ΣK, 2]: row 0 the sums of every activation
-// of the group, one after the other, row 1 their finite counts.
+// sdt_column_squares fills dst [ΣK, 3]: row 0 the sums of every activation
+// of the group, one after the other, row 1 their finite counts, row 2
+// their largest magnitudes.
 static void sdt_column_squares(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
 	const struct sdt_colsq_group * g = (const struct sdt_colsq_group *) userdata;
 	const int64_t total = ((const struct sdt_stats_prefix *) dst)->ne[0];
 	float * out = (float *) ggml_get_data(dst);
 	int64_t off = 0;
 	for (int i = 0; i < g->n; i++) {
-		sdt_colsq_one(g->x[i], out + off, out + total + off, ith, nth);
+		sdt_colsq_one(g->x[i], out + off, out + total + off, out + 2 * total + off, ith, nth);
 		off += ((const struct sdt_stats_prefix *) g->x[i])->ne[0];
 	}
 }
 
 static struct ggml_tensor * sdt_column_squares_op(struct ggml_context * ctx, struct sdt_colsq_group * g, int64_t total) {
-	return ggml_custom_4d(ctx, 0, total, 2, 1, 1, (struct ggml_tensor **) g->x, g->n, sdt_column_squares, -1, g);
+	return ggml_custom_4d(ctx, 0, total, 3, 1, 1, (struct ggml_tensor **) g->x, g->n, sdt_column_squares, -1, g);
 }
 */
 import "C"
@@ -104,10 +110,11 @@ const _ = uint(MaxColumnSquares-C.SDT_COLSQ_MAX) + uint(C.SDT_COLSQ_MAX-MaxColum
 
 // ColumnSquares returns, for F32 activations xs (1 to MaxColumnSquares;
 // each [K_i, ...], K_i = ne0, the input width of a matrix product W·x), a
-// [ΣK_i, 2] F32 tensor: its first ΣK_i values are, activation after
+// [ΣK_i, 3] F32 tensor: its first ΣK_i values are, activation after
 // activation, Σx² over every row and slice per column, the next ΣK_i how
-// many of those values were finite (non-finite ones are left out of the
-// sum). It is how imatrix collection measures weights' input columns inside
+// many of those values were finite (non-finite ones are left out), the
+// last ΣK_i the largest |x| per column (what an activation scale needs).
+// It is how imatrix collection measures weights' input columns inside
 // the graph, without an eval callback: one multithreaded custom op for
 // several products, which costs K operations per row where a product costs
 // K·M. Grouping keeps the node count (and so ggml's per-node thread

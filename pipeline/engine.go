@@ -60,6 +60,10 @@ type Options struct {
 	// infinite inputs or turned finite values non-finite; without it each
 	// such tensor gets a warning with its counts.
 	StrictValues bool
+	// ReleaseInputs closes the plan's models (Plan.Close) once the last
+	// byte is written, before the rename: for an output that replaces its
+	// input (meta --in-place), as Windows renames over no open file.
+	ReleaseInputs bool
 }
 
 // chunk is one unit of work: rows [first, first+n) of one output.
@@ -199,6 +203,11 @@ func Run(ctx context.Context, plan *Plan, opts Options) error {
 	}
 	if err := checkDamage(plan, l.written, &opts); err != nil {
 		return a.Abort(ctx, err)
+	}
+	if opts.ReleaseInputs {
+		if err := plan.Close(); err != nil {
+			return a.Abort(ctx, err)
+		}
 	}
 	return a.Commit()
 }

@@ -263,12 +263,14 @@ func (b *builder) typesFrom(path string) (mix.Override, error) {
 	var missing, extra []string
 	for _, s := range b.dm.Sources {
 		have[s.Name] = true
-		if _, ok := types[s.Name]; !ok && s.Tensor.Type.IsGGML() {
+		// GGUF outputs leave out position_ids (positionIDs), so a file
+		// written by an earlier version may still hold one: neither counts.
+		if _, ok := types[s.Name]; !ok && s.Tensor.Type.IsGGML() && !positionIDs(s) {
 			missing = append(missing, s.Name)
 		}
 	}
 	for _, t := range m.Tensors() {
-		if !have[t.Name] {
+		if !have[t.Name] && !strings.HasSuffix(t.Name, "embeddings.position_ids") {
 			extra = append(extra, t.Name)
 		}
 	}

@@ -39,6 +39,6 @@ func ExamplePlan() {
 	d, _ := inspect.Diff(a, b, inspect.DiffOptions{})
 	fmt.Printf("%d compared, %d identical, cosine > 0.9999: %v\n", d.Totals.Compared, d.Totals.Identical, *d.Totals.Cosine > 0.9999)
 	// Output:
-	// gguf Q8_0 sd1 959
-	// 959 compared, 765 identical, cosine > 0.9999: true
+	// gguf Q8_0 sd1 958
+	// 958 compared, 764 identical, cosine > 0.9999: true
 }

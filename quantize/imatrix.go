@@ -3,6 +3,7 @@ package quantize
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/sdtool/sdtool/quant/imatrix"
@@ -55,7 +56,7 @@ func LoadImportance(files []string) (*Importance, error) {
 			old, ok := imp.Entries[e.Name]
 			if !ok {
 				imp.Entries[e.Name] = &imatrix.Entry{Name: e.Name, Sum2: append([]float32(nil), e.Sum2...),
-					Counts: append([]float32(nil), counts...), NCall: e.NCall}
+					Counts: append([]float32(nil), counts...), NCall: e.NCall, AbsMax: slices.Clone(e.AbsMax)}
 				imp.Order = append(imp.Order, e.Name)
 				continue
 			}
@@ -70,6 +71,13 @@ func LoadImportance(files []string) (*Importance, error) {
 				old.Counts[i] += c
 			}
 			old.NCall += e.NCall
+			if old.AbsMax != nil && len(e.AbsMax) == len(old.AbsMax) {
+				for i, v := range e.AbsMax {
+					old.AbsMax[i] = max(old.AbsMax[i], v)
+				}
+			} else {
+				old.AbsMax = nil // a maximum over part of the data would understate it
+			}
 		}
 	}
 	return imp, nil
@@ -96,6 +104,17 @@ func (imp *Importance) Vector(name string, rowLen int64) (v []float32, ok bool, 
 		}
 	}
 	return mean, true, nil
+}
+
+// InputMax returns the largest activation magnitude the imatrix recorded
+// for the weight's inputs (GGUF files that generate --imatrix-out wrote);
+// ok is false when no file recorded one for every run.
+func (imp *Importance) InputMax(name string) (float32, bool) {
+	e, ok := imp.Entries[name]
+	if !ok {
+		return 0, false
+	}
+	return e.Max()
 }
 
 // File returns the value of quantize.imatrix.file: the paths joined by commas.

@@ -112,8 +112,9 @@ type Report struct {
 	// Budget is what a --budget or --bpw allocation chose (nil without one).
 	Budget *BudgetReport
 
-	reshaped int            // outputs stored with another shape
-	modules  map[string]int // ComfyUI modules written, by type name
+	reshaped    int            // outputs stored with another shape
+	modules     map[string]int // ComfyUI modules written, by type name
+	inputScales int            // modules given a calibrated input_scale
 }
 
 // ErrRequantize is wrapped by the error for quantized inputs without AllowRequantize.
@@ -242,8 +243,8 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 			return nil, nil, fmt.Errorf("--tensor-type-file and --types-from apply to GGUF outputs, not %s", ct)
 		case opts.Pure:
 			return nil, nil, fmt.Errorf("--pure applies to GGUF types, not %s", ct)
-		case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct):
-			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types, nvfp4 and mxfp8: %s does not use importance weights", ct)
+		case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct) && !takesInputScale(ct):
+			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types, nvfp4 and mxfp8 (importance weights) and fp8 (input_scale from activation maxima): %s uses neither", ct)
 		case opts.ReshapeConv:
 			return nil, nil, fmt.Errorf("--reshape-conv applies to GGUF outputs only")
 		}
@@ -497,6 +498,12 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		if s.Module != nil && !c.Quantized && !t.Info().Float {
 			t = formats.F16
 		}
+		if positionIDs(s) {
+			// sd.cpp drops these arange buffers by name, and its convert
+			// stops on an I64 one in a GGUF; ComfyUI makes its own.
+			b.log.Info("left out: an integer position_ids buffer, which no runtime reads", "tensor", s.Name)
+			continue
+		}
 		if !t.IsGGML() {
 			// GGUF has no such type (u8, bool, u16, ...); sd.cpp skips them too.
 			w := fmt.Sprintf("%s: tensor %q: %s has no GGUF type: left out", s.Tensor.File, s.Name, t)
@@ -606,6 +613,13 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 	return nil
 }
 
+// positionIDs reports a text encoder's integer position_ids buffer (CLIP's
+// arange(77) as transformers saves it), which GGUF outputs leave out as
+// sd-cli's convert does.
+func positionIDs(s *tensor.Source) bool {
+	return strings.HasSuffix(s.Name, "embeddings.position_ids") && s.Module == nil && !s.Float()
+}
+
 // moduleKinds are the component kinds whose linear layers become ComfyUI
 // modules by default. ComfyUI's own converters quantize the diffusion
 // model only; measured in sd-cli on SD 1.5 (docs/families.md), modules on
@@ -633,10 +647,11 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		if s.Module != nil {
 			typ = formats.F32
 		}
-		if len(s.Shape()) > 4 {
-			return fmt.Errorf("%s: tensor %q: %d-D tensors are not supported in the ComfyUI safetensors output", s.Tensor.File, s.Name, len(s.Shape()))
-		}
-		inputs[i] = mix.Input{Name: s.Name, Shape: s.Shape(), Source: typ}
+		// The mix decides on the shape ggml would see; the output keeps the
+		// torch shape (ComfyUI builds Wan's patch embedding as a Conv3d
+		// from the 5-D weight, a plain float op, never a module).
+		shape, _ := fold(s.Shape())
+		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
 	}
 	q8, _ := mix.Parse("q8_0")
 	choices, err := mix.Choose(q8, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: true})
@@ -649,6 +664,9 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			return err
 		}
 		st := s.Tensor
+		if n := len(s.Shape()); n > 4 {
+			c.Reason = fmt.Sprintf("%d-D convolution kernel, kept %d-D: ComfyUI builds a Conv3d from it, and modules go on linear layers only", n, n)
+		}
 		fam, cls := b.layout.Classify(s.Name, s.Shape())
 		quantize, mt, ruleNote := c.Quantized && cls.Linear, ct, ""
 		if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
@@ -734,6 +752,10 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 			}
 			if p.Config.Convrot || p.Config.Rotated() {
 				reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
+			}
+			if o, note, ok := b.inputScale(s, p, mt); ok {
+				outs = append(outs, o)
+				reason += note
 			}
 			b.res.modules[convrot.TypeName(p.Config)]++
 			if p.Note != "" {

@@ -166,7 +166,7 @@ func checkSafetensors(r *Report, c *Consumer) {
 		c.Problems = append(c.Problems, "the output is safetensors, not GGUF")
 	case TargetComfyUI:
 		c.Notes = append(c.Notes, "comfy_quant layers ("+r.Type+")")
-		c.Notes = append(c.Notes, comfyFormatNotes(r.modules)...)
+		c.Notes = append(c.Notes, comfyFormatNotes(r.modules, r.inputScales)...)
 	case TargetSDCpp:
 		// Checked against stable-diffusion.cpp 97d2990 (its
 		// docs/int8_convrot.md and safetensors reader): int8_tensorwise
@@ -216,20 +216,33 @@ var comfyFormats = map[string]string{
 }
 
 // comfyFormatNotes lists the ComfyUI version each written format needs and,
-// for the float formats that can quantize activations (fp8, nvfp4), that
-// no input_scale is written and what ComfyUI then does.
-func comfyFormatNotes(modules map[string]int) []string {
+// for the float formats that can quantize activations (fp8, nvfp4), how
+// many layers got an input_scale calibrated from the imatrix and what
+// ComfyUI does for those without one.
+func comfyFormatNotes(modules map[string]int, calibrated int) []string {
 	var out []string
 	for _, f := range []string{"nvfp4", "mxfp8", "convrot_w4a4", "asym_w4a8_int8"} {
 		if n := modules[f]; n > 0 {
 			out = append(out, fmt.Sprintf("%d %s layers: %s", n, f, comfyFormats[f]))
 		}
 	}
-	if modules[convrot.FP8E4M3.String()]+modules[convrot.FP8E5M2.String()] > 0 {
-		out = append(out, "no input_scale is written: on GPUs that compute in FP8, ComfyUI then quantizes each layer's activations with scale 1, so activations beyond ±448 (e4m3) saturate")
+	fp8 := modules[convrot.FP8E4M3.String()] + modules[convrot.FP8E5M2.String()]
+	scaled := fp8 + modules["nvfp4"]
+	if calibrated > 0 {
+		out = append(out, fmt.Sprintf("input_scale calibrated from the imatrix's activation maxima for %d of %d fp8/nvfp4 layers (ComfyUI uses it where it computes in FP8 or FP4)", calibrated, scaled))
+	}
+	if calibrated == scaled {
+		return out
+	}
+	missing := "no input_scale is written"
+	if calibrated > 0 {
+		missing = "the other layers have no input_scale (no activation maximum in the imatrix)"
+	}
+	if fp8 > 0 {
+		out = append(out, missing+": on GPUs that compute in FP8, ComfyUI then quantizes fp8 layers' activations with scale 1, so activations beyond ±448 (e4m3) saturate; generate --imatrix-out to a .gguf records the maxima that calibrate it")
 	}
 	if modules["nvfp4"] > 0 {
-		out = append(out, "no input_scale is written: on Blackwell GPUs ComfyUI then computes each activation's tensor scale (amax/2688) on every call")
+		out = append(out, missing+": on Blackwell GPUs ComfyUI then computes nvfp4 layers' activation tensor scale (amax/2688) on every call")
 	}
 	return out
 }

@@ -25,7 +25,7 @@ import (
 func generateImatrixFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "prompt-file", Usage: "run every prompt of `FILE` (one per line, blank lines skipped), seeds SEED, SEED+1, ...; images OUT-1.png, OUT-2.png, ..."},
-		&cli.StringFlag{Name: "imatrix-out", Aliases: []string{"imat-out"}, Usage: "collect an importance matrix of the UNet and text-encoder linear weights and write it to `FILE` (.gguf: llama.cpp GGUF imatrix, else legacy .dat as sd-cli writes)"},
+		&cli.StringFlag{Name: "imatrix-out", Aliases: []string{"imat-out"}, Usage: "collect an importance matrix of the UNet and text-encoder linear weights and write it to `FILE` (.gguf: llama.cpp GGUF imatrix with each layer's activation maxima, which quantize turns into fp8/nvfp4 input_scale; else legacy .dat as sd-cli writes)"},
 		&cli.StringSliceFlag{Name: "imatrix-in", Aliases: []string{"imat-in"}, Usage: "continue from an earlier imatrix `FILE` (.dat or GGUF; repeatable)"},
 	}
 }
@@ -218,6 +218,9 @@ func (r *imatrixRun) finish(c *cli.Context, dataset string) error {
 			r.out, len(long), long[0]+".in_sum2")
 	}
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s: %s, %s\n", r.out, pipeline.Count(len(m.Entries), "entry", "entries"), pipeline.Count(m.ChunkCount, "UNet evaluation", "UNet evaluations"))
+	if !strings.EqualFold(filepath.Ext(r.out), ".gguf") && slices.ContainsFunc(m.Entries, func(e *imatrix.Entry) bool { return e.AbsMax != nil }) {
+		fmt.Fprintf(c.App.ErrWriter, "note: the legacy format has no place for the activation maxima that quantize turns into fp8 and nvfp4 input_scale: write .gguf to keep them\n")
+	}
 	return nil
 }
 

@@ -34,7 +34,9 @@ func TestGenerateImatrixPromptFile(t *testing.T) {
 	}
 	out := filepath.Join(dir, "img.png")
 	both := filepath.Join(dir, "both.dat")
-	genImatrix(t, "--prompt-file", prompts, "-o", out, "--imat-out", both)
+	if msg := genImatrix(t, "--prompt-file", prompts, "-o", out, "--imat-out", both); !strings.Contains(msg, "write .gguf to keep them") {
+		t.Errorf("the .dat output does not say that it keeps no activation maxima: %s", msg)
+	}
 
 	// One image per prompt, seeds 42 and 43.
 	for i, want := range []string{"a cat\n", "a red house\n"} {

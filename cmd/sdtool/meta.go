@@ -175,13 +175,16 @@ func metaEdit(c *cli.Context, m formats.Model) (pipeline.MetaEdit, error) {
 }
 
 // writeInPlace writes plan over in: in is read while in.partial is
-// written, and the publish renames in.partial over in only when complete.
+// written, then closed, and the publish renames in.partial over in only
+// when complete. (Linux renames over an open file, the reader keeping the
+// old one; Windows refuses while a handle is open without delete sharing,
+// which Go's os.Open does not ask for.)
 func writeInPlace(c *cli.Context, plan *pipeline.Plan, in string) error {
 	ro, err := runOptions(c)
 	if err != nil {
 		return err
 	}
-	ro.Force = true
+	ro.Force, ro.ReleaseInputs = true, true
 	var inputs []string
 	for _, p := range plan.Inputs {
 		if !pipeline.SameFile(p, in) {

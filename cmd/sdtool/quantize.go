@@ -59,7 +59,7 @@ func init() {
 			&cli.BoolFlag{Name: "pure", Usage: "give every eligible tensor the base type (no mix upgrades)"},
 			&cli.StringSliceFlag{Name: "tensor-type", Usage: "`REGEX=TYPE` for matching eligible tensors (repeatable; the last match wins)"},
 			&cli.StringFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"` as sd.cpp reads them (the first match wins); not with --tensor-type"},
-			&cli.StringSliceFlag{Name: "imatrix", Usage: "importance matrix `FILE` (.dat or GGUF; repeatable)"},
+			&cli.StringSliceFlag{Name: "imatrix", Usage: "importance matrix `FILE` (.dat or GGUF; repeatable); for fp8 and nvfp4 outputs, a GGUF one from generate --imatrix-out also calibrates input_scale"},
 			&cli.StringFlag{Name: "tensor-type-file", Usage: "llama.cpp `FILE` of NAME=TYPE items for eligible tensors (the first match wins; --tensor-type rules override it)"},
 			&cli.StringFlag{Name: "types-from", Usage: "copy every eligible tensor's type from this `GGUF` (same tensor names)"},
 			&cli.BoolFlag{Name: "allow-requantize", Usage: "accept ggml-quantized inputs for a quantized --type (dequantized first; quality suffers); a float --type (F16, BF16, F32) needs no flag"},

@@ -152,3 +152,19 @@ func UsesImportance(t Type) bool { return t == NVFP4 || t == MXFP8 }
 func QuantizesActivations(t Type) bool {
 	return t == Int8Convrot || t == Int8 || t == W4A4 || t == W4A8
 }
+
+// InputScaleRange returns the largest magnitude a type's activation codes
+// hold, which ComfyUI divides an activation maximum by to get input_scale
+// (comfy-kitchen: fp8 amax/finfo.max, nvfp4 amax/(448·6)); ok is false for
+// the types whose layers take no input_scale.
+func InputScaleRange(t Type) (r float64, ok bool) {
+	switch t {
+	case FP8E4M3:
+		return 448, true
+	case FP8E5M2:
+		return 57344, true
+	case NVFP4:
+		return 448 * 6, true
+	}
+	return 0, false
+}

@@ -21,6 +21,10 @@ const (
 	keyChunkSize  = "imatrix.chunk_size"
 	suffixSum2    = ".in_sum2"
 	suffixCounts  = ".counts"
+	// suffixAbsMax is sdtool's addition: per-column activation maxima, a
+	// tensor llama.cpp's readers skip (they take .in_sum2, .counts and
+	// .in_sum only).
+	suffixAbsMax = ".in_absmax"
 )
 
 // MaxGGMLName is the name length stock ggml (and llama.cpp) refuses: GGUF
@@ -83,6 +87,9 @@ func ReadGGUF(m formats.Model) (*Matrix, error) {
 		if e.Counts, err = readF32(m, &ct); err != nil {
 			return nil, err
 		}
+		if e.AbsMax, err = readAbsMax(m, tensors, name, len(e.Sum2)); err != nil {
+			return nil, err
+		}
 		var maxCount float32
 		for i, c := range e.Counts {
 			// A count is a number of calls: NaN, Inf, negative or huge
@@ -104,6 +111,28 @@ func ReadGGUF(m formats.Model) (*Matrix, error) {
 		return nil, fmt.Errorf("%s: GGUF imatrix has no entries", path)
 	}
 	return mx, nil
+}
+
+// readAbsMax reads entry name's optional in_absmax tensor: n finite,
+// non-negative F32 values, or nil when the file has none.
+func readAbsMax(m formats.Model, tensors map[string]formats.Tensor, name string, n int) ([]float32, error) {
+	t, ok := tensors[name+suffixAbsMax]
+	if !ok {
+		return nil, nil
+	}
+	if t.Type != formats.F32 || t.Elements() != int64(n) {
+		return nil, fmt.Errorf("%s: entry %q: in_absmax must be %d f32 values, not %d %s", m.Path(), name, n, t.Elements(), t.Type)
+	}
+	v, err := readF32(m, &t)
+	if err != nil {
+		return nil, err
+	}
+	for i, x := range v {
+		if !(x >= 0 && x <= math.MaxFloat32) {
+			return nil, fmt.Errorf("%s: entry %q: in_absmax %d is %v (want a finite magnitude)", m.Path(), name, i, x)
+		}
+	}
+	return v, nil
 }
 
 // maxCalls bounds counts and chunk sizes (an int32's range, what llama.cpp
@@ -146,7 +175,8 @@ func readF32(m formats.Model, t *formats.Tensor) ([]float32, error) {
 }
 
 // WriteGGUF writes m as llama.cpp's GGUF imatrix: general.type, the three
-// imatrix.* keys and an in_sum2/counts tensor pair per entry, names sorted.
+// imatrix.* keys and an in_sum2/counts tensor pair per entry, names sorted,
+// and an in_absmax tensor after them for entries that record maxima.
 // Entries written from a legacy source keep their values: Sum2 becomes the
 // in_sum2 sums and Counts the counts. It returns the names of 64 bytes or
 // more, which stock llama.cpp refuses.
@@ -183,7 +213,16 @@ func WriteGGUF(w io.Writer, m *Matrix) (long []string, err error) {
 			formats.Tensor{Name: name + suffixSum2, Type: formats.F32, Shape: shape},
 			formats.Tensor{Name: name + suffixCounts, Type: formats.F32, Shape: []int64{nMat, 1}})
 		data = append(data, e.Sum2, counts)
-		if len(name+suffixCounts) >= MaxGGMLName {
+		longest := name + suffixCounts
+		if e.AbsMax != nil {
+			if len(e.AbsMax) != len(e.Sum2) {
+				return nil, fmt.Errorf("imatrix: entry %q: %d maxima for %d columns", name, len(e.AbsMax), len(e.Sum2))
+			}
+			tensors = append(tensors, formats.Tensor{Name: name + suffixAbsMax, Type: formats.F32, Shape: shape})
+			data = append(data, e.AbsMax)
+			longest = name + suffixAbsMax
+		}
+		if len(longest) >= MaxGGMLName {
 			long = append(long, name)
 		}
 	}

@@ -19,6 +19,23 @@ type Entry struct {
 	Counts []float32
 	// NCall is the number of matrix multiplications seen (the legacy format's ncall).
 	NCall int
+	// AbsMax is the largest activation magnitude seen per input column
+	// (as Sum2), what an activation scale is calibrated from; nil when the
+	// file does not record it (the legacy format and llama.cpp's never do).
+	AbsMax []float32
+}
+
+// Max returns the largest value of AbsMax: the activation maximum of the
+// whole layer, and whether the entry records one.
+func (e *Entry) Max() (float32, bool) {
+	if len(e.AbsMax) == 0 {
+		return 0, false
+	}
+	var m float32
+	for _, v := range e.AbsMax {
+		m = max(m, v)
+	}
+	return m, true
 }
 
 // Mean returns the mean squared activation per column: what llama-quantize

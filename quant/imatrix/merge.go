@@ -3,6 +3,7 @@ package imatrix
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -31,7 +32,8 @@ func ParseMergeMode(s string) (MergeMode, error) {
 }
 
 // Merge combines matrices into a new one: entries in first-seen order,
-// shared entries combined by mode, datasets concatenated and chunk counts
+// shared entries combined by mode (activation maxima by their maximum,
+// dropped when one side lacks them), datasets concatenated and chunk counts
 // summed. Shared entries must have the same length; files labels errors.
 // For legacy .dat inputs (counts equal to ncall) both modes give the same
 // stored values; they differ when counts are rows seen (GGUF inputs).
@@ -46,7 +48,8 @@ func Merge(files []string, ms []*Matrix, mode MergeMode) (*Matrix, error) {
 		for _, e := range m.Entries {
 			acc, ok := out.Lookup(e.Name)
 			if !ok {
-				c := &Entry{Name: e.Name, NCall: e.NCall, Sum2: append([]float32(nil), e.Sum2...), Counts: append([]float32(nil), e.Counts...)}
+				c := &Entry{Name: e.Name, NCall: e.NCall, Sum2: append([]float32(nil), e.Sum2...), Counts: append([]float32(nil), e.Counts...),
+					AbsMax: slices.Clone(e.AbsMax)}
 				if mode == MergeSDCPP {
 					c.Sum2, c.Counts = e.Stored(), []float32{float32(e.NCall)}
 				}
@@ -59,6 +62,7 @@ func Merge(files []string, ms []*Matrix, mode MergeMode) (*Matrix, error) {
 				return nil, fmt.Errorf("%s: entry %q has %d values, earlier files had %d", files[k], e.Name, len(e.Sum2), len(acc.Sum2))
 			}
 			acc.NCall += e.NCall
+			acc.AbsMax = maxOf(acc.AbsMax, e.AbsMax)
 			switch mode {
 			case MergeSDCPP:
 				for i, v := range e.Stored() {
@@ -79,6 +83,18 @@ func Merge(files []string, ms []*Matrix, mode MergeMode) (*Matrix, error) {
 		}
 	}
 	return out, nil
+}
+
+// maxOf is the columnwise maximum of two entries' maxima, nil when either
+// is unknown (a maximum over part of the data would understate it).
+func maxOf(a, b []float32) []float32 {
+	if a == nil || b == nil || len(a) != len(b) {
+		return nil
+	}
+	for i, v := range b {
+		a[i] = max(a[i], v)
+	}
+	return a
 }
 
 // Stats summarises one entry for `sdtool imatrix show`.
