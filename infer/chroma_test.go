@@ -228,7 +228,7 @@ func TestTinyChromaGenerates(t *testing.T) {
 }
 
 // renderTiny loads the one-file model at path (closed when the test
-// ends), checks its family and renders one 64x64 step of "a cat" without
+// ends), checks its family and renders one 32x32 step of "a cat" without
 // a negative pass, failing on NaN pixels.
 func renderTiny(t *testing.T, path, family string) *Model {
 	t.Helper()
@@ -240,7 +240,7 @@ func renderTiny(t *testing.T, path, family string) *Model {
 	if m.Family.Name() != family {
 		t.Fatalf("family %s, want %s", m.Family.Name(), family)
 	}
-	res, err := m.Generate(Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 1, Seed: 1})
+	res, err := m.Generate(Request{Prompt: "a cat", Width: 32, Height: 32, Steps: 1, CFGScale: 1, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
