@@ -109,6 +109,8 @@ type Model struct {
 
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
+	// modelArgs are LoadOptions.ModelArgs, for the parts to read.
+	modelArgs map[string]string
 }
 
 // Load opens a model's component files (any format formats.Open detects;
@@ -161,7 +163,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		return nil, err
 	}
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, tokenizers: toks, be: be, w: w,
-		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), Unused: unused}
+		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), Unused: unused, modelArgs: opt.ModelArgs}
 	for _, s := range specs {
 		switch {
 		case s.w8a8:

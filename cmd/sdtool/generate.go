@@ -168,6 +168,7 @@ func init() {
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`" + threadsBound, DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.StringFlag{Name: "runtime", Value: infer.RuntimeSDCPP, Usage: "`RUNTIME` whose arithmetic to reproduce where the runtimes differ: sdcpp (stable-diffusion.cpp: FP8 modules without their weight_scale, an OpenCLIP text_projection as stored, which transposes SDXL's pooled embedding from single files) or comfyui (FP8 weight_scale applied, text_projection as trained, asym_w4a8_int8 modules widened to their INT8 grid and run as W8A8, convrot_w4a4 modules with int4 activations); INT8 modules run as W8A8 in both; nvfp4 and mxfp8 modules are dequantized, as ComfyUI on CPU does"},
+			&cli.StringFlag{Name: "model-args", Usage: "sd-cli's model args, `KEY=VALUE[,KEY=VALUE...]`: Chroma's chroma_use_dit_mask (default true), chroma_use_t5_mask (false) and chroma_t5_mask_pad (1); models that do not read a key ignore it, as sd-cli does"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty or blank prompt encodes (T5 sees </s> alone)"},
 			&cli.StringFlag{Name: "llm-tokenizer", Usage: "LLM tokenizer `PATH` (Z-Image, Qwen-Image): the LLM's tokenizer.json, vocab.json with merges.txt, or a folder holding either", DefaultText: "one embedded in the --llm file's GGUF metadata (llama.cpp's GGUFs carry theirs)"},
@@ -236,6 +237,9 @@ func runGenerate(c *cli.Context) error {
 	rt := c.String("runtime")
 	opt := infer.LoadOptions{Tokenizers: map[string]string{"clip": tok}, Threads: threads, Prediction: c.String("prediction"),
 		Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP}
+	if opt.ModelArgs, err = parseModelArgs(c.String("model-args")); err != nil {
+		return err
+	}
 	opt.Tokenizers["t5"] = c.String("t5-tokenizer")
 	opt.Tokenizers["llm"] = c.String("llm-tokenizer")
 	m, err := infer.Load(comps, opt)
@@ -598,4 +602,20 @@ func warnRuntime(c *cli.Context, m *infer.Model, rt string) {
 		fmt.Fprintf(c.App.ErrWriter, "warning: %s: stable-diffusion.cpp renders this file wrong: it multiplies by the codes of its %d FP8 modules without their weight_scale; "+
 			"generate does the same (--runtime sdcpp); --runtime comfyui applies the scales as ComfyUI does\n", m.Path, m.UnscaledFP8)
 	}
+}
+
+// parseModelArgs reads --model-args' comma-separated KEY=VALUE pairs.
+func parseModelArgs(v string) (map[string]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--model-args: %q is not KEY=VALUE", kv)
+		}
+		out[k] = val
+	}
+	return out, nil
 }
