@@ -107,6 +107,20 @@ static void sdt_unbind(struct ggml_tensor * t) {
 	SDT_LAYOUT(t)->data = NULL;
 }
 
+// sdt_node_sources writes the ten operand slots of every node, unresolved.
+static void sdt_node_sources(struct ggml_cgraph * g, struct ggml_tensor ** out) {
+	int n = ggml_graph_n_nodes(g);
+	for (int i = 0; i < n; i++) {
+		memcpy(out + 10 * i, SDT_LAYOUT(ggml_graph_node(g, i))->src, 10 * sizeof(struct ggml_tensor *));
+	}
+}
+
+// sdt_set_nodes replaces the graph's node order.
+static void sdt_set_nodes(struct ggml_cgraph * g, struct ggml_tensor ** nodes) {
+	struct sdt_cgraph_prefix * p = (struct sdt_cgraph_prefix *) g;
+	memcpy(p->nodes, nodes, p->n_nodes * sizeof(struct ggml_tensor *));
+}
+
 static int sdt_compute_range(struct ggml_backend * b, struct ggml_cgraph * g, int i0, int i1) {
 	struct sdt_cgraph_prefix * p = (struct sdt_cgraph_prefix *) g;
 	struct ggml_tensor ** nodes = p->nodes;
@@ -209,6 +223,61 @@ func (g *Graph) Operands(visit func(node int, operand Tensor)) {
 			visit(i/10, Tensor{p})
 		}
 	}
+}
+
+// NodeInputs returns, for each node of g, the indexes of the nodes among its operands.
+func (g *Graph) NodeInputs() [][]int {
+	n := g.Nodes()
+	if n == 0 {
+		return nil
+	}
+	index := make(map[*C.struct_ggml_tensor]int, n)
+	for i := range n {
+		index[C.ggml_graph_node(g.g, C.int(i))] = i
+	}
+	raw := make([]*C.struct_ggml_tensor, 10*n)
+	C.sdt_node_sources(g.g, &raw[0])
+	out := make([][]int, n)
+	for i := range n {
+		for _, p := range raw[10*i : 10*i+10] {
+			if j, ok := index[p]; ok && p != nil {
+				out[i] = append(out[i], j)
+			}
+		}
+	}
+	return out
+}
+
+// Reorder puts g's nodes in a new order, order[k] being the old index of
+// the k-th node; every node must come after the nodes it reads. Reorder
+// before allocating the graph: the allocator plans by the order.
+func (g *Graph) Reorder(order []int) error {
+	n := g.Nodes()
+	if len(order) != n {
+		return fmt.Errorf("ggml: an order of %d nodes for a graph of %d", len(order), n)
+	}
+	inputs := g.NodeInputs()
+	pos := make([]int, n)
+	for i := range pos {
+		pos[i] = -1
+	}
+	for k, i := range order {
+		if i < 0 || i >= n || pos[i] >= 0 {
+			return fmt.Errorf("ggml: the order is not a permutation of the graph's %d nodes", n)
+		}
+		pos[i] = k
+	}
+	nodes := make([]*C.struct_ggml_tensor, n)
+	for k, i := range order {
+		for _, j := range inputs[i] {
+			if pos[j] > k {
+				return fmt.Errorf("ggml: node %d would run before node %d, which it reads", i, j)
+			}
+		}
+		nodes[k] = C.ggml_graph_node(g.g, C.int(i))
+	}
+	C.sdt_set_nodes(g.g, &nodes[0])
+	return nil
 }
 
 // RefreshViews points every view node of g at its source's current data

@@ -41,3 +41,11 @@ func (g *Graph) RefreshViews() {}
 // ComputeRange runs nodes [i0, i1) of an allocated graph: computing the
 // ranges of a graph one after another in order computes the graph.
 func (b *Backend) ComputeRange(g *Graph, i0, i1 int) error { return ErrNoCgo }
+
+// NodeInputs returns, for each node of g, the indexes of the nodes among its operands.
+func (g *Graph) NodeInputs() [][]int { return nil }
+
+// Reorder puts g's nodes in a new order, order[k] being the old index of
+// the k-th node; every node must come after the nodes it reads. Reorder
+// before allocating the graph: the allocator plans by the order.
+func (g *Graph) Reorder(order []int) error { return ErrNoCgo }

@@ -106,3 +106,60 @@ func TestComputeRangeFollowsBind(t *testing.T) {
 		t.Error("an empty node range ran")
 	}
 }
+
+// Reorder accepts any order in which nodes follow their inputs, computes
+// the same values in it, and refuses an order that reads a node before it runs.
+func TestReorder(t *testing.T) {
+	be, err := NewCPUBackend(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Free()
+	ctx, err := NewContext(16, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Free()
+	x, _ := ctx.NewTensor(formats.F32, 2)
+	x.SetInput()
+	var out Tensor
+	func() {
+		defer Recover(&err)
+		out = ctx.Add(ctx.Add(x, x), ctx.Mul(x, x)).SetOutput()
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gr := ctx.NewGraph(16)
+	gr.Expand(out)
+	in := gr.NodeInputs()
+	if len(in) != 3 || len(in[0]) != 0 || len(in[1]) != 0 || !slices.Equal(in[2], []int{0, 1}) {
+		t.Fatalf("node inputs %v, want [] [] [0 1]", in)
+	}
+	if err := gr.Reorder([]int{2, 0, 1}); err == nil {
+		t.Error("an order running the sum first was accepted")
+	}
+	if err := gr.Reorder([]int{0, 0, 2}); err == nil {
+		t.Error("an order repeating a node was accepted")
+	}
+	if err := gr.Reorder([]int{1, 0, 2}); err != nil {
+		t.Fatal(err)
+	}
+	if in := gr.NodeInputs(); !slices.Equal(in[2], []int{1, 0}) {
+		t.Errorf("after the swap the sum reads %v, want [1 0]", in[2])
+	}
+	alloc := be.NewAllocator()
+	defer alloc.Free()
+	if err := alloc.Alloc(gr); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.SetF32([]float32{2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.Compute(gr); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := out.F32(); !slices.Equal(got, []float32{8, 15}) {
+		t.Errorf("2x + x² = %v, want [8 15]", got)
+	}
+}
