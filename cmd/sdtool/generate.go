@@ -174,6 +174,7 @@ func init() {
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "json", Usage: "with --compare: print the comparison as JSON on stdout, one object per image (docs/compare-json.md)"},
+			renderMemoryFlag(),
 		}...), generateImatrixFlags()...),
 		Action: runGenerate,
 	},
@@ -236,8 +237,12 @@ func runGenerate(c *cli.Context) error {
 	opt := infer.LoadOptions{Tokenizers: map[string]string{"clip": tok}, Threads: threads, Prediction: c.String("prediction"),
 		Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP}
 	opt.Tokenizers["t5"] = c.String("t5-tokenizer")
+	if opt.MaxMemory, err = memoryBudget(c); err != nil {
+		return err
+	}
 	m, err := infer.Load(comps, opt)
 	if err != nil {
+		err = budgetHint(err)
 		// The model's own problems come first (infer checks them before the
 		// tokenizer); a missing tokenizer is said with where it was looked for.
 		if notFound != nil && errors.Is(err, text.ErrNoTokenizer) {
@@ -315,7 +320,7 @@ func runGenerate(c *cli.Context) error {
 			if errors.Is(err, infer.ErrInterrupted) {
 				return interruptedGenerate(c, imat, err, i, len(prompts))
 			}
-			return err
+			return budgetHint(err)
 		}
 	}
 	return imat.finish(c, c.String("prompt-file"))
@@ -345,10 +350,15 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		return err
 	}
 	t := res.Timings
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s\n",
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s%s\n",
 		out, res.Width, res.Height, m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
-		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), peakRSS())
+		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), memorySummary(m), peakRSS())
 	if comparing(c) {
+		// The reference runs within the same budget: this model's weights
+		// make room (the next prompt reads them again).
+		if err := m.Release(); err != nil {
+			return err
+		}
 		if err := compareWith(c, components(c, true).WithDefaults(m.Components), opt, req, res, img); err != nil {
 			if errors.Is(err, infer.ErrInterrupted) {
 				return fmt.Errorf("%w during the --compare reference run (%s was written; no comparison)", err, out)

@@ -58,6 +58,7 @@ func init() {
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP BPE merges `FILE` (default: found as generate finds it)"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in each file's metadata; without one only an empty prompt encodes"},
 			threadsFlag("`N` ggml threads"),
+			renderMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing report"},
 		},
 		Action: runReport,
@@ -151,7 +152,11 @@ func runReport(c *cli.Context) error {
 	}
 	ctx, stop := console.SignalContext()
 	defer stop()
-	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src}
+	budget, err := memoryBudget(c)
+	if err != nil {
+		return err
+	}
+	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src, budget: budget}
 	ref, err := run.render(src)
 	if err != nil {
 		return err
@@ -209,6 +214,7 @@ type reportRun struct {
 	prompts []string
 	threads int
 	src     string
+	budget  int64 // --max-memory
 }
 
 // render loads the model at path and renders every prompt with it.
@@ -216,12 +222,12 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 	c := r.c
 	comps := infer.Components{"model": path}
 	tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads})
+	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads, MaxMemory: r.budget})
 	if err != nil {
 		if notFound != nil {
 			return nil, notFound
 		}
-		return nil, err
+		return nil, budgetHint(err)
 	}
 	defer m.Close()
 	def := m.Family.Defaults
@@ -233,7 +239,7 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 			Method: def.Method, Scheduler: def.Scheduler, CaptureBlocks: i == 0, Context: r.ctx}
 		res, err := generateWithBar(c.App.ErrWriter, m, req, filepath.Base(path))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, budgetHint(err))
 		}
 		warnNaN(c, path, res)
 		rm.nan += res.NaNPixels
