@@ -32,13 +32,17 @@ type netRun struct {
 	in   netInput
 }
 
-// deepFlux writes TinyFlux with more blocks (the tiny file's one block of
-// each kind is smaller than two streaming slots, so it never streams).
+// deepFlux writes TinyFlux with more blocks and T5 layers (the tiny
+// file's one block of each kind is smaller than two streaming slots, so it
+// never streams).
 func deepFlux(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "deep-flux.gguf")
 	f := synth.TinyFlux
 	f.Double, f.Single = 3, 4
+	t5 := *f.T5
+	t5.Layers = 6
+	f.T5 = &t5
 	if err := f.WriteSingle(path); err != nil {
 		t.Fatal(err)
 	}
@@ -174,5 +178,39 @@ func TestStreamFileChanged(t *testing.T) {
 				t.Errorf("a graph after the file was %s: %v, want an error naming the file and a tensor", change.name, err)
 			}
 		})
+	}
+}
+
+// A text encoder run within a budget that holds only part of its layers
+// conditions exactly as with every layer resident, each layer read once.
+func TestStreamedTextEncoder(t *testing.T) {
+	path := deepFlux(t)
+	whole := loadTiny(t, path)
+	want, err := whole.Encode("a cat", 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var largest, t5 int64
+	for _, g := range whole.w.p.groups {
+		if hasPrefix(g.name, "text_encoders.t5xxl") {
+			t5 += g.size
+			largest = max(largest, g.size)
+		}
+	}
+	budget := whole.alloc.Size() + 2*largest + (t5-2*largest)/3
+	m, err := Load(Components{"model": path}, LoadOptions{Threads: 1, MaxMemory: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	got, err := m.Encode("a cat", 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Context, want.Context) || !slices.Equal(got.Vector, want.Vector) {
+		t.Error("the streamed text encoders' conditioning differs from the resident one's")
+	}
+	if st := m.Memory(); st.Streamed == 0 || st.Reread != 0 {
+		t.Errorf("budget %d for %d bytes of T5: %+v, want layers streamed, each once", budget, t5, st)
 	}
 }
