@@ -464,49 +464,18 @@ func (p *pager) reorder(gr *native.Graph) error {
 // ends.)
 func (p *pager) blockOrder(inputs [][]int, alap, depth []int, consumed []bool) []int {
 	n := len(inputs)
-	reads := make([][]int, n)
-	for _, u := range p.uses {
-		reads[u.node] = append(reads[u.node], u.group)
-	}
-	side := p.sideGroups(inputs, depth, consumed, reads)
-	groupRank := map[int]int{}
-	for _, i := range alap {
-		for _, g := range reads[i] {
-			if _, ok := groupRank[g]; !ok {
-				groupRank[g] = len(groupRank)
-				if side[g] {
-					groupRank[g] = -1
-				}
-			}
-		}
-	}
 	consumers := make([][]int, n)
 	for i, in := range inputs {
 		for _, j := range in {
 			consumers[j] = append(consumers[j], i)
 		}
 	}
-	rank := make([]int, n)
 	pos := make([]int, n)
 	for k, i := range alap {
 		pos[i] = k
 	}
-	for k := n - 1; k >= 0; k-- {
-		i := alap[k]
-		rank[i] = len(groupRank)
-		if len(reads[i]) > 0 {
-			rank[i] = groupRank[reads[i][0]]
-			for _, g := range reads[i] {
-				rank[i] = min(rank[i], groupRank[g])
-			}
-			continue
-		}
-		for _, c := range consumers[i] {
-			rank[i] = min(rank[i], rank[c])
-		}
-	}
 	waiting := make([]int, n)
-	ready := &nodeHeap{rank: rank, pos: pos}
+	ready := &nodeHeap{rank: p.ranks(inputs, consumers, alap, depth, consumed), pos: pos}
 	for i, in := range inputs {
 		waiting[i] = len(in)
 		if waiting[i] == 0 {
@@ -524,6 +493,43 @@ func (p *pager) blockOrder(inputs [][]int, alap, depth []int, consumed []bool) [
 		}
 	}
 	return order
+}
+
+// ranks gives each node the rank blockOrder sorts by.
+func (p *pager) ranks(inputs, consumers [][]int, alap, depth []int, consumed []bool) []int {
+	n := len(inputs)
+	reads := make([][]int, n)
+	for _, u := range p.uses {
+		reads[u.node] = append(reads[u.node], u.group)
+	}
+	side := p.sideGroups(inputs, depth, consumed, reads)
+	groupRank := map[int]int{}
+	for _, i := range alap {
+		for _, g := range reads[i] {
+			if _, ok := groupRank[g]; !ok {
+				groupRank[g] = len(groupRank)
+				if side[g] {
+					groupRank[g] = -1
+				}
+			}
+		}
+	}
+	rank := make([]int, n)
+	for k := n - 1; k >= 0; k-- {
+		i := alap[k]
+		rank[i] = len(groupRank)
+		if len(reads[i]) > 0 {
+			rank[i] = groupRank[reads[i][0]]
+			for _, g := range reads[i] {
+				rank[i] = min(rank[i], groupRank[g])
+			}
+			continue
+		}
+		for _, c := range consumers[i] {
+			rank[i] = min(rank[i], rank[c])
+		}
+	}
+	return rank
 }
 
 // nodeHeap orders ready nodes by rank, then by position.
