@@ -81,6 +81,9 @@ type MemoryStats struct {
 	Reread int
 	// Slots is the size of the two streaming slots (0 when nothing streamed).
 	Slots int64
+	// Waited is how long computing waited for streamed reads (the part
+	// of the reading the overlap did not hide).
+	Waited time.Duration
 	// Compute is the largest compute buffer.
 	Compute int64
 }
@@ -779,14 +782,17 @@ func (p *pager) stream(gr *native.Graph, segs []segment) error {
 // the slot and runs the segment's nodes.
 func (p *pager) computeSegments(gr *native.Graph, segs []segment, done []chan error, free [2]chan struct{}) error {
 	for k, s := range segs {
-		if err := <-done[k]; err != nil {
+		t0 := time.Now()
+		err := <-done[k]
+		p.stats.Waited += time.Since(t0)
+		if err != nil {
 			return err
 		}
 		if err := p.place(s.group, k%2); err != nil {
 			return err
 		}
 		gr.RefreshViews()
-		err := p.be.ComputeRange(gr, s.i0, s.i1)
+		err = p.be.ComputeRange(gr, s.i0, s.i1)
 		free[k%2] <- struct{}{}
 		if err != nil {
 			if errors.Is(err, native.ErrAborted) {

@@ -53,8 +53,8 @@ func memorySummary(m *infer.Model) string {
 	st := m.Memory()
 	s := ", weights " + pipeline.HumanBytes(st.Resident) + " resident"
 	if st.Streamed > 0 {
-		s += fmt.Sprintf(", %s streamed (%s, slots %s)", pipeline.HumanBytes(st.Streamed),
-			pipeline.Count(st.StreamedGroups, "block", "blocks"), pipeline.HumanBytes(st.Slots))
+		s += fmt.Sprintf(", %s streamed (%s, slots %s, waited %s)", pipeline.HumanBytes(st.Streamed),
+			pipeline.Count(st.StreamedGroups, "block", "blocks"), pipeline.HumanBytes(st.Slots), round(st.Waited))
 	}
 	if st.Budget > 0 {
 		s += " within " + pipeline.HumanBytes(st.Budget)
