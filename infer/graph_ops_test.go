@@ -55,11 +55,9 @@ func makeWeights(t *testing.T, be *native.Backend, w map[string]testWeight) *wei
 		t.Cleanup(ws.free)
 		return ws // ggml allocates no buffer for an empty context
 	}
-	buf, err := be.AllocContext(ctx)
-	if err != nil {
+	if ws.buf, err = be.AllocContext(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(buf.Free)
 	for name, tw := range w {
 		tt := ws.byName[name]
 		enc, err := quant.Encoder(tt.Type())

@@ -10,8 +10,11 @@ import (
 // weightSet holds a model's weights: their ggml descriptors, and their
 // data resident or streamed within a memory budget (stream.go).
 type weightSet struct {
-	ctx    *native.Context
-	p      *pager
+	ctx *native.Context
+	p   *pager
+	// buf, when not nil, is a buffer the caller placed every weight in
+	// (tests that fill weights by hand, without a pager); free releases it.
+	buf    *native.Buffer
 	byName map[string]native.Tensor
 	types  map[string]formats.DType
 	// w8a8 maps the weights of INT8 modules to their rotation group (0: none).
@@ -34,6 +37,7 @@ func (w *weightSet) free() {
 	if w.p != nil {
 		w.p.free()
 	}
+	w.buf.Free()
 	w.ctx.Free()
 }
 
