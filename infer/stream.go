@@ -108,6 +108,9 @@ type pager struct {
 	// reads, in node order (prepare finds them, run uses them).
 	uses   []use
 	needed []int
+	// prepared is the graph prepare last saw: run refuses another, whose
+	// weights the allocator would have placed in the compute buffer.
+	prepared *native.Graph
 
 	stats    MemoryStats
 	resident int64
@@ -367,6 +370,7 @@ type segment struct{ i0, i1, group int }
 // a place (the slots, for the groups not resident, sized for the largest
 // group the graph reads), since the allocator would otherwise place them.
 func (p *pager) prepare(gr *native.Graph) error {
+	p.prepared = gr
 	if p.budget > 0 {
 		p.walk(gr)
 		if err := p.reorder(gr); err != nil {
@@ -600,6 +604,10 @@ func (p *pager) sideGroups(inputs [][]int, depth []int, consumed []bool, reads [
 // whole when its groups are resident, else in segments with the streamed
 // groups read into the slots.
 func (p *pager) run(gr *native.Graph, compute int64) error {
+	if gr != p.prepared {
+		return errors.New("infer: a graph computed without weightSet.prepare before its allocation")
+	}
+	p.prepared = nil
 	p.stats.Compute = max(p.stats.Compute, compute)
 	if err := p.settle(compute); err != nil {
 		return err
