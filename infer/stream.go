@@ -730,10 +730,18 @@ func (p *pager) segments(n int) ([]segment, error) {
 	return append(out, cur), nil
 }
 
-// stream runs the segments in order, each after its group was read into
-// slot k%2; a reader goroutine fills the other slot meanwhile.
+// stream runs the segments in order, segment k after its group was read
+// into slot (k+start)%2, a reader goroutine filling the other slot
+// meanwhile. While the last segment runs, the reader reads the first
+// segment's group again into the free slot, where the next graph of the
+// same network (the next step, or the negative pass) finds it: start is
+// that slot when it holds the first group.
 func (p *pager) stream(gr *native.Graph, segs []segment) error {
 	p.stats.Slots = max(p.stats.Slots, 2*p.slot)
+	start := 0
+	if p.slotHas[1] == segs[0].group {
+		start = 1
+	}
 	done := make([]chan error, len(segs))
 	for k := range done {
 		done[k] = make(chan error, 1)
@@ -748,29 +756,40 @@ func (p *pager) stream(gr *native.Graph, segs []segment) error {
 	go func() {
 		defer wg.Done()
 		scratch := &tensor.Scratch{}
+		fill := func(slot, group int) error {
+			if p.slotHas[slot] == group {
+				return nil
+			}
+			p.slotHas[slot] = -1
+			host := p.ring.Host()[int64(slot)*p.slot : int64(slot+1)*p.slot]
+			if err := p.read(group, host, scratch); err != nil {
+				return err
+			}
+			p.slotHas[slot] = group
+			read += p.groups[group].size
+			return nil
+		}
 		for k, s := range segs {
-			slot := k % 2
 			select {
-			case <-free[slot]:
+			case <-free[(k+start)%2]:
 			case <-stop:
 				return
 			}
-			var err error
-			if p.slotHas[slot] != s.group {
-				p.slotHas[slot] = -1
-				host := p.ring.Host()[int64(slot)*p.slot : int64(slot+1)*p.slot]
-				if err = p.read(s.group, host, scratch); err == nil {
-					p.slotHas[slot] = s.group
-					read += p.groups[s.group].size
-				}
-			}
+			err := fill((k+start)%2, s.group)
 			done[k] <- err
 			if err != nil {
 				return
 			}
 		}
+		if len(segs) > 1 {
+			select {
+			case <-free[(len(segs)+start)%2]:
+				fill((len(segs)+start)%2, segs[0].group) // an error is the next graph's to report
+			case <-stop:
+			}
+		}
 	}()
-	err := p.computeSegments(gr, segs, done, free)
+	err := p.computeSegments(gr, segs, start, done, free)
 	close(stop)
 	wg.Wait()
 	p.stats.Streamed += read
@@ -788,7 +807,7 @@ func (p *pager) stream(gr *native.Graph, segs []segment) error {
 
 // computeSegments waits for each segment's group, points its tensors at
 // the slot and runs the segment's nodes.
-func (p *pager) computeSegments(gr *native.Graph, segs []segment, done []chan error, free [2]chan struct{}) error {
+func (p *pager) computeSegments(gr *native.Graph, segs []segment, start int, done []chan error, free [2]chan struct{}) error {
 	for k, s := range segs {
 		t0 := time.Now()
 		err := <-done[k]
@@ -796,12 +815,13 @@ func (p *pager) computeSegments(gr *native.Graph, segs []segment, done []chan er
 		if err != nil {
 			return err
 		}
-		if err := p.place(s.group, k%2); err != nil {
+		slot := (k + start) % 2
+		if err := p.place(s.group, slot); err != nil {
 			return err
 		}
 		gr.RefreshViews()
 		err = p.be.ComputeRange(gr, s.i0, s.i1)
-		free[k%2] <- struct{}{}
+		free[slot] <- struct{}{}
 		if err != nil {
 			if errors.Is(err, native.ErrAborted) {
 				return err

@@ -39,7 +39,7 @@ func deepFlux(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "deep-flux.gguf")
 	f := synth.TinyFlux
-	f.Double, f.Single = 3, 4
+	f.Double, f.Single = 2, 3
 	t5 := *f.T5
 	t5.Layers = 6
 	f.T5 = &t5
@@ -51,6 +51,13 @@ func deepFlux(t *testing.T) string {
 
 func (r netRun) eval(t *testing.T, m *Model) []float32 {
 	t.Helper()
+	return r.evalN(t, m, 1, nil)[0]
+}
+
+// evalN encodes the prompt once and runs the network n times, calling
+// after (when not nil) after each run.
+func (r netRun) evalN(t *testing.T, m *Model, n int, after func(run int)) [][]float32 {
+	t.Helper()
 	cond, err := m.Encode("a cat", 64, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -61,11 +68,18 @@ func (r netRun) eval(t *testing.T, m *Model) []float32 {
 	for i := range in.x {
 		in.x[i] = float32(i%7) - 3
 	}
-	out, err := m.runNet(&in, nil)
-	if err != nil {
-		t.Fatal(err)
+	var outs [][]float32
+	for range n {
+		out, err := m.runNet(&in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, out)
+		if after != nil {
+			after(len(outs) - 1)
+		}
 	}
-	return out
+	return outs
 }
 
 var netRuns = []netRun{
@@ -100,14 +114,31 @@ func TestStreamedMatchesResident(t *testing.T) {
 			}
 			largest, network := groupSizes(whole)
 			compute := whole.alloc.Size()
-			for _, budget := range []int64{2*largest + compute, compute + largest + network/2} {
+			for i, budget := range []int64{2*largest + compute, compute + largest + network/2} {
 				m, err := Load(Components{"model": r.path}, LoadOptions{Threads: 1, MaxMemory: budget})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer m.Close()
-				if got := r.eval(t, m); !slices.Equal(got, want) {
-					t.Errorf("budget %d: the streamed network's output differs from the resident one's", budget)
+				// Twice at the least budget: each run reads the first
+				// streamed block ahead for the next, which starts from it.
+				outs := r.evalN(t, m, 2-i, func(run int) {
+					p := m.w.p
+					first := -1
+					for _, u := range p.uses {
+						if p.groups[u.group].buf == nil {
+							first = u.group
+							break
+						}
+					}
+					if first >= 0 && !slices.Contains(p.slotHas[:], first) {
+						t.Errorf("budget %d, run %d: the slots hold %v, not the first streamed block %d", budget, run, p.slotHas, first)
+					}
+				})
+				for run, got := range outs {
+					if !slices.Equal(got, want) {
+						t.Errorf("budget %d, run %d: the streamed network's output differs from the resident one's", budget, run)
+					}
 				}
 				st := m.Memory()
 				if st.Streamed == 0 || st.StreamedGroups == 0 || st.Reread != 0 {
