@@ -30,6 +30,10 @@ type LoadOptions struct {
 	// the runtimes differ: RuntimeSDCPP ("" too) or RuntimeComfyUI
 	// (runtimeModule says what differs).
 	Runtime string
+	// MaxMemory is the memory budget in bytes for the weights and the
+	// compute buffers (0: none, every weight resident). Weights that do not
+	// fit are read from their files per block as graphs run (stream.go).
+	MaxMemory int64
 }
 
 // The runtimes LoadOptions.Runtime names.
