@@ -176,7 +176,8 @@ func init() {
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "json", Usage: "with --compare: print the comparison as JSON on stdout, one object per image (docs/compare-json.md)"},
-		}...), generateImatrixFlags()...),
+			renderMemoryFlag(),
+		}...), append(generateImatrixFlags(), referenceCacheFlags()...)...),
 		Action: runGenerate,
 	},
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o out/cat.png",
@@ -242,8 +243,12 @@ func runGenerate(c *cli.Context) error {
 	}
 	opt.Tokenizers["t5"] = c.String("t5-tokenizer")
 	opt.Tokenizers["llm"] = c.String("llm-tokenizer")
+	if opt.MaxMemory, err = memoryBudget(c); err != nil {
+		return err
+	}
 	m, err := infer.Load(comps, opt)
 	if err != nil {
+		err = budgetHint(err)
 		// The model's own problems come first (infer checks them before the
 		// tokenizer); a missing tokenizer is said with where it was looked for.
 		if notFound != nil && errors.Is(err, text.ErrNoTokenizer) {
@@ -323,7 +328,7 @@ func runGenerate(c *cli.Context) error {
 			if errors.Is(err, infer.ErrInterrupted) {
 				return interruptedGenerate(c, imat, err, i, len(prompts))
 			}
-			return err
+			return budgetHint(err)
 		}
 	}
 	return imat.finish(c, c.String("prompt-file"))
@@ -353,11 +358,11 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		return err
 	}
 	t := res.Timings
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s\n",
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s%s\n",
 		out, res.Width, res.Height, m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
-		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), peakRSS())
+		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), memorySummary(m), peakRSS())
 	if comparing(c) {
-		if err := compareWith(c, components(c, true).WithDefaults(m.Components), opt, req, res, img); err != nil {
+		if err := compareWith(c, m, components(c, true).WithDefaults(m.Components), opt, req, res, img); err != nil {
 			if errors.Is(err, infer.ErrInterrupted) {
 				return fmt.Errorf("%w during the --compare reference run (%s was written; no comparison)", err, out)
 			}
@@ -404,19 +409,13 @@ func peakRSS() string {
 	return ""
 }
 
-// compareWith runs req with the reference model and prints the comparison.
-func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOptions, req infer.Request, res *infer.Result, img image.Image) error {
-	rm, err := infer.Load(refFiles, opt)
+// compareWith runs req with the reference model (or takes its render from
+// the reference cache) and prints the comparison; m is the tested model.
+func compareWith(c *cli.Context, m *infer.Model, refFiles infer.Components, opt infer.LoadOptions, req infer.Request, res *infer.Result, img image.Image) error {
+	ref, err := referenceRender(c, m, refFiles, opt, req)
 	if err != nil {
 		return err
 	}
-	defer rm.Close()
-	warnRuntime(c, rm, opt.Runtime)
-	ref, err := generateWithBar(c.App.ErrWriter, rm, req, "reference")
-	if err != nil {
-		return err
-	}
-	warnNaN(c, rm.Path, ref)
 	refImg, err := infer.ImageFromCHW(ref.Pixels, ref.Width, ref.Height)
 	if err != nil {
 		return err
@@ -460,6 +459,43 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 		return writeJSON(c.App.Writer, r)
 	}
 	return r.writeText(c.App.Writer)
+}
+
+// referenceRender renders req with the reference model, unless the
+// reference cache has that render.
+func referenceRender(c *cli.Context, m *infer.Model, refFiles infer.Components, opt infer.LoadOptions, req infer.Request) (*infer.Result, error) {
+	rc, err := referenceCache(c)
+	if err != nil {
+		return nil, err
+	}
+	key := ""
+	if req.Init == nil { // img2img renders are not kept
+		key = renderKey(rc, componentPaths(refFiles), requestSettings(req), loadSettings(opt))
+	}
+	if key != "" {
+		if ref, ok := rc.Get(key); ok {
+			fmt.Fprintf(c.App.ErrWriter, "reference: %s rendered from the reference cache\n", strings.Join(refFiles.Files(), " "))
+			return ref, nil
+		}
+	}
+	// The reference runs within the same budget: the tested model's
+	// weights make room (the next prompt reads them again).
+	if err := m.Release(); err != nil {
+		return nil, err
+	}
+	rm, err := infer.Load(refFiles, opt)
+	if err != nil {
+		return nil, budgetHint(err)
+	}
+	defer rm.Close()
+	warnRuntime(c, rm, opt.Runtime)
+	ref, err := generateWithBar(c.App.ErrWriter, rm, req, "reference")
+	if err != nil {
+		return nil, budgetHint(err)
+	}
+	warnNaN(c, rm.Path, ref)
+	putReference(c.Context, c, rc, key, ref)
+	return ref, nil
 }
 
 // compareResult is what generate --compare measures for one image; --json
