@@ -58,11 +58,7 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 	ws := &weightSet{ctx: ctx, byName: map[string]native.Tensor{}, types: map[string]formats.DType{}}
 	for i := range specs {
 		s := &specs[i]
-		if len(s.Shape) > 4 {
-			ctx.Free()
-			return nil, fmt.Errorf("%s: tensor %q: %d dims (ggml holds at most 4)", s.model.Path(), s.src.Name, len(s.Shape))
-		}
-		t, err := ctx.NewTensor(s.Type, ggmlDims(s.Shape)...)
+		t, err := ctx.NewTensor(s.Type, ggmlDims(foldDims(s.Shape))...)
 		if err != nil {
 			ctx.Free()
 			return nil, fmt.Errorf("%s: tensor %q: %w", s.model.Path(), s.src.Name, err)

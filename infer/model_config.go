@@ -55,6 +55,11 @@ type vaeKind struct {
 	decode, encode func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor
 	// isWeight reports a tensor of this kind of VAE (internal name).
 	isWeight func(name string) bool
+	// decodeVideo, when set, decodes a diffusion latent video [C, frames,
+	// h, w] to the video's frames of pixels [n][3][H][W] and returns n
+	// (a video VAE unpacks a latent frame into several); a kind without it
+	// decodes each latent frame as an image (Model.DecodeVideo).
+	decodeVideo func(m *Model, z []float32, w, h, frames int) ([]float32, int, error)
 }
 
 // vaeKinds are the VAE kinds by name, registered by their files.
