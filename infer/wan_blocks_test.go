@@ -420,3 +420,33 @@ func TestFoldDims(t *testing.T) {
 		t.Errorf("2-D: %v", got)
 	}
 }
+
+// TestDiscreteFlowSigmas checks sd-cli's shifted flow schedule against its
+// formula worked by hand: sigma(t) = 5s/(1+4s), s = (t+1)/1000, and the
+// network's timestep sigma·1000.
+func TestDiscreteFlowSigmas(t *testing.T) {
+	s := &discreteFlowSchedule{shift: 5}
+	for _, c := range []struct{ t, want float32 }{{999, 1}, {499, 2.5 / 3}, {0, 0.005 / 1.004}} {
+		if got := s.TToSigma(c.t); math.Abs(float64(got-c.want)) > 1e-6 {
+			t.Errorf("sigma(%g) = %g, want %g", c.t, got, c.want)
+		}
+	}
+	if got := s.SigmaToT(0.25); got != 250 {
+		t.Errorf("timestep of 0.25: %g", got)
+	}
+	sig, err := s.Sigmas(SchedulerDiscrete, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Three steps: timesteps 999, 499.5, 0, then 0.
+	want := []float32{1, 5 * 0.5005 / (1 + 4*0.5005), 0.005 / 1.004, 0}
+	for i := range want {
+		if math.Abs(float64(sig[i]-want[i])) > 1e-6 {
+			t.Errorf("sigmas %v, want %v", sig, want)
+			break
+		}
+	}
+	if (&discreteFlowSchedule{shift: 1}).TToSigma(249) != 0.25 {
+		t.Error("shift 1 is not the identity")
+	}
+}
