@@ -79,7 +79,7 @@ func init() {
 		encode: func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor {
 			return (&wanRun{g: g, cfg: c.Layout.(*WanVAEConfig)}).encode(x)
 		},
-		decodeFrames: decodeWanFrames,
+		decodeVideo: decodeWanVideo,
 	}
 }
 
@@ -133,6 +133,10 @@ func detectWanVAE(s shapes, c *VAEConfig) error {
 			return err
 		}
 	}
-	c.Spatial, c.Temporal = 8*w.Patch, 4
 	return nil
 }
+
+// Factors returns the pixels per latent cell along each side (8; 2.2:
+// 16) and the frames per latent frame after the first (4): what a
+// family's VAEFacts.Down and TimeFactor must say.
+func (c *WanVAEConfig) Factors() (spatial, temporal int) { return 8 * c.Patch, 4 }

@@ -13,8 +13,8 @@ import (
 // The Wan VAE's chunked ggml graphs against the whole-video plain-Go
 // reference (wanvae_ref_test.go), at small widths.
 
-// wanTestModel loads test weights into a Model that has only a Wan VAE.
-func wanTestModel(t *testing.T, cfg *WanVAEConfig, w map[string]testWeight) *Model {
+// wanVAETestModel loads test weights into a Model that has only a Wan VAE.
+func wanVAETestModel(t *testing.T, cfg *WanVAEConfig, w map[string]testWeight) *Model {
 	t.Helper()
 	be := newTestBackend(t)
 	ws := makeWeights(t, be, w)
@@ -49,10 +49,10 @@ func TestWanVAEDecodeFrames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(41, 42))
-			w := wanTestWeights(r, &tc.cfg, tc.dec, 0)
-			m := wanTestModel(t, &tc.cfg, w)
-			z := randn(r, tc.t*tc.cfg.ZDim*tc.h*tc.w, 1)
-			got, frames, err := m.DecodeVideo(z, tc.t, tc.w, tc.h)
+			w := wanVAETestWeights(r, &tc.cfg, tc.dec, 0)
+			m := wanVAETestModel(t, &tc.cfg, w)
+			z := randn(r, tc.t*tc.cfg.ZDim*tc.h*tc.w, 1) // [T, Z, h, w]
+			got, frames, err := m.DecodeVideo(channelsFirst(z, tc.t, tc.cfg.ZDim*tc.h*tc.w, tc.h*tc.w), tc.w, tc.h, tc.t)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,8 +86,8 @@ func TestWanVAEEncodeFrame(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(43, 44))
-			w := wanTestWeights(r, &tc.cfg, 4, tc.cfg.EncDim)
-			m := wanTestModel(t, &tc.cfg, w)
+			w := wanVAETestWeights(r, &tc.cfg, 4, tc.cfg.EncDim)
+			m := wanVAETestModel(t, &tc.cfg, w)
 			px := randn(r, 3*tc.h*tc.w, 0.5)
 			got, err := m.EncodeImage(px, tc.w, tc.h)
 			if err != nil {
@@ -102,6 +102,18 @@ func TestWanVAEEncodeFrame(t *testing.T) {
 			closeEnough(t, "latent", got, want, 1e-2)
 		})
 	}
+}
+
+// channelsFirst reorders frames [T][C][cell] to [C][T][cell].
+func channelsFirst(x []float32, t, frame, cell int) []float32 {
+	out := make([]float32, len(x))
+	c := frame / cell
+	for f := range t {
+		for ch := range c {
+			copy(out[(ch*t+f)*cell:(ch*t+f+1)*cell], x[f*frame+ch*cell:])
+		}
+	}
+	return out
 }
 
 // runWanChunks runs build on successive chunks of x [W, H, C, T] (frame
@@ -176,7 +188,7 @@ func TestWanCausalConvChunks(t *testing.T) {
 	add("a.to_qkv.bias", formats.F32, 0.1, 0, 3*ci)
 	add("a.proj.weight", formats.F16, 0.3, 0, ci, ci, 1, 1)
 	add("a.proj.bias", formats.F32, 0.1, 0, ci)
-	m := wanTestModel(t, cfg, w)
+	m := wanVAETestModel(t, cfg, w)
 	ws, sh := refOf(t, w)
 	sizes := []int{1, 2, 4, 1}
 	const frames = 8
