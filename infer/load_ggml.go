@@ -35,11 +35,13 @@ func (w *weightSet) free() {
 	w.ctx.Free()
 }
 
-// ggmlDims turns a PyTorch shape into ggml dims (innermost first).
+// ggmlDims turns a PyTorch shape into ggml dims (innermost first), a
+// Conv3d kernel's folded to four (foldDims).
 func ggmlDims(shape []int64) []int64 {
 	if len(shape) == 0 {
 		return []int64{1}
 	}
+	shape = foldDims(shape)
 	ne := make([]int64, len(shape))
 	for i, d := range shape {
 		ne[len(shape)-1-i] = d

@@ -55,6 +55,9 @@ type vaeKind struct {
 	decode, encode func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor
 	// isWeight reports a tensor of this kind of VAE (internal name).
 	isWeight func(name string) bool
+	// meanOnly reports an encoder whose output is the latent itself (Z
+	// channels, no log-variance), which img2img takes without sampling.
+	meanOnly bool
 	// decodeVideo, when set, decodes a diffusion latent video [C, frames,
 	// h, w] to the video's frames of pixels [n][3][H][W] and returns n
 	// (a video VAE unpacks a latent frame into several); a kind without it
