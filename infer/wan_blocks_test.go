@@ -43,8 +43,7 @@ func wanTestWeights(r *rand.Rand, cfg WanConfig) map[string]testWeight {
 		add(name+".weight", 1/math.Sqrt(float64(in)), 0, out, in)
 		add(name+".bias", 0.05, 0, out)
 	}
-	// Held as sd.cpp holds a Conv3d kernel (and Load folds a 5-D one): [dim·C, 1, 2, 2].
-	add("patch_embedding.weight", 0.3, 0, h*int64(cfg.InChannels), 1, 2, 2)
+	add("patch_embedding.weight", 0.3, 0, h, int64(cfg.InChannels), 1, 2, 2)
 	add("patch_embedding.bias", 0.05, 0, h)
 	lin("text_embedding.0", h, int64(cfg.TextDim))
 	lin("text_embedding.2", h, h)
@@ -390,10 +389,10 @@ func TestDetectWan(t *testing.T) {
 	if fmt.Sprint(*got) != fmt.Sprint(want) {
 		t.Errorf("got %+v\nwant %+v", *got, want)
 	}
-	// The trained 5-D kernel reads alike.
-	sh[dmPrefix+"patch_embedding.weight"] = []int64{256, 4, 1, 2, 2}
+	// The kernel as sd.cpp holds a Conv3d (its GGUF files) reads alike.
+	sh[dmPrefix+"patch_embedding.weight"] = []int64{256 * 4, 1, 2, 2}
 	if got, err := detectWan(sh, dmPrefix); err != nil || got.InChannels != 4 || got.Hidden != 256 {
-		t.Errorf("5-D patch embedding: %+v, %v", got, err)
+		t.Errorf("4-D patch embedding: %+v, %v", got, err)
 	}
 	for _, c := range []struct {
 		edit func(map[string][]int64)
