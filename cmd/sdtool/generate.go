@@ -188,6 +188,8 @@ func init() {
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a photo of a cat' --steps 2 -W 64 -H 64 -o out/cat-flux.png --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 --guidance 5 -o out/flux-cmp.png --compare testdata/tiny-flux.gguf --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o out/flux-calib.png --imatrix-out out/flux-calib.dat --force",
+		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 9 --fps 8 -p 'a cat' --steps 2 -o out/cat.avi --force",
+		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 5 -p 'a cat' --steps 1 -W 32 -H 32 -o out/cat_%03d.png --compare testdata/tiny-wan.gguf --force",
 	)
 }
 
@@ -363,7 +365,7 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 	}
 	t := res.Timings
 	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d%s, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s\n",
-		out, res.Width, res.Height, framesNote(req, res), m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
+		videoOutputNote(out, res.Frames), res.Width, res.Height, framesNote(req, res), m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
 		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), peakRSS())
 	if comparing(c) {
 		if err := compareWith(c, components(c, true).WithDefaults(m.Components), opt, req, res, frames); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image"
+	"image/draw"
 	"io"
 	"log/slog"
 	"math"
@@ -244,4 +245,32 @@ func framesNote(req infer.Request, res *infer.Result) string {
 		return ""
 	}
 	return fmt.Sprintf(", %d frames", res.Frames)
+}
+
+// videoOutputNote names what an output pattern became ("cat_000.png ... cat_004.png").
+func videoOutputNote(out string, frames int) string {
+	names := videoOutputs(out, max(frames, 1))
+	if len(names) == 1 {
+		return names[0]
+	}
+	return names[0] + " ... " + names[len(names)-1]
+}
+
+// filmstrip lays a result's frames side by side in one image (an image
+// result is itself), so that a report shows a clip as it shows an image
+// and measures it over all its frames.
+func filmstrip(res *infer.Result) (image.Image, error) {
+	frames, err := infer.FrameImages(res)
+	if err != nil {
+		return nil, err
+	}
+	if len(frames) == 1 {
+		return frames[0], nil
+	}
+	w, h := res.Width, res.Height
+	out := image.NewRGBA(image.Rect(0, 0, w*len(frames), h))
+	for i, f := range frames {
+		draw.Draw(out, image.Rect(i*w, 0, (i+1)*w, h), f, image.Point{}, draw.Src)
+	}
+	return out, nil
 }
