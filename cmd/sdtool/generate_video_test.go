@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
 const tinyWan = "../../testdata/tiny-wan.gguf"
@@ -57,10 +59,26 @@ func TestGenerateVideo(t *testing.T) {
 		t.Fatalf("%d frames in the AVI, want 5", len(jpegs))
 	}
 	// The same video as PNG frames: five files, each closest to its own AVI frame (JPEG is lossy).
+	// It collects an importance matrix of the DiT's and UMT5's linear weights.
+	dat := filepath.Join(dir, "wan.dat")
 	code, _, errOut = runApp(t, "generate", "-m", tinyWan, "-M", "vid_gen", "--video-frames", "5", "-p", "a cat", "--steps", "1",
-		"-W", "16", "-H", "16", "-t", "1", "-o", filepath.Join(dir, "cat_%03d.png"))
+		"-W", "16", "-H", "16", "-t", "1", "-o", filepath.Join(dir, "cat_%03d.png"), "--imatrix-out", dat)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	im, err := imatrix.OpenDat(dat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, e := range im.Entries {
+		found[e.Name] = true
+	}
+	for _, n := range []string{"model.diffusion_model.blocks.0.self_attn.q.weight", "model.diffusion_model.blocks.0.cross_attn.k.weight",
+		"model.diffusion_model.head.head.weight", "text_encoders.t5xxl.transformer.encoder.block.1.layer.1.DenseReluDense.wo.weight"} {
+		if !found[n] {
+			t.Errorf("no importance entry for %s", n)
+		}
 	}
 	var pngs, avis []image.Image
 	for i, j := range jpegs {
