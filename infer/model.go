@@ -72,6 +72,13 @@ type network interface {
 	build(g *builder, in *netInput) (native.Tensor, []input, []blockTensor)
 }
 
+// expertNetwork is a network that has a high-noise expert (Wan 2.2
+// A14B): a second network of the same kind that runs the first steps.
+type expertNetwork interface {
+	// highNoise returns the expert, nil when the model has none.
+	highNoise() network
+}
+
 // outputMapper is a network whose graph output is not in the latent's
 // layout (a DiT's patch tokens); runNet maps it back.
 type outputMapper interface {
@@ -480,11 +487,16 @@ func (m *Model) Encode(prompt string, width, height int) (*Conditioning, error) 
 // runNet evaluates the diffusion network once; blocks, when not nil,
 // receives every block's output.
 func (m *Model) runNet(in *netInput, blocks *[]BlockOutput) ([]float32, error) {
+	return m.runNetwork(m.net, in, blocks)
+}
+
+// runNetwork is runNet with the given network (the model's, or its expert).
+func (m *Model) runNetwork(net network, in *netInput, blocks *[]BlockOutput) ([]float32, error) {
 	var out []float32
 	var kept []blockTensor
 	in.capture = blocks != nil
 	err := m.compute(func(g *builder) ([]input, native.Tensor) {
-		y, ins, k := m.net.build(g, in)
+		y, ins, k := net.build(g, in)
 		kept = k
 		return ins, y
 	}, func(o native.Tensor) error {
@@ -492,7 +504,7 @@ func (m *Model) runNet(in *netInput, blocks *[]BlockOutput) ([]float32, error) {
 		if out, err = o.F32(); err != nil {
 			return err
 		}
-		if om, ok := m.net.(outputMapper); ok {
+		if om, ok := net.(outputMapper); ok {
 			out = om.mapOutput(out, in)
 		}
 		for _, b := range kept {
@@ -631,6 +643,8 @@ func (m *Model) AlignSize(w, h int) (int, int, int) {
 // latent by the parameterisation.
 type guidedDenoiser struct {
 	m            *Model
+	net          network // m.net, or its high-noise expert
+	cfgScale     float32
 	pred         Prediction
 	sched        Schedule
 	req          *Request
@@ -649,19 +663,19 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 	call := &netInput{x: d.in, w: d.w, h: d.h, frames: d.frames, t: d.sched.SigmaToT(sigma), cond: d.cond, guidance: d.req.Guidance}
 	blocks := d.capture
 	d.capture = nil
-	out, err := d.m.runNet(call, blocks)
+	out, err := d.m.runNetwork(d.net, call, blocks)
 	if err != nil {
 		d.err = err
 		return nil
 	}
-	if d.uncond != nil {
+	if d.uncond != nil && d.cfgScale != 1 {
 		call.cond = d.uncond
-		u, err := d.m.runNet(call, nil)
+		u, err := d.m.runNetwork(d.net, call, nil)
 		if err != nil {
 			d.err = err
 			return nil
 		}
-		Guide(out, u, d.req.CFGScale)
+		Guide(out, u, d.cfgScale)
 	}
 	d.pred.Denoised(d.den, xs, out, sigma)
 	return d.den
@@ -673,7 +687,7 @@ func (m *Model) conditionings(req *Request) (cond, uncond *Conditioning, err err
 	if cond, err = m.cond.encode(req.Prompt, req.Width, req.Height, false); err != nil {
 		return nil, nil, err
 	}
-	if req.CFGScale != 1 {
+	if req.CFGScale != 1 || req.HighNoise != nil && req.HighNoise.CFGScale != 1 {
 		zero := m.Family.EmptyNegativeZero && req.Negative == ""
 		encode := m.cond.encode
 		if nc, ok := m.cond.(negativeConditioner); ok {
@@ -715,9 +729,80 @@ func (m *Model) FlowShift() float32 {
 // schedule returns the model's noise schedule for a latent of w×h cells.
 func (m *Model) schedule(w, h int) Schedule { return schedules[m.Family.Schedule](m, w, h) }
 
+// sampleStage is a run of sampling steps with one network.
+type sampleStage struct {
+	net      network
+	method   Method
+	cfgScale float32
+	sigmas   []float32
+}
+
+// stages splits sampling between the high-noise expert and the model's
+// network as sd-cli does: the expert runs HighNoise.Steps steps (or, when
+// that is below 0, the steps before the first sigma below the boundary),
+// each with its own sampler and guidance scale.
+func (m *Model) stages(req *Request, sigmas []float32) []sampleStage {
+	own := sampleStage{net: m.net, method: req.Method, cfgScale: req.CFGScale, sigmas: sigmas}
+	hn := req.HighNoise
+	if hn == nil {
+		return []sampleStage{own}
+	}
+	split := hn.Steps
+	if split < 0 {
+		split = 0
+		for i, s := range sigmas {
+			if s < hn.Boundary {
+				split = i
+				break
+			}
+		}
+	}
+	split = min(split, len(sigmas)-1)
+	if split == 0 {
+		return []sampleStage{own}
+	}
+	expert := sampleStage{net: m.net.(expertNetwork).highNoise(), method: hn.Method, cfgScale: hn.CFGScale, sigmas: sigmas[:split+1]}
+	if split == len(sigmas)-1 {
+		return []sampleStage{expert}
+	}
+	own.sigmas = sigmas[split:]
+	return []sampleStage{expert, own}
+}
+
+// settleHighNoise gives a model with a high-noise expert sd-cli's expert
+// settings when the request has none, and refuses expert settings for a
+// model without one.
+func (m *Model) settleHighNoise(req *Request) error {
+	var expert network
+	if e, ok := m.net.(expertNetwork); ok {
+		expert = e.highNoise()
+	}
+	switch {
+	case req.HighNoise != nil && expert == nil:
+		return fmt.Errorf("%s: high-noise settings for a model without a high-noise expert", m.Path)
+	case req.HighNoise == nil && expert != nil:
+		hn := DefaultHighNoise
+		req.HighNoise = &hn
+	}
+	if hn := req.HighNoise; hn != nil {
+		cp := *hn
+		if cp.Method == "" {
+			cp.Method = m.Family.Defaults.Method
+		}
+		if !(cp.CFGScale >= 0 && cp.CFGScale < 1000) || cp.Steps > 1000 {
+			return fmt.Errorf("high-noise cfg scale %g and steps %d must be in [0, 1000)", cp.CFGScale, cp.Steps)
+		}
+		req.HighNoise = &cp
+	}
+	return nil
+}
+
 // generate is Generate without the interrupt within a step (interrupt.go).
 func (m *Model) generate(req Request) (*Result, error) {
 	fam := m.Family
+	if err := m.settleHighNoise(&req); err != nil {
+		return nil, err
+	}
 	if req.Method == "" {
 		req.Method = fam.Defaults.Method
 	}
@@ -753,7 +838,11 @@ func (m *Model) generate(req Request) (*Result, error) {
 		return nil, err
 	}
 	sched := m.schedule(lw, lh)
-	sigmas, err := sched.Sigmas(req.Scheduler, req.Steps)
+	total := req.Steps
+	if req.HighNoise != nil {
+		total += max(0, req.HighNoise.Steps)
+	}
+	sigmas, err := sched.Sigmas(req.Scheduler, total)
 	if err != nil {
 		return nil, err
 	}
@@ -778,17 +867,22 @@ func (m *Model) generate(req Request) (*Result, error) {
 	if err := req.interrupted(0, len(sigmas)-1); err != nil {
 		return nil, err
 	}
-	err = SamplePrediction(req.Method, pred, d.denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
-		if req.OnStep != nil {
-			req.OnStep(step, steps)
+	done := 0
+	for _, st := range m.stages(&req, sigmas) {
+		d.net, d.cfgScale = st.net, st.cfgScale
+		err = SamplePrediction(st.method, pred, d.denoise, x, st.sigmas, noise, func(step, _ int, sigma float32, _ []float32) error {
+			if req.OnStep != nil {
+				req.OnStep(done+step, len(sigmas)-1)
+			}
+			return req.interrupted(done+step, len(sigmas)-1)
+		})
+		if d.err != nil {
+			return nil, d.err
 		}
-		return req.interrupted(step, steps)
-	})
-	if d.err != nil {
-		return nil, d.err
-	}
-	if err != nil {
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
+		done += len(st.sigmas) - 1
 	}
 	pred.InverseNoise(x, sigmas[len(sigmas)-1])
 	res.Timings.Sampling = time.Since(t1)

@@ -70,6 +70,10 @@ type Request struct {
 	Init []float32
 	// Strength is the img2img denoising strength in (0, 1].
 	Strength float32
+	// HighNoise runs the first steps with the model's high-noise expert
+	// (Wan 2.2 A14B's --high-noise-diffusion-model), as sd-cli does; nil
+	// uses the expert, when the model has one, with DefaultHighNoise.
+	HighNoise *HighNoise
 	// CaptureBlocks keeps every UNet block's output at the first step (conditional pass).
 	CaptureBlocks bool
 	// OnStep, when set, is called after every step.
@@ -79,6 +83,26 @@ type Request struct {
 	// ErrInterrupted and the context's cause.
 	Context context.Context
 }
+
+// HighNoise are the settings of a high-noise expert's steps (sd-cli's --high-noise-* flags).
+type HighNoise struct {
+	// Steps is the number of steps the expert runs before the model's own
+	// network takes over; the schedule then has Request.Steps + Steps
+	// steps. Below 0 the schedule has Request.Steps steps and the expert
+	// runs those whose sigma is at least Boundary.
+	Steps int
+	// Boundary is the sigma below which the model's own network takes over
+	// when Steps < 0 (sd-cli's --moe-boundary, 0.875).
+	Boundary float32
+	// CFGScale is the expert's classifier-free guidance scale.
+	CFGScale float32
+	// Method is the expert's sampler ("": the family's default).
+	Method Method
+}
+
+// DefaultHighNoise are sd-cli's defaults for an expert: the switch at
+// sigma 0.875, guidance 7 and the family's sampler.
+var DefaultHighNoise = HighNoise{Steps: -1, Boundary: 0.875, CFGScale: 7}
 
 // ErrInterrupted is wrapped by Generate's error when Request.Context was cancelled.
 var ErrInterrupted = errors.New("interrupted")

@@ -27,6 +27,14 @@ func init() {
 
 func (n *wanNet) channels() int { return n.cfg.OutChannels }
 
+// highNoise returns Wan 2.2 A14B's high-noise expert as a network of its own.
+func (n *wanNet) highNoise() network {
+	if n.cfg.HighNoise == nil {
+		return nil
+	}
+	return &wanNet{cfg: n.cfg.HighNoise}
+}
+
 func (n *wanNet) multiple() int { return n.cfg.PatchH }
 
 // wanPatchify turns a latent [C, T, h, w] into patch tokens [T·rows·cols][C·p·p].

@@ -34,7 +34,13 @@ type WanConfig struct {
 	// Axes are the RoPE widths of the three position axes (frame, row, column) and Theta their base.
 	Axes  []int
 	Theta float32
+	// HighNoise is Wan 2.2 A14B's high-noise expert (under
+	// wanHighNoisePrefix), which runs the first steps; nil for none.
+	HighNoise *WanConfig
 }
+
+// wanHighNoisePrefix is where sd-cli loads --high-noise-diffusion-model.
+const wanHighNoisePrefix = "model.high_noise_diffusion_model."
 
 // LatentChannels is the latent's channel count (the head's output per patch cell).
 func (c *WanConfig) LatentChannels() int { return c.OutChannels }
@@ -54,6 +60,16 @@ func init() {
 		c, err := detectWan(s, dmPrefix)
 		if err != nil {
 			return err
+		}
+		if s.hasPrefix(wanHighNoisePrefix) {
+			if c.HighNoise, err = detectWan(s, wanHighNoisePrefix); err != nil {
+				return fmt.Errorf("high-noise expert: %w", err)
+			}
+			h := c.HighNoise
+			if h.InChannels != c.InChannels || h.OutChannels != c.OutChannels || h.TextDim != c.TextDim || h.PatchH != c.PatchH {
+				return fmt.Errorf("the high-noise expert takes %d channels and %d-wide text in %d-cell patches, the model %d, %d and %d",
+					h.InChannels, h.TextDim, h.PatchH, c.InChannels, c.TextDim, c.PatchH)
+			}
 		}
 		cfg.Network = c
 		return nil

@@ -14,7 +14,17 @@ import (
 // decoder (2.1's with 16 latent channels, or 2.2's with 48 for TI2V-5B)
 // and no text encoder (sd-cli's zero context), as Load would make it:
 // the family is detected from the weights' shapes.
-func wanGenerateModel(t *testing.T, v22 bool) *Model {
+func wanGenerateModel(t *testing.T, v22 bool) *Model { return wanExpertModel(t, v22, expertNone) }
+
+// The high-noise experts wanExpertModel gives a model.
+const (
+	expertNone  = iota
+	expertSame  // the model's own weights again
+	expertOther // weights of their own
+)
+
+// wanExpertModel is wanGenerateModel, with a Wan 2.2 A14B-style high-noise expert as asked.
+func wanExpertModel(t *testing.T, v22 bool, expert int) *Model {
 	t.Helper()
 	r := rand.New(rand.NewPCG(11, 12))
 	cfg := wanTestCfg
@@ -24,6 +34,18 @@ func wanGenerateModel(t *testing.T, v22 bool) *Model {
 	}
 	cfg.InChannels, cfg.OutChannels, cfg.Blocks = vcfg.ZDim, vcfg.ZDim, 1
 	w := wanTestWeights(r, cfg)
+	if expert != expertNone {
+		h := cfg
+		h.Prefix = wanHighNoisePrefix
+		cfg.HighNoise = &h
+		hr := rand.New(rand.NewPCG(11, 12)) // the same draws as the model's
+		if expert == expertOther {
+			hr = rand.New(rand.NewPCG(13, 14))
+		}
+		for n, tw := range wanTestWeights(hr, h) {
+			w[n] = tw
+		}
+	}
 	for n, tw := range wanVAETestWeights(r, vcfg, vcfg.DecDim, 0) {
 		w[n] = tw
 	}
@@ -113,5 +135,67 @@ func TestWanTI2VGenerates(t *testing.T) {
 	}
 	if res.Frames != 5 || len(res.Pixels) != 5*3*32*32 || len(res.Latent) != 48*2*2*2 || res.NaNPixels != 0 {
 		t.Fatalf("%d frames, %d pixel values, %d latent values, %d NaN", res.Frames, len(res.Pixels), len(res.Latent), res.NaNPixels)
+	}
+}
+
+// TestWanExpertStages checks sd-cli's split between the high-noise expert
+// and the model: a step count, or the first sigma below the boundary.
+func TestWanExpertStages(t *testing.T) {
+	m := &Model{net: &wanNet{cfg: &WanConfig{HighNoise: &WanConfig{}}}}
+	sigmas := []float32{1, 0.95, 0.9, 0.8, 0.5, 0}
+	for _, c := range []struct {
+		hn   HighNoise
+		want []int // sigmas per stage
+	}{
+		{HighNoise{Steps: -1, Boundary: 0.875}, []int{4, 3}},
+		{HighNoise{Steps: 2}, []int{3, 4}},
+		{HighNoise{Steps: 0}, []int{6}},
+		{HighNoise{Steps: 5}, []int{6}},
+		{HighNoise{Steps: -1, Boundary: 1.5}, []int{6}},
+	} {
+		req := &Request{HighNoise: &c.hn, CFGScale: 3}
+		st := m.stages(req, sigmas)
+		var got []int
+		for _, s := range st {
+			got = append(got, len(s.sigmas))
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%+v: stages of %v sigmas, want %v", c.hn, got, c.want)
+		}
+		if c.hn.Steps == 5 && st[0].net == m.net {
+			t.Error("five expert steps run the model's own network")
+		}
+	}
+}
+
+// TestWanA14BGenerates runs a model with a high-noise expert: an expert
+// with the model's own weights for the first step renders what the model
+// alone renders in all the steps, and one with weights of its own does not.
+func TestWanA14BGenerates(t *testing.T) {
+	req := Request{Width: 16, Height: 16, Frames: 1, Steps: 1, CFGScale: 2, Seed: 9}
+	plain := wanExpertModel(t, false, expertNone)
+	req.Steps = 2
+	want, err := plain.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Steps = 1
+	req.HighNoise = &HighNoise{Steps: 1, CFGScale: 2}
+	same, err := wanExpertModel(t, false, expertSame).Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(same.Latent, want.Latent) {
+		t.Errorf("an expert equal to the model changes the latent (max relative error %g)", maxRelErr(t, same.Latent, want.Latent))
+	}
+	other, err := wanExpertModel(t, false, expertOther).Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := maxRelErr(t, other.Latent, want.Latent); e < 1e-3 {
+		t.Errorf("an expert of its own leaves the latent within %g", e)
+	}
+	if _, err := plain.Generate(req); err == nil {
+		t.Error("high-noise settings for a model without an expert: no error")
 	}
 }

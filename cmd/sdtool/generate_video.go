@@ -41,7 +41,39 @@ func videoFlags() []cli.Flag {
 		&cli.IntFlag{Name: "video-frames", Usage: "`FRAMES` of a video (-M vid_gen), aligned down to what the video VAE packs (4k+1 for Wan)", DefaultText: "the family's: 6 (aligned to 5) for Wan"},
 		&cli.IntFlag{Name: "fps", Usage: "frame rate written in a video `FILE` (.avi)", DefaultText: "the family's: 16 for Wan"},
 		&cli.Float64Flag{Name: "flow-shift", Usage: "timestep `SHIFT` of a shifted flow schedule", DefaultText: "the family's: 5 for Wan"},
+		&cli.IntFlag{Name: "high-noise-steps", Value: -1, Usage: "`STEPS` the high-noise expert (--high-noise-diffusion-model, Wan 2.2 A14B) runs before the model; -1: those above --moe-boundary"},
+		&cli.Float64Flag{Name: "high-noise-cfg-scale", Value: 7, Usage: "the high-noise expert's classifier-free guidance `SCALE`"},
+		&cli.StringFlag{Name: "high-noise-sampling-method", Usage: "the high-noise expert's `SAMPLER`", DefaultText: "the family's"},
+		&cli.Float64Flag{Name: "moe-boundary", Value: 0.875, Usage: "`SIGMA` below which the model takes over from the high-noise expert (with --high-noise-steps -1)"},
 	}
+}
+
+// highNoiseFlags are the flags that set the high-noise expert's steps.
+var highNoiseFlags = []string{"high-noise-steps", "high-noise-cfg-scale", "high-noise-sampling-method", "moe-boundary"}
+
+// highNoiseRequest sets req's high-noise expert settings from the flags
+// (sd-cli's defaults when unset); a model without an expert refuses them.
+func highNoiseRequest(c *cli.Context, m *infer.Model, req *infer.Request) error {
+	set := false
+	for _, f := range highNoiseFlags {
+		set = set || c.IsSet(f)
+	}
+	if !set && c.String("high-noise-diffusion-model") == "" {
+		return nil
+	}
+	method, err := infer.ParseMethod(c.String("high-noise-sampling-method"))
+	if err != nil {
+		return err
+	}
+	if v := c.Float64("high-noise-cfg-scale"); !(v >= 0 && v < 1000) {
+		return fmt.Errorf("--high-noise-cfg-scale %g: want a value from 0 to below 1000", v)
+	}
+	req.HighNoise = &infer.HighNoise{Steps: c.Int("high-noise-steps"), Boundary: float32(c.Float64("moe-boundary")),
+		CFGScale: float32(c.Float64("high-noise-cfg-scale")), Method: method}
+	if req.HighNoise.Method == "" {
+		req.HighNoise.Method = m.Family.Defaults.Method
+	}
+	return nil
 }
 
 // checkOutputName accepts the outputs generate writes: a .png image, a
@@ -59,8 +91,12 @@ func checkOutputName(out string) error {
 	return nil
 }
 
-// videoRequest sets req's frames for -M vid_gen and the mode's checks.
+// videoRequest sets req's frames for -M vid_gen, the mode's checks and
+// the high-noise expert's settings.
 func videoRequest(c *cli.Context, m *infer.Model, req *infer.Request) error {
+	if err := highNoiseRequest(c, m, req); err != nil {
+		return err
+	}
 	vae := &m.Family.VAE
 	switch mode := c.String("mode"); mode {
 	case modeImage:

@@ -42,6 +42,10 @@ type Wan struct {
 	Type, Quant formats.DType
 	// Width, Height and Steps are the generate defaults written in the metadata.
 	Width, Height, Steps int
+	// Fold writes the DiT's 5-D patch kernel in four dimensions, [dim·C,
+	// 1, 2, 2], as sd.cpp holds a Conv3d and its GGUF reader needs (it
+	// refuses tensors of more than four dimensions).
+	Fold bool
 }
 
 // tinyUMT5 is TinyT5 with a bias table per layer, 64 wide.
@@ -89,6 +93,11 @@ func (c Wan) Part(flag string) []TensorSpec {
 	case "diffusion-model":
 		wanConfig{Dim: c.Hidden, FFN: c.FF, Layers: c.Blocks, HeadDim: 128, In: c.Channels, Out: c.Channels,
 			TextDim: c.textDim(), FreqDim: 256}.build(b)
+		for i, t := range b.out {
+			if c.Fold && len(t.Shape) == 5 {
+				b.out[i].Shape = []int64{t.Shape[0] * t.Shape[1], t.Shape[2], t.Shape[3], t.Shape[4]}
+			}
+		}
 	case "t5xxl":
 		if c.T5 == nil {
 			return nil

@@ -1,0 +1,139 @@
+//go:build cgo
+
+package infer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/internal/longtest"
+	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/pipeline"
+)
+
+// Wan frame parity against sd-cli (SDTOOL_SDCLI; skipped without it, and
+// outside SDTOOL_LONG=1) on synth.WanParity: the 1.3B DiT at full width
+// with its 30 blocks (sd.cpp refuses other depths) in q8_0 as a GGUF that
+// sd.cpp's reader takes (the patch kernel in four dimensions), the full
+// Wan 2.1 VAE as safetensors, no text encoder and an empty prompt (both
+// condition on 256 zero tokens then; sd-cli's build stubs UMT5's
+// vocabulary anyway).
+
+// wanParityRun is one video's settings, pinned on both sides.
+type wanParityRun struct {
+	dit, vae          string
+	size, frames      int
+	steps, threads    int
+	seed              uint64
+	cfg, shift        float32
+	highDiT           string // Wan 2.2 A14B's high-noise expert ("" for none)
+	highSteps         int
+	highCFG           float32
+	parityPSNR        float64
+	sdcliOut, sdtDump string
+}
+
+func (r wanParityRun) sdcliArgs(out string) []string {
+	args := []string{"-M", "vid_gen", "--diffusion-model", r.dit, "--vae", r.vae, "-p", "",
+		"-W", strconv.Itoa(r.size), "-H", strconv.Itoa(r.size), "--video-frames", strconv.Itoa(r.frames),
+		"--steps", strconv.Itoa(r.steps), "-s", strconv.FormatUint(r.seed, 10), "--sampling-method", "euler",
+		"--scheduler", "discrete", "--cfg-scale", fmt.Sprint(r.cfg), "--flow-shift", fmt.Sprint(r.shift),
+		"--rng", "cuda", "-t", strconv.Itoa(r.threads), "-o", out, "-v"}
+	if r.highDiT != "" {
+		args = append(args, "--high-noise-diffusion-model", r.highDiT, "--high-noise-steps", strconv.Itoa(r.highSteps),
+			"--high-noise-cfg-scale", fmt.Sprint(r.highCFG), "--high-noise-sampling-method", "euler")
+	}
+	return args
+}
+
+// wanParityFiles writes WanParity's DiT (GGUF) and VAE (safetensors) into
+// SDTOOL_WAN_PARITY_DIR (kept and reused) or a temporary folder.
+func wanParityFiles(tb testing.TB, c synth.Wan, name string) (dit, vae string) {
+	tb.Helper()
+	dir := os.Getenv("SDTOOL_WAN_PARITY_DIR")
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	c.Fold = true
+	for _, f := range []struct {
+		path, flag, format string
+	}{
+		{filepath.Join(dir, name+"-dit.gguf"), "diffusion-model", "gguf"},
+		{filepath.Join(dir, "wan-parity-vae.safetensors"), "vae", "safetensors"},
+	} {
+		if _, err := os.Stat(f.path); err == nil {
+			continue
+		}
+		err := pipeline.WriteAtomic(context.Background(), f.path, pipeline.PublishOptions{}, func(w io.Writer) error {
+			return c.EncodePart(w, f.format, f.flag)
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, name+"-dit.gguf"), filepath.Join(dir, "wan-parity-vae.safetensors")
+}
+
+// checkWanParity renders r with sd-cli (PNG frames) and with sdtool and
+// requires every frame at r.parityPSNR or more.
+func checkWanParity(t *testing.T, r wanParityRun) {
+	bin := os.Getenv("SDTOOL_SDCLI")
+	dir := t.TempDir()
+	cmd := exec.Command(bin, r.sdcliArgs(filepath.Join(dir, "sd_%03d.png"))...)
+	if log, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sd-cli: %v\n%s", err, tail(log))
+	}
+	comps := Components{"diffusion-model": r.dit, "vae": r.vae}
+	if r.highDiT != "" {
+		comps["high-noise-diffusion-model"] = r.highDiT
+	}
+	m, err := Load(comps, LoadOptions{Threads: r.threads, FlowShift: r.shift})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	req := Request{Width: r.size, Height: r.size, Frames: r.frames, Steps: r.steps, CFGScale: r.cfg, Seed: r.seed,
+		RNG: RNGCUDA, Method: Euler, Scheduler: SchedulerDiscrete}
+	if r.highDiT != "" {
+		req.HighNoise = &HighNoise{Steps: r.highSteps, CFGScale: r.highCFG, Method: Euler}
+	}
+	res, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, err := FrameImages(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range frames {
+		ref := readPNGFile(t, filepath.Join(dir, fmt.Sprintf("sd_%03d.png", i)))
+		p, err := metrics.PSNR(ref, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("frame %d: PSNR %.2f dB against sd-cli", i, p)
+		if p < r.parityPSNR {
+			t.Errorf("frame %d: PSNR %.2f dB against sd-cli, want >= %g", i, p, r.parityPSNR)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("sd_%03d.png", len(frames)))); err == nil {
+		t.Errorf("sd-cli wrote more than the %d frames sdtool did", len(frames))
+	}
+}
+
+// TestWanSDCLIParity is Wan 2.1 text-to-video, 5 frames of 64x64 in 2 steps with classifier-free guidance.
+func TestWanSDCLIParity(t *testing.T) {
+	longtest.Skip(t, "Wan frame parity against sd-cli")
+	if os.Getenv("SDTOOL_SDCLI") == "" {
+		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	dit, vae := wanParityFiles(t, synth.WanParity, "wan-parity")
+	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5, parityPSNR: 50})
+}
