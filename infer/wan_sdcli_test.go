@@ -4,14 +4,17 @@ package infer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
@@ -28,16 +31,15 @@ import (
 
 // wanParityRun is one video's settings, pinned on both sides.
 type wanParityRun struct {
-	dit, vae          string
-	size, frames      int
-	steps, threads    int
-	seed              uint64
-	cfg, shift        float32
-	highDiT           string // Wan 2.2 A14B's high-noise expert ("" for none)
-	highSteps         int
-	highCFG           float32
-	parityPSNR        float64
-	sdcliOut, sdtDump string
+	dit, vae       string
+	size, frames   int
+	steps, threads int
+	seed           uint64
+	cfg, shift     float32
+	highDiT        string // Wan 2.2 A14B's high-noise expert ("" for none)
+	highSteps      int
+	highCFG        float32
+	parityPSNR     float64 // every frame's least PSNR against sd-cli's
 }
 
 func (r wanParityRun) sdcliArgs(out string) []string {
@@ -136,4 +138,113 @@ func TestWanSDCLIParity(t *testing.T) {
 	}
 	dit, vae := wanParityFiles(t, synth.WanParity, "wan-parity")
 	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5, parityPSNR: 50})
+}
+
+// TestWanA14BSDCLIParity is Wan 2.2 A14B's two experts (sd.cpp runs any
+// Wan-shaped DiT as either): two WanParity DiTs of their own seeds in q4_0
+// (two 30-block DiTs fit in memory so), the high-noise one for the first
+// of three steps with a guidance scale of its own.
+func TestWanA14BSDCLIParity(t *testing.T) {
+	longtest.Skip(t, "Wan 2.2 A14B frame parity against sd-cli")
+	if os.Getenv("SDTOOL_SDCLI") == "" {
+		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	low := synth.WanParity
+	low.Quant = formats.Q4_0
+	high := low
+	high.Seed = 9
+	dit, vae := wanParityFiles(t, low, "wan-parity-q4-low")
+	hdit, _ := wanParityFiles(t, high, "wan-parity-q4-high")
+	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5,
+		highDiT: hdit, highSteps: 1, highCFG: 4, parityPSNR: 50})
+}
+
+// wanChildEnv carries BenchmarkWanVsSDCLI's run to its child process.
+const wanChildEnv = "SDTOOL_WAN_CHILD"
+
+// wanChildSpec is the part of a wanParityRun the child needs.
+type wanChildSpec struct {
+	DiT, VAE                     string
+	Size, Frames, Steps, Threads int
+	Seed                         uint64
+	CFG, Shift                   float32
+}
+
+// TestWanGenerateChild is BenchmarkWanVsSDCLI's child process: it renders
+// the video in $SDTOOL_WAN_CHILD and prints its seconds per step, so that
+// the parent reads the child's peak memory alone.
+func TestWanGenerateChild(t *testing.T) {
+	spec := os.Getenv(wanChildEnv)
+	if spec == "" {
+		t.Skip("runs as BenchmarkWanVsSDCLI's child process")
+	}
+	var r wanChildSpec
+	if err := json.Unmarshal([]byte(spec), &r); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(Components{"diffusion-model": r.DiT, "vae": r.VAE}, LoadOptions{Threads: r.Threads, FlowShift: r.Shift})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := m.Generate(Request{Width: r.Size, Height: r.Size, Frames: r.Frames, Steps: r.Steps, CFGScale: r.CFG, Seed: r.Seed,
+		RNG: RNGCUDA, Method: Euler, Scheduler: SchedulerDiscrete})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(childReport{PerStep: res.Timings.Sampling.Seconds() / float64(res.Timings.Steps)})
+	fmt.Printf("CHILD %s\n", b)
+}
+
+// BenchmarkWanVsSDCLI alternates one sd-cli run and one sdtool run (each
+// in a fresh process) of the same Wan 2.1 video on synth.WanParity's files
+// (SDTOOL_WAN_PARITY_DIR keeps them; 5 frames of 64x64, 2 Euler steps with
+// guidance, 2 threads) and reports both sides' seconds per step and peak
+// RSS and their ratios, measured in one run.
+func BenchmarkWanVsSDCLI(b *testing.B) {
+	bin := os.Getenv("SDTOOL_SDCLI")
+	if bin == "" {
+		b.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	dit, vae := wanParityFiles(b, synth.WanParity, "wan-parity")
+	r := wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5}
+	spec, _ := json.Marshal(wanChildSpec{DiT: dit, VAE: vae, Size: r.size, Frames: r.frames, Steps: r.steps, Threads: r.threads,
+		Seed: r.seed, CFG: r.cfg, Shift: r.shift})
+	dir := b.TempDir()
+	var cliStep, ourStep float64
+	var cliPeak, ourPeak int64
+	n := 0
+	for b.Loop() {
+		s, p := sdcliStepAndPeak(b, bin, r.sdcliArgs(filepath.Join(dir, "sd_%03d.png")), r.steps)
+		cliStep += s
+		cliPeak = max(cliPeak, p)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestWanGenerateChild$", "-test.v")
+		cmd.Env = append(os.Environ(), wanChildEnv+"="+string(spec))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("child: %v\n%s", err, tail(out))
+		}
+		found := false
+		for _, line := range strings.Split(string(out), "\n") {
+			if j, ok := strings.CutPrefix(line, "CHILD "); ok {
+				var rep childReport
+				if err := json.Unmarshal([]byte(j), &rep); err != nil {
+					b.Fatal(err)
+				}
+				ourStep += rep.PerStep
+				found = true
+			}
+		}
+		if !found {
+			b.Fatalf("child printed no report:\n%s", tail(out))
+		}
+		ourPeak = max(ourPeak, maxRSS(cmd.ProcessState))
+		n++
+	}
+	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
+	b.ReportMetric(ourStep/float64(n), "sdtool-s/step")
+	b.ReportMetric(ourStep/cliStep, "step-ratio")
+	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
+	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
+	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
 }
