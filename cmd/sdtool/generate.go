@@ -149,6 +149,8 @@ func init() {
 			"command. The CLIP tokenizer comes from --tokenizer, else a component's metadata, else the first found beside\n" +
 			"the model, in its diffusers folder's tokenizer/, in the comfy/sd1_tokenizer of a ComfyUI install the model is\n" +
 			"in, or in the Hugging Face cache (openai/clip-vit-large-patch14, the SD pipelines); generate says which.\n" +
+			"-M vid_gen renders a video with a video family (Wan): --video-frames frames, written as one Motion-JPEG .avi or\n" +
+			"as PNG frames named by a printf index (-o 'out_%03d.png'); --compare then measures every frame and the clip.\n" +
 			"A plain `go build` leaves ggml's SIMD kernels out (about 15x slower on a real model): build with\n" +
 			"`go run ./build` in the repository, which sets the compiler flags for this CPU. --threads defaults to\n" +
 			"the idle cores (ggml's spinning workers collapse on busy ones).",
