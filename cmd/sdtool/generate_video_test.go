@@ -4,8 +4,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"html"
 	"image"
 	"image/jpeg"
 	"image/png"
@@ -145,5 +147,49 @@ func TestGenerateVideoErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, %q; want an error saying %q", c.args, code, errOut, c.want)
 		}
+	}
+}
+
+// TestReportVideo checks that report shows a video model's clip as its
+// frames side by side: every image on the page is five frames wide.
+func TestReportVideo(t *testing.T) {
+	dir := t.TempDir()
+	q := filepath.Join(dir, "tiny-wan-q8_0.gguf")
+	if code, _, errOut := runApp(t, "quantize", tinyWan, "--type", "q8_0", "--allow-requantize", "-o", q); code != 0 {
+		t.Fatalf("quantize: exit %d: %s", code, errOut)
+	}
+	out := filepath.Join(dir, "report.html")
+	code, _, errOut := runApp(t, "report", tinyWan, q, "-o", out, "-p", "a cat", "--steps", "1", "-W", "16", "-H", "16", "--video-frames", "5", "-t", "1")
+	if code != 0 {
+		t.Fatalf("report: exit %d: %s", code, errOut)
+	}
+	page, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const uri = "data:image/png;base64,"
+	n := 0
+	for rest := string(page); ; {
+		i := strings.Index(rest, uri)
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len(uri):]
+		end := strings.IndexAny(rest, `"')`)
+		b, err := base64.StdEncoding.DecodeString(html.UnescapeString(rest[:end])) // the template writes + as &#43;
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := png.DecodeConfig(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Width != 5*16 || cfg.Height != 16 {
+			t.Errorf("an image of %dx%d, want the 5 frames of 16x16 side by side", cfg.Width, cfg.Height)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Error("the page has no images")
 	}
 }
