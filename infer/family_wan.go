@@ -2,17 +2,16 @@ package infer
 
 // The Wan 2.1/2.2 entries of the family table: text-to-video DiTs
 // conditioned on UMT5-XXL, sampled with Euler on sd-cli's discrete flow
-// schedule (shift 5), decoded frame by frame.
+// schedule (shift 5), decoded by the Wan VAE.
 
 // wanEncoders is Wan's text encoder: UMT5-XXL, 512 tokens, optional as sd-cli allows.
 var wanEncoders = []TextEncoder{
 	{Component: "t5xxl", Kind: "t5", Prefix: T5Prefix, Tokens: wanTextTokens, Hidden: true, Optional: true},
 }
 
-// wanVAE is the latent format Wan's entries decode: until the Wan VAE
-// kind is linked, the frames are decoded one by one by a 16-channel KL
-// VAE (Flux's), which renders the DiT's latents without time upsampling.
-var wanVAE = VAEFacts{Kind: "kl", Scale: 1, TimeFactor: 4}
+// wanVAE is the latent format Wan's entries decode: Wan's causal 3-D VAE
+// (the kind maps latents per channel itself), four frames per latent frame.
+var wanVAE = VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4}
 
 // wanDefaults are sd-cli's defaults for a video (its vid_gen mode).
 var wanDefaults = Defaults{Method: Euler, Scheduler: SchedulerDiscrete, CFGScale: 7, Width: 512, Height: 512, Steps: 20, Frames: 6, FPS: 16}

@@ -121,33 +121,24 @@ func channelsFirst(x []float32, t, frame, cell int) []float32 {
 func runWanChunks(t *testing.T, m *Model, x []float32, ne [4]int64, sizes []int, build func(r *wanRun, x native.Tensor) native.Tensor) []float32 {
 	t.Helper()
 	frame := int(ne[0] * ne[1] * ne[2])
-	var caches []wanCache
+	caches := &wanCacheSet{be: m.be}
+	defer caches.free()
 	var out []float32
 	at := 0
 	for i, n := range sizes {
-		var next []native.Tensor
 		err := m.compute(func(g *builder) ([]input, native.Tensor) {
-			r := &wanRun{g: g, cfg: &WanVAEConfig{}, chunk: i, prev: caches}
+			r := &wanRun{g: g, cfg: &WanVAEConfig{}, chunk: i, cache: caches}
 			xt := newInput(g, formats.F32, ne[0], ne[1], ne[2], int64(n))
-			y := build(r, xt)
-			for _, c := range r.next {
-				if c.Valid() {
-					g.output(c)
-				}
-			}
-			next = r.next
-			return []input{{t: xt, f32: x[at*frame : (at+n)*frame]}}, y
+			return []input{{t: xt, f32: x[at*frame : (at+n)*frame]}}, build(r, xt)
 		}, func(o native.Tensor) error {
 			v, err := o.F32()
 			out = append(out, v...)
-			if err == nil {
-				caches, err = readCaches(next)
-			}
 			return err
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
+		caches.commit()
 		at += n
 	}
 	return out
