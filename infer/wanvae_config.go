@@ -81,7 +81,7 @@ func init() {
 		encode: func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor {
 			return (&wanRun{g: g, cfg: c.Layout.(*WanVAEConfig)}).encode(x)
 		},
-		decodeVideo: decodeWanVideo,
+		decodeVideo: decodeWanVideo, encodeVideo: encodeWanVideo,
 	}
 }
 

@@ -49,6 +49,50 @@ func decodeWanVideo(m *Model, latent []float32, w, h, frames int) ([]float32, in
 	return out, n, nil
 }
 
+// encodeWanVideo encodes pixel frames [n][3][H][W] with a Wan VAE, one
+// graph per chunk as sd.cpp chunks them (frame 0 alone, then four at a
+// time; n is 1 + 4k), carrying the caches like decodeWanVideo, to a
+// diffusion latent video [Z, 1+k, h, w].
+func encodeWanVideo(m *Model, px []float32, w, h, n int) ([]float32, int, error) {
+	c := &m.Config.VAE
+	cfg := c.Layout.(*WanVAEConfig)
+	if !c.HasEncoder {
+		return nil, 0, fmt.Errorf("%s: the model has no VAE encoder (%sencoder)", m.Path, vaePfx)
+	}
+	if (n-1)%wanEncodeStride != 0 {
+		return nil, 0, fmt.Errorf("%s: %d frames: a Wan VAE encodes 1 + %d·k", m.Path, n, wanEncodeStride)
+	}
+	caches := &wanCacheSet{be: m.be}
+	defer caches.free()
+	frame := 3 * w * h
+	var lat [][]float32
+	for chunk, at := 0, 0; at < n; chunk++ {
+		k := 1
+		if chunk > 0 {
+			k = wanEncodeStride
+		}
+		err := m.compute(func(g *builder) ([]input, native.Tensor) {
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches}
+			xt := newInput(g, formats.F32, int64(w), int64(h), 3, int64(k))
+			return []input{{t: xt, f32: px[at*frame : (at+k)*frame]}}, r.latent(r.encodeChunk(xt))
+		}, func(o native.Tensor) error {
+			v, err := o.F32()
+			lat = append(lat, v)
+			return err
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		caches.commit()
+		at += k
+	}
+	out := channelsMajor(lat, c.ZChannels)
+	for i, v := range out {
+		out[i] = (v - c.ShiftFactor) * c.ScaleFactor
+	}
+	return out, len(lat), nil
+}
+
 // wanCacheSet holds a Wan VAE's causal-conv caches between chunks, each
 // in a backend buffer of its own that the graphs read and write directly:
 // wanCacheFrames frames [W, H, C] per conv, the last valid of them current.
