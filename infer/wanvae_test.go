@@ -4,6 +4,7 @@ package infer
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
@@ -285,5 +286,54 @@ func TestWanVAEDecodeMemoryBounded(t *testing.T) {
 	}
 	if n := len(sizes); sizes[n-1] != sizes[n-3] || sizes[n-2] != sizes[n-4] {
 		t.Errorf("chunk 4 needs %d + %d bytes, chunk 3 %d + %d: memory grows with the clip", sizes[n-2], sizes[n-1], sizes[n-4], sizes[n-3])
+	}
+}
+
+// TestDetectWanVAE reads both versions' layouts from their shapes, with
+// Conv3d kernels 5-D (safetensors) or folded to 4-D (sd.cpp's GGUF), and
+// refuses the 2-D variant.
+func TestDetectWanVAE(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  WanVAEConfig
+		fold bool
+	}{
+		{"2.1", WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1, DecDim: 8, EncDim: 4}, false},
+		{"2.1 folded", WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1, DecDim: 8, EncDim: 4}, true},
+		{"2.2", WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2, DecDim: 8, EncDim: 4}, false},
+		{"2.2 decoder only", WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2, DecDim: 8}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sh := map[string][]int64{}
+			for name, w := range wanVAETestWeights(rand.New(rand.NewPCG(1, 1)), &tc.cfg, tc.cfg.DecDim, tc.cfg.EncDim) {
+				sh[name] = w.shape
+				if tc.fold {
+					sh[name] = foldDims(w.shape)
+				}
+			}
+			var c VAEConfig
+			if err := detectWanVAE(shapes(sh), &c); err != nil {
+				t.Fatal(err)
+			}
+			if got := *c.Layout.(*WanVAEConfig); got != tc.cfg {
+				t.Errorf("detected %+v, want %+v", got, tc.cfg)
+			}
+			if c.ZChannels != tc.cfg.ZDim || c.HasEncoder != (tc.cfg.EncDim > 0) {
+				t.Errorf("ZChannels %d, HasEncoder %v", c.ZChannels, c.HasEncoder)
+			}
+			if s, tm := tc.cfg.Factors(); s != 8*tc.cfg.Patch || tm != 4 {
+				t.Errorf("factors %d, %d", s, tm)
+			}
+		})
+	}
+	sh := map[string][]int64{}
+	cfg := WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1}
+	for name, w := range wanVAETestWeights(rand.New(rand.NewPCG(1, 1)), &cfg, 4, 0) {
+		sh[name] = w.shape
+	}
+	sh[vaePfx+"decoder.conv1.weight"] = []int64{16, 16, 3, 3}
+	var c VAEConfig
+	if err := detectWanVAE(shapes(sh), &c); err == nil || !strings.Contains(err.Error(), "2-D") {
+		t.Errorf("a 2-D Wan VAE: %v, want an error saying so", err)
 	}
 }
