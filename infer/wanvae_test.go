@@ -220,11 +220,12 @@ func TestWanCausalConvChunks(t *testing.T) {
 }
 
 // TestWanVAEDecodeMemoryBounded builds (without computing) the decoder's
-// chunks for a 480x832 clip at Wan 2.1's full widths and checks that
-// memory stops growing after the first chunks (from chunk 3 on, every
-// cache holds two frames): each later chunk's graph needs the same compute
-// buffer and the same caches, so a clip of any
-// length decodes in the memory of a few frames. It logs the figures.
+// chunks for a 480x832 clip (and a 32x32 one, the size the sd-cli parity
+// test renders) at Wan 2.1's full widths and checks that memory stops
+// growing after the first chunks (from chunk 3 on, every cache holds two
+// frames): each later chunk's graph needs the same compute buffer and the
+// same caches, so a clip of any length decodes in the memory of a few
+// frames. It logs the figures.
 func TestWanVAEDecodeMemoryBounded(t *testing.T) {
 	longtest.Skip(t, "a full-width Wan VAE at 480x832 (graphs only)")
 	cfg := &WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1, DecDim: 96}
@@ -244,10 +245,22 @@ func TestWanVAEDecodeMemoryBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.free()
+	for _, size := range [][2]int64{{104, 60}, {4, 4}} {
+		sizes := wanChunkMemory(t, be, ws, cfg, size[0], size[1], 5)
+		if n := len(sizes); sizes[n-1] != sizes[n-3] || sizes[n-2] != sizes[n-4] {
+			t.Errorf("%dx%d: chunk 4 needs %d + %d bytes, chunk 3 %d + %d: memory grows with the clip",
+				8*size[0], 8*size[1], sizes[n-2], sizes[n-1], sizes[n-4], sizes[n-3])
+		}
+	}
+}
+
+// wanChunkMemory builds and allocates chunks decoder chunks of a w×h
+// latent and returns each one's compute buffer and cache bytes.
+func wanChunkMemory(t *testing.T, be *native.Backend, ws *weightSet, cfg *WanVAEConfig, w, h int64, chunks int) []int64 {
 	caches := &wanCacheSet{be: be}
 	defer caches.free()
 	var sizes []int64
-	for chunk := range 5 {
+	for chunk := range chunks {
 		gctx, err := native.NewContext(4*graphSize, graphSize)
 		if err != nil {
 			t.Fatal(err)
@@ -256,7 +269,7 @@ func TestWanVAEDecodeMemoryBounded(t *testing.T) {
 		var out native.Tensor
 		func() {
 			defer native.Recover(&err)
-			z := newInput(g, formats.F32, 104, 60, 16, 1)
+			z := newInput(g, formats.F32, w, h, 16, 1)
 			out = (&wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches}).decode(z).SetOutput()
 		}()
 		if err != nil {
@@ -277,16 +290,14 @@ func TestWanVAEDecodeMemoryBounded(t *testing.T) {
 				cache += sl.buf.Size()
 			}
 		}
-		t.Logf("chunk %d: %d frames, compute buffer %d MiB, caches %d MiB, %d nodes",
-			chunk, out.Ne()[3], alloc.Size()>>20, cache>>20, gr.Nodes())
+		t.Logf("%dx%d chunk %d: %d frames, compute buffer %.1f MiB, caches %.1f MiB, %d nodes",
+			8*w, 8*h, chunk, out.Ne()[3], float64(alloc.Size())/(1<<20), float64(cache)/(1<<20), gr.Nodes())
 		sizes = append(sizes, alloc.Size(), cache)
 		alloc.Free()
 		gctx.Free()
 		caches.commit()
 	}
-	if n := len(sizes); sizes[n-1] != sizes[n-3] || sizes[n-2] != sizes[n-4] {
-		t.Errorf("chunk 4 needs %d + %d bytes, chunk 3 %d + %d: memory grows with the clip", sizes[n-2], sizes[n-1], sizes[n-4], sizes[n-3])
-	}
+	return sizes
 }
 
 // TestDetectWanVAE reads both versions' layouts from their shapes, with
