@@ -56,18 +56,15 @@ func (r *wanRun) cacheIn(idx int) native.Tensor {
 }
 
 // setCache writes t, the last frames of the input of the conv whose output
-// is after (invalid: none reads the old cache), into cache idx, held in the
-// conv kernel's type typ: the conv unfolds its input in that type anyway.
-// The write is ordered after the conv, which reads the old values.
-func (r *wanRun) setCache(idx int, t, after native.Tensor, typ formats.DType) {
+// is after (invalid: none reads the old cache), into cache idx, held in
+// F16: the conv unfolds its input to its F16 kernel's type anyway. The
+// write is ordered after the conv, which reads the old values.
+func (r *wanRun) setCache(idx int, t, after native.Tensor) {
 	if r.cache == nil {
 		return
 	}
-	if typ != formats.F16 {
-		typ = formats.F32
-	}
 	ne := t.Ne()
-	sl := r.cache.slot(idx, ne, typ)
+	sl := r.cache.slot(idx, ne, formats.F16)
 	if after.Valid() {
 		r.g.expand = append(r.g.expand, after)
 	}
@@ -104,11 +101,13 @@ func (r *wanRun) causalConv(x native.Tensor, prefix string) native.Tensor {
 	hist := r.cacheIn(idx)
 	k := r.g.weight(prefix + ".weight")
 	y := r.conv3d(x, hist, prefix, 1, int(k.Ne()[2])-1)
-	r.setCache(idx, r.history(x, hist), y, k.Type())
+	r.setCache(idx, r.history(x, hist), y)
 	return y
 }
 
-// taps returns the kernel prefix.weight's time taps as 2-D kernels [kw, kh, cin, cout].
+// taps returns the kernel prefix.weight's time taps as 2-D kernels [kw,
+// kh, cin, cout] in F16, the type sd.cpp holds a Conv3d kernel in
+// whatever the file's.
 func (r *wanRun) taps(prefix string, cin int64) []native.Tensor {
 	c := r.g.c
 	w := r.g.weight(prefix + ".weight")
@@ -118,7 +117,7 @@ func (r *wanRun) taps(prefix string, cin int64) []native.Tensor {
 	}
 	out := make([]native.Tensor, ne[2])
 	for k := range out {
-		out[k] = c.Cont(c.View(w, [4]int64{ne[0], ne[1], cin, ne[3] / cin}, nb[1], nb[3], nb[3]*cin, int64(k)*nb[2]))
+		out[k] = c.Cast(c.View(w, [4]int64{ne[0], ne[1], cin, ne[3] / cin}, nb[1], nb[3], nb[3]*cin, int64(k)*nb[2]), formats.F16)
 	}
 	return out
 }
@@ -233,7 +232,7 @@ func (r *wanRun) resample(x native.Tensor, p string, mode resampleMode) native.T
 			// causal conv whose history starts at chunk 1.
 			hist := r.cacheIn(idx)
 			y := r.conv3d(x, hist, p+"time_conv", 1, 2)
-			r.setCache(idx, r.history(x, hist), y, r.g.weight(p+"time_conv.weight").Type())
+			r.setCache(idx, r.history(x, hist), y)
 			x = y
 			ne := x.Ne()
 			// Channels [k·C, (k+1)·C) are frame 2t+k: the same memory.
@@ -251,12 +250,11 @@ func (r *wanRun) resample(x native.Tensor, p string, mode resampleMode) native.T
 		r.idx++
 		hist := r.cacheIn(idx)
 		t := x.Ne()[3]
-		typ := r.g.weight(p + "time_conv.weight").Type()
 		if !hist.Valid() {
-			r.setCache(idx, x, native.Tensor{}, typ)
+			r.setCache(idx, x, native.Tensor{})
 		} else {
 			y := r.conv3d(x, hist, p+"time_conv", 2, 1)
-			r.setCache(idx, r.frames(x, t-1, t), y, typ)
+			r.setCache(idx, r.frames(x, t-1, t), y)
 			x = y
 		}
 	}
