@@ -8,14 +8,6 @@ type discreteFlowSchedule struct {
 	shift float32
 }
 
-// timeSNRShift is shift·u / (1 + (shift-1)·u) in float32, u itself when shift is 1, as sd.cpp computes it.
-func timeSNRShift(shift, u float32) float32 {
-	if shift == 1 {
-		return u
-	}
-	return shift * u / (1 + (shift-1)*u)
-}
-
 // SigmaMin is the noise level of timestep 0.
 func (s *discreteFlowSchedule) SigmaMin() float32 { return s.TToSigma(0) }
 
@@ -25,9 +17,14 @@ func (s *discreteFlowSchedule) SigmaMax() float32 { return s.TToSigma(Timesteps 
 // SigmaToT returns sigma·1000, the timestep the network embeds.
 func (s *discreteFlowSchedule) SigmaToT(sigma float32) float32 { return sigma * 1000 }
 
-// TToSigma maps a timestep in [0, 999] to its shifted noise level.
+// TToSigma maps a timestep in [0, 999] to its shifted noise level, in
+// float32 as sd.cpp's time_snr_shift computes it (u itself for shift 1).
 func (s *discreteFlowSchedule) TToSigma(t float32) float32 {
-	return timeSNRShift(s.shift, (t+1)/Timesteps)
+	u := (t + 1) / Timesteps
+	if s.shift == 1 {
+		return u
+	}
+	return s.shift * u / (1 + (s.shift-1)*u)
 }
 
 // Sigmas returns one of the shared spacings of TToSigma (sd-cli's default: discrete).
