@@ -21,7 +21,7 @@ var QwenImageFamilies = []*Family{
 			{Name: dmPrefix + "img_in.weight", Dim: 1, Value: 64},
 		}},
 		Encoders:    []TextEncoder{{Component: "llm", Kind: "llm", Prefix: qwenImageLLMPrefix, Hidden: true}},
-		Conditioner: "qwen_image", Network: "qwen_image", Schedule: "discrete_flow",
+		Conditioner: "qwen_image", Network: "qwen_image", Schedule: "discrete-flow",
 		Prediction: FlowPrediction, VAE: VAEFacts{Kind: "wan", Scale: 1}, FlowShift: 3,
 		Defaults: Defaults{Method: Euler, Scheduler: SchedulerDiscrete, CFGScale: 2.5, Width: 512, Height: 512, Steps: 20},
 	},

@@ -1,7 +1,7 @@
 package infer
 
 // discreteFlowSchedule is a flow-matching schedule as sd.cpp's
-// DiscreteFlowDenoiser holds it (SD3, Qwen-Image, Z-Image, Wan): timestep
+// DiscreteFlowDenoiser holds it (Family.Schedule "discrete-flow": SD3, Qwen-Image, Wan): timestep
 // t in [0, 999] has noise level shift·u / (1 + (shift-1)·u), u = (t+1)/1000,
 // and the network's time embedding takes sigma·1000.
 type discreteFlowSchedule struct {
@@ -33,7 +33,7 @@ func (s *discreteFlowSchedule) Sigmas(kind Scheduler, steps int) ([]float32, err
 }
 
 func init() {
-	schedules["discrete_flow"] = func(m *Model, w, h int) Schedule {
+	schedules["discrete-flow"] = func(m *Model, w, h int) Schedule {
 		return &discreteFlowSchedule{shift: m.Family.FlowShift}
 	}
 }
