@@ -35,6 +35,9 @@ type builder struct {
 	// outputs are extra graph outputs that are not ancestors of the main
 	// one (a text encoder's pooled output beside its hidden states).
 	outputs []native.Tensor
+	// inputs are extra graph inputs a part made with their values
+	// (per-channel constants, a video VAE's caches); compute fills them.
+	inputs []input
 	// acts holds the W8A8 activations quantized so far (linearW8A8).
 	acts map[actKey]native.Tensor
 }

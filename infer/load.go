@@ -345,7 +345,8 @@ func heldType(name string, s *tensor.Source) (formats.DType, error) {
 		t = formats.F8_E4M3
 	}
 	switch {
-	case len(shape) == 4:
+	case len(shape) == 5 || len(shape) == 4 && !strings.HasSuffix(name, ".gamma"):
+		// A conv kernel (Conv3d's is 5-D); a 4-D RMS norm gamma is a scale.
 		if t == formats.F32 || t == formats.F16 {
 			return t, nil
 		}

@@ -35,10 +35,15 @@ func (w *weightSet) free() {
 	w.ctx.Free()
 }
 
-// ggmlDims turns a PyTorch shape into ggml dims (innermost first).
+// ggmlDims turns a PyTorch shape into ggml dims (innermost first). A 5-D
+// shape (a Conv3d kernel [out, in, kt, kh, kw]) folds its two outer dims
+// into the fourth, [kw, kh, kt, in·out], as sd.cpp holds it.
 func ggmlDims(shape []int64) []int64 {
 	if len(shape) == 0 {
 		return []int64{1}
+	}
+	if len(shape) == 5 {
+		return []int64{shape[4], shape[3], shape[2], shape[0] * shape[1]}
 	}
 	ne := make([]int64, len(shape))
 	for i, d := range shape {
@@ -58,9 +63,9 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 	ws := &weightSet{ctx: ctx, byName: map[string]native.Tensor{}, types: map[string]formats.DType{}}
 	for i := range specs {
 		s := &specs[i]
-		if len(s.Shape) > 4 {
+		if len(s.Shape) > 5 {
 			ctx.Free()
-			return nil, fmt.Errorf("%s: tensor %q: %d dims (ggml holds at most 4)", s.model.Path(), s.src.Name, len(s.Shape))
+			return nil, fmt.Errorf("%s: tensor %q: %d dims (ggml holds at most 4, or 5 folded)", s.model.Path(), s.src.Name, len(s.Shape))
 		}
 		t, err := ctx.NewTensor(s.Type, ggmlDims(s.Shape)...)
 		if err != nil {

@@ -424,6 +424,7 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 	func() {
 		defer native.Recover(&err)
 		ins, out = build(g)
+		ins = append(ins, g.inputs...)
 		out = ctx.Cont(out).SetOutput()
 	}()
 	if err != nil {
@@ -594,6 +595,9 @@ func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 		return nil, err
 	}
 	out, logvar := moments[:len(moments)/2], moments[len(moments)/2:]
+	if vaeKinds[cfg.Kind].meanOnly {
+		out, logvar, eps = moments, nil, nil
+	}
 	if eps != nil && len(eps) != len(out) {
 		return nil, fmt.Errorf("latent sample: %d noise values for %d latent values", len(eps), len(out))
 	}

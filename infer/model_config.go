@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -42,7 +43,18 @@ type VAEConfig struct {
 	ConvScale float32
 	// Layout is the kind's own configuration (*KLConfig for "kl").
 	Layout any
+	// Spatial and Temporal are the latent's downsampling factors in space
+	// and time, set by kinds that differ from the KL VAE's 8 and 1 (read
+	// them through SpatialFactor and TemporalFactor).
+	Spatial, Temporal int
 }
+
+// SpatialFactor is the ratio of image to latent width and height.
+func (c *VAEConfig) SpatialFactor() int { return cmp.Or(c.Spatial, 8) }
+
+// TemporalFactor is the ratio of frames to latent frames after the first
+// (a video VAE's latent frame 0 is one frame, each later one this many).
+func (c *VAEConfig) TemporalFactor() int { return cmp.Or(c.Temporal, 1) }
 
 // vaeKind is what the core needs of a kind of VAE (VAEFacts.Kind).
 type vaeKind struct {
@@ -55,6 +67,13 @@ type vaeKind struct {
 	decode, encode func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor
 	// isWeight reports a tensor of this kind of VAE (internal name).
 	isWeight func(name string) bool
+	// meanOnly reports an encoder whose output is the latent itself (Z
+	// channels, no log-variance), which img2img takes without sampling.
+	meanOnly bool
+	// decodeFrames, when set, decodes T latent frames [T, Z, h, w] (VAE
+	// latents) to pixel frames [F, 3, H, W] and returns them with F; a
+	// kind without it decodes each frame alone.
+	decodeFrames func(m *Model, c *VAEConfig, z []float32, t, w, h int) ([]float32, int, error)
 }
 
 // vaeKinds are the VAE kinds by name, registered by their files.
