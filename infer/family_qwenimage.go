@@ -3,9 +3,6 @@ package infer
 // The Qwen-Image entry of the family table (base, 2512 and Edit share the
 // DiT's layout; Edit's reference images are not taken).
 
-// qwenImageLLMPrefix is where sd-cli puts the --llm file's weights (Qwen2.5-VL's text part).
-const qwenImageLLMPrefix = "text_encoders.llm."
-
 // QwenImageFamilies is Qwen-Image: its MMDiT conditioned on Qwen2.5-VL's
 // last hidden states, the flow schedule of SD3 with shift 3 (sd-cli's
 // default --flow-shift for it), Euler, and Wan 2.1's VAE on one frame.
@@ -20,7 +17,7 @@ var QwenImageFamilies = []*Family{
 			// 16 latent channels in 2×2 patches: MageFlow's 128 are another VAE's.
 			{Name: dmPrefix + "img_in.weight", Dim: 1, Value: 64},
 		}},
-		Encoders:    []TextEncoder{{Component: "llm", Kind: "llm", Prefix: qwenImageLLMPrefix, Hidden: true}},
+		Encoders:    []TextEncoder{{Component: "llm", Kind: "llm", Prefix: LLMPrefix, Hidden: true}},
 		Conditioner: "qwen_image", Network: "qwen_image", Schedule: "discrete-flow",
 		Prediction: FlowPrediction, VAE: VAEFacts{Kind: "wan", Scale: 1}, FlowShift: 3,
 		Defaults: Defaults{Method: Euler, Scheduler: SchedulerDiscrete, CFGScale: 2.5, Width: 512, Height: 512, Steps: 20},
