@@ -308,7 +308,7 @@ var Families = []*Family{
 		Note:     "Audio and video streams; ComfyUI-GGUF loads it under ltxv.",
 	},
 	{
-		ID: "qwen_image", Title: "Qwen-Image", Kind: KindDiffusion, ComfyArch: "qwen_image", SDCpp: "qwen-image",
+		ID: "qwen_image", Title: "Qwen-Image", Kind: KindDiffusion, ComfyArch: "qwen_image", SDCpp: "qwen-image", Generate: true,
 		Detect: []Rule{
 			rule("", has(`^transformer_blocks\.\d+\.img_mod\.`), has(`^transformer_blocks\.\d+\.txt_mod\.`), lacks(`^time_text_embed\.addition_t_embedding\.`)),
 			rule("edit", has(`^transformer_blocks\.\d+\.img_mod\.`), has(`^transformer_blocks\.\d+\.txt_mod\.`), lacks(`^time_text_embed\.addition_t_embedding\.`), meta("edit")),

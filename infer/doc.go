@@ -46,7 +46,10 @@
 //   - text encoder kinds: clip_config.go and graph_clip.go ("clip", with
 //     its tokenizer loader), t5_config.go, graph_t5.go and cond_t5.go
 //     ("t5", T5 v1.1 and UMT5);
-//   - VAE kinds: graph_vae.go ("kl", the LDM AutoencoderKL).
+//   - VAE kinds: graph_vae.go ("kl", the LDM AutoencoderKL);
+//     wanvae_config.go, graph_wanvae.go and wanvae_frames.go ("wan", the
+//     causal 3-D VAE of Wan 2.1/2.2 and Qwen-Image, run over N frames in
+//     chunks with caches).
 //
 // A new family adds its own files of these kinds and a row in package
 // family's table; docs/design.md lists them, and the step after this one:

@@ -2,7 +2,7 @@ package infer
 
 // The Wan 2.1/2.2 entries of the family table: text-to-video DiTs
 // conditioned on UMT5-XXL, sampled with Euler on sd-cli's discrete flow
-// schedule (shift 5), decoded frame by frame.
+// schedule (shift 5), decoded by the Wan VAE.
 
 // wanEncoders is Wan's text encoder: UMT5-XXL, 512 tokens, optional as sd-cli allows.
 var wanEncoders = []TextEncoder{

@@ -443,6 +443,9 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 	}
 	gr := ctx.NewGraph(graphSize)
 	g.imat.expand(gr)
+	for _, t := range g.expand {
+		gr.Expand(t)
+	}
 	for _, t := range g.outputs {
 		gr.Expand(t)
 	}

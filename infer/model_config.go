@@ -58,6 +58,10 @@ type vaeKind struct {
 	// meanOnly reports an encoder whose output is the latent itself (Z
 	// channels, no log-variance), which img2img takes without sampling.
 	meanOnly bool
+	// encodeVideo, when set, encodes frames of pixels [n][3][H][W] in
+	// [-1, 1] to a diffusion latent video [C, frames, h, w] and returns
+	// frames; a kind without it encodes each frame as an image (Model.EncodeVideo).
+	encodeVideo func(m *Model, px []float32, w, h, n int) ([]float32, int, error)
 	// decodeVideo, when set, decodes a diffusion latent video [C, frames,
 	// h, w] to the video's frames of pixels [n][3][H][W] and returns n
 	// (a video VAE unpacks a latent frame into several); a kind without it

@@ -420,10 +420,10 @@ func TestFoldDims(t *testing.T) {
 	}
 }
 
-// TestDiscreteFlowSigmas checks sd-cli's shifted flow schedule against its
+// TestWanDiscreteFlowSigmas checks sd-cli's shifted flow schedule against its
 // formula worked by hand: sigma(t) = 5s/(1+4s), s = (t+1)/1000, and the
 // network's timestep sigma·1000.
-func TestDiscreteFlowSigmas(t *testing.T) {
+func TestWanDiscreteFlowSigmas(t *testing.T) {
 	s := &discreteFlowSchedule{shift: 5}
 	for _, c := range []struct{ t, want float32 }{{999, 1}, {499, 2.5 / 3}, {0, 0.005 / 1.004}} {
 		if got := s.TToSigma(c.t); math.Abs(float64(got-c.want)) > 1e-6 {

@@ -35,12 +35,14 @@ var (
 	wanTempUp       = []bool{true, true, false}
 	wanTempDown     = []bool{false, true, true}
 	wanResBlocks    = 2
-	wanCacheFrames  = 2 // CACHE_T: the frames of history a causal 3x3x3 conv keeps
 	wanEncodeStride = 4 // frames per encoder chunk after the first
 )
 
 // wanRMSEps is the RMS norm's epsilon.
 const wanRMSEps = 1e-12
+
+// wanCacheFrames is CACHE_T: the frames of history a causal conv keeps.
+const wanCacheFrames int64 = 2
 
 // Per-channel latent statistics: VAE latent = diffusion latent · std + mean
 // (Wan's latents_mean and latents_std, as diffusers' configs and sd.cpp have them).
@@ -79,7 +81,7 @@ func init() {
 		encode: func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor {
 			return (&wanRun{g: g, cfg: c.Layout.(*WanVAEConfig)}).encode(x)
 		},
-		decodeVideo: decodeWanVideo,
+		decodeVideo: decodeWanVideo, encodeVideo: encodeWanVideo,
 	}
 }
 

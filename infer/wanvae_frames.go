@@ -10,8 +10,8 @@ import (
 // decodeWanVideo decodes a diffusion latent video [Z, frames, h, w] with a
 // Wan VAE, one graph per latent frame as sd.cpp chunks it: frame 0 alone
 // gives one frame, each later one four, and the causal convolutions'
-// caches carry over between graphs in Go memory, so that a graph holds one
-// chunk's activations. It returns the frames [n][3][H][W] and n.
+// caches carry over between graphs in buffers of their own, so that a
+// graph holds one chunk's activations. It returns the frames [n][3][H][W] and n.
 func decodeWanVideo(m *Model, latent []float32, w, h, frames int) ([]float32, int, error) {
 	c := &m.Config.VAE
 	cfg := c.Layout.(*WanVAEConfig)
@@ -19,7 +19,8 @@ func decodeWanVideo(m *Model, latent []float32, w, h, frames int) ([]float32, in
 	if frames <= 0 || len(latent) != c.ZChannels*frames*cell {
 		return nil, 0, fmt.Errorf("%s: %d latent values are not %d frames of %dx%dx%d", m.Path, len(latent), frames, c.ZChannels, h, w)
 	}
-	var caches []wanCache
+	caches := &wanCacheSet{be: m.be}
+	defer caches.free()
 	var out []float32
 	n := 0
 	z := make([]float32, c.ZChannels*cell)
@@ -30,47 +31,129 @@ func decodeWanVideo(m *Model, latent []float32, w, h, frames int) ([]float32, in
 				z[ch*cell+i] = v/c.ScaleFactor + c.ShiftFactor
 			}
 		}
-		var next []native.Tensor
 		err := m.compute(func(g *builder) ([]input, native.Tensor) {
-			r := &wanRun{g: g, cfg: cfg, chunk: f, prev: caches}
+			r := &wanRun{g: g, cfg: cfg, chunk: f, cache: caches}
 			zt := newInput(g, formats.F32, int64(w), int64(h), int64(c.ZChannels), 1)
-			px := r.decode(zt)
-			for _, t := range r.next {
-				if t.Valid() {
-					g.output(t)
-				}
-			}
-			next = r.next
-			return []input{{t: zt, f32: z}}, px
+			return []input{{t: zt, f32: z}}, r.decode(zt)
 		}, func(o native.Tensor) error {
 			v, err := o.F32()
-			if err != nil {
-				return err
-			}
 			out = append(out, v...)
 			n += int(o.Ne()[3])
-			caches, err = readCaches(next)
 			return err
 		})
 		if err != nil {
 			return nil, 0, err
 		}
+		caches.commit()
 	}
 	return out, n, nil
 }
 
-// readCaches copies a chunk's caches out of its graph.
-func readCaches(ts []native.Tensor) ([]wanCache, error) {
-	out := make([]wanCache, len(ts))
-	for i, t := range ts {
-		if !t.Valid() {
-			continue
-		}
-		v, err := t.F32()
-		if err != nil {
-			return nil, err
-		}
-		out[i] = wanCache{ne: t.Ne(), data: v}
+// encodeWanVideo encodes pixel frames [n][3][H][W] with a Wan VAE, one
+// graph per chunk as sd.cpp chunks them (frame 0 alone, then four at a
+// time; n is 1 + 4k), carrying the caches like decodeWanVideo, to a
+// diffusion latent video [Z, 1+k, h, w].
+func encodeWanVideo(m *Model, px []float32, w, h, n int) ([]float32, int, error) {
+	c := &m.Config.VAE
+	cfg := c.Layout.(*WanVAEConfig)
+	if !c.HasEncoder {
+		return nil, 0, fmt.Errorf("%s: the model has no VAE encoder (%sencoder)", m.Path, vaePfx)
 	}
-	return out, nil
+	if (n-1)%wanEncodeStride != 0 {
+		return nil, 0, fmt.Errorf("%s: %d frames: a Wan VAE encodes 1 + %d·k", m.Path, n, wanEncodeStride)
+	}
+	caches := &wanCacheSet{be: m.be}
+	defer caches.free()
+	frame := 3 * w * h
+	var lat [][]float32
+	for chunk, at := 0, 0; at < n; chunk++ {
+		k := 1
+		if chunk > 0 {
+			k = wanEncodeStride
+		}
+		err := m.compute(func(g *builder) ([]input, native.Tensor) {
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches}
+			xt := newInput(g, formats.F32, int64(w), int64(h), 3, int64(k))
+			return []input{{t: xt, f32: px[at*frame : (at+k)*frame]}}, r.latent(r.encodeChunk(xt))
+		}, func(o native.Tensor) error {
+			v, err := o.F32()
+			lat = append(lat, v)
+			return err
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		caches.commit()
+		at += k
+	}
+	out := channelsMajor(lat, c.ZChannels)
+	for i, v := range out {
+		out[i] = (v - c.ShiftFactor) * c.ScaleFactor
+	}
+	return out, len(lat), nil
+}
+
+// wanCacheSet holds a Wan VAE's causal-conv caches between chunks, each
+// in a backend buffer of its own that the graphs read and write directly:
+// wanCacheFrames frames [W, H, C] per conv, the last valid of them current.
+type wanCacheSet struct {
+	be    *native.Backend
+	slots []*wanSlot
+}
+
+// wanSlot is one conv's cache.
+type wanSlot struct {
+	ctx *native.Context
+	buf *native.Buffer
+	t   native.Tensor
+	// valid is the frames the last chunk left, pending those this chunk writes.
+	valid, pending int
+}
+
+// slot returns cache idx for frames of ne's size and type typ, allocating
+// it on first use.
+func (s *wanCacheSet) slot(idx int, ne [4]int64, typ formats.DType) *wanSlot {
+	for len(s.slots) <= idx {
+		s.slots = append(s.slots, nil)
+	}
+	if sl := s.slots[idx]; sl != nil {
+		if have := sl.t.Ne(); have[0] != ne[0] || have[1] != ne[1] || have[2] != ne[2] || sl.t.Type() != typ {
+			panic(&native.ShapeError{Msg: fmt.Sprintf("wan vae cache %d: %v %s, then %v %s", idx, have, sl.t.Type(), ne, typ)})
+		}
+		return sl
+	}
+	ctx, err := native.NewContext(1, 0)
+	if err != nil {
+		panic(&native.ShapeError{Msg: err.Error()})
+	}
+	t, err := ctx.NewTensor(typ, ne[0], ne[1], ne[2], wanCacheFrames)
+	if err == nil {
+		var buf *native.Buffer
+		if buf, err = s.be.AllocContext(ctx); err == nil {
+			s.slots[idx] = &wanSlot{ctx: ctx, buf: buf, t: t}
+			return s.slots[idx]
+		}
+	}
+	ctx.Free()
+	panic(&native.ShapeError{Msg: fmt.Sprintf("wan vae cache %d: %v", idx, err)})
+}
+
+// commit makes the frames the last chunk wrote current.
+func (s *wanCacheSet) commit() {
+	for _, sl := range s.slots {
+		if sl != nil && sl.pending > 0 {
+			sl.valid, sl.pending = sl.pending, 0
+		}
+	}
+}
+
+// free releases the caches.
+func (s *wanCacheSet) free() {
+	for _, sl := range s.slots {
+		if sl != nil {
+			sl.buf.Free()
+			sl.ctx.Free()
+		}
+	}
+	s.slots = nil
 }
