@@ -152,6 +152,10 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		cfg.VAE.ConvScale = fam.VAE.BuiltinConvScale
 	}
 	specs = familyWeights(fam, specs)
+	if opt.VAEDecodeOnly {
+		specs = withoutVAEEncoder(specs, vaeKinds[cfg.VAE.Kind].encoderParts)
+		cfg.VAE.HasEncoder = false
+	}
 	var unused []string
 	for _, s := range srcs {
 		if !s.comp.Whole() && !slices.ContainsFunc(specs, func(w weightSpec) bool { return w.Component == s.comp.Flag }) {
@@ -354,6 +358,18 @@ func familyWeights(f *Family, specs []weightSpec) []weightSpec {
 				out = append(out, s)
 				break
 			}
+		}
+	}
+	return out
+}
+
+// withoutVAEEncoder drops the weights of the VAE's encoder (parts: its
+// kind's prefixes under first_stage_model.).
+func withoutVAEEncoder(specs []weightSpec, parts []string) []weightSpec {
+	out := specs[:0]
+	for _, s := range specs {
+		if !slices.ContainsFunc(parts, func(p string) bool { return hasPrefix(s.Name, vaePfx+p) }) {
+			out = append(out, s)
 		}
 	}
 	return out

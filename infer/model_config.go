@@ -58,6 +58,9 @@ type vaeKind struct {
 	// meanOnly reports an encoder whose output is the latent itself (Z
 	// channels, no log-variance), which img2img takes without sampling.
 	meanOnly bool
+	// encoderParts are the name prefixes (under first_stage_model.) of the
+	// encoder's weights, which LoadOptions.VAEDecodeOnly leaves out.
+	encoderParts []string
 	// encodeVideo, when set, encodes frames of pixels [n][3][H][W] in
 	// [-1, 1] to a diffusion latent video [C, frames, h, w] and returns
 	// frames; a kind without it encodes each frame as an image (Model.EncodeVideo).

@@ -24,8 +24,10 @@ func TestTinyWanLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []float32
-	for _, c := range []Components{{"model": single}, {"diffusion-model": parts["diffusion-model"], "t5xxl": parts["t5xxl"], "vae": parts["vae"]}} {
-		m, err := Load(c, LoadOptions{Threads: 1})
+	var bytes []int64
+	for i, c := range []Components{{"model": single}, {"diffusion-model": parts["diffusion-model"], "t5xxl": parts["t5xxl"], "vae": parts["vae"]}} {
+		// The parts load as sd-cli loads them without an init image: no VAE encoder.
+		m, err := Load(c, LoadOptions{Threads: 1, VAEDecodeOnly: i == 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,10 +46,17 @@ func TestTinyWanLoads(t *testing.T) {
 		if res.Frames != 5 || res.NaNPixels != 0 {
 			t.Fatalf("%d frames, %d NaN", res.Frames, res.NaNPixels)
 		}
+		bytes = append(bytes, m.WeightBytes)
+		if _, err := m.EncodeImage(make([]float32, 3*16*16), 16, 16); (err == nil) != (i == 0) {
+			t.Errorf("load %d: encoding an image: %v", i, err)
+		}
 		if want == nil {
 			want = res.Pixels
 		} else if !slices.Equal(res.Pixels, want) {
 			t.Errorf("the parts render differently from the single file (max relative error %g)", maxRelErr(t, res.Pixels, want))
 		}
+	}
+	if bytes[1] >= bytes[0] {
+		t.Errorf("without the VAE encoder the weights take %d bytes, with it %d", bytes[1], bytes[0])
 	}
 }

@@ -74,7 +74,7 @@ func (c *WanVAEConfig) latentStats() (mean, std []float32) {
 }
 
 func init() {
-	vaeKinds["wan"] = vaeKind{detect: detectWanVAE, isWeight: isWanVAEWeight, meanOnly: true,
+	vaeKinds["wan"] = vaeKind{detect: detectWanVAE, isWeight: isWanVAEWeight, meanOnly: true, encoderParts: []string{"encoder.", "conv1."},
 		decode: func(g *builder, c *VAEConfig, z native.Tensor) native.Tensor {
 			return (&wanRun{g: g, cfg: c.Layout.(*WanVAEConfig)}).decode(z)
 		},

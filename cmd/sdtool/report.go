@@ -217,7 +217,7 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 	c := r.c
 	comps := infer.Components{"model": path}
 	tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads})
+	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads, VAEDecodeOnly: true})
 	if err != nil {
 		if notFound != nil {
 			return nil, notFound
