@@ -26,8 +26,8 @@ type LoadOptions struct {
 	// as stable-diffusion.cpp does, which reproduces sd-cli's SDXL images
 	// from single-file checkpoints (whose pooled embedding it transposes).
 	StoredLayout bool
-	// VAEDecodeOnly leaves the VAE's encoder out of memory, as sd-cli does
-	// without an init image (its vae_decode_only); img2img then fails.
+	// VAEDecodeOnly leaves the VAE's encoder out of memory when nothing
+	// will encode an image (sd-cli holds it anyway); img2img then fails.
 	VAEDecodeOnly bool
 	// FlowShift, when not 0, replaces the family's flow shift
 	// (Family.FlowShift) in a shifted flow schedule, as sd-cli's --flow-shift.

@@ -243,7 +243,7 @@ func runGenerate(c *cli.Context) error {
 	opt.Tokenizers["t5"] = c.String("t5-tokenizer")
 	opt.Tokenizers["llm"] = c.String("llm-tokenizer")
 	opt.FlowShift = float32(c.Float64("flow-shift"))
-	opt.VAEDecodeOnly = c.String("init-img") == "" // as sd-cli: the encoder stays out of memory
+	opt.VAEDecodeOnly = c.String("init-img") == "" // only img2img encodes: the VAE's encoder stays out of memory
 	m, err := infer.Load(comps, opt)
 	if err != nil {
 		// The model's own problems come first (infer checks them before the
