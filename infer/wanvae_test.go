@@ -348,3 +348,28 @@ func TestDetectWanVAE(t *testing.T) {
 		t.Errorf("a 2-D Wan VAE: %v, want an error saying so", err)
 	}
 }
+
+// TestWanVAEFactorsMatchFamily: a Wan 2.2 VAE (16 pixels per cell) is
+// refused by an entry whose latent format has 8, and taken by one with 16;
+// an image entry (no TimeFactor) takes a 2.1 VAE.
+func TestWanVAEFactorsMatchFamily(t *testing.T) {
+	vk := vaeKinds["wan"]
+	v21 := &VAEConfig{Kind: "wan", Layout: &WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1}}
+	v22 := &VAEConfig{Kind: "wan", Layout: &WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2}}
+	for _, tc := range []struct {
+		vae    VAEFacts
+		c      *VAEConfig
+		refuse bool
+	}{
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4}, v22, true},
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4, Down: 16}, v22, false},
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4}, v21, false},
+		{VAEFacts{Kind: "wan", Scale: 1}, v21, false},
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 2}, v21, true},
+	} {
+		err := checkVAEFactors(&Family{Title: "test", VAE: tc.vae}, vk, tc.c)
+		if (err != nil) != tc.refuse {
+			t.Errorf("%+v with %+v: %v, refuse %v", tc.vae, tc.c.Layout, err, tc.refuse)
+		}
+	}
+}
