@@ -24,9 +24,11 @@ type wanRun struct {
 	cfg   *WanVAEConfig
 	chunk int
 	// idx numbers the caches in the order sd.cpp numbers them; cache
-	// holds them between chunks (nil: a single chunk, no caches).
+	// holds them between chunks (nil: a single chunk, no caches), and
+	// keep has this graph write them for a later one.
 	idx   int
 	cache *wanCacheSet
+	keep  bool
 }
 
 // resampleMode is what a Resample block does between levels.
@@ -60,7 +62,7 @@ func (r *wanRun) cacheIn(idx int) native.Tensor {
 // F16: the conv unfolds its input to its F16 kernel's type anyway. The
 // write is ordered after the conv, which reads the old values.
 func (r *wanRun) setCache(idx int, t, after native.Tensor) {
-	if r.cache == nil {
+	if r.cache == nil || !r.keep {
 		return
 	}
 	ne := t.Ne()

@@ -33,14 +33,16 @@ func decodeWanVideo(m *Model, latent []float32, w, h, frames int) ([]float32, in
 				z[ch*cell+i] = v/c.ScaleFactor + c.ShiftFactor
 			}
 		}
-		mid, ne, tailIdx, err := wanDecodeHead(m, cfg, caches, f, z, w, h)
+		last := f == frames-1 // the caches it writes would go unread
+		mid, ne, tailIdx, err := wanDecodeHead(m, cfg, caches, f, z, w, h, !last)
 		if err != nil {
 			return nil, 0, err
 		}
 		size := int(ne[0] * ne[1] * ne[2])
 		for j := range int(ne[3]) {
+			keep := !last || j < int(ne[3])-1
 			err := m.compute(func(g *builder) ([]input, native.Tensor) {
-				r := &wanRun{g: g, cfg: cfg, chunk: f, idx: tailIdx, cache: caches}
+				r := &wanRun{g: g, cfg: cfg, chunk: f, idx: tailIdx, cache: caches, keep: keep}
 				xt := newInput(g, formats.F32, ne[0], ne[1], ne[2], 1)
 				return []input{{t: xt, f32: mid[j*size : (j+1)*size]}}, r.decodeTail(xt)
 			}, func(o native.Tensor) error {
@@ -58,15 +60,15 @@ func decodeWanVideo(m *Model, latent []float32, w, h, frames int) ([]float32, in
 	return out, n, nil
 }
 
-// wanDecodeHead runs decodeHead on the VAE latent frame z of chunk f and
-// returns its output with its dims and the number of the first cache the
-// tail uses.
-func wanDecodeHead(m *Model, cfg *WanVAEConfig, caches *wanCacheSet, f int, z []float32, w, h int) ([]float32, [4]int64, int, error) {
+// wanDecodeHead runs decodeHead on the VAE latent frame z of chunk f
+// (keep: writing its caches for the next chunk) and returns its output
+// with its dims and the number of the first cache the tail uses.
+func wanDecodeHead(m *Model, cfg *WanVAEConfig, caches *wanCacheSet, f int, z []float32, w, h int, keep bool) ([]float32, [4]int64, int, error) {
 	var mid []float32
 	var ne [4]int64
 	tailIdx := 0
 	err := m.compute(func(g *builder) ([]input, native.Tensor) {
-		r := &wanRun{g: g, cfg: cfg, chunk: f, cache: caches}
+		r := &wanRun{g: g, cfg: cfg, chunk: f, cache: caches, keep: keep}
 		zt := newInput(g, formats.F32, int64(w), int64(h), int64(cfg.ZDim), 1)
 		x := r.decodeHead(zt)
 		tailIdx = r.idx
@@ -106,7 +108,7 @@ func encodeWanVideo(m *Model, px []float32, w, h, n int) ([]float32, int, error)
 			k = wanEncodeStride
 		}
 		err := m.compute(func(g *builder) ([]input, native.Tensor) {
-			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches}
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches, keep: at+k < n}
 			xt := newInput(g, formats.F32, int64(w), int64(h), 3, int64(k))
 			return []input{{t: xt, f32: px[at*frame : (at+k)*frame]}}, r.latent(r.encodeChunk(xt))
 		}, func(o native.Tensor) error {

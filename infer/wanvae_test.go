@@ -149,7 +149,7 @@ func runWanChunks(t *testing.T, m *Model, x []float32, ne [4]int64, sizes []int,
 	at := 0
 	for i, n := range sizes {
 		err := m.compute(func(g *builder) ([]input, native.Tensor) {
-			r := &wanRun{g: g, cfg: &WanVAEConfig{}, chunk: i, cache: caches}
+			r := &wanRun{g: g, cfg: &WanVAEConfig{}, chunk: i, cache: caches, keep: true}
 			xt := newInput(g, formats.F32, ne[0], ne[1], ne[2], int64(n))
 			return []input{{t: xt, f32: x[at*frame : (at+n)*frame]}}, build(r, xt)
 		}, func(o native.Tensor) error {
@@ -266,14 +266,14 @@ func wanChunkMemory(t *testing.T, be *native.Backend, ws *weightSet, cfg *WanVAE
 		var mid [4]int64
 		tailIdx := 0
 		head := wanGraphSize(t, be, ws, func(g *builder) native.Tensor {
-			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches}
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches, keep: true}
 			x := r.decodeHead(newInput(g, formats.F32, w, h, int64(cfg.ZDim), 1))
 			mid, tailIdx = x.Ne(), r.idx
 			return x
 		})
 		caches.commit()
 		tail := wanGraphSize(t, be, ws, func(g *builder) native.Tensor {
-			r := &wanRun{g: g, cfg: cfg, chunk: chunk, idx: tailIdx, cache: caches}
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, idx: tailIdx, cache: caches, keep: true}
 			return r.decodeTail(newInput(g, formats.F32, mid[0], mid[1], mid[2], 1))
 		})
 		caches.commit()
