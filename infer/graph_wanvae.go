@@ -24,9 +24,11 @@ type wanRun struct {
 	cfg   *WanVAEConfig
 	chunk int
 	// idx numbers the caches in the order sd.cpp numbers them; cache
-	// holds them between chunks (nil: a single chunk, no caches).
+	// holds them between chunks (nil: a single chunk, no caches), and
+	// keep has this graph write them for a later one.
 	idx   int
 	cache *wanCacheSet
+	keep  bool
 }
 
 // resampleMode is what a Resample block does between levels.
@@ -60,7 +62,7 @@ func (r *wanRun) cacheIn(idx int) native.Tensor {
 // F16: the conv unfolds its input to its F16 kernel's type anyway. The
 // write is ordered after the conv, which reads the old values.
 func (r *wanRun) setCache(idx int, t, after native.Tensor) {
-	if r.cache == nil {
+	if r.cache == nil || !r.keep {
 		return
 	}
 	ne := t.Ne()
@@ -264,6 +266,16 @@ func (r *wanRun) resample(x native.Tensor, p string, mode resampleMode) native.T
 // decode builds the decoder for one chunk: VAE-normalised diffusion
 // latents z [w, h, Z, T] (mapped per channel here) to pixels [W, H, 3, F].
 func (r *wanRun) decode(z native.Tensor) native.Tensor {
+	return r.decodeTail(r.decodeHead(z))
+}
+
+// wanSplitLevel is the last decoder level that upsamples in time: after it
+// each frame's path depends on its own input and the caches only, so the
+// rest can run one frame at a time (decodeTail).
+const wanSplitLevel = 1
+
+// decodeHead builds the decoder up to and including level wanSplitLevel.
+func (r *wanRun) decodeHead(z native.Tensor) native.Tensor {
 	c := r.g.c
 	mean, std := r.cfg.latentStats()
 	zc := int64(len(mean))
@@ -274,28 +286,44 @@ func (r *wanRun) decode(z native.Tensor) native.Tensor {
 	x = r.resBlock(x, p+"middle.0.")
 	x = r.attn(x, p+"middle.1.")
 	x = r.resBlock(x, p+"middle.2.")
-	idx := 0
-	for i := range wanDimMult {
-		last := i == len(wanDimMult)-1
-		mode := up2d
-		if !last && wanTempUp[i] {
-			mode = up3d
-		}
-		if r.cfg.V22 {
-			x = r.upBlock(x, fmt.Sprintf("%supsamples.%d.", p, i), mode, last)
-			continue
-		}
-		for range wanResBlocks + 1 {
-			x = r.resBlock(x, fmt.Sprintf("%supsamples.%d.", p, idx))
-			idx++
-		}
-		if !last {
-			x = r.resample(x, fmt.Sprintf("%supsamples.%d.", p, idx), mode)
-			idx++
-		}
+	for i := 0; i <= wanSplitLevel; i++ {
+		x = r.upLevel(x, i)
 	}
-	x = r.causalConv(c.SiLU(r.rmsNorm(x, p+"head.0")), p+"head.2")
+	return x
+}
+
+// decodeTail builds the rest of the decoder: the levels after
+// wanSplitLevel and the head, then the pixels out of 2.2's patches.
+func (r *wanRun) decodeTail(x native.Tensor) native.Tensor {
+	for i := wanSplitLevel + 1; i < len(wanDimMult); i++ {
+		x = r.upLevel(x, i)
+	}
+	p := vaePfx + "decoder."
+	x = r.causalConv(r.g.c.SiLU(r.rmsNorm(x, p+"head.0")), p+"head.2")
 	return r.unpatchify(x)
+}
+
+// upLevel is decoder level i: its residual blocks and (but the last) its
+// upsampling; 2.1 numbers the blocks of all levels in one list, four per
+// level, 2.2 nests them per level.
+func (r *wanRun) upLevel(x native.Tensor, i int) native.Tensor {
+	p := vaePfx + "decoder."
+	last := i == len(wanDimMult)-1
+	mode := up2d
+	if !last && wanTempUp[i] {
+		mode = up3d
+	}
+	if r.cfg.V22 {
+		return r.upBlock(x, fmt.Sprintf("%supsamples.%d.", p, i), mode, last)
+	}
+	idx := i * (wanResBlocks + 2)
+	for j := range wanResBlocks + 1 {
+		x = r.resBlock(x, fmt.Sprintf("%supsamples.%d.", p, idx+j))
+	}
+	if !last {
+		x = r.resample(x, fmt.Sprintf("%supsamples.%d.", p, idx+wanResBlocks+1), mode)
+	}
+	return x
 }
 
 // upBlock is Wan 2.2's Up_ResidualBlock: residual blocks and the

@@ -55,6 +55,10 @@ type vaeKind struct {
 	decode, encode func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor
 	// isWeight reports a tensor of this kind of VAE (internal name).
 	isWeight func(name string) bool
+	// factors, when set, returns the pixels per latent cell and the frames
+	// per latent frame of the detected VAE, which the family's VAEFacts
+	// (Down, TimeFactor) must match.
+	factors func(c *VAEConfig) (spatial, temporal int)
 	// meanOnly reports an encoder whose output is the latent itself (Z
 	// channels, no log-variance), which img2img takes without sampling.
 	meanOnly bool
@@ -268,6 +272,9 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		return nil, &componentError{"vae", fmt.Errorf("VAE: %sdecoder.conv_in.weight takes %d-channel latents, the %s diffusion model makes %d-channel ones: the VAE is another family's",
 			vaePfx, cfg.VAE.ZChannels, fam.Title, want)}
 	}
+	if err := checkVAEFactors(fam, vk, &cfg.VAE); err != nil {
+		return nil, &componentError{"vae", err}
+	}
 	cfg.VAE.ScaleFactor, cfg.VAE.ShiftFactor = fam.VAE.Scale, fam.VAE.Shift
 	cfg.Prediction = fam.Prediction
 	cfg.PredictionKnown = !fam.ProbePrediction
@@ -292,6 +299,22 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		*d.dst = v
 	}
 	return cfg, nil
+}
+
+// checkVAEFactors refuses a VAE whose downsampling differs from the
+// family's latent format: one of the right width but another
+// downsampling (Wan 2.2's 16 pixels per cell where the entry says 8)
+// would decode garbage.
+func checkVAEFactors(fam *Family, vk vaeKind, c *VAEConfig) error {
+	if vk.factors == nil {
+		return nil
+	}
+	sp, tm := vk.factors(c)
+	if sp != fam.VAE.down() || fam.VAE.TimeFactor != 0 && tm != fam.VAE.TimeFactor {
+		return fmt.Errorf("VAE: %d pixels per latent cell and %d frames per latent frame, where %s has %d and %d: the VAE is another family's",
+			sp, tm, fam.Title, fam.VAE.down(), fam.VAE.TimeFactor)
+	}
+	return nil
 }
 
 // componentError is a configuration error in one component's weights,

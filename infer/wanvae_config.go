@@ -82,6 +82,7 @@ func init() {
 			return (&wanRun{g: g, cfg: c.Layout.(*WanVAEConfig)}).encode(x)
 		},
 		decodeVideo: decodeWanVideo, encodeVideo: encodeWanVideo,
+		factors: func(c *VAEConfig) (int, int) { return c.Layout.(*WanVAEConfig).Factors() },
 	}
 }
 
@@ -140,5 +141,5 @@ func detectWanVAE(s shapes, c *VAEConfig) error {
 
 // Factors returns the pixels per latent cell along each side (8; 2.2:
 // 16) and the frames per latent frame after the first (4): what a
-// family's VAEFacts.Down and TimeFactor must say.
+// family's VAEFacts.Down and TimeFactor must say (DetectConfig checks).
 func (c *WanVAEConfig) Factors() (spatial, temporal int) { return 8 * c.Patch, 4 }

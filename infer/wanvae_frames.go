@@ -8,10 +8,12 @@ import (
 )
 
 // decodeWanVideo decodes a diffusion latent video [Z, frames, h, w] with a
-// Wan VAE, one graph per latent frame as sd.cpp chunks it: frame 0 alone
-// gives one frame, each later one four, and the causal convolutions'
-// caches carry over between graphs in buffers of their own, so that a
-// graph holds one chunk's activations. It returns the frames [n][3][H][W] and n.
+// Wan VAE, one latent frame per chunk as sd.cpp chunks it: frame 0 alone
+// gives one frame, each later one four. Each chunk runs as one graph up to
+// the last time upsampling (decodeHead) and then one graph per frame
+// (decodeTail), the causal convolutions' caches carrying over between all
+// of them in buffers of their own: a graph holds one frame's activations
+// at the full resolution. It returns the frames [n][3][H][W] and n.
 func decodeWanVideo(m *Model, latent []float32, w, h, frames int) ([]float32, int, error) {
 	c := &m.Config.VAE
 	cfg := c.Layout.(*WanVAEConfig)
@@ -31,22 +33,56 @@ func decodeWanVideo(m *Model, latent []float32, w, h, frames int) ([]float32, in
 				z[ch*cell+i] = v/c.ScaleFactor + c.ShiftFactor
 			}
 		}
-		err := m.compute(func(g *builder) ([]input, native.Tensor) {
-			r := &wanRun{g: g, cfg: cfg, chunk: f, cache: caches}
-			zt := newInput(g, formats.F32, int64(w), int64(h), int64(c.ZChannels), 1)
-			return []input{{t: zt, f32: z}}, r.decode(zt)
-		}, func(o native.Tensor) error {
-			v, err := o.F32()
-			out = append(out, v...)
-			n += int(o.Ne()[3])
-			return err
-		})
+		last := f == frames-1 // the caches it writes would go unread
+		mid, ne, tailIdx, err := wanDecodeHead(m, cfg, caches, f, z, w, h, !last)
 		if err != nil {
 			return nil, 0, err
 		}
-		caches.commit()
+		size := int(ne[0] * ne[1] * ne[2])
+		for j := range int(ne[3]) {
+			keep := !last || j < int(ne[3])-1
+			err := m.compute(func(g *builder) ([]input, native.Tensor) {
+				r := &wanRun{g: g, cfg: cfg, chunk: f, idx: tailIdx, cache: caches, keep: keep}
+				xt := newInput(g, formats.F32, ne[0], ne[1], ne[2], 1)
+				return []input{{t: xt, f32: mid[j*size : (j+1)*size]}}, r.decodeTail(xt)
+			}, func(o native.Tensor) error {
+				v, err := o.F32()
+				out = append(out, v...)
+				n += int(o.Ne()[3])
+				return err
+			})
+			if err != nil {
+				return nil, 0, err
+			}
+			caches.commit()
+		}
 	}
 	return out, n, nil
+}
+
+// wanDecodeHead runs decodeHead on the VAE latent frame z of chunk f
+// (keep: writing its caches for the next chunk) and returns its output
+// with its dims and the number of the first cache the tail uses.
+func wanDecodeHead(m *Model, cfg *WanVAEConfig, caches *wanCacheSet, f int, z []float32, w, h int, keep bool) ([]float32, [4]int64, int, error) {
+	var mid []float32
+	var ne [4]int64
+	tailIdx := 0
+	err := m.compute(func(g *builder) ([]input, native.Tensor) {
+		r := &wanRun{g: g, cfg: cfg, chunk: f, cache: caches, keep: keep}
+		zt := newInput(g, formats.F32, int64(w), int64(h), int64(cfg.ZDim), 1)
+		x := r.decodeHead(zt)
+		tailIdx = r.idx
+		return []input{{t: zt, f32: z}}, x
+	}, func(o native.Tensor) error {
+		var err error
+		ne = o.Ne()
+		mid, err = o.F32()
+		return err
+	})
+	if err == nil {
+		caches.commit()
+	}
+	return mid, ne, tailIdx, err
 }
 
 // encodeWanVideo encodes pixel frames [n][3][H][W] with a Wan VAE, one
@@ -72,7 +108,7 @@ func encodeWanVideo(m *Model, px []float32, w, h, n int) ([]float32, int, error)
 			k = wanEncodeStride
 		}
 		err := m.compute(func(g *builder) ([]input, native.Tensor) {
-			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches}
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches, keep: at+k < n}
 			xt := newInput(g, formats.F32, int64(w), int64(h), 3, int64(k))
 			return []input{{t: xt, f32: px[at*frame : (at+k)*frame]}}, r.latent(r.encodeChunk(xt))
 		}, func(o native.Tensor) error {

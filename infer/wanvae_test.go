@@ -149,7 +149,7 @@ func runWanChunks(t *testing.T, m *Model, x []float32, ne [4]int64, sizes []int,
 	at := 0
 	for i, n := range sizes {
 		err := m.compute(func(g *builder) ([]input, native.Tensor) {
-			r := &wanRun{g: g, cfg: &WanVAEConfig{}, chunk: i, cache: caches}
+			r := &wanRun{g: g, cfg: &WanVAEConfig{}, chunk: i, cache: caches, keep: true}
 			xt := newInput(g, formats.F32, ne[0], ne[1], ne[2], int64(n))
 			return []input{{t: xt, f32: x[at*frame : (at+n)*frame]}}, build(r, xt)
 		}, func(o native.Tensor) error {
@@ -254,50 +254,69 @@ func TestWanVAEDecodeMemoryBounded(t *testing.T) {
 	}
 }
 
-// wanChunkMemory builds and allocates chunks decoder chunks of a w×h
-// latent and returns each one's compute buffer and cache bytes.
+// wanChunkMemory builds and allocates the decoder's graphs for chunks
+// latent frames of w×h as decodeWanVideo runs them (each chunk's head, then
+// its tail for one frame) and returns, per chunk, the larger compute
+// buffer and the cache bytes.
 func wanChunkMemory(t *testing.T, be *native.Backend, ws *weightSet, cfg *WanVAEConfig, w, h int64, chunks int) []int64 {
 	caches := &wanCacheSet{be: be}
 	defer caches.free()
 	var sizes []int64
 	for chunk := range chunks {
-		gctx, err := native.NewContext(4*graphSize, graphSize)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := &builder{c: gctx, w: ws}
-		var out native.Tensor
-		func() {
-			defer native.Recover(&err)
-			z := newInput(g, formats.F32, w, h, 16, 1)
-			out = (&wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches}).decode(z).SetOutput()
-		}()
-		if err != nil {
-			t.Fatal(err)
-		}
-		gr := gctx.NewGraph(graphSize)
-		for _, n := range g.expand {
-			gr.Expand(n)
-		}
-		gr.Expand(out)
-		alloc := be.NewAllocator()
-		if err := alloc.Alloc(gr); err != nil {
-			t.Fatal(err)
-		}
+		var mid [4]int64
+		tailIdx := 0
+		head := wanGraphSize(t, be, ws, func(g *builder) native.Tensor {
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches, keep: true}
+			x := r.decodeHead(newInput(g, formats.F32, w, h, int64(cfg.ZDim), 1))
+			mid, tailIdx = x.Ne(), r.idx
+			return x
+		})
+		caches.commit()
+		tail := wanGraphSize(t, be, ws, func(g *builder) native.Tensor {
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, idx: tailIdx, cache: caches, keep: true}
+			return r.decodeTail(newInput(g, formats.F32, mid[0], mid[1], mid[2], 1))
+		})
+		caches.commit()
 		var cache int64
 		for _, sl := range caches.slots {
 			if sl != nil {
 				cache += sl.buf.Size()
 			}
 		}
-		t.Logf("%dx%d chunk %d: %d frames, compute buffer %.1f MiB, caches %.1f MiB, %d nodes",
-			8*w, 8*h, chunk, out.Ne()[3], float64(alloc.Size())/(1<<20), float64(cache)/(1<<20), gr.Nodes())
-		sizes = append(sizes, alloc.Size(), cache)
-		alloc.Free()
-		gctx.Free()
-		caches.commit()
+		t.Logf("%dx%d chunk %d: %d frames, compute buffer %.1f MiB (head) and %.1f MiB (tail, per frame), caches %.1f MiB",
+			8*w, 8*h, chunk, mid[3], float64(head)/(1<<20), float64(tail)/(1<<20), float64(cache)/(1<<20))
+		sizes = append(sizes, max(head, tail), cache)
 	}
 	return sizes
+}
+
+// wanGraphSize builds a graph and returns the compute buffer it needs.
+func wanGraphSize(t *testing.T, be *native.Backend, ws *weightSet, build func(g *builder) native.Tensor) int64 {
+	gctx, err := native.NewContext(4*graphSize, graphSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gctx.Free()
+	g := &builder{c: gctx, w: ws}
+	var out native.Tensor
+	func() {
+		defer native.Recover(&err)
+		out = build(g).SetOutput()
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gr := gctx.NewGraph(graphSize)
+	for _, n := range g.expand {
+		gr.Expand(n)
+	}
+	gr.Expand(out)
+	alloc := be.NewAllocator()
+	defer alloc.Free()
+	if err := alloc.Alloc(gr); err != nil {
+		t.Fatal(err)
+	}
+	return alloc.Size()
 }
 
 // TestDetectWanVAE reads both versions' layouts from their shapes, with
@@ -346,5 +365,30 @@ func TestDetectWanVAE(t *testing.T) {
 	var c VAEConfig
 	if err := detectWanVAE(shapes(sh), &c); err == nil || !strings.Contains(err.Error(), "2-D") {
 		t.Errorf("a 2-D Wan VAE: %v, want an error saying so", err)
+	}
+}
+
+// TestWanVAEFactorsMatchFamily: a Wan 2.2 VAE (16 pixels per cell) is
+// refused by an entry whose latent format has 8, and taken by one with 16;
+// an image entry (no TimeFactor) takes a 2.1 VAE.
+func TestWanVAEFactorsMatchFamily(t *testing.T) {
+	vk := vaeKinds["wan"]
+	v21 := &VAEConfig{Kind: "wan", Layout: &WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1}}
+	v22 := &VAEConfig{Kind: "wan", Layout: &WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2}}
+	for _, tc := range []struct {
+		vae    VAEFacts
+		c      *VAEConfig
+		refuse bool
+	}{
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4}, v22, true},
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4, Down: 16}, v22, false},
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4}, v21, false},
+		{VAEFacts{Kind: "wan", Scale: 1}, v21, false},
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 2}, v21, true},
+	} {
+		err := checkVAEFactors(&Family{Title: "test", VAE: tc.vae}, vk, tc.c)
+		if (err != nil) != tc.refuse {
+			t.Errorf("%+v with %+v: %v, refuse %v", tc.vae, tc.c.Layout, err, tc.refuse)
+		}
 	}
 }
