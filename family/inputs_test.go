@@ -48,8 +48,9 @@ func TestInputTable(t *testing.T) {
 		flags = append(flags, in.Flag)
 	}
 	// sd-cli's convert loads -m, then the text encoders, the diffusion
-	// model and the VAE (stable-diffusion.cpp's convert()).
-	want := []string{"model", "clip_l", "clip_g", "t5xxl", "diffusion-model", "vae", "llm"}
+	// model and the VAE (stable-diffusion.cpp's convert()); sdtool's own
+	// rows (the LLM, Wan 2.2 A14B's high-noise expert) come after.
+	want := []string{"model", "clip_l", "clip_g", "t5xxl", "diffusion-model", "vae", "llm", "high-noise-diffusion-model"}
 	if !slices.Equal(flags, want) {
 		t.Errorf("ConvertInputs order %q, want %q", flags, want)
 	}

@@ -258,9 +258,10 @@ var Families = []*Family{
 		Note:     "The modulation tensors are shared by every block and stay high precision. sd.cpp tells dev (flux2) from klein by single block 47.",
 	},
 	{
-		ID: "wan", Title: "Wan 2.1 / 2.2", Kind: KindDiffusion, ComfyArch: "wan", SDCpp: "wan2",
+		ID: "wan", Title: "Wan 2.1 / 2.2", Kind: KindDiffusion, ComfyArch: "wan", SDCpp: "wan2", Generate: true,
 		Detect: []Rule{
 			rule("t2v", has(wanQ), rank(wanPatch, 5)),
+			rule("t2v", has(wanQ), rank(wanPatch, 4)), // a Conv3d kernel as sd.cpp holds it (its GGUF files)
 			rule("s2v", has(wanQ), rank(wanPatch, 5), has(`^(casual_audio_encoder\.|audio_injector\.injector\.0\.q\.weight)`), has(`^blocks\.0\.cross_attn\.norm_k\.weight$`)).sd("wan2.2-s2v"),
 			rule("i2v", has(wanQ), rank(wanPatch, 5), has(`^img_emb\.`)),
 			rule("2.2-i2v", has(wanQ), shape(wanPatch, -1, 36, -1, -1, -1), lacks(`^img_emb\.`)).sdIf("wan2.2-i2v", shape(wanPatch, 5120, 36, -1, -1, -1)),
@@ -307,7 +308,7 @@ var Families = []*Family{
 		Note:     "Audio and video streams; ComfyUI-GGUF loads it under ltxv.",
 	},
 	{
-		ID: "qwen_image", Title: "Qwen-Image", Kind: KindDiffusion, ComfyArch: "qwen_image", SDCpp: "qwen-image",
+		ID: "qwen_image", Title: "Qwen-Image", Kind: KindDiffusion, ComfyArch: "qwen_image", SDCpp: "qwen-image", Generate: true,
 		Detect: []Rule{
 			rule("", has(`^transformer_blocks\.\d+\.img_mod\.`), has(`^transformer_blocks\.\d+\.txt_mod\.`), lacks(`^time_text_embed\.addition_t_embedding\.`)),
 			rule("edit", has(`^transformer_blocks\.\d+\.img_mod\.`), has(`^transformer_blocks\.\d+\.txt_mod\.`), lacks(`^time_text_embed\.addition_t_embedding\.`), meta("edit")),

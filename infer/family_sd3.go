@@ -33,7 +33,7 @@ var SD3Families = []*Family{
 			{Name: dmPrefix + "joint_blocks.0.x_block.attn.qkv.weight", Dims: 2},
 		}},
 		Encoders:    sd3Encoders,
-		Conditioner: "sd3", Network: "mmdit", Schedule: "sd3-flow",
+		Conditioner: "sd3", Network: "mmdit", Schedule: "discrete-flow",
 		Prediction: FlowPrediction, VAE: VAEFacts{Kind: "kl", Scale: 1.5305, Shift: 0.0609}, FlowShift: 3,
 		Defaults: Defaults{Method: Euler, Scheduler: SchedulerDiscrete, CFGScale: 4.5, Width: 512, Height: 512, Steps: 20},
 	},

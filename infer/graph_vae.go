@@ -23,7 +23,7 @@ type KLConfig struct {
 }
 
 func init() {
-	vaeKinds["kl"] = vaeKind{detect: detectKL, isWeight: isKLWeight,
+	vaeKinds["kl"] = vaeKind{detect: detectKL, isWeight: isKLWeight, encoderParts: []string{"encoder.", "quant_conv."},
 		decode: func(g *builder, c *VAEConfig, z native.Tensor) native.Tensor {
 			return g.vaeDecode(c.Layout.(*KLConfig), z)
 		},

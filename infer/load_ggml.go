@@ -58,11 +58,13 @@ func (w *weightSet) prepare(gr *native.Graph) error {
 	return w.p.prepare(gr)
 }
 
-// ggmlDims turns a PyTorch shape into ggml dims (innermost first).
+// ggmlDims turns a PyTorch shape into ggml dims (innermost first), a
+// Conv3d kernel's folded to four (foldDims).
 func ggmlDims(shape []int64) []int64 {
 	if len(shape) == 0 {
 		return []int64{1}
 	}
+	shape = foldDims(shape)
 	ne := make([]int64, len(shape))
 	for i, d := range shape {
 		ne[len(shape)-1-i] = d
@@ -89,11 +91,7 @@ func newWeightSet(be *native.Backend, path string, specs []weightSpec, budget in
 	tensors := make([]native.Tensor, len(specs))
 	for i := range specs {
 		s := &specs[i]
-		if len(s.Shape) > 4 {
-			ctx.Free()
-			return nil, fmt.Errorf("%s: tensor %q: %d dims (ggml holds at most 4)", s.model.Path(), s.src.Name, len(s.Shape))
-		}
-		t, err := ctx.NewTensor(s.Type, ggmlDims(s.Shape)...)
+		t, err := ctx.NewTensor(s.Type, ggmlDims(foldDims(s.Shape))...)
 		if err != nil {
 			ctx.Free()
 			return nil, fmt.Errorf("%s: tensor %q: %w", s.model.Path(), s.src.Name, err)

@@ -46,9 +46,11 @@ type negativeConditioner interface {
 
 // netInput is one evaluation of the diffusion network.
 type netInput struct {
-	// x is the latent [C, h, w] already scaled by c_in.
+	// x is the latent [C, h, w] (a video's [C, frames, h, w]) already scaled by c_in.
 	x    []float32
 	w, h int
+	// frames is the number of latent frames of a video (0 for an image).
+	frames int
 	// t is the timestep the network sees (Schedule.SigmaToT).
 	t float32
 	// cond is the conditioning of this pass.
@@ -68,6 +70,13 @@ type network interface {
 	// build builds one evaluation: the output [w, h, C, 1], the graph inputs
 	// with their values, and the block outputs when in.capture is set.
 	build(g *builder, in *netInput) (native.Tensor, []input, []blockTensor)
+}
+
+// expertNetwork is a network that has a high-noise expert (Wan 2.2
+// A14B): a second network of the same kind that runs the first steps.
+type expertNetwork interface {
+	// highNoise returns the expert, nil when the model has none.
+	highNoise() network
 }
 
 // outputMapper is a network whose graph output is not in the latent's
@@ -108,6 +117,8 @@ type Model struct {
 	// tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
 	tokenizers map[string]any
 
+	flowShift float32 // LoadOptions.FlowShift
+
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
 	// modelArgs are LoadOptions.ModelArgs, for the parts to read.
@@ -144,6 +155,10 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		cfg.VAE.ConvScale = fam.VAE.BuiltinConvScale
 	}
 	specs = familyWeights(fam, specs)
+	if opt.VAEDecodeOnly {
+		specs = withoutVAEEncoder(specs, vaeKinds[cfg.VAE.Kind].encoderParts)
+		cfg.VAE.HasEncoder = false
+	}
 	var unused []string
 	for _, s := range srcs {
 		if !s.comp.Whole() && !slices.ContainsFunc(specs, func(w weightSpec) bool { return w.Component == s.comp.Flag }) {
@@ -164,7 +179,8 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		return nil, err
 	}
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, tokenizers: toks, be: be, w: w,
-		alloc: be.NewAllocator(), specs: specs, srcs: srcs, WeightBytes: w.p.stats.Weights, Unused: unused, modelArgs: opt.ModelArgs}
+		alloc: be.NewAllocator(), specs: specs, srcs: srcs, WeightBytes: w.p.stats.Weights, Unused: unused, modelArgs: opt.ModelArgs,
+		flowShift: opt.FlowShift}
 	for _, s := range specs {
 		switch {
 		case s.w8a8:
@@ -357,6 +373,18 @@ func familyWeights(f *Family, specs []weightSpec) []weightSpec {
 	return out
 }
 
+// withoutVAEEncoder drops the weights of the VAE's encoder (parts: its
+// kind's prefixes under first_stage_model.).
+func withoutVAEEncoder(specs []weightSpec, parts []string) []weightSpec {
+	out := specs[:0]
+	for _, s := range specs {
+		if !slices.ContainsFunc(parts, func(p string) bool { return hasPrefix(s.Name, vaePfx+p) }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // isVAEWeight reports a tensor of some registered kind of VAE.
 func isVAEWeight(name string) bool {
 	for _, k := range vaeKinds {
@@ -453,6 +481,7 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 	func() {
 		defer native.Recover(&err)
 		ins, out = build(g)
+		ins = append(ins, g.inputs...)
 		out = ctx.Cont(out).SetOutput()
 	}()
 	if err != nil {
@@ -460,6 +489,9 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 	}
 	gr := ctx.NewGraph(graphSize)
 	g.imat.expand(gr)
+	for _, t := range g.expand {
+		gr.Expand(t)
+	}
 	for _, t := range g.outputs {
 		gr.Expand(t)
 	}
@@ -507,11 +539,16 @@ func (m *Model) Encode(prompt string, width, height int) (*Conditioning, error) 
 // runNet evaluates the diffusion network once; blocks, when not nil,
 // receives every block's output.
 func (m *Model) runNet(in *netInput, blocks *[]BlockOutput) ([]float32, error) {
+	return m.runNetwork(m.net, in, blocks)
+}
+
+// runNetwork is runNet with the given network (the model's, or its expert).
+func (m *Model) runNetwork(net network, in *netInput, blocks *[]BlockOutput) ([]float32, error) {
 	var out []float32
 	var kept []blockTensor
 	in.capture = blocks != nil
 	err := m.compute(func(g *builder) ([]input, native.Tensor) {
-		y, ins, k := m.net.build(g, in)
+		y, ins, k := net.build(g, in)
 		kept = k
 		return ins, y
 	}, func(o native.Tensor) error {
@@ -519,7 +556,7 @@ func (m *Model) runNet(in *netInput, blocks *[]BlockOutput) ([]float32, error) {
 		if out, err = o.F32(); err != nil {
 			return err
 		}
-		if om, ok := m.net.(outputMapper); ok {
+		if om, ok := net.(outputMapper); ok {
 			out = om.mapOutput(out, in)
 		}
 		for _, b := range kept {
@@ -626,6 +663,9 @@ func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 		return nil, err
 	}
 	out, logvar := moments[:len(moments)/2], moments[len(moments)/2:]
+	if vaeKinds[cfg.Kind].meanOnly {
+		out, logvar, eps = moments, nil, nil
+	}
 	if eps != nil && len(eps) != len(out) {
 		return nil, fmt.Errorf("latent sample: %d noise values for %d latent values", len(eps), len(out))
 	}
@@ -644,7 +684,7 @@ func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 // each side rounded up to the network's spatial multiple (64 for SD's
 // UNet), as sd-cli aligns a request and warns.
 func (m *Model) AlignSize(w, h int) (int, int, int) {
-	down := 8 * m.net.multiple()
+	down := m.Family.VAE.down() * m.net.multiple()
 	up := func(n int) int { return (n + down - 1) / down * down }
 	return up(w), up(h), down
 }
@@ -655,11 +695,13 @@ func (m *Model) AlignSize(w, h int) (int, int, int) {
 // latent by the parameterisation.
 type guidedDenoiser struct {
 	m            *Model
+	net          network // m.net, or its high-noise expert
+	cfgScale     float32
 	pred         Prediction
 	sched        Schedule
 	req          *Request
 	cond, uncond *Conditioning
-	w, h         int
+	w, h, frames int
 	in, den      []float32
 	capture      *[]BlockOutput // the first step's block outputs, when requested
 	err          error          // the first network error (the sampler cannot return one)
@@ -670,22 +712,22 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 	for i, v := range xs {
 		d.in[i] = v * cIn
 	}
-	call := &netInput{x: d.in, w: d.w, h: d.h, t: d.sched.SigmaToT(sigma), cond: d.cond, guidance: d.req.Guidance}
+	call := &netInput{x: d.in, w: d.w, h: d.h, frames: d.frames, t: d.sched.SigmaToT(sigma), cond: d.cond, guidance: d.req.Guidance}
 	blocks := d.capture
 	d.capture = nil
-	out, err := d.m.runNet(call, blocks)
+	out, err := d.m.runNetwork(d.net, call, blocks)
 	if err != nil {
 		d.err = err
 		return nil
 	}
-	if d.uncond != nil {
+	if d.uncond != nil && d.cfgScale != 1 {
 		call.cond = d.uncond
-		u, err := d.m.runNet(call, nil)
+		u, err := d.m.runNetwork(d.net, call, nil)
 		if err != nil {
 			d.err = err
 			return nil
 		}
-		Guide(out, u, d.req.CFGScale)
+		Guide(out, u, d.cfgScale)
 	}
 	d.pred.Denoised(d.den, xs, out, sigma)
 	return d.den
@@ -697,7 +739,7 @@ func (m *Model) conditionings(req *Request) (cond, uncond *Conditioning, err err
 	if cond, err = m.cond.encode(req.Prompt, req.Width, req.Height, false); err != nil {
 		return nil, nil, err
 	}
-	if req.CFGScale != 1 {
+	if req.CFGScale != 1 || req.HighNoise != nil && req.HighNoise.CFGScale != 1 {
 		zero := m.Family.EmptyNegativeZero && req.Negative == ""
 		encode := m.cond.encode
 		if nc, ok := m.cond.(negativeConditioner); ok {
@@ -728,12 +770,91 @@ func (m *Model) initLatent(req *Request, n int) ([]float32, error) {
 	return m.encodeLatent(req.Init, req.Width, req.Height, e)
 }
 
+// FlowShift returns the flow shift a shifted flow schedule uses: LoadOptions.FlowShift, else the family's.
+func (m *Model) FlowShift() float32 {
+	if m.flowShift != 0 {
+		return m.flowShift
+	}
+	return m.Family.FlowShift
+}
+
 // schedule returns the model's noise schedule for a latent of w×h cells.
 func (m *Model) schedule(w, h int) Schedule { return schedules[m.Family.Schedule](m, w, h) }
+
+// sampleStage is a run of sampling steps with one network.
+type sampleStage struct {
+	net      network
+	method   Method
+	cfgScale float32
+	sigmas   []float32
+}
+
+// stages splits sampling between the high-noise expert and the model's
+// network as sd-cli does: the expert runs HighNoise.Steps steps (or, when
+// that is below 0, the steps before the first sigma below the boundary),
+// each with its own sampler and guidance scale.
+func (m *Model) stages(req *Request, sigmas []float32) []sampleStage {
+	own := sampleStage{net: m.net, method: req.Method, cfgScale: req.CFGScale, sigmas: sigmas}
+	hn := req.HighNoise
+	if hn == nil {
+		return []sampleStage{own}
+	}
+	split := hn.Steps
+	if split < 0 {
+		split = 0
+		for i, s := range sigmas {
+			if s < hn.Boundary {
+				split = i
+				break
+			}
+		}
+	}
+	split = min(split, len(sigmas)-1)
+	if split == 0 {
+		return []sampleStage{own}
+	}
+	expert := sampleStage{net: m.net.(expertNetwork).highNoise(), method: hn.Method, cfgScale: hn.CFGScale, sigmas: sigmas[:split+1]}
+	if split == len(sigmas)-1 {
+		return []sampleStage{expert}
+	}
+	own.sigmas = sigmas[split:]
+	return []sampleStage{expert, own}
+}
+
+// settleHighNoise gives a model with a high-noise expert sd-cli's expert
+// settings when the request has none, and refuses expert settings for a
+// model without one.
+func (m *Model) settleHighNoise(req *Request) error {
+	var expert network
+	if e, ok := m.net.(expertNetwork); ok {
+		expert = e.highNoise()
+	}
+	switch {
+	case req.HighNoise != nil && expert == nil:
+		return fmt.Errorf("%s: high-noise settings for a model without a high-noise expert", m.Path)
+	case req.HighNoise == nil && expert != nil:
+		hn := DefaultHighNoise
+		req.HighNoise = &hn
+	}
+	if hn := req.HighNoise; hn != nil {
+		cp := *hn
+		if cp.Method == "" {
+			cp.Method = m.Family.Defaults.Method
+		}
+		if !(cp.CFGScale >= 0 && cp.CFGScale < 1000) || cp.Steps > 1000 {
+			return fmt.Errorf("high-noise cfg scale %g and steps %d must be in [0, 1000)", cp.CFGScale, cp.Steps)
+		}
+		req.HighNoise = &cp
+	}
+	return nil
+}
 
 // generate is Generate without the interrupt within a step (interrupt.go).
 func (m *Model) generate(req Request) (*Result, error) {
 	fam := m.Family
+	if err := m.settleHighNoise(&req); err != nil {
+		return nil, err
+	}
 	if req.Method == "" {
 		req.Method = fam.Defaults.Method
 	}
@@ -743,9 +864,9 @@ func (m *Model) generate(req Request) (*Result, error) {
 	if err := req.check(); err != nil {
 		return nil, err
 	}
-	if w, h, _ := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {
+	if w, h, mult := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {
 		if req.Init != nil {
-			return nil, fmt.Errorf("init image of %dx%d: width and height must be multiples of %d for this model", req.Width, req.Height, 8*m.net.multiple())
+			return nil, fmt.Errorf("init image of %dx%d: width and height must be multiples of %d for this model", req.Width, req.Height, mult)
 		}
 		req.Width, req.Height = w, h // sd-cli's alignment (AlignSize); the caller says so
 	}
@@ -760,14 +881,23 @@ func (m *Model) generate(req Request) (*Result, error) {
 	}
 	res.Timings.Text = time.Since(t0)
 
-	lw, lh := req.Width/8, req.Height/8
-	n := lw * lh * m.net.channels()
+	vae := &fam.VAE
+	lw, lh := req.Width/vae.down(), req.Height/vae.down()
+	lf := vae.LatentFrames(max(req.Frames, 1))
+	if lf > 0 && req.Init != nil {
+		return nil, fmt.Errorf("%s: an init image with a video model (image-to-video) is not supported", fam.Title)
+	}
+	n := lw * lh * max(lf, 1) * m.net.channels()
 	noise, err := NewRNG(req.RNG, req.Seed)
 	if err != nil {
 		return nil, err
 	}
 	sched := m.schedule(lw, lh)
-	sigmas, err := sched.Sigmas(req.Scheduler, req.Steps)
+	total := req.Steps
+	if req.HighNoise != nil {
+		total += max(0, req.HighNoise.Steps)
+	}
+	sigmas, err := sched.Sigmas(req.Scheduler, total)
 	if err != nil {
 		return nil, err
 	}
@@ -783,7 +913,7 @@ func (m *Model) generate(req Request) (*Result, error) {
 	noise.FillNormal(x)
 	pred.NoiseLatent(x, init, x, sigmas[0])
 
-	d := &guidedDenoiser{m: m, pred: pred, sched: sched, req: &req, cond: cond, uncond: uncond, w: lw, h: lh,
+	d := &guidedDenoiser{m: m, pred: pred, sched: sched, req: &req, cond: cond, uncond: uncond, w: lw, h: lh, frames: lf,
 		in: make([]float32, n), den: make([]float32, n)}
 	if req.CaptureBlocks {
 		d.capture = &res.Blocks
@@ -792,24 +922,35 @@ func (m *Model) generate(req Request) (*Result, error) {
 	if err := req.interrupted(0, len(sigmas)-1); err != nil {
 		return nil, err
 	}
-	err = SamplePrediction(req.Method, pred, d.denoise, x, sigmas, noise, func(step, steps int, sigma float32, _ []float32) error {
-		if req.OnStep != nil {
-			req.OnStep(step, steps)
+	done := 0
+	for _, st := range m.stages(&req, sigmas) {
+		d.net, d.cfgScale = st.net, st.cfgScale
+		err = SamplePrediction(st.method, pred, d.denoise, x, st.sigmas, noise, func(step, _ int, sigma float32, _ []float32) error {
+			if req.OnStep != nil {
+				req.OnStep(done+step, len(sigmas)-1)
+			}
+			return req.interrupted(done+step, len(sigmas)-1)
+		})
+		if d.err != nil {
+			return nil, d.err
 		}
-		return req.interrupted(step, steps)
-	})
-	if d.err != nil {
-		return nil, d.err
-	}
-	if err != nil {
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
+		done += len(st.sigmas) - 1
 	}
 	pred.InverseNoise(x, sigmas[len(sigmas)-1])
 	res.Timings.Sampling = time.Since(t1)
 	res.Timings.Steps = len(sigmas) - 1
 	res.Latent = x
 	t2 := time.Now()
-	if res.Pixels, err = m.DecodeLatent(x, lw, lh); err != nil {
+	res.Frames = 1
+	if lf > 0 {
+		res.Pixels, res.Frames, err = m.DecodeVideo(x, lw, lh, lf)
+	} else {
+		res.Pixels, err = m.DecodeLatent(x, lw, lh)
+	}
+	if err != nil {
 		return nil, err
 	}
 	res.Timings.Decode = time.Since(t2)

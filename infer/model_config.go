@@ -55,6 +55,25 @@ type vaeKind struct {
 	decode, encode func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor
 	// isWeight reports a tensor of this kind of VAE (internal name).
 	isWeight func(name string) bool
+	// factors, when set, returns the pixels per latent cell and the frames
+	// per latent frame of the detected VAE, which the family's VAEFacts
+	// (Down, TimeFactor) must match.
+	factors func(c *VAEConfig) (spatial, temporal int)
+	// meanOnly reports an encoder whose output is the latent itself (Z
+	// channels, no log-variance), which img2img takes without sampling.
+	meanOnly bool
+	// encoderParts are the name prefixes (under first_stage_model.) of the
+	// encoder's weights, which LoadOptions.VAEDecodeOnly leaves out.
+	encoderParts []string
+	// encodeVideo, when set, encodes frames of pixels [n][3][H][W] in
+	// [-1, 1] to a diffusion latent video [C, frames, h, w] and returns
+	// frames; a kind without it encodes each frame as an image (Model.EncodeVideo).
+	encodeVideo func(m *Model, px []float32, w, h, n int) ([]float32, int, error)
+	// decodeVideo, when set, decodes a diffusion latent video [C, frames,
+	// h, w] to the video's frames of pixels [n][3][H][W] and returns n
+	// (a video VAE unpacks a latent frame into several); a kind without it
+	// decodes each latent frame as an image (Model.DecodeVideo).
+	decodeVideo func(m *Model, z []float32, w, h, frames int) ([]float32, int, error)
 }
 
 // vaeKinds are the VAE kinds by name, registered by their files.
@@ -253,6 +272,9 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		return nil, &componentError{"vae", fmt.Errorf("VAE: %sdecoder.conv_in.weight takes %d-channel latents, the %s diffusion model makes %d-channel ones: the VAE is another family's",
 			vaePfx, cfg.VAE.ZChannels, fam.Title, want)}
 	}
+	if err := checkVAEFactors(fam, vk, &cfg.VAE); err != nil {
+		return nil, &componentError{"vae", err}
+	}
 	cfg.VAE.ScaleFactor, cfg.VAE.ShiftFactor = fam.VAE.Scale, fam.VAE.Shift
 	cfg.Prediction = fam.Prediction
 	cfg.PredictionKnown = !fam.ProbePrediction
@@ -277,6 +299,22 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		*d.dst = v
 	}
 	return cfg, nil
+}
+
+// checkVAEFactors refuses a VAE whose downsampling differs from the
+// family's latent format: one of the right width but another
+// downsampling (Wan 2.2's 16 pixels per cell where the entry says 8)
+// would decode garbage.
+func checkVAEFactors(fam *Family, vk vaeKind, c *VAEConfig) error {
+	if vk.factors == nil {
+		return nil
+	}
+	sp, tm := vk.factors(c)
+	if sp != fam.VAE.down() || fam.VAE.TimeFactor != 0 && tm != fam.VAE.TimeFactor {
+		return fmt.Errorf("VAE: %d pixels per latent cell and %d frames per latent frame, where %s has %d and %d: the VAE is another family's",
+			sp, tm, fam.Title, fam.VAE.down(), fam.VAE.TimeFactor)
+	}
+	return nil
 }
 
 // componentError is a configuration error in one component's weights,

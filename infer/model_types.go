@@ -26,6 +26,12 @@ type LoadOptions struct {
 	// as stable-diffusion.cpp does, which reproduces sd-cli's SDXL images
 	// from single-file checkpoints (whose pooled embedding it transposes).
 	StoredLayout bool
+	// VAEDecodeOnly leaves the VAE's encoder out of memory when nothing
+	// will encode an image (sd-cli holds it anyway); img2img then fails.
+	VAEDecodeOnly bool
+	// FlowShift, when not 0, replaces the family's flow shift
+	// (Family.FlowShift) in a shifted flow schedule, as sd-cli's --flow-shift.
+	FlowShift float32
 	// Runtime is the runtime whose arithmetic generate reproduces where
 	// the runtimes differ: RuntimeSDCPP ("" too) or RuntimeComfyUI
 	// (runtimeModule says what differs).
@@ -54,6 +60,9 @@ type Request struct {
 	Prompt, Negative string
 	// Width and Height are the image size in pixels.
 	Width, Height int
+	// Frames is the number of video frames of a video family (0: its
+	// default of one latent frame); an image family ignores it.
+	Frames int
 	// Steps is the number of sampling steps.
 	Steps int
 	// CFGScale is the classifier-free guidance scale (1 skips the negative pass).
@@ -72,6 +81,10 @@ type Request struct {
 	Init []float32
 	// Strength is the img2img denoising strength in (0, 1].
 	Strength float32
+	// HighNoise runs the first steps with the model's high-noise expert
+	// (Wan 2.2 A14B's --high-noise-diffusion-model), as sd-cli does; nil
+	// uses the expert, when the model has one, with DefaultHighNoise.
+	HighNoise *HighNoise
 	// CaptureBlocks keeps every UNet block's output at the first step (conditional pass).
 	CaptureBlocks bool
 	// OnStep, when set, is called after every step.
@@ -81,6 +94,26 @@ type Request struct {
 	// ErrInterrupted and the context's cause.
 	Context context.Context
 }
+
+// HighNoise are the settings of a high-noise expert's steps (sd-cli's --high-noise-* flags).
+type HighNoise struct {
+	// Steps is the number of steps the expert runs before the model's own
+	// network takes over; the schedule then has Request.Steps + Steps
+	// steps. Below 0 the schedule has Request.Steps steps and the expert
+	// runs those whose sigma is at least Boundary.
+	Steps int
+	// Boundary is the sigma below which the model's own network takes over
+	// when Steps < 0 (sd-cli's --moe-boundary, 0.875).
+	Boundary float32
+	// CFGScale is the expert's classifier-free guidance scale.
+	CFGScale float32
+	// Method is the expert's sampler ("": the family's default).
+	Method Method
+}
+
+// DefaultHighNoise are sd-cli's defaults for an expert: the switch at
+// sigma 0.875, guidance 7 and the family's sampler.
+var DefaultHighNoise = HighNoise{Steps: -1, Boundary: 0.875, CFGScale: 7}
 
 // ErrInterrupted is wrapped by Generate's error when Request.Context was cancelled.
 var ErrInterrupted = errors.New("interrupted")
@@ -106,6 +139,8 @@ func (r *Request) check() error {
 		return fmt.Errorf("cfg scale %g must be in [0, 1000)", r.CFGScale)
 	case !(r.Guidance >= 0 && r.Guidance < 1000):
 		return fmt.Errorf("guidance %g must be in [0, 1000)", r.Guidance)
+	case r.Frames < 0 || r.Frames > 1024:
+		return fmt.Errorf("frames %d must be in [0, 1024]", r.Frames)
 	case r.Init != nil && !(r.Strength > 0 && r.Strength <= 1):
 		return fmt.Errorf("strength %g must be in (0, 1]", r.Strength)
 	}
@@ -141,9 +176,12 @@ type Timings struct {
 type Result struct {
 	// Width and Height are the image size.
 	Width, Height int
-	// Pixels are the VAE's RGB planes [3, Height, Width], nominally in [-1, 1] (ImageFromCHW converts them).
+	// Pixels are the VAE's RGB planes [3, Height, Width], nominally in [-1, 1] (ImageFromCHW converts them);
+	// a video's are Frames such images, one after the other.
 	Pixels []float32
-	// Latent is the final latent [C, Height/8, Width/8].
+	// Frames is the number of images in Pixels (1 for an image).
+	Frames int
+	// Latent is the final latent [C, Height/8, Width/8] (a video's [C, latent frames, Height/8, Width/8]).
 	Latent []float32
 	// NaNPixels counts the NaN values in Pixels: weights that overflow in
 	// this runtime's arithmetic (ImageFromCHW writes them white, as

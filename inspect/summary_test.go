@@ -417,7 +417,7 @@ func TestAdapterSummary(t *testing.T) {
 func TestInspectNamesFamilies(t *testing.T) {
 	for _, c := range []struct{ arch, want string }{
 		{"layout-sdxl-refiner", "SDXL (refiner); ComfyUI-GGUF: sdxl; sd.cpp: none; generate: yes"},
-		{"layout-wan2.2-ti2v-5b", "Wan 2.1 / 2.2 (ti2v-5b); ComfyUI-GGUF: wan; sd.cpp: wan2.2-ti2v; generate: no"},
+		{"layout-wan2.2-ti2v-5b", "Wan 2.1 / 2.2 (ti2v-5b); ComfyUI-GGUF: wan; sd.cpp: wan2.2-ti2v; generate: yes"},
 		{"layout-krea2", "Krea 2; ComfyUI-GGUF: none; sd.cpp: krea2; generate: no"},
 	} {
 		path := filepath.Join(t.TempDir(), "m.safetensors")

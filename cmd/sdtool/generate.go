@@ -149,6 +149,8 @@ func init() {
 			"command. The CLIP tokenizer comes from --tokenizer, else a component's metadata, else the first found beside\n" +
 			"the model, in its diffusers folder's tokenizer/, in the comfy/sd1_tokenizer of a ComfyUI install the model is\n" +
 			"in, or in the Hugging Face cache (openai/clip-vit-large-patch14, the SD pipelines); generate says which.\n" +
+			"-M vid_gen renders a video with a video family (Wan): --video-frames frames, written as one Motion-JPEG .avi or\n" +
+			"as PNG frames named by a printf index (-o 'out_%03d.png'); --compare then measures every frame and the clip.\n" +
 			"A plain `go build` leaves ggml's SIMD kernels out (about 15x slower on a real model): build with\n" +
 			"`go run ./build` in the repository, which sets the compiler flags for this CPU. --threads defaults to\n" +
 			"the idle cores (ggml's spinning workers collapse on busy ones).",
@@ -177,7 +179,7 @@ func init() {
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "json", Usage: "with --compare: print the comparison as JSON on stdout, one object per image (docs/compare-json.md)"},
 			renderMemoryFlag(),
-		}...), append(generateImatrixFlags(), referenceCacheFlags()...)...),
+		}...), append(append(generateImatrixFlags(), referenceCacheFlags()...), videoFlags()...)...),
 		Action: runGenerate,
 	},
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o out/cat.png",
@@ -191,6 +193,8 @@ func init() {
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a photo of a cat' --steps 2 -W 64 -H 64 -o out/cat-flux.png --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 --guidance 5 -o out/flux-cmp.png --compare testdata/tiny-flux.gguf --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o out/flux-calib.png --imatrix-out out/flux-calib.dat --force",
+		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 9 --fps 8 -p 'a cat' --steps 2 -o out/cat.avi --force",
+		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 5 -p 'a cat' --steps 1 -W 32 -H 32 -o out/cat_%03d.png --compare testdata/tiny-wan.gguf --force",
 	)
 }
 
@@ -199,8 +203,8 @@ func runGenerate(c *cli.Context) error {
 		return fmt.Errorf("generate: %w", infer.ErrNoCgo)
 	}
 	out := c.String("output")
-	if !strings.EqualFold(filepath.Ext(out), ".png") {
-		return fmt.Errorf("%s: the output must be a .png file", out)
+	if err := checkOutputName(out); err != nil {
+		return err
 	}
 	prompts, err := generatePrompts(c)
 	if err != nil {
@@ -246,6 +250,8 @@ func runGenerate(c *cli.Context) error {
 	if opt.MaxMemory, err = memoryBudget(c); err != nil {
 		return err
 	}
+	opt.FlowShift = float32(c.Float64("flow-shift"))
+	opt.VAEDecodeOnly = c.String("init-img") == "" // only img2img encodes: the VAE's encoder stays out of memory
 	m, err := infer.Load(comps, opt)
 	if err != nil {
 		err = budgetHint(err)
@@ -306,6 +312,9 @@ func runGenerate(c *cli.Context) error {
 		}
 		req.Strength = float32(c.Float64("strength"))
 	}
+	if err := videoRequest(c, m, &req); err != nil {
+		return err
+	}
 	if w, h, mult := m.AlignSize(req.Width, req.Height); req.Init == nil && (w != req.Width || h != req.Height) {
 		fmt.Fprintf(c.App.ErrWriter, "warning: aligning the image size up from %dx%d to %dx%d (a multiple of %d for this model), as sd-cli does\n",
 			req.Width, req.Height, w, h, mult)
@@ -322,6 +331,11 @@ func runGenerate(c *cli.Context) error {
 	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "network", fmt.Sprintf("%+v", cfg.Network),
 		"text", encoders, "vae", fmt.Sprintf("%+v %+v", cfg.VAE, cfg.VAE.Layout), "prediction", cfg.Prediction, "load", m.LoadTime)
 	req.Context = ctx
+	for i := range prompts {
+		if err := checkVideoOutputs(c, promptOutput(out, i, len(prompts)), max(req.Frames, 1)); err != nil {
+			return err
+		}
+	}
 	for i, p := range prompts {
 		req.Prompt, req.Seed = p, uint64(c.Int64("seed")+int64(i))
 		if err := generateOne(c, m, opt, req, promptOutput(out, i, len(prompts))); err != nil {
@@ -341,28 +355,36 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		return err
 	}
 	warnNaN(c, m.Path, res)
-	img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
-	if err != nil {
-		return err
-	}
 	params := infer.GenerationParams{
 		Prompt: req.Prompt, NegativePrompt: req.Negative, Steps: req.Steps, Sampler: req.Method, Scheduler: req.Scheduler,
 		CFGScale: req.CFGScale, Seed: int64(req.Seed), Width: req.Width, Height: req.Height,
 		Model: filepath.Base(m.Path), RNG: req.RNG, Strength: req.Strength, Version: "sdtool " + version,
 	}
-	err = pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: generateInputs(c), Logger: slog.Default()},
-		func(w io.Writer) error {
-			return pngtext.Write(w, img, map[string]string{pngtext.ParametersKey: params.String()}, nil)
-		})
-	if err != nil {
-		return err
+	var frames []image.Image
+	if req.Frames > 0 {
+		if frames, err = writeVideo(c, m, req, res, out, params); err != nil {
+			return err
+		}
+	} else {
+		img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
+		if err != nil {
+			return err
+		}
+		err = pipeline.WriteAtomic(c.Context, out, pipeline.PublishOptions{Force: c.Bool("force"), Inputs: generateInputs(c), Logger: slog.Default()},
+			func(w io.Writer) error {
+				return pngtext.Write(w, img, map[string]string{pngtext.ParametersKey: params.String()}, nil)
+			})
+		if err != nil {
+			return err
+		}
+		frames = []image.Image{img}
 	}
 	t := res.Timings
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s%s\n",
-		out, res.Width, res.Height, m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d%s, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s%s\n",
+		videoOutputNote(out, res.Frames), res.Width, res.Height, framesNote(req, res), m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
 		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), memorySummary(m), peakRSS())
 	if comparing(c) {
-		if err := compareWith(c, m, components(c, true).WithDefaults(m.Components), opt, req, res, img); err != nil {
+		if err := compareWith(c, m, components(c, true).WithDefaults(m.Components), opt, req, res, frames); err != nil {
 			if errors.Is(err, infer.ErrInterrupted) {
 				return fmt.Errorf("%w during the --compare reference run (%s was written; no comparison)", err, out)
 			}
@@ -411,22 +433,18 @@ func peakRSS() string {
 
 // compareWith runs req with the reference model (or takes its render from
 // the reference cache) and prints the comparison; m is the tested model.
-func compareWith(c *cli.Context, m *infer.Model, refFiles infer.Components, opt infer.LoadOptions, req infer.Request, res *infer.Result, img image.Image) error {
+func compareWith(c *cli.Context, m *infer.Model, refFiles infer.Components, opt infer.LoadOptions, req infer.Request, res *infer.Result, frames []image.Image) error {
 	ref, err := referenceRender(c, m, refFiles, opt, req)
 	if err != nil {
 		return err
 	}
-	refImg, err := infer.ImageFromCHW(ref.Pixels, ref.Width, ref.Height)
+	rf, err := infer.FrameImages(ref)
 	if err != nil {
 		return err
 	}
-	psnr, err := metrics.PSNR(refImg, img)
-	if err != nil {
-		return err
-	}
-	ssim, err := metrics.SSIM(refImg, img)
-	if err != nil {
-		return err
+	refFrames := make([]image.Image, len(rf))
+	for i, f := range rf {
+		refFrames[i] = f
 	}
 	cos, err := metrics.CosineSimilarity(ref.Latent, res.Latent)
 	if err != nil {
@@ -434,9 +452,9 @@ func compareWith(c *cli.Context, m *infer.Model, refFiles infer.Components, opt 
 	}
 	r := compareResult{Model: components(c, false).Files(), Reference: refFiles.Files(), Runtime: opt.Runtime,
 		Prompt: req.Prompt, Seed: req.Seed, Steps: req.Steps, Width: res.Width, Height: res.Height,
-		Identical: math.IsInf(psnr, 1), SSIM: ssim, LatentCosine: cos, Blocks: []compareBlock{}}
-	if !r.Identical {
-		r.PSNR = &psnr
+		LatentCosine: cos, Blocks: []compareBlock{}}
+	if err := compareVideo(&r, refFrames, frames); err != nil {
+		return err
 	}
 	byName := map[string][]float32{}
 	for _, b := range ref.Blocks {
@@ -522,6 +540,11 @@ type compareResult struct {
 	LatentCosine float64 `json:"latent_cosine"`
 	// Blocks compare each network block's output at step 1, in network order.
 	Blocks []compareBlock `json:"blocks"`
+	// Frames compare a video frame by frame (absent for an image); PSNR and
+	// SSIM above are then over the clip, and Flicker is the largest
+	// difference between the two videos' frame-to-frame change.
+	Frames  []compareFrame `json:"frames,omitempty"`
+	Flicker float64        `json:"flicker,omitempty"`
 }
 
 // compareBlock is one network block's output against the reference's.
@@ -546,6 +569,7 @@ func (r *compareResult) writeText(w io.Writer) error {
 		psnr = *r.PSNR
 	}
 	fmt.Fprintf(w, "  image PSNR %.2f dB, SSIM %.4f; final latent cosine %.6f\n", psnr, r.SSIM, r.LatentCosine)
+	r.writeFramesText(w)
 	fmt.Fprintf(w, "  network block outputs at step 1 (conditional pass):\n  %-18s %10s %10s %10s\n", "block", "cosine", "rel error", "max abs")
 	for _, b := range r.Blocks {
 		if b.Error != "" {

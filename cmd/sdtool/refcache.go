@@ -106,9 +106,13 @@ func componentPaths(c infer.Components) []string {
 
 // requestSettings is what of a request changes its render (not its callbacks).
 func requestSettings(req infer.Request) string {
-	return fmt.Sprintf("%q %q %dx%d steps=%d cfg=%g guidance=%g seed=%d rng=%s %s %s blocks=%v",
-		req.Prompt, req.Negative, req.Width, req.Height, req.Steps, req.CFGScale, req.Guidance, req.Seed, req.RNG,
+	s := fmt.Sprintf("%q %q %dx%d frames=%d steps=%d cfg=%g guidance=%g seed=%d rng=%s %s %s blocks=%v",
+		req.Prompt, req.Negative, req.Width, req.Height, req.Frames, req.Steps, req.CFGScale, req.Guidance, req.Seed, req.RNG,
 		req.Method, req.Scheduler, req.CaptureBlocks)
+	if h := req.HighNoise; h != nil {
+		s += fmt.Sprintf(" high-noise=%d,%g,%g,%s", h.Steps, h.Boundary, h.CFGScale, h.Method)
+	}
+	return s
 }
 
 // loadSettings is what of the load options changes a render.
@@ -118,7 +122,13 @@ func loadSettings(opt infer.LoadOptions) string {
 		toks = append(toks, k+"="+v)
 	}
 	slices.Sort(toks)
-	return fmt.Sprintf("runtime=%s stored=%v prediction=%s tokenizers=%v", opt.Runtime, opt.StoredLayout, opt.Prediction, toks)
+	var args []string
+	for k, v := range opt.ModelArgs {
+		args = append(args, k+"="+v)
+	}
+	slices.Sort(args)
+	return fmt.Sprintf("runtime=%s stored=%v prediction=%s tokenizers=%v flow-shift=%g model-args=%v",
+		opt.Runtime, opt.StoredLayout, opt.Prediction, toks, opt.FlowShift, args)
 }
 
 // putReference stores a render, saying (not failing) when it cannot.

@@ -58,6 +58,7 @@ func init() {
 			&cli.Float64Flag{Name: "gain", Value: report.DefaultGain, Usage: "`FACTOR` the difference maps amplify by"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP BPE merges `FILE` (default: found as generate finds it)"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in each file's metadata; without one only an empty prompt encodes"},
+			&cli.IntFlag{Name: "video-frames", Usage: "`FRAMES` a video model renders, shown side by side", DefaultText: "the family's: 5 for Wan"},
 			threadsFlag("`N` ggml threads"),
 			renderMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing report"},
@@ -276,7 +277,8 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 	c := r.c
 	comps := infer.Components{"model": path}
 	tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads, MaxMemory: r.budget})
+	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads,
+		MaxMemory: r.budget, VAEDecodeOnly: true})
 	if err != nil {
 		if notFound != nil {
 			return nil, notFound
@@ -291,6 +293,7 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 			Height: pick(c.Int("height"), m.Config.DefaultHeight, def.Height), Steps: c.Int("steps"),
 			CFGScale: def.CFGScale, Guidance: def.Guidance, Seed: uint64(c.Int64("seed") + int64(i)),
 			Method: def.Method, Scheduler: def.Scheduler, CaptureBlocks: i == 0, Context: r.ctx}
+		req.Frames = m.Family.VAE.VideoFrames(pick(c.Int("video-frames"), 0, def.Frames))
 		res, err := generateWithBar(c.App.ErrWriter, m, req, filepath.Base(path))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, budgetHint(err))
@@ -300,7 +303,7 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 			r.keep(i, res)
 		}
 		rm.nan += res.NaNPixels
-		img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
+		img, err := filmstrip(res)
 		if err != nil {
 			return nil, err
 		}

@@ -30,7 +30,7 @@ import (
 )
 
 // magic starts every entry (and names its layout's version).
-const magic = "sdtool reference render 1\n"
+const magic = "sdtool reference render 2\n"
 
 // ext is the entries' file extension.
 const ext = ".ref"
@@ -167,7 +167,7 @@ func (c *Cache) Clear() (int, error) {
 	return len(es), nil
 }
 
-// encode lays r out as: magic, width, height, NaN count, latent, pixels,
+// encode lays r out as: magic, width, height, frames, NaN count, latent, pixels,
 // block count, each block's name and values (lengths as uint32, values as
 // float32, little-endian), and a CRC-32 of everything before it. Float
 // latents and activations do not compress (their mantissas are noise), so
@@ -177,6 +177,7 @@ func encode(r *infer.Result) []byte {
 	b = append(b, magic...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.Width))
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.Height))
+	b = binary.LittleEndian.AppendUint32(b, uint32(r.Frames))
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.NaNPixels))
 	b = appendFloats(b, r.Latent)
 	b = appendFloats(b, r.Pixels)
@@ -236,7 +237,7 @@ func decode(data []byte) (*infer.Result, error) {
 		return nil, errDamaged
 	}
 	d := &reader{r: bufio.NewReader(bytes.NewReader(body[len(magic):]))}
-	r := &infer.Result{Width: int(d.u32()), Height: int(d.u32()), NaNPixels: int(d.u32())}
+	r := &infer.Result{Width: int(d.u32()), Height: int(d.u32()), Frames: int(d.u32()), NaNPixels: int(d.u32())}
 	r.Latent = d.floats()
 	r.Pixels = d.floats()
 	n := d.u32()

@@ -12,7 +12,7 @@ import (
 )
 
 func sample(n int) *infer.Result {
-	r := &infer.Result{Width: 16, Height: 8, NaNPixels: 2, Latent: make([]float32, n), Pixels: make([]float32, 3*16*8),
+	r := &infer.Result{Width: 16, Height: 8, Frames: 1, NaNPixels: 2, Latent: make([]float32, n), Pixels: make([]float32, 3*16*8),
 		Blocks: []infer.BlockOutput{{Name: "input_blocks.1", Values: []float32{1, -2.5, 3}}, {Name: "out", Values: []float32{}}}}
 	for i := range r.Latent {
 		r.Latent[i] = float32(i) * 0.25
