@@ -8,7 +8,7 @@ import (
 
 // The VAE kind "wan": Wan 2.1's causal 3-D VAE (16 latent channels; also
 // Qwen-Image's, on one frame) and Wan 2.2's (48 channels, TI2V-5B). Its
-// graph is graph_wanvae.go, its frame loop vae_video.go. A family using it
+// graph is graph_wanvae.go, its frame loops wanvae_frames.go. A family using it
 // sets VAEFacts{Kind: "wan", Scale: 1}: the kind maps diffusion latents to
 // VAE latents itself, per channel (latents_mean and latents_std), as
 // sd.cpp's Wan VAE runner does.
