@@ -23,7 +23,7 @@ import (
 // real merges; the same tokenizer.json in SDTOOL_QWEN_TOKENIZER for
 // sdtool) on synth.QwenImageParity: the DiT at full width with two
 // blocks, Qwen2.5-VL 7B's text model at full width with two layers, Wan
-// 2.1's VAE; q8_0 matrices in GGUF files. Both programs get the same
+// 2.1's VAE; q8_0 matrices in GGUF files, the VAE in safetensors. Both programs get the same
 // files, prompt, seed, sampler, size, steps and guidance scale.
 
 // qwenImageParityRun is one Qwen-Image generation's settings, pinned on both sides.
@@ -152,7 +152,11 @@ func qwenImageParityFiles(tb testing.TB) (parts map[string]string, single string
 	parts = map[string]string{}
 	have := true
 	for _, flag := range synth.QwenImageParts {
-		parts[flag] = filepath.Join(dir, name+"-"+flag+".gguf")
+		ext := ".gguf"
+		if flag == "vae" {
+			ext = ".safetensors"
+		}
+		parts[flag] = filepath.Join(dir, name+"-"+flag+ext)
 		if _, err := os.Stat(parts[flag]); err != nil {
 			have = false
 		}

@@ -189,6 +189,7 @@ func init() {
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a photo of a cat' --steps 2 -W 64 -H 64 -o out/cat-flux.png --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 --guidance 5 -o out/flux-cmp.png --compare testdata/tiny-flux.gguf --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o out/flux-calib.png --imatrix-out out/flux-calib.dat --force",
+		"sdtool generate --diffusion-model testdata/tiny-qwen-image-diffusion-model.gguf --llm testdata/tiny-qwen-image-llm.gguf --vae testdata/tiny-qwen-image-vae.safetensors -p '一只猫 (a cat:1.2)' -o out/cat-qwen.png --imatrix-out out/qwen-calib.dat --force",
 	)
 }
 
