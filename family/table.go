@@ -258,7 +258,7 @@ var Families = []*Family{
 		Note:     "The modulation tensors are shared by every block and stay high precision. sd.cpp tells dev (flux2) from klein by single block 47.",
 	},
 	{
-		ID: "wan", Title: "Wan 2.1 / 2.2", Kind: KindDiffusion, ComfyArch: "wan", SDCpp: "wan2",
+		ID: "wan", Title: "Wan 2.1 / 2.2", Kind: KindDiffusion, ComfyArch: "wan", SDCpp: "wan2", Generate: true,
 		Detect: []Rule{
 			rule("t2v", has(wanQ), rank(wanPatch, 5)),
 			rule("s2v", has(wanQ), rank(wanPatch, 5), has(`^(casual_audio_encoder\.|audio_injector\.injector\.0\.q\.weight)`), has(`^blocks\.0\.cross_attn\.norm_k\.weight$`)).sd("wan2.2-s2v"),

@@ -28,7 +28,8 @@
 //   - graph_ops.go, w8a8.go: the building blocks of the graphs (linear,
 //     conv, norms, attention; INT8 modules as W8A8);
 //   - imatrix_collect.go, imatrix_graph.go: importance-matrix collection
-//     during generation.
+//     during generation;
+//   - video.go: a video's latent frames decoded to frames of pixels.
 //
 // The plug-ins register themselves from init, by the names the entries use:
 //
@@ -38,10 +39,17 @@
 //   - Flux.1: family_flux.go, flux_config.go, graph_flux.go, net_flux.go
 //     (the MMDiT, network "flux"), cond_flux.go (conditioner "flux") and
 //     schedule_flux.go (flow sigmas, schedule and scheduler "flux");
+//   - Wan 2.1/2.2: family_wan.go, wan_config.go, graph_wan.go, net_wan.go
+//     (the video DiT, network "wan"), cond_wan.go (UMT5 conditioning,
+//     conditioner "wan") and schedule_discrete_flow.go (the shifted flow
+//     schedule, "discrete-flow");
 //   - text encoder kinds: clip_config.go and graph_clip.go ("clip", with
 //     its tokenizer loader), t5_config.go, graph_t5.go and cond_t5.go
-//     ("t5");
-//   - VAE kinds: graph_vae.go ("kl", the LDM AutoencoderKL).
+//     ("t5", T5 v1.1 and UMT5);
+//   - VAE kinds: graph_vae.go ("kl", the LDM AutoencoderKL);
+//     wanvae_config.go, graph_wanvae.go and wanvae_frames.go ("wan", the
+//     causal 3-D VAE of Wan 2.1/2.2 and Qwen-Image, run over N frames in
+//     chunks with caches).
 //
 // A new family adds its own files of these kinds and a row in package
 // family's table; docs/design.md lists them, and the step after this one:

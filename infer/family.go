@@ -137,6 +137,37 @@ type VAEFacts struct {
 	// it (and the output back) when the VAE is the model's own rather than
 	// a --vae file: sd-cli does this for SDXL, whose VAE overflows f16.
 	BuiltinConvScale float32
+	// Down is the pixels per latent cell along each side (0: 8).
+	Down int
+	// TimeFactor, when not 0, makes the family a video family: its VAE
+	// packs the first frame, then every TimeFactor frames, into one latent
+	// frame, so F frames are (F-1)/TimeFactor+1 latent frames (Wan: 4).
+	TimeFactor int
+}
+
+// down returns the pixels per latent cell along each side.
+func (v *VAEFacts) down() int {
+	if v.Down == 0 {
+		return 8
+	}
+	return v.Down
+}
+
+// LatentFrames returns the latent frames of a video of frames frames (0 for an image or an image family).
+func (v *VAEFacts) LatentFrames(frames int) int {
+	if v.TimeFactor == 0 || frames <= 0 {
+		return 0
+	}
+	return (frames-1)/v.TimeFactor + 1
+}
+
+// VideoFrames returns the frames a video family renders for a request of
+// frames frames: sd-cli's alignment to what the VAE packs, (F-1)/k·k+1.
+func (v *VAEFacts) VideoFrames(frames int) int {
+	if lf := v.LatentFrames(frames); lf > 0 {
+		return (lf-1)*v.TimeFactor + 1
+	}
+	return frames
 }
 
 // Defaults are sd-cli's generation defaults for a family.
@@ -150,6 +181,8 @@ type Defaults struct {
 	Guidance float32
 	// Width, Height and Steps are the image size and step count.
 	Width, Height, Steps int
+	// Frames and FPS are a video family's frame count and frame rate (sd-cli: 6, aligned to 5, at 16).
+	Frames, FPS int
 }
 
 // Family describes one model family.

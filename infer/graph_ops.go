@@ -36,8 +36,12 @@ type builder struct {
 	// one (a text encoder's pooled output beside its hidden states).
 	outputs []native.Tensor
 	// inputs are extra graph inputs a part made with their values
-	// (per-channel constants, a video VAE's caches); compute fills them.
+	// (per-channel constants); compute fills them.
 	inputs []input
+	// expand are nodes added to the graph first, in this order: a write
+	// to state that outlives the graph after the node that reads the old
+	// values (a video VAE's caches).
+	expand []native.Tensor
 	// acts holds the W8A8 activations quantized so far (linearW8A8).
 	acts map[actKey]native.Tensor
 }

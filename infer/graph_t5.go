@@ -12,7 +12,8 @@ import (
 // returns the hidden states [Hidden, L] after the final norm. buckets
 // [L·L] (I32, from t5Buckets) are the relative-position buckets of every
 // (query, key) pair, query-major; layer 0's relative_attention_bias turns
-// them into the bias all layers share. mask, when valid, is an additive
+// them into the bias all layers share (T5 v1.1), or each layer's own table
+// into its bias (UMT5, cfg.LayerBias). mask, when valid, is an additive
 // key mask [L] (F32: 0 keeps a key, -Inf drops it) added to the bias.
 func (g *builder) t5(cfg *T5Config, ids, buckets, mask native.Tensor) native.Tensor {
 	p := cfg.Prefix
@@ -21,15 +22,22 @@ func (g *builder) t5(cfg *T5Config, ids, buckets, mask native.Tensor) native.Ten
 		panic(&native.ShapeError{Msg: fmt.Sprintf("t5: %d buckets for %d tokens", n, l)})
 	}
 	x := g.c.GetRows(g.weight(cfg.Embedding), ids) // [Hidden, L]
-	rel := g.weight(p + "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight")
-	heads := rel.Ne()[0]
-	bias := g.c.Reshape(g.c.GetRows(rel, buckets), heads, l, l) // [heads, Lk, Lq]
-	bias = g.c.Cont(g.c.Permute(bias, 2, 0, 1, 3))              // [Lk, Lq, heads]
-	if mask.Valid() {
-		bias = g.c.Add(bias, mask)
+	layerBias := func(i int) native.Tensor {
+		rel := g.weight(cfg.bias(i))
+		heads := rel.Ne()[0]
+		bias := g.c.Reshape(g.c.GetRows(rel, buckets), heads, l, l) // [heads, Lk, Lq]
+		bias = g.c.Cont(g.c.Permute(bias, 2, 0, 1, 3))              // [Lk, Lq, heads]
+		if mask.Valid() {
+			bias = g.c.Add(bias, mask)
+		}
+		return bias
 	}
+	bias := layerBias(0)
 	for i := 0; i < cfg.Layers; i++ {
 		b := fmt.Sprintf("%sencoder.block.%d.layer.", p, i)
+		if cfg.LayerBias && i > 0 {
+			bias = layerBias(i)
+		}
 		h := g.t5Norm(x, b+"0.layer_norm")
 		q := g.linear(h, b+"0.SelfAttention.q")
 		k := g.linear(h, b+"0.SelfAttention.k")

@@ -14,26 +14,19 @@ import (
 // input (im2col) to one frame. The decoder runs one latent frame per
 // chunk and the encoder one frame, then four per chunk, as sd.cpp runs
 // them; each causal convolution keeps the last two frames of its input
-// for the next chunk (a cache), so that chunked results equal a causal
+// for the next chunk (a cache, in a backend buffer of its own that the
+// next chunk's graph reads), so that chunked results equal a causal
 // convolution over the whole video.
-
-// wanCache is one causal convolution's history between chunks: the last
-// frames of its input [W, H, C, T] (no data: none yet).
-type wanCache struct {
-	ne   [4]int64
-	data []float32
-}
 
 // wanRun builds one chunk of a Wan VAE graph.
 type wanRun struct {
 	g     *builder
 	cfg   *WanVAEConfig
 	chunk int
-	// idx numbers the caches in the order sd.cpp numbers them; prev are
-	// the previous chunk's, next this chunk's (invalid: none).
-	idx  int
-	prev []wanCache
-	next []native.Tensor
+	// idx numbers the caches in the order sd.cpp numbers them; cache
+	// holds them between chunks (nil: a single chunk, no caches).
+	idx   int
+	cache *wanCacheSet
 }
 
 // resampleMode is what a Resample block does between levels.
@@ -53,21 +46,30 @@ func (r *wanRun) input(data []float32, ne ...int64) native.Tensor {
 	return t
 }
 
-// cacheIn returns cache idx of the previous chunk as an input (invalid: none).
+// cacheIn returns cache idx as F32 frames (invalid: none yet).
 func (r *wanRun) cacheIn(idx int) native.Tensor {
-	if idx >= len(r.prev) || r.prev[idx].data == nil {
+	if r.cache == nil || idx >= len(r.cache.slots) || r.cache.slots[idx] == nil || r.cache.slots[idx].valid == 0 {
 		return native.Tensor{}
 	}
-	ne := r.prev[idx].ne
-	return r.input(r.prev[idx].data, ne[:]...)
+	sl := r.cache.slots[idx]
+	return r.g.c.Cast(r.frames(sl.t, wanCacheFrames-int64(sl.valid), wanCacheFrames), formats.F32)
 }
 
-// setCache records this chunk's cache idx.
-func (r *wanRun) setCache(idx int, t native.Tensor) {
-	for len(r.next) <= idx {
-		r.next = append(r.next, native.Tensor{})
+// setCache writes t, the last frames of the input of the conv whose output
+// is after (invalid: none reads the old cache), into cache idx, held in
+// F16: the conv unfolds its input to its F16 kernel's type anyway. The
+// write is ordered after the conv, which reads the old values.
+func (r *wanRun) setCache(idx int, t, after native.Tensor) {
+	if r.cache == nil {
+		return
 	}
-	r.next[idx] = r.g.c.Cont(t)
+	ne := t.Ne()
+	sl := r.cache.slot(idx, ne, formats.F16)
+	if after.Valid() {
+		r.g.expand = append(r.g.expand, after)
+	}
+	r.g.expand = append(r.g.expand, r.g.c.Copy(t, r.frames(sl.t, wanCacheFrames-ne[3], wanCacheFrames)))
+	sl.pending = int(ne[3])
 }
 
 // frames returns frames [from, to) of x [W, H, C, T].
@@ -84,8 +86,8 @@ func (r *wanRun) frames(x native.Tensor, from, to int64) native.Tensor {
 // when x has only one.
 func (r *wanRun) history(x, hist native.Tensor) native.Tensor {
 	t := x.Ne()[3]
-	last := r.frames(x, max(t-int64(wanCacheFrames), 0), t)
-	if t < int64(wanCacheFrames) && hist.Valid() {
+	last := r.frames(x, max(t-wanCacheFrames, 0), t)
+	if t < wanCacheFrames && hist.Valid() {
 		h := hist.Ne()[3]
 		last = r.g.c.Concat(r.frames(hist, h-1, h), last, 3)
 	}
@@ -97,12 +99,15 @@ func (r *wanRun) causalConv(x native.Tensor, prefix string) native.Tensor {
 	idx := r.idx
 	r.idx++
 	hist := r.cacheIn(idx)
-	r.setCache(idx, r.history(x, hist))
 	k := r.g.weight(prefix + ".weight")
-	return r.conv3d(x, hist, prefix, 1, int(k.Ne()[2])-1)
+	y := r.conv3d(x, hist, prefix, 1, int(k.Ne()[2])-1)
+	r.setCache(idx, r.history(x, hist), y)
+	return y
 }
 
-// taps returns the kernel prefix.weight's time taps as 2-D kernels [kw, kh, cin, cout].
+// taps returns the kernel prefix.weight's time taps as 2-D kernels [kw,
+// kh, cin, cout] in F16, the type sd.cpp holds a Conv3d kernel in
+// whatever the file's.
 func (r *wanRun) taps(prefix string, cin int64) []native.Tensor {
 	c := r.g.c
 	w := r.g.weight(prefix + ".weight")
@@ -112,7 +117,7 @@ func (r *wanRun) taps(prefix string, cin int64) []native.Tensor {
 	}
 	out := make([]native.Tensor, ne[2])
 	for k := range out {
-		out[k] = c.Cont(c.View(w, [4]int64{ne[0], ne[1], cin, ne[3] / cin}, nb[1], nb[3], nb[3]*cin, int64(k)*nb[2]))
+		out[k] = c.Cast(c.View(w, [4]int64{ne[0], ne[1], cin, ne[3] / cin}, nb[1], nb[3], nb[3]*cin, int64(k)*nb[2]), formats.F16)
 	}
 	return out
 }
@@ -226,8 +231,9 @@ func (r *wanRun) resample(x native.Tensor, p string, mode resampleMode) native.T
 			// The first chunk's frame passes; later ones go through a
 			// causal conv whose history starts at chunk 1.
 			hist := r.cacheIn(idx)
-			r.setCache(idx, r.history(x, hist))
-			x = r.conv3d(x, hist, p+"time_conv", 1, 2)
+			y := r.conv3d(x, hist, p+"time_conv", 1, 2)
+			r.setCache(idx, r.history(x, hist), y)
+			x = y
 			ne := x.Ne()
 			// Channels [k·C, (k+1)·C) are frame 2t+k: the same memory.
 			x = c.Reshape(x, ne[0], ne[1], ne[2]/2, 2*ne[3])
@@ -245,10 +251,11 @@ func (r *wanRun) resample(x native.Tensor, p string, mode resampleMode) native.T
 		hist := r.cacheIn(idx)
 		t := x.Ne()[3]
 		if !hist.Valid() {
-			r.setCache(idx, x)
+			r.setCache(idx, x, native.Tensor{})
 		} else {
-			r.setCache(idx, r.frames(x, t-1, t))
-			x = r.conv3d(x, hist, p+"time_conv", 2, 1)
+			y := r.conv3d(x, hist, p+"time_conv", 2, 1)
+			r.setCache(idx, r.frames(x, t-1, t), y)
+			x = y
 		}
 	}
 	return x
@@ -257,6 +264,16 @@ func (r *wanRun) resample(x native.Tensor, p string, mode resampleMode) native.T
 // decode builds the decoder for one chunk: VAE-normalised diffusion
 // latents z [w, h, Z, T] (mapped per channel here) to pixels [W, H, 3, F].
 func (r *wanRun) decode(z native.Tensor) native.Tensor {
+	return r.decodeTail(r.decodeHead(z))
+}
+
+// wanSplitLevel is the last decoder level that upsamples in time: after it
+// each frame's path depends on its own input and the caches only, so the
+// rest can run one frame at a time (decodeTail).
+const wanSplitLevel = 1
+
+// decodeHead builds the decoder up to and including level wanSplitLevel.
+func (r *wanRun) decodeHead(z native.Tensor) native.Tensor {
 	c := r.g.c
 	mean, std := r.cfg.latentStats()
 	zc := int64(len(mean))
@@ -267,28 +284,44 @@ func (r *wanRun) decode(z native.Tensor) native.Tensor {
 	x = r.resBlock(x, p+"middle.0.")
 	x = r.attn(x, p+"middle.1.")
 	x = r.resBlock(x, p+"middle.2.")
-	idx := 0
-	for i := range wanDimMult {
-		last := i == len(wanDimMult)-1
-		mode := up2d
-		if !last && wanTempUp[i] {
-			mode = up3d
-		}
-		if r.cfg.V22 {
-			x = r.upBlock(x, fmt.Sprintf("%supsamples.%d.", p, i), mode, last)
-			continue
-		}
-		for range wanResBlocks + 1 {
-			x = r.resBlock(x, fmt.Sprintf("%supsamples.%d.", p, idx))
-			idx++
-		}
-		if !last {
-			x = r.resample(x, fmt.Sprintf("%supsamples.%d.", p, idx), mode)
-			idx++
-		}
+	for i := 0; i <= wanSplitLevel; i++ {
+		x = r.upLevel(x, i)
 	}
-	x = r.causalConv(c.SiLU(r.rmsNorm(x, p+"head.0")), p+"head.2")
+	return x
+}
+
+// decodeTail builds the rest of the decoder: the levels after
+// wanSplitLevel and the head, then the pixels out of 2.2's patches.
+func (r *wanRun) decodeTail(x native.Tensor) native.Tensor {
+	for i := wanSplitLevel + 1; i < len(wanDimMult); i++ {
+		x = r.upLevel(x, i)
+	}
+	p := vaePfx + "decoder."
+	x = r.causalConv(r.g.c.SiLU(r.rmsNorm(x, p+"head.0")), p+"head.2")
 	return r.unpatchify(x)
+}
+
+// upLevel is decoder level i: its residual blocks and (but the last) its
+// upsampling; 2.1 numbers the blocks of all levels in one list, four per
+// level, 2.2 nests them per level.
+func (r *wanRun) upLevel(x native.Tensor, i int) native.Tensor {
+	p := vaePfx + "decoder."
+	last := i == len(wanDimMult)-1
+	mode := up2d
+	if !last && wanTempUp[i] {
+		mode = up3d
+	}
+	if r.cfg.V22 {
+		return r.upBlock(x, fmt.Sprintf("%supsamples.%d.", p, i), mode, last)
+	}
+	idx := i * (wanResBlocks + 2)
+	for j := range wanResBlocks + 1 {
+		x = r.resBlock(x, fmt.Sprintf("%supsamples.%d.", p, idx+j))
+	}
+	if !last {
+		x = r.resample(x, fmt.Sprintf("%supsamples.%d.", p, idx+wanResBlocks+1), mode)
+	}
+	return x
 }
 
 // upBlock is Wan 2.2's Up_ResidualBlock: residual blocks and the

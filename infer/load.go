@@ -318,6 +318,20 @@ func isInt(t formats.DType) bool {
 	return t == formats.I64 || t == formats.I32 || t == formats.I16 || t == formats.I8
 }
 
+// foldDims holds a tensor of more than four dimensions (a Conv3d kernel
+// [out, in, kt, kh, kw]) in four by merging its leading ones, as sd.cpp
+// holds a Conv3d kernel ([out·in, kt, kh, kw]); the data's order is unchanged.
+func foldDims(shape []int64) []int64 {
+	if len(shape) <= 4 {
+		return shape
+	}
+	lead := int64(1)
+	for _, d := range shape[:len(shape)-3] {
+		lead *= d
+	}
+	return append([]int64{lead}, shape[len(shape)-3:]...)
+}
+
 // used reports whether a graph may read the weight: whether it belongs to
 // the part of one of the input table's components.
 func used(name string) bool {
@@ -345,7 +359,7 @@ func heldType(name string, s *tensor.Source) (formats.DType, error) {
 		t = formats.F8_E4M3
 	}
 	switch {
-	case len(shape) == 5 || len(shape) == 4 && !strings.HasSuffix(name, ".gamma"):
+	case len(shape) >= 4 && !strings.HasSuffix(name, ".gamma"):
 		// A conv kernel (Conv3d's is 5-D); a 4-D RMS norm gamma is a scale.
 		if t == formats.F32 || t == formats.F16 {
 			return t, nil

@@ -35,16 +35,13 @@ func (w *weightSet) free() {
 	w.ctx.Free()
 }
 
-// ggmlDims turns a PyTorch shape into ggml dims (innermost first). A 5-D
-// shape (a Conv3d kernel [out, in, kt, kh, kw]) folds its two outer dims
-// into the fourth, [kw, kh, kt, in·out], as sd.cpp holds it.
+// ggmlDims turns a PyTorch shape into ggml dims (innermost first), a
+// Conv3d kernel's folded to four (foldDims).
 func ggmlDims(shape []int64) []int64 {
 	if len(shape) == 0 {
 		return []int64{1}
 	}
-	if len(shape) == 5 {
-		return []int64{shape[4], shape[3], shape[2], shape[0] * shape[1]}
-	}
+	shape = foldDims(shape)
 	ne := make([]int64, len(shape))
 	for i, d := range shape {
 		ne[len(shape)-1-i] = d
@@ -63,11 +60,7 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 	ws := &weightSet{ctx: ctx, byName: map[string]native.Tensor{}, types: map[string]formats.DType{}}
 	for i := range specs {
 		s := &specs[i]
-		if len(s.Shape) > 5 {
-			ctx.Free()
-			return nil, fmt.Errorf("%s: tensor %q: %d dims (ggml holds at most 4, or 5 folded)", s.model.Path(), s.src.Name, len(s.Shape))
-		}
-		t, err := ctx.NewTensor(s.Type, ggmlDims(s.Shape)...)
+		t, err := ctx.NewTensor(s.Type, ggmlDims(foldDims(s.Shape))...)
 		if err != nil {
 			ctx.Free()
 			return nil, fmt.Errorf("%s: tensor %q: %w", s.model.Path(), s.src.Name, err)

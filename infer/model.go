@@ -46,9 +46,11 @@ type negativeConditioner interface {
 
 // netInput is one evaluation of the diffusion network.
 type netInput struct {
-	// x is the latent [C, h, w] already scaled by c_in.
+	// x is the latent [C, h, w] (a video's [C, frames, h, w]) already scaled by c_in.
 	x    []float32
 	w, h int
+	// frames is the number of latent frames of a video (0 for an image).
+	frames int
 	// t is the timestep the network sees (Schedule.SigmaToT).
 	t float32
 	// cond is the conditioning of this pass.
@@ -107,6 +109,8 @@ type Model struct {
 	// tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
 	tokenizers map[string]any
 
+	flowShift float32 // LoadOptions.FlowShift
+
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
 }
@@ -161,7 +165,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		return nil, err
 	}
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, tokenizers: toks, be: be, w: w,
-		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), Unused: unused}
+		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), Unused: unused, flowShift: opt.FlowShift}
 	for _, s := range specs {
 		switch {
 		case s.w8a8:
@@ -432,6 +436,9 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 	}
 	gr := ctx.NewGraph(graphSize)
 	g.imat.expand(gr)
+	for _, t := range g.expand {
+		gr.Expand(t)
+	}
 	for _, t := range g.outputs {
 		gr.Expand(t)
 	}
@@ -616,7 +623,7 @@ func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 // each side rounded up to the network's spatial multiple (64 for SD's
 // UNet), as sd-cli aligns a request and warns.
 func (m *Model) AlignSize(w, h int) (int, int, int) {
-	down := 8 * m.net.multiple()
+	down := m.Family.VAE.down() * m.net.multiple()
 	up := func(n int) int { return (n + down - 1) / down * down }
 	return up(w), up(h), down
 }
@@ -631,7 +638,7 @@ type guidedDenoiser struct {
 	sched        Schedule
 	req          *Request
 	cond, uncond *Conditioning
-	w, h         int
+	w, h, frames int
 	in, den      []float32
 	capture      *[]BlockOutput // the first step's block outputs, when requested
 	err          error          // the first network error (the sampler cannot return one)
@@ -642,7 +649,7 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 	for i, v := range xs {
 		d.in[i] = v * cIn
 	}
-	call := &netInput{x: d.in, w: d.w, h: d.h, t: d.sched.SigmaToT(sigma), cond: d.cond, guidance: d.req.Guidance}
+	call := &netInput{x: d.in, w: d.w, h: d.h, frames: d.frames, t: d.sched.SigmaToT(sigma), cond: d.cond, guidance: d.req.Guidance}
 	blocks := d.capture
 	d.capture = nil
 	out, err := d.m.runNet(call, blocks)
@@ -700,6 +707,14 @@ func (m *Model) initLatent(req *Request, n int) ([]float32, error) {
 	return m.encodeLatent(req.Init, req.Width, req.Height, e)
 }
 
+// FlowShift returns the flow shift a shifted flow schedule uses: LoadOptions.FlowShift, else the family's.
+func (m *Model) FlowShift() float32 {
+	if m.flowShift != 0 {
+		return m.flowShift
+	}
+	return m.Family.FlowShift
+}
+
 // schedule returns the model's noise schedule for a latent of w×h cells.
 func (m *Model) schedule(w, h int) Schedule { return schedules[m.Family.Schedule](m, w, h) }
 
@@ -715,9 +730,9 @@ func (m *Model) generate(req Request) (*Result, error) {
 	if err := req.check(); err != nil {
 		return nil, err
 	}
-	if w, h, _ := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {
+	if w, h, mult := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {
 		if req.Init != nil {
-			return nil, fmt.Errorf("init image of %dx%d: width and height must be multiples of %d for this model", req.Width, req.Height, 8*m.net.multiple())
+			return nil, fmt.Errorf("init image of %dx%d: width and height must be multiples of %d for this model", req.Width, req.Height, mult)
 		}
 		req.Width, req.Height = w, h // sd-cli's alignment (AlignSize); the caller says so
 	}
@@ -729,8 +744,13 @@ func (m *Model) generate(req Request) (*Result, error) {
 	}
 	res.Timings.Text = time.Since(t0)
 
-	lw, lh := req.Width/8, req.Height/8
-	n := lw * lh * m.net.channels()
+	vae := &fam.VAE
+	lw, lh := req.Width/vae.down(), req.Height/vae.down()
+	lf := vae.LatentFrames(max(req.Frames, 1))
+	if lf > 0 && req.Init != nil {
+		return nil, fmt.Errorf("%s: an init image with a video model (image-to-video) is not supported", fam.Title)
+	}
+	n := lw * lh * max(lf, 1) * m.net.channels()
 	noise, err := NewRNG(req.RNG, req.Seed)
 	if err != nil {
 		return nil, err
@@ -752,7 +772,7 @@ func (m *Model) generate(req Request) (*Result, error) {
 	noise.FillNormal(x)
 	pred.NoiseLatent(x, init, x, sigmas[0])
 
-	d := &guidedDenoiser{m: m, pred: pred, sched: sched, req: &req, cond: cond, uncond: uncond, w: lw, h: lh,
+	d := &guidedDenoiser{m: m, pred: pred, sched: sched, req: &req, cond: cond, uncond: uncond, w: lw, h: lh, frames: lf,
 		in: make([]float32, n), den: make([]float32, n)}
 	if req.CaptureBlocks {
 		d.capture = &res.Blocks
@@ -778,7 +798,13 @@ func (m *Model) generate(req Request) (*Result, error) {
 	res.Timings.Steps = len(sigmas) - 1
 	res.Latent = x
 	t2 := time.Now()
-	if res.Pixels, err = m.DecodeLatent(x, lw, lh); err != nil {
+	res.Frames = 1
+	if lf > 0 {
+		res.Pixels, res.Frames, err = m.DecodeVideo(x, lw, lh, lf)
+	} else {
+		res.Pixels, err = m.DecodeLatent(x, lw, lh)
+	}
+	if err != nil {
 		return nil, err
 	}
 	res.Timings.Decode = time.Since(t2)

@@ -1,7 +1,6 @@
 package infer
 
 import (
-	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -43,18 +42,7 @@ type VAEConfig struct {
 	ConvScale float32
 	// Layout is the kind's own configuration (*KLConfig for "kl").
 	Layout any
-	// Spatial and Temporal are the latent's downsampling factors in space
-	// and time, set by kinds that differ from the KL VAE's 8 and 1 (read
-	// them through SpatialFactor and TemporalFactor).
-	Spatial, Temporal int
 }
-
-// SpatialFactor is the ratio of image to latent width and height.
-func (c *VAEConfig) SpatialFactor() int { return cmp.Or(c.Spatial, 8) }
-
-// TemporalFactor is the ratio of frames to latent frames after the first
-// (a video VAE's latent frame 0 is one frame, each later one this many).
-func (c *VAEConfig) TemporalFactor() int { return cmp.Or(c.Temporal, 1) }
 
 // vaeKind is what the core needs of a kind of VAE (VAEFacts.Kind).
 type vaeKind struct {
@@ -67,13 +55,22 @@ type vaeKind struct {
 	decode, encode func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor
 	// isWeight reports a tensor of this kind of VAE (internal name).
 	isWeight func(name string) bool
+	// factors, when set, returns the pixels per latent cell and the frames
+	// per latent frame of the detected VAE, which the family's VAEFacts
+	// (Down, TimeFactor) must match.
+	factors func(c *VAEConfig) (spatial, temporal int)
 	// meanOnly reports an encoder whose output is the latent itself (Z
 	// channels, no log-variance), which img2img takes without sampling.
 	meanOnly bool
-	// decodeFrames, when set, decodes T latent frames [T, Z, h, w] (VAE
-	// latents) to pixel frames [F, 3, H, W] and returns them with F; a
-	// kind without it decodes each frame alone.
-	decodeFrames func(m *Model, c *VAEConfig, z []float32, t, w, h int) ([]float32, int, error)
+	// encodeVideo, when set, encodes frames of pixels [n][3][H][W] in
+	// [-1, 1] to a diffusion latent video [C, frames, h, w] and returns
+	// frames; a kind without it encodes each frame as an image (Model.EncodeVideo).
+	encodeVideo func(m *Model, px []float32, w, h, n int) ([]float32, int, error)
+	// decodeVideo, when set, decodes a diffusion latent video [C, frames,
+	// h, w] to the video's frames of pixels [n][3][H][W] and returns n
+	// (a video VAE unpacks a latent frame into several); a kind without it
+	// decodes each latent frame as an image (Model.DecodeVideo).
+	decodeVideo func(m *Model, z []float32, w, h, frames int) ([]float32, int, error)
 }
 
 // vaeKinds are the VAE kinds by name, registered by their files.
@@ -272,6 +269,9 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		return nil, &componentError{"vae", fmt.Errorf("VAE: %sdecoder.conv_in.weight takes %d-channel latents, the %s diffusion model makes %d-channel ones: the VAE is another family's",
 			vaePfx, cfg.VAE.ZChannels, fam.Title, want)}
 	}
+	if err := checkVAEFactors(fam, vk, &cfg.VAE); err != nil {
+		return nil, &componentError{"vae", err}
+	}
 	cfg.VAE.ScaleFactor, cfg.VAE.ShiftFactor = fam.VAE.Scale, fam.VAE.Shift
 	cfg.Prediction = fam.Prediction
 	cfg.PredictionKnown = !fam.ProbePrediction
@@ -296,6 +296,22 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		*d.dst = v
 	}
 	return cfg, nil
+}
+
+// checkVAEFactors refuses a VAE whose downsampling differs from the
+// family's latent format: one of the right width but another
+// downsampling (Wan 2.2's 16 pixels per cell where the entry says 8)
+// would decode garbage.
+func checkVAEFactors(fam *Family, vk vaeKind, c *VAEConfig) error {
+	if vk.factors == nil {
+		return nil
+	}
+	sp, tm := vk.factors(c)
+	if sp != fam.VAE.down() || fam.VAE.TimeFactor != 0 && tm != fam.VAE.TimeFactor {
+		return fmt.Errorf("VAE: %d pixels per latent cell and %d frames per latent frame, where %s has %d and %d: the VAE is another family's",
+			sp, tm, fam.Title, fam.VAE.down(), fam.VAE.TimeFactor)
+	}
+	return nil
 }
 
 // componentError is a configuration error in one component's weights,

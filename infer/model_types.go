@@ -26,6 +26,9 @@ type LoadOptions struct {
 	// as stable-diffusion.cpp does, which reproduces sd-cli's SDXL images
 	// from single-file checkpoints (whose pooled embedding it transposes).
 	StoredLayout bool
+	// FlowShift, when not 0, replaces the family's flow shift
+	// (Family.FlowShift) in a shifted flow schedule, as sd-cli's --flow-shift.
+	FlowShift float32
 	// Runtime is the runtime whose arithmetic generate reproduces where
 	// the runtimes differ: RuntimeSDCPP ("" too) or RuntimeComfyUI
 	// (runtimeModule says what differs).
@@ -46,6 +49,9 @@ type Request struct {
 	Prompt, Negative string
 	// Width and Height are the image size in pixels.
 	Width, Height int
+	// Frames is the number of video frames of a video family (0: its
+	// default of one latent frame); an image family ignores it.
+	Frames int
 	// Steps is the number of sampling steps.
 	Steps int
 	// CFGScale is the classifier-free guidance scale (1 skips the negative pass).
@@ -98,6 +104,8 @@ func (r *Request) check() error {
 		return fmt.Errorf("cfg scale %g must be in [0, 1000)", r.CFGScale)
 	case !(r.Guidance >= 0 && r.Guidance < 1000):
 		return fmt.Errorf("guidance %g must be in [0, 1000)", r.Guidance)
+	case r.Frames < 0 || r.Frames > 1024:
+		return fmt.Errorf("frames %d must be in [0, 1024]", r.Frames)
 	case r.Init != nil && !(r.Strength > 0 && r.Strength <= 1):
 		return fmt.Errorf("strength %g must be in (0, 1]", r.Strength)
 	}
@@ -133,9 +141,12 @@ type Timings struct {
 type Result struct {
 	// Width and Height are the image size.
 	Width, Height int
-	// Pixels are the VAE's RGB planes [3, Height, Width], nominally in [-1, 1] (ImageFromCHW converts them).
+	// Pixels are the VAE's RGB planes [3, Height, Width], nominally in [-1, 1] (ImageFromCHW converts them);
+	// a video's are Frames such images, one after the other.
 	Pixels []float32
-	// Latent is the final latent [C, Height/8, Width/8].
+	// Frames is the number of images in Pixels (1 for an image).
+	Frames int
+	// Latent is the final latent [C, Height/8, Width/8] (a video's [C, latent frames, Height/8, Width/8]).
 	Latent []float32
 	// NaNPixels counts the NaN values in Pixels: weights that overflow in
 	// this runtime's arithmetic (ImageFromCHW writes them white, as

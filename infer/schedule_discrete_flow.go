@@ -1,11 +1,20 @@
 package infer
 
-// discreteFlowSchedule is a flow-matching schedule as sd.cpp's
-// DiscreteFlowDenoiser holds it (Family.Schedule "discrete-flow": SD3, Qwen-Image, Wan): timestep
-// t in [0, 999] has noise level shift·u / (1 + (shift-1)·u), u = (t+1)/1000,
-// and the network's time embedding takes sigma·1000.
+// discreteFlowSchedule is sd.cpp's DiscreteFlowDenoiser (Family.Schedule
+// "discrete-flow", the schedule of Wan and SD3): timestep t in [0, 999]
+// has the noise level shift·s/(1 + (shift-1)·s) of s = (t+1)/1000, and
+// the network sees sigma·1000. The shift is --flow-shift (the family's
+// FlowShift when unset).
 type discreteFlowSchedule struct {
 	shift float32
+}
+
+// timeSNRShift is shift·t/(1 + (shift-1)·t) in float32 (t itself when shift is 1), as sd.cpp computes it.
+func timeSNRShift(shift, t float32) float32 {
+	if shift == 1 {
+		return t
+	}
+	return shift * t / (1 + (shift-1)*t)
 }
 
 // SigmaMin is the noise level of timestep 0.
@@ -17,23 +26,18 @@ func (s *discreteFlowSchedule) SigmaMax() float32 { return s.TToSigma(Timesteps 
 // SigmaToT returns sigma·1000, the timestep the network embeds.
 func (s *discreteFlowSchedule) SigmaToT(sigma float32) float32 { return sigma * 1000 }
 
-// TToSigma maps a timestep in [0, 999] to its shifted noise level, in
-// float32 as sd.cpp's time_snr_shift computes it (u itself for shift 1).
+// TToSigma maps a timestep in [0, 999] to its shifted noise level.
 func (s *discreteFlowSchedule) TToSigma(t float32) float32 {
-	u := (t + 1) / Timesteps
-	if s.shift == 1 {
-		return u
-	}
-	return s.shift * u / (1 + (s.shift-1)*u)
+	return timeSNRShift(s.shift, (t+1)/1000)
 }
 
-// Sigmas returns one of the shared spacings of TToSigma (sd-cli's default: discrete).
+// Sigmas returns one of the shared spacings of TToSigma (SpacedSigmas).
 func (s *discreteFlowSchedule) Sigmas(kind Scheduler, steps int) ([]float32, error) {
 	return SpacedSigmas(s, kind, steps)
 }
 
 func init() {
 	schedules["discrete-flow"] = func(m *Model, w, h int) Schedule {
-		return &discreteFlowSchedule{shift: m.Family.FlowShift}
+		return &discreteFlowSchedule{shift: m.FlowShift()}
 	}
 }

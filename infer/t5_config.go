@@ -42,6 +42,17 @@ type T5Config struct {
 	// Buckets is relative_attention_num_buckets (32) and MaxDistance
 	// relative_attention_max_distance (128).
 	Buckets, MaxDistance int
+	// LayerBias is set when every layer has its own relative_attention_bias
+	// (UMT5, Wan's text encoder); T5 v1.1 shares layer 0's with all layers.
+	LayerBias bool
+}
+
+// bias returns the name of the relative attention bias table layer i reads.
+func (c *T5Config) bias(i int) string {
+	if !c.LayerBias {
+		i = 0
+	}
+	return fmt.Sprintf("%sencoder.block.%d.layer.0.SelfAttention.relative_attention_bias.weight", c.Prefix, i)
 }
 
 // Inner is the attention's inner width (q, k, v outputs): Heads·HeadDim.
@@ -143,10 +154,18 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 	if c.FF <= 0 {
 		return nil, fmt.Errorf("tensor %q has shape %v, want [ff, %d] with ff above 0", b0+"layer.1.DenseReluDense.wi_0.weight", s[b0+"layer.1.DenseReluDense.wi_0.weight"], c.Hidden)
 	}
+	// UMT5 gives every layer a table of its own: the second layer having
+	// one says so, and then every layer must.
+	c.LayerBias = c.Layers > 1 && s.has(prefix+"encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight")
 	// Every layer must have the tensors the graph reads, with the shapes
 	// of layer 0, so a truncated or mixed file fails here with the name.
 	for i := 0; i < c.Layers; i++ {
 		b := fmt.Sprintf("%sencoder.block.%d.", prefix, i)
+		if c.LayerBias {
+			if err := s.want(c.bias(i), []int64{int64(c.Buckets), int64(c.Heads)}); err != nil {
+				return nil, err
+			}
+		}
 		for _, w := range []struct {
 			name string
 			want []int64

@@ -173,3 +173,32 @@ func FuzzDetectT5(f *testing.F) {
 		}
 	})
 }
+
+// TestDetectUMT5 reads UMT5-XXL's shapes (Wan's text encoder: a relative
+// bias table in every layer, 256384 rows) and refuses a file whose later
+// layer lost its table.
+func TestDetectUMT5(t *testing.T) {
+	sh := t5Shapes(256384, 4096, 10240, 3, 64, 64, 32)
+	for i := 1; i < 3; i++ {
+		sh[fmt.Sprintf("%sencoder.block.%d.layer.0.SelfAttention.relative_attention_bias.weight", T5Prefix, i)] = []int64{32, 64}
+	}
+	c, err := DetectT5(sh, nil, T5Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.LayerBias || c.Vocab != 256384 || c.Heads != 64 || c.Layers != 3 {
+		t.Errorf("got %+v, want a per-layer bias, 256384 rows, 64 heads, 3 layers", *c)
+	}
+	if c.bias(2) != T5Prefix+"encoder.block.2.layer.0.SelfAttention.relative_attention_bias.weight" {
+		t.Errorf("layer 2 reads %s", c.bias(2))
+	}
+	delete(sh, T5Prefix+"encoder.block.2.layer.0.SelfAttention.relative_attention_bias.weight")
+	if _, err := DetectT5(sh, nil, T5Prefix); err == nil || !strings.Contains(err.Error(), "block.2.layer.0.SelfAttention.relative_attention_bias") {
+		t.Errorf("a layer without its table: %v", err)
+	}
+	// T5 v1.1 (one table) reads layer 0's in every layer.
+	c, err = DetectT5(t5Shapes(100, 32, 64, 2, 4, 8, 32), nil, T5Prefix)
+	if err != nil || c.LayerBias || c.bias(1) != T5Prefix+"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight" {
+		t.Errorf("T5 v1.1: %+v, %v", c, err)
+	}
+}

@@ -77,40 +77,54 @@ func TestT5NamingsLoadAlike(t *testing.T) {
 	dir := t.TempDir()
 	var want []float32
 	ids := []int32{5, 1, 0, 0, 7, 19, 2, 0, 1}
-	for _, c := range []struct{ naming, ext string }{
-		{synth.T5HF, ".safetensors"}, {synth.T5Comfy, ".safetensors"}, {synth.T5GGUF, ".gguf"}, {synth.T5HF, ".gguf"},
-	} {
-		t.Run(c.naming+c.ext, func(t *testing.T) {
-			p := synth.TinyT5
-			p.Naming = c.naming
-			path := filepath.Join(dir, "t5-"+c.naming+c.ext)
-			if err := p.Write(path); err != nil {
-				t.Fatal(err)
-			}
-			m := loadT5Component(t, path)
-			tok, _ := p.Tokenizer()
-			wantCfg := T5Config{Component: "t5xxl", Prefix: T5Prefix, Embedding: T5Prefix + "shared.weight",
-				Vocab: tok.VocabSize(), Hidden: p.Hidden, FF: p.FF, Layers: p.Layers, Heads: p.Heads, HeadDim: p.HeadDim,
-				Buckets: p.Buckets, MaxDistance: 128}
-			if *m.Config.t5() != wantCfg {
-				t.Fatalf("config %+v, want %+v", *m.Config.t5(), wantCfg)
-			}
-			if (m.t5Tokenizer() != nil) != (c.ext == ".gguf") {
-				t.Errorf("tokenizer found: %v, want %v (GGUF carries it)", m.t5Tokenizer() != nil, c.ext == ".gguf")
-			}
-			got, err := m.EncodeT5(ids, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want == nil {
-				want = got
-				return
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("hidden states differ from the HF-named file's (relative error %g)", maxRelErr(t, got, want))
-			}
-		})
+	for _, umt5 := range []bool{false, true} {
+		want = nil
+		for _, c := range []struct{ naming, ext string }{
+			{synth.T5HF, ".safetensors"}, {synth.T5Comfy, ".safetensors"}, {synth.T5GGUF, ".gguf"}, {synth.T5HF, ".gguf"},
+		} {
+			t5NamingLoads(t, dir, c.naming, c.ext, umt5, ids, &want)
+		}
 	}
+}
+
+// t5NamingLoads is one case of TestT5NamingsLoadAlike (umt5: a bias table
+// in every layer): the file loads with the expected configuration and
+// gives the hidden states *want holds (or sets them).
+func t5NamingLoads(t *testing.T, dir, naming, ext string, umt5 bool, ids []int32, want *[]float32) {
+	name := naming + ext
+	if umt5 {
+		name = "umt5-" + name
+	}
+	t.Run(name, func(t *testing.T) {
+		p := synth.TinyT5
+		p.Naming, p.LayerBias = naming, umt5
+		path := filepath.Join(dir, name)
+		if err := p.Write(path); err != nil {
+			t.Fatal(err)
+		}
+		m := loadT5Component(t, path)
+		tok, _ := p.Tokenizer()
+		wantCfg := T5Config{Component: "t5xxl", Prefix: T5Prefix, Embedding: T5Prefix + "shared.weight",
+			Vocab: tok.VocabSize(), Hidden: p.Hidden, FF: p.FF, Layers: p.Layers, Heads: p.Heads, HeadDim: p.HeadDim,
+			Buckets: p.Buckets, MaxDistance: 128, LayerBias: umt5}
+		if *m.Config.t5() != wantCfg {
+			t.Fatalf("config %+v, want %+v", *m.Config.t5(), wantCfg)
+		}
+		if (m.t5Tokenizer() != nil) != (ext == ".gguf") {
+			t.Errorf("tokenizer found: %v, want %v (GGUF carries it)", m.t5Tokenizer() != nil, ext == ".gguf")
+		}
+		got, err := m.EncodeT5(ids, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *want == nil {
+			*want = got
+			return
+		}
+		if !slices.Equal(got, *want) {
+			t.Errorf("hidden states differ from the HF-named file's (relative error %g)", maxRelErr(t, got, *want))
+		}
+	})
 }
 
 // TestT5ContextLayout checks the prompt path sd-cli's Flux conditioner

@@ -39,6 +39,9 @@ func t5TestWeights(r *rand.Rand, cfg T5Config, prefix string, lin formats.DType)
 	add("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", formats.F32, 1, 0, int64(cfg.Buckets), int64(cfg.Heads))
 	for i := 0; i < cfg.Layers; i++ {
 		b := fmt.Sprintf("encoder.block.%d.layer.", i)
+		if cfg.LayerBias && i > 0 {
+			add(b+"0.SelfAttention.relative_attention_bias.weight", formats.F32, 1, 0, int64(cfg.Buckets), int64(cfg.Heads))
+		}
 		add(b+"0.layer_norm.weight", formats.F32, 0.2, 1, h)
 		for _, p := range []string{"q", "k", "v"} {
 			add(b+"0.SelfAttention."+p+".weight", lin, 0.3, 0, inner, h)
@@ -91,7 +94,8 @@ func refT5(t *testing.T, w map[string]testWeight, cfg T5Config, prefix string, i
 		return y
 	}
 	// The bias the reference derives itself: buckets by the float64 rule,
-	// rows of layer 0's table, one value per (head, query, key).
+	// rows of layer 0's table (each layer's own for UMT5), one value per
+	// (head, query, key).
 	relTab := get("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight")
 	bucket := func(rel int) int {
 		half := cfg.Buckets / 2
@@ -109,6 +113,9 @@ func refT5(t *testing.T, w map[string]testWeight, cfg T5Config, prefix string, i
 	}
 	for layer := 0; layer < cfg.Layers; layer++ {
 		b := fmt.Sprintf("encoder.block.%d.layer.", layer)
+		if cfg.LayerBias {
+			relTab = get(b + "0.SelfAttention.relative_attention_bias.weight")
+		}
 		q, k, v := make([][]float64, l), make([][]float64, l), make([][]float64, l)
 		for i := range x {
 			h := rms(x[i], get(b+"0.layer_norm.weight"))
@@ -192,24 +199,28 @@ func TestT5EncoderMatchesReference(t *testing.T) {
 		lin    formats.DType
 		n      int
 		mask   bool
+		umt5   bool // a bias table in every layer
 		tol    float64
 	}{
 		// ggml's GELU reads a table indexed by the f16 rounding of its input,
 		// which bounds the f32 agreement at a few 1e-3.
-		{"one layer f32", 1, formats.F32, 7, false, 5e-3},
-		{"three layers f32", 3, formats.F32, 20, false, 5e-3},
+		{"one layer f32", 1, formats.F32, 7, false, false, 5e-3},
+		{"three layers f32", 3, formats.F32, 20, false, false, 5e-3},
 		// Past 16 tokens apart the buckets turn logarithmic: 150 tokens use all 32.
-		{"three layers f32 150 tokens", 3, formats.F32, 150, false, 5e-3},
-		{"three layers f32 masked", 3, formats.F32, 12, true, 5e-3},
+		{"three layers f32 150 tokens", 3, formats.F32, 150, false, false, 5e-3},
+		{"three layers f32 masked", 3, formats.F32, 12, true, false, 5e-3},
+		{"umt5 three layers f32 masked", 3, formats.F32, 40, true, true, 5e-3},
 		// f16 and q8_0 weights: ggml rounds the activations to f16 or q8_0 too,
 		// and the unscaled attention scores amplify q8_0's rounding.
-		{"three layers f16", 3, formats.F16, 20, false, 1e-2},
-		{"one layer q8_0", 1, formats.Q8_0, 20, false, 8e-2},
+		{"three layers f16", 3, formats.F16, 20, false, false, 1e-2},
+		{"umt5 two layers f16", 2, formats.F16, 20, false, true, 1e-2},
+		{"one layer q8_0", 1, formats.Q8_0, 20, false, false, 8e-2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(13, uint64(c.n*10+c.layers)))
 			cfg := t5TestSizes
 			cfg.Layers = c.layers
+			cfg.LayerBias = c.umt5
 			cfg.Prefix = T5Prefix
 			cfg.Embedding = T5Prefix + "shared.weight"
 			w := t5TestWeights(r, cfg, T5Prefix, c.lin)
@@ -294,5 +305,26 @@ func TestT5EncodeErrors(t *testing.T) {
 	delete(m.w.byName, T5Prefix+"encoder.final_layer_norm.weight")
 	if _, err := m.EncodeT5([]int32{1}, nil); err == nil {
 		t.Error("missing final norm: no error")
+	}
+}
+
+// TestUMT5LayerBiasMatters guards the per-layer bias: UMT5 weights run as
+// T5 v1.1 (layer 0's table shared) must not pass the UMT5 reference.
+func TestUMT5LayerBiasMatters(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	cfg := t5TestSizes
+	cfg.Layers, cfg.LayerBias = 2, true
+	cfg.Prefix, cfg.Embedding = T5Prefix, T5Prefix+"shared.weight"
+	w := t5TestWeights(r, cfg, T5Prefix, formats.F32)
+	shared := cfg
+	shared.LayerBias = false
+	m := t5TestModel(t, w, &shared)
+	ids := []int32{3, 9, 1, 27, 5, 5, 12, 0, 33}
+	got, err := m.EncodeT5(ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := maxRelErr(t, got, refT5(t, w, cfg, T5Prefix, ids, nil)); e < 2e-2 {
+		t.Errorf("a shared bias gives relative error %g against UMT5, too close to tell", e)
 	}
 }

@@ -35,12 +35,14 @@ var (
 	wanTempUp       = []bool{true, true, false}
 	wanTempDown     = []bool{false, true, true}
 	wanResBlocks    = 2
-	wanCacheFrames  = 2 // CACHE_T: the frames of history a causal 3x3x3 conv keeps
 	wanEncodeStride = 4 // frames per encoder chunk after the first
 )
 
 // wanRMSEps is the RMS norm's epsilon.
 const wanRMSEps = 1e-12
+
+// wanCacheFrames is CACHE_T: the frames of history a causal conv keeps.
+const wanCacheFrames int64 = 2
 
 // Per-channel latent statistics: VAE latent = diffusion latent · std + mean
 // (Wan's latents_mean and latents_std, as diffusers' configs and sd.cpp have them).
@@ -79,7 +81,8 @@ func init() {
 		encode: func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor {
 			return (&wanRun{g: g, cfg: c.Layout.(*WanVAEConfig)}).encode(x)
 		},
-		decodeFrames: decodeWanFrames,
+		decodeVideo: decodeWanVideo, encodeVideo: encodeWanVideo,
+		factors: func(c *VAEConfig) (int, int) { return c.Layout.(*WanVAEConfig).Factors() },
 	}
 }
 
@@ -133,6 +136,10 @@ func detectWanVAE(s shapes, c *VAEConfig) error {
 			return err
 		}
 	}
-	c.Spatial, c.Temporal = 8*w.Patch, 4
 	return nil
 }
+
+// Factors returns the pixels per latent cell along each side (8; 2.2:
+// 16) and the frames per latent frame after the first (4): what a
+// family's VAEFacts.Down and TimeFactor must say (DetectConfig checks).
+func (c *WanVAEConfig) Factors() (spatial, temporal int) { return 8 * c.Patch, 4 }

@@ -399,9 +399,9 @@ func refWanEncode(ws refWeights, sh map[string][]int64, cfg *WanVAEConfig, x ref
 	return z
 }
 
-// wanTestWeights makes a Wan VAE's tensors (PyTorch shapes, Conv3d
+// wanVAETestWeights makes a Wan VAE's tensors (PyTorch shapes, Conv3d
 // kernels 5-D) with decoder width dec and encoder width enc (0: none).
-func wanTestWeights(r *rand.Rand, cfg *WanVAEConfig, dec, enc int) map[string]testWeight {
+func wanVAETestWeights(r *rand.Rand, cfg *WanVAEConfig, dec, enc int) map[string]testWeight {
 	w := map[string]testWeight{}
 	z := int64(cfg.ZDim)
 	add := func(name string, shape ...int64) {

@@ -4,19 +4,27 @@ package infer
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/native"
 )
 
 // The Wan VAE's chunked ggml graphs against the whole-video plain-Go
 // reference (wanvae_ref_test.go), at small widths.
 
-// wanTestModel loads test weights into a Model that has only a Wan VAE.
-func wanTestModel(t *testing.T, cfg *WanVAEConfig, w map[string]testWeight) *Model {
+// wanVAETestModel loads test weights into a Model that has only a Wan VAE.
+func wanVAETestModel(t *testing.T, cfg *WanVAEConfig, w map[string]testWeight) *Model {
 	t.Helper()
-	be := newTestBackend(t)
+	// One thread: these graphs are thousands of tiny nodes, where a second
+	// thread only adds a barrier per node.
+	be, err := native.NewCPUBackend(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Free)
 	ws := makeWeights(t, be, w)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
@@ -24,14 +32,11 @@ func wanTestModel(t *testing.T, cfg *WanVAEConfig, w map[string]testWeight) *Mod
 	return &Model{Path: "wan vae test", Config: &ModelConfig{VAE: vc}, be: be, w: ws, alloc: alloc}
 }
 
-// psnrRange is the PSNR of got against want over want's range.
-func closeEnough(t *testing.T, what string, got []float32, want refVid, tol float64) {
+// closeEnough fails t when got is further from the reference want than tol
+// (maximum error relative to want's largest magnitude).
+func closeEnough(t *testing.T, what string, got []float32, want []float64, tol float64) {
 	t.Helper()
-	w := make([]float32, len(want.d))
-	for i, v := range want.d {
-		w[i] = float32(v)
-	}
-	if e := maxRelErr(t, got, w); e > tol {
+	if e := maxRelErr(t, got, float32s(want)); e > tol {
 		t.Errorf("%s: max relative error %.3g, want <= %g", what, e, tol)
 	}
 }
@@ -49,10 +54,10 @@ func TestWanVAEDecodeFrames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(41, 42))
-			w := wanTestWeights(r, &tc.cfg, tc.dec, 0)
-			m := wanTestModel(t, &tc.cfg, w)
-			z := randn(r, tc.t*tc.cfg.ZDim*tc.h*tc.w, 1)
-			got, frames, err := m.DecodeVideo(z, tc.t, tc.w, tc.h)
+			w := wanVAETestWeights(r, &tc.cfg, tc.dec, 0)
+			m := wanVAETestModel(t, &tc.cfg, w)
+			z := randn(r, tc.t*tc.cfg.ZDim*tc.h*tc.w, 1) // [T, Z, h, w]
+			got, frames, err := m.DecodeVideo(channelsFirst(z, tc.t, tc.cfg.ZDim*tc.h*tc.w, tc.h*tc.w), tc.w, tc.h, tc.t)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -64,44 +69,73 @@ func TestWanVAEDecodeFrames(t *testing.T) {
 			if want.t != frames || want.c != 3 || want.h != tc.h*8*tc.cfg.Patch {
 				t.Fatalf("reference %dx%dx%dx%d", want.t, want.c, want.h, want.w)
 			}
-			closeEnough(t, "decoded video", got, want, 1e-2)
+			closeEnough(t, "decoded video", got, want.d, 1e-2)
 			// One frame through the single-graph path (Qwen-Image's).
 			one, err := m.DecodeLatent(z[:tc.cfg.ZDim*tc.h*tc.w], tc.w, tc.h)
 			if err != nil {
 				t.Fatal(err)
 			}
-			closeEnough(t, "first frame alone", one, refFrames(want, 0, 1), 1e-2)
+			closeEnough(t, "first frame alone", one, refFrames(want, 0, 1).d, 1e-2)
 		})
 	}
 }
 
-func TestWanVAEEncodeFrame(t *testing.T) {
+func TestWanVAEEncodeFrames(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  WanVAEConfig
-		h, w int
+		name    string
+		cfg     WanVAEConfig
+		n, h, w int
 	}{
-		{"2.1", WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1, DecDim: 4, EncDim: 4}, 16, 24},
-		{"2.2", WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2, DecDim: 4, EncDim: 4}, 32, 16},
+		{"2.1", WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1, DecDim: 4, EncDim: 4}, 9, 16, 24},
+		{"2.2", WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2, DecDim: 4, EncDim: 4}, 9, 32, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(43, 44))
-			w := wanTestWeights(r, &tc.cfg, 4, tc.cfg.EncDim)
-			m := wanTestModel(t, &tc.cfg, w)
-			px := randn(r, 3*tc.h*tc.w, 0.5)
-			got, err := m.EncodeImage(px, tc.w, tc.h)
+			w := wanVAETestWeights(r, &tc.cfg, 4, tc.cfg.EncDim)
+			m := wanVAETestModel(t, &tc.cfg, w)
+			px := randn(r, tc.n*3*tc.h*tc.w, 0.5)
+			got, frames, err := m.EncodeVideo(px, tc.w, tc.h, tc.n)
 			if err != nil {
 				t.Fatal(err)
 			}
 			ws, sh := refOf(t, w)
-			want := refWanEncode(ws, sh, &tc.cfg, refVidOf(px, 1, 3, tc.h, tc.w))
+			want := refWanEncode(ws, sh, &tc.cfg, refVidOf(px, tc.n, 3, tc.h, tc.w))
 			s := 8 * tc.cfg.Patch
-			if want.c != tc.cfg.ZDim || want.h != tc.h/s || want.w != tc.w/s {
-				t.Fatalf("reference %dx%dx%d", want.c, want.h, want.w)
+			if want.t != frames || want.c != tc.cfg.ZDim || want.h != tc.h/s || want.w != tc.w/s {
+				t.Fatalf("%d latent frames; reference %dx%dx%dx%d", frames, want.t, want.c, want.h, want.w)
 			}
-			closeEnough(t, "latent", got, want, 1e-2)
+			cell := want.h * want.w
+			if e := maxRelErr(t, got, channelsFirst(float32s(want.d), want.t, want.c*cell, cell)); e > 1e-2 {
+				t.Errorf("latent video: max relative error %.3g, want <= 0.01", e)
+			}
+			// The first frame alone through the single-graph path (img2img).
+			one, err := m.EncodeImage(px[:3*tc.h*tc.w], tc.w, tc.h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closeEnough(t, "first frame alone", one, refFrames(want, 0, 1).d, 1e-2)
 		})
 	}
+}
+
+func float32s(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}
+
+// channelsFirst reorders frames [T][C][cell] to [C][T][cell].
+func channelsFirst(x []float32, t, frame, cell int) []float32 {
+	out := make([]float32, len(x))
+	c := frame / cell
+	for f := range t {
+		for ch := range c {
+			copy(out[(ch*t+f)*cell:(ch*t+f+1)*cell], x[f*frame+ch*cell:])
+		}
+	}
+	return out
 }
 
 // runWanChunks runs build on successive chunks of x [W, H, C, T] (frame
@@ -109,33 +143,24 @@ func TestWanVAEEncodeFrame(t *testing.T) {
 func runWanChunks(t *testing.T, m *Model, x []float32, ne [4]int64, sizes []int, build func(r *wanRun, x native.Tensor) native.Tensor) []float32 {
 	t.Helper()
 	frame := int(ne[0] * ne[1] * ne[2])
-	var caches []wanCache
+	caches := &wanCacheSet{be: m.be}
+	defer caches.free()
 	var out []float32
 	at := 0
 	for i, n := range sizes {
-		var next []native.Tensor
 		err := m.compute(func(g *builder) ([]input, native.Tensor) {
-			r := &wanRun{g: g, cfg: &WanVAEConfig{}, chunk: i, prev: caches}
+			r := &wanRun{g: g, cfg: &WanVAEConfig{}, chunk: i, cache: caches}
 			xt := newInput(g, formats.F32, ne[0], ne[1], ne[2], int64(n))
-			y := build(r, xt)
-			for _, c := range r.next {
-				if c.Valid() {
-					g.output(c)
-				}
-			}
-			next = r.next
-			return []input{{t: xt, f32: x[at*frame : (at+n)*frame]}}, y
+			return []input{{t: xt, f32: x[at*frame : (at+n)*frame]}}, build(r, xt)
 		}, func(o native.Tensor) error {
 			v, err := o.F32()
 			out = append(out, v...)
-			if err == nil {
-				caches, err = readCaches(next)
-			}
 			return err
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
+		caches.commit()
 		at += n
 	}
 	return out
@@ -176,7 +201,7 @@ func TestWanCausalConvChunks(t *testing.T) {
 	add("a.to_qkv.bias", formats.F32, 0.1, 0, 3*ci)
 	add("a.proj.weight", formats.F16, 0.3, 0, ci, ci, 1, 1)
 	add("a.proj.bias", formats.F32, 0.1, 0, ci)
-	m := wanTestModel(t, cfg, w)
+	m := wanVAETestModel(t, cfg, w)
 	ws, sh := refOf(t, w)
 	sizes := []int{1, 2, 4, 1}
 	const frames = 8
@@ -185,11 +210,185 @@ func TestWanCausalConvChunks(t *testing.T) {
 	xv := refVidOf(x, frames, ci, h, wd)
 
 	got := runWanChunks(t, m, x, ne, sizes, func(r *wanRun, x native.Tensor) native.Tensor { return r.causalConv(x, "c") })
-	closeEnough(t, "causal conv", got, refConv3d(ws, sh, xv, "c", 2, 1, 1, 1), 5e-3)
+	closeEnough(t, "causal conv", got, refConv3d(ws, sh, xv, "c", 2, 1, 1, 1).d, 5e-3)
 
 	got = runWanChunks(t, m, x, ne, sizes, func(r *wanRun, x native.Tensor) native.Tensor { return r.resBlock(x, "b.") })
-	closeEnough(t, "residual block", got, refResBlock(ws, sh, xv, "b."), 5e-3)
+	closeEnough(t, "residual block", got, refResBlock(ws, sh, xv, "b.").d, 5e-3)
 
 	got = runWanChunks(t, m, x, ne, []int{frames}, func(r *wanRun, x native.Tensor) native.Tensor { return r.attn(x, "a.") })
-	closeEnough(t, "attention", got, refAttn(ws, sh, xv, "a."), 5e-3)
+	closeEnough(t, "attention", got, refAttn(ws, sh, xv, "a.").d, 5e-3)
+}
+
+// TestWanVAEDecodeMemoryBounded builds (without computing) the decoder's
+// chunks for a 480x832 clip (and a 32x32 one, the size the sd-cli parity
+// test renders) at Wan 2.1's full widths and checks that memory stops
+// growing after the first chunks (from chunk 3 on, every cache holds two
+// frames): each later chunk's graph needs the same compute buffer and the
+// same caches, so a clip of any length decodes in the memory of a few
+// frames. It logs the figures.
+func TestWanVAEDecodeMemoryBounded(t *testing.T) {
+	longtest.Skip(t, "a full-width Wan VAE at 480x832 (graphs only)")
+	cfg := &WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1, DecDim: 96}
+	be := newTestBackend(t)
+	shapes := wanVAETestWeights(rand.New(rand.NewPCG(1, 2)), cfg, 96, 0)
+	ctx, err := native.NewContext(len(shapes)+1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := &weightSet{ctx: ctx, byName: map[string]native.Tensor{}, types: map[string]formats.DType{}}
+	for name, tw := range shapes {
+		if ws.byName[name], err = ctx.NewTensor(tw.typ, ggmlDims(tw.shape)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ws.buf, err = be.AllocContext(ctx); err != nil { // left unfilled: only shapes matter
+		t.Fatal(err)
+	}
+	defer ws.free()
+	for _, size := range [][2]int64{{104, 60}, {4, 4}} {
+		sizes := wanChunkMemory(t, be, ws, cfg, size[0], size[1], 5)
+		if n := len(sizes); sizes[n-1] != sizes[n-3] || sizes[n-2] != sizes[n-4] {
+			t.Errorf("%dx%d: chunk 4 needs %d + %d bytes, chunk 3 %d + %d: memory grows with the clip",
+				8*size[0], 8*size[1], sizes[n-2], sizes[n-1], sizes[n-4], sizes[n-3])
+		}
+	}
+}
+
+// wanChunkMemory builds and allocates the decoder's graphs for chunks
+// latent frames of w×h as decodeWanVideo runs them (each chunk's head, then
+// its tail for one frame) and returns, per chunk, the larger compute
+// buffer and the cache bytes.
+func wanChunkMemory(t *testing.T, be *native.Backend, ws *weightSet, cfg *WanVAEConfig, w, h int64, chunks int) []int64 {
+	caches := &wanCacheSet{be: be}
+	defer caches.free()
+	var sizes []int64
+	for chunk := range chunks {
+		var mid [4]int64
+		tailIdx := 0
+		head := wanGraphSize(t, be, ws, func(g *builder) native.Tensor {
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, cache: caches}
+			x := r.decodeHead(newInput(g, formats.F32, w, h, int64(cfg.ZDim), 1))
+			mid, tailIdx = x.Ne(), r.idx
+			return x
+		})
+		caches.commit()
+		tail := wanGraphSize(t, be, ws, func(g *builder) native.Tensor {
+			r := &wanRun{g: g, cfg: cfg, chunk: chunk, idx: tailIdx, cache: caches}
+			return r.decodeTail(newInput(g, formats.F32, mid[0], mid[1], mid[2], 1))
+		})
+		caches.commit()
+		var cache int64
+		for _, sl := range caches.slots {
+			if sl != nil {
+				cache += sl.buf.Size()
+			}
+		}
+		t.Logf("%dx%d chunk %d: %d frames, compute buffer %.1f MiB (head) and %.1f MiB (tail, per frame), caches %.1f MiB",
+			8*w, 8*h, chunk, mid[3], float64(head)/(1<<20), float64(tail)/(1<<20), float64(cache)/(1<<20))
+		sizes = append(sizes, max(head, tail), cache)
+	}
+	return sizes
+}
+
+// wanGraphSize builds a graph and returns the compute buffer it needs.
+func wanGraphSize(t *testing.T, be *native.Backend, ws *weightSet, build func(g *builder) native.Tensor) int64 {
+	gctx, err := native.NewContext(4*graphSize, graphSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gctx.Free()
+	g := &builder{c: gctx, w: ws}
+	var out native.Tensor
+	func() {
+		defer native.Recover(&err)
+		out = build(g).SetOutput()
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gr := gctx.NewGraph(graphSize)
+	for _, n := range g.expand {
+		gr.Expand(n)
+	}
+	gr.Expand(out)
+	alloc := be.NewAllocator()
+	defer alloc.Free()
+	if err := alloc.Alloc(gr); err != nil {
+		t.Fatal(err)
+	}
+	return alloc.Size()
+}
+
+// TestDetectWanVAE reads both versions' layouts from their shapes, with
+// Conv3d kernels 5-D (safetensors) or folded to 4-D (sd.cpp's GGUF), and
+// refuses the 2-D variant.
+func TestDetectWanVAE(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  WanVAEConfig
+		fold bool
+	}{
+		{"2.1", WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1, DecDim: 8, EncDim: 4}, false},
+		{"2.1 folded", WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1, DecDim: 8, EncDim: 4}, true},
+		{"2.2", WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2, DecDim: 8, EncDim: 4}, false},
+		{"2.2 decoder only", WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2, DecDim: 8}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sh := map[string][]int64{}
+			for name, w := range wanVAETestWeights(rand.New(rand.NewPCG(1, 1)), &tc.cfg, tc.cfg.DecDim, tc.cfg.EncDim) {
+				sh[name] = w.shape
+				if tc.fold {
+					sh[name] = foldDims(w.shape)
+				}
+			}
+			var c VAEConfig
+			if err := detectWanVAE(shapes(sh), &c); err != nil {
+				t.Fatal(err)
+			}
+			if got := *c.Layout.(*WanVAEConfig); got != tc.cfg {
+				t.Errorf("detected %+v, want %+v", got, tc.cfg)
+			}
+			if c.ZChannels != tc.cfg.ZDim || c.HasEncoder != (tc.cfg.EncDim > 0) {
+				t.Errorf("ZChannels %d, HasEncoder %v", c.ZChannels, c.HasEncoder)
+			}
+			if s, tm := tc.cfg.Factors(); s != 8*tc.cfg.Patch || tm != 4 {
+				t.Errorf("factors %d, %d", s, tm)
+			}
+		})
+	}
+	sh := map[string][]int64{}
+	cfg := WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1}
+	for name, w := range wanVAETestWeights(rand.New(rand.NewPCG(1, 1)), &cfg, 4, 0) {
+		sh[name] = w.shape
+	}
+	sh[vaePfx+"decoder.conv1.weight"] = []int64{16, 16, 3, 3}
+	var c VAEConfig
+	if err := detectWanVAE(shapes(sh), &c); err == nil || !strings.Contains(err.Error(), "2-D") {
+		t.Errorf("a 2-D Wan VAE: %v, want an error saying so", err)
+	}
+}
+
+// TestWanVAEFactorsMatchFamily: a Wan 2.2 VAE (16 pixels per cell) is
+// refused by an entry whose latent format has 8, and taken by one with 16;
+// an image entry (no TimeFactor) takes a 2.1 VAE.
+func TestWanVAEFactorsMatchFamily(t *testing.T) {
+	vk := vaeKinds["wan"]
+	v21 := &VAEConfig{Kind: "wan", Layout: &WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1}}
+	v22 := &VAEConfig{Kind: "wan", Layout: &WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2}}
+	for _, tc := range []struct {
+		vae    VAEFacts
+		c      *VAEConfig
+		refuse bool
+	}{
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4}, v22, true},
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4, Down: 16}, v22, false},
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 4}, v21, false},
+		{VAEFacts{Kind: "wan", Scale: 1}, v21, false},
+		{VAEFacts{Kind: "wan", Scale: 1, TimeFactor: 2}, v21, true},
+	} {
+		err := checkVAEFactors(&Family{Title: "test", VAE: tc.vae}, vk, tc.c)
+		if (err != nil) != tc.refuse {
+			t.Errorf("%+v with %+v: %v, refuse %v", tc.vae, tc.c.Layout, err, tc.refuse)
+		}
+	}
 }

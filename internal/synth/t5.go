@@ -49,6 +49,9 @@ type T5 struct {
 	// single-file checkpoints) or T5GGUF (llama.cpp's token_embd.,
 	// enc.blk.N.attn_q., as city96's T5 GGUFs).
 	Naming string
+	// LayerBias gives every layer its own relative-attention bias table,
+	// as UMT5 (Wan's text encoder) has; T5 v1.1 has layer 0's only.
+	LayerBias bool
 }
 
 // The T5 naming schemes.
@@ -166,7 +169,7 @@ func (c T5) Tensors() ([]TensorSpec, error) {
 			add(p+"0.SelfAttention."+n+".weight", InitWeight, inner, h)
 		}
 		add(p+"0.SelfAttention.o.weight", InitWeight, h, inner)
-		if i == 0 {
+		if i == 0 || c.LayerBias {
 			add(p+"0.SelfAttention.relative_attention_bias.weight", InitWeight, int64(c.Buckets), int64(c.Heads))
 		}
 		add(p+"0.layer_norm.weight", InitOne, h)
