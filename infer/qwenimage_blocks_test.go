@@ -378,6 +378,13 @@ func TestDetectQwenImage(t *testing.T) {
 	if err != nil || fam.Name() != "qwen_image" {
 		t.Errorf("family %v, %v", fam, err)
 	}
+	// Edit 2511's marker tensor is seen (the network then refuses to run
+	// without reference images).
+	sh[dmPrefix+"__index_timestep_zero__"] = []int64{1}
+	if c, err := detectQwenImage(shapes(sh), nil); err != nil || !c.ZeroCondT {
+		t.Errorf("with __index_timestep_zero__: %+v, %v", c, err)
+	}
+	delete(sh, dmPrefix+"__index_timestep_zero__")
 	// A block missing a tensor, or misshapen, is named.
 	name := dmPrefix + "transformer_blocks.1.attn.to_add_out.weight"
 	good := sh[name]

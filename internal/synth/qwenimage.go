@@ -336,7 +336,9 @@ func (c QwenImage) EncodePart(w io.Writer, format, flag string) error {
 	return encodeSpecs(w, format, ts, nil, types, metadataFor(c.Metadata(flag), format), c.Seed)
 }
 
-// EncodeSingle writes every component into one file under ComfyUI's prefixes.
+// EncodeSingle writes every component into one file under ComfyUI's
+// prefixes (a GGUF keeps the VAE's 5-D kernels: sd-cli's own GGUF reader
+// and sdtool's take them, ggml's does not).
 func (c QwenImage) EncodeSingle(w io.Writer, format string) error {
 	var ts []TensorSpec
 	var names []string
@@ -352,10 +354,16 @@ func (c QwenImage) EncodeSingle(w io.Writer, format string) error {
 }
 
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT (ext
-// "gguf" or "safetensors") and returns the paths by flag.
+// "gguf" or "safetensors") and returns the paths by flag. The VAE is
+// always safetensors, as Qwen-Image's is published: its Conv3d kernels are
+// 5-D, more than ggml's GGUF reader takes.
 func (c QwenImage) WriteParts(dir, name, ext string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, flag := range QwenImageParts {
+		ext := ext
+		if flag == "vae" {
+			ext = "safetensors"
+		}
 		path := filepath.Join(dir, name+"-"+flag+"."+ext)
 		err := pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
 			return c.EncodePart(w, ext, flag)

@@ -52,7 +52,7 @@ func run(args []string, stderr io.Writer) (err error) {
 	dtype := fs.String("dtype", "f16", "storage type: f32, f16 or bf16")
 	out := fs.String("o", "", "output file (.gguf or .safetensors)")
 	imat := fs.String("imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
-	testdata := fs.String("testdata", "", "write the committed test files (tiny-sd1.gguf, tiny-sd1.safetensors, tiny-sd1.imatrix.dat, tiny-sdxl.gguf, tiny-flux.gguf, tiny-chroma.gguf, tiny-sd3.gguf, tiny-wan.gguf) into `DIR`")
+	testdata := fs.String("testdata", "", "write the committed test files (tiny-*.gguf and the others in testdata/ that the generator makes) into `DIR`")
 	force := fs.Bool("force", false, "replace existing files")
 	fluxBench := fs.Bool("flux-bench", false, "write synth.FluxBench (a runnable Flux layout with realistic weight statistics) to -o")
 	if err := fs.Parse(args); err != nil {
@@ -87,29 +87,12 @@ func run(args []string, stderr io.Writer) (err error) {
 	case *testdata != "" && (*arch != "" || *sd != "" || *out != ""):
 		return errors.New("-testdata writes the committed files; it takes no -arch, -sd or -o")
 	case *testdata != "":
-		files := testdataFiles(*testdata)
-		if err := synth.TinySD.Write(files[0]); err != nil {
-			return err
+		for _, f := range committed {
+			if err := f.write(*testdata); err != nil {
+				return err
+			}
 		}
-		if err := synth.TinySD.Write(files[1]); err != nil {
-			return err
-		}
-		if err := writeMatrix(files[2], synth.TinySD.Imatrix(4)); err != nil {
-			return err
-		}
-		if err := synth.TinySDXL.Write(files[3]); err != nil {
-			return err
-		}
-		if err := synth.TinyFlux.WriteSingle(files[4]); err != nil {
-			return err
-		}
-		if err := synth.TinyChroma.WriteSingle(files[5]); err != nil {
-			return err
-		}
-		if err := synth.TinySD3.WriteSingle(files[6]); err != nil {
-			return err
-		}
-		return synth.TinyWan.WriteSingle(files[7])
+		return nil
 	case *fluxBench:
 		if *out == "" {
 			return errors.New("-flux-bench needs -o OUT.gguf or OUT.safetensors")
@@ -174,18 +157,44 @@ func checkLayoutFlags(fs *flag.FlagSet, arch string) error {
 	return nil
 }
 
+// committedFile is one model of the committed test data: the files it is
+// (a model as its component files is several) and how -testdata writes them.
+type committedFile struct {
+	names []string
+	write func(dir string) error
+}
+
+// single is a committed model written as one file by write.
+func single(name string, write func(path string) error) committedFile {
+	return committedFile{names: []string{name}, write: func(dir string) error { return write(filepath.Join(dir, name)) }}
+}
+
+// committed lists the files -testdata writes, in order.
+var committed = []committedFile{
+	single("tiny-sd1.gguf", synth.TinySD.Write),
+	single("tiny-sd1.safetensors", synth.TinySD.Write),
+	single("tiny-sd1.imatrix.dat", func(path string) error { return writeMatrix(path, synth.TinySD.Imatrix(4)) }),
+	single("tiny-sdxl.gguf", synth.TinySDXL.Write),
+	single("tiny-flux.gguf", synth.TinyFlux.WriteSingle),
+	single("tiny-chroma.gguf", synth.TinyChroma.WriteSingle),
+	single("tiny-sd3.gguf", synth.TinySD3.WriteSingle),
+	single("tiny-wan.gguf", synth.TinyWan.WriteSingle),
+	{names: []string{"tiny-qwen-image-diffusion-model.gguf", "tiny-qwen-image-llm.gguf", "tiny-qwen-image-vae.safetensors"},
+		write: func(dir string) error {
+			_, err := synth.TinyQwenImage.WriteParts(dir, "tiny-qwen-image", "gguf")
+			return err
+		}},
+}
+
 // testdataFiles are the committed files -testdata writes, in DIR.
 func testdataFiles(dir string) []string {
-	return []string{
-		filepath.Join(dir, "tiny-sd1.gguf"),
-		filepath.Join(dir, "tiny-sd1.safetensors"),
-		filepath.Join(dir, "tiny-sd1.imatrix.dat"),
-		filepath.Join(dir, "tiny-sdxl.gguf"),
-		filepath.Join(dir, "tiny-flux.gguf"),
-		filepath.Join(dir, "tiny-chroma.gguf"),
-		filepath.Join(dir, "tiny-sd3.gguf"),
-		filepath.Join(dir, "tiny-wan.gguf"),
+	var files []string
+	for _, f := range committed {
+		for _, n := range f.names {
+			files = append(files, filepath.Join(dir, n))
+		}
 	}
+	return files
 }
 
 // writeImatrix writes spec's synthetic importance matrix (4 calls) to path.
