@@ -92,12 +92,13 @@ func (g *builder) zimageNorm(x native.Tensor, prefix string, eps float32) native
 	return g.c.Mul(g.c.RMSNorm(x, eps), g.weight(prefix+".weight"))
 }
 
-// linearF32 is linear with an F16 or BF16 weight widened to F32 first, as
-// sd.cpp holds the weights of its force_f32 linears (the time embedder and
-// the final projection), so the activations are not rounded to F16.
+// linearF32 is linear with the weight widened to F32 first (dequantized
+// when quantized), as sd.cpp holds the weights of its force_f32 linears
+// (the time embedder and the final projection): the activations then stay
+// F32 instead of being rounded to the weight's dot-product type.
 func (g *builder) linearF32(x native.Tensor, prefix string) native.Tensor {
 	w := g.weight(prefix + ".weight")
-	if _, ok := g.w.w8a8[prefix+".weight"]; ok || (w.Type() != formats.F16 && w.Type() != formats.BF16) {
+	if _, ok := g.w.w8a8[prefix+".weight"]; ok || w.Type() == formats.F32 {
 		return g.linear(x, prefix)
 	}
 	y := g.c.MulMat(g.c.Cast(w, formats.F32), x)
