@@ -1,0 +1,324 @@
+//go:build cgo
+
+package infer
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/native"
+)
+
+// The LLM text encoder against a plain-Go float64 reference written from
+// Hugging Face's Qwen3 and Qwen2 modelling code (RMSNorm, rotate_half
+// rotary embeddings, repeat_kv grouped-query attention with a causal mask,
+// SwiGLU), on tiny random weights.
+
+// llmTestConfig is a tiny LLM: width 64, 4 query heads of 16 sharing 2
+// key/value heads, MLP 96, vocabulary 50 (widths q8_0 blocks divide).
+func llmTestConfig(arch string, layers int) LLMConfig {
+	c := LLMConfig{Component: "llm", Prefix: LLMPrefix, Arch: LLMArchs[arch], Vocab: 50, Hidden: 64, FF: 96, Layers: layers,
+		Heads: 4, KVHeads: 2, HeadDim: 16, FinalNorm: true}
+	c.QKNorm = arch == "qwen3"
+	c.QKVBias = arch == "qwen2.5-vl"
+	return c
+}
+
+// llmTestWeights makes random weights of cfg in HF names and PyTorch
+// shapes; linear weights are of type lin.
+func llmTestWeights(r *rand.Rand, cfg LLMConfig, lin formats.DType) map[string]testWeight {
+	h, q, kv, ff := int64(cfg.Hidden), int64(cfg.Heads*cfg.HeadDim), int64(cfg.KVHeads*cfg.HeadDim), int64(cfg.FF)
+	w := map[string]testWeight{}
+	add := func(name string, typ formats.DType, std float64, offset float32, shape ...int64) {
+		n := int64(1)
+		for _, d := range shape {
+			n *= d
+		}
+		d := randn(r, int(n), std)
+		for i := range d {
+			d[i] += offset
+		}
+		w[cfg.Prefix+name] = testWeight{shape: shape, typ: typ, data: d}
+	}
+	add("model.embed_tokens.weight", formats.F32, 1, 0, int64(cfg.Vocab), h)
+	for i := 0; i < cfg.Layers; i++ {
+		p := "model.layers." + strconv.Itoa(i) + "."
+		add(p+"input_layernorm.weight", formats.F32, 0.2, 1, h)
+		add(p+"post_attention_layernorm.weight", formats.F32, 0.2, 1, h)
+		add(p+"self_attn.q_proj.weight", lin, 0.3, 0, q, h)
+		add(p+"self_attn.k_proj.weight", lin, 0.3, 0, kv, h)
+		add(p+"self_attn.v_proj.weight", lin, 0.3, 0, kv, h)
+		add(p+"self_attn.o_proj.weight", lin, 0.3, 0, h, q)
+		if cfg.QKVBias {
+			add(p+"self_attn.q_proj.bias", formats.F32, 0.5, 0, q)
+			add(p+"self_attn.k_proj.bias", formats.F32, 0.5, 0, kv)
+			add(p+"self_attn.v_proj.bias", formats.F32, 0.5, 0, kv)
+		}
+		if cfg.QKNorm {
+			add(p+"self_attn.q_norm.weight", formats.F32, 0.2, 1, int64(cfg.HeadDim))
+			add(p+"self_attn.k_norm.weight", formats.F32, 0.2, 1, int64(cfg.HeadDim))
+		}
+		add(p+"mlp.gate_proj.weight", lin, 0.3, 0, ff, h)
+		add(p+"mlp.up_proj.weight", lin, 0.3, 0, ff, h)
+		add(p+"mlp.down_proj.weight", lin, 0.3, 0, h, ff)
+	}
+	add("model.norm.weight", formats.F32, 0.2, 1, h)
+	return w
+}
+
+// refLLM is the reference: ids to the hidden states layer selects, rows of
+// Hidden, with every weight as stored.
+func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, layer int) []float32 {
+	t.Helper()
+	get := func(name string) []float32 { return stored(t, w[cfg.Prefix+name]) }
+	eps := float64(cfg.Arch.Eps)
+	hd, dh, nh, nkv := cfg.Hidden, cfg.HeadDim, cfg.Heads, cfg.KVHeads
+	l := len(ids)
+	rms := func(v []float64, scale []float32) []float64 {
+		var s float64
+		for _, a := range v {
+			s += a * a
+		}
+		r := 1 / math.Sqrt(s/float64(len(v))+eps)
+		out := make([]float64, len(v))
+		for i, a := range v {
+			out[i] = a * r * float64(scale[i])
+		}
+		return out
+	}
+	lin := func(v []float64, name string, out int) []float64 {
+		wt := get(name + ".weight")
+		var b []float32
+		if _, ok := w[cfg.Prefix+name+".bias"]; ok {
+			b = get(name + ".bias")
+		}
+		y := make([]float64, out)
+		for o := range y {
+			for j, x := range v {
+				y[o] += float64(wt[o*len(v)+j]) * x
+			}
+			if b != nil {
+				y[o] += float64(b[o])
+			}
+		}
+		return y
+	}
+	// rotate applies rotate_half's rotary embedding to one head at position pos.
+	rotate := func(x []float64, pos int) {
+		half := dh / 2
+		for i := 0; i < half; i++ {
+			th := float64(pos) * math.Pow(float64(cfg.Arch.RopeTheta), -2*float64(i)/float64(dh))
+			c, s := math.Cos(th), math.Sin(th)
+			a, b := x[i], x[i+half]
+			x[i], x[i+half] = a*c-b*s, b*c+a*s
+		}
+	}
+	emb := get("model.embed_tokens.weight")
+	x := make([][]float64, l)
+	for i, id := range ids {
+		x[i] = make([]float64, hd)
+		for j := range x[i] {
+			x[i][j] = float64(emb[int(id)*hd+j])
+		}
+	}
+	n, norm := layer, false
+	if layer < 1 || layer > cfg.Layers {
+		n, norm = cfg.Layers, true
+	}
+	for li := 0; li < n; li++ {
+		p := "model.layers." + strconv.Itoa(li) + "."
+		q, k, v := make([][]float64, l), make([][]float64, l), make([][]float64, l)
+		for i := range x {
+			h := rms(x[i], get(p+"input_layernorm.weight"))
+			q[i] = lin(h, p+"self_attn.q_proj", nh*dh)
+			k[i] = lin(h, p+"self_attn.k_proj", nkv*dh)
+			v[i] = lin(h, p+"self_attn.v_proj", nkv*dh)
+			for hh := 0; hh < nh; hh++ {
+				head := q[i][hh*dh : (hh+1)*dh]
+				if cfg.QKNorm {
+					copy(head, rms(head, get(p+"self_attn.q_norm.weight")))
+				}
+				rotate(head, i)
+			}
+			for hh := 0; hh < nkv; hh++ {
+				head := k[i][hh*dh : (hh+1)*dh]
+				if cfg.QKNorm {
+					copy(head, rms(head, get(p+"self_attn.k_norm.weight")))
+				}
+				rotate(head, i)
+			}
+		}
+		next := make([][]float64, l)
+		for i := range x {
+			att := make([]float64, nh*dh)
+			for hh := 0; hh < nh; hh++ {
+				kvh := hh / (nh / nkv)
+				s := make([]float64, i+1) // causal: keys 0..i
+				mx := math.Inf(-1)
+				for j := range s {
+					for d := 0; d < dh; d++ {
+						s[j] += q[i][hh*dh+d] * k[j][kvh*dh+d]
+					}
+					s[j] /= math.Sqrt(float64(dh))
+					mx = math.Max(mx, s[j])
+				}
+				var z float64
+				for j := range s {
+					s[j] = math.Exp(s[j] - mx)
+					z += s[j]
+				}
+				for j := range s {
+					for d := 0; d < dh; d++ {
+						att[hh*dh+d] += s[j] / z * v[j][kvh*dh+d]
+					}
+				}
+			}
+			o := lin(att, p+"self_attn.o_proj", hd)
+			next[i] = make([]float64, hd)
+			for j := range o {
+				next[i][j] = x[i][j] + o[j]
+			}
+			h := rms(next[i], get(p+"post_attention_layernorm.weight"))
+			g := lin(h, p+"mlp.gate_proj", cfg.FF)
+			u := lin(h, p+"mlp.up_proj", cfg.FF)
+			for j := range g {
+				g[j] = g[j] / (1 + math.Exp(-g[j])) * u[j]
+			}
+			d := lin(g, p+"mlp.down_proj", hd)
+			for j := range d {
+				next[i][j] += d[j]
+			}
+		}
+		x = next
+	}
+	out := make([]float32, 0, l*hd)
+	for i := range x {
+		if norm {
+			x[i] = rms(x[i], get("model.norm.weight"))
+		}
+		for _, a := range x[i] {
+			out = append(out, float32(a))
+		}
+	}
+	return out
+}
+
+// llmTestModel is a Model holding only the given weights, enough for EncodeLLM.
+func llmTestModel(t *testing.T, w map[string]testWeight, cfg *LLMConfig) *Model {
+	t.Helper()
+	be, err := native.NewCPUBackend(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Free)
+	ws := makeWeights(t, be, w)
+	alloc := be.NewAllocator()
+	t.Cleanup(alloc.Free)
+	return &Model{Path: "llm test", Config: &ModelConfig{Encoders: []EncoderConfig{cfg}}, be: be, w: ws, alloc: alloc}
+}
+
+func TestLLMEncoderMatchesReference(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		arch          string
+		layers, layer int
+		lin           formats.DType
+		n             int
+		tol           float64
+	}{
+		{"qwen3 one layer", "qwen3", 1, 0, formats.F32, 7, 1e-4},
+		{"qwen3 three layers, final norm", "qwen3", 3, 0, formats.F32, 19, 1e-4},
+		{"qwen3 layer 2 of 3 (no final norm)", "qwen3", 3, 2, formats.F32, 19, 1e-4},
+		{"qwen3 layer past the depth (final norm)", "qwen3", 2, 35, formats.F32, 9, 1e-4},
+		{"qwen2.5-vl three layers", "qwen2.5-vl", 3, 0, formats.F32, 23, 1e-4},
+		// f16 and q8_0 weights: ggml rounds the activations to f16 or q8_0 too,
+		// and two layers of random weights compound q8_0's rounding (T5 needs 8e-2).
+		{"qwen3 two layers f16", "qwen3", 2, 0, formats.F16, 16, 5e-3},
+		{"qwen2.5-vl two layers q8_0", "qwen2.5-vl", 2, 0, formats.Q8_0, 16, 1e-1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(7, uint64(c.n*10+c.layers)))
+			cfg := llmTestConfig(c.arch, c.layers)
+			w := llmTestWeights(r, cfg, c.lin)
+			m := llmTestModel(t, w, &cfg)
+			ids := make([]int32, c.n)
+			for i := range ids {
+				ids[i] = int32(r.IntN(cfg.Vocab))
+			}
+			got, err := m.EncodeLLM(ids, c.layer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := maxRelErr(t, got, refLLM(t, w, cfg, ids, c.layer))
+			if e > c.tol {
+				t.Errorf("relative error %g > %g", e, c.tol)
+			}
+			t.Logf("relative error %.3g", e)
+		})
+	}
+}
+
+// TestLLMReferenceIsSensitive guards the comparison: adjacent-pair rotary
+// embeddings (Mistral's) instead of Qwen's, or a key/value head grouping
+// other than repeat_kv's, must not pass it, and the causal mask must keep
+// a token's hidden states independent of the tokens after it.
+func TestLLMReferenceIsSensitive(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	cfg := llmTestConfig("qwen3", 1)
+	w := llmTestWeights(r, cfg, formats.F32)
+	ids := []int32{3, 9, 1, 27, 5, 5, 12, 0, 33}
+	want := refLLM(t, w, cfg, ids, 0)
+
+	normal := cfg
+	normal.Arch.RopeMode = native.RopeNormal
+	got, err := llmTestModel(t, w, &normal).EncodeLLM(ids, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := maxRelErr(t, got, want); e < 1e-2 {
+		t.Errorf("adjacent-pair rotation passes the reference (relative error %g)", e)
+	}
+
+	// Swap the two key heads: query heads then read the other group.
+	swapped := map[string]testWeight{}
+	for k, v := range w {
+		swapped[k] = v
+	}
+	for _, name := range []string{"self_attn.k_proj.weight", "self_attn.v_proj.weight"} {
+		tw := w[cfg.Prefix+"model.layers.0."+name]
+		d := make([]float32, len(tw.data))
+		half := len(d) / 2
+		copy(d, tw.data[half:])
+		copy(d[half:], tw.data[:half])
+		swapped[cfg.Prefix+"model.layers.0."+name] = testWeight{shape: tw.shape, typ: tw.typ, data: d}
+	}
+	got, err = llmTestModel(t, swapped, &cfg).EncodeLLM(ids, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := maxRelErr(t, got, want); e < 1e-2 {
+		t.Errorf("swapped key/value heads pass the reference (relative error %g)", e)
+	}
+
+	m := llmTestModel(t, w, &cfg)
+	a, err := m.EncodeLLM(ids, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := append([]int32(nil), ids...)
+	changed[len(changed)-1] = 40
+	b, err := m.EncodeLLM(changed, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := (len(ids) - 1) * cfg.Hidden
+	if e := maxRelErr(t, b[:keep], a[:keep]); e != 0 {
+		t.Errorf("changing the last token changed earlier hidden states (relative %g): no causal mask", e)
+	}
+	if e := maxRelErr(t, b[keep:], a[keep:]); e == 0 {
+		t.Error("changing the last token left its hidden states unchanged")
+	}
+}
