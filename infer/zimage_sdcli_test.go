@@ -3,16 +3,19 @@
 package infer
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
-	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/text"
 )
 
 // Z-Image image parity against sd-cli (SDTOOL_SDCLI; skipped without it)
@@ -89,8 +92,10 @@ func zimageParityModel(tb testing.TB, c synth.ZImage, name string, single bool) 
 	return parts
 }
 
-// zimageSDCLI returns sd-cli's path, skipping without it (and outside the long tests).
-func zimageSDCLI(tb testing.TB) string {
+// zimageSDCLI returns sd-cli's path and the parity model c with Qwen's real
+// tokenizer embedded in its LLM file (sd-cli has it built in), skipping
+// without either (and outside the long tests).
+func zimageSDCLI(tb testing.TB, c synth.ZImage) (string, synth.ZImage) {
 	tb.Helper()
 	if t, ok := tb.(*testing.T); ok {
 		longtest.Skip(t, "Z-Image parity against sd-cli")
@@ -99,7 +104,16 @@ func zimageSDCLI(tb testing.TB) string {
 	if bin == "" {
 		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
-	return bin
+	path := os.Getenv("SDTOOL_QWEN_TOKENIZER")
+	if path == "" {
+		tb.Skip("SDTOOL_QWEN_TOKENIZER is not set (Qwen's tokenizer.json: ../shared/tools/qwen-tokenizer prints one)")
+	}
+	v, err := text.LoadByteBPE(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.LLM.Tokenizer = v
+	return bin, c
 }
 
 // zimageParity renders r on both sides and returns the PSNR of sdtool's image against sd-cli's.
@@ -137,13 +151,37 @@ func zimageParity(t *testing.T, bin string, r zimageParityRun) float64 {
 	return psnr
 }
 
+// TestZImageMatchesSDCLI renders prompts (English and Chinese) from the
+// component files and from one file with ComfyUI's prefixes.
+func TestZImageMatchesSDCLI(t *testing.T) {
+	bin, c := zimageSDCLI(t, synth.ZImageParity)
+	for _, tc := range []struct {
+		name   string
+		single bool
+		prompt string
+	}{
+		{"parts/english", false, zimagePrompts[0]},
+		{"parts/chinese", false, zimagePrompts[1]},
+		{"single/chinese", true, zimagePrompts[1]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "zimage-parity"
+			if tc.single {
+				name += "-single"
+			}
+			r := zimageParityRun{Parts: zimageParityModel(t, c, name, tc.single), Prompt: tc.prompt, Size: 128, Steps: 4, Seed: 42, Threads: 2}
+			if psnr := zimageParity(t, bin, r); psnr < 50 {
+				t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
+			}
+		})
+	}
+}
+
 // TestZImageDiTMatchesSDCLI renders with a text encoder whose token
 // embedding is zero, so both sides condition on zero hidden states and the
 // image tests the DiT, the schedule and the VAE alone.
 func TestZImageDiTMatchesSDCLI(t *testing.T) {
-	bin := zimageSDCLI(t)
-	zimageStub(t)
-	c := synth.ZImageParity
+	bin, c := zimageSDCLI(t, synth.ZImageParity)
 	c.ZeroEmbed = true
 	r := zimageParityRun{Parts: zimageParityModel(t, c, "zimage-zero", false), Size: 128, Steps: 4, Seed: 42, Threads: 2}
 	if psnr := zimageParity(t, bin, r); psnr < 50 {
@@ -151,28 +189,94 @@ func TestZImageDiTMatchesSDCLI(t *testing.T) {
 	}
 }
 
-// zimageStubLLM stands in for the decoder-only encoder kind until it is
-// registered: an encoder that conditions on zeros (what a zero token
-// embedding gives) over the 8 tokens of the empty prompt's template.
-type zimageStubLLM struct{ w int }
+// zimageChildEnv carries a zimageParityRun to TestZImageGenerateChild.
+const zimageChildEnv = "SDTOOL_ZIMAGE_CHILD"
 
-func (s zimageStubLLM) Input() string { return "llm" }
-func (s zimageStubLLM) Width() int    { return s.w }
-
-type zimageStubCond struct{ w int }
-
-func (s zimageStubCond) encode(string, int, int, bool) (*Conditioning, error) {
-	return &Conditioning{Context: make([]float32, 8*s.w), Tokens: 8, Dim: s.w}, nil
+// TestZImageGenerateChild is BenchmarkZImageVsSDCLI's child process: one
+// generation of the run in $SDTOOL_ZIMAGE_CHILD, printing its seconds per
+// step, so that the parent reads the child's peak memory alone.
+func TestZImageGenerateChild(t *testing.T) {
+	spec := os.Getenv(zimageChildEnv)
+	if spec == "" {
+		t.Skip("runs as BenchmarkZImageVsSDCLI's child process")
+	}
+	var r zimageParityRun
+	if err := json.Unmarshal([]byte(spec), &r); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(r.components(), LoadOptions{Threads: r.Threads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := m.Generate(r.request())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(childReport{PerStep: res.Timings.Sampling.Seconds() / float64(res.Timings.Steps)})
+	fmt.Printf("CHILD %s\n", b)
 }
 
-func zimageStub(t *testing.T) {
-	if _, ok := encoderKinds["llm"]; ok {
-		return
+// BenchmarkZImageVsSDCLI alternates one sd-cli run and one sdtool run (each
+// in a fresh process) of the same Z-Image generation on synth.ZImageParity's
+// component files (SDTOOL_ZIMAGE_PARITY_DIR keeps them between runs;
+// 128x128, 4 Euler steps, a Chinese prompt, SDTOOL_BENCH_THREADS threads,
+// default 2) and reports both sides' seconds per step and peak RSS and
+// their ratios, measured in one run.
+func BenchmarkZImageVsSDCLI(b *testing.B) {
+	bin, c := zimageSDCLI(b, synth.ZImageParity)
+	r := zimageParityRun{Parts: zimageParityModel(b, c, "zimage-parity", false),
+		Prompt: zimagePrompts[1], Size: 128, Steps: 4, Seed: 42, Threads: 2}
+	if s := os.Getenv("SDTOOL_BENCH_THREADS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Threads = n
 	}
-	encoderKinds["llm"] = encoderKind{detect: func(s shapes, _ formats.Metadata, e *TextEncoder) (EncoderConfig, error) {
-		w, err := s.dim(e.Prefix+"model.embed_tokens.weight", 1)
-		return zimageStubLLM{w}, err
-	}}
-	conditioners["zimage"] = func(m *Model) (conditioner, error) { return zimageStubCond{m.Config.Encoders[0].Width()}, nil }
-	t.Cleanup(func() { delete(encoderKinds, "llm"); delete(conditioners, "zimage") })
+	dir := b.TempDir()
+	spec, _ := json.Marshal(r)
+	var cliStep, ourStep float64
+	var cliPeak, ourPeak int64
+	n := 0
+	for b.Loop() {
+		s, p := sdcliStepAndPeak(b, bin, r.sdcliArgs(filepath.Join(dir, "sdcli.png")), r.Steps)
+		cliStep += s
+		cliPeak = max(cliPeak, p)
+		cmd := exec.Command(os.Args[0], "-test.run=^TestZImageGenerateChild$", "-test.v")
+		cmd.Env = append(os.Environ(), zimageChildEnv+"="+string(spec))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			b.Fatalf("child: %v\n%s", err, tail(out))
+		}
+		found := false
+		for _, line := range strings.Split(string(out), "\n") {
+			if j, ok := strings.CutPrefix(line, "CHILD "); ok {
+				var rep childReport
+				if err := json.Unmarshal([]byte(j), &rep); err != nil {
+					b.Fatal(err)
+				}
+				ourStep += rep.PerStep
+				found = true
+			}
+		}
+		if !found {
+			b.Fatalf("child printed no report:\n%s", tail(out))
+		}
+		ourPeak = max(ourPeak, maxRSS(cmd.ProcessState))
+		n++
+	}
+	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
+	b.ReportMetric(ourStep/float64(n), "sdtool-s/step")
+	b.ReportMetric(ourStep/cliStep, "step-ratio")
+	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
+	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
+	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
+}
+
+// zimagePrompts are the parity prompts: English, and Chinese (which both
+// tokenizers split into multi-byte pieces).
+var zimagePrompts = []string{
+	"a red fox in the snow, photographed at dawn",
+	"一只在雪地里的红狐狸，黎明时拍摄",
 }

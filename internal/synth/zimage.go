@@ -9,6 +9,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
+	"github.com/sdtool/sdtool/text"
 )
 
 // ZImage is a Z-Image model given by its exact widths and depths: the DiT
@@ -31,8 +32,9 @@ type ZImage struct {
 	// Axes, when not "", is written as the DiT's RoPE axes (sdtool's
 	// metadata key, for heads narrower than Z-Image's 128).
 	Axes string
-	// LLM shapes the Qwen3 text encoder (its Hidden is the DiT's caption width).
-	LLM Qwen3Shape
+	// LLM is the Qwen3 text encoder (its Hidden is the DiT's caption width;
+	// its tokenizer, when set, is embedded in GGUF files).
+	LLM LLM
 	// ZeroEmbed stores the text encoder's token embedding as zeros, so its
 	// hidden states are zero for every prompt (a DiT test that needs no
 	// text encoder on the other side).
@@ -43,35 +45,22 @@ type ZImage struct {
 	VAEMult         []int
 	// Seed selects the values.
 	Seed int64
-	// Type is the float type of every tensor (F16 or F32); Quant, when not
-	// 0, that of the DiT's and the text encoder's 2-D linear weights whose
+	// Type is the float type of the DiT's and the VAE's tensors (F16 or
+	// F32); Quant, when not 0, that of the DiT's 2-D linear weights whose
 	// rows are whole blocks.
 	Type, Quant formats.DType
 	// Width, Height and Steps are the generate defaults written in the metadata.
 	Width, Height, Steps int
 }
 
-// Qwen3Shape is a Qwen3 decoder's widths and depth.
-type Qwen3Shape struct {
-	// Hidden is the residual width, FF the SwiGLU width, Layers the depth.
-	Hidden, FF, Layers int
-	// Heads and KVHeads are the query and key/value heads of HeadDim.
-	Heads, KVHeads, HeadDim int
-	// Vocab is the token embedding's rows.
-	Vocab int
-}
-
-// Qwen3_4B is Qwen3-4B's shape (36 layers), Z-Image's text encoder.
-var Qwen3_4B = Qwen3Shape{Hidden: 2560, FF: 9728, Layers: 36, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936}
-
 // ZImageParity is the Z-Image model of the sd-cli comparisons: the DiT at
 // full width (3840, 30 heads of 128, SwiGLU 10240) with two layers and one
-// refiner of each kind, Qwen3-4B at full width with two layers, and a VAE
-// whose decoder is 32 wide (sd.cpp fixes the encoder's 128); linear
-// weights q8_0, the rest f16.
+// refiner of each kind, Qwen3-4B at full width with two layers (Qwen3x4B),
+// and a VAE whose decoder is 32 wide (sd.cpp fixes the encoder's 128);
+// linear weights q8_0, the rest f16.
 var ZImageParity = ZImage{
 	Hidden: 3840, Heads: 30, KVHeads: 30, Layers: 2, Refiners: 1, FF: 10240,
-	LLM:   func() Qwen3Shape { s := Qwen3_4B; s.Layers = 2; return s }(),
+	LLM:   Qwen3x4B,
 	VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
 	Seed: 7, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
 }
@@ -125,31 +114,6 @@ func (c ZImage) buildDiT(b *builder) {
 	b.linear("final_layer.adaLN_modulation.1", h, t, true)
 }
 
-// buildLLM adds the Qwen3 decoder's tensors (Hugging Face names).
-func (c ZImage) buildLLM(b *builder) {
-	s := c.LLM
-	embed := InitWeight
-	if c.ZeroEmbed {
-		embed = InitZero
-	}
-	b.add("model.embed_tokens.weight", embed, s.Vocab, s.Hidden)
-	for i := 0; i < s.Layers; i++ {
-		p := "model.layers." + itoa(i) + "."
-		b.add(p+"input_layernorm.weight", InitOne, s.Hidden)
-		b.linear(p+"self_attn.q_proj", s.Heads*s.HeadDim, s.Hidden, false)
-		b.linear(p+"self_attn.k_proj", s.KVHeads*s.HeadDim, s.Hidden, false)
-		b.linear(p+"self_attn.v_proj", s.KVHeads*s.HeadDim, s.Hidden, false)
-		b.linear(p+"self_attn.o_proj", s.Hidden, s.Heads*s.HeadDim, false)
-		b.add(p+"self_attn.q_norm.weight", InitOne, s.HeadDim)
-		b.add(p+"self_attn.k_norm.weight", InitOne, s.HeadDim)
-		b.add(p+"post_attention_layernorm.weight", InitOne, s.Hidden)
-		b.linear(p+"mlp.gate_proj", s.FF, s.Hidden, false)
-		b.linear(p+"mlp.up_proj", s.FF, s.Hidden, false)
-		b.linear(p+"mlp.down_proj", s.Hidden, s.FF, false)
-	}
-	b.add("model.norm.weight", InitOne, s.Hidden)
-}
-
 // Part lists the tensors of one component (ZImageParts) under its standalone file's names.
 func (c ZImage) Part(flag string) []TensorSpec {
 	b := &builder{}
@@ -157,18 +121,25 @@ func (c ZImage) Part(flag string) []TensorSpec {
 	case "diffusion-model":
 		c.buildDiT(b)
 	case "llm":
-		c.buildLLM(b)
+		ts := c.LLM.Tensors()
+		if c.ZeroEmbed {
+			ts[0].Init = InitZero // model.embed_tokens.weight comes first
+		}
+		return ts
 	case "vae":
 		vaeConfig{Ch: c.VAECh, DecCh: c.VAEDecCh, InCh: 3, ZCh: 16, Mult: c.VAEMult, NumRes: 2, NoQuantConv: true}.build(b)
 	}
 	return b.out
 }
 
-// typeOf is the stored type of a component's tensor: Quant for the DiT's
-// and the text encoder's matrices whose rows are whole blocks (the token
-// embedding included), Type otherwise.
+// typeOf is the stored type of a component's tensor: the text encoder's
+// own; Quant for the DiT's matrices whose rows are whole blocks; Type
+// otherwise.
 func (c ZImage) typeOf(flag string, t TensorSpec) formats.DType {
-	if c.Quant != 0 && flag != "vae" && len(t.Shape) == 2 && strings.HasSuffix(t.Name, ".weight") &&
+	if flag == "llm" {
+		return c.LLM.typeOf(t)
+	}
+	if c.Quant != 0 && flag == "diffusion-model" && len(t.Shape) == 2 && strings.HasSuffix(t.Name, ".weight") &&
 		t.Shape[1]%int64(c.Quant.Info().BlockSize) == 0 {
 		return c.Quant
 	}
@@ -176,7 +147,8 @@ func (c ZImage) typeOf(flag string, t TensorSpec) formats.DType {
 }
 
 // Metadata returns the metadata of a component's file ("" for the single
-// file): the generate defaults and RoPE axes where the DiT is.
+// file): the generate defaults and RoPE axes where the DiT is, the LLM's
+// tokenizer where the LLM is (GGUF only).
 func (c ZImage) Metadata(flag string) formats.Metadata {
 	u32 := func(k string, v int) formats.KV {
 		return formats.KV{Key: k, Type: formats.TypeUint32, Value: uint32(v)}
@@ -190,6 +162,9 @@ func (c ZImage) Metadata(flag string) formats.Metadata {
 			// infer.MetaZImageAxes, spelled out (internal packages do not import infer).
 			md = append(md, str("sdtool.z_image.axes_dim", c.Axes))
 		}
+	}
+	if (flag == "" || flag == "llm") && c.LLM.Tokenizer != nil {
+		md = append(md, c.LLM.Tokenizer.GGUFMetadata()...)
 	}
 	return md
 }
@@ -250,4 +225,68 @@ func (c ZImage) WriteSingle(path string) error {
 // String names the model's shape, for file names and logs.
 func (c ZImage) String() string {
 	return "zimage-" + strconv.Itoa(c.Hidden) + "x" + strconv.Itoa(c.Layers) + "-llm" + strconv.Itoa(c.LLM.Hidden) + "x" + strconv.Itoa(c.LLM.Layers)
+}
+
+// TinyZImage is testdata/tiny-z-image.gguf: a 128-wide DiT (two heads of
+// 64, RoPE axes 16 24 24) with one layer and one refiner of each kind, its
+// linear weights q8_0; a 64-wide two-layer Qwen3 (two heads of 32, one
+// key/value head) over a small byte-level vocabulary (QwenVocab of
+// DefaultWords) embedded in the file; and a 32-wide VAE, f16, with
+// 128x128 images in 4 steps by default (under 3 MB).
+var TinyZImage = ZImage{
+	Hidden: 128, Heads: 2, KVHeads: 2, Layers: 1, Refiners: 1, FF: 256, Axes: "16,24,24",
+	LLM: LLM{QKNorm: true, Hidden: 64, FF: 128, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 32,
+		Vocab: len(QwenVocab(DefaultWords).Tokens), Seed: 9, Type: formats.F16, Tokenizer: QwenVocab(DefaultWords)},
+	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
+	Seed: 8, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
+}
+
+// QwenVocab is a small byte-level BPE vocabulary with Qwen's
+// pre-tokenizer: the 256 byte symbols in GPT-2's alphabet, merges that
+// spell each word after a space ("Ġ") left to right, and Qwen's
+// <|endoftext|>, <|im_start|> and <|im_end|> control tokens.
+func QwenVocab(words []string) *text.ByteBPEVocab {
+	v := &text.ByteBPEVocab{Pre: text.PreQwen2}
+	sym := gpt2Bytes()
+	for b := 0; b < 256; b++ {
+		v.Tokens = append(v.Tokens, string(sym[b]))
+	}
+	seen := map[string]bool{}
+	for _, w := range words {
+		left := "Ġ"
+		for _, r := range w {
+			right := string(sym[byte(r)])
+			if !seen[left+right] {
+				seen[left+right] = true
+				v.Merges = append(v.Merges, left+" "+right)
+				v.Tokens = append(v.Tokens, left+right)
+			}
+			left += right
+		}
+	}
+	v.Types = make([]int32, len(v.Tokens))
+	for i := range v.Types {
+		v.Types[i] = text.TokenNormal
+	}
+	for _, s := range []string{"<|endoftext|>", "<|im_start|>", "<|im_end|>"} {
+		v.Tokens = append(v.Tokens, s)
+		v.Types = append(v.Types, text.TokenControl)
+	}
+	return v
+}
+
+// gpt2Bytes is GPT-2's byte-to-symbol table: printable bytes stand for
+// themselves, the others for the code points from 256 up, in byte order.
+func gpt2Bytes() [256]rune {
+	var out [256]rune
+	next := rune(256)
+	for b := 0; b < 256; b++ {
+		if b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE {
+			out[b] = rune(b)
+		} else {
+			out[b] = next
+			next++
+		}
+	}
+	return out
 }
