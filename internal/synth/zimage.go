@@ -227,18 +227,19 @@ func (c ZImage) String() string {
 	return "zimage-" + strconv.Itoa(c.Hidden) + "x" + strconv.Itoa(c.Layers) + "-llm" + strconv.Itoa(c.LLM.Hidden) + "x" + strconv.Itoa(c.LLM.Layers)
 }
 
-// TinyZImage is testdata/tiny-z-image.gguf: a 128-wide DiT (two heads of
-// 64, RoPE axes 16 24 24) with one layer and one refiner of each kind, its
-// linear weights q8_0; a 64-wide two-layer Qwen3 (two heads of 32, one
-// key/value head) over a small byte-level vocabulary (QwenVocab of
-// DefaultWords) embedded in the file; and a 32-wide VAE, f16, with
-// 128x128 images in 4 steps by default (under 3 MB).
+// TinyZImage is testdata/tiny-z-image-{diffusion-model,llm,vae}.gguf, the
+// component files people download at a tiny size: a 128-wide DiT (two heads
+// of 64, RoPE axes 16 24 24, SwiGLU 128) with one layer and one refiner of
+// each kind; a 64-wide two-layer Qwen3 (two heads of 32, one key/value
+// head) over a small byte-level vocabulary (QwenVocab of DefaultWords)
+// embedded in its file; and a 32-wide VAE; all f16, as releases are, with
+// 128x128 images in 4 steps by default (2.7 MB together).
 var TinyZImage = ZImage{
-	Hidden: 128, Heads: 2, KVHeads: 2, Layers: 1, Refiners: 1, FF: 256, Axes: "16,24,24",
+	Hidden: 128, Heads: 2, KVHeads: 2, Layers: 1, Refiners: 1, FF: 128, Axes: "16,24,24",
 	LLM: LLM{QKNorm: true, Hidden: 64, FF: 128, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 32,
 		Vocab: len(QwenVocab(DefaultWords).Tokens), Seed: 9, Type: formats.F16, Tokenizer: QwenVocab(DefaultWords)},
 	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
-	Seed: 8, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
+	Seed: 8, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
 }
 
 // QwenVocab is a small byte-level BPE vocabulary with Qwen's

@@ -3,8 +3,10 @@
 // tiny-sd1.gguf and tiny-sd1.safetensors (one model, synth.TinySD, in both
 // formats; generate runs either), its synthetic importance matrix
 // tiny-sd1.imatrix.dat, tiny-sdxl.gguf (synth.TinySDXL), tiny-flux.gguf
-// (synth.TinyFlux, one file with ComfyUI's prefixes) and tiny-z-image.gguf
-// (synth.TinyZImage, likewise, its Qwen tokenizer embedded). With -arch it
+// (synth.TinyFlux, one file with ComfyUI's prefixes) and
+// tiny-z-image-{diffusion-model,llm,vae}.gguf (synth.TinyZImage as the
+// component files people download, the Qwen tokenizer embedded in the
+// llm file). With -arch it
 // writes any architecture the generator knows, scaled; with -sd a runnable
 // SD preset, optionally with quantized linear weights. It never replaces an
 // existing file unless -force is given, so regenerating the committed files

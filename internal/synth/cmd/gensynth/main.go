@@ -52,7 +52,7 @@ func run(args []string, stderr io.Writer) (err error) {
 	dtype := fs.String("dtype", "f16", "storage type: f32, f16 or bf16")
 	out := fs.String("o", "", "output file (.gguf or .safetensors)")
 	imat := fs.String("imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
-	testdata := fs.String("testdata", "", "write the committed test files (tiny-sd1.gguf, tiny-sd1.safetensors, tiny-sd1.imatrix.dat, tiny-sdxl.gguf, tiny-flux.gguf, tiny-z-image.gguf) into `DIR`")
+	testdata := fs.String("testdata", "", "write the committed test files (tiny-sd1.gguf, tiny-sd1.safetensors, tiny-sd1.imatrix.dat, tiny-sdxl.gguf, tiny-flux.gguf, tiny-z-image-{diffusion-model,llm,vae}.gguf) into `DIR`")
 	force := fs.Bool("force", false, "replace existing files")
 	fluxBench := fs.Bool("flux-bench", false, "write synth.FluxBench (a runnable Flux layout with realistic weight statistics) to -o")
 	if err := fs.Parse(args); err != nil {
@@ -103,7 +103,8 @@ func run(args []string, stderr io.Writer) (err error) {
 		if err := synth.TinyFlux.WriteSingle(files[4]); err != nil {
 			return err
 		}
-		return synth.TinyZImage.WriteSingle(files[5])
+		_, err := synth.TinyZImage.WriteParts(filepath.Dir(files[5]), "tiny-z-image", "gguf")
+		return err
 	case *fluxBench:
 		if *out == "" {
 			return errors.New("-flux-bench needs -o OUT.gguf or OUT.safetensors")
@@ -176,7 +177,9 @@ func testdataFiles(dir string) []string {
 		filepath.Join(dir, "tiny-sd1.imatrix.dat"),
 		filepath.Join(dir, "tiny-sdxl.gguf"),
 		filepath.Join(dir, "tiny-flux.gguf"),
-		filepath.Join(dir, "tiny-z-image.gguf"),
+		filepath.Join(dir, "tiny-z-image-diffusion-model.gguf"),
+		filepath.Join(dir, "tiny-z-image-llm.gguf"),
+		filepath.Join(dir, "tiny-z-image-vae.gguf"),
 	}
 }
 
