@@ -38,6 +38,11 @@
 //   - Flux.1: family_flux.go, flux_config.go, graph_flux.go, net_flux.go
 //     (the MMDiT, network "flux"), cond_flux.go (conditioner "flux") and
 //     schedule_flux.go (flow sigmas, schedule and scheduler "flux");
+//   - Z-Image: family_zimage.go, zimage_config.go, graph_zimage.go,
+//     net_zimage.go (the single-stream DiT with its refiners, network
+//     "zimage"), cond_zimage.go (the Qwen3 chat template, conditioner
+//     "zimage") and schedule_zimage.go (the shifted discrete flow schedule
+//     with Z-Image's timestep, schedule "zimage");
 //   - text encoder kinds: clip_config.go and graph_clip.go ("clip", with
 //     its tokenizer loader), t5_config.go, graph_t5.go and cond_t5.go
 //     ("t5");

@@ -35,6 +35,9 @@ func timeSNRShift(shift, u float32) float32 {
 	return shift * u / (1 + float32((shift-1)*u))
 }
 
+// withShift returns the schedule with another shift (--flow-shift).
+func (s *zimageSchedule) withShift(shift float32) Schedule { return &zimageSchedule{shift: shift} }
+
 // Sigmas returns one of the shared spacings of TToSigma.
 func (s *zimageSchedule) Sigmas(kind Scheduler, steps int) ([]float32, error) {
 	return SpacedSigmas(s, kind, steps)
