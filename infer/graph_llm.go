@@ -55,13 +55,13 @@ var (
 // llm builds the decoder on token ids [L] at positions pos [L] (I32) and
 // returns the hidden states [Hidden, L] that layer selects (LLMPrompt.Layer).
 func (g *builder) llm(cfg *LLMConfig, ids, pos native.Tensor, layer int) native.Tensor {
-	x := g.c.GetRows(g.weight(cfg.Prefix+"model.embed_tokens.weight"), ids)
+	x := g.c.GetRows(g.weight(cfg.Prefix+"embed_tokens.weight"), ids)
 	n, norm := llmDepth(cfg, layer)
 	for i := 0; i < n; i++ {
 		x = g.llmLayer(cfg, x, pos, i)
 	}
 	if norm {
-		x = g.llmNorm(x, cfg.Prefix+"model.norm.weight", cfg.Arch.Eps)
+		x = g.llmNorm(x, cfg.Prefix+"norm.weight", cfg.Arch.Eps)
 	}
 	return x
 }
@@ -134,7 +134,7 @@ func (m *Model) EncodeLLM(ids []int32, layer int) ([]float32, error) {
 	}
 	for _, id := range ids {
 		if id < 0 || int(id) >= cfg.Vocab {
-			return nil, fmt.Errorf("%s: token id %d outside the LLM's %d rows (%smodel.embed_tokens.weight)", m.Path, id, cfg.Vocab, cfg.Prefix)
+			return nil, fmt.Errorf("%s: token id %d outside the LLM's %d rows (%sembed_tokens.weight)", m.Path, id, cfg.Vocab, cfg.Prefix)
 		}
 	}
 	n := len(ids)

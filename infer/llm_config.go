@@ -12,14 +12,15 @@ import (
 )
 
 // LLMPrefix is where a decoder-only LLM text encoder's weights live among
-// the internal names: sd-cli's prefix for --llm files, under which Hugging
-// Face's names follow (model.embed_tokens.weight,
-// model.layers.N.self_attn.q_proj.weight, model.norm.weight). ComfyUI's
-// qwen_3_4b.safetensors and qwen_2.5_vl_7b.safetensors use those names, and
-// llama.cpp's GGUF names (token_embd.weight, blk.N.attn_q.weight) load
-// there too: names.Convert renames them. A vision tower (visual.*) is
-// ignored.
-const LLMPrefix = "text_encoders.llm."
+// the internal names: sd-cli's prefix for --llm files (text_encoders.llm.)
+// and Hugging Face's model., under which its names follow
+// (embed_tokens.weight, layers.N.self_attn.q_proj.weight, norm.weight).
+// ComfyUI's qwen_3_4b.safetensors and qwen_2.5_vl_7b.safetensors use those
+// names, and llama.cpp's GGUF names (token_embd.weight, blk.N.attn_q.weight)
+// load there too: names.Convert renames them. A family's TextEncoder.Prefix
+// is this, not the file's whole part, so that a vision tower
+// (text_encoders.llm.visual.) and lm_head stay out of memory.
+const LLMPrefix = "text_encoders.llm.model."
 
 // Metadata keys for what an LLM's shapes do not tell.
 const (
@@ -70,7 +71,7 @@ type LLMConfig struct {
 	Heads, KVHeads, HeadDim int
 	// QKNorm and QKVBias report q_norm/k_norm and the q, k, v biases.
 	QKNorm, QKVBias bool
-	// FinalNorm reports model.norm, applied after the last layer.
+	// FinalNorm reports the final norm (norm.weight), applied after the last layer.
 	FinalNorm bool
 }
 
@@ -81,7 +82,7 @@ func (c *LLMConfig) Input() string { return c.Component }
 func (c *LLMConfig) Width() int { return c.Hidden }
 
 // layer returns the internal name prefix of decoder layer i.
-func (c *LLMConfig) layer(i int) string { return fmt.Sprintf("%smodel.layers.%d.", c.Prefix, i) }
+func (c *LLMConfig) layer(i int) string { return fmt.Sprintf("%slayers.%d.", c.Prefix, i) }
 
 // llmDefaultHeadDim is the head width sd.cpp assumes for every Qwen and Mistral LLM.
 const llmDefaultHeadDim = 128
@@ -90,8 +91,13 @@ const llmDefaultHeadDim = 128
 // prefix in sh (internal names, PyTorch shapes), with md's overrides.
 func DetectLLM(sh map[string][]int64, md formats.Metadata, prefix string) (*LLMConfig, error) {
 	s := shapes(sh)
+	if !s.has(prefix+"embed_tokens.weight") && s.has(prefix+"model.embed_tokens.weight") {
+		// A family that names the file's whole part (text_encoders.llm.)
+		// gets the model under it; LLMPrefix also leaves a vision tower out.
+		prefix += "model."
+	}
 	c := &LLMConfig{Component: "llm", Prefix: prefix}
-	emb := prefix + "model.embed_tokens.weight"
+	emb := prefix + "embed_tokens.weight"
 	var err error
 	if c.Vocab, err = s.dim(emb, 0); err != nil {
 		return nil, err
@@ -103,7 +109,7 @@ func DetectLLM(sh map[string][]int64, md formats.Metadata, prefix string) (*LLMC
 		c.Layers++
 	}
 	if c.Layers == 0 {
-		return nil, fmt.Errorf("no layers under %smodel.layers (no model.layers.0.self_attn.q_proj.weight)", prefix)
+		return nil, fmt.Errorf("no layers under %slayers (no layers.0.self_attn.q_proj.weight)", prefix)
 	}
 	if err := llmNoGap(s, prefix, c.Layers); err != nil {
 		return nil, err
@@ -122,7 +128,7 @@ func DetectLLM(sh map[string][]int64, md formats.Metadata, prefix string) (*LLMC
 	}
 	c.QKNorm = s.has(l0 + "self_attn.q_norm.weight")
 	c.QKVBias = s.has(l0 + "self_attn.q_proj.bias")
-	c.FinalNorm = s.has(prefix + "model.norm.weight")
+	c.FinalNorm = s.has(prefix + "norm.weight")
 	if c.HeadDim, err = llmHeadDim(s, md, l0, c.QKNorm); err != nil {
 		return nil, err
 	}
@@ -140,7 +146,7 @@ func DetectLLM(sh map[string][]int64, md formats.Metadata, prefix string) (*LLMC
 // would otherwise be left out silently.
 func llmNoGap(s shapes, prefix string, layers int) error {
 	for name := range s {
-		rest, ok := strings.CutPrefix(name, prefix+"model.layers.")
+		rest, ok := strings.CutPrefix(name, prefix+"layers.")
 		if !ok {
 			continue
 		}
@@ -243,7 +249,7 @@ func (c *LLMConfig) checkLayers(s shapes) error {
 		}
 	}
 	if c.FinalNorm {
-		return s.want(c.Prefix+"model.norm.weight", []int64{h})
+		return s.want(c.Prefix+"norm.weight", []int64{h})
 	}
 	return nil
 }

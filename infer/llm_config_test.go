@@ -9,21 +9,22 @@ import (
 )
 
 // llmShapes are the shapes of an LLM under LLMPrefix: Qwen3-4B's widths
-// (or Qwen2.5-VL-7B's with bias) and the given depth, plus a vision tower.
+// (or Qwen2.5-VL-7B's with bias) and the given depth, plus a vision tower
+// and lm_head beside it.
 func llmShapes(qwen3 bool, layers int) map[string][]int64 {
 	h, q, kv, ff, vocab := int64(2560), int64(4096), int64(1024), int64(9728), int64(151936)
 	if !qwen3 {
 		h, q, kv, ff, vocab = 3584, 3584, 512, 18944, 152064
 	}
 	s := map[string][]int64{
-		LLMPrefix + "model.embed_tokens.weight":       {vocab, h},
-		LLMPrefix + "model.norm.weight":               {h},
-		LLMPrefix + "visual.blocks.0.attn.qkv.weight": {3840, 1280},
-		LLMPrefix + "visual.merger.mlp.0.weight":      {5120, 5120},
-		LLMPrefix + "lm_head.weight":                  {vocab, h},
+		LLMPrefix + "embed_tokens.weight":                   {vocab, h},
+		LLMPrefix + "norm.weight":                           {h},
+		"text_encoders.llm.visual.blocks.0.attn.qkv.weight": {3840, 1280},
+		"text_encoders.llm.visual.merger.mlp.0.weight":      {5120, 5120},
+		"text_encoders.llm.lm_head.weight":                  {vocab, h},
 	}
 	for i := 0; i < layers; i++ {
-		p := LLMPrefix + "model.layers." + strconv.Itoa(i) + "."
+		p := LLMPrefix + "layers." + strconv.Itoa(i) + "."
 		s[p+"input_layernorm.weight"] = []int64{h}
 		s[p+"post_attention_layernorm.weight"] = []int64{h}
 		s[p+"self_attn.q_proj.weight"] = []int64{q, h}
@@ -53,6 +54,10 @@ func TestDetectLLM(t *testing.T) {
 	if c.Arch.Name != "qwen3" || c.Hidden != 2560 || c.Layers != 36 || c.Heads != 32 || c.KVHeads != 8 || c.HeadDim != 128 || c.FF != 9728 || c.Vocab != 151936 || !c.QKNorm || c.QKVBias || !c.FinalNorm {
 		t.Errorf("Qwen3-4B: %+v", c)
 	}
+	// The file's whole part as the prefix finds the model under it.
+	if c, err := DetectLLM(llmShapes(true, 2), nil, "text_encoders.llm."); err != nil || c.Prefix != LLMPrefix || c.Layers != 2 {
+		t.Errorf("prefix text_encoders.llm.: %+v, %v", c, err)
+	}
 	c, err = DetectLLM(llmShapes(false, 28), nil, LLMPrefix)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +77,7 @@ func TestDetectLLM(t *testing.T) {
 		md   formats.Metadata
 		want string
 	}{
-		{"no embedding", func(s map[string][]int64) { delete(s, LLMPrefix+"model.embed_tokens.weight") }, nil, "embed_tokens"},
+		{"no embedding", func(s map[string][]int64) { delete(s, LLMPrefix+"embed_tokens.weight") }, nil, "embed_tokens"},
 		{"no layers", func(s map[string][]int64) {
 			for k := range s {
 				if strings.Contains(k, "layers.") {
@@ -80,13 +85,13 @@ func TestDetectLLM(t *testing.T) {
 				}
 			}
 		}, nil, "no layers"},
-		{"gap", func(s map[string][]int64) { delete(s, LLMPrefix+"model.layers.1.self_attn.q_proj.weight") }, nil, "layer 1 has no"},
-		{"truncated layer", func(s map[string][]int64) { delete(s, LLMPrefix+"model.layers.2.mlp.up_proj.weight") }, nil, "layers.2.mlp.up_proj.weight"},
+		{"gap", func(s map[string][]int64) { delete(s, LLMPrefix+"layers.1.self_attn.q_proj.weight") }, nil, "layer 1 has no"},
+		{"truncated layer", func(s map[string][]int64) { delete(s, LLMPrefix+"layers.2.mlp.up_proj.weight") }, nil, "layers.2.mlp.up_proj.weight"},
 		{"wrong shape", func(s map[string][]int64) {
-			s[LLMPrefix+"model.layers.1.self_attn.v_proj.weight"] = []int64{1024, 2000}
+			s[LLMPrefix+"layers.1.self_attn.v_proj.weight"] = []int64{1024, 2000}
 		}, nil, "v_proj.weight"},
 		{"heads", func(s map[string][]int64) {
-			s[LLMPrefix+"model.layers.0.self_attn.k_proj.weight"] = []int64{1000, 2560}
+			s[LLMPrefix+"layers.0.self_attn.k_proj.weight"] = []int64{1000, 2560}
 		}, nil, "do not split"},
 		{"unknown arch", func(s map[string][]int64) {}, formats.Metadata{{Key: MetaLLMArch, Type: formats.TypeString, Value: "gpt-oss"}}, "gpt-oss"},
 		{"plain llama", func(s map[string][]int64) {

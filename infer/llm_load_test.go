@@ -193,3 +193,38 @@ func writeTokenizerJSON(t *testing.T, dir string, v *text.ByteBPEVocab) string {
 	}
 	return path
 }
+
+// TestLLMPromptTemplates checks the templates' dropped-token counts with
+// Qwen's real tokenizer: Qwen-Image drops exactly its system prefix (34
+// tokens, the pipeline's prompt_template_encode_start_idx), Z-Image keeps
+// everything from <|im_start|>.
+func TestLLMPromptTemplates(t *testing.T) {
+	path := os.Getenv(qwenTokenizerEnv)
+	if path == "" {
+		t.Skipf("%s is not set (Qwen's tokenizer.json)", qwenTokenizerEnv)
+	}
+	tok, err := text.LoadByteBPETokenizer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tok.Encode(QwenImagePrompt.Before)); n != QwenImagePrompt.Drop {
+		t.Errorf("Qwen-Image's template before the prompt is %d tokens, Drop %d", n, QwenImagePrompt.Drop)
+	}
+	ids, ws, err := llmLayout(tok, "a (red:1.5) fox", ZImagePrompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := tok.TokenID("<|im_start|>")
+	if ZImagePrompt.Drop != 0 || ids[0] != start || len(ids) != len(ws) {
+		t.Fatalf("Z-Image layout %v", ids)
+	}
+	var weighted int
+	for _, w := range ws {
+		if w == 1.5 {
+			weighted++
+		}
+	}
+	if weighted != 1 { // " red"
+		t.Errorf("%d tokens weigh 1.5, want 1 (weights %v)", weighted, ws)
+	}
+}

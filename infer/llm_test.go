@@ -43,9 +43,9 @@ func llmTestWeights(r *rand.Rand, cfg LLMConfig, lin formats.DType) map[string]t
 		}
 		w[cfg.Prefix+name] = testWeight{shape: shape, typ: typ, data: d}
 	}
-	add("model.embed_tokens.weight", formats.F32, 1, 0, int64(cfg.Vocab), h)
+	add("embed_tokens.weight", formats.F32, 1, 0, int64(cfg.Vocab), h)
 	for i := 0; i < cfg.Layers; i++ {
-		p := "model.layers." + strconv.Itoa(i) + "."
+		p := "layers." + strconv.Itoa(i) + "."
 		add(p+"input_layernorm.weight", formats.F32, 0.2, 1, h)
 		add(p+"post_attention_layernorm.weight", formats.F32, 0.2, 1, h)
 		add(p+"self_attn.q_proj.weight", lin, 0.3, 0, q, h)
@@ -65,7 +65,7 @@ func llmTestWeights(r *rand.Rand, cfg LLMConfig, lin formats.DType) map[string]t
 		add(p+"mlp.up_proj.weight", lin, 0.3, 0, ff, h)
 		add(p+"mlp.down_proj.weight", lin, 0.3, 0, h, ff)
 	}
-	add("model.norm.weight", formats.F32, 0.2, 1, h)
+	add("norm.weight", formats.F32, 0.2, 1, h)
 	return w
 }
 
@@ -116,7 +116,7 @@ func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, l
 			x[i], x[i+half] = a*c-b*s, b*c+a*s
 		}
 	}
-	emb := get("model.embed_tokens.weight")
+	emb := get("embed_tokens.weight")
 	x := make([][]float64, l)
 	for i, id := range ids {
 		x[i] = make([]float64, hd)
@@ -129,7 +129,7 @@ func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, l
 		n, norm = cfg.Layers, true
 	}
 	for li := 0; li < n; li++ {
-		p := "model.layers." + strconv.Itoa(li) + "."
+		p := "layers." + strconv.Itoa(li) + "."
 		q, k, v := make([][]float64, l), make([][]float64, l), make([][]float64, l)
 		for i := range x {
 			h := rms(x[i], get(p+"input_layernorm.weight"))
@@ -197,7 +197,7 @@ func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, l
 	out := make([]float32, 0, l*hd)
 	for i := range x {
 		if norm {
-			x[i] = rms(x[i], get("model.norm.weight"))
+			x[i] = rms(x[i], get("norm.weight"))
 		}
 		for _, a := range x[i] {
 			out = append(out, float32(a))
@@ -288,12 +288,12 @@ func TestLLMReferenceIsSensitive(t *testing.T) {
 		swapped[k] = v
 	}
 	for _, name := range []string{"self_attn.k_proj.weight", "self_attn.v_proj.weight"} {
-		tw := w[cfg.Prefix+"model.layers.0."+name]
+		tw := w[cfg.Prefix+"layers.0."+name]
 		d := make([]float32, len(tw.data))
 		half := len(d) / 2
 		copy(d, tw.data[half:])
 		copy(d[half:], tw.data[:half])
-		swapped[cfg.Prefix+"model.layers.0."+name] = testWeight{shape: tw.shape, typ: tw.typ, data: d}
+		swapped[cfg.Prefix+"layers.0."+name] = testWeight{shape: tw.shape, typ: tw.typ, data: d}
 	}
 	got, err = llmTestModel(t, swapped, &cfg).EncodeLLM(ids, 0)
 	if err != nil {
@@ -320,5 +320,58 @@ func TestLLMReferenceIsSensitive(t *testing.T) {
 	}
 	if e := maxRelErr(t, b[keep:], a[keep:]); e == 0 {
 		t.Error("changing the last token left its hidden states unchanged")
+	}
+}
+
+// TestQwen25VLRopeIsNeoxForText checks the claim the "qwen2.5-vl"
+// architecture rests on: sd.cpp rotates Qwen2.5-VL's queries and keys with
+// ggml's multimodal rotation (sections 16, 24, 24 of the 64 pairs, theta
+// 1e6), and for text, whose three position rows are equal, that is the
+// ordinary NeoX rotation the graph uses. Image-like positions (rows that
+// differ) must not give the same result, or the check proves nothing.
+func TestQwen25VLRopeIsNeoxForText(t *testing.T) {
+	const d, heads, l = 128, 3, 9
+	r := rand.New(rand.NewPCG(5, 6))
+	x := randn(r, d*heads*l, 1)
+	m := llmTestModel(t, map[string]testWeight{}, &LLMConfig{})
+	rotate := func(multi bool, hShift int32) []float32 {
+		pos := make([]int32, l)
+		for i := range pos {
+			pos[i] = int32(i)
+		}
+		if multi {
+			p4 := make([]int32, 4*l)
+			for i := 0; i < l; i++ {
+				p4[i], p4[l+i], p4[2*l+i] = int32(i), int32(i)+hShift, int32(i)
+			}
+			pos = p4
+		}
+		var out []float32
+		err := m.compute(func(g *builder) ([]input, native.Tensor) {
+			xt := newInput(g, formats.F32, d, heads, l)
+			pt := newInput(g, formats.I32, int64(len(pos)))
+			var y native.Tensor
+			if multi {
+				y = g.c.RopeMulti(xt, pt, d, [4]int{16, 24, 24, 0}, 1e6)
+			} else {
+				y = g.c.Rope(xt, pt, d, native.RopeNeox, 1e6)
+			}
+			return []input{{t: xt, f32: x}, {t: pt, i32: pos}}, y
+		}, func(o native.Tensor) error {
+			var err error
+			out, err = o.F32()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	neox := rotate(false, 0)
+	if e := maxRelErr(t, rotate(true, 0), neox); e > 1e-6 {
+		t.Errorf("multimodal rotation of text positions differs from NeoX's by %g", e)
+	}
+	if e := maxRelErr(t, rotate(true, 3), neox); e < 1e-3 {
+		t.Errorf("image-like positions give NeoX's rotation too (%g): the comparison cannot fail", e)
 	}
 }

@@ -6,4 +6,6 @@ const (
 	RopeNormal = 0
 	// RopeNeox rotates x[i] with x[i+d/2] (GPT-NeoX, Qwen).
 	RopeNeox = 2
+	// RopeMRoPE is Qwen2-VL's multimodal rotation (RopeMulti).
+	RopeMRoPE = 8
 )

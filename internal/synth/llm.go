@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/sdtool/sdtool/formats"
@@ -39,6 +40,10 @@ type LLM struct {
 	GGUFNames bool
 	// Tokenizer, when not nil, is embedded in GGUF metadata.
 	Tokenizer *text.ByteBPEVocab
+	// SameRowsFrom, when above 0, gives every embedding row from this id on
+	// the values of that row, so that ids there are interchangeable (an
+	// oracle that numbers the control tokens differently still agrees).
+	SameRowsFrom int
 }
 
 // Qwen3x4B and Qwen25VL7B are the text encoders of Z-Image and Qwen-Image
@@ -160,7 +165,11 @@ func (c LLM) EncodeAs(w io.Writer, format string) error {
 	}
 	spec := Spec{Seed: c.Seed, DType: formats.F32}
 	for i, t := range ts {
-		if err := writeRows(tw, spec, t, desc[i].Type); err != nil {
+		same := int64(0)
+		if i == 0 {
+			same = int64(c.SameRowsFrom)
+		}
+		if err := writeRows(tw, spec, t, desc[i].Type, same); err != nil {
 			return fmt.Errorf("tensor %q: %w", desc[i].Name, err)
 		}
 	}
@@ -168,8 +177,9 @@ func (c LLM) EncodeAs(w io.Writer, format string) error {
 }
 
 // writeRows is writeValues in chunks of rows, so that a 152k-row embedding
-// never sits in memory whole as f32.
-func writeRows(w io.Writer, spec Spec, t TensorSpec, typ formats.DType) error {
+// never sits in memory whole as f32; rows from same on (when above 0)
+// repeat row same.
+func writeRows(w io.Writer, spec Spec, t TensorSpec, typ formats.DType, same int64) error {
 	t.Type = formats.F32
 	n, _ := formats.Elements(t.Shape)
 	row := t.Shape[len(t.Shape)-1]
@@ -186,8 +196,19 @@ func writeRows(w io.Writer, spec Spec, t TensorSpec, typ formats.DType) error {
 	raw := make([]byte, 4*row*chunk)
 	f := make([]float32, row*chunk)
 	out := make([]byte, rb*chunk)
+	var kept []byte // row same, encoded
 	for done := int64(0); done < n/row; {
+		if kept != nil {
+			if _, err := w.Write(kept); err != nil {
+				return err
+			}
+			done++
+			continue
+		}
 		k := min(chunk, n/row-done)
+		if same > 0 && done < same {
+			k = min(k, same+1-done)
+		}
 		if _, err := io.ReadFull(src, raw[:4*row*k]); err != nil {
 			return err
 		}
@@ -201,6 +222,9 @@ func writeRows(w io.Writer, spec Spec, t TensorSpec, typ formats.DType) error {
 			return err
 		}
 		done += k
+		if same > 0 && done == same+1 {
+			kept = slices.Clone(out[(k-1)*rb : k*rb])
+		}
 	}
 	return nil
 }
