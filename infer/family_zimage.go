@@ -3,10 +3,6 @@ package infer
 // The Z-Image entry of the family table (Turbo and Base share the tensors;
 // the defaults are Turbo's, the release people run most).
 
-// zimageLLMPrefix is where Z-Image's text encoder (Qwen3) lives among the
-// internal names (sd-cli's).
-const zimageLLMPrefix = "text_encoders.llm."
-
 // ZImageFamily is Z-Image: a single-stream DiT conditioned on the hidden
 // states of a Qwen3 decoder (the --llm file) through its prompt template,
 // with Flux's 16-channel VAE, sampled with Euler on sd-cli's discrete flow
@@ -18,7 +14,7 @@ var ZImageFamily = &Family{
 		{Name: dmPrefix + "layers.0.attention.qkv.weight", Dims: 2},
 		{Name: dmPrefix + "cap_embedder.1.weight", Dims: 2},
 	}},
-	Encoders:    []TextEncoder{{Component: "llm", Kind: "llm", Prefix: zimageLLMPrefix, Hidden: true}},
+	Encoders:    []TextEncoder{{Component: "llm", Kind: "llm", Prefix: LLMPrefix, Hidden: true}},
 	Conditioner: "zimage", Network: "zimage", Schedule: "zimage",
 	Prediction: FlowPrediction, VAE: fluxVAE, FlowShift: 3,
 	Defaults: Defaults{Method: Euler, Scheduler: SchedulerDiscrete, CFGScale: 1, Width: 512, Height: 512, Steps: 8},
