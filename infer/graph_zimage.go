@@ -54,10 +54,10 @@ func zimagePositions(txt, rows, cols int) [][3]float32 {
 	return out
 }
 
-// ropeTable returns cos and sin [d/2, len(pos)] of a rotary embedding over
+// zimageRoPETable returns cos and sin [d/2, len(pos)] of a rotary embedding over
 // len(axes) position axes: pair j of axis a (width axes[a]) turns by
 // pos[a]·theta^(-2j/axes[a]), in float32 as sd.cpp's rope computes it.
-func ropeTable(axes []int, theta float32, pos [][3]float32) (cos, sin []float32) {
+func zimageRoPETable(axes []int, theta float32, pos [][3]float32) (cos, sin []float32) {
 	half := 0
 	for _, a := range axes {
 		half += a / 2
@@ -92,11 +92,11 @@ func (g *builder) zimageNorm(x native.Tensor, prefix string, eps float32) native
 	return g.c.Mul(g.c.RMSNorm(x, eps), g.weight(prefix+".weight"))
 }
 
-// linearF32 is linear with the weight widened to F32 first (dequantized
+// zimageLinearF32 is linear with the weight widened to F32 first (dequantized
 // when quantized), as sd.cpp holds the weights of its force_f32 linears
 // (the time embedder and the final projection): the activations then stay
 // F32 instead of being rounded to the weight's dot-product type.
-func (g *builder) linearF32(x native.Tensor, prefix string) native.Tensor {
+func (g *builder) zimageLinearF32(x native.Tensor, prefix string) native.Tensor {
 	w := g.weight(prefix + ".weight")
 	if _, ok := g.w.w8a8[prefix+".weight"]; ok || w.Type() == formats.F32 {
 		return g.linear(x, prefix)
@@ -176,8 +176,8 @@ func (g *builder) zimagePadded(x native.Tensor, name string) native.Tensor {
 	return g.c.Concat(x, g.c.Repeat(pad, [4]int64{ne[0], int64(n), 1, 1}), 1)
 }
 
-// rows views tokens [h, from:to) of x [h, L].
-func (g *builder) rows(x native.Tensor, from, to int64) native.Tensor {
+// zimageRows views tokens [h, from:to) of x [h, L].
+func (g *builder) zimageRows(x native.Tensor, from, to int64) native.Tensor {
 	ne, nb := x.Ne(), x.Nb()
 	return g.c.View(x, [4]int64{ne[0], to - from, 1, 1}, nb[1], nb[1]*(to-from), nb[1]*(to-from), from*nb[1])
 }
@@ -198,14 +198,14 @@ func (g *builder) zimage(cfg *ZImageConfig, img, txt, t, cos, sin native.Tensor,
 	}
 	li := img.Ne()[1]
 	temb := g.c.TimestepEmbedding(t, 256, 10000)
-	temb = g.linearF32(g.c.SiLU(g.linearF32(temb, p+"t_embedder.mlp.0")), p+"t_embedder.mlp.2")
+	temb = g.zimageLinearF32(g.c.SiLU(g.zimageLinearF32(temb, p+"t_embedder.mlp.0")), p+"t_embedder.mlp.2")
 	temb = g.c.Reshape(temb, int64(cfg.TimeDim))
 	x := g.zimagePadded(g.linear(img, p+"x_embedder"), p+"x_pad_token")
 	c := g.linear(g.zimageNorm(txt, p+"cap_embedder.0", zimageNormEps), p+"cap_embedder.1")
 	c = g.zimagePadded(c, p+"cap_pad_token")
 	lt, lx := c.Ne()[1], x.Ne()[1]
-	tcos, tsin := g.rows(cos, 0, lt), g.rows(sin, 0, lt)
-	icos, isin := g.rows(cos, lt, lt+lx), g.rows(sin, lt, lt+lx)
+	tcos, tsin := g.zimageRows(cos, 0, lt), g.zimageRows(sin, 0, lt)
+	icos, isin := g.zimageRows(cos, lt, lt+lx), g.zimageRows(sin, lt, lt+lx)
 	for i := 0; i < cfg.ContextRefiners; i++ {
 		c = g.zimageBlock(cfg, fmt.Sprintf("%scontext_refiner.%d.", p, i), c, native.Tensor{}, tcos, tsin)
 		keep(fmt.Sprintf("context_refiner.%d", i), c)
@@ -220,7 +220,7 @@ func (g *builder) zimage(cfg *ZImageConfig, img, txt, t, cos, sin native.Tensor,
 		keep(fmt.Sprintf("layers.%d", i), joint)
 	}
 	scale := g.linear(g.c.SiLU(temb), p+"final_layer.adaLN_modulation.1")
-	y := g.c.Norm(g.rows(joint, lt, lt+li), fluxNormEps)
+	y := g.c.Norm(g.zimageRows(joint, lt, lt+li), fluxNormEps)
 	y = g.c.Add(y, g.c.Mul(y, scale))
-	return g.linearF32(y, p+"final_layer.linear"), blocks
+	return g.zimageLinearF32(y, p+"final_layer.linear"), blocks
 }

@@ -732,13 +732,6 @@ func (m *Model) generate(req Request) (*Result, error) {
 		return nil, err
 	}
 	sched := m.schedule(lw, lh)
-	if req.FlowShift != 0 {
-		s, ok := sched.(shiftable)
-		if !ok {
-			return nil, fmt.Errorf("%s: the %s schedule has no flow shift to set", m.Path, fam.Title)
-		}
-		sched = s.withShift(req.FlowShift)
-	}
 	sigmas, err := sched.Sigmas(req.Scheduler, req.Steps)
 	if err != nil {
 		return nil, err

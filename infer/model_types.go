@@ -60,9 +60,6 @@ type Request struct {
 	Method Method
 	// Scheduler is the sigma schedule ("": the family's default).
 	Scheduler Scheduler
-	// FlowShift, when not 0, replaces the timestep shift of the family's
-	// flow-matching schedule (sd-cli's --flow-shift).
-	FlowShift float32
 	// Init is an init image [3, Height, Width] in [-1, 1] (CHWFromImage) for img2img, nil for txt2img.
 	Init []float32
 	// Strength is the img2img denoising strength in (0, 1].
@@ -101,8 +98,6 @@ func (r *Request) check() error {
 		return fmt.Errorf("cfg scale %g must be in [0, 1000)", r.CFGScale)
 	case !(r.Guidance >= 0 && r.Guidance < 1000):
 		return fmt.Errorf("guidance %g must be in [0, 1000)", r.Guidance)
-	case !(r.FlowShift >= 0 && r.FlowShift < 1000):
-		return fmt.Errorf("flow shift %g must be in (0, 1000)", r.FlowShift)
 	case r.Init != nil && !(r.Strength > 0 && r.Strength <= 1):
 		return fmt.Errorf("strength %g must be in (0, 1]", r.Strength)
 	}

@@ -84,7 +84,7 @@ func (z *zimageNet) build(g *builder, in *netInput) (native.Tensor, []input, []b
 	t := newInput(g, formats.F32, 1)
 	cos := newInput(g, formats.F32, half, int64(len(pos)))
 	sin := newInput(g, formats.F32, half, int64(len(pos)))
-	cv, sv := ropeTable(cfg.Axes, cfg.Theta, pos)
+	cv, sv := zimageRoPETable(cfg.Axes, cfg.Theta, pos)
 	ins := []input{
 		{t: img, f32: zimagePatchify(in.x, cfg.InChannels, in.h, in.w, p)}, {t: txt, f32: c.Context},
 		{t: t, f32: []float32{in.t}}, {t: cos, f32: cv}, {t: sin, f32: sv},

@@ -111,12 +111,6 @@ type Schedule interface {
 	Sigmas(kind Scheduler, steps int) ([]float32, error)
 }
 
-// shiftable is a flow-matching schedule whose timestep shift a request may
-// replace (Request.FlowShift, sd-cli's --flow-shift).
-type shiftable interface {
-	withShift(shift float32) Schedule
-}
-
 // Scheduler names a way to choose the sampling sigmas.
 type Scheduler string
 

@@ -24,19 +24,16 @@ func (s *zimageSchedule) SigmaToT(sigma float32) float32 {
 
 // TToSigma maps a timestep in [0, 999] to its shifted noise level.
 func (s *zimageSchedule) TToSigma(t float32) float32 {
-	return timeSNRShift(s.shift, (t+1)/Timesteps)
+	return zimageTimeShift(s.shift, (t+1)/Timesteps)
 }
 
-// timeSNRShift is shift·u/(1 + (shift-1)·u) in float32 (u itself for shift 1).
-func timeSNRShift(shift, u float32) float32 {
+// zimageTimeShift is shift·u/(1 + (shift-1)·u) in float32 (u itself for shift 1).
+func zimageTimeShift(shift, u float32) float32 {
 	if shift == 1 {
 		return u
 	}
 	return shift * u / (1 + float32((shift-1)*u))
 }
-
-// withShift returns the schedule with another shift (--flow-shift).
-func (s *zimageSchedule) withShift(shift float32) Schedule { return &zimageSchedule{shift: shift} }
 
 // Sigmas returns one of the shared spacings of TToSigma.
 func (s *zimageSchedule) Sigmas(kind Scheduler, steps int) ([]float32, error) {

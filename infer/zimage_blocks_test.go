@@ -40,7 +40,7 @@ func TestZImagePositions(t *testing.T) {
 		t.Errorf("whole multiples got padding: %d positions, want 64", n)
 	}
 	axes := []int{4, 6, 6}
-	cos, sin := ropeTable(axes, zimageTheta, pos)
+	cos, sin := zimageRoPETable(axes, zimageTheta, pos)
 	for tok, p := range pos {
 		for k := 0; k < 8; k++ {
 			a := refRoPEAngle(axes, zimageTheta, [3]float64{float64(p[0]), float64(p[1]), float64(p[2])}, k)
@@ -124,8 +124,8 @@ func newZImageRefBlock(r *rand.Rand, cfg *ZImageConfig, pfx string, mod bool) *z
 
 func (b *zimageRefBlock) get(name string) []float32 { return b.w[b.pfx+name].data }
 
-// refLinear is y = W·x (+ bias) for tokens x [L][in], W [out][in].
-func refLinear(x []float32, w []float32, bias []float32, in int) []float32 {
+// zimageRefLinear is y = W·x (+ bias) for tokens x [L][in], W [out][in].
+func zimageRefLinear(x []float32, w []float32, bias []float32, in int) []float32 {
 	l, out := len(x)/in, len(w)/in
 	y := make([]float32, l*out)
 	for tok := 0; tok < l; tok++ {
@@ -143,8 +143,8 @@ func refLinear(x []float32, w []float32, bias []float32, in int) []float32 {
 	return y
 }
 
-// refRMSNorm normalizes each row of n values to unit RMS and scales it by w.
-func refRMSNorm(x, w []float32, n int, eps float64) []float32 {
+// zimageRefRMSNorm normalizes each row of n values to unit RMS and scales it by w.
+func zimageRefRMSNorm(x, w []float32, n int, eps float64) []float32 {
 	out := make([]float32, len(x))
 	for r := 0; r < len(x)/n; r++ {
 		var ss float64
@@ -167,16 +167,16 @@ func (b *zimageRefBlock) forward(x, temb, cos, sin []float32) []float32 {
 	l := len(x) / h
 	var mod []float32 // scale_msa, gate_msa, scale_mlp, gate_mlp
 	if temb != nil {
-		mod = refLinear(temb, b.get("adaLN_modulation.0.weight"), b.get("adaLN_modulation.0.bias"), cfg.TimeDim)
+		mod = zimageRefLinear(temb, b.get("adaLN_modulation.0.weight"), b.get("adaLN_modulation.0.bias"), cfg.TimeDim)
 	}
 	sub := func(x []float32, n1, n2 string, f func([]float32) []float32, k int) []float32 {
-		y := refRMSNorm(x, b.get(n1+".weight"), h, zimageNormEps)
+		y := zimageRefRMSNorm(x, b.get(n1+".weight"), h, zimageNormEps)
 		if mod != nil {
 			for i := range y {
 				y[i] *= 1 + mod[k*h+i%h]
 			}
 		}
-		y = refRMSNorm(f(y), b.get(n2+".weight"), h, zimageNormEps)
+		y = zimageRefRMSNorm(f(y), b.get(n2+".weight"), h, zimageNormEps)
 		out := make([]float32, len(x))
 		for i := range y {
 			g := 1.0
@@ -188,28 +188,28 @@ func (b *zimageRefBlock) forward(x, temb, cos, sin []float32) []float32 {
 		return out
 	}
 	attn := func(y []float32) []float32 {
-		t := refLinear(y, b.get("attention.qkv.weight"), nil, h)
+		t := zimageRefLinear(y, b.get("attention.qkv.weight"), nil, h)
 		w := (nh + 2*nkv) * d
 		q, k, v := make([]float32, 0, l*nh*d), make([]float32, 0, l*nh*d), make([]float32, 0, l*nh*d)
 		for tok := 0; tok < l; tok++ {
 			row := t[tok*w : (tok+1)*w]
 			for hd := 0; hd < nh; hd++ {
 				kv := hd / (nh / nkv) // query head hd reads key/value head kv
-				q = append(q, refRMSNorm(row[hd*d:(hd+1)*d], b.get("attention.q_norm.weight"), d, fluxNormEps)...)
-				k = append(k, refRMSNorm(row[(nh+kv)*d:(nh+kv+1)*d], b.get("attention.k_norm.weight"), d, fluxNormEps)...)
+				q = append(q, zimageRefRMSNorm(row[hd*d:(hd+1)*d], b.get("attention.q_norm.weight"), d, fluxNormEps)...)
+				k = append(k, zimageRefRMSNorm(row[(nh+kv)*d:(nh+kv+1)*d], b.get("attention.k_norm.weight"), d, fluxNormEps)...)
 				v = append(v, row[(nh+nkv+kv)*d:(nh+nkv+kv+1)*d]...)
 			}
 		}
 		a := refAttention(refRotate(q, l, nh, d, cos, sin), refRotate(k, l, nh, d, cos, sin), v, nh*d, l, l, nh, 1, false)
-		return refLinear(a, b.get("attention.out.weight"), nil, nh*d)
+		return zimageRefLinear(a, b.get("attention.out.weight"), nil, nh*d)
 	}
 	ffn := func(y []float32) []float32 {
-		a, g := refLinear(y, b.get("feed_forward.w1.weight"), nil, h), refLinear(y, b.get("feed_forward.w3.weight"), nil, h)
+		a, g := zimageRefLinear(y, b.get("feed_forward.w1.weight"), nil, h), zimageRefLinear(y, b.get("feed_forward.w3.weight"), nil, h)
 		for i := range a {
 			s := float64(a[i])
 			a[i] = float32(s / (1 + math.Exp(-s)) * float64(g[i]))
 		}
-		return refLinear(a, b.get("feed_forward.w2.weight"), nil, ff)
+		return zimageRefLinear(a, b.get("feed_forward.w2.weight"), nil, ff)
 	}
 	x = sub(x, "attention_norm1", "attention_norm2", attn, 0)
 	return sub(x, "ffn_norm1", "ffn_norm2", ffn, 2)
@@ -221,7 +221,7 @@ func TestZImageRefinerBlocks(t *testing.T) {
 	cfg := &ZImageConfig{Hidden: 32, Heads: 4, KVHeads: 2, HeadDim: 8, FF: 48, TimeDim: 16, Axes: []int{2, 2, 4}, Theta: zimageTheta}
 	const rows, cols = 2, 3
 	pos := zimagePositions(0, rows, cols)[:rows*cols]
-	cos, sin := ropeTable(cfg.Axes, cfg.Theta, pos)
+	cos, sin := zimageRoPETable(cfg.Axes, cfg.Theta, pos)
 	l := len(pos)
 	for _, tc := range []struct {
 		name string

@@ -57,9 +57,9 @@ func init() {
 	}
 }
 
-// blockCount returns one more than the highest index N of a tensor named
+// zimageBlockCount returns one more than the highest index N of a tensor named
 // prefix+"N." + anything.
-func (s shapes) blockCount(prefix string) int {
+func zimageBlockCount(s shapes, prefix string) int {
 	n := 0
 	for name := range s {
 		rest, ok := strings.CutPrefix(name, prefix)
@@ -113,9 +113,9 @@ func detectZImage(s shapes, md formats.Metadata) (*ZImageConfig, error) {
 	if c.KVHeads = (qkv/c.HeadDim - c.Heads) / 2; c.KVHeads < 1 || c.Heads%c.KVHeads != 0 || qkv != (c.Heads+2*c.KVHeads)*c.HeadDim {
 		return nil, fmt.Errorf("tensor %q has %d rows, want (%d query heads + 2 × key/value heads dividing them) × %d", p+"layers.0.attention.qkv.weight", qkv, c.Heads, c.HeadDim)
 	}
-	c.Layers = s.blockCount(p + "layers.")
-	c.NoiseRefiners = s.blockCount(p + "noise_refiner.")
-	c.ContextRefiners = s.blockCount(p + "context_refiner.")
+	c.Layers = zimageBlockCount(s, p+"layers.")
+	c.NoiseRefiners = zimageBlockCount(s, p+"noise_refiner.")
+	c.ContextRefiners = zimageBlockCount(s, p+"context_refiner.")
 	if c.Layers == 0 {
 		return nil, fmt.Errorf("no layers under %s", p)
 	}

@@ -5,6 +5,8 @@ package infer
 import (
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/color"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +29,7 @@ import (
 // zimageParityRun is one Z-Image generation's settings, pinned on both sides.
 type zimageParityRun struct {
 	Parts   map[string]string // by flag; "model" for a single file
+	Init    string            // an init PNG for img2img, "" for txt2img
 	Prompt  string
 	Size    int
 	Steps   int
@@ -44,6 +47,9 @@ func (r zimageParityRun) sdcliArgs(out string) []string {
 			args = append(args, "--"+flag, p)
 		}
 	}
+	if r.Init != "" {
+		args = append(args, "-i", r.Init, "--strength", "0.6")
+	}
 	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
 		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
 		"--scheduler", "discrete", "--cfg-scale", "1", "--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
@@ -57,9 +63,14 @@ func (r zimageParityRun) components() Components {
 	return c
 }
 
-func (r zimageParityRun) request() Request {
-	return Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1,
+func (r zimageParityRun) request(tb testing.TB) Request {
+	req := Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1,
 		Seed: r.Seed, RNG: RNGCUDA, Method: Euler, Scheduler: SchedulerDiscrete}
+	if r.Init != "" {
+		req.Init, _, _ = CHWFromImage(readPNGFile(tb, r.Init))
+		req.Strength = 0.6
+	}
+	return req
 }
 
 // zimageParityModel writes c as component files (or, with single, one
@@ -166,7 +177,7 @@ func zimageParity(t *testing.T, bin string, r zimageParityRun) float64 {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	res, err := m.Generate(r.request())
+	res, err := m.Generate(r.request(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +211,7 @@ func TestZImageMatchesSDCLI(t *testing.T) {
 		{"parts/english", false, zimagePrompts[0]},
 		{"parts/chinese", false, zimagePrompts[1]},
 		{"single/chinese", true, zimagePrompts[1]},
+		{"parts/img2img", false, zimagePrompts[0]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "zimage-parity"
@@ -207,11 +219,29 @@ func TestZImageMatchesSDCLI(t *testing.T) {
 				name += "-single"
 			}
 			r := zimageParityRun{Parts: zimageParityModel(t, c, name, tc.single), Prompt: tc.prompt, Size: 128, Steps: 4, Seed: 42, Threads: 2}
+			if strings.HasSuffix(tc.name, "img2img") {
+				r.Init = zimageInitPNG(t, r.Size)
+			}
 			if psnr := zimageParity(t, bin, r); psnr < 50 {
 				t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
 			}
 		})
 	}
+}
+
+// zimageInitPNG writes a size×size colour gradient as img2img's init image.
+func zimageInitPNG(t *testing.T, size int) string {
+	img := image.NewNRGBA(image.Rect(0, 0, size, size))
+	for y := 0; y < size; y++ {
+		for x := 0; x < size; x++ {
+			img.Set(x, y, color.NRGBA{uint8(2 * x), uint8(2 * y), uint8(255 - x - y), 255})
+		}
+	}
+	path := filepath.Join(t.TempDir(), "init.png")
+	if err := writePNGFile(path, img); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // TestZImageDiTMatchesSDCLI renders with a text encoder whose token
@@ -246,7 +276,7 @@ func TestZImageGenerateChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	res, err := m.Generate(r.request())
+	res, err := m.Generate(r.request(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,7 +164,6 @@ func init() {
 			&cli.Int64Flag{Name: "seed", Aliases: []string{"s"}, Value: 42, Usage: "noise `SEED`"},
 			&cli.StringFlag{Name: "sampling-method", Usage: "`SAMPLER`: euler, euler_a or dpm++2m", DefaultText: familyDefaults(func(d infer.Defaults) string { return string(d.Method) })},
 			&cli.StringFlag{Name: "scheduler", Usage: "`SCHEDULE`: " + schedulerList(), DefaultText: familyDefaults(func(d infer.Defaults) string { return string(d.Scheduler) })},
-			&cli.Float64Flag{Name: "flow-shift", Usage: "timestep `SHIFT` of a flow-matching schedule (Z-Image)", DefaultText: "the family's, as sd-cli's: Z-Image 3"},
 			&cli.StringFlag{Name: "rng", Value: "cuda", Usage: "noise `RNG`: cuda (sd.cpp's default, PyTorch CUDA randn) or cpu"},
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`" + threadsBound, DefaultText: "the idle cores: all, less the other threads running when generate starts"},
@@ -190,7 +189,7 @@ func init() {
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a photo of a cat' --steps 2 -W 64 -H 64 -o out/cat-flux.png --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 --guidance 5 -o out/flux-cmp.png --compare testdata/tiny-flux.gguf --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o out/flux-calib.png --imatrix-out out/flux-calib.dat --force",
-		"sdtool generate --diffusion-model testdata/tiny-z-image-diffusion-model.gguf --llm testdata/tiny-z-image-llm.gguf --vae testdata/tiny-z-image-vae.gguf -p 'a red cat' --steps 2 -W 64 -H 64 --flow-shift 2 -o out/cat-z.png --force",
+		"sdtool generate --diffusion-model testdata/tiny-z-image-diffusion-model.gguf --llm testdata/tiny-z-image-llm.gguf --vae testdata/tiny-z-image-vae.gguf -p 'a red cat' --steps 2 -W 64 -H 64 -o out/cat-z.png --force",
 	)
 }
 
@@ -274,12 +273,6 @@ func runGenerate(c *cli.Context) error {
 	}
 	if c.IsSet("guidance") {
 		req.Guidance = float32(c.Float64("guidance"))
-	}
-	if c.IsSet("flow-shift") {
-		if v := c.Float64("flow-shift"); !(v > 0 && v < 1000) {
-			return fmt.Errorf("--flow-shift %g: want a value above 0 and below 1000", v)
-		}
-		req.FlowShift = float32(c.Float64("flow-shift"))
 	}
 	if req.Method == "" {
 		req.Method = def.Method
