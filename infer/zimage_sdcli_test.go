@@ -21,10 +21,11 @@ import (
 	"github.com/sdtool/sdtool/text"
 )
 
-// Z-Image image parity against sd-cli (SDTOOL_SDCLI; skipped without it)
-// on synth.ZImageParity: the DiT at full width with two layers and a
-// refiner of each kind, Qwen3-4B at full width with two layers, written as
-// the component files people download or as one file.
+// Z-Image image parity against sd-cli (SDTOOL_SDCLI and SDTOOL_QWEN_TOKENIZER;
+// skipped without them) on synth.ZImageParity (narrow where sd.cpp reads
+// the widths; SDTOOL_ZIMAGE_FULL=1 takes synth.ZImageFull, the DiT and
+// Qwen3-4B at full width), written as the component files people download
+// or as one file.
 
 // zimageParityRun is one Z-Image generation's settings, pinned on both sides.
 type zimageParityRun struct {
@@ -102,6 +103,15 @@ func zimageParityModel(tb testing.TB, c synth.ZImage, name string, single bool) 
 		}
 	}
 	return parts
+}
+
+// zimageParityModelFor returns synth.ZImageParity and its files' name, or
+// ZImageFull with SDTOOL_ZIMAGE_FULL set.
+func zimageParityModelFor() (synth.ZImage, string) {
+	if os.Getenv("SDTOOL_ZIMAGE_FULL") != "" {
+		return synth.ZImageFull, "zimage-full"
+	}
+	return synth.ZImageParity, "zimage-parity"
 }
 
 // zimageSDCLI returns sd-cli's path and the parity model c with Qwen's real
@@ -202,7 +212,8 @@ func zimageParity(t *testing.T, bin string, r zimageParityRun) float64 {
 // TestZImageMatchesSDCLI renders prompts (English and Chinese) from the
 // component files and from one file with ComfyUI's prefixes.
 func TestZImageMatchesSDCLI(t *testing.T) {
-	bin, c := zimageSDCLI(t, synth.ZImageParity)
+	c, name := zimageParityModelFor()
+	bin, c := zimageSDCLI(t, c)
 	for _, tc := range []struct {
 		name   string
 		single bool
@@ -214,11 +225,11 @@ func TestZImageMatchesSDCLI(t *testing.T) {
 		{"parts/img2img", false, zimagePrompts[0]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			name := "zimage-parity"
+			file := name
 			if tc.single {
-				name += "-single"
+				file += "-single"
 			}
-			r := zimageParityRun{Parts: zimageParityModel(t, c, name, tc.single), Prompt: tc.prompt, Size: 128, Steps: 4, Seed: 42, Threads: 2}
+			r := zimageParityRun{Parts: zimageParityModel(t, c, file, tc.single), Prompt: tc.prompt, Size: 128, Steps: 4, Seed: 42, Threads: 2}
 			if strings.HasSuffix(tc.name, "img2img") {
 				r.Init = zimageInitPNG(t, r.Size)
 			}
@@ -248,9 +259,10 @@ func zimageInitPNG(t *testing.T, size int) string {
 // embedding is zero, so both sides condition on zero hidden states and the
 // image tests the DiT, the schedule and the VAE alone.
 func TestZImageDiTMatchesSDCLI(t *testing.T) {
-	bin, c := zimageSDCLI(t, synth.ZImageParity)
+	c, name := zimageParityModelFor()
+	bin, c := zimageSDCLI(t, c)
 	c.ZeroEmbed = true
-	r := zimageParityRun{Parts: zimageParityModel(t, c, "zimage-zero", false), Size: 128, Steps: 4, Seed: 42, Threads: 2}
+	r := zimageParityRun{Parts: zimageParityModel(t, c, name+"-zero", false), Size: 128, Steps: 4, Seed: 42, Threads: 2}
 	if psnr := zimageParity(t, bin, r); psnr < 50 {
 		t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
 	}
@@ -285,14 +297,14 @@ func TestZImageGenerateChild(t *testing.T) {
 }
 
 // BenchmarkZImageVsSDCLI alternates one sd-cli run and one sdtool run (each
-// in a fresh process) of the same Z-Image generation on synth.ZImageParity's
+// in a fresh process) of the same Z-Image generation on synth.ZImageFull's
 // component files (SDTOOL_ZIMAGE_PARITY_DIR keeps them between runs;
 // 128x128, 4 Euler steps, a Chinese prompt, SDTOOL_BENCH_THREADS threads,
 // default 2) and reports both sides' seconds per step and peak RSS and
 // their ratios, measured in one run.
 func BenchmarkZImageVsSDCLI(b *testing.B) {
-	bin, c := zimageSDCLI(b, synth.ZImageParity)
-	r := zimageParityRun{Parts: zimageParityModel(b, c, "zimage-parity", false),
+	bin, c := zimageSDCLI(b, synth.ZImageFull)
+	r := zimageParityRun{Parts: zimageParityModel(b, c, "zimage-full", false),
 		Prompt: zimagePrompts[1], Size: 128, Steps: 4, Seed: 42, Threads: 2}
 	if s := os.Getenv("SDTOOL_BENCH_THREADS"); s != "" {
 		n, err := strconv.Atoi(s)

@@ -53,16 +53,32 @@ type ZImage struct {
 	Width, Height, Steps int
 }
 
-// ZImageParity is the Z-Image model of the sd-cli comparisons: the DiT at
-// full width (3840, 30 heads of 128, SwiGLU 10240) with two layers and one
-// refiner of each kind, Qwen3-4B at full width with two layers (Qwen3x4B),
-// and a VAE whose decoder is 32 wide (sd.cpp fixes the encoder's 128);
-// linear weights q8_0, the rest f16.
-var ZImageParity = ZImage{
+// ZImageFull is Z-Image at full width with few blocks, for sd-cli
+// comparisons of speed, memory and parity at the real widths: the DiT
+// 3840 wide (30 heads of 128, SwiGLU 10240) with two layers and one
+// refiner of each kind, Qwen3-4B at full width with two layers (Qwen3x4B,
+// q8_0), and a VAE whose decoder is 32 wide (sd.cpp fixes the encoder's
+// 128); the DiT and VAE f16 (q8_0 would quantize the DiT's activations
+// too, which turns the two programs' last-bit differences into whole q8
+// steps: 50.0 dB instead of 51 in one measurement).
+var ZImageFull = ZImage{
 	Hidden: 3840, Heads: 30, KVHeads: 30, Layers: 2, Refiners: 1, FF: 10240,
 	LLM:   Qwen3x4B,
 	VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
-	Seed: 7, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
+	Seed: 7, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
+}
+
+// ZImageParity is the Z-Image model of the sd-cli parity tests, narrow
+// where sd.cpp reads the width from the weights so that both sides run in
+// seconds: the DiT 768 wide (6 heads of 128, the width sd.cpp's RoPE
+// fixes) with two layers and one refiner of each kind, a Qwen3 512 wide
+// with Qwen3-4B's heads (32 query and 8 key/value heads of 128, which
+// sd.cpp fixes) and its whole vocabulary, two layers, and ZImageFull's VAE.
+var ZImageParity = ZImage{
+	Hidden: 768, Heads: 6, KVHeads: 6, Layers: 2, Refiners: 1, FF: 2048,
+	LLM:   LLM{QKNorm: true, Hidden: 512, FF: 1024, Layers: 2, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Seed: 11, Type: formats.F32, Quant: formats.Q8_0},
+	VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
+	Seed: 7, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
 }
 
 // ZImageParts are the component flags ZImage writes, in sd-cli's order.
