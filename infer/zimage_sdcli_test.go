@@ -105,13 +105,14 @@ func zimageParityModel(tb testing.TB, c synth.ZImage, name string, single bool) 
 	return parts
 }
 
-// zimageParityModelFor returns synth.ZImageParity and its files' name, or
-// ZImageFull with SDTOOL_ZIMAGE_FULL set.
-func zimageParityModelFor() (synth.ZImage, string) {
+// zimageParityModelFor returns synth.ZImageParity, its files' name and the
+// image size (64: the VAE, whose encoder sd.cpp fixes at full width, is
+// most of the time), or ZImageFull at 128x128 with SDTOOL_ZIMAGE_FULL set.
+func zimageParityModelFor() (synth.ZImage, string, int) {
 	if os.Getenv("SDTOOL_ZIMAGE_FULL") != "" {
-		return synth.ZImageFull, "zimage-full"
+		return synth.ZImageFull, "zimage-full", 128
 	}
-	return synth.ZImageParity, "zimage-parity"
+	return synth.ZImageParity, "zimage-parity", 64
 }
 
 // zimageSDCLI returns sd-cli's path and the parity model c with Qwen's real
@@ -212,7 +213,7 @@ func zimageParity(t *testing.T, bin string, r zimageParityRun) float64 {
 // TestZImageMatchesSDCLI renders prompts (English and Chinese) from the
 // component files and from one file with ComfyUI's prefixes.
 func TestZImageMatchesSDCLI(t *testing.T) {
-	c, name := zimageParityModelFor()
+	c, name, size := zimageParityModelFor()
 	bin, c := zimageSDCLI(t, c)
 	for _, tc := range []struct {
 		name   string
@@ -229,7 +230,7 @@ func TestZImageMatchesSDCLI(t *testing.T) {
 			if tc.single {
 				file += "-single"
 			}
-			r := zimageParityRun{Parts: zimageParityModel(t, c, file, tc.single), Prompt: tc.prompt, Size: 128, Steps: 4, Seed: 42, Threads: 2}
+			r := zimageParityRun{Parts: zimageParityModel(t, c, file, tc.single), Prompt: tc.prompt, Size: size, Steps: 4, Seed: 42, Threads: 2}
 			if strings.HasSuffix(tc.name, "img2img") {
 				r.Init = zimageInitPNG(t, r.Size)
 			}
@@ -259,10 +260,10 @@ func zimageInitPNG(t *testing.T, size int) string {
 // embedding is zero, so both sides condition on zero hidden states and the
 // image tests the DiT, the schedule and the VAE alone.
 func TestZImageDiTMatchesSDCLI(t *testing.T) {
-	c, name := zimageParityModelFor()
+	c, name, size := zimageParityModelFor()
 	bin, c := zimageSDCLI(t, c)
 	c.ZeroEmbed = true
-	r := zimageParityRun{Parts: zimageParityModel(t, c, name+"-zero", false), Size: 128, Steps: 4, Seed: 42, Threads: 2}
+	r := zimageParityRun{Parts: zimageParityModel(t, c, name+"-zero", false), Size: size, Steps: 4, Seed: 42, Threads: 2}
 	if psnr := zimageParity(t, bin, r); psnr < 50 {
 		t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
 	}
