@@ -3,6 +3,8 @@ package infer
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -205,45 +207,28 @@ func llmArch(md formats.Metadata, c *LLMConfig) (LLMArch, error) {
 // the shapes layer 0's imply, so a truncated or mixed file fails here
 // with the tensor's name.
 func (c *LLMConfig) checkLayers(s shapes) error {
-	h, q, kv, ff := int64(c.Hidden), int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim), int64(c.FF)
+	h, q, kv, ff, d := int64(c.Hidden), int64(c.Heads*c.HeadDim), int64(c.KVHeads*c.HeadDim), int64(c.FF), int64(c.HeadDim)
+	want := map[string][]int64{
+		"input_layernorm.weight":          {h},
+		"post_attention_layernorm.weight": {h},
+		"self_attn.q_proj.weight":         {q, h},
+		"self_attn.k_proj.weight":         {kv, h},
+		"self_attn.v_proj.weight":         {kv, h},
+		"self_attn.o_proj.weight":         {h, q},
+		"mlp.gate_proj.weight":            {ff, h},
+		"mlp.up_proj.weight":              {ff, h},
+		"mlp.down_proj.weight":            {h, ff},
+	}
+	if c.QKNorm {
+		want["self_attn.q_norm.weight"], want["self_attn.k_norm.weight"] = []int64{d}, []int64{d}
+	}
+	if c.QKVBias {
+		want["self_attn.q_proj.bias"], want["self_attn.k_proj.bias"], want["self_attn.v_proj.bias"] = []int64{q}, []int64{kv}, []int64{kv}
+	}
+	names := slices.Sorted(maps.Keys(want)) // the same tensor named first on every run
 	for i := 0; i < c.Layers; i++ {
-		want := []struct {
-			name  string
-			shape []int64
-		}{
-			{"input_layernorm.weight", []int64{h}},
-			{"post_attention_layernorm.weight", []int64{h}},
-			{"self_attn.q_proj.weight", []int64{q, h}},
-			{"self_attn.k_proj.weight", []int64{kv, h}},
-			{"self_attn.v_proj.weight", []int64{kv, h}},
-			{"self_attn.o_proj.weight", []int64{h, q}},
-			{"mlp.gate_proj.weight", []int64{ff, h}},
-			{"mlp.up_proj.weight", []int64{ff, h}},
-			{"mlp.down_proj.weight", []int64{h, ff}},
-		}
-		if c.QKNorm {
-			d := []int64{int64(c.HeadDim)}
-			want = append(want, struct {
-				name  string
-				shape []int64
-			}{"self_attn.q_norm.weight", d}, struct {
-				name  string
-				shape []int64
-			}{"self_attn.k_norm.weight", d})
-		}
-		if c.QKVBias {
-			for _, b := range []struct {
-				n string
-				w int64
-			}{{"q", q}, {"k", kv}, {"v", kv}} {
-				want = append(want, struct {
-					name  string
-					shape []int64
-				}{"self_attn." + b.n + "_proj.bias", []int64{b.w}})
-			}
-		}
-		for _, w := range want {
-			if err := s.want(c.layer(i)+w.name, w.shape); err != nil {
+		for _, n := range names {
+			if err := s.want(c.layer(i)+n, want[n]); err != nil {
 				return err
 			}
 		}
@@ -309,7 +294,7 @@ func loadLLMKindTokenizer(opt LoadOptions, srcs []*openSource, encs []EncoderCon
 				continue
 			}
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w (a tokenizer given as an option replaces it)", err)
 			}
 			tok = t
 		}

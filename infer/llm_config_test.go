@@ -1,6 +1,7 @@
 package infer
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,14 +111,19 @@ func TestDetectLLM(t *testing.T) {
 	}
 }
 
-func TestLLMDepth(t *testing.T) {
+func TestLLMOutputs(t *testing.T) {
 	cfg := &LLMConfig{Layers: 36, FinalNorm: true}
 	for _, c := range []struct {
-		layer, n int
-		norm     bool
-	}{{0, 36, true}, {35, 35, false}, {36, 36, false}, {37, 36, true}, {1, 1, false}, {-1, 36, true}} {
-		if n, norm := llmDepth(cfg, c.layer); n != c.n || norm != c.norm {
-			t.Errorf("layer %d: %d layers, norm %v; want %d, %v", c.layer, n, norm, c.n, c.norm)
+		layers []int
+		outs   []int
+		norm   bool
+	}{
+		{[]int{0}, nil, true}, {[]int{35}, []int{35}, false}, {[]int{36}, []int{36}, false}, {[]int{37}, nil, true},
+		{[]int{1}, []int{1}, false}, {[]int{-1}, nil, true}, {nil, nil, true}, {[]int{38}, nil, true},
+		{[]int{27, 9, 18}, []int{9, 18, 27}, false}, {[]int{37, 9, 9}, []int{9}, true}, {[]int{9, 40}, []int{9}, false},
+	} {
+		if outs, norm := llmOutputs(cfg, c.layers); !slices.Equal(outs, c.outs) || norm != c.norm {
+			t.Errorf("layers %v: %v, norm %v; want %v, %v", c.layers, outs, norm, c.outs, c.norm)
 		}
 	}
 }

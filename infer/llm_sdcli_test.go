@@ -18,6 +18,7 @@ import (
 	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/imatrix"
+	"github.com/sdtool/sdtool/tensor"
 )
 
 // The LLM against stable-diffusion.cpp inside one of its runs: sd-cli's
@@ -124,57 +125,62 @@ func (r *byteReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// TestLLMMatchesSDCLIImatrix runs sd-cli on a Z-Image model whose --llm
-// is Qwen3-4B at full width, two layers deep (synth.Qwen3x4B), for a table
-// of prompts, and compares its imatrix with the one sdtool collects
-// encoding the same prompts.
-func TestLLMMatchesSDCLIImatrix(t *testing.T) {
+// llmParity is one comparison with sd-cli: the LLM file to write, the
+// DiT and VAE files sd-cli runs it with, the family's template, and the
+// DiT's first weight on the context with the RMSNorm before it.
+type llmParity struct {
+	llm              synth.LLM
+	llmPath          string
+	dit, vae         string
+	prompt           LLMPrompt
+	ctxNorm, ctxLin  string
+	ctxEps           float64
+	prompts          []string
+	sdcliExtra       []string
+	tokenizer, sdcli string
+}
+
+// sdcliLLMEnv returns sd-cli's and Qwen's tokenizer's paths, or skips.
+func sdcliLLMEnv(t *testing.T) (bin, tok string) {
+	t.Helper()
 	longtest.Skip(t, "LLM parity against sd-cli")
-	bin := os.Getenv("SDTOOL_SDCLI")
+	bin = os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
 		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
-	tokPath := os.Getenv(qwenTokenizerEnv)
-	if tokPath == "" {
+	tok = os.Getenv(qwenTokenizerEnv)
+	if tok == "" {
 		t.Skipf("%s is not set (Qwen's tokenizer.json, which sd-cli must be built with)", qwenTokenizerEnv)
 	}
-	// SDTOOL_LLM_PARITY_DIR keeps the files between runs (written once).
-	dir := os.Getenv("SDTOOL_LLM_PARITY_DIR")
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	llm, dit, vae := filepath.Join(dir, "llm.gguf"), filepath.Join(dir, "dit.gguf"), filepath.Join(dir, "vae.gguf")
+	return bin, tok
+}
+
+// run writes the LLM (unless there), runs sd-cli and sdtool on each
+// prompt and compares the imatrix entries of every LLM linear weight and
+// of the DiT's context weight.
+func (c llmParity) run(t *testing.T) {
 	// The sd-cli that ../shared/tools/build-sdcli makes drops Qwen's last
 	// merge (its merges text has no final newline), so it numbers every
 	// control token one lower than Qwen does: rows from that merge's id on
 	// are made equal, so that <|im_start|> reads the same row either way.
-	q := synth.Qwen3x4B
-	q.SameRowsFrom = 151642
-	if _, err := os.Stat(vae); err != nil {
-		if err := q.Write(llm); err != nil {
-			t.Fatal(err)
-		}
-		zimageTestDiT(t, dit)
-		err := pipeline.WriteAtomic(context.Background(), vae, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-			return synth.FluxParity.EncodePart(w, "gguf", "vae")
-		})
-		if err != nil {
+	c.llm.SameRowsFrom = 151642
+	if _, err := os.Stat(c.llmPath); err != nil {
+		if err := c.llm.Write(c.llmPath); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m := loadLLMComponent(t, llm, LoadOptions{Threads: 2, Tokenizers: map[string]string{"llm": tokPath}})
+	norm := readF32Tensor(t, c.dit, c.ctxNorm)
+	m := loadLLMComponent(t, c.llmPath, LoadOptions{Threads: 2, Tokenizers: map[string]string{"llm": c.tokenizer}})
 	internal := map[string]string{}
 	for _, sp := range m.specs {
 		internal[sp.src.Name] = sp.Name
 	}
-	for i, prompt := range []string{
-		"a photo of a cat sitting on a wooden table, golden hour",
-		"一只可爱的小猫坐在木桌上，金色的阳光。 (sharp focus:1.3), 8k",
-	} {
-		imat := filepath.Join(dir, "imat"+strconv.Itoa(i)+".gguf")
-		cmd := exec.Command(bin, "--diffusion-model", dit, "--llm", llm, "--vae", vae, "-p", prompt, "-W", "64", "-H", "64",
-			"--steps", "1", "--cfg-scale", "1", "-s", "1", "-t", "2", "-o", filepath.Join(dir, "out.png"), "--imat-out", imat)
-		if out, err := cmd.CombinedOutput(); err != nil {
+	dir := t.TempDir()
+	for i, prompt := range c.prompts {
+		imat := filepath.Join(dir, "imat"+strconv.Itoa(i)+".dat")
+		args := append([]string{"--diffusion-model", c.dit, "--llm", c.llmPath, "--vae", c.vae, "-p", prompt, "-W", "64", "-H", "64",
+			"--steps", "1", "--cfg-scale", "1", "-s", "1", "-t", "2", "-o", filepath.Join(dir, "out.png"), "--imat-out", imat}, c.sdcliExtra...)
+		if out, err := exec.Command(c.sdcli, args...).CombinedOutput(); err != nil {
 			t.Fatalf("sd-cli: %v\n%s", err, tail(out))
 		}
 		ref, err := imatrix.Open(imat)
@@ -183,7 +189,7 @@ func TestLLMMatchesSDCLIImatrix(t *testing.T) {
 		}
 		s := NewImatrixStats()
 		m.SetImatrix(s)
-		h, n, err := m.EncodeLLMPrompt(prompt, ZImagePrompt)
+		h, n, err := m.EncodeLLMPrompt(prompt, c.prompt)
 		m.SetImatrix(nil)
 		if err != nil {
 			t.Fatal(err)
@@ -212,24 +218,103 @@ func TestLLMMatchesSDCLIImatrix(t *testing.T) {
 		for _, e := range s.Matrix("").Entries {
 			check(internal[e.Name], e.Sum2, float64(e.Counts[0]))
 		}
-		// The conditioning itself, as the DiT's cap_embedder.1 saw it.
-		hidden := m.Config.llm().Hidden
-		sum2 := make([]float32, hidden)
-		for k := 0; k < n; k++ {
-			row := h[k*hidden : (k+1)*hidden]
-			var ms float64
-			for _, v := range row {
-				ms += float64(v) * float64(v)
-			}
-			r := 1 / math.Sqrt(ms/float64(hidden)+1e-5)
-			for j, v := range row {
-				sum2[j] += float32(float64(v) * r * float64(v) * r)
-			}
-		}
-		check("model.diffusion_model.cap_embedder.1.weight", sum2, float64(n))
-		if compared < 2*7+1 {
-			t.Errorf("prompt %d: compared %d weights, want the 14 linear weights of both layers and the context", i, compared)
+		check(c.ctxLin, contextSquares(h, n, norm, c.ctxEps), float64(n))
+		if want := 7*m.Config.llm().Layers + 1; compared < want {
+			t.Errorf("prompt %d: compared %d weights, want %d (every LLM linear weight and the context)", i, compared, want)
 		}
 		t.Logf("prompt %d: %d tokens, %d weights within %.3g of sd-cli's mean squares", i, n, compared, worst)
 	}
+}
+
+// contextSquares sums, per column, the squares of the hidden states n rows
+// after the DiT's RMSNorm with weight w: what its first context weight sees.
+func contextSquares(h []float32, n int, w []float32, eps float64) []float32 {
+	width := len(w)
+	sum2 := make([]float32, width)
+	for k := 0; k < n; k++ {
+		row := h[k*width : (k+1)*width]
+		var ms float64
+		for _, v := range row {
+			ms += float64(v) * float64(v)
+		}
+		r := 1 / math.Sqrt(ms/float64(width)+eps)
+		for j, v := range row {
+			y := float64(v) * r * float64(w[j])
+			sum2[j] += float32(y * y)
+		}
+	}
+	return sum2
+}
+
+// readF32Tensor reads one tensor of a file as float32.
+func readF32Tensor(t *testing.T, path, name string) []float32 {
+	t.Helper()
+	m, err := formats.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, d := range m.Tensors() {
+		if d.Name == name {
+			out := make([]float32, d.Elements())
+			if err := tensor.Plain(m, d).Read(out, 0, new(tensor.Scratch)); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+	}
+	t.Fatalf("%s has no tensor %q", path, name)
+	return nil
+}
+
+// TestLLMMatchesSDCLIImatrix runs sd-cli on a Z-Image model whose --llm
+// is Qwen3-4B at full width, two layers deep (synth.Qwen3x4B), for a
+// table of prompts, and compares its imatrix with the one sdtool collects
+// encoding the same prompts.
+func TestLLMMatchesSDCLIImatrix(t *testing.T) {
+	bin, tok := sdcliLLMEnv(t)
+	// SDTOOL_LLM_PARITY_DIR keeps the files between runs (written once).
+	dir := os.Getenv("SDTOOL_LLM_PARITY_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	dit, vae := filepath.Join(dir, "dit.gguf"), filepath.Join(dir, "vae.gguf")
+	if _, err := os.Stat(vae); err != nil {
+		zimageTestDiT(t, dit)
+		err := pipeline.WriteAtomic(context.Background(), vae, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
+			return synth.FluxParity.EncodePart(w, "gguf", "vae")
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	llmParity{llm: synth.Qwen3x4B, llmPath: filepath.Join(dir, "llm.gguf"), dit: dit, vae: vae, prompt: ZImagePrompt,
+		ctxNorm: "cap_embedder.0.weight", ctxLin: "model.diffusion_model.cap_embedder.1.weight", ctxEps: 1e-5,
+		prompts: []string{
+			"a photo of a cat sitting on a wooden table, golden hour",
+			"一只可爱的小猫坐在木桌上，金色的阳光。 (sharp focus:1.3), 8k",
+		}, tokenizer: tok, sdcli: bin}.run(t)
+}
+
+// TestQwen25VLMatchesSDCLIImatrix is the same comparison for Qwen2.5-VL's
+// text model (synth.Qwen25VLEncoder7B: 3584 wide, two layers) in a
+// Qwen-Image model, whose DiT (full width, sd.cpp does not read it from the
+// shapes) and Wan VAE come from SDTOOL_QWENIMAGE_DIT and
+// SDTOOL_QWENIMAGE_VAE (the qwenimage branch's synth.QwenImage writes them).
+func TestQwen25VLMatchesSDCLIImatrix(t *testing.T) {
+	bin, tok := sdcliLLMEnv(t)
+	dit, vae := os.Getenv("SDTOOL_QWENIMAGE_DIT"), os.Getenv("SDTOOL_QWENIMAGE_VAE")
+	if dit == "" || vae == "" {
+		t.Skip("SDTOOL_QWENIMAGE_DIT and SDTOOL_QWENIMAGE_VAE are not set (a Qwen-Image DiT and VAE for sd-cli)")
+	}
+	dir := os.Getenv("SDTOOL_LLM_PARITY_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	llmParity{llm: synth.Qwen25VLEncoder7B, llmPath: filepath.Join(dir, "qwen25vl.gguf"), dit: dit, vae: vae, prompt: QwenImagePrompt,
+		ctxNorm: "txt_norm.weight", ctxLin: "model.diffusion_model.txt_in.weight", ctxEps: 1e-6,
+		prompts: []string{
+			"a red fox in the snow, (watercolor:1.2)",
+			"海报上写着“通义千问”四个大字",
+		}, tokenizer: tok, sdcli: bin}.run(t)
 }

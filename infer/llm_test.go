@@ -73,6 +73,15 @@ func llmTestWeights(r *rand.Rand, cfg LLMConfig, lin formats.DType) map[string]t
 // Hidden, with every weight as stored.
 func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, layer int) []float32 {
 	t.Helper()
+	return refLLMLayers(t, w, cfg, ids, nil, []int{layer})
+}
+
+// refLLMLayers is refLLM reading several layers (concatenated per token,
+// ascending; Layers+1 is the final norm's output, and no selected layer
+// means that alone), with the keys whose keep is false hidden from every
+// query (keep nil: none).
+func refLLMLayers(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, keep []bool, layers []int) []float32 {
+	t.Helper()
 	get := func(name string) []float32 { return stored(t, w[cfg.Prefix+name]) }
 	eps := float64(cfg.Arch.Eps)
 	hd, dh, nh, nkv := cfg.Hidden, cfg.HeadDim, cfg.Heads, cfg.KVHeads
@@ -124,11 +133,15 @@ func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, l
 			x[i][j] = float64(emb[int(id)*hd+j])
 		}
 	}
-	n, norm := layer, false
-	if layer < 1 || layer > cfg.Layers {
-		n, norm = cfg.Layers, true
+	sel := map[int]bool{}
+	for _, l := range layers {
+		if l >= 1 && l <= cfg.Layers+1 {
+			sel[l] = true
+		}
 	}
-	for li := 0; li < n; li++ {
+	norm := sel[cfg.Layers+1] || len(sel) == 0
+	rows := make([][]float64, l) // the selected states of each token, concatenated
+	for li := 0; li < cfg.Layers; li++ {
 		p := "layers." + strconv.Itoa(li) + "."
 		q, k, v := make([][]float64, l), make([][]float64, l), make([][]float64, l)
 		for i := range x {
@@ -159,6 +172,10 @@ func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, l
 				s := make([]float64, i+1) // causal: keys 0..i
 				mx := math.Inf(-1)
 				for j := range s {
+					if keep != nil && !keep[j] {
+						s[j] = math.Inf(-1)
+						continue
+					}
 					for d := 0; d < dh; d++ {
 						s[j] += q[i][hh*dh+d] * k[j][kvh*dh+d]
 					}
@@ -193,13 +210,18 @@ func refLLM(t *testing.T, w map[string]testWeight, cfg LLMConfig, ids []int32, l
 			}
 		}
 		x = next
+		if sel[li+1] {
+			for i := range x {
+				rows[i] = append(rows[i], x[i]...)
+			}
+		}
 	}
-	out := make([]float32, 0, l*hd)
+	var out []float32
 	for i := range x {
 		if norm {
-			x[i] = rms(x[i], get("norm.weight"))
+			rows[i] = append(rows[i], rms(x[i], get("norm.weight"))...)
 		}
-		for _, a := range x[i] {
+		for _, a := range rows[i] {
 			out = append(out, float32(a))
 		}
 	}
@@ -373,5 +395,41 @@ func TestQwen25VLRopeIsNeoxForText(t *testing.T) {
 	}
 	if e := maxRelErr(t, rotate(true, 3), neox); e < 1e-3 {
 		t.Errorf("image-like positions give NeoX's rotation too (%g): the comparison cannot fail", e)
+	}
+}
+
+// TestLLMLayersAndPadding checks several layers read at once (Flux.2
+// klein's out layers) and padding keys hidden from every query against the
+// reference.
+func TestLLMLayersAndPadding(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	cfg := llmTestConfig("qwen3", 3)
+	w := llmTestWeights(r, cfg, formats.F32)
+	m := llmTestModel(t, w, &cfg)
+	ids := []int32{4, 8, 15, 16, 23, 42, 0, 0, 0, 0}
+	keep := []bool{true, true, true, true, true, true, false, false, false, false}
+	for _, layers := range [][]int{{1, 3}, {2, 4}, {3, 1, 2}} {
+		got, err := m.encodeLLM(ids, keep, layers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := refLLMLayers(t, w, cfg, ids, keep, layers)
+		if e := maxRelErr(t, got, want); e > 1e-4 {
+			t.Errorf("layers %v: relative error %g", layers, e)
+		}
+	}
+	// The mask matters only to the padding's own rows (the causal mask
+	// already hides it from the tokens before it).
+	masked, _ := m.encodeLLM(ids, keep, []int{4})
+	open, err := m.encodeLLM(ids, nil, []int{4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := 6 * cfg.Hidden
+	if e := maxRelErr(t, masked[:real], open[:real]); e != 0 {
+		t.Errorf("the padding mask changed the tokens before it (relative %g)", e)
+	}
+	if e := maxRelErr(t, masked[real:], open[real:]); e < 1e-3 {
+		t.Errorf("the padding mask changed nothing (relative %g)", e)
 	}
 }

@@ -21,9 +21,11 @@ type ByteBPETokenizer struct {
 	vocab  map[string]int32
 	byteID [256]int32
 	merges map[uint64]mergeInfo
-	// added are the added tokens, longest first, matched in raw text.
-	added []addedToken
-	split func(string) []string
+	// added are the added tokens, longest first, matched in raw text;
+	// addedFirst marks the bytes they start with.
+	added      []addedToken
+	addedFirst [256]bool
+	split      func(string) []string
 	// ignoreMerges takes a piece whole when the vocabulary has it
 	// (tokenizers' BPE option of that name).
 	ignoreMerges bool
@@ -64,6 +66,9 @@ func NewByteBPETokenizer(source string, v *ByteBPEVocab) (*ByteBPETokenizer, err
 		}
 	}
 	sort.SliceStable(t.added, func(i, j int) bool { return len(t.added[i].text) > len(t.added[j].text) })
+	for _, a := range t.added {
+		t.addedFirst[a.text[0]] = true
+	}
 	_, runes := bytesToUnicode()
 	for b := 0; b < 256; b++ {
 		id, ok := t.vocab[string(runes[b])]
@@ -124,6 +129,9 @@ func (t *ByteBPETokenizer) nextAdded(s string) (int, *addedToken) {
 		return len(s), nil
 	}
 	for i := 0; i < len(s); i++ {
+		if !t.addedFirst[s[i]] {
+			continue
+		}
 		for k := range t.added {
 			if strings.HasPrefix(s[i:], t.added[k].text) {
 				return i, &t.added[k]

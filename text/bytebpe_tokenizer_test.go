@@ -215,3 +215,24 @@ func FuzzByteBPEFromMetadata(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkQwenEncode encodes a long mixed prompt with the real Qwen
+// tokenizer (SDTOOL_QWEN_TOKENIZER), the per-piece cache cleared each time.
+func BenchmarkQwenEncode(b *testing.B) {
+	path := os.Getenv(qwenTokenizerEnv)
+	if path == "" {
+		b.Skipf("set %s to Qwen's tokenizer.json", qwenTokenizerEnv)
+	}
+	tok, err := LoadByteBPETokenizer(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	prompt := strings.Repeat("A lovely cat sitting on a wooden table, golden hour, 8k; 一只可爱的小猫坐在木桌上。 🙂 ", 20)
+	b.SetBytes(int64(len(prompt)))
+	for b.Loop() {
+		tok.mu.Lock()
+		clear(tok.cache)
+		tok.mu.Unlock()
+		tok.Encode(prompt)
+	}
+}
