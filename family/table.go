@@ -319,7 +319,7 @@ var Families = []*Family{
 		Note:     "Edit has the same tensors: only metadata that names it tells them apart.",
 	},
 	{
-		ID: "z_image", Title: "Z-Image", Kind: KindDiffusion, ComfyArch: "lumina2", SDCpp: "z-image",
+		ID: "z_image", Title: "Z-Image", Kind: KindDiffusion, ComfyArch: "lumina2", SDCpp: "z-image", Generate: true,
 		Detect: []Rule{
 			rule("", has(`^noise_refiner\.\d+\.`), has(`^context_refiner\.\d+\.`), has(`^layers\.\d+\.`)),
 		},

@@ -43,6 +43,11 @@
 //     (the video DiT, network "wan"), cond_wan.go (UMT5 conditioning,
 //     conditioner "wan") and schedule_discrete_flow.go (the shifted flow
 //     schedule, "discrete-flow");
+//   - Z-Image: family_zimage.go, zimage_config.go, graph_zimage.go,
+//     net_zimage.go (the single-stream DiT with its refiners, network
+//     "zimage"), cond_zimage.go (the Qwen3 chat template, conditioner
+//     "zimage") and schedule_zimage.go (the shifted discrete flow schedule
+//     with Z-Image's timestep, schedule "zimage");
 //   - text encoder kinds: clip_config.go and graph_clip.go ("clip", with
 //     its tokenizer loader), t5_config.go, graph_t5.go and cond_t5.go
 //     ("t5", T5 v1.1 and UMT5), llm_config.go and graph_llm.go ("llm":

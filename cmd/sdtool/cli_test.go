@@ -425,11 +425,12 @@ func commandPaths(cmds []*cli.Command, prefix string) []string {
 	return out
 }
 
-// longReadmeBlock matches the README blocks that render SDXL, Flux, a
-// report or a calibration set: the default run leaves them to the long one
-// (TestGenerateSDXLMixedComponents, TestGenerateEmptyPrompt, TestReportNaNFile
-// and TestGenerateImatrixPromptFile render those by default).
-var longReadmeBlock = regexp.MustCompile(`tiny-sdxl|tiny-flux|tiny-chroma|tiny-sd3|sdtool report\b|--prompt-file`)
+// longReadmeBlock matches the README blocks that render SDXL, Flux, Chroma,
+// SD3, Z-Image, a report or a calibration set: the default run leaves them to
+// the long one (TestGenerateSDXLMixedComponents, TestGenerateEmptyPrompt,
+// TestReportNaNFile, TestGenerateImatrixPromptFile and infer's
+// TestTinyZImageGenerates render those by default).
+var longReadmeBlock = regexp.MustCompile(`tiny-sdxl|tiny-flux|tiny-chroma|tiny-sd3|tiny-z-image|sdtool report\b|--prompt-file`)
 
 // needsGGML matches documented command lines that run models through ggml,
 // which a CGO_ENABLED=0 build cannot (it says so and exits 1).

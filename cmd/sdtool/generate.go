@@ -196,6 +196,7 @@ func init() {
 		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 9 --fps 8 -p 'a cat' --steps 2 -o out/cat.avi --force",
 		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 5 -p 'a cat' --steps 1 -W 32 -H 32 -o out/cat_%03d.png --compare testdata/tiny-wan.gguf --force",
 		"sdtool generate --diffusion-model testdata/tiny-qwen-image-diffusion-model.gguf --llm testdata/tiny-qwen-image-llm.gguf --vae testdata/tiny-qwen-image-vae.safetensors -p '一只猫 (a cat:1.2)' -o out/cat-qwen.png --imatrix-out out/qwen-calib.dat --force",
+		"sdtool generate --diffusion-model testdata/tiny-z-image-diffusion-model.gguf --llm testdata/tiny-z-image-llm.gguf --vae testdata/tiny-z-image-vae.gguf -p 'a red cat' --steps 2 -W 64 -H 64 -o out/cat-z.png --force",
 	)
 }
 

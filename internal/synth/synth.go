@@ -50,6 +50,9 @@ const (
 	// scaled by 20 (outlier channels), one value in 50 by 4 (heavy tails),
 	// and each row by a log-normal factor exp(0.5·N(0,1)) (per-row spread).
 	InitWeightRealistic
+	// InitZero stores zeros (a text encoder's embedding that makes its
+	// hidden states zero whatever the prompt, to test a DiT on its own).
+	InitZero
 )
 
 // TensorSpec is one generated tensor: its name, shape (PyTorch order) and
@@ -179,6 +182,8 @@ func (r *dataReader) value() float32 {
 		return 1 + 0.02*r.normal()
 	case InitWeightRealistic:
 		return r.std * r.normal() * r.realistic()
+	case InitZero:
+		return 0
 	}
 	return r.std * r.normal()
 }

@@ -184,6 +184,11 @@ var committed = []committedFile{
 			_, err := synth.TinyQwenImage.WriteParts(dir, "tiny-qwen-image", "gguf")
 			return err
 		}},
+	{names: []string{"tiny-z-image-diffusion-model.gguf", "tiny-z-image-llm.gguf", "tiny-z-image-vae.gguf"},
+		write: func(dir string) error {
+			_, err := synth.TinyZImage.WriteParts(dir, "tiny-z-image", "gguf")
+			return err
+		}},
 }
 
 // testdataFiles are the committed files -testdata writes, in DIR.
