@@ -48,7 +48,8 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 
 // loadTokenizer reads the tokenizer at path (a CLIP tokenizer.json,
 // vocab.json with merges.txt or a merges file, a SentencePiece model or a
-// unigram tokenizer.json, or a folder holding one) for an output in
+// unigram tokenizer.json, an LLM's byte-level BPE tokenizer.json or
+// vocab.json with merges.txt, or a folder holding one) for an output in
 // format: CLIP's is one string, a unigram vocabulary GGUF arrays (stored
 // in safetensors as their typed text, which the safetensors reader turns
 // back into arrays). text, below convert on the package
@@ -79,5 +80,17 @@ func loadTokenizer(path, format string) (embedded, error) {
 		return embedded{Meta: meta, What: fmt.Sprintf("SentencePiece unigram tokenizer (%d pieces) under tokenizer.ggml.*", uni.VocabSize()),
 			Replaces: []string{"tokenizer.ggml.", "sdtool.tokenizer.unigram."}}, nil
 	}
-	return embedded{}, fmt.Errorf("--tokenizer %s: not a CLIP tokenizer (%v) nor a SentencePiece one (%v)", path, clipErr, uniErr)
+	bpe, bpeErr := text.LoadByteBPE(path)
+	if bpeErr == nil {
+		meta := bpe.GGUFMetadata()
+		if format == "safetensors" {
+			var dropped []pipeline.DroppedKey
+			if meta, dropped = pipeline.CarryMetadata(meta, format); len(dropped) > 0 {
+				return embedded{}, fmt.Errorf("--tokenizer %s: metadata %s: %s", path, dropped[0].Key, dropped[0].Reason)
+			}
+		}
+		return embedded{Meta: meta, What: fmt.Sprintf("byte-level BPE tokenizer (%d tokens, %d merges) under tokenizer.ggml.*", len(bpe.Tokens), len(bpe.Merges)),
+			Replaces: []string{"tokenizer.ggml.", "sdtool.tokenizer.unigram."}}, nil
+	}
+	return embedded{}, fmt.Errorf("--tokenizer %s: not a CLIP tokenizer (%v), a SentencePiece one (%v) nor a byte-level BPE one (%v)", path, clipErr, uniErr, bpeErr)
 }

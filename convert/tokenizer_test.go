@@ -2,6 +2,7 @@ package convert
 
 import (
 	"compress/gzip"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -88,4 +89,66 @@ func TestConvertEmbedsTokenizers(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", c.opts.Tokenizers, err, c.want)
 		}
 	}
+}
+
+// --tokenizer embeds an LLM's byte-level BPE tokenizer.json (Qwen's
+// pre-tokenizer recognised by its pattern) under tokenizer.ggml.*, in
+// both formats, and text builds the same tokenizer from what was written.
+func TestConvertEmbedsByteBPE(t *testing.T) {
+	dir := t.TempDir()
+	vocab := map[string]int{}
+	for b := 0; b < 256; b++ {
+		r := rune(b)
+		if !(b >= '!' && b <= '~' || b >= 0xA1 && b <= 0xAC || b >= 0xAE) {
+			r = rune(256 + len(vocab) - countPrintable(b))
+		}
+		vocab[string(r)] = len(vocab)
+	}
+	vocab["ca"], vocab["cat"] = len(vocab), len(vocab)+1
+	doc := map[string]any{
+		"added_tokens":  []any{map[string]any{"id": len(vocab), "content": "<|im_start|>", "special": true}},
+		"pre_tokenizer": map[string]any{"type": "Sequence", "pretokenizers": []any{map[string]any{"type": "Split", "pattern": map[string]any{"Regex": text.PreQwen2Regex}}}},
+		"model":         map[string]any{"type": "BPE", "vocab": vocab, "merges": []string{"c a", "ca t"}},
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tj := filepath.Join(dir, "tokenizer.json")
+	os.WriteFile(tj, b, 0o644)
+	want, err := text.LoadByteBPETokenizer(tj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{"q.gguf", "q.safetensors"} {
+		path := filepath.Join(dir, out)
+		if _, err := run(&Options{Inputs: map[string]string{"model": tinyGGUF}, Output: path, Tokenizers: []string{tj}}, pipeline.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := formats.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := text.ByteBPEFromMetadata(path, m.Metadata())
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := "<|im_start|>a cat"
+		if a, b := got.Encode(p), want.Encode(p); !reflect.DeepEqual(a, b) || len(a) != 4 {
+			t.Errorf("%s: %v, want %v (4 ids)", out, a, b)
+		}
+	}
+}
+
+// countPrintable counts the bytes below b that GPT-2's alphabet keeps as
+// themselves, so that the others are numbered from 256 in byte order.
+func countPrintable(b int) int {
+	n := 0
+	for x := 0; x < b; x++ {
+		if x >= '!' && x <= '~' || x >= 0xA1 && x <= 0xAC || x >= 0xAE {
+			n++
+		}
+	}
+	return n
 }

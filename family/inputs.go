@@ -75,7 +75,8 @@ var Inputs = []*Input{
 	{Flag: FlagVAE, What: "VAE", Kind: KindVAE, Generate: true, SDCpp: true,
 		LoadPrefix: "vae.", LoadKeep: []string{"first_stage_model.", "vae."},
 		Parts: []string{"first_stage_model."}, ConvertPrefix: "vae.", ConvertOrder: 5},
-	{Flag: "llm", What: "decoder-only LLM text encoder", Kind: KindTextEncoder,
+	{Flag: "llm", What: "decoder-only LLM text encoder (Qwen3, Qwen2.5-VL)", Kind: KindTextEncoder, Generate: true,
+		LoadPrefix: "text_encoders.llm.", Parts: []string{"text_encoders.llm."},
 		ConvertPrefix: "text_encoders.llm.", ConvertOrder: 6},
 }
 

@@ -40,7 +40,9 @@
 //     schedule_flux.go (flow sigmas, schedule and scheduler "flux");
 //   - text encoder kinds: clip_config.go and graph_clip.go ("clip", with
 //     its tokenizer loader), t5_config.go, graph_t5.go and cond_t5.go
-//     ("t5");
+//     ("t5"), llm_config.go and graph_llm.go ("llm": Qwen3 and
+//     Qwen2.5-VL's text model, which conditioners read through
+//     EncodeLLMPrompt with their LLMPrompt);
 //   - VAE kinds: graph_vae.go ("kl", the LDM AutoencoderKL).
 //
 // A new family adds its own files of these kinds and a row in package

@@ -3,8 +3,6 @@ package text
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
@@ -40,13 +38,24 @@ type ByteBPEVocab struct {
 	Types []int32
 	// Merges are the ranked merges as "left right".
 	Merges []string
+	// Pre names the pre-tokenizer as tokenizer.ggml.pre does (PreQwen2),
+	// "" when the file's split is not one sdtool recognises.
+	Pre string
+	// IgnoreMerges takes a pre-tokenized piece whole when the vocabulary
+	// has it (tokenizer.json's model.ignore_merges).
+	IgnoreMerges bool
 }
 
-// LoadByteBPE reads a byte-level BPE vocabulary from path, a
-// tokenizer.json or a folder holding one.
+// LoadByteBPE reads a byte-level BPE vocabulary from path: a
+// tokenizer.json, a vocab.json with merges.txt beside it, or a folder
+// holding either.
 func LoadByteBPE(path string) (*ByteBPEVocab, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, "tokenizer.json")
+	path, vocab, merges, err := byteBPEFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	if vocab != "" {
+		return loadVocabMerges(vocab, merges)
 	}
 	b, err := formats.ReadRegular(path, formats.MaxTokenizerFile)
 	if err != nil {
@@ -68,10 +77,12 @@ func ParseByteBPE(source string, b []byte) (*ByteBPEVocab, error) {
 			Special bool   `json:"special"`
 		} `json:"added_tokens"`
 		Model struct {
-			Type   string          `json:"type"`
-			Vocab  json.RawMessage `json:"vocab"`
-			Merges json.RawMessage `json:"merges"`
+			Type         string          `json:"type"`
+			Vocab        json.RawMessage `json:"vocab"`
+			Merges       json.RawMessage `json:"merges"`
+			IgnoreMerges bool            `json:"ignore_merges"`
 		} `json:"model"`
+		PreTokenizer json.RawMessage `json:"pre_tokenizer"`
 	}
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, fmt.Errorf("%s: not a tokenizer.json: %w", source, err)
@@ -93,7 +104,8 @@ func ParseByteBPE(source string, b []byte) (*ByteBPEVocab, error) {
 	if n == 0 || n > maxByteBPETokens {
 		return nil, fmt.Errorf("%s: %d tokens (want 1 to %d)", source, n, maxByteBPETokens)
 	}
-	v := &ByteBPEVocab{Tokens: make([]string, n), Types: make([]int32, n)}
+	v := &ByteBPEVocab{Tokens: make([]string, n), Types: make([]int32, n), IgnoreMerges: f.Model.IgnoreMerges,
+		Pre: preTokenizerName(f.PreTokenizer)}
 	set := make([]bool, n)
 	put := func(id int, tok string, typ int32) error {
 		if id < 0 || id >= n {
@@ -164,6 +176,9 @@ func (v *ByteBPEVocab) GGUFMetadata() formats.Metadata {
 		{Key: GGUFTokenizerModel, Type: formats.TypeString, Value: GGUFByteBPEModelName},
 		{Key: GGUFTokenizerTokens, Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeString, Values: v.Tokens}},
 		{Key: GGUFTokenizerTokenType, Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeInt32, Values: v.Types}},
+	}
+	if v.Pre != "" {
+		md = append(md, formats.KV{Key: GGUFTokenizerPre, Type: formats.TypeString, Value: v.Pre})
 	}
 	if len(v.Merges) > 0 {
 		md = append(md, formats.KV{Key: GGUFTokenizerMerges, Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeString, Values: v.Merges}})

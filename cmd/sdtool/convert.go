@@ -37,7 +37,7 @@ func init() {
 		&cli.StringSliceFlag{Name: "tensor-type-rules", Usage: "`\"REGEX=TYPE,...\"`: first match wins; repeated flags are joined with commas as sd-cli does"},
 		&cli.StringSliceFlag{Name: "imatrix", Aliases: []string{"imat-in"}, Usage: "importance matrix `FILE` (.dat or GGUF; repeatable: stored values are summed as sd.cpp does)"},
 		&cli.BoolFlag{Name: "convert-name", Usage: "store sd.cpp's converted tensor names"},
-		&cli.StringSliceFlag{Name: "tokenizer", Usage: "embed the tokenizer at `PATH` (CLIP: tokenizer.json, vocab.json+merges.txt or their folder; T5: spiece.model or its tokenizer.json) where generate finds it (repeatable)"},
+		&cli.StringSliceFlag{Name: "tokenizer", Usage: "embed the tokenizer at `PATH` (CLIP: tokenizer.json, vocab.json+merges.txt or their folder; T5: spiece.model or its tokenizer.json; an LLM such as Qwen: its byte-level BPE tokenizer.json, vocab.json+merges.txt or their folder) where generate finds it (repeatable)"},
 		&cli.BoolFlag{Name: "no-metadata", Usage: "write no metadata, as sd-cli does (its exact bytes even for inputs with metadata)"},
 		&cli.StringSliceFlag{Name: "metadata", Usage: "`KEY=VALUE` string added to the output's metadata (repeatable), e.g. sdtool.unet.num_heads=8"},
 		&cli.BoolFlag{Name: "dequantize", Usage: "decode ComfyUI int8 (convrot) and FP8 modules to floats first, then convert (sd-cli keeps them as stored)"},

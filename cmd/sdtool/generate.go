@@ -170,6 +170,7 @@ func init() {
 			&cli.StringFlag{Name: "runtime", Value: infer.RuntimeSDCPP, Usage: "`RUNTIME` whose arithmetic to reproduce where the runtimes differ: sdcpp (stable-diffusion.cpp: FP8 modules without their weight_scale, an OpenCLIP text_projection as stored, which transposes SDXL's pooled embedding from single files) or comfyui (FP8 weight_scale applied, text_projection as trained, asym_w4a8_int8 modules widened to their INT8 grid and run as W8A8, convrot_w4a4 modules with int4 activations); INT8 modules run as W8A8 in both; nvfp4 and mxfp8 modules are dequantized, as ComfyUI on CPU does"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty or blank prompt encodes (T5 sees </s> alone)"},
+			&cli.StringFlag{Name: "llm-tokenizer", Usage: "LLM tokenizer `PATH` (Z-Image, Qwen-Image): the LLM's tokenizer.json, vocab.json with merges.txt, or a folder holding either", DefaultText: "one embedded in the --llm file's GGUF metadata (llama.cpp's GGUFs carry theirs)"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
@@ -236,6 +237,7 @@ func runGenerate(c *cli.Context) error {
 	opt := infer.LoadOptions{Tokenizers: map[string]string{"clip": tok}, Threads: threads, Prediction: c.String("prediction"),
 		Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP}
 	opt.Tokenizers["t5"] = c.String("t5-tokenizer")
+	opt.Tokenizers["llm"] = c.String("llm-tokenizer")
 	m, err := infer.Load(comps, opt)
 	if err != nil {
 		// The model's own problems come first (infer checks them before the
