@@ -210,7 +210,7 @@ var Families = []*Family{
 
 	// DiTs.
 	{
-		ID: "sd3", Title: "SD 3 / 3.5", Kind: KindDiffusion, ComfyArch: "sd3", SDCpp: "sd3",
+		ID: "sd3", Title: "SD 3 / 3.5", Kind: KindDiffusion, ComfyArch: "sd3", SDCpp: "sd3", Generate: true,
 		Detect: []Rule{
 			rule("", has(`^joint_blocks\.\d+\.context_block\.`), has(`^joint_blocks\.\d+\.x_block\.`)),
 			rule("medium", has(`^joint_blocks\.\d+\.context_block\.`), has(`^joint_blocks\.\d+\.x_block\.`), shape(`^x_embedder\.proj\.weight$`, 1536, -1, -1, -1), lacks(`^joint_blocks\.\d+\.x_block\.attn2\.`)),
@@ -221,7 +221,7 @@ var Families = []*Family{
 		Parts:    []Part{{"sd3", "model.diffusion_model."}, {"clip_l", "text_encoders.clip_l.transformer."}, {"clip_g", "text_encoders.clip_g.transformer."}, {"t5xxl", "text_encoders.t5xxl.transformer."}, {"flux_vae", "first_stage_model."}},
 		Keep:     []string{"final_layer.", "time_text_embed.", "context_embedder.", "t_embedder.", "y_embedder.", "x_embedder.", "proj_out.weight", "pos_embed", "^norm_out."},
 		Upgrades: Std,
-		Note:     "sd.cpp finds SD3 by joint_blocks only, so a diffusers SD3 is of no version there. 3.5 large is 2432 wide: rows of 2432 are not whole 256-element k-quant blocks, so k-quant mixes take the legacy fallbacks (q4_K to q5_0, q5_K to q5_1, q6_K to q8_0).",
+		Note:     "generate runs the SD3 checkpoint layout (not diffusers'). sd.cpp finds SD3 by joint_blocks only, so a diffusers SD3 is of no version there. 3.5 large is 2432 wide: rows of 2432 are not whole 256-element k-quant blocks, so k-quant mixes take the legacy fallbacks (q4_K to q5_0, q5_K to q5_1, q6_K to q8_0).",
 	},
 	{
 		ID: "flux", Title: "Flux.1", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux", Generate: true,
@@ -239,13 +239,13 @@ var Families = []*Family{
 		Note: "generate runs dev and schnell; Fill and Kontext are converted only. Kontext has dev's tensors: only metadata that names it tells them apart.",
 	},
 	{
-		ID: "chroma", Title: "Chroma", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux",
+		ID: "chroma", Title: "Chroma", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux", Generate: true,
 		Detect: []Rule{
 			rule("", has(fluxDouble), has(fluxSingle), has(`^distilled_guidance_layer\.`), lacks(`^guidance_in\.`)),
 			rule("radiance", has(fluxDouble), has(fluxSingle), has(`^distilled_guidance_layer\.`), lacks(`^guidance_in\.`), has(`^nerf_final_layer_conv\.`)).sd("chroma-radiance"),
 		},
 		Keep: with(fluxKeep, "distilled_guidance_layer."), Upgrades: Std,
-		Note: "Flux.1 without the modulation layers: ComfyUI-GGUF loads it under its flux architecture, sd.cpp as a Flux variant.",
+		Note: "Flux.1 without the modulation layers: ComfyUI-GGUF loads it under its flux architecture, sd.cpp as a Flux variant. generate runs Chroma; Radiance is converted only.",
 	},
 	{
 		ID: "flux2", Title: "Flux.2", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux2",

@@ -57,6 +57,12 @@ func init() {
 
 // detectFlux reads a Flux DiT's configuration under model.diffusion_model.
 func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
+	return detectFluxDiT(s, md, true)
+}
+
+// detectFluxDiT reads a Flux-layout DiT; modulated says whether every
+// block has its own modulation layers (Flux.1; Chroma's are pruned).
+func detectFluxDiT(s shapes, md formats.Metadata, modulated bool) (*FluxConfig, error) {
 	p := dmPrefix
 	c := &FluxConfig{Patch: 2, Theta: 10000}
 	var err error
@@ -120,7 +126,6 @@ func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
 				name string
 				want []int64
 			}{
-				{"mod.lin.weight", []int64{6 * h, h}},
 				{"attn.qkv.weight", []int64{3 * h, h}},
 				{"attn.norm.query_norm.scale", []int64{int64(c.HeadDim)}},
 				{"attn.norm.key_norm.scale", []int64{int64(c.HeadDim)}},
@@ -132,6 +137,9 @@ func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
 					return nil, err
 				}
 			}
+			if err := s.wantIf(modulated, b+"mod.lin.weight", []int64{6 * h, h}); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for i := 0; i < c.Single; i++ {
@@ -140,7 +148,6 @@ func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
 			name string
 			want []int64
 		}{
-			{"modulation.lin.weight", []int64{3 * h, h}},
 			{"linear1.weight", []int64{3*h + mlp, h}},
 			{"linear2.weight", []int64{h, h + mlp}},
 			{"norm.query_norm.scale", []int64{int64(c.HeadDim)}},
@@ -149,6 +156,9 @@ func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
 			if err := s.want(b+w.name, w.want); err != nil {
 				return nil, err
 			}
+		}
+		if err := s.wantIf(modulated, b+"modulation.lin.weight", []int64{3 * h, h}); err != nil {
+			return nil, err
 		}
 	}
 	c.Axes = fluxAxes
@@ -170,4 +180,12 @@ func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
 		return nil, fmt.Errorf("RoPE axes %v do not add up to the head width %d (set %s)", c.Axes, c.HeadDim, MetaFluxAxes)
 	}
 	return c, nil
+}
+
+// wantIf is s.want when cond holds.
+func (s shapes) wantIf(cond bool, name string, want []int64) error {
+	if !cond {
+		return nil
+	}
+	return s.want(name, want)
 }

@@ -34,6 +34,16 @@ type fluxParityRun struct {
 	Seed     uint64
 	Guidance float32
 	Threads  int
+	// CFG is the --cfg-scale (0: 1, no negative pass).
+	CFG float32
+}
+
+// cfg is the run's CFG scale.
+func (r fluxParityRun) cfg() float32 {
+	if r.CFG == 0 {
+		return 1
+	}
+	return r.CFG
 }
 
 func (r fluxParityRun) sdcliArgs(out string) []string {
@@ -45,16 +55,22 @@ func (r fluxParityRun) sdcliArgs(out string) []string {
 	}
 	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
 		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
-		"--scheduler", "flux", "--cfg-scale", "1", "--guidance", strconv.FormatFloat(float64(r.Guidance), 'g', -1, 32),
+		"--scheduler", "flux", "--cfg-scale", strconv.FormatFloat(float64(r.cfg()), 'g', -1, 32), "--guidance", strconv.FormatFloat(float64(r.Guidance), 'g', -1, 32),
 		"--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
 }
 
 func (r fluxParityRun) components() Components {
-	return Components{"diffusion-model": r.Parts["diffusion-model"], "clip_l": r.Parts["clip_l"], "t5xxl": r.Parts["t5xxl"], "vae": r.Parts["vae"]}
+	c := Components{}
+	for _, flag := range synth.FluxParts {
+		if p, ok := r.Parts[flag]; ok {
+			c[flag] = p
+		}
+	}
+	return c
 }
 
 func (r fluxParityRun) request() Request {
-	return Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1, Guidance: r.Guidance,
+	return Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: r.cfg(), Guidance: r.Guidance,
 		Seed: r.Seed, RNG: RNGCUDA, Method: Euler, Scheduler: SchedulerFlux}
 }
 
@@ -120,19 +136,7 @@ func testFluxParity(t *testing.T, dev bool) {
 		copyFile(t, out, filepath.Join(d, "sdcli.png"))
 	}
 	// CLIP's real vocabulary, as sd-cli has it built in (the files embed a small one).
-	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": sharedCLIPMerges}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	res, err := m.Generate(r.request())
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := ImageFromCHW(res.Pixels, res.Width, res.Height)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, fam := generateParts(t, r.components(), LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": sharedCLIPMerges}}, r.request())
 	if d := os.Getenv("SDTOOL_FLUX_PARITY_DIR"); d != "" {
 		if err := writePNGFile(filepath.Join(d, "sdtool.png"), img); err != nil {
 			t.Fatal(err)
@@ -142,7 +146,7 @@ func testFluxParity(t *testing.T, dev bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("sdtool vs sd-cli, %s, 128x128, 4 euler steps: PSNR %.2f dB", m.Family.Title, psnr)
+	t.Logf("sdtool vs sd-cli, %s, 128x128, 4 euler steps: PSNR %.2f dB", fam.Title, psnr)
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
 	}
@@ -188,12 +192,22 @@ func TestFluxGenerateChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(r.components(), LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": sharedCLIPMerges}})
+	opts := LoadOptions{Threads: r.Threads}
+	if _, ok := r.Parts["clip_l"]; ok {
+		opts.Tokenizers = map[string]string{"clip": sharedCLIPMerges}
+	}
+	reportChild(t, r.components(), opts, r.request())
+}
+
+// reportChild is a benchmark child's work: it generates req and prints
+// its seconds per step for benchVsSDCLI.
+func reportChild(t *testing.T, comps Components, opt LoadOptions, req Request) {
+	m, err := Load(comps, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	res, err := m.Generate(r.request())
+	res, err := m.Generate(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,17 +230,38 @@ func BenchmarkFluxVsSDCLI(b *testing.B) {
 		}
 		r.Threads = n
 	}
-	dir := b.TempDir()
+	benchFluxVsSDCLI(b, bin, r)
+}
+
+// benchFluxVsSDCLI is BenchmarkFluxVsSDCLI's loop for any run of a Flux-layout model.
+func benchFluxVsSDCLI(b *testing.B, bin string, r fluxParityRun) {
 	spec, _ := json.Marshal(r)
+	benchVsSDCLI(b, bin, sdcliBench{args: r.sdcliArgs(filepath.Join(b.TempDir(), "sdcli.png")), steps: r.Steps,
+		child: "TestFluxGenerateChild", env: fluxChildEnv, spec: spec})
+}
+
+// sdcliBench is one side-by-side benchmark: sd-cli's arguments and steps,
+// and the child test that runs sdtool's side from the spec in env.
+type sdcliBench struct {
+	args       []string
+	steps      int
+	child, env string
+	spec       []byte
+}
+
+// benchVsSDCLI alternates one sd-cli run and one sdtool run (each in a
+// fresh process) and reports both sides' seconds per step and peak RSS
+// and their ratios, measured in one run.
+func benchVsSDCLI(b *testing.B, bin string, sb sdcliBench) {
 	var cliStep, ourStep float64
 	var cliPeak, ourPeak int64
 	n := 0
 	for b.Loop() {
-		s, p := sdcliStepAndPeak(b, bin, r.sdcliArgs(filepath.Join(dir, "sdcli.png")), r.Steps)
+		s, p := sdcliStepAndPeak(b, bin, sb.args, sb.steps)
 		cliStep += s
 		cliPeak = max(cliPeak, p)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFluxGenerateChild$", "-test.v")
-		cmd.Env = append(os.Environ(), fluxChildEnv+"="+string(spec))
+		cmd := exec.Command(os.Args[0], "-test.run=^"+sb.child+"$", "-test.v")
+		cmd.Env = append(os.Environ(), sb.env+"="+string(sb.spec))
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			b.Fatalf("child: %v\n%s", err, tail(out))

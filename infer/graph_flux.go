@@ -119,14 +119,26 @@ func fluxRotate(c *native.Context, x, cos, sin native.Tensor) native.Tensor {
 // fluxAttention is RoPE attention over q, k, v [d, heads, L] (q and k
 // normed): softmax(q·kᵀ/√d)·v per head, returned as tokens [heads·d, L].
 func fluxAttention(c *native.Context, q, k, v, cos, sin native.Tensor) native.Tensor {
+	return fluxAttentionMasked(c, q, k, v, cos, sin, native.Tensor{})
+}
+
+// fluxAttentionMasked is fluxAttention with an additive key mask [L] (0 or
+// -inf per key, the same for every query; Chroma's padding mask) when
+// mask is valid. Adding the mask before the softmax's scale gives sd.cpp's
+// kq·scale + mask exactly, since the mask's entries are 0 or -inf.
+func fluxAttentionMasked(c *native.Context, q, k, v, cos, sin, mask native.Tensor) native.Tensor {
 	ne := q.Ne()
 	d, heads, l := ne[0], ne[1], ne[2]
-	qr := fluxRotate(c, q, cos, sin)                                    // [d, L, heads]
-	kr := fluxRotate(c, k, cos, sin)                                    // [d, L, heads]
-	vt := c.Cont(c.Permute(v, 1, 2, 0, 3))                              // [L, d, heads]
-	kq := c.SoftMax(c.MulMat(kr, qr), float32(1/math.Sqrt(float64(d)))) // [Lk, Lq, heads]
-	o := c.MulMat(vt, kq)                                               // [d, Lq, heads]
-	o = c.Cont(c.Permute(o, 0, 2, 1, 3))                                // [d, heads, Lq]
+	qr := fluxRotate(c, q, cos, sin)       // [d, L, heads]
+	kr := fluxRotate(c, k, cos, sin)       // [d, L, heads]
+	vt := c.Cont(c.Permute(v, 1, 2, 0, 3)) // [L, d, heads]
+	kq := c.MulMat(kr, qr)                 // [Lk, Lq, heads]
+	if mask.Valid() {
+		kq = c.Add(kq, mask)
+	}
+	kq = c.SoftMax(kq, float32(1/math.Sqrt(float64(d))))
+	o := c.MulMat(vt, kq)                // [d, Lq, heads]
+	o = c.Cont(c.Permute(o, 0, 2, 1, 3)) // [d, heads, Lq]
 	return c.Reshape(o, d*heads, l)
 }
 
@@ -135,11 +147,13 @@ func (g *builder) fluxMLP(x native.Tensor, prefix string) native.Tensor {
 	return g.linear(g.c.GELU(g.linear(x, prefix+".0")), prefix+".2")
 }
 
-// fluxDouble is double_blocks.i: img [h, Li] and txt [h, Lt] attend jointly (text first).
-func (g *builder) fluxDouble(cfg *FluxConfig, p string, img, txt, vec, cos, sin native.Tensor) (native.Tensor, native.Tensor) {
+// fluxDouble is double_blocks.i: img [h, Li] and txt [h, Lt] attend
+// jointly (text first), given the block's modulations (six [h] chunks per
+// stream: shift, scale, gate for attention, then for the MLP; Flux's come
+// from the block's own layers, Chroma's from its approximator) and an
+// optional key mask (fluxAttentionMasked).
+func (g *builder) fluxDouble(cfg *FluxConfig, p string, img, txt native.Tensor, im, tm []native.Tensor, cos, sin, mask native.Tensor) (native.Tensor, native.Tensor) {
 	d, heads, h := int64(cfg.HeadDim), int64(cfg.Heads), int64(cfg.Hidden)
-	im := g.fluxMod(vec, p+"img_mod.lin", 6)
-	tm := g.fluxMod(vec, p+"txt_mod.lin", 6)
 	qkv := func(x native.Tensor, mod []native.Tensor, st string) (q, k, v native.Tensor) {
 		y := g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[0], mod[1])
 		t := g.linear(y, p+st+"_attn.qkv")
@@ -150,7 +164,7 @@ func (g *builder) fluxDouble(cfg *FluxConfig, p string, img, txt, vec, cos, sin 
 	}
 	iq, ik, iv := qkv(img, im, "img")
 	tq, tk, tv := qkv(txt, tm, "txt")
-	a := fluxAttention(g.c, g.c.Concat(tq, iq, 2), g.c.Concat(tk, ik, 2), g.c.Concat(tv, iv, 2), cos, sin)
+	a := fluxAttentionMasked(g.c, g.c.Concat(tq, iq, 2), g.c.Concat(tk, ik, 2), g.c.Concat(tv, iv, 2), cos, sin, mask)
 	lt, li := txt.Ne()[1], img.Ne()[1]
 	nb := a.Nb()
 	ta := g.c.View(a, [4]int64{h, lt, 1, 1}, nb[1], nb[1]*lt, nb[1]*lt, 0)
@@ -163,20 +177,59 @@ func (g *builder) fluxDouble(cfg *FluxConfig, p string, img, txt, vec, cos, sin 
 	return stream(img, ia, im, "img"), stream(txt, ta, tm, "txt")
 }
 
-// fluxSingle is single_blocks.i over the joined tokens x [h, L].
-func (g *builder) fluxSingle(cfg *FluxConfig, p string, x, vec, cos, sin native.Tensor) native.Tensor {
+// fluxSingle is single_blocks.i over the joined tokens x [h, L], given its
+// modulation (shift, scale, gate) and an optional key mask, as fluxDouble.
+func (g *builder) fluxSingle(cfg *FluxConfig, p string, x native.Tensor, mod []native.Tensor, cos, sin, mask native.Tensor) native.Tensor {
 	d, heads, h, mlp := int64(cfg.HeadDim), int64(cfg.Heads), int64(cfg.Hidden), int64(cfg.MLP)
-	mod := g.fluxMod(vec, p+"modulation.lin", 3)
 	y := g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[0], mod[1])
 	t := g.linear(y, p+"linear1") // [3h + mlp, L]
 	q := g.fluxQKNorm(g.fluxHeads(t, d, heads, 0), p+"norm.query_norm")
 	k := g.fluxQKNorm(g.fluxHeads(t, d, heads, h), p+"norm.key_norm")
 	v := g.fluxHeads(t, d, heads, 2*h)
-	a := fluxAttention(g.c, q, k, v, cos, sin)
+	a := fluxAttentionMasked(g.c, q, k, v, cos, sin, mask)
 	ne, nb := t.Ne(), t.Nb()
 	m := g.c.GELU(g.c.Cont(g.c.View(t, [4]int64{mlp, ne[1], 1, 1}, nb[1], nb[1]*ne[1], nb[1]*ne[1], 3*h*nb[0])))
 	out := g.linear(g.c.Concat(a, m, 0), p+"linear2")
 	return g.c.Add(x, g.c.Mul(out, mod[2]))
+}
+
+// fluxBlockMods gives a block's modulations: a double block's (by its
+// index) for the image and the text stream, or a single block's.
+type fluxBlockMods struct {
+	double func(i int, prefix string) (img, txt []native.Tensor)
+	single func(i int, prefix string) []native.Tensor
+}
+
+// fluxTrunk runs the double blocks over image tokens x [h, Li] and text
+// tokens c [h, Lt], then the single blocks over both joined, and returns
+// the image tokens [h, Li]; keep receives every block's output.
+func (g *builder) fluxTrunk(cfg *FluxConfig, x, c native.Tensor, mods fluxBlockMods, cos, sin, mask native.Tensor, keep func(string, native.Tensor)) native.Tensor {
+	p := dmPrefix
+	for i := 0; i < cfg.Double; i++ {
+		bp := fmt.Sprintf("%sdouble_blocks.%d.", p, i)
+		im, tm := mods.double(i, bp)
+		x, c = g.fluxDouble(cfg, bp, x, c, im, tm, cos, sin, mask)
+		keep(fmt.Sprintf("double_blocks.%d", i), x)
+	}
+	lt, li := c.Ne()[1], x.Ne()[1]
+	joint := g.c.Concat(c, x, 1)
+	for i := 0; i < cfg.Single; i++ {
+		bp := fmt.Sprintf("%ssingle_blocks.%d.", p, i)
+		joint = g.fluxSingle(cfg, bp, joint, mods.single(i, bp), cos, sin, mask)
+		keep(fmt.Sprintf("single_blocks.%d", i), joint)
+	}
+	nb := joint.Nb()
+	return g.c.View(joint, [4]int64{int64(cfg.Hidden), li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1])
+}
+
+// fluxKeeper returns a keep function for fluxTrunk that collects the
+// block outputs into blocks when capture is set.
+func (g *builder) fluxKeeper(capture bool, blocks *[]blockTensor) func(string, native.Tensor) {
+	return func(name string, x native.Tensor) {
+		if capture {
+			*blocks = append(*blocks, blockTensor{name, g.output(g.c.Cont(x))})
+		}
+	}
 }
 
 // flux builds one evaluation of the DiT: img [InChannels, Li] patch tokens,
@@ -188,11 +241,6 @@ func (g *builder) fluxSingle(cfg *FluxConfig, p string, x, vec, cos, sin native.
 func (g *builder) flux(cfg *FluxConfig, img, txt, t, guidance, y, cos, sin native.Tensor, capture bool) (native.Tensor, []blockTensor) {
 	p := dmPrefix
 	var blocks []blockTensor
-	keep := func(name string, x native.Tensor) {
-		if capture {
-			blocks = append(blocks, blockTensor{name, g.output(g.c.Cont(x))})
-		}
-	}
 	x := g.linear(img, p+"img_in")
 	vec := g.fluxMLPEmbed(g.c.TimestepEmbedding(g.c.Scale(t, 1000), 256, 10000), p+"time_in")
 	if cfg.Guidance {
@@ -202,20 +250,20 @@ func (g *builder) flux(cfg *FluxConfig, img, txt, t, guidance, y, cos, sin nativ
 		vec = g.c.Add(vec, g.fluxMLPEmbed(y, p+"vector_in"))
 	}
 	vec = g.c.Reshape(vec, int64(cfg.Hidden))
-	c := g.linear(txt, p+"txt_in")
-	for i := 0; i < cfg.Double; i++ {
-		x, c = g.fluxDouble(cfg, fmt.Sprintf("%sdouble_blocks.%d.", p, i), x, c, vec, cos, sin)
-		keep(fmt.Sprintf("double_blocks.%d", i), x)
+	mods := fluxBlockMods{
+		double: func(_ int, bp string) ([]native.Tensor, []native.Tensor) {
+			return g.fluxMod(vec, bp+"img_mod.lin", 6), g.fluxMod(vec, bp+"txt_mod.lin", 6)
+		},
+		single: func(_ int, bp string) []native.Tensor { return g.fluxMod(vec, bp+"modulation.lin", 3) },
 	}
-	lt, li := c.Ne()[1], x.Ne()[1]
-	joint := g.c.Concat(c, x, 1)
-	for i := 0; i < cfg.Single; i++ {
-		joint = g.fluxSingle(cfg, fmt.Sprintf("%ssingle_blocks.%d.", p, i), joint, vec, cos, sin)
-		keep(fmt.Sprintf("single_blocks.%d", i), joint)
-	}
-	nb := joint.Nb()
-	x = g.c.View(joint, [4]int64{int64(cfg.Hidden), li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1])
+	x = g.fluxTrunk(cfg, x, g.linear(txt, p+"txt_in"), mods, cos, sin, native.Tensor{}, g.fluxKeeper(capture, &blocks))
 	mod := g.fluxMod(vec, p+"final_layer.adaLN_modulation.1", 2)
-	x = g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[0], mod[1])
-	return g.linear(x, p+"final_layer.linear"), blocks
+	return g.fluxFinal(x, mod[0], mod[1]), blocks
+}
+
+// fluxFinal is the final layer over image tokens x [h, Li]: the layer
+// norm modulated by shift and scale, then final_layer.linear.
+func (g *builder) fluxFinal(x, shift, scale native.Tensor) native.Tensor {
+	x = g.fluxModulate(g.c.Norm(x, fluxNormEps), shift, scale)
+	return g.linear(x, dmPrefix+"final_layer.linear")
 }

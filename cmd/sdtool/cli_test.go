@@ -272,7 +272,7 @@ func TestReadmeStartsWithRunAndTest(t *testing.T) {
 // in a fresh copy. Lines that run the Go toolchain itself are left to .ci/run.
 // The renders are most of its time, so the default run renders the README's
 // first SD 1.x block once and leaves to the long run (SDTOOL_LONG=1) the
-// second pass of every block that renders, the SDXL, Flux, report and
+// second pass of every block that renders, the SDXL, Flux, Chroma, SD3, report and
 // calibration blocks (longReadmeBlock) and the generate and report help
 // examples.
 func TestDocumentedCommands(t *testing.T) {
@@ -418,7 +418,7 @@ func commandPaths(cmds []*cli.Command, prefix string) []string {
 // report or a calibration set: the default run leaves them to the long one
 // (TestGenerateSDXLMixedComponents, TestGenerateEmptyPrompt, TestReportNaNFile
 // and TestGenerateImatrixPromptFile render those by default).
-var longReadmeBlock = regexp.MustCompile(`tiny-sdxl|tiny-flux|sdtool report\b|--prompt-file`)
+var longReadmeBlock = regexp.MustCompile(`tiny-sdxl|tiny-flux|tiny-chroma|tiny-sd3|sdtool report\b|--prompt-file`)
 
 // needsGGML matches documented command lines that run models through ggml,
 // which a CGO_ENABLED=0 build cannot (it says so and exits 1).

@@ -57,6 +57,10 @@ type fluxConfig struct {
 	Hidden, HeadDim, MLP, Double, Single int
 	In, VecIn, ContextIn, TimeIn         int
 	Guidance                             bool
+	// ApproxInner, when not 0, makes it Chroma: no time, guidance, vector
+	// or modulation layers, an approximator ApproxInner wide with
+	// ApproxLayers residual layers instead.
+	ApproxInner, ApproxLayers int
 }
 
 // wanConfig describes the Wan 2.x video DiT.
@@ -580,16 +584,30 @@ func (c fluxConfig) build(b *builder) {
 		b.linear(p+".out_layer", h, h, true)
 	}
 	b.linear("img_in", h, c.In, true)
-	mlp("time_in", c.TimeIn)
-	if c.Guidance {
-		mlp("guidance_in", c.TimeIn)
+	chroma := c.ApproxInner > 0
+	if chroma {
+		a := "distilled_guidance_layer."
+		b.linear(a+"in_proj", c.ApproxInner, 64, true)
+		for i := 0; i < c.ApproxLayers; i++ {
+			b.linear(a+"layers."+itoa(i)+".in_layer", c.ApproxInner, c.ApproxInner, true)
+			b.linear(a+"layers."+itoa(i)+".out_layer", c.ApproxInner, c.ApproxInner, true)
+			b.add(a+"norms."+itoa(i)+".scale", InitOne, c.ApproxInner)
+		}
+		b.linear(a+"out_proj", h, c.ApproxInner, true)
+	} else {
+		mlp("time_in", c.TimeIn)
+		if c.Guidance {
+			mlp("guidance_in", c.TimeIn)
+		}
+		mlp("vector_in", c.VecIn)
 	}
-	mlp("vector_in", c.VecIn)
 	b.linear("txt_in", h, c.ContextIn, true)
 	for i := 0; i < c.Double; i++ {
 		p := "double_blocks." + itoa(i)
 		for _, s := range []string{"img", "txt"} {
-			b.linear(p+"."+s+"_mod.lin", 6*h, h, true)
+			if !chroma {
+				b.linear(p+"."+s+"_mod.lin", 6*h, h, true)
+			}
 			b.linear(p+"."+s+"_attn.qkv", 3*h, h, true)
 			b.add(p+"."+s+"_attn.norm.query_norm.scale", InitOne, c.HeadDim)
 			b.add(p+"."+s+"_attn.norm.key_norm.scale", InitOne, c.HeadDim)
@@ -604,10 +622,14 @@ func (c fluxConfig) build(b *builder) {
 		b.linear(p+".linear2", h, h+c.MLP, true)
 		b.add(p+".norm.query_norm.scale", InitOne, c.HeadDim)
 		b.add(p+".norm.key_norm.scale", InitOne, c.HeadDim)
-		b.linear(p+".modulation.lin", 3*h, h, true)
+		if !chroma {
+			b.linear(p+".modulation.lin", 3*h, h, true)
+		}
 	}
 	b.linear("final_layer.linear", c.In, h, true)
-	b.linear("final_layer.adaLN_modulation.1", 2*h, h, true)
+	if !chroma {
+		b.linear("final_layer.adaLN_modulation.1", 2*h, h, true)
+	}
 }
 
 // build expands the Wan DiT (Wan-AI reference naming; patch (1, 2, 2)).

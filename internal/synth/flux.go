@@ -30,6 +30,11 @@ type Flux struct {
 	Double, Single int
 	// Guidance adds guidance_in (Flux.1 dev).
 	Guidance bool
+	// ApproxInner and ApproxLayers, when ApproxInner is not 0, make the
+	// DiT Chroma's: an approximator (distilled_guidance_layer) that wide
+	// and deep (sd.cpp fixes 5120 and 5) instead of the time, guidance,
+	// vector and modulation layers. Chroma has no CLIP: leave CLIP zero.
+	ApproxInner, ApproxLayers int
 	// Context is the text tokens' width (txt_in's input; T5-XXL: 4096).
 	Context int
 	// CLIP shapes CLIP-L (its width is the DiT's vector_in input).
@@ -106,6 +111,28 @@ var TinyFlux = Flux{
 	Words: DefaultWords, Seed: 4, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
 }
 
+// ChromaParity is the Chroma model of the sd-cli image parity tests:
+// FluxParity's DiT (768 wide, two blocks of each kind) without its
+// modulation layers, the approximator at the full size sd.cpp fixes (5120
+// wide, 5 layers), FluxParity's T5 and VAE, and no CLIP.
+var ChromaParity = Flux{
+	Hidden: 768, Heads: 6, Double: 2, Single: 2, Context: 512, ApproxInner: 5120, ApproxLayers: 5,
+	T5:    &T5{Hidden: 512, FF: 1024, Layers: 2, Heads: 8, HeadDim: 64, Buckets: 32, Vocab: 32128, Words: DefaultWords, Seed: 3, Type: formats.F16},
+	VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
+	Words: DefaultWords, Seed: 6, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
+}
+
+// TinyChroma is testdata/tiny-chroma.gguf: TinyFlux's DiT as Chroma (a
+// 64-wide approximator of two layers instead of the modulation layers;
+// linear weights q8_0), TinyT5 and the 32-wide VAE, no CLIP, f16, with
+// 128x128 images in 4 steps by default (under 3 MB).
+var TinyChroma = Flux{
+	Hidden: 128, Heads: 1, Double: 1, Single: 1, Context: 64, ApproxInner: 64, ApproxLayers: 2,
+	T5:    &TinyT5,
+	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
+	Words: DefaultWords, Seed: 7, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
+}
+
 // Vocab returns the CLIP tokenizer's vocabulary size (SD.Vocab's).
 func (c Flux) Vocab() int { return SD{Words: c.Words}.Vocab() }
 
@@ -147,8 +174,12 @@ func (c Flux) Part(flag string) []TensorSpec {
 	switch flag {
 	case "diffusion-model":
 		fluxConfig{Hidden: c.Hidden, HeadDim: c.Hidden / c.Heads, MLP: 4 * c.Hidden, Double: c.Double, Single: c.Single,
-			In: 64, VecIn: c.CLIP.Hidden, ContextIn: c.Context, TimeIn: 256, Guidance: c.Guidance}.build(b)
+			In: 64, VecIn: c.CLIP.Hidden, ContextIn: c.Context, TimeIn: 256, Guidance: c.Guidance,
+			ApproxInner: c.ApproxInner, ApproxLayers: c.ApproxLayers}.build(b)
 	case "clip_l":
+		if c.CLIP.Layers == 0 {
+			return nil
+		}
 		b.prefix = "text_model."
 		clipConfig{Hidden: c.CLIP.Hidden, FF: c.CLIP.FF, Layers: c.CLIP.Layers, Vocab: c.clipVocab(), Positions: 77}.buildHF(b)
 	case "t5xxl":
@@ -190,7 +221,7 @@ func (c Flux) Metadata(flag string) formats.Metadata {
 		md = append(md, str("general.architecture", "flux"),
 			u32("sdtool.generate.width", c.Width), u32("sdtool.generate.height", c.Height), u32("sdtool.generate.steps", c.Steps))
 	}
-	if flag == "" || flag == "clip_l" {
+	if (flag == "" || flag == "clip_l") && c.CLIP.Layers > 0 {
 		// infer.MetadataMergesKey and infer.MetaCLIPHeads, spelled out (internal packages do not import infer).
 		md = append(md, str("sdtool.tokenizer.clip.merges", "#version: 0.2\n"+strings.Join(Merges(c.Words), "\n")),
 			u32("sdtool.clip.num_heads", c.CLIP.Heads))

@@ -2,8 +2,10 @@
 // -testdata DIR it writes the committed test files into DIR:
 // tiny-sd1.gguf and tiny-sd1.safetensors (one model, synth.TinySD, in both
 // formats; generate runs either), its synthetic importance matrix
-// tiny-sd1.imatrix.dat, tiny-sdxl.gguf (synth.TinySDXL) and tiny-flux.gguf
-// (synth.TinyFlux, one file with ComfyUI's prefixes). With -arch it
+// tiny-sd1.imatrix.dat, tiny-sdxl.gguf (synth.TinySDXL), tiny-flux.gguf
+// (synth.TinyFlux, one file with ComfyUI's prefixes), tiny-chroma.gguf
+// (synth.TinyChroma, likewise) and tiny-sd3.gguf (synth.TinySD3, SD3's
+// checkpoint prefixes). With -arch it
 // writes any architecture the generator knows, scaled; with -sd a runnable
 // SD preset, optionally with quantized linear weights. It never replaces an
 // existing file unless -force is given, so regenerating the committed files

@@ -1,0 +1,66 @@
+package infer
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sdtool/sdtool/text"
+)
+
+// chromaConditioner is Chroma's conditioning (Family.Conditioner
+// "chroma"), as sd.cpp's T5CLIPEmbedder computes it: T5-XXL's hidden
+// states over chunks of text.ChromaT5Length tokens (the prompt, </s>, then
+// padding; weighted like Flux's), and in Conditioning.Vector the DiT's key
+// mask over those tokens (chromaMask; nil when the DiT mask is off). The
+// settings are sd-cli's model-arg defaults: chroma_use_dit_mask true,
+// chroma_use_t5_mask false, chroma_t5_mask_pad 1. Without T5 the context
+// is 256 zero tokens, all masked, as sd-cli's.
+type chromaConditioner struct {
+	m      *Model
+	t5     *T5Config // nil without T5
+	ctxDim int       // the DiT's text token width
+	// ditMask, t5Mask and maskPad are sd-cli's chroma_use_dit_mask,
+	// chroma_use_t5_mask and chroma_t5_mask_pad.
+	ditMask, t5Mask bool
+	maskPad         int
+}
+
+func init() {
+	conditioners["chroma"] = func(m *Model) (conditioner, error) {
+		f, ok := m.Config.Network.(*ChromaConfig)
+		if !ok {
+			return nil, fmt.Errorf("%s: no Chroma configuration", m.Path)
+		}
+		c := &chromaConditioner{m: m, t5: m.Config.t5(), ctxDim: f.ContextDim, ditMask: true, maskPad: 1}
+		if c.t5 != nil && c.t5.Hidden != f.ContextDim {
+			return nil, fmt.Errorf("%s: T5 is %d wide, the DiT's txt_in takes %d", m.Path, c.t5.Hidden, f.ContextDim)
+		}
+		return c, nil
+	}
+}
+
+func (c *chromaConditioner) encode(prompt string, width, height int, zero bool) (*Conditioning, error) {
+	if c.t5 == nil {
+		const tokens = 256
+		out := &Conditioning{Tokens: tokens, Dim: c.ctxDim, Context: make([]float32, tokens*c.ctxDim)}
+		if c.ditMask {
+			out.Vector = make([]float32, tokens)
+			for i := range out.Vector {
+				out.Vector[i] = float32(math.Inf(-1))
+			}
+		}
+		return out, nil
+	}
+	h, keep, err := c.m.t5ContextMasked(c.m.t5Tokenizer(), prompt, text.ChromaT5Length, c.t5Mask)
+	if err != nil {
+		return nil, err
+	}
+	if zero {
+		clear(h)
+	}
+	out := &Conditioning{Context: h, Tokens: len(keep), Dim: c.ctxDim}
+	if c.ditMask {
+		out.Vector = chromaMask(keep, c.maskPad)
+	}
+	return out, nil
+}
