@@ -424,6 +424,7 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 	func() {
 		defer native.Recover(&err)
 		ins, out = build(g)
+		ins = append(ins, g.consts...)
 		out = ctx.Cont(out).SetOutput()
 	}()
 	if err != nil {
