@@ -4,8 +4,9 @@
 // formats; generate runs either), its synthetic importance matrix
 // tiny-sd1.imatrix.dat, tiny-sdxl.gguf (synth.TinySDXL), tiny-flux.gguf
 // (synth.TinyFlux, one file with ComfyUI's prefixes), tiny-chroma.gguf
-// (synth.TinyChroma, likewise) and tiny-sd3.gguf (synth.TinySD3, SD3's
-// checkpoint prefixes). With -arch it
+// (synth.TinyChroma, likewise), tiny-sd3.gguf (synth.TinySD3, SD3's
+// checkpoint prefixes) and tiny-flux2-klein.gguf (synth.TinyKlein, sd-cli's
+// prefixes, the Qwen3 tokenizer embedded). With -arch it
 // writes any architecture the generator knows, scaled; with -sd a runnable
 // SD preset, optionally with quantized linear weights. It never replaces an
 // existing file unless -force is given, so regenerating the committed files

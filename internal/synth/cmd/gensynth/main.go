@@ -52,7 +52,7 @@ func run(args []string, stderr io.Writer) (err error) {
 	dtype := fs.String("dtype", "f16", "storage type: f32, f16 or bf16")
 	out := fs.String("o", "", "output file (.gguf or .safetensors)")
 	imat := fs.String("imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
-	testdata := fs.String("testdata", "", "write the committed test files (tiny-sd1.gguf, tiny-sd1.safetensors, tiny-sd1.imatrix.dat, tiny-sdxl.gguf, tiny-flux.gguf, tiny-chroma.gguf, tiny-sd3.gguf) into `DIR`")
+	testdata := fs.String("testdata", "", "write the committed test files (tiny-sd1.gguf, tiny-sd1.safetensors, tiny-sd1.imatrix.dat, tiny-sdxl.gguf, tiny-flux.gguf, tiny-chroma.gguf, tiny-sd3.gguf, tiny-flux2-klein.gguf) into `DIR`")
 	force := fs.Bool("force", false, "replace existing files")
 	fluxBench := fs.Bool("flux-bench", false, "write synth.FluxBench (a runnable Flux layout with realistic weight statistics) to -o")
 	if err := fs.Parse(args); err != nil {
@@ -106,7 +106,10 @@ func run(args []string, stderr io.Writer) (err error) {
 		if err := synth.TinyChroma.WriteSingle(files[5]); err != nil {
 			return err
 		}
-		return synth.TinySD3.WriteSingle(files[6])
+		if err := synth.TinySD3.WriteSingle(files[6]); err != nil {
+			return err
+		}
+		return synth.TinyKlein.WriteSingle(files[7])
 	case *fluxBench:
 		if *out == "" {
 			return errors.New("-flux-bench needs -o OUT.gguf or OUT.safetensors")
@@ -181,6 +184,7 @@ func testdataFiles(dir string) []string {
 		filepath.Join(dir, "tiny-flux.gguf"),
 		filepath.Join(dir, "tiny-chroma.gguf"),
 		filepath.Join(dir, "tiny-sd3.gguf"),
+		filepath.Join(dir, "tiny-flux2-klein.gguf"),
 	}
 }
 
