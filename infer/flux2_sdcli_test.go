@@ -3,6 +3,7 @@
 package infer
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,6 +90,11 @@ func kleinSDCLI(tb testing.TB, c synth.Flux2) (string, synth.Flux2) {
 		tb.Fatal(err)
 	}
 	c.LLM.Tokenizer = kleinSDCLIVocab(tb, bin, v)
+	// sd-cli pads with id 151643 (Qwen's <|endoftext|>) whatever its
+	// vocabulary numbers it, which in this build is <|im_start|>'s id: the
+	// control tokens share one embedding row, so the padding is the same
+	// on both sides while every word keeps its own row.
+	c.LLM.SameRowsFrom = 256 + len(c.LLM.Tokenizer.Merges)
 	return bin, c
 }
 
@@ -174,4 +180,43 @@ func TestKleinMatchesSDCLI(t *testing.T) {
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
 	}
+}
+
+// kleinChildEnv carries a kleinParityRun to TestKleinGenerateChild.
+const kleinChildEnv = "SDTOOL_KLEIN_CHILD"
+
+// TestKleinGenerateChild is BenchmarkKleinVsSDCLI's child process: one
+// generation of the run in $SDTOOL_KLEIN_CHILD, printing its seconds per step.
+func TestKleinGenerateChild(t *testing.T) {
+	spec := os.Getenv(kleinChildEnv)
+	if spec == "" {
+		t.Skip("runs as BenchmarkKleinVsSDCLI's child process")
+	}
+	var r kleinParityRun
+	if err := json.Unmarshal([]byte(spec), &r); err != nil {
+		t.Fatal(err)
+	}
+	comps := Components{"diffusion-model": r.Parts["diffusion-model"], "llm": r.Parts["llm"], "vae": r.Parts["vae"]}
+	reportChild(t, comps, LoadOptions{Threads: r.Threads}, r.request())
+}
+
+// BenchmarkKleinVsSDCLI alternates one sd-cli run and one sdtool run (each
+// in a fresh process) of TestKleinMatchesSDCLI's generation on
+// synth.KleinParity's files (SDTOOL_KLEIN_PARITY_DIR keeps them; 128x128,
+// 2 Euler steps, SDTOOL_BENCH_THREADS threads, default 2) and reports both
+// sides' seconds per step and peak RSS and their ratios, measured in one run.
+func BenchmarkKleinVsSDCLI(b *testing.B) {
+	longtest.Skip(b, "Flux.2 klein against sd-cli")
+	bin, c := kleinSDCLI(b, synth.KleinParity)
+	r := kleinParityRun{Parts: kleinParityModel(b, c, "klein-parity"), Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2}
+	if s := os.Getenv("SDTOOL_BENCH_THREADS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Threads = n
+	}
+	spec, _ := json.Marshal(r)
+	benchVsSDCLI(b, bin, sdcliBench{args: r.sdcliArgs(filepath.Join(b.TempDir(), "sdcli.png")), steps: r.Steps,
+		child: "TestKleinGenerateChild", env: kleinChildEnv, spec: spec})
 }
