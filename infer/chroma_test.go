@@ -225,10 +225,38 @@ func TestTinyChromaGenerates(t *testing.T) {
 	if slices.Equal(pos.Context, neg.Context) {
 		t.Error("the prompt's context equals the empty prompt's")
 	}
+	// sd-cli's model args: T5 masked inside, three pads visible to the DiT.
+	args, err := Load(Components{"model": path}, LoadOptions{Threads: 2, ModelArgs: map[string]string{"chroma_use_t5_mask": "true", "chroma_t5_mask_pad": "3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer args.Close()
+	masked, err := args.Encode("a cat", 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if masked.Vector[5] != 0 || !math.IsInf(float64(masked.Vector[6]), -1) {
+		t.Errorf("mask %v..., want three pads unmasked", masked.Vector[:7])
+	}
+	if slices.Equal(masked.Context[:3*64], pos.Context[:3*64]) {
+		t.Error("T5's mask does not change the prompt's hidden states")
+	}
+}
+
+func TestChromaModelArgs(t *testing.T) {
+	c := &chromaConditioner{ditMask: true, maskPad: 1}
+	if err := c.readArgs(map[string]string{"chroma_use_dit_mask": "false", "chroma_t5_mask_pad": "0", "other": "x"}); err != nil || c.ditMask || c.maskPad != 0 {
+		t.Errorf("%+v, %v", c, err)
+	}
+	for _, bad := range []map[string]string{{"chroma_use_t5_mask": "yes"}, {"chroma_t5_mask_pad": "-1"}} {
+		if err := c.readArgs(bad); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
 }
 
 // renderTiny loads the one-file model at path (closed when the test
-// ends), checks its family and renders one 64x64 step of "a cat" without
+// ends), checks its family and renders one 32x32 step of "a cat" without
 // a negative pass, failing on NaN pixels.
 func renderTiny(t *testing.T, path, family string) *Model {
 	t.Helper()
@@ -240,7 +268,7 @@ func renderTiny(t *testing.T, path, family string) *Model {
 	if m.Family.Name() != family {
 		t.Fatalf("family %s, want %s", m.Family.Name(), family)
 	}
-	res, err := m.Generate(Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 1, Seed: 1})
+	res, err := m.Generate(Request{Prompt: "a cat", Width: 32, Height: 32, Steps: 1, CFGScale: 1, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package infer
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/sdtool/sdtool/text"
 )
@@ -12,9 +13,10 @@ import (
 // states over chunks of text.ChromaT5Length tokens (the prompt, </s>, then
 // padding; weighted like Flux's), and in Conditioning.Vector the DiT's key
 // mask over those tokens (chromaMask; nil when the DiT mask is off). The
-// settings are sd-cli's model-arg defaults: chroma_use_dit_mask true,
-// chroma_use_t5_mask false, chroma_t5_mask_pad 1. Without T5 the context
-// is 256 zero tokens, all masked, as sd-cli's.
+// settings are sd-cli's model args (LoadOptions.ModelArgs), with its
+// defaults: chroma_use_dit_mask true, chroma_use_t5_mask false,
+// chroma_t5_mask_pad 1. Without T5 the context is 256 zero tokens, all
+// masked, as sd-cli's.
 type chromaConditioner struct {
 	m      *Model
 	t5     *T5Config // nil without T5
@@ -32,11 +34,35 @@ func init() {
 			return nil, fmt.Errorf("%s: no Chroma configuration", m.Path)
 		}
 		c := &chromaConditioner{m: m, t5: m.Config.t5(), ctxDim: f.ContextDim, ditMask: true, maskPad: 1}
+		if err := c.readArgs(m.modelArgs); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.Path, err)
+		}
 		if c.t5 != nil && c.t5.Hidden != f.ContextDim {
 			return nil, fmt.Errorf("%s: T5 is %d wide, the DiT's txt_in takes %d", m.Path, c.t5.Hidden, f.ContextDim)
 		}
 		return c, nil
 	}
+}
+
+// readArgs takes sd-cli's Chroma model args over the defaults.
+func (c *chromaConditioner) readArgs(args map[string]string) error {
+	for key, dst := range map[string]*bool{"chroma_use_dit_mask": &c.ditMask, "chroma_use_t5_mask": &c.t5Mask} {
+		if v, ok := args[key]; ok {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("model arg %s=%q: want true or false", key, v)
+			}
+			*dst = b
+		}
+	}
+	if v, ok := args["chroma_t5_mask_pad"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("model arg chroma_t5_mask_pad=%q: want a count of pad tokens (0 or more)", v)
+		}
+		c.maskPad = n
+	}
+	return nil
 }
 
 func (c *chromaConditioner) encode(prompt string, width, height int, zero bool) (*Conditioning, error) {

@@ -20,7 +20,7 @@ import (
 // adding one never edits these files.
 var coreFiles = []string{
 	"family.go", "graph_ops.go", "image.go", "imatrix_collect.go", "imatrix_graph.go", "load.go", "load_ggml.go",
-	"model.go", "model_config.go", "model_types.go", "params.go", "rng.go", "sampler.go", "schedule.go", "w8a8.go",
+	"model.go", "model_config.go", "model_types.go", "params.go", "rng.go", "sampler.go", "schedule.go", "stream.go", "stream_order.go", "w8a8.go",
 }
 
 // familyWords are the names the core must not use: the families generate

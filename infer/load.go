@@ -384,7 +384,7 @@ func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off i
 	if w.w8a8 && comfyquant.Packed(s.Module.Config.Format) {
 		return w.streamInt4(scratch, put)
 	}
-	if (s.Module == nil || w.w8a8) && t.Type == w.Type && !w.transpose {
+	if w.direct() {
 		for off := int64(0); off < t.Size; off += loadChunk {
 			buf := scratch.Bytes(0, int(min(loadChunk, t.Size-off)))
 			if err := formats.ReadFull(w.model, t, buf, off); err != nil {
@@ -442,6 +442,35 @@ func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off i
 		}
 	}
 	return nil
+}
+
+// direct reports whether the weight is held as stored, so that its bytes
+// go to ggml unchanged (and a streamed read lands straight in ggml's buffer).
+func (w *weightSpec) direct() bool {
+	s := w.src
+	if w.scaleOf != nil || w.unscaledFP8 || w.w8a8 && comfyquant.Packed(s.Module.Config.Format) {
+		return false
+	}
+	return (s.Module == nil || w.w8a8) && s.Tensor.Type == w.Type && !w.transpose
+}
+
+// readInto reads the weight's data in its held type into dst, which has
+// exactly its size: straight from the file when it is held as stored.
+func (w *weightSpec) readInto(dst []byte, scratch *tensor.Scratch) error {
+	t := &w.src.Tensor
+	if w.direct() {
+		if int64(len(dst)) != t.Size {
+			return fmt.Errorf("%s: tensor %q: %d bytes stored, %d held", t.File, w.src.Name, t.Size, len(dst))
+		}
+		return formats.ReadFull(w.model, t, dst, 0)
+	}
+	return w.stream(scratch, func(data []byte, off int64) error {
+		if off+int64(len(data)) > int64(len(dst)) {
+			return fmt.Errorf("%s: tensor %q: %d bytes at %d past its %d", t.File, w.src.Name, len(data), off, len(dst))
+		}
+		copy(dst[off:], data)
+		return nil
+	})
 }
 
 // read returns the weight's whole data in its held type (tests).

@@ -5,12 +5,15 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
-	"github.com/sdtool/sdtool/tensor"
 )
 
-// weightSet holds a model's weights in one ggml backend buffer.
+// weightSet holds a model's weights: their ggml descriptors, and their
+// data resident or streamed within a memory budget (stream.go).
 type weightSet struct {
-	ctx    *native.Context
+	ctx *native.Context
+	p   *pager
+	// buf, when not nil, is a buffer the caller placed every weight in
+	// (tests that fill weights by hand, without a pager); free releases it.
 	buf    *native.Buffer
 	byName map[string]native.Tensor
 	types  map[string]formats.DType
@@ -31,8 +34,28 @@ func (w *weightSet) free() {
 	if w == nil {
 		return
 	}
+	if w.p != nil {
+		w.p.free()
+	}
 	w.buf.Free()
 	w.ctx.Free()
+}
+
+// run computes an allocated graph whose compute buffer is compute bytes,
+// streaming the weights that are not resident.
+func (w *weightSet) run(be *native.Backend, gr *native.Graph, compute int64) error {
+	if w.p == nil { // weights placed by the caller (tests)
+		return be.Compute(gr)
+	}
+	return w.p.run(gr, compute)
+}
+
+// prepare readies a built graph for allocation (pager.prepare).
+func (w *weightSet) prepare(gr *native.Graph) error {
+	if w.p == nil {
+		return nil
+	}
+	return w.p.prepare(gr)
 }
 
 // ggmlDims turns a PyTorch shape into ggml dims (innermost first).
@@ -47,15 +70,23 @@ func ggmlDims(shape []int64) []int64 {
 	return ne
 }
 
-// loadWeights creates ggml tensors for specs on the backend and streams
-// their data in: one backend buffer holds the weights, and Go memory holds
-// only one chunk of one tensor at a time.
+// loadWeights creates ggml tensors for specs on the backend and loads
+// their data, all of it resident.
 func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSet, error) {
+	return newWeightSet(be, path, specs, 0)
+}
+
+// newWeightSet creates ggml tensors for specs on the backend and hands
+// their data to a pager with the budget (bytes, 0: none): loaded now when
+// it fits, else read as graphs need it. Go memory holds only one chunk of
+// one tensor at a time.
+func newWeightSet(be *native.Backend, path string, specs []weightSpec, budget int64) (*weightSet, error) {
 	ctx, err := native.NewContext(len(specs)+1, 0)
 	if err != nil {
 		return nil, err
 	}
 	ws := &weightSet{ctx: ctx, byName: map[string]native.Tensor{}, types: map[string]formats.DType{}}
+	tensors := make([]native.Tensor, len(specs))
 	for i := range specs {
 		s := &specs[i]
 		if len(s.Shape) > 4 {
@@ -68,6 +99,7 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 			return nil, fmt.Errorf("%s: tensor %q: %w", s.model.Path(), s.src.Name, err)
 		}
 		t.SetName(s.Name)
+		tensors[i] = t
 		ws.byName[s.Name] = t
 		ws.types[s.Name] = s.Type
 		if s.w8a8 {
@@ -83,24 +115,16 @@ func loadWeights(be *native.Backend, path string, specs []weightSpec) (*weightSe
 			}
 		}
 	}
-	if ws.buf, err = be.AllocContext(ctx); err != nil {
+	if ws.p, err = newPager(be, specs, tensors, budget); err != nil {
 		ctx.Free()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	scratch := &tensor.Scratch{}
-	for i := range specs {
-		s := &specs[i]
-		t := ws.byName[s.Name]
-		err := s.stream(scratch, func(data []byte, off int64) error {
-			if err := t.SetDataAt(data, off); err != nil {
-				return fmt.Errorf("%s: tensor %q: %w", s.model.Path(), s.src.Name, err)
-			}
-			return nil
-		})
-		if err != nil {
-			ws.free()
-			return nil, err
+	if err := ws.p.start(); err != nil {
+		ws.free()
+		if _, ok := err.(*BudgetError); ok {
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
+		return nil, err
 	}
 	return ws, nil
 }

@@ -88,7 +88,7 @@ type Model struct {
 	Config *ModelConfig
 	// LoadTime is how long loading took.
 	LoadTime time.Duration
-	// WeightBytes is the size of the ggml buffer holding the weights.
+	// WeightBytes is the size of the weights as ggml holds them.
 	WeightBytes int64
 	// W8A8Modules counts the INT8 modules run as W8A8, UnscaledFP8 the FP8
 	// modules held without their weight scale (LoadOptions.Runtime sdcpp).
@@ -102,6 +102,7 @@ type Model struct {
 	w     *weightSet
 	alloc *native.Allocator
 	specs []weightSpec
+	srcs  []*openSource // open until Close: streamed weights are read from them
 	cond  conditioner
 	net   network
 	// tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
@@ -109,6 +110,8 @@ type Model struct {
 
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
+	// modelArgs are LoadOptions.ModelArgs, for the parts to read.
+	modelArgs map[string]string
 }
 
 // Load opens a model's component files (any format formats.Open detects;
@@ -124,8 +127,8 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	start := time.Now()
 	srcs, err := openInputs(c)
 	defer func() {
-		for _, s := range srcs {
-			s.m.Close()
+		if err != nil { // else the model reads weights as graphs need them, until Close
+			closeSources(srcs)
 		}
 	}()
 	if err != nil {
@@ -155,13 +158,13 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w, err := loadWeights(be, main, specs)
+	w, err := newWeightSet(be, main, specs, opt.MaxMemory)
 	if err != nil {
 		be.Free()
 		return nil, err
 	}
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, tokenizers: toks, be: be, w: w,
-		alloc: be.NewAllocator(), specs: specs, WeightBytes: w.buf.Size(), Unused: unused}
+		alloc: be.NewAllocator(), specs: specs, srcs: srcs, WeightBytes: w.p.stats.Weights, Unused: unused, modelArgs: opt.ModelArgs}
 	for _, s := range specs {
 		switch {
 		case s.w8a8:
@@ -176,6 +179,12 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	}
 	model.LoadTime = time.Since(start)
 	return model, nil
+}
+
+func closeSources(srcs []*openSource) {
+	for _, s := range srcs {
+		s.m.Close()
+	}
 }
 
 // openInputs opens the component files that are set, in the input table's
@@ -372,6 +381,26 @@ func (m *Model) Close() {
 	m.alloc.Free()
 	m.w.free()
 	m.be.Free()
+	closeSources(m.srcs)
+	m.srcs = nil
+}
+
+// Memory says how the weights were held: the budget, what was resident
+// and what was streamed so far.
+func (m *Model) Memory() MemoryStats {
+	if m.w.p == nil {
+		return MemoryStats{}
+	}
+	return m.w.p.stats
+}
+
+// Release drops the weights held in memory (another model is about to
+// run); the next graph reads what it needs again.
+func (m *Model) Release() error {
+	if m.w.p == nil {
+		return nil
+	}
+	return m.w.p.release()
 }
 
 // SetThreads changes the thread count.
@@ -436,6 +465,9 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 		gr.Expand(t)
 	}
 	gr.Expand(out)
+	if err := m.w.prepare(gr); err != nil {
+		return err
+	}
 	if err := m.alloc.Alloc(gr); err != nil {
 		return err
 	}
@@ -449,7 +481,7 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 			return err
 		}
 	}
-	if err := m.be.Compute(gr); err != nil {
+	if err := m.w.run(m.be, gr, m.alloc.Size()); err != nil {
 		return err
 	}
 	if err := g.imat.read(); err != nil {

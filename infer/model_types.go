@@ -30,6 +30,14 @@ type LoadOptions struct {
 	// the runtimes differ: RuntimeSDCPP ("" too) or RuntimeComfyUI
 	// (runtimeModule says what differs).
 	Runtime string
+	// MaxMemory is the memory budget in bytes for the weights and the
+	// compute buffers (0: none, every weight resident). Weights that do not
+	// fit are read from their files per block as graphs run (stream.go).
+	MaxMemory int64
+	// ModelArgs are sd-cli's --model-args (key=value), read by the parts
+	// that know them (Chroma's chroma_use_dit_mask, chroma_use_t5_mask,
+	// chroma_t5_mask_pad); others ignore them, as sd-cli does.
+	ModelArgs map[string]string
 }
 
 // The runtimes LoadOptions.Runtime names.

@@ -23,6 +23,17 @@ func TestMain(m *testing.M) {
 	if os.Getenv("SDTOOL_TEST_AS_MAIN") == "1" {
 		os.Exit(run(os.Args, os.Stdout, os.Stderr))
 	}
+	// Reference renders go to a scratch folder, not the user's cache.
+	if os.Getenv(refCacheEnv) == "" {
+		dir, err := os.MkdirTemp("", "sdtool-refcache-")
+		if err != nil {
+			panic(err)
+		}
+		os.Setenv(refCacheEnv, dir)
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 

@@ -168,6 +168,7 @@ func init() {
 			&cli.StringFlag{Name: "prediction", Usage: "prediction `TYPE`: eps, v or flow", DefaultText: "metadata, else the family's; SD 2.x is probed as sd.cpp does"},
 			&cli.IntFlag{Name: "threads", Aliases: []string{"t"}, Usage: "ggml `THREADS`" + threadsBound, DefaultText: "the idle cores: all, less the other threads running when generate starts"},
 			&cli.StringFlag{Name: "runtime", Value: infer.RuntimeSDCPP, Usage: "`RUNTIME` whose arithmetic to reproduce where the runtimes differ: sdcpp (stable-diffusion.cpp: FP8 modules without their weight_scale, an OpenCLIP text_projection as stored, which transposes SDXL's pooled embedding from single files) or comfyui (FP8 weight_scale applied, text_projection as trained, asym_w4a8_int8 modules widened to their INT8 grid and run as W8A8, convrot_w4a4 modules with int4 activations); INT8 modules run as W8A8 in both; nvfp4 and mxfp8 modules are dequantized, as ComfyUI on CPU does"},
+			&cli.StringFlag{Name: "model-args", Usage: "sd-cli's model args, `KEY=VALUE[,KEY=VALUE...]`: Chroma's chroma_use_dit_mask (default true), chroma_use_t5_mask (false) and chroma_t5_mask_pad (1); models that do not read a key ignore it, as sd-cli does"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty or blank prompt encodes (T5 sees </s> alone)"},
 			&cli.StringFlag{Name: "llm-tokenizer", Usage: "LLM tokenizer `PATH` (Z-Image, Qwen-Image): the LLM's tokenizer.json, vocab.json with merges.txt, or a folder holding either", DefaultText: "one embedded in the --llm file's GGUF metadata (llama.cpp's GGUFs carry theirs)"},
@@ -175,7 +176,8 @@ func init() {
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "json", Usage: "with --compare: print the comparison as JSON on stdout, one object per image (docs/compare-json.md)"},
-		}...), generateImatrixFlags()...),
+			renderMemoryFlag(),
+		}...), append(generateImatrixFlags(), referenceCacheFlags()...)...),
 		Action: runGenerate,
 	},
 		"sdtool generate -m testdata/tiny-sd1.gguf -p 'a cat' -o out/cat.png",
@@ -236,10 +238,17 @@ func runGenerate(c *cli.Context) error {
 	rt := c.String("runtime")
 	opt := infer.LoadOptions{Tokenizers: map[string]string{"clip": tok}, Threads: threads, Prediction: c.String("prediction"),
 		Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP}
+	if opt.ModelArgs, err = parseModelArgs(c.String("model-args")); err != nil {
+		return err
+	}
 	opt.Tokenizers["t5"] = c.String("t5-tokenizer")
 	opt.Tokenizers["llm"] = c.String("llm-tokenizer")
+	if opt.MaxMemory, err = memoryBudget(c); err != nil {
+		return err
+	}
 	m, err := infer.Load(comps, opt)
 	if err != nil {
+		err = budgetHint(err)
 		// The model's own problems come first (infer checks them before the
 		// tokenizer); a missing tokenizer is said with where it was looked for.
 		if notFound != nil && errors.Is(err, text.ErrNoTokenizer) {
@@ -319,7 +328,7 @@ func runGenerate(c *cli.Context) error {
 			if errors.Is(err, infer.ErrInterrupted) {
 				return interruptedGenerate(c, imat, err, i, len(prompts))
 			}
-			return err
+			return budgetHint(err)
 		}
 	}
 	return imat.finish(c, c.String("prompt-file"))
@@ -349,11 +358,11 @@ func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infe
 		return err
 	}
 	t := res.Timings
-	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s\n",
+	fmt.Fprintf(c.App.ErrWriter, "wrote %s (%dx%d, %s): load %s, text %s, sampling %s (%.2f s/step), decode %s%s%s\n",
 		out, res.Width, res.Height, m.Family.Title, round(m.LoadTime), round(t.Text), round(t.Sampling),
-		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), peakRSS())
+		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), memorySummary(m), peakRSS())
 	if comparing(c) {
-		if err := compareWith(c, components(c, true).WithDefaults(m.Components), opt, req, res, img); err != nil {
+		if err := compareWith(c, m, components(c, true).WithDefaults(m.Components), opt, req, res, img); err != nil {
 			if errors.Is(err, infer.ErrInterrupted) {
 				return fmt.Errorf("%w during the --compare reference run (%s was written; no comparison)", err, out)
 			}
@@ -400,19 +409,13 @@ func peakRSS() string {
 	return ""
 }
 
-// compareWith runs req with the reference model and prints the comparison.
-func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOptions, req infer.Request, res *infer.Result, img image.Image) error {
-	rm, err := infer.Load(refFiles, opt)
+// compareWith runs req with the reference model (or takes its render from
+// the reference cache) and prints the comparison; m is the tested model.
+func compareWith(c *cli.Context, m *infer.Model, refFiles infer.Components, opt infer.LoadOptions, req infer.Request, res *infer.Result, img image.Image) error {
+	ref, err := referenceRender(c, m, refFiles, opt, req)
 	if err != nil {
 		return err
 	}
-	defer rm.Close()
-	warnRuntime(c, rm, opt.Runtime)
-	ref, err := generateWithBar(c.App.ErrWriter, rm, req, "reference")
-	if err != nil {
-		return err
-	}
-	warnNaN(c, rm.Path, ref)
 	refImg, err := infer.ImageFromCHW(ref.Pixels, ref.Width, ref.Height)
 	if err != nil {
 		return err
@@ -456,6 +459,43 @@ func compareWith(c *cli.Context, refFiles infer.Components, opt infer.LoadOption
 		return writeJSON(c.App.Writer, r)
 	}
 	return r.writeText(c.App.Writer)
+}
+
+// referenceRender renders req with the reference model, unless the
+// reference cache has that render.
+func referenceRender(c *cli.Context, m *infer.Model, refFiles infer.Components, opt infer.LoadOptions, req infer.Request) (*infer.Result, error) {
+	rc, err := referenceCache(c)
+	if err != nil {
+		return nil, err
+	}
+	key := ""
+	if req.Init == nil { // img2img renders are not kept
+		key = renderKey(rc, componentPaths(refFiles), requestSettings(req), loadSettings(opt))
+	}
+	if key != "" {
+		if ref, ok := rc.Get(key); ok {
+			fmt.Fprintf(c.App.ErrWriter, "reference: %s rendered from the reference cache\n", strings.Join(refFiles.Files(), " "))
+			return ref, nil
+		}
+	}
+	// The reference runs within the same budget: the tested model's
+	// weights make room (the next prompt reads them again).
+	if err := m.Release(); err != nil {
+		return nil, err
+	}
+	rm, err := infer.Load(refFiles, opt)
+	if err != nil {
+		return nil, budgetHint(err)
+	}
+	defer rm.Close()
+	warnRuntime(c, rm, opt.Runtime)
+	ref, err := generateWithBar(c.App.ErrWriter, rm, req, "reference")
+	if err != nil {
+		return nil, budgetHint(err)
+	}
+	warnNaN(c, rm.Path, ref)
+	putReference(c.Context, c, rc, key, ref)
+	return ref, nil
 }
 
 // compareResult is what generate --compare measures for one image; --json
@@ -598,4 +638,20 @@ func warnRuntime(c *cli.Context, m *infer.Model, rt string) {
 		fmt.Fprintf(c.App.ErrWriter, "warning: %s: stable-diffusion.cpp renders this file wrong: it multiplies by the codes of its %d FP8 modules without their weight_scale; "+
 			"generate does the same (--runtime sdcpp); --runtime comfyui applies the scales as ComfyUI does\n", m.Path, m.UnscaledFP8)
 	}
+}
+
+// parseModelArgs reads --model-args' comma-separated KEY=VALUE pairs.
+func parseModelArgs(v string) (map[string]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		k, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--model-args: %q is not KEY=VALUE", kv)
+		}
+		out[k] = val
+	}
+	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/refcache"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
@@ -46,7 +47,7 @@ func init() {
 			"A file that cannot be loaded, rendered or compared keeps its row, marked failed with the reason (and\n" +
 			"\"quality\": {\"error\": ...} in the manifest); the others are reported, and the command exits 1 after\n" +
 			"writing the report. Tokenizers are found as generate finds them (--tokenizer, --t5-tokenizer).",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the report `FILE` (.html)"},
 			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "the source model `FILE`", DefaultText: "the manifest's source"},
 			&cli.StringSliceFlag{Name: "prompt", Aliases: []string{"p"}, Usage: "`PROMPT` to render (repeatable)", DefaultText: "two fixed prompts"},
@@ -58,8 +59,9 @@ func init() {
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP BPE merges `FILE` (default: found as generate finds it)"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in each file's metadata; without one only an empty prompt encodes"},
 			threadsFlag("`N` ggml threads"),
+			renderMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing report"},
-		},
+		}, referenceCacheFlags()...),
 		Action: runReport,
 	},
 		"sdtool report testdata/tiny-sd1.safetensors testdata/tiny-sd1.gguf -o out/report.html -p 'a cat' --steps 1 -W 64 -H 64",
@@ -151,8 +153,16 @@ func runReport(c *cli.Context) error {
 	}
 	ctx, stop := console.SignalContext()
 	defer stop()
-	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src}
-	ref, err := run.render(src)
+	budget, err := memoryBudget(c)
+	if err != nil {
+		return err
+	}
+	rc, err := referenceCache(c)
+	if err != nil {
+		return err
+	}
+	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src, budget: budget}
+	ref, err := run.renderSource(rc, src)
 	if err != nil {
 		return err
 	}
@@ -209,6 +219,56 @@ type reportRun struct {
 	prompts []string
 	threads int
 	src     string
+	budget  int64 // --max-memory
+	// keep, when not nil, receives each render of the model being rendered.
+	keep func(i int, res *infer.Result)
+}
+
+// renderSource renders the source, or takes its renders from the
+// reference cache (rc, nil when off), storing them there when rendered.
+func (r *reportRun) renderSource(rc *refcache.Cache, path string) (*reportModel, error) {
+	keys := make([]string, len(r.prompts))
+	for i := range r.prompts {
+		keys[i] = renderKey(rc, []string{path}, r.settings(i))
+	}
+	if rm, ok := r.cached(rc, path, keys); ok {
+		fmt.Fprintf(r.c.App.ErrWriter, "%s: the source's renders come from the reference cache\n", path)
+		return rm, nil
+	}
+	r.keep = func(i int, res *infer.Result) { putReference(r.ctx, r.c, rc, keys[i], res) }
+	defer func() { r.keep = nil }()
+	return r.render(path)
+}
+
+// settings is what changes the render of prompt i (the report's flags).
+func (r *reportRun) settings(i int) string {
+	c := r.c
+	return fmt.Sprintf("report %q seed=%d steps=%d %dx%d blocks=%v tokenizer=%s t5=%s", r.prompts[i], c.Int64("seed")+int64(i),
+		c.Int("steps"), c.Int("width"), c.Int("height"), i == 0, c.String("tokenizer"), c.String("t5-tokenizer"))
+}
+
+// cached returns the source's renders when the cache holds every prompt's.
+func (r *reportRun) cached(rc *refcache.Cache, path string, keys []string) (*reportModel, bool) {
+	rm := &reportModel{path: path}
+	for i, key := range keys {
+		if key == "" {
+			return nil, false
+		}
+		res, ok := rc.Get(key)
+		if !ok {
+			return nil, false
+		}
+		img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
+		if err != nil {
+			return nil, false
+		}
+		rm.images = append(rm.images, img)
+		rm.nan += res.NaNPixels
+		if i == 0 {
+			rm.blocks = res.Blocks
+		}
+	}
+	return rm, true
 }
 
 // render loads the model at path and renders every prompt with it.
@@ -216,12 +276,12 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 	c := r.c
 	comps := infer.Components{"model": path}
 	tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads})
+	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads, MaxMemory: r.budget})
 	if err != nil {
 		if notFound != nil {
 			return nil, notFound
 		}
-		return nil, err
+		return nil, budgetHint(err)
 	}
 	defer m.Close()
 	def := m.Family.Defaults
@@ -233,9 +293,12 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 			Method: def.Method, Scheduler: def.Scheduler, CaptureBlocks: i == 0, Context: r.ctx}
 		res, err := generateWithBar(c.App.ErrWriter, m, req, filepath.Base(path))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, budgetHint(err))
 		}
 		warnNaN(c, path, res)
+		if r.keep != nil {
+			r.keep(i, res)
+		}
 		rm.nan += res.NaNPixels
 		img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
 		if err != nil {

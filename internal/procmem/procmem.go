@@ -24,3 +24,19 @@ func Peak() int64 {
 	}
 	return 0
 }
+
+// Available returns the memory the kernel estimates is available for new
+// work without swapping (Linux MemAvailable) in bytes, 0 where it cannot be read.
+func Available() int64 {
+	info, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(info)) {
+		if v, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

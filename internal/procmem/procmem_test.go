@@ -1,6 +1,8 @@
 package procmem
 
 import (
+	"fmt"
+	"os"
 	"runtime"
 	"testing"
 )
@@ -18,4 +20,23 @@ func TestPeakCoversTouchedMemory(t *testing.T) {
 		t.Errorf("Peak() = %d bytes after touching %d", p, len(buf))
 	}
 	runtime.KeepAlive(buf)
+}
+
+// The available memory is positive and no more than the machine's total.
+func TestAvailableWithinTotal(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("MemAvailable is read from /proc/meminfo")
+	}
+	a := Available()
+	info, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var totalKB int64
+	if _, err := fmt.Sscanf(string(info), "MemTotal: %d kB", &totalKB); err != nil {
+		t.Fatal(err)
+	}
+	if a <= 0 || a > totalKB<<10 {
+		t.Errorf("Available() = %d bytes, MemTotal %d kB", a, totalKB)
+	}
 }

@@ -1,0 +1,247 @@
+//go:build cgo
+
+package infer
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sdtool/sdtool/internal/synth"
+)
+
+// groupSizes returns the largest group of a loaded model and the size of
+// the diffusion network's weights.
+func groupSizes(m *Model) (largest, network int64) {
+	for _, g := range m.w.p.groups {
+		if hasPrefix(g.name, "model.diffusion_model") {
+			network += g.size
+			largest = max(largest, g.size)
+		}
+	}
+	return largest, network
+}
+
+// netRun is one evaluation of a model's network on a prompt, as a sampling step makes it.
+type netRun struct {
+	path string
+	in   netInput
+}
+
+// deepFlux writes TinyFlux with more blocks and T5 layers (the tiny
+// file's one block of each kind is smaller than two streaming slots, so it
+// never streams).
+func deepFlux(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "deep-flux.gguf")
+	f := synth.TinyFlux
+	f.Double, f.Single = 2, 3
+	t5 := *f.T5
+	t5.Layers = 6
+	f.T5 = &t5
+	if err := f.WriteSingle(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func (r netRun) eval(t *testing.T, m *Model) []float32 {
+	t.Helper()
+	return r.evalN(t, m, 1, nil)[0]
+}
+
+// evalN encodes the prompt once and runs the network n times, calling
+// after (when not nil) after each run.
+func (r netRun) evalN(t *testing.T, m *Model, n int, after func(run int)) [][]float32 {
+	t.Helper()
+	cond, err := m.Encode("a cat", 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := r.in
+	in.cond = cond
+	in.x = make([]float32, in.w*in.h*m.net.channels())
+	for i := range in.x {
+		in.x[i] = float32(i%7) - 3
+	}
+	var outs [][]float32
+	for range n {
+		out, err := m.runNet(&in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, out)
+		if after != nil {
+			after(len(outs) - 1)
+		}
+	}
+	return outs
+}
+
+var netRuns = []netRun{
+	{"../testdata/tiny-sd1.gguf", netInput{w: 8, h: 8, t: 500}},
+	{"../testdata/tiny-sdxl.gguf", netInput{w: 8, h: 8, t: 500}},
+	{"deep-flux.gguf", netInput{w: 4, h: 4, t: 0.5, guidance: 3.5}},
+}
+
+// A network run within a budget that holds only part of its weights gives
+// the same bits as with every weight resident, reads each streamed block
+// once per graph (the graphs' nodes follow their blocks), frees the text
+// encoders before it runs and keeps no more resident than the budget allows.
+func TestStreamedMatchesResident(t *testing.T) {
+	for _, r := range netRuns {
+		t.Run(filepath.Base(r.path), func(t *testing.T) {
+			if r.path == "deep-flux.gguf" {
+				r.path = deepFlux(t)
+			}
+			want := r.eval(t, loadTiny(t, r.path))
+			// A budget larger than the model: every weight resident, the
+			// graphs in the order streaming gives them.
+			whole, err := Load(Components{"model": r.path}, LoadOptions{Threads: 1, MaxMemory: 1 << 40})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer whole.Close()
+			if got := r.eval(t, whole); !slices.Equal(got, want) {
+				t.Errorf("the network's output in streaming's node order differs from ggml's order")
+			}
+			if st := whole.Memory(); st.Streamed != 0 || st.Resident == 0 {
+				t.Errorf("with a large budget: %+v, want the weights read resident and none streamed", st)
+			}
+			largest, network := groupSizes(whole)
+			compute := whole.alloc.Size()
+			for i, budget := range []int64{2*largest + compute, compute + largest + network/2} {
+				m, err := Load(Components{"model": r.path}, LoadOptions{Threads: 1, MaxMemory: budget})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				// Twice at the least budget: each run reads the first
+				// streamed block ahead for the next, which starts from it.
+				outs := r.evalN(t, m, 2-i, func(run int) {
+					p := m.w.p
+					first := -1
+					for _, u := range p.uses {
+						if p.groups[u.group].buf == nil {
+							first = u.group
+							break
+						}
+					}
+					if first >= 0 && !slices.Contains(p.slotHas[:], first) {
+						t.Errorf("budget %d, run %d: the slots hold %v, not the first streamed block %d", budget, run, p.slotHas, first)
+					}
+				})
+				for run, got := range outs {
+					if !slices.Equal(got, want) {
+						t.Errorf("budget %d, run %d: the streamed network's output differs from the resident one's", budget, run)
+					}
+				}
+				st := m.Memory()
+				if st.Streamed == 0 || st.StreamedGroups == 0 || st.Reread != 0 {
+					t.Errorf("budget %d (network %d, largest block %d): %+v, want blocks streamed, each once per graph", budget, network, largest, st)
+				}
+				if m.w.p.resident+st.Slots+st.Compute > budget {
+					t.Errorf("budget %d: %d resident + %d slots + %d compute", budget, m.w.p.resident, st.Slots, st.Compute)
+				}
+				for _, g := range m.w.p.groups {
+					if g.buf != nil && !hasPrefix(g.name, "model.diffusion_model") {
+						t.Errorf("budget %d: %s is still resident while the network runs", budget, g.name)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A budget that cannot hold two of the largest block is refused at load,
+// naming the block and the size needed.
+func TestStreamBudgetTooSmall(t *testing.T) {
+	m := loadTiny(t, "../testdata/tiny-flux.gguf")
+	name, largest := m.w.p.groups[m.w.p.largest].name, m.w.p.groups[m.w.p.largest].size
+	_, err := Load(Components{"model": "../testdata/tiny-flux.gguf"}, LoadOptions{Threads: 1, MaxMemory: largest})
+	var be *BudgetError
+	if !errors.As(err, &be) || be.Block != name || be.Bytes != largest {
+		t.Fatalf("Load with a budget of one block: %v, want a BudgetError naming %q of %d bytes", err, name, largest)
+	}
+	if !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "tiny-flux.gguf") {
+		t.Errorf("error %q names neither the block nor the file", err)
+	}
+}
+
+// A file truncated, or rewritten, after load is an error naming a tensor
+// when its blocks are next streamed, not a crash or a wrong image.
+func TestStreamFileChanged(t *testing.T) {
+	r := netRun{"../testdata/tiny-flux.gguf", netRuns[2].in}
+	data, err := os.ReadFile(r.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := loadTiny(t, r.path)
+	r.eval(t, whole)
+	largest, _ := groupSizes(whole)
+	budget := 2*largest + whole.alloc.Size()
+	for _, change := range []struct {
+		name string
+		do   func(path string) error
+	}{
+		{"truncated", func(path string) error { return os.Truncate(path, int64(len(data))/2) }},
+		{"rewritten", func(path string) error { return os.Chtimes(path, time.Now(), time.Now().Add(time.Hour)) }},
+	} {
+		t.Run(change.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "flux.gguf")
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			m, err := Load(Components{"model": path}, LoadOptions{Threads: 1, MaxMemory: budget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			if err := change.do(path); err != nil {
+				t.Fatal(err)
+			}
+			_, err = m.Encode("a cat", 64, 64)
+			if err == nil || !strings.Contains(err.Error(), path+": tensor ") || !strings.Contains(err.Error(), "changed") {
+				t.Errorf("a graph after the file was %s: %v, want an error naming the file and a tensor", change.name, err)
+			}
+		})
+	}
+}
+
+// A text encoder run within a budget that holds only part of its layers
+// conditions exactly as with every layer resident, each layer read once.
+func TestStreamedTextEncoder(t *testing.T) {
+	path := deepFlux(t)
+	whole := loadTiny(t, path)
+	want, err := whole.Encode("a cat", 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var largest, t5 int64
+	for _, g := range whole.w.p.groups {
+		if hasPrefix(g.name, "text_encoders.t5xxl") {
+			t5 += g.size
+			largest = max(largest, g.size)
+		}
+	}
+	budget := whole.alloc.Size() + 2*largest + (t5-2*largest)/3
+	m, err := Load(Components{"model": path}, LoadOptions{Threads: 1, MaxMemory: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	got, err := m.Encode("a cat", 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Context, want.Context) || !slices.Equal(got.Vector, want.Vector) {
+		t.Error("the streamed text encoders' conditioning differs from the resident one's")
+	}
+	if st := m.Memory(); st.Streamed == 0 || st.Reread != 0 {
+		t.Errorf("budget %d for %d bytes of T5: %+v, want layers streamed, each once", budget, t5, st)
+	}
+}
