@@ -5,9 +5,12 @@ package infer
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -139,5 +142,47 @@ func TestFlux2Sigmas(t *testing.T) {
 				t.Errorf("%+v: sigma %d = %g, want %g", tc, i, got[i], want)
 			}
 		}
+	}
+}
+
+// TestDetectFlux2Layouts reads klein 4B's and 9B's layouts (BFL's widths
+// and depths, shapes only) and refuses a Flux.1 DiT and a klein without
+// one of its shared modulation layers, naming what is wrong.
+func TestDetectFlux2Layouts(t *testing.T) {
+	shapesOf := func(c synth.Flux2) map[string][]int64 {
+		sh := map[string][]int64{}
+		for _, ts := range c.Part("diffusion-model") {
+			sh[dmPrefix+ts.Name] = ts.Shape
+		}
+		return sh
+	}
+	for _, tc := range []struct {
+		name string
+		c    synth.Flux2
+	}{
+		{"klein 4B", synth.Flux2{Hidden: 3072, Heads: 24, MLP: 9216, Double: 5, Single: 20, Context: 7680}},
+		{"klein 9B", synth.Flux2{Hidden: 4096, Heads: 32, MLP: 12288, Double: 8, Single: 24, Context: 12288}},
+	} {
+		c, err := detectFlux2(shapes(shapesOf(tc.c)), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c.Hidden != tc.c.Hidden || c.Heads != tc.c.Heads || c.HeadDim != 128 || c.MLP != tc.c.MLP || !c.GatedMLP ||
+			c.Double != tc.c.Double || c.Single != tc.c.Single || c.ContextDim != tc.c.Context || c.InChannels != 128 ||
+			c.VecDim != 0 || c.Guidance || c.LatentChannels() != 32 || c.Theta != 2000 || !slices.Equal(c.Axes, []int{32, 32, 32, 32}) {
+			t.Errorf("%s: config %+v", tc.name, c)
+		}
+	}
+	flux1 := map[string][]int64{}
+	for _, ts := range synth.FluxParity.Part("diffusion-model") {
+		flux1[dmPrefix+ts.Name] = ts.Shape
+	}
+	if _, err := detectFlux2(shapes(flux1), nil); err == nil || !strings.Contains(err.Error(), "gated") {
+		t.Errorf("Flux.1 DiT: %v", err)
+	}
+	broken := shapesOf(synth.Flux2{Hidden: 256, Heads: 2, MLP: 768, Double: 1, Single: 1, Context: 64})
+	delete(broken, dmPrefix+"single_stream_modulation.lin.weight")
+	if _, err := detectFlux2(shapes(broken), nil); err == nil || !strings.Contains(err.Error(), "single_stream_modulation.lin.weight") {
+		t.Errorf("missing modulation: %v", err)
 	}
 }
