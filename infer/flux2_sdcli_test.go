@@ -4,6 +4,8 @@ package infer
 
 import (
 	"encoding/json"
+	"image"
+	"image/color"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +27,7 @@ import (
 // kleinParityRun is one klein generation's settings, pinned on both sides.
 type kleinParityRun struct {
 	Parts   map[string]string // by flag
+	Init    string            // an init PNG for img2img, "" for txt2img
 	Prompt  string
 	Size    int
 	Steps   int
@@ -37,14 +40,22 @@ func (r kleinParityRun) sdcliArgs(out string) []string {
 	for _, flag := range synth.Flux2Parts {
 		args = append(args, "--"+flag, r.Parts[flag])
 	}
+	if r.Init != "" {
+		args = append(args, "-i", r.Init, "--strength", "0.6")
+	}
 	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
 		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
 		"--scheduler", "flux2", "--cfg-scale", "1", "--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
 }
 
-func (r kleinParityRun) request() Request {
-	return Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1,
+func (r kleinParityRun) request(tb testing.TB) Request {
+	req := Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1,
 		Seed: r.Seed, RNG: RNGCUDA, Method: Euler, Scheduler: SchedulerFlux2}
+	if r.Init != "" {
+		req.Init, _, _ = CHWFromImage(readPNGFile(tb, r.Init))
+		req.Strength = 0.6
+	}
+	return req
 }
 
 // kleinParityModel writes c's component files into a temporary folder, or
@@ -149,7 +160,7 @@ func kleinParity(t *testing.T, bin string, r kleinParityRun) float64 {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	res, err := m.Generate(r.request())
+	res, err := m.Generate(r.request(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +178,7 @@ func kleinParity(t *testing.T, bin string, r kleinParityRun) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("sdtool vs sd-cli, Flux.2 klein, prompt %q, %dx%d, %d euler steps: PSNR %.2f dB", r.Prompt, r.Size, r.Size, r.Steps, psnr)
+	t.Logf("sdtool vs sd-cli, Flux.2 klein, prompt %q, init %q, %dx%d, %d euler steps: PSNR %.2f dB", r.Prompt, r.Init, r.Size, r.Size, r.Steps, psnr)
 	return psnr
 }
 
@@ -177,6 +188,27 @@ func TestKleinMatchesSDCLI(t *testing.T) {
 	bin, c := kleinSDCLI(t, synth.KleinParity)
 	parts := kleinParityModel(t, c, "klein-parity")
 	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2})
+	if psnr < 50 {
+		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
+	}
+}
+
+// TestKleinImg2ImgMatchesSDCLI runs img2img (strength 0.6) from a
+// gradient through the flux2 VAE's encoder on both sides: at least 50 dB.
+func TestKleinImg2ImgMatchesSDCLI(t *testing.T) {
+	bin, c := kleinSDCLI(t, synth.KleinParity)
+	parts := kleinParityModel(t, c, "klein-parity")
+	init := filepath.Join(t.TempDir(), "init.png")
+	img := image.NewNRGBA(image.Rect(0, 0, 128, 128))
+	for y := 0; y < 128; y++ {
+		for x := 0; x < 128; x++ {
+			img.Set(x, y, color.NRGBA{uint8(2 * x), uint8(2 * y), uint8(255 - x - y/2), 255})
+		}
+	}
+	if err := writePNGFile(init, img); err != nil {
+		t.Fatal(err)
+	}
+	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Init: init, Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2})
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
 	}
@@ -197,7 +229,7 @@ func TestKleinGenerateChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	comps := Components{"diffusion-model": r.Parts["diffusion-model"], "llm": r.Parts["llm"], "vae": r.Parts["vae"]}
-	reportChild(t, comps, LoadOptions{Threads: r.Threads}, r.request())
+	reportChild(t, comps, LoadOptions{Threads: r.Threads}, r.request(t))
 }
 
 // BenchmarkKleinVsSDCLI alternates one sd-cli run and one sdtool run (each
