@@ -248,14 +248,14 @@ var Families = []*Family{
 		Note: "Flux.1 without the modulation layers: ComfyUI-GGUF loads it under its flux architecture, sd.cpp as a Flux variant. generate runs Chroma; Radiance is converted only.",
 	},
 	{
-		ID: "flux2", Title: "Flux.2", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux2",
+		ID: "flux2", Title: "Flux.2", Kind: KindDiffusion, ComfyArch: "flux", SDCpp: "flux2", Generate: true,
 		Detect: []Rule{
 			rule("klein", has(fluxDouble), has(fluxSingle), has(flux2Mod), has(`^single_stream_modulation\.`)).sd("flux2-klein"),
 			rule("dev", has(fluxDouble), has(fluxSingle), has(flux2Mod), has(`^single_stream_modulation\.`), has(`^single_blocks\.47\.`)),
 		},
 		Keep:     with(fluxKeep, "double_stream_modulation_img.", "double_stream_modulation_txt.", "single_stream_modulation."),
 		Upgrades: Std,
-		Note:     "The modulation tensors are shared by every block and stay high precision. sd.cpp tells dev (flux2) from klein by single block 47.",
+		Note:     "The modulation tensors are shared by every block and stay high precision. sd.cpp tells dev (flux2) from klein by single block 47. generate runs klein.",
 	},
 	{
 		ID: "wan", Title: "Wan 2.1 / 2.2", Kind: KindDiffusion, ComfyArch: "wan", SDCpp: "wan2", Generate: true,

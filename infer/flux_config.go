@@ -20,8 +20,12 @@ type FluxConfig struct {
 	Hidden, Heads, HeadDim int
 	// Double and Single are the double- and single-stream block counts (19 and 38).
 	Double, Single int
-	// MLP is the feed-forward width (4·Hidden).
+	// MLP is the feed-forward width (4·Hidden; Flux.2's 3·Hidden after its gate).
 	MLP int
+	// GatedMLP reports Flux.2's gated MLPs: their first layer (and
+	// linear1's MLP part) is 2·MLP wide, SiLU of the first half times the
+	// second (sd.cpp's use_mlp_silu_act); Flux.1's are GELU (tanh).
+	GatedMLP bool
 	// InChannels is the patchified input width (64: 16 latent channels of
 	// 2×2 patches) and OutChannels the output's.
 	InChannels, OutChannels int
@@ -32,8 +36,8 @@ type FluxConfig struct {
 	ContextDim, VecDim int
 	// Guidance reports the guidance embedding (dev; schnell has none).
 	Guidance bool
-	// Axes are the RoPE widths of the three position axes (index, row,
-	// column) and Theta their base.
+	// Axes are the RoPE widths of the position axes (Flux.1: index, row,
+	// column; Flux.2 adds the text token's index) and Theta their base.
 	Axes  []int
 	Theta float32
 }
@@ -63,6 +67,12 @@ func detectFlux(s shapes, md formats.Metadata) (*FluxConfig, error) {
 // detectFluxDiT reads a Flux-layout DiT; modulated says whether every
 // block has its own modulation layers (Flux.1; Chroma's are pruned).
 func detectFluxDiT(s shapes, md formats.Metadata, modulated bool) (*FluxConfig, error) {
+	return detectFluxLayout(s, md, modulated, fluxAxes)
+}
+
+// detectFluxLayout is detectFluxDiT with the RoPE axes the family uses
+// when the metadata names none (Flux.1's 16 56 56, Flux.2's 32 32 32 32).
+func detectFluxLayout(s shapes, md formats.Metadata, modulated bool, axes []int) (*FluxConfig, error) {
 	p := dmPrefix
 	c := &FluxConfig{Patch: 2, Theta: 10000}
 	var err error
@@ -111,14 +121,19 @@ func detectFluxDiT(s shapes, md formats.Metadata, modulated bool) (*FluxConfig, 
 		return nil, fmt.Errorf("width %d does not split into heads %d wide", c.Hidden, c.HeadDim)
 	}
 	c.Heads = c.Hidden / c.HeadDim
-	if c.MLP, err = s.dim(p+"double_blocks.0.img_mlp.0.weight", 0); err != nil {
+	if c.MLP, err = s.dim(p+"double_blocks.0.img_mlp.2.weight", 1); err != nil {
 		return nil, err
 	}
+	up, err := s.dim(p+"double_blocks.0.img_mlp.0.weight", 0)
+	if err != nil {
+		return nil, err
+	}
+	c.GatedMLP = up == 2*c.MLP
 	if c.InChannels%(c.Patch*c.Patch) != 0 || c.OutChannels != c.InChannels {
 		return nil, fmt.Errorf("img_in takes %d values and final_layer.linear gives %d, want the same multiple of %d", c.InChannels, c.OutChannels, c.Patch*c.Patch)
 	}
 	// Every block must have what the graph reads, in the shapes block 0 has.
-	h, mlp := int64(c.Hidden), int64(c.MLP)
+	h, mlp, mlpIn := int64(c.Hidden), int64(c.MLP), int64(up)
 	for i := 0; i < c.Double; i++ {
 		for _, st := range []string{"img", "txt"} {
 			b := fmt.Sprintf("%sdouble_blocks.%d.%s_", p, i, st)
@@ -130,7 +145,7 @@ func detectFluxDiT(s shapes, md formats.Metadata, modulated bool) (*FluxConfig, 
 				{"attn.norm.query_norm.scale", []int64{int64(c.HeadDim)}},
 				{"attn.norm.key_norm.scale", []int64{int64(c.HeadDim)}},
 				{"attn.proj.weight", []int64{h, h}},
-				{"mlp.0.weight", []int64{mlp, h}},
+				{"mlp.0.weight", []int64{mlpIn, h}},
 				{"mlp.2.weight", []int64{h, mlp}},
 			} {
 				if err := s.want(b+w.name, w.want); err != nil {
@@ -148,7 +163,7 @@ func detectFluxDiT(s shapes, md formats.Metadata, modulated bool) (*FluxConfig, 
 			name string
 			want []int64
 		}{
-			{"linear1.weight", []int64{3*h + mlp, h}},
+			{"linear1.weight", []int64{3*h + mlpIn, h}},
 			{"linear2.weight", []int64{h, h + mlp}},
 			{"norm.query_norm.scale", []int64{int64(c.HeadDim)}},
 			{"norm.key_norm.scale", []int64{int64(c.HeadDim)}},
@@ -161,13 +176,13 @@ func detectFluxDiT(s shapes, md formats.Metadata, modulated bool) (*FluxConfig, 
 			return nil, err
 		}
 	}
-	c.Axes = fluxAxes
+	c.Axes = axes
 	if v, ok := md.String(MetaFluxAxes); ok {
 		c.Axes = nil
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n <= 0 || n%2 != 0 {
-				return nil, fmt.Errorf("metadata %s = %q: want three even widths such as 16,56,56", MetaFluxAxes, v)
+				return nil, fmt.Errorf("metadata %s = %q: want %d even widths such as %s", MetaFluxAxes, v, len(axes), axesString(axes))
 			}
 			c.Axes = append(c.Axes, n)
 		}
@@ -176,7 +191,7 @@ func detectFluxDiT(s shapes, md formats.Metadata, modulated bool) (*FluxConfig, 
 	for _, a := range c.Axes {
 		sum += a
 	}
-	if len(c.Axes) != 3 || sum != c.HeadDim {
+	if len(c.Axes) != len(axes) || sum != c.HeadDim {
 		return nil, fmt.Errorf("RoPE axes %v do not add up to the head width %d (set %s)", c.Axes, c.HeadDim, MetaFluxAxes)
 	}
 	return c, nil
@@ -188,4 +203,13 @@ func (s shapes) wantIf(cond bool, name string, want []int64) error {
 		return nil
 	}
 	return s.want(name, want)
+}
+
+// axesString spells RoPE axes as the metadata key takes them ("16,56,56").
+func axesString(axes []int) string {
+	s := make([]string, len(axes))
+	for i, a := range axes {
+		s[i] = strconv.Itoa(a)
+	}
+	return strings.Join(s, ",")
 }

@@ -22,6 +22,19 @@ const fluxNormEps = 1e-6
 // image patches (position (0, row, col)): pair j of axis a (width axes[a])
 // turns by pos·theta^(-2j/axes[a]), in float32 as sd.cpp computes it.
 func fluxRoPE(axes []int, theta float32, txtTokens, rows, cols int) (cos, sin []float32) {
+	return axesRoPE(axes, theta, txtTokens+rows*cols, func(t int, pos []float32) {
+		if t >= txtTokens {
+			i := t - txtTokens
+			pos[1], pos[2] = float32(i/cols), float32(i%cols)
+		}
+	})
+}
+
+// axesRoPE returns the rotary embedding's cos and sin [d/2, l] of l tokens
+// whose positions (one per axis, zero unless set) set gives: pair j of
+// axis a (width axes[a]) turns by pos[a]·theta^(-2j/axes[a]), in float32
+// as sd.cpp's rope.hpp computes it.
+func axesRoPE(axes []int, theta float32, l int, set func(t int, pos []float32)) (cos, sin []float32) {
 	half := 0
 	for _, a := range axes {
 		half += a / 2
@@ -42,14 +55,11 @@ func fluxRoPE(axes []int, theta float32, txtTokens, rows, cols int) (cos, sin []
 			axisOf = append(axisOf, ai)
 		}
 	}
-	l := txtTokens + rows*cols
 	cos, sin = make([]float32, l*half), make([]float32, l*half)
+	pos := make([]float32, len(axes))
 	for t := 0; t < l; t++ {
-		var pos [3]float32
-		if t >= txtTokens {
-			i := t - txtTokens
-			pos = [3]float32{0, float32(i / cols), float32(i % cols)}
-		}
+		clear(pos)
+		set(t, pos)
 		for k := 0; k < half; k++ {
 			angle := pos[axisOf[k]] * omega[k]
 			cos[t*half+k] = float32(math.Cos(float64(angle)))
@@ -142,9 +152,22 @@ func fluxAttentionMasked(c *native.Context, q, k, v, cos, sin, mask native.Tenso
 	return c.Reshape(o, d*heads, l)
 }
 
-// fluxMLP is a block's feed-forward: prefix.0, GELU (tanh), prefix.2.
-func (g *builder) fluxMLP(x native.Tensor, prefix string) native.Tensor {
-	return g.linear(g.c.GELU(g.linear(x, prefix+".0")), prefix+".2")
+// fluxMLP is a block's feed-forward: prefix.0, the activation (fluxAct), prefix.2.
+func (g *builder) fluxMLP(cfg *FluxConfig, x native.Tensor, prefix string) native.Tensor {
+	return g.linear(g.fluxAct(cfg, g.linear(x, prefix+".0")), prefix+".2")
+}
+
+// fluxAct is the MLP activation over x [w, L]: GELU (tanh), or with
+// GatedMLP SiLU of the first half of each token times its second half.
+func (g *builder) fluxAct(cfg *FluxConfig, x native.Tensor) native.Tensor {
+	if !cfg.GatedMLP {
+		return g.c.GELU(x)
+	}
+	ne, nb := x.Ne(), x.Nb()
+	half := [4]int64{ne[0] / 2, ne[1], 1, 1}
+	gate := g.c.Cont(g.c.View(x, half, nb[1], nb[1]*ne[1], nb[1]*ne[1], 0))
+	val := g.c.Cont(g.c.View(x, half, nb[1], nb[1]*ne[1], nb[1]*ne[1], half[0]*nb[0]))
+	return g.c.Mul(val, g.c.SiLU(gate))
 }
 
 // fluxDouble is double_blocks.i: img [h, Li] and txt [h, Lt] attend
@@ -171,7 +194,7 @@ func (g *builder) fluxDouble(cfg *FluxConfig, p string, img, txt native.Tensor, 
 	ia := g.c.View(a, [4]int64{h, li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1])
 	stream := func(x, attn native.Tensor, mod []native.Tensor, st string) native.Tensor {
 		x = g.c.Add(x, g.c.Mul(g.linear(attn, p+st+"_attn.proj"), mod[2]))
-		y := g.fluxMLP(g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[3], mod[4]), p+st+"_mlp")
+		y := g.fluxMLP(cfg, g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[3], mod[4]), p+st+"_mlp")
 		return g.c.Add(x, g.c.Mul(y, mod[5]))
 	}
 	return stream(img, ia, im, "img"), stream(txt, ta, tm, "txt")
@@ -182,13 +205,16 @@ func (g *builder) fluxDouble(cfg *FluxConfig, p string, img, txt native.Tensor, 
 func (g *builder) fluxSingle(cfg *FluxConfig, p string, x native.Tensor, mod []native.Tensor, cos, sin, mask native.Tensor) native.Tensor {
 	d, heads, h, mlp := int64(cfg.HeadDim), int64(cfg.Heads), int64(cfg.Hidden), int64(cfg.MLP)
 	y := g.fluxModulate(g.c.Norm(x, fluxNormEps), mod[0], mod[1])
-	t := g.linear(y, p+"linear1") // [3h + mlp, L]
+	t := g.linear(y, p+"linear1") // [3h + mlp (2·mlp gated), L]
 	q := g.fluxQKNorm(g.fluxHeads(t, d, heads, 0), p+"norm.query_norm")
 	k := g.fluxQKNorm(g.fluxHeads(t, d, heads, h), p+"norm.key_norm")
 	v := g.fluxHeads(t, d, heads, 2*h)
 	a := fluxAttentionMasked(g.c, q, k, v, cos, sin, mask)
 	ne, nb := t.Ne(), t.Nb()
-	m := g.c.GELU(g.c.Cont(g.c.View(t, [4]int64{mlp, ne[1], 1, 1}, nb[1], nb[1]*ne[1], nb[1]*ne[1], 3*h*nb[0])))
+	if cfg.GatedMLP {
+		mlp *= 2
+	}
+	m := g.fluxAct(cfg, g.c.Cont(g.c.View(t, [4]int64{mlp, ne[1], 1, 1}, nb[1], nb[1]*ne[1], nb[1]*ne[1], 3*h*nb[0])))
 	out := g.linear(g.c.Concat(a, m, 0), p+"linear2")
 	return g.c.Add(x, g.c.Mul(out, mod[2]))
 }

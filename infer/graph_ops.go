@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -35,15 +36,23 @@ type builder struct {
 	// outputs are extra graph outputs that are not ancestors of the main
 	// one (a text encoder's pooled output beside its hidden states).
 	outputs []native.Tensor
-	// inputs are extra graph inputs a part made with their values
-	// (per-channel constants); compute fills them.
-	inputs []input
 	// expand are nodes added to the graph first, in this order: a write
 	// to state that outlives the graph after the node that reads the old
 	// values (a video VAE's caches).
 	expand []native.Tensor
 	// acts holds the W8A8 activations quantized so far (linearW8A8).
 	acts map[actKey]native.Tensor
+	// consts are the graph's constant inputs (constant), filled with the
+	// inputs the build returns.
+	consts []input
+}
+
+// constant returns an F32 graph input of shape ne holding values (a
+// table of numbers a graph needs that no weight file carries).
+func (g *builder) constant(values []float32, ne ...int64) native.Tensor {
+	t := newInput(g, formats.F32, ne...)
+	g.consts = append(g.consts, input{t: t, f32: values})
+	return t
 }
 
 // output marks t as an extra output of the graph, computed and kept even

@@ -142,6 +142,11 @@ func runGraph(t *testing.T, be *native.Backend, ws *weightSet, inputs []testInpu
 			t.Fatal(err)
 		}
 	}
+	for _, c := range g.consts {
+		if err := c.t.SetF32(c.f32); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := be.Compute(gr); err != nil {
 		t.Fatal(err)
 	}

@@ -43,9 +43,7 @@ const (
 
 // input makes a graph input holding data, dims ne.
 func (r *wanRun) input(data []float32, ne ...int64) native.Tensor {
-	t := newInput(r.g, formats.F32, ne...)
-	r.g.inputs = append(r.g.inputs, input{t: t, f32: data})
-	return t
+	return r.g.constant(data, ne...)
 }
 
 // cacheIn returns cache idx as F32 frames (invalid: none yet).

@@ -481,7 +481,7 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 	func() {
 		defer native.Recover(&err)
 		ins, out = build(g)
-		ins = append(ins, g.inputs...)
+		ins = append(ins, g.consts...)
 		out = ctx.Cont(out).SetOutput()
 	}()
 	if err != nil {

@@ -6,9 +6,10 @@
 // (synth.TinyFlux, one file with ComfyUI's prefixes), tiny-chroma.gguf
 // (synth.TinyChroma, likewise), tiny-sd3.gguf (synth.TinySD3, SD3's
 // checkpoint prefixes), tiny-wan.gguf (synth.TinyWan, one file with
-// sd.cpp's prefixes) and the component files people download of
-// Qwen-Image and Z-Image (tiny-qwen-image-*, tiny-z-image-*, the Qwen
-// tokenizer embedded in the llm file). With -arch it
+// sd.cpp's prefixes), tiny-flux2-klein.gguf (synth.TinyKlein, sd-cli's
+// prefixes, the Qwen3 tokenizer embedded) and the component files people
+// download of Qwen-Image and Z-Image (tiny-qwen-image-*, tiny-z-image-*,
+// the Qwen tokenizer embedded in the llm file). With -arch it
 // writes any architecture the generator knows, scaled; with -sd a runnable
 // SD preset, optionally with quantized linear weights. It never replaces an
 // existing file unless -force is given, so regenerating the committed files
