@@ -1,13 +1,10 @@
 package synth
 
 import (
-	"context"
 	"io"
-	"path/filepath"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/text"
 )
 
@@ -286,30 +283,8 @@ func (c Flux) EncodeSingleAs(w io.Writer, format string, prefix map[string]strin
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT (ext
 // "gguf" or "safetensors") and returns the paths by flag.
 func (c Flux) WriteParts(dir, name, ext string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, flag := range FluxParts {
-		if len(c.Part(flag)) == 0 {
-			continue
-		}
-		path := filepath.Join(dir, name+"-"+flag+"."+ext)
-		err := pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-			return c.EncodePart(w, ext, flag)
-		})
-		if err != nil {
-			return nil, err
-		}
-		out[flag] = path
-	}
-	return out, nil
+	return writeParts(c, FluxParts, dir, name, sameExt(ext))
 }
 
 // WriteSingle writes the single-file checkpoint into path (.gguf or .safetensors).
-func (c Flux) WriteSingle(path string) error {
-	cr, err := formats.CreatorFor(path)
-	if err != nil {
-		return err
-	}
-	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-		return c.EncodeSingle(w, cr.Name)
-	})
-}
+func (c Flux) WriteSingle(path string) error { return writeSingle(c, path) }

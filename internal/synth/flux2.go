@@ -1,14 +1,11 @@
 package synth
 
 import (
-	"context"
 	"io"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/text"
 )
 
@@ -196,30 +193,11 @@ func (c Flux2) EncodeSingle(w io.Writer, format string) error {
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT (ext
 // "gguf" or "safetensors") and returns the paths by flag.
 func (c Flux2) WriteParts(dir, name, ext string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, flag := range Flux2Parts {
-		path := filepath.Join(dir, name+"-"+flag+"."+ext)
-		err := pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-			return c.EncodePart(w, ext, flag)
-		})
-		if err != nil {
-			return nil, err
-		}
-		out[flag] = path
-	}
-	return out, nil
+	return writeParts(c, Flux2Parts, dir, name, sameExt(ext))
 }
 
 // WriteSingle writes the single-file checkpoint into path (.gguf or .safetensors).
-func (c Flux2) WriteSingle(path string) error {
-	cr, err := formats.CreatorFor(path)
-	if err != nil {
-		return err
-	}
-	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-		return c.EncodeSingle(w, cr.Name)
-	})
-}
+func (c Flux2) WriteSingle(path string) error { return writeSingle(c, path) }
 
 // String names the model's shape, for file names and logs.
 func (c Flux2) String() string {

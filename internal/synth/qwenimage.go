@@ -1,14 +1,11 @@
 package synth
 
 import (
-	"context"
 	"io"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/text"
 )
 
@@ -358,34 +355,16 @@ func (c QwenImage) EncodeSingle(w io.Writer, format string) error {
 // always safetensors, as Qwen-Image's is published: its Conv3d kernels are
 // 5-D, more than ggml's GGUF reader takes.
 func (c QwenImage) WriteParts(dir, name, ext string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, flag := range QwenImageParts {
-		ext := ext
+	return writeParts(c, QwenImageParts, dir, name, func(flag string) string {
 		if flag == "vae" {
-			ext = "safetensors"
+			return "safetensors"
 		}
-		path := filepath.Join(dir, name+"-"+flag+"."+ext)
-		err := pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-			return c.EncodePart(w, ext, flag)
-		})
-		if err != nil {
-			return nil, err
-		}
-		out[flag] = path
-	}
-	return out, nil
+		return ext
+	})
 }
 
 // WriteSingle writes the single-file checkpoint into path (.gguf or .safetensors).
-func (c QwenImage) WriteSingle(path string) error {
-	cr, err := formats.CreatorFor(path)
-	if err != nil {
-		return err
-	}
-	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-		return c.EncodeSingle(w, cr.Name)
-	})
-}
+func (c QwenImage) WriteSingle(path string) error { return writeSingle(c, path) }
 
 // String names the model's shape, for file names and logs.
 func (c QwenImage) String() string {

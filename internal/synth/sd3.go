@@ -1,13 +1,10 @@
 package synth
 
 import (
-	"context"
 	"io"
-	"path/filepath"
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/text"
 )
 
@@ -244,37 +241,20 @@ func (c SD3) EncodeSingle(w io.Writer, format string) error {
 	return encodeSpecs(w, format, ts, names, types, metadataFor(c.Metadata(""), format), c.Seed)
 }
 
-// WriteSingle writes the single-file checkpoint into path (.gguf or .safetensors).
-func (c SD3) WriteSingle(path string) error {
-	cr, err := formats.CreatorFor(path)
-	if err != nil {
-		return err
+// EncodePart writes one component's file to w in format "gguf" or "safetensors".
+func (c SD3) EncodePart(w io.Writer, format, flag string) error {
+	ts := c.Part(flag)
+	types := make([]formats.DType, len(ts))
+	for i, t := range ts {
+		types[i] = c.typeOf(flag, t)
 	}
-	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-		return c.EncodeSingle(w, cr.Name)
-	})
+	return encodeSpecs(w, format, ts, nil, types, metadataFor(c.Metadata(flag), format), c.Seed)
 }
+
+// WriteSingle writes the single-file checkpoint into path (.gguf or .safetensors).
+func (c SD3) WriteSingle(path string) error { return writeSingle(c, path) }
 
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT and returns the paths by flag.
 func (c SD3) WriteParts(dir, name, ext string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, flag := range SD3Parts {
-		ts := c.Part(flag)
-		if len(ts) == 0 {
-			continue
-		}
-		types := make([]formats.DType, len(ts))
-		for i, t := range ts {
-			types[i] = c.typeOf(flag, t)
-		}
-		path := filepath.Join(dir, name+"-"+flag+"."+ext)
-		err := pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-			return encodeSpecs(w, ext, ts, nil, types, metadataFor(c.Metadata(flag), ext), c.Seed)
-		})
-		if err != nil {
-			return nil, err
-		}
-		out[flag] = path
-	}
-	return out, nil
+	return writeParts(c, SD3Parts, dir, name, sameExt(ext))
 }

@@ -1,13 +1,10 @@
 package synth
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/text"
 )
 
@@ -174,33 +171,11 @@ func (c Wan) EncodeSingle(w io.Writer, format string) error {
 
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT and returns the paths by flag.
 func (c Wan) WriteParts(dir, name, ext string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, flag := range WanParts {
-		if len(c.Part(flag)) == 0 {
-			continue
-		}
-		path := filepath.Join(dir, name+"-"+flag+"."+ext)
-		err := pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-			return c.EncodePart(w, ext, flag)
-		})
-		if err != nil {
-			return nil, err
-		}
-		out[flag] = path
-	}
-	return out, nil
+	return writeParts(c, WanParts, dir, name, sameExt(ext))
 }
 
 // WriteSingle writes the single-file model into path (.gguf or .safetensors).
-func (c Wan) WriteSingle(path string) error {
-	cr, err := formats.CreatorFor(path)
-	if err != nil {
-		return err
-	}
-	return pipeline.WriteAtomic(context.Background(), path, pipeline.PublishOptions{Force: true}, func(w io.Writer) error {
-		return c.EncodeSingle(w, cr.Name)
-	})
-}
+func (c Wan) WriteSingle(path string) error { return writeSingle(c, path) }
 
 // wanVAEConfig describes Wan's causal 3-D VAE: decoder and encoder widths
 // (levels ×4, ×4, ×2, ×1 up; ×1, ×2, ×4, ×4 down), Z latent channels,
