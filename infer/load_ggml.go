@@ -50,12 +50,13 @@ func (w *weightSet) run(be *native.Backend, gr *native.Graph, compute int64) err
 	return w.p.run(gr, compute)
 }
 
-// prepare readies a built graph for allocation (pager.prepare).
-func (w *weightSet) prepare(gr *native.Graph) error {
+// prepare readies a built graph for allocation, in block order when
+// reorder is set (pager.prepare).
+func (w *weightSet) prepare(gr *native.Graph, reorder bool) error {
 	if w.p == nil {
 		return nil
 	}
-	return w.p.prepare(gr)
+	return w.p.prepare(gr, reorder)
 }
 
 // ggmlDims turns a PyTorch shape into ggml dims (innermost first), a

@@ -496,7 +496,10 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 		gr.Expand(t)
 	}
 	gr.Expand(out)
-	if err := m.w.prepare(gr); err != nil {
+	// A graph with ordered writes to state that outlives it (a video VAE's
+	// caches) keeps ggml's order: reordering could move a write before
+	// the read of the old values.
+	if err := m.w.prepare(gr, len(g.expand) == 0); err != nil {
 		return err
 	}
 	if err := m.alloc.Alloc(gr); err != nil {

@@ -364,13 +364,13 @@ type use struct{ node, group int }
 // segment is a range of a graph's nodes and the streamed group they read (-1: none).
 type segment struct{ i0, i1, group int }
 
-// prepare readies a built graph for allocation: with a budget it orders
-// the nodes block after block, and it gives every weight the graph reads
+// prepare readies a built graph for allocation: with a budget and reorder
+// set it orders the nodes block after block, and it gives every weight the graph reads
 // a place (the slots, for the groups not resident, sized for the largest
 // group the graph reads), since the allocator would otherwise place them.
-func (p *pager) prepare(gr *native.Graph) error {
+func (p *pager) prepare(gr *native.Graph, reorder bool) error {
 	p.prepared = gr
-	if p.budget > 0 {
+	if p.budget > 0 && reorder {
 		p.walk(gr)
 		if err := p.reorder(gr); err != nil {
 			return err

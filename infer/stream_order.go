@@ -56,7 +56,13 @@ func (p *pager) reorder(gr *native.Graph) error {
 			visit(i)
 		}
 	}
-	return gr.Reorder(p.blockOrder(inputs, order, depth, consumed))
+	blocks := p.blockOrder(inputs, order, depth, consumed)
+	if len(blocks) != n {
+		// Operands that are not a DAG (a graph writing state in place,
+		// such as a video VAE's caches): ggml's own order stands.
+		return nil
+	}
+	return gr.Reorder(blocks)
 }
 
 // blockOrder lists the nodes so that each group's nodes run before the next
@@ -170,7 +176,9 @@ func (p *pager) sideGroups(inputs [][]int, depth []int, consumed []bool, reads [
 			bottom = i
 		}
 	}
-	for len(inputs[bottom]) > 0 {
+	// At most n steps: a walk down operands ends within n nodes in a DAG,
+	// and must not hang on a graph that is not one.
+	for steps := 0; len(inputs[bottom]) > 0 && steps < n; steps++ {
 		next := inputs[bottom][0]
 		for _, j := range inputs[bottom] {
 			if depth[j] > depth[next] {
