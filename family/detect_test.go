@@ -323,25 +323,28 @@ func BenchmarkDetectSDXL(b *testing.B) {
 
 // TestDetectOrigShape: a GGUF stores Wan's 5-D patch embedding folded to
 // 4-D with comfy.gguf.orig_shape; detection must see the recorded shape
-// (Wan's rules ask for rank 5), and ignore a key whose shape does not
-// hold the tensor's elements.
+// (TI2V-5B is told by its 48 input channels, which the folded shape
+// hides), ignore a key whose shape does not hold the tensor's elements,
+// and still know a folded kernel without the key as Wan (sd.cpp's own
+// GGUF files fold it so).
 func TestDetectOrigShape(t *testing.T) {
 	s := func(d ...int64) []int64 { return d }
-	folded := ts("blocks.0.self_attn.q.weight", s(256, 256), "blocks.0.cross_attn.norm_k.weight", s(256), "patch_embedding.weight", s(4096, 1, 2, 2))
+	folded := ts("blocks.0.self_attn.q.weight", s(256, 256), "blocks.0.cross_attn.norm_k.weight", s(256), "patch_embedding.weight", s(256*48, 1, 2, 2))
 	orig := func(dims ...int32) formats.Metadata {
 		return formats.Metadata{{Key: "comfy.gguf.orig_shape.patch_embedding.weight", Type: formats.TypeArray, Value: formats.Array{Elem: formats.TypeInt32, Values: dims}}}
 	}
 	for _, c := range []struct {
-		why  string
-		md   formats.Metadata
-		want string
+		why           string
+		md            formats.Metadata
+		name, variant string
 	}{
-		{"no key", nil, "unknown"},
-		{"orig_shape 5-D", orig(256, 16, 1, 2, 2), "wan"},
-		{"orig_shape with other elements", orig(256, 16, 1, 2, 4), "unknown"},
+		{"no key", nil, "wan", "t2v"},
+		{"orig_shape 5-D", orig(256, 48, 1, 2, 2), "wan", "ti2v-5b"},
+		{"orig_shape with other elements", orig(256, 48, 1, 2, 4), "wan", "t2v"},
 	} {
-		if got := Detect(folded, c.md).Name; got != c.want {
-			t.Errorf("%s: %s, want %s", c.why, got, c.want)
+		a := Detect(folded, c.md)
+		if a.Name != c.name || a.Variant() != c.variant {
+			t.Errorf("%s: %s %q, want %s %q", c.why, a.Name, a.Variant(), c.name, c.variant)
 		}
 	}
 	if len(folded[2].Shape) != 4 {
