@@ -372,8 +372,10 @@ func (p *pager) prepare(gr *native.Graph, reorder bool) error {
 	p.prepared = gr
 	if p.budget > 0 && reorder {
 		p.walk(gr)
-		if err := p.reorder(gr); err != nil {
-			return err
+		if p.mayStream() {
+			if err := p.reorder(gr); err != nil {
+				return err
+			}
 		}
 	}
 	p.walk(gr)
@@ -399,6 +401,14 @@ func (p *pager) prepare(gr *native.Graph, reorder bool) error {
 	}
 	return nil
 }
+
+// mayStream reports whether graphs may stream weights, so that ordering
+// them block after block pays: the model's weights take more than a
+// quarter of the budget. Below that everything stays resident beside any
+// compute buffer but a huge one (which then streams in ggml's order,
+// correctly if less tidily), and the ordering's cost is not paid on every
+// graph of a model that fits.
+func (p *pager) mayStream() bool { return 4*p.stats.Weights > p.budget }
 
 // walk finds the groups each node of the graph reads.
 func (p *pager) walk(gr *native.Graph) {

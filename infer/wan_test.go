@@ -62,9 +62,10 @@ func TestTinyWanLoads(t *testing.T) {
 }
 
 // TestTinyWanWithinBudget renders the committed tiny Wan with a memory
-// budget, which orders graphs for streaming, and without one: the same
-// frames. (The causal VAE's graphs write their caches in place, which
-// once sent the block ordering into an endless walk.)
+// budget, as generate does by default, and without one: the same frames.
+// (With the budget every graph was once ordered for streaming, and the
+// causal VAE's graphs, which write their caches in place, sent that
+// ordering into an endless walk.)
 func TestTinyWanWithinBudget(t *testing.T) {
 	var frames [][]float32
 	for _, budget := range []int64{0, 1 << 30} {
