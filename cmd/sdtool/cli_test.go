@@ -426,11 +426,12 @@ func commandPaths(cmds []*cli.Command, prefix string) []string {
 }
 
 // longReadmeBlock matches the README blocks that render SDXL, Flux, Chroma,
-// SD3, Z-Image, a report or a calibration set: the default run leaves them to
-// the long one (TestGenerateSDXLMixedComponents, TestGenerateEmptyPrompt,
-// TestReportNaNFile, TestGenerateImatrixPromptFile and infer's
-// TestTinyZImageGenerates render those by default).
-var longReadmeBlock = regexp.MustCompile(`tiny-sdxl|tiny-flux|tiny-chroma|tiny-sd3|tiny-z-image|sdtool report\b|--prompt-file`)
+// SD3, Wan, Qwen-Image, Z-Image, a report or a calibration set: the default
+// run leaves them to the long one (TestGenerateSDXLMixedComponents,
+// TestGenerateEmptyPrompt, TestGenerateVideo, TestReportNaNFile,
+// TestGenerateImatrixPromptFile and infer's TestTiny*Generates render those
+// by default).
+var longReadmeBlock = regexp.MustCompile(`tiny-sdxl|tiny-flux|tiny-chroma|tiny-sd3|tiny-wan|tiny-qwen-image|tiny-z-image|sdtool report\b|--prompt-file`)
 
 // needsGGML matches documented command lines that run models through ggml,
 // which a CGO_ENABLED=0 build cannot (it says so and exits 1).
