@@ -266,41 +266,8 @@ func BenchmarkQwenImageVsSDCLI(b *testing.B) {
 		}
 		r.Threads = n
 	}
-	dir := b.TempDir()
 	spec, _ := json.Marshal(r)
-	var cliStep, ourStep float64
-	var cliPeak, ourPeak int64
-	n := 0
-	for b.Loop() {
-		s, p := sdcliStepAndPeak(b, bin, r.sdcliArgs(filepath.Join(dir, "sdcli.png")), r.Steps)
-		cliStep += s
-		cliPeak = max(cliPeak, p)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestQwenImageGenerateChild$", "-test.v")
-		cmd.Env = append(os.Environ(), qwenImageChildEnv+"="+string(spec))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			b.Fatalf("child: %v\n%s", err, tail(out))
-		}
-		var rep childReport
-		found := false
-		for _, line := range strings.Split(string(out), "\n") {
-			if j, ok := strings.CutPrefix(line, "CHILD "); ok {
-				found = json.Unmarshal([]byte(j), &rep) == nil
-			}
-		}
-		if !found {
-			b.Fatalf("child printed no report:\n%s", tail(out))
-		}
-		ourStep += rep.PerStep
-		ourPeak = max(ourPeak, maxRSS(cmd.ProcessState))
-		n++
-	}
-	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
-	b.ReportMetric(ourStep/float64(n), "sdtool-s/step")
-	b.ReportMetric(ourStep/cliStep, "step-ratio")
-	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
-	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
-	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
+	benchVsSDCLI(b, bin, sdcliBench{args: r.sdcliArgs(filepath.Join(b.TempDir(), "sdcli.png")), steps: r.Steps, child: "TestQwenImageGenerateChild", env: qwenImageChildEnv, spec: spec})
 }
 
 // TestQwenImageImatrixMatchesSDCLI collects the importance matrix of one

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
@@ -210,41 +209,5 @@ func BenchmarkWanVsSDCLI(b *testing.B) {
 	r := wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5}
 	spec, _ := json.Marshal(wanChildSpec{DiT: dit, VAE: vae, Size: r.size, Frames: r.frames, Steps: r.steps, Threads: r.threads,
 		Seed: r.seed, CFG: r.cfg, Shift: r.shift})
-	dir := b.TempDir()
-	var cliStep, ourStep float64
-	var cliPeak, ourPeak int64
-	n := 0
-	for b.Loop() {
-		s, p := sdcliStepAndPeak(b, bin, r.sdcliArgs(filepath.Join(dir, "sd_%03d.png")), r.steps)
-		cliStep += s
-		cliPeak = max(cliPeak, p)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestWanGenerateChild$", "-test.v")
-		cmd.Env = append(os.Environ(), wanChildEnv+"="+string(spec))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			b.Fatalf("child: %v\n%s", err, tail(out))
-		}
-		found := false
-		for _, line := range strings.Split(string(out), "\n") {
-			if j, ok := strings.CutPrefix(line, "CHILD "); ok {
-				var rep childReport
-				if err := json.Unmarshal([]byte(j), &rep); err != nil {
-					b.Fatal(err)
-				}
-				ourStep += rep.PerStep
-				found = true
-			}
-		}
-		if !found {
-			b.Fatalf("child printed no report:\n%s", tail(out))
-		}
-		ourPeak = max(ourPeak, maxRSS(cmd.ProcessState))
-		n++
-	}
-	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
-	b.ReportMetric(ourStep/float64(n), "sdtool-s/step")
-	b.ReportMetric(ourStep/cliStep, "step-ratio")
-	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
-	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
-	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
+	benchVsSDCLI(b, bin, sdcliBench{args: r.sdcliArgs(filepath.Join(b.TempDir(), "sd_%03d.png")), steps: r.steps, child: "TestWanGenerateChild", env: wanChildEnv, spec: spec})
 }

@@ -314,44 +314,8 @@ func BenchmarkZImageVsSDCLI(b *testing.B) {
 		}
 		r.Threads = n
 	}
-	dir := b.TempDir()
 	spec, _ := json.Marshal(r)
-	var cliStep, ourStep float64
-	var cliPeak, ourPeak int64
-	n := 0
-	for b.Loop() {
-		s, p := sdcliStepAndPeak(b, bin, r.sdcliArgs(filepath.Join(dir, "sdcli.png")), r.Steps)
-		cliStep += s
-		cliPeak = max(cliPeak, p)
-		cmd := exec.Command(os.Args[0], "-test.run=^TestZImageGenerateChild$", "-test.v")
-		cmd.Env = append(os.Environ(), zimageChildEnv+"="+string(spec))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			b.Fatalf("child: %v\n%s", err, tail(out))
-		}
-		found := false
-		for _, line := range strings.Split(string(out), "\n") {
-			if j, ok := strings.CutPrefix(line, "CHILD "); ok {
-				var rep childReport
-				if err := json.Unmarshal([]byte(j), &rep); err != nil {
-					b.Fatal(err)
-				}
-				ourStep += rep.PerStep
-				found = true
-			}
-		}
-		if !found {
-			b.Fatalf("child printed no report:\n%s", tail(out))
-		}
-		ourPeak = max(ourPeak, maxRSS(cmd.ProcessState))
-		n++
-	}
-	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
-	b.ReportMetric(ourStep/float64(n), "sdtool-s/step")
-	b.ReportMetric(ourStep/cliStep, "step-ratio")
-	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
-	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
-	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
+	benchVsSDCLI(b, bin, sdcliBench{args: r.sdcliArgs(filepath.Join(b.TempDir(), "sdcli.png")), steps: r.Steps, child: "TestZImageGenerateChild", env: zimageChildEnv, spec: spec})
 }
 
 // zimagePrompts are the parity prompts: English, and Chinese (which both
