@@ -177,17 +177,7 @@ func (c Flux2) EncodePart(w io.Writer, format, flag string) error {
 
 // EncodeSingle writes every component into one file under sd-cli's prefixes.
 func (c Flux2) EncodeSingle(w io.Writer, format string) error {
-	var ts []TensorSpec
-	var names []string
-	var types []formats.DType
-	for _, flag := range Flux2Parts {
-		for _, t := range c.Part(flag) {
-			types = append(types, c.typeOf(flag, t))
-			names = append(names, flux2Prefix[flag]+t.Name)
-			ts = append(ts, t)
-		}
-	}
-	return encodeSpecs(w, format, ts, names, types, metadataFor(c.Metadata(""), format), c.Seed)
+	return encodeSingle(w, format, c, Flux2Parts, flux2Prefix, c.Seed)
 }
 
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT (ext

@@ -52,3 +52,27 @@ func writeSingle(m partModel, path string) error {
 		return m.EncodeSingle(w, cr.Name)
 	})
 }
+
+// typedModel is a partModel that says each tensor's stored type and the
+// metadata of each component's file ("" for the single file).
+type typedModel interface {
+	Part(flag string) []TensorSpec
+	typeOf(flag string, t TensorSpec) formats.DType
+	Metadata(flag string) formats.Metadata
+}
+
+// encodeSingle writes the parts of flags into one file, each tensor under
+// its flag's prefix.
+func encodeSingle(w io.Writer, format string, m typedModel, flags []string, prefix map[string]string, seed int64) error {
+	var ts []TensorSpec
+	var names []string
+	var types []formats.DType
+	for _, flag := range flags {
+		for _, t := range m.Part(flag) {
+			types = append(types, m.typeOf(flag, t))
+			names = append(names, prefix[flag]+t.Name)
+			ts = append(ts, t)
+		}
+	}
+	return encodeSpecs(w, format, ts, names, types, metadataFor(m.Metadata(""), format), seed)
+}

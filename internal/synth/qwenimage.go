@@ -337,17 +337,7 @@ func (c QwenImage) EncodePart(w io.Writer, format, flag string) error {
 // prefixes (a GGUF keeps the VAE's 5-D kernels: sd-cli's own GGUF reader
 // and sdtool's take them, ggml's does not).
 func (c QwenImage) EncodeSingle(w io.Writer, format string) error {
-	var ts []TensorSpec
-	var names []string
-	var types []formats.DType
-	for _, flag := range QwenImageParts {
-		for _, t := range c.Part(flag) {
-			types = append(types, c.typeOf(flag, t))
-			names = append(names, qwenImageComfyPrefix[flag]+t.Name)
-			ts = append(ts, t)
-		}
-	}
-	return encodeSpecs(w, format, ts, names, types, metadataFor(c.Metadata(""), format), c.Seed)
+	return encodeSingle(w, format, c, QwenImageParts, qwenImageComfyPrefix, c.Seed)
 }
 
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT (ext

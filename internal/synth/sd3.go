@@ -228,17 +228,7 @@ func (c SD3) typeOf(flag string, t TensorSpec) formats.DType {
 
 // EncodeSingle writes every component into one file under SD3's checkpoint prefixes.
 func (c SD3) EncodeSingle(w io.Writer, format string) error {
-	var ts []TensorSpec
-	var names []string
-	var types []formats.DType
-	for _, flag := range SD3Parts {
-		for _, t := range c.Part(flag) {
-			types = append(types, c.typeOf(flag, t))
-			names = append(names, sd3Prefix[flag]+t.Name)
-			ts = append(ts, t)
-		}
-	}
-	return encodeSpecs(w, format, ts, names, types, metadataFor(c.Metadata(""), format), c.Seed)
+	return encodeSingle(w, format, c, SD3Parts, sd3Prefix, c.Seed)
 }
 
 // EncodePart writes one component's file to w in format "gguf" or "safetensors".

@@ -156,17 +156,7 @@ func (c Wan) EncodePart(w io.Writer, format, flag string) error {
 
 // EncodeSingle writes every component into one file under sd.cpp's prefixes.
 func (c Wan) EncodeSingle(w io.Writer, format string) error {
-	var ts []TensorSpec
-	var names []string
-	var types []formats.DType
-	for _, flag := range WanParts {
-		for _, t := range c.Part(flag) {
-			types = append(types, c.typeOf(flag, t))
-			names = append(names, wanSinglePrefix[flag]+t.Name)
-			ts = append(ts, t)
-		}
-	}
-	return encodeSpecs(w, format, ts, names, types, metadataFor(c.Metadata(""), format), c.Seed)
+	return encodeSingle(w, format, c, WanParts, wanSinglePrefix, c.Seed)
 }
 
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT and returns the paths by flag.

@@ -194,17 +194,7 @@ func (c ZImage) EncodePart(w io.Writer, format, flag string) error {
 
 // EncodeSingle writes every component into one file under ComfyUI's prefixes.
 func (c ZImage) EncodeSingle(w io.Writer, format string) error {
-	var ts []TensorSpec
-	var names []string
-	var types []formats.DType
-	for _, flag := range ZImageParts {
-		for _, t := range c.Part(flag) {
-			types = append(types, c.typeOf(flag, t))
-			names = append(names, zimageComfyPrefix[flag]+t.Name)
-			ts = append(ts, t)
-		}
-	}
-	return encodeSpecs(w, format, ts, names, types, metadataFor(c.Metadata(""), format), c.Seed)
+	return encodeSingle(w, format, c, ZImageParts, zimageComfyPrefix, c.Seed)
 }
 
 // WriteParts writes one file per component into dir as NAME-FLAG.EXT (ext
