@@ -28,7 +28,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"process facts", []string{"internal/procmem"}},
-	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest"}},
+	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest", "internal/workpool"}},
 	{"vocabulary", []string{"formats"}},
 	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant"}},
 	{"folders of containers", []string{"formats/diffusers"}},
