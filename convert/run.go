@@ -9,6 +9,7 @@ import (
 
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 
 	// The writers sd-cli's convert writes: GGUF, and safetensors by extension.
 	_ "github.com/sdtool/sdtool/formats/gguf"
@@ -70,18 +71,18 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		return nil, err
 	}
 	if opts.NoMetadata && (len(userMeta) > 0 || len(opts.Tokenizers) > 0) {
-		return nil, errors.New("--no-metadata writes none: it excludes --metadata and --tokenizer")
+		return nil, option.Errorf("%s writes none: it excludes %s and %s", option.Name("NoMetadata"), option.Name("Metadata"), option.Name("Tokenizers"))
 	}
 	var pol policy
 	if opts.Type != "" {
 		if pol.Type, err = ParseTargetType(opts.Type); err != nil {
-			return nil, fmt.Errorf("--type: %v", err)
+			return nil, option.Errorf("%s: %w", option.Name("Type"), err)
 		}
 		pol.HasType = true
 	}
 	if opts.Rules != "" {
 		if pol.Rules, err = ParseRules(opts.Rules); err != nil {
-			return nil, fmt.Errorf("--tensor-type-rules: %v", err)
+			return nil, option.Errorf("%s: %w", option.Name("Rules"), err)
 		}
 	}
 	if len(opts.Imatrix) > 0 {
@@ -89,15 +90,15 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		for _, path := range opts.Imatrix {
 			m, err := imatrix.Open(path)
 			if err != nil {
-				return nil, fmt.Errorf("--imatrix: %w", err)
+				return nil, option.Errorf("%s: %w", option.Name("Imatrix"), err)
 			}
 			if err := m.Validate(path); err != nil {
-				return nil, fmt.Errorf("--imatrix: %w", err)
+				return nil, option.Errorf("%s: %w", option.Name("Imatrix"), err)
 			}
 			ms = append(ms, m)
 		}
 		if pol.Imatrix, err = imatrix.SumStored(opts.Imatrix, ms); err != nil {
-			return nil, fmt.Errorf("--imatrix: %w", err)
+			return nil, option.Errorf("%s: %w", option.Name("Imatrix"), err)
 		}
 	}
 	// sd-cli writes safetensors for that extension and GGUF for any other;

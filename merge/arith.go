@@ -10,6 +10,7 @@ import (
 
 	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/quant/mix"
@@ -109,7 +110,7 @@ func ParseAlphaRules(s string) ([]pipeline.Rule[float64], error) {
 				continue
 			}
 			if i == len(parts)-1 {
-				return nil, fmt.Errorf("--alpha-rules: item %q has no =ALPHA", item)
+				return nil, option.Errorf("%s: item %q has no =ALPHA", option.Name("AlphaRules"), item)
 			}
 			pending = item
 			continue
@@ -117,15 +118,15 @@ func ParseAlphaRules(s string) ([]pipeline.Rule[float64], error) {
 		pending = ""
 		pat, val := item[:eq], strings.TrimSpace(item[eq+1:])
 		if pat == "" {
-			return nil, fmt.Errorf("--alpha-rules: item %q has an empty pattern", item)
+			return nil, option.Errorf("%s: item %q has an empty pattern", option.Name("AlphaRules"), item)
 		}
 		a, err := strconv.ParseFloat(val, 64)
 		if err != nil || math.IsNaN(a) || math.IsInf(a, 0) {
-			return nil, fmt.Errorf("--alpha-rules: item %q: alpha %q is not a finite number", item, val)
+			return nil, option.Errorf("%s: item %q: alpha %q is not a finite number", option.Name("AlphaRules"), item, val)
 		}
 		re, err := pipeline.CompilePattern(pat)
 		if err != nil {
-			return nil, fmt.Errorf("--alpha-rules: %v", err)
+			return nil, option.Errorf("%s: %w", option.Name("AlphaRules"), err)
 		}
 		rules = append(rules, pipeline.Rule[float64]{Pattern: pat, Re: re, Value: a})
 	}
@@ -196,7 +197,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 		alpha = *a.Alpha
 	}
 	if math.IsNaN(alpha) || math.IsInf(alpha, 0) {
-		return nil, fmt.Errorf("--alpha %v is not a finite number", alpha)
+		return nil, option.Errorf("%s %v is not a finite number", option.Name("Alpha"), alpha)
 	}
 	rules, err := ParseAlphaRules(a.AlphaRules)
 	if err != nil {
@@ -207,14 +208,14 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 		density = DefaultDensity
 	}
 	if !(density > 0 && density <= 1) {
-		return nil, fmt.Errorf("--density %v: want a fraction in (0, 1]", a.Density)
+		return nil, option.Errorf("%s %v: want a fraction in (0, 1]", option.Name("Density"), a.Density)
 	}
 	dropP := DefaultDropP
 	if a.DropP != nil {
 		dropP = *a.DropP
 	}
 	if !(dropP >= 0 && dropP < 1) {
-		return nil, fmt.Errorf("--drop-p %v: want a probability in [0, 1)", dropP)
+		return nil, option.Errorf("%s %v: want a probability in [0, 1)", option.Name("DropP"), dropP)
 	}
 	var want formats.DType
 	var enc quant.Codec
@@ -222,16 +223,16 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	if typeSet {
 		t, err := mix.LookupSingleType(a.Type, convrot.Names(), "a LoRA bake (--base --lora) takes it directly")
 		if err != nil {
-			return nil, fmt.Errorf("--type: %w", err)
+			return nil, option.Errorf("%s: %w", option.Name("Type"), err)
 		}
 		if !format.Stores(t) {
-			return nil, fmt.Errorf("--type %s cannot be stored in %s (%s)", t, format.Name, out)
+			return nil, option.Errorf("%s %s cannot be stored in %s (%s)", option.Name("Type"), t, format.Name, out)
 		}
 		if enc, err = quant.Encoder(t); err != nil {
-			return nil, fmt.Errorf("--type %s: %w", t, err)
+			return nil, option.Errorf("%s %s: %w", option.Name("Type"), t, err)
 		}
 		if enc.NeedsWeights {
-			return nil, fmt.Errorf("--type %s needs an importance matrix; merge to f16 and run sdtool quantize --imatrix", t)
+			return nil, option.Errorf("%s %s needs an importance matrix; merge to f16 and run sdtool quantize %s", option.Name("Type"), t, option.Name("Imatrix"))
 		}
 		want = t
 	}
@@ -291,7 +292,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 			}
 		}
 		if !format.Stores(outT) {
-			errs.add(fmt.Errorf("%s: tensor %q: %s cannot be stored in %s (%s); choose another --type", fa.Path(), name, outT, format.Name, out))
+			errs.add(option.Errorf("%s: tensor %q: %s cannot be stored in %s (%s); choose another %s", fa.Path(), name, outT, format.Name, out, option.Name("Type")))
 			continue
 		}
 
@@ -370,13 +371,13 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 		}
 	}
 	if len(missing) > 0 {
-		errs.add(fmt.Errorf("%s of %s %s missing from %s or %s another shape there (--allow-missing copies A's): %s",
+		errs.add(option.Errorf("%s of %s %s missing from %s or %s another shape there (%s copies A's): %s",
 			pipeline.Count(len(missing), "tensor", "tensors"), a.A, plural(len(missing), "is", "are"), strings.Join(otherPaths, " or "),
-			plural(len(missing), "has", "have"), listSome(missing)))
+			plural(len(missing), "has", "have"), option.Name("AllowMissing"), listSome(missing)))
 	}
 	if len(only) > 0 {
-		errs.add(fmt.Errorf("%s of %s %s not in %s (--allow-missing leaves them out): %s",
-			pipeline.Count(len(only), "tensor", "tensors"), strings.Join(otherPaths, " and "), plural(len(only), "is", "are"), a.A, listSome(only)))
+		errs.add(option.Errorf("%s of %s %s not in %s (%s leaves them out): %s",
+			pipeline.Count(len(only), "tensor", "tensors"), strings.Join(otherPaths, " and "), plural(len(only), "is", "are"), a.A, option.Name("AllowMissing"), listSome(only)))
 	}
 	if err := errs.err(); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
@@ -23,7 +24,7 @@ func ParseFloatDType(s string) (t formats.DType, set bool, err error) {
 	case "bf16":
 		return formats.BF16, true, nil
 	}
-	return 0, false, fmt.Errorf("--dtype %q: want f32, f16 or bf16", s)
+	return 0, false, option.Errorf("%s %q: want f32, f16 or bf16", option.Name("DType"), s)
 }
 
 // picked is one selected tensor of a recipe source.
@@ -155,8 +156,8 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 		p.Outputs = append(p.Outputs, pipeline.Output{Name: pk.out, Type: typ, Shape: t.Shape, Producer: prod, Source: &src, Note: how})
 	}
 	if len(quantized) > 0 {
-		errs.add(fmt.Errorf("%s: %d ggml-quantized tensors cannot be copied into safetensors (pass --dtype f16, bf16 or f32 to dequantize them): %s",
-			out, len(quantized), listSome(quantized)))
+		errs.add(option.Errorf("%s: %d ggml-quantized tensors cannot be copied into safetensors (pass %s f16, bf16 or f32 to dequantize them): %s",
+			out, len(quantized), option.Name("DType"), listSome(quantized)))
 	}
 	if len(noGGML) > 0 {
 		errs.add(fmt.Errorf("%s: %d tensors have types with no ggml type and cannot be written to GGUF: %s",

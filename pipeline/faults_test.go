@@ -213,8 +213,8 @@ func TestExistingOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := Run(context.Background(), at(copyPlan(m), out, newFakeWriter), Options{})
-	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "--force") {
-		t.Fatalf("error %v, want refusal without --force", err)
+	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "use Force") {
+		t.Fatalf("error %v, want a refusal naming the Force option", err)
 	}
 	if b, _ := os.ReadFile(out); string(b) != "previous" {
 		t.Fatal("existing output changed without --force")

@@ -2,7 +2,6 @@ package quantize
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/quant/mix"
@@ -179,7 +179,7 @@ type CandidateError struct {
 func checkRecipeOptions(opts *Options) (*Options, error) {
 	recipe := opts.TensorTypeFile != "" || opts.TypesFrom != ""
 	if opts.TensorTypeFile != "" && opts.TypesFrom != "" {
-		return nil, errors.New("--tensor-type-file and --types-from both give every type: use one")
+		return nil, option.Errorf("%s and %s both give every type: use one", option.Name("TensorTypeFile"), option.Name("TypesFrom"))
 	}
 	if opts.Budget == nil {
 		return opts, nil
@@ -187,26 +187,26 @@ func checkRecipeOptions(opts *Options) (*Options, error) {
 	b := opts.Budget
 	switch {
 	case b.Bytes > 0 && b.BPW > 0:
-		return nil, errors.New("--budget and --bpw both set the size: use one")
+		return nil, option.Errorf("%s and %s both set the size: use one", option.Name("Budget.Bytes"), option.Name("Budget.BPW"))
 	case b.Bytes <= 0 && !(b.BPW > 0):
-		return nil, errors.New("a budget needs --budget SIZE or --bpw N (more than 0)")
+		return nil, option.Errorf("a budget needs %s SIZE or %s N (more than 0)", option.Name("Budget.Bytes"), option.Name("Budget.BPW"))
 	case b.BPW > 32 || math.IsNaN(b.BPW):
-		return nil, fmt.Errorf("--bpw %g: want bits per weight between 0 and 32", b.BPW)
+		return nil, option.Errorf("%s %g: want bits per weight between 0 and 32", option.Name("Budget.BPW"), b.BPW)
 	case opts.Type != "":
-		return nil, fmt.Errorf("--type %s with --budget: the budget chooses every eligible tensor's type; leave out --type (or pin tensors with --tensor-type)", opts.Type)
+		return nil, option.Errorf("%s %s with %s: the budget chooses every eligible tensor's type; leave out %s (or pin tensors with %s)", option.Name("Type"), opts.Type, option.Name("Budget.Bytes"), option.Name("Type"), option.Name("TensorTypes"))
 	case recipe:
-		return nil, errors.New("--budget chooses the types itself: it does not combine with --tensor-type-file or --types-from (pin tensors with --tensor-type)")
+		return nil, option.Errorf("%s chooses the types itself: it does not combine with %s or %s (pin tensors with %s)", option.Name("Budget.Bytes"), option.Name("TensorTypeFile"), option.Name("TypesFrom"), option.Name("TensorTypes"))
 	case opts.Pure:
-		return nil, errors.New("--pure does not apply to --budget: a budget gives each tensor its own type")
+		return nil, option.Errorf("%s does not apply to %s: a budget gives each tensor its own type", option.Name("Pure"), option.Name("Budget.Bytes"))
 	}
 	switch b.Metric {
 	case "", MetricRelative, MetricAbsolute:
 	default:
-		return nil, fmt.Errorf("--budget-metric %q: want %s or %s", b.Metric, MetricRelative, MetricAbsolute)
+		return nil, option.Errorf("%s %q: want %s or %s", option.Name("Budget.Metric"), b.Metric, MetricRelative, MetricAbsolute)
 	}
 	for _, t := range b.Candidates {
 		if _, err := quant.Encoder(t); err != nil || !t.IsGGML() {
-			return nil, fmt.Errorf("--budget-types: %s cannot be written to GGUF by this build", t)
+			return nil, option.Errorf("%s: %s cannot be written to GGUF by this build", option.Name("Budget.Candidates"), t)
 		}
 	}
 	o := *opts
@@ -463,10 +463,10 @@ type probeSize struct{ file, data, params int64 }
 func (b *builder) budgetTooSmall(fileFixed, dataFixed, least, params int64) error {
 	bo := b.opts.Budget
 	if bo.Bytes > 0 {
-		return fmt.Errorf("%s: --budget %s is below the smallest file the candidates allow, %s (%s of it in tensors kept in high precision, pinned tensors and the header)",
-			b.opts.Input, pipeline.HumanBytes(bo.Bytes), pipeline.HumanBytes(fileFixed+least), pipeline.HumanBytes(fileFixed))
+		return option.Errorf("%s: %s %s is below the smallest file the candidates allow, %s (%s of it in tensors kept in high precision, pinned tensors and the header)",
+			b.opts.Input, option.Name("Budget.Bytes"), pipeline.HumanBytes(bo.Bytes), pipeline.HumanBytes(fileFixed+least), pipeline.HumanBytes(fileFixed))
 	}
-	return fmt.Errorf("%s: --bpw %g is below the smallest the candidates allow, %.3f bits per weight", b.opts.Input, bo.BPW, float64(dataFixed+least)*8/float64(params))
+	return option.Errorf("%s: %s %g is below the smallest the candidates allow, %.3f bits per weight", b.opts.Input, option.Name("Budget.BPW"), bo.BPW, float64(dataFixed+least)*8/float64(params))
 }
 
 // probePlan plans with the given types on a copy of the builder, adds the

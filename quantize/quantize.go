@@ -11,6 +11,7 @@ import (
 
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
@@ -174,7 +175,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		return nil, nil, err
 	}
 	if opts.Type == "" {
-		return nil, nil, errors.New("no --type (see sdtool quantize --help for the table)")
+		return nil, nil, option.Errorf("no %s (see sdtool quantize --help for the table)", option.Name("Type"))
 	}
 	res := &Report{Type: opts.Type, modules: map[string]int{}}
 	ct, convrotErr := convrot.ParseType(opts.Type)
@@ -192,7 +193,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 				// One wording, with the nearest of every --type value.
 				err = fmt.Errorf("%w (see `sdtool quantize --help` for the table)", formats.UnknownType(opts.Type, append(mix.Names(), convrot.Names()...)))
 			}
-			return nil, nil, fmt.Errorf("--type: %v", err)
+			return nil, nil, option.Errorf("%s: %w", option.Name("Type"), err)
 		}
 		res.Format, res.FType = "gguf", ft
 	}
@@ -201,12 +202,12 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	}
 	format, err := formats.CreatorFor(opts.Output)
 	if err != nil || format.Name != res.Format {
-		return nil, nil, fmt.Errorf("%s: --type %s writes %s: the output must end in .%s, not %q", opts.Output, opts.Type, res.Format, res.Format, filepath.Ext(opts.Output))
+		return nil, nil, option.Errorf("%s: %s %s writes %s: the output must end in .%s, not %q", opts.Output, option.Name("Type"), opts.Type, res.Format, res.Format, filepath.Ext(opts.Output))
 	}
 	switch opts.MetadataPreset {
 	case "", "default", "none":
 	default:
-		return nil, nil, fmt.Errorf("--metadata-preset %q: want default or none", opts.MetadataPreset)
+		return nil, nil, option.Errorf("%s %q: want default or none", option.Name("MetadataPreset"), opts.MetadataPreset)
 	}
 	userMeta, err := parseMetadata(opts.Metadata)
 	if err != nil {
@@ -215,11 +216,11 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	var tokMeta formats.Metadata
 	if opts.Tokenizer != "" {
 		if res.Format != "gguf" {
-			return nil, nil, fmt.Errorf("--tokenizer applies to GGUF outputs: its vocabulary is stored as GGUF arrays")
+			return nil, nil, option.Errorf("%s applies to GGUF outputs: its vocabulary is stored as GGUF arrays", option.Name("Tokenizer"))
 		}
 		v, err := text.LoadByteBPE(opts.Tokenizer)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--tokenizer: %w", err)
+			return nil, nil, option.Errorf("%s: %w", option.Name("Tokenizer"), err)
 		}
 		tokMeta = v.GGUFMetadata()
 		res.Tokenizer = fmt.Sprintf("byte-level BPE tokenizer (%d tokens, %d merges) from %s under tokenizer.ggml.*", len(v.Tokens), len(v.Merges), opts.Tokenizer)
@@ -240,19 +241,19 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if res.Format == "safetensors" {
 		switch {
 		case opts.TensorTypeFile != "" || opts.TypesFrom != "":
-			return nil, nil, fmt.Errorf("--tensor-type-file and --types-from apply to GGUF outputs, not %s", ct)
+			return nil, nil, option.Errorf("%s and %s apply to GGUF outputs, not %s", option.Name("TensorTypeFile"), option.Name("TypesFrom"), ct)
 		case opts.Pure:
-			return nil, nil, fmt.Errorf("--pure applies to GGUF types, not %s", ct)
+			return nil, nil, option.Errorf("%s applies to GGUF types, not %s", option.Name("Pure"), ct)
 		case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct) && !takesInputScale(ct):
-			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types, nvfp4 and mxfp8 (importance weights) and fp8 (input_scale from activation maxima): %s uses neither", ct)
+			return nil, nil, option.Errorf("%s applies to GGUF types, nvfp4 and mxfp8 (importance weights) and fp8 (input_scale from activation maxima): %s uses neither", option.Name("Imatrix"), ct)
 		case opts.ReshapeConv:
-			return nil, nil, fmt.Errorf("--reshape-conv applies to GGUF outputs only")
+			return nil, nil, option.Errorf("%s applies to GGUF outputs only", option.Name("ReshapeConv"))
 		}
 	}
 	var imp *Importance
 	if len(opts.Imatrix) > 0 {
 		if imp, err = LoadImportance(opts.Imatrix); err != nil {
-			return nil, nil, fmt.Errorf("--imatrix: %w", err)
+			return nil, nil, option.Errorf("%s: %w", option.Name("Imatrix"), err)
 		}
 	}
 	m, err := open()
@@ -292,7 +293,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 			b.rename, res.ComfyArch, res.LlamaNames, b.llama = f.LlamaName, f.LlamaArch(), true, f
 		case "sdcpp":
 		default:
-			return fail(fmt.Errorf("--te-names %q: want llama.cpp or sdcpp", opts.TextEncoderNames))
+			return fail(option.Errorf("%s %q: want llama.cpp or sdcpp", option.Name("TextEncoderNames"), opts.TextEncoderNames))
 		}
 	}
 	if imp != nil {
@@ -337,7 +338,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		if !c.OK {
 			msg := fmt.Sprintf("%s cannot load %s: %s", c.Name, opts.Output, strings.Join(c.Problems, "; "))
 			if opts.Strict {
-				return fail(fmt.Errorf("--strict: %s", msg))
+				return fail(option.Errorf("%s: %s", option.Name("Strict"), msg))
 			}
 			// The summary lists every consumer; warn only about the ones asked for.
 			if len(opts.Targets) > 0 {
@@ -370,8 +371,8 @@ func checkRequantize(opts *Options, dm *tensor.View, log *slog.Logger, res *Repo
 		log.Info("dequantizing quantized tensors", "count", len(q), "file", opts.Input, "type", res.FType.Base)
 	} else if len(q) > 0 {
 		if !opts.AllowRequantize {
-			return fmt.Errorf("%s: %s already quantized (tensor %q is %s): %w; requantizing loses quality, pass --allow-requantize to dequantize and quantize again",
-				opts.Input, pipeline.Count(len(q), "tensor is", "tensors are"), q[0], firstType(dm, q[0]), ErrRequantize)
+			return option.Errorf("%s: %s already quantized (tensor %q is %s): %w; requantizing loses quality, pass %s to dequantize and quantize again",
+				opts.Input, pipeline.Count(len(q), "tensor is", "tensors are"), q[0], firstType(dm, q[0]), ErrRequantize, option.Name("AllowRequantize"))
 		}
 		w := fmt.Sprintf("requantizing %s of %s: dequantized first, and quality suffers compared with quantizing the original weights", pipeline.Count(len(q), "quantized tensor", "quantized tensors"), opts.Input)
 		log.Warn(w)
@@ -483,7 +484,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		return err
 	}
 	if f := b.layout.Main(); b.opts.ReshapeConv && (f == nil || !f.ReshapeConv) {
-		return fmt.Errorf("--reshape-conv applies to %s models; %s is %q", strings.Join(family.ReshapeConvIDs(), "/"), b.opts.Input, b.res.Arch)
+		return option.Errorf("%s applies to %s models; %s is %q", option.Name("ReshapeConv"), strings.Join(family.ReshapeConvIDs(), "/"), b.opts.Input, b.res.Arch)
 	}
 	if b.opts.ReshapeConv {
 		w := "--reshape-conv: conv kernels are stored as rows of 256 with comfy.gguf.orig_shape (ComfyUI-GGUF's layout); stable-diffusion.cpp cannot load the result"
@@ -586,7 +587,7 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 				}
 			}
 			if weights == nil && codec.NeedsWeights {
-				return fmt.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give --imatrix, or another type with --tensor-type)", b.opts.Input, s.Name, t)
+				return option.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give %s, or another type with %s)", b.opts.Input, s.Name, t, option.Name("Imatrix"), option.Name("TensorTypes"))
 			}
 			enc := pipeline.EncodeRows(t, codec.Quantize, weights)
 			if shift != 0 {

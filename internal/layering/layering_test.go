@@ -28,7 +28,7 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"process facts", []string{"internal/procmem"}},
-	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest", "internal/workpool"}},
+	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest", "internal/workpool", "internal/option"}},
 	{"vocabulary", []string{"formats"}},
 	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant"}},
 	{"folders of containers", []string{"formats/diffusers"}},
