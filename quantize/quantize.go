@@ -174,109 +174,172 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if err != nil {
 		return nil, nil, err
 	}
-	if opts.Type == "" {
-		return nil, nil, option.Errorf("no %s (see sdtool quantize --help for the table)", option.Name("Type"))
-	}
 	res := &Report{Type: opts.Type, modules: map[string]int{}}
-	ct, convrotErr := convrot.ParseType(opts.Type)
-	if convrotErr == nil && ct == convrot.NVFP4 && strings.EqualFold(filepath.Ext(opts.Output), ".gguf") {
-		// nvfp4 is also a ggml type: the output's extension picks which.
-		convrotErr = errors.New("ggml nvfp4")
-	}
-	var ft mix.FType
-	if convrotErr == nil {
-		res.Format = "safetensors"
-	} else {
-		var err error
-		if ft, err = mix.Parse(opts.Type); err != nil {
-			if _, known := formats.ParseType(opts.Type); !known {
-				// One wording, with the nearest of every --type value.
-				err = fmt.Errorf("%w (see `sdtool quantize --help` for the table)", formats.UnknownType(opts.Type, append(mix.Names(), convrot.Names()...)))
-			}
-			return nil, nil, option.Errorf("%s: %w", option.Name("Type"), err)
-		}
-		res.Format, res.FType = "gguf", ft
-	}
-	if err := pipeline.FolderOutput(opts.Output, res.Format); err != nil {
-		return nil, nil, err
-	}
-	format, err := formats.CreatorFor(opts.Output)
-	if err != nil || format.Name != res.Format {
-		return nil, nil, option.Errorf("%s: %s %s writes %s: the output must end in .%s, not %q", opts.Output, option.Name("Type"), opts.Type, res.Format, res.Format, filepath.Ext(opts.Output))
-	}
-	switch opts.MetadataPreset {
-	case "", "default", "none":
-	default:
-		return nil, nil, option.Errorf("%s %q: want default or none", option.Name("MetadataPreset"), opts.MetadataPreset)
-	}
-	userMeta, err := parseMetadata(opts.Metadata)
+	st, err := settingsOf(opts, res)
 	if err != nil {
 		return nil, nil, err
-	}
-	var tokMeta formats.Metadata
-	if opts.Tokenizer != "" {
-		if res.Format != "gguf" {
-			return nil, nil, option.Errorf("%s applies to GGUF outputs: its vocabulary is stored as GGUF arrays", option.Name("Tokenizer"))
-		}
-		v, err := text.LoadByteBPE(opts.Tokenizer)
-		if err != nil {
-			return nil, nil, option.Errorf("%s: %w", option.Name("Tokenizer"), err)
-		}
-		tokMeta = v.GGUFMetadata()
-		res.Tokenizer = fmt.Sprintf("byte-level BPE tokenizer (%d tokens, %d merges) from %s under tokenizer.ggml.*", len(v.Tokens), len(v.Merges), opts.Tokenizer)
-	}
-	targets, err := ParseTargets(opts.Targets)
-	if err != nil {
-		return nil, nil, err
-	}
-	var override mix.Override
-	var comfyRules func(string) (comfyChoice, bool)
-	if res.Format == "safetensors" {
-		if comfyRules, err = ruleSet(opts, parseComfyRuleType); err != nil {
-			return nil, nil, err
-		}
-	} else if override, err = parseOverrides(opts); err != nil {
-		return nil, nil, err
-	}
-	if res.Format == "safetensors" {
-		switch {
-		case opts.TensorTypeFile != "" || opts.TypesFrom != "":
-			return nil, nil, option.Errorf("%s and %s apply to GGUF outputs, not %s", option.Name("TensorTypeFile"), option.Name("TypesFrom"), ct)
-		case opts.Pure:
-			return nil, nil, option.Errorf("%s applies to GGUF types, not %s", option.Name("Pure"), ct)
-		case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct) && !takesInputScale(ct):
-			return nil, nil, option.Errorf("%s applies to GGUF types, nvfp4 and mxfp8 (importance weights) and fp8 (input_scale from activation maxima): %s uses neither", option.Name("Imatrix"), ct)
-		case opts.ReshapeConv:
-			return nil, nil, option.Errorf("%s applies to GGUF outputs only", option.Name("ReshapeConv"))
-		}
-	}
-	var imp *Importance
-	if len(opts.Imatrix) > 0 {
-		if imp, err = LoadImportance(opts.Imatrix); err != nil {
-			return nil, nil, option.Errorf("%s: %w", option.Name("Imatrix"), err)
-		}
 	}
 	m, err := open()
 	if err != nil {
 		return nil, nil, err
 	}
-	plan := &pipeline.Plan{Path: opts.Output, Format: format}
+	plan := &pipeline.Plan{Path: opts.Output, Format: st.format}
 	plan.Use(m)
-	fail := func(err error) (*pipeline.Plan, *Report, error) {
+	if err := planModel(opts, st, m, plan, res, log); err != nil {
 		plan.Close()
 		return nil, nil, err
 	}
+	return plan, res, nil
+}
+
+// settings are the options of a quantization, checked and parsed before
+// the model is opened.
+type settings struct {
+	format     formats.Creator
+	ct         convrot.Type // the ComfyUI type, for a safetensors output
+	ft         mix.FType    // the mix, for a GGUF output
+	userMeta   [][2]string
+	tokMeta    formats.Metadata
+	targets    []string
+	override   mix.Override
+	comfyRules func(string) (comfyChoice, bool)
+	imp        *Importance
+}
+
+// settingsOf checks and parses opts: the type and the output it writes,
+// the metadata, tokenizer, targets, rules and importance matrices.
+func settingsOf(opts *Options, res *Report) (st settings, err error) {
+	if st.ct, st.ft, st.format, err = outputType(opts, res); err != nil {
+		return st, err
+	}
+	switch opts.MetadataPreset {
+	case "", "default", "none":
+	default:
+		return st, option.Errorf("%s %q: want default or none", option.Name("MetadataPreset"), opts.MetadataPreset)
+	}
+	if st.userMeta, err = parseMetadata(opts.Metadata); err != nil {
+		return st, err
+	}
+	if opts.Tokenizer != "" {
+		if res.Format != "gguf" {
+			return st, option.Errorf("%s applies to GGUF outputs: its vocabulary is stored as GGUF arrays", option.Name("Tokenizer"))
+		}
+		v, err := text.LoadByteBPE(opts.Tokenizer)
+		if err != nil {
+			return st, option.Errorf("%s: %w", option.Name("Tokenizer"), err)
+		}
+		st.tokMeta = v.GGUFMetadata()
+		res.Tokenizer = fmt.Sprintf("byte-level BPE tokenizer (%d tokens, %d merges) from %s under tokenizer.ggml.*", len(v.Tokens), len(v.Merges), opts.Tokenizer)
+	}
+	if st.targets, err = ParseTargets(opts.Targets); err != nil {
+		return st, err
+	}
+	if res.Format == "safetensors" {
+		if st.comfyRules, err = ruleSet(opts, parseComfyRuleType); err != nil {
+			return st, err
+		}
+		if err := checkComfyOptions(opts, st.ct); err != nil {
+			return st, err
+		}
+	} else if st.override, err = parseOverrides(opts); err != nil {
+		return st, err
+	}
+	if len(opts.Imatrix) > 0 {
+		if st.imp, err = LoadImportance(opts.Imatrix); err != nil {
+			return st, option.Errorf("%s: %w", option.Name("Imatrix"), err)
+		}
+	}
+	return st, nil
+}
+
+// outputType parses the type: a ComfyUI type writes safetensors, a mix
+// or ggml type GGUF, and the output's extension must say the same.
+func outputType(opts *Options, res *Report) (ct convrot.Type, ft mix.FType, format formats.Creator, err error) {
+	if opts.Type == "" {
+		return ct, ft, format, option.Errorf("no %s (see sdtool quantize --help for the table)", option.Name("Type"))
+	}
+	ct, convrotErr := convrot.ParseType(opts.Type)
+	if convrotErr == nil && ct == convrot.NVFP4 && strings.EqualFold(filepath.Ext(opts.Output), ".gguf") {
+		// nvfp4 is also a ggml type: the output's extension picks which.
+		convrotErr = errors.New("ggml nvfp4")
+	}
+	if convrotErr == nil {
+		res.Format = "safetensors"
+	} else {
+		if ft, err = mix.Parse(opts.Type); err != nil {
+			if _, known := formats.ParseType(opts.Type); !known {
+				// One wording, with the nearest of every --type value.
+				err = fmt.Errorf("%w (see `sdtool quantize --help` for the table)", formats.UnknownType(opts.Type, append(mix.Names(), convrot.Names()...)))
+			}
+			return ct, ft, format, option.Errorf("%s: %w", option.Name("Type"), err)
+		}
+		res.Format, res.FType = "gguf", ft
+	}
+	if err := pipeline.FolderOutput(opts.Output, res.Format); err != nil {
+		return ct, ft, format, err
+	}
+	format, err = formats.CreatorFor(opts.Output)
+	if err != nil || format.Name != res.Format {
+		return ct, ft, format, option.Errorf("%s: %s %s writes %s: the output must end in .%s, not %q", opts.Output, option.Name("Type"), opts.Type, res.Format, res.Format, filepath.Ext(opts.Output))
+	}
+	return ct, ft, format, nil
+}
+
+// checkComfyOptions refuses the options a ComfyUI type ct does not take.
+func checkComfyOptions(opts *Options, ct convrot.Type) error {
+	switch {
+	case opts.TensorTypeFile != "" || opts.TypesFrom != "":
+		return option.Errorf("%s and %s apply to GGUF outputs, not %s", option.Name("TensorTypeFile"), option.Name("TypesFrom"), ct)
+	case opts.Pure:
+		return option.Errorf("%s applies to GGUF types, not %s", option.Name("Pure"), ct)
+	case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct) && !takesInputScale(ct):
+		return option.Errorf("%s applies to GGUF types, nvfp4 and mxfp8 (importance weights) and fp8 (input_scale from activation maxima): %s uses neither", option.Name("Imatrix"), ct)
+	case opts.ReshapeConv:
+		return option.Errorf("%s applies to GGUF outputs only", option.Name("ReshapeConv"))
+	}
+	return nil
+}
+
+// planModel plans model m into plan: the builder for its family, the
+// tensors and metadata, then the checks of the whole (rules that matched
+// nothing, which consumers load it, shards).
+func planModel(opts *Options, st settings, m formats.Model, plan *pipeline.Plan, res *Report, log *slog.Logger) error {
 	for _, w := range m.Info().Warnings {
 		log.Warn(w)
 		res.Warnings = append(res.Warnings, w)
 	}
 	dm, err := tensor.NewView(m)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if err := checkRequantize(opts, dm, log, res); err != nil {
-		return fail(err)
+		return err
 	}
+	b, err := newBuilder(opts, st, m, dm, plan, res, log)
+	if err != nil {
+		return err
+	}
+	if res.Format == "safetensors" {
+		err = b.planConvrot(st.ct, st.comfyRules)
+	} else {
+		err = b.planGGUFRecipe(st.ft, st.override, st.userMeta)
+	}
+	if err != nil {
+		return err
+	}
+	b.metadata(st.userMeta)
+	if err := b.finishBudget(); err != nil {
+		return err
+	}
+	if err := plan.Check(); err != nil {
+		return err
+	}
+	return checkPlanned(opts, st, dm, plan, res, log)
+}
+
+// newBuilder detects the model's family and sets up the builder: the
+// names a text encoder is written with and the imatrix's key.
+func newBuilder(opts *Options, st settings, m formats.Model, dm *tensor.View, plan *pipeline.Plan, res *Report, log *slog.Logger) (*builder, error) {
 	arch := family.Detect(m.Tensors(), m.Metadata())
 	res.Arch = arch.Name
 	if f := arch.Main(); f != nil && f.Kind == family.KindDiffusion {
@@ -284,7 +347,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		// loader does not map: no architecture that would promise it can.
 		res.ComfyArch = f.ComfyArch
 	}
-	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: arch.Name, layout: &arch, tokenizer: tokMeta}
+	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: st.imp, arch: arch.Name, layout: &arch, tokenizer: st.tokMeta}
 	if f := arch.Main(); res.Format == "gguf" && f != nil && f.GGUFNames != nil && len(arch.Components) == 1 && arch.Components[0].Prefix == "" {
 		switch opts.TextEncoderNames {
 		case "", "llama.cpp":
@@ -293,29 +356,21 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 			b.rename, res.ComfyArch, res.LlamaNames, b.llama = f.LlamaName, f.LlamaArch(), true, f
 		case "sdcpp":
 		default:
-			return fail(option.Errorf("%s %q: want llama.cpp or sdcpp", option.Name("TextEncoderNames"), opts.TextEncoderNames))
+			return nil, option.Errorf("%s %q: want llama.cpp or sdcpp", option.Name("TextEncoderNames"), opts.TextEncoderNames)
 		}
 	}
-	if imp != nil {
+	if st.imp != nil {
 		// Entries written by sd.cpp are named as sd.cpp converts names.
 		v := names.VersionOf(arch)
 		b.imatrixKey = func(name string) string { return names.Convert(name, v) }
 	}
-	if res.Format == "safetensors" {
-		err = b.planConvrot(ct, comfyRules)
-	} else {
-		err = b.planGGUFRecipe(ft, override, userMeta)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	b.metadata(userMeta)
-	if err := b.finishBudget(); err != nil {
-		return fail(err)
-	}
-	if err := plan.Check(); err != nil {
-		return fail(err)
-	}
+	return b, nil
+}
+
+// checkPlanned warns about rules that matched nothing, says which
+// consumers load the output (refusing with Strict when one cannot), marks
+// a split output and adds the plan's notes.
+func checkPlanned(opts *Options, st settings, dm *tensor.View, plan *pipeline.Plan, res *Report, log *slog.Logger) error {
 	names := make([]string, len(dm.Sources))
 	for i, s := range dm.Sources {
 		names[i] = s.Name
@@ -325,11 +380,11 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		log.Warn(w)
 		res.Warnings = append(res.Warnings, w)
 	}
-	res.Consumers = checkConsumers(res, plan, targets)
+	res.Consumers = checkConsumers(res, plan, st.targets)
 	plan.Split = opts.Split
 	paths, _, err := plan.Shards()
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if len(paths) > 1 {
 		res.MarkSplit()
@@ -338,7 +393,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		if !c.OK {
 			msg := fmt.Sprintf("%s cannot load %s: %s", c.Name, opts.Output, strings.Join(c.Problems, "; "))
 			if opts.Strict {
-				return fail(option.Errorf("%s: %s", option.Name("Strict"), msg))
+				return option.Errorf("%s: %s", option.Name("Strict"), msg)
 			}
 			// The summary lists every consumer; warn only about the ones asked for.
 			if len(opts.Targets) > 0 {
@@ -349,7 +404,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		}
 	}
 	plan.Notes = append(append(notes(res), budgetNotes(res.Budget)...), unmatched...)
-	return plan, res, nil
+	return nil
 }
 
 // checkRequantize refuses ggml-quantized inputs unless allowed, and warns
