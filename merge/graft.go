@@ -45,7 +45,6 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
-	format := p.Format
 	dt, dtSet, err := ParseFloatDType(dtype)
 	if err != nil {
 		return nil, err
@@ -58,6 +57,27 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 			p.Close()
 		}
 	}()
+	models, err := openSources(r, p)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := selectTensors(r, models)
+	if err != nil {
+		return nil, err
+	}
+	if err := addRecipeOutputs(p, out, models, sel, dt, dtSet); err != nil {
+		return nil, err
+	}
+	p.Header.Metadata = stringMetadata(r.Metadata)
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// openSources opens every source of the recipe, each used by the plan
+// (closed with it); the error names every source that failed.
+func openSources(r *Recipe, p *pipeline.Plan) ([]formats.Model, error) {
 	var errs errList
 	models := make([]formats.Model, len(r.Sources))
 	for i := range r.Sources {
@@ -70,11 +90,13 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 		models[i] = m
 		p.Use(m)
 	}
-	if err := errs.err(); err != nil {
-		return nil, err
-	}
+	return models, errs.err()
+}
 
-	// Select, name and check for conflicts on the output names.
+// selectTensors picks and names every source's tensors and refuses output
+// names that two tensors take and sources that select nothing.
+func selectTensors(r *Recipe, models []formats.Model) ([]picked, error) {
+	var errs errList
 	var sel []picked
 	byOut := map[string]int{}
 	// Conflicts are grouped by the pair of sources, in order of discovery,
@@ -119,11 +141,14 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 	for _, key := range pairs {
 		errs.add(conflictGroup(conflicts[key]))
 	}
-	if err := errs.err(); err != nil {
-		return nil, err
-	}
+	return sel, errs.err()
+}
 
-	// Types: what the output format can hold, decided up front.
+// addRecipeOutputs plans the selected tensors, their types decided up
+// front by what the output format can hold: copied byte for byte, or
+// ggml-quantized ones decoded to dt when it is set.
+func addRecipeOutputs(p *pipeline.Plan, out string, models []formats.Model, sel []picked, dt formats.DType, dtSet bool) error {
+	var errs errList
 	var noGGML, quantized []string
 	for _, pk := range sel {
 		t := pk.tensor
@@ -143,10 +168,10 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 			}
 			typ, how = dt, "dequantize "+t.Type.String()
 			prod = pipeline.Convert(src, dt, pipeline.EncodeRows(dt, enc.Quantize, nil))
-		case t.Type.Quantized() && format.Name == "safetensors":
+		case t.Type.Quantized() && p.Format.Name == "safetensors":
 			quantized = append(quantized, fmt.Sprintf("%q (%s, from %s)", t.Name, t.Type, pk.file))
 			continue
-		case !format.Stores(t.Type):
+		case !p.Format.Stores(t.Type):
 			noGGML = append(noGGML, fmt.Sprintf("%q (%s, from %s)", t.Name, t.Type, pk.file))
 			continue
 		default:
@@ -163,14 +188,7 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 		errs.add(fmt.Errorf("%s: %d tensors have types with no ggml type and cannot be written to GGUF: %s",
 			out, len(noGGML), listSome(noGGML)))
 	}
-	if err := errs.err(); err != nil {
-		return nil, err
-	}
-	p.Header.Metadata = stringMetadata(r.Metadata)
-	if err := p.Check(); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return errs.err()
 }
 
 // conflict names the tensor and both files that select it.
