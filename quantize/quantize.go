@@ -18,11 +18,11 @@ import (
 	"github.com/sdtool/sdtool/text"
 
 	// The safetensors reader and writer (formats.Open, formats.CreatorFor).
+	"github.com/sdtool/sdtool/convrot"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/quant/mix"
 	"github.com/sdtool/sdtool/tensor"
 )
