@@ -52,7 +52,9 @@ func TestTinyDevConditions(t *testing.T) {
 	if cond.Tokens != 512 || d != synth.TinyDev.Context || len(cond.Context) != 512*d || n >= 512 {
 		t.Fatalf("conditioning of %d tokens %d wide (%d values) for %d prompt tokens, want 512 of %d", cond.Tokens, d, len(cond.Context), n, synth.TinyDev.Context)
 	}
-	nonzero := func(row int) bool { return slices.ContainsFunc(cond.Context[row*d:(row+1)*d], func(v float32) bool { return v != 0 }) }
+	nonzero := func(row int) bool {
+		return slices.ContainsFunc(cond.Context[row*d:(row+1)*d], func(v float32) bool { return v != 0 })
+	}
 	if !nonzero(0) || !nonzero(n-1) || nonzero(n) || nonzero(511) {
 		t.Errorf("rows 0, %d, %d and 511 nonzero: %v %v %v %v; want the tokens' rows nonzero and the padding zero",
 			n-1, n, nonzero(0), nonzero(n-1), nonzero(n), nonzero(511))
