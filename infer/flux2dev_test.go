@@ -4,6 +4,7 @@ package infer
 
 import (
 	"math"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -12,15 +13,11 @@ import (
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
-// tinyDev loads synth.TinyDev (Flux.2 dev: 48 single blocks, a guidance
-// embedding, a two-layer Mistral) from a temporary file.
+// tinyDev loads testdata/tiny-flux2-dev.gguf (synth.TinyDev: Flux.2 dev's
+// 48 single blocks and guidance embedding, a two-layer Mistral).
 func tinyDev(t *testing.T) *Model {
 	t.Helper()
-	path := t.TempDir() + "/tiny-flux2-dev.gguf"
-	if err := synth.TinyDev.WriteSingle(path); err != nil {
-		t.Fatal(err)
-	}
-	m, err := Load(Components{"model": path}, LoadOptions{Threads: 2})
+	m, err := Load(Components{"model": filepath.Join("..", "testdata", "tiny-flux2-dev.gguf")}, LoadOptions{Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
