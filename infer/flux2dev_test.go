@@ -26,14 +26,26 @@ func tinyDev(t *testing.T) *Model {
 }
 
 // TestTinyDevConditions checks synth.TinyDev's detection and conditioning:
-// the family is dev, the LLM is Mistral's architecture, and the context is
-// DevPrompt's tokens (BOS first) followed by zero rows up to 512.
+// the family is dev, the LLM is Mistral's architecture, the context is
+// DevPrompt's tokens (BOS first) followed by zero rows up to 512, and the
+// component files with the LLM under llama.cpp's names give the same.
 func TestTinyDevConditions(t *testing.T) {
 	m := tinyDev(t)
+	c := synth.TinyDev
+	c.LLM.GGUFNames = true
+	parts, err := c.WriteParts(t.TempDir(), "tiny-dev", "gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	split, err := Load(Components{"diffusion-model": parts["diffusion-model"], "llm": parts["llm"], "vae": parts["vae"]}, LoadOptions{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer split.Close()
 	if m.Family.Name() != "flux2-dev" {
 		t.Errorf("family %s, want flux2-dev", m.Family.Name())
 	}
-	if l := m.Config.llm(); l.Arch.Name != "mistral" || l.HeadDim != 32 || l.Heads != 2 || l.KVHeads != 1 {
+	if l := m.Config.llm(); l.Arch.Name != "mistral" || l.HeadDim != 128 || l.Heads != 2 || l.KVHeads != 1 {
 		t.Errorf("LLM %+v, want the synthetic Mistral", l)
 	}
 	ids, _, err := llmLayout(m.llmTokenizer(), "a cat", DevPrompt)
@@ -46,6 +58,9 @@ func TestTinyDevConditions(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := cond.Dim
+	if other, err := split.Encode("a cat", 32, 32); err != nil || !slices.Equal(other.Context, cond.Context) {
+		t.Errorf("the component files (llama.cpp's LLM names) give another context (%v)", err)
+	}
 	if cond.Tokens != 512 || d != synth.TinyDev.Context || len(cond.Context) != 512*d || n >= 512 {
 		t.Fatalf("conditioning of %d tokens %d wide (%d values) for %d prompt tokens, want 512 of %d", cond.Tokens, d, len(cond.Context), n, synth.TinyDev.Context)
 	}

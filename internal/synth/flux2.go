@@ -162,10 +162,6 @@ func (c Flux2) Metadata(flag string) formats.Metadata {
 			md = append(md, str("sdtool.flux.axes_dim", c.Axes))
 		}
 	}
-	if flag == "" && c.LLM.Mistral && c.LLM.HeadDim != 128 {
-		// infer.MetaLLMHeadDim: no q_norm tells a Mistral's head width.
-		md = append(md, u32("sdtool.llm.head_dim", c.LLM.HeadDim))
-	}
 	if (flag == "" || flag == "llm") && c.LLM.Tokenizer != nil {
 		md = append(md, c.LLM.Tokenizer.GGUFMetadata()...)
 	}

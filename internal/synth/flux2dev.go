@@ -28,12 +28,14 @@ var DevParity = Flux2{
 
 // TinyDev is testdata/tiny-flux2-dev.gguf: a 32-wide DiT (one head, RoPE
 // axes 8 8 8 8, gated MLP 96) with one double and dev's 48 single blocks
-// and a guidance embedding, a 64-wide two-layer Mistral over a small
-// Tekken-split vocabulary embedded in the file, and a 32-wide VAE; f16
+// and a guidance embedding, a 64-wide two-layer Mistral (two query heads
+// and one key/value head of 128, the width sd.cpp assumes and no q_norm
+// tells) over a small Tekken-split vocabulary embedded in the file, and a
+// 32-wide VAE; f16
 // with q8_0 DiT matrices, 128x128 images in 4 steps by default.
 var TinyDev = Flux2{
 	Hidden: 32, Heads: 1, MLP: 96, Double: 1, Single: 48, Context: 64, Axes: "8,8,8,8", Guidance: true,
-	LLM: LLM{Mistral: true, Hidden: 64, FF: 128, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 32,
+	LLM: LLM{Mistral: true, Hidden: 64, FF: 128, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 128,
 		Vocab: len(devVocab(DefaultWords).Tokens), Seed: 32, Type: formats.F16, Tokenizer: devVocab(DefaultWords)},
 	VAECh: 32, VAEMult: []int{1, 1, 1, 1},
 	Seed: 32, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
