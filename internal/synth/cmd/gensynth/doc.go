@@ -7,7 +7,9 @@
 // (synth.TinyChroma, likewise), tiny-sd3.gguf (synth.TinySD3, SD3's
 // checkpoint prefixes), tiny-wan.gguf (synth.TinyWan, one file with
 // sd.cpp's prefixes), tiny-flux2-klein.gguf (synth.TinyKlein, sd-cli's
-// prefixes, the Qwen3 tokenizer embedded) and the component files people
+// prefixes, the Qwen3 tokenizer embedded), tiny-flux2-dev.gguf
+// (synth.TinyDev, likewise with a Mistral and a Tekken-split vocabulary) and
+// the component files people
 // download of Qwen-Image and Z-Image (tiny-qwen-image-*, tiny-z-image-*,
 // the Qwen tokenizer embedded in the llm file). With -arch it
 // writes any architecture the generator knows, scaled; with -sd a runnable

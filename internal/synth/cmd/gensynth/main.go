@@ -180,6 +180,7 @@ var committed = []committedFile{
 	single("tiny-sd3.gguf", synth.TinySD3.WriteSingle),
 	single("tiny-wan.gguf", synth.TinyWan.WriteSingle),
 	single("tiny-flux2-klein.gguf", synth.TinyKlein.WriteSingle),
+	single("tiny-flux2-dev.gguf", synth.TinyDev.WriteSingle),
 	{names: []string{"tiny-qwen-image-diffusion-model.gguf", "tiny-qwen-image-llm.gguf", "tiny-qwen-image-vae.safetensors"},
 		write: func(dir string) error {
 			_, err := synth.TinyQwenImage.WriteParts(dir, "tiny-qwen-image", "gguf")
