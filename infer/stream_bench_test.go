@@ -30,9 +30,11 @@ type streamRun struct {
 }
 
 // streamModel is synth.FluxFull (every width of Flux.1 dev, T5-XXL's
-// included, two T5 layers) with the DiT's block counts of
-// SDTOOL_STREAM_BLOCKS ("double,single", default "3,6") and its linear
-// weights in BF16, as the released checkpoint stores them.
+// included) with the DiT's block counts of SDTOOL_STREAM_BLOCKS
+// ("double,single", default "3,6") and its linear weights in BF16, as the
+// released checkpoint stores them, and SDTOOL_STREAM_T5_LAYERS T5 layers
+// (default 2; the release has 24). SDTOOL_STREAM_BLOCKS=19,38 with
+// SDTOOL_STREAM_T5_LAYERS=24 is Flux.1 dev at full depth (33 GB of files).
 func streamModel(tb testing.TB) (synth.Flux, string) {
 	c := synth.FluxFull
 	c.Double, c.Single, c.Quant = 3, 6, formats.BF16
@@ -45,7 +47,18 @@ func streamModel(tb testing.TB) (synth.Flux, string) {
 			tb.Fatalf("SDTOOL_STREAM_BLOCKS=%q: want DOUBLE,SINGLE", s)
 		}
 	}
-	return c, fmt.Sprintf("flux-stream-%d-%d", c.Double, c.Single)
+	name := fmt.Sprintf("flux-stream-%d-%d", c.Double, c.Single)
+	if s := os.Getenv("SDTOOL_STREAM_T5_LAYERS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			tb.Fatalf("SDTOOL_STREAM_T5_LAYERS=%q: want a layer count", s)
+		}
+		t5 := *c.T5 // FluxFull's T5 is shared: change a copy
+		t5.Layers = n
+		c.T5 = &t5
+		name += fmt.Sprintf("-t5-%d", n)
+	}
+	return c, name
 }
 
 // TestStreamGenerateChild is BenchmarkStreamVsSDCLI's child process: one
@@ -101,7 +114,7 @@ func dropPageCache(tb testing.TB, paths map[string]string) {
 // with the files dropped from the page cache first (stream-cold), and
 // sd-cli as is (sdcli), with --params-backend disk (sdcli-disk, and
 // sdcli-disk-cold) and with --mmap (sdcli-mmap). SDTOOL_STREAM_MODES
-// picks modes (comma-separated).
+// picks modes (comma-separated); "files" only writes the model's files.
 func BenchmarkStreamVsSDCLI(b *testing.B) {
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
@@ -137,6 +150,10 @@ func BenchmarkStreamVsSDCLI(b *testing.B) {
 	}
 	dir := b.TempDir()
 	for _, mode := range modes {
+		if mode == "files" {
+			b.Logf("files: %v", r.Parts)
+			continue
+		}
 		b.Run(mode, func(b *testing.B) {
 			var step float64
 			var peak int64
