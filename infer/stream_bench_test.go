@@ -115,6 +115,7 @@ func dropPageCache(tb testing.TB, paths map[string]string) {
 // sd-cli as is (sdcli), with --params-backend disk (sdcli-disk, and
 // sdcli-disk-cold) and with --mmap (sdcli-mmap). SDTOOL_STREAM_MODES
 // picks modes (comma-separated); "files" only writes the model's files.
+// streamOverrides lists the other settings.
 func BenchmarkStreamVsSDCLI(b *testing.B) {
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
@@ -122,13 +123,7 @@ func BenchmarkStreamVsSDCLI(b *testing.B) {
 	}
 	c, name := streamModel(b)
 	r := streamRun{fluxParityRun: fluxParityRun{Parts: fluxParityModel(b, c, name, true), Size: 128, Steps: 2, Seed: 42, Guidance: 3.5, Threads: 2}, Budget: 2 << 30}
-	if s := os.Getenv("SDTOOL_BENCH_THREADS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.Threads = n
-	}
+	streamOverrides(b, &r)
 	if s := os.Getenv("SDTOOL_STREAM_BUDGET"); s != "" {
 		n, err := pipeline.ParseBytes(s)
 		if err != nil {
@@ -187,6 +182,32 @@ func BenchmarkStreamVsSDCLI(b *testing.B) {
 			b.ReportMetric(step/float64(n), "s/step")
 			b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
 		})
+	}
+}
+
+// streamOverrides applies BenchmarkStreamVsSDCLI's other settings:
+// SDTOOL_BENCH_THREADS, SDTOOL_STREAM_STEPS, and SDTOOL_STREAM_PARTS
+// ("FLAG=PATH,..."), component files that replace streamModel's (a
+// quantized copy of its DiT or T5, say).
+func streamOverrides(b *testing.B, r *streamRun) {
+	for env, dst := range map[string]*int{"SDTOOL_BENCH_THREADS": &r.Threads, "SDTOOL_STREAM_STEPS": &r.Steps} {
+		if s := os.Getenv(env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				b.Fatalf("%s=%q: want a positive count", env, s)
+			}
+			*dst = n
+		}
+	}
+	for kv := range strings.SplitSeq(os.Getenv("SDTOOL_STREAM_PARTS"), ",") {
+		if kv == "" {
+			continue
+		}
+		flag, path, ok := strings.Cut(kv, "=")
+		if _, known := r.Parts[flag]; !ok || !known {
+			b.Fatalf("SDTOOL_STREAM_PARTS: %q: want FLAG=PATH with FLAG one of %v", kv, synth.FluxParts)
+		}
+		r.Parts[flag] = path
 	}
 }
 
