@@ -527,6 +527,12 @@ func referenceRender(c *cli.Context, m *infer.Model, refFiles infer.Components, 
 		return nil, budgetHint(err)
 	}
 	warnNaN(c, rm.Path, ref)
+	// The reference (a BF16 source, often streamed) gets its own timing and
+	// memory line: its seconds per step are what a budget costs.
+	t := ref.Timings
+	fmt.Fprintf(c.App.ErrWriter, "reference: rendered %s: load %s, text %s, sampling %s (%.2f s/step), decode %s%s%s\n",
+		strings.Join(refFiles.Files(), " "), round(rm.LoadTime), round(t.Text), round(t.Sampling),
+		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), memorySummary(rm), peakRSS())
 	putReference(c.Context, c, rc, key, ref)
 	return ref, nil
 }
