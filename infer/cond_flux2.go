@@ -14,18 +14,23 @@ var KleinPrompt = LLMPrompt{
 	PadToken:  "<|endoftext|>",
 }
 
-// flux2Conditioner is Flux.2's conditioning (Family.Conditioner "flux2"),
-// as sd.cpp's LLMEmbedder computes it for klein: the prompt in the
-// family's template (KleinPrompt), weighted like CLIP's, every token's
-// hidden states (padding included) as the context, no vector.
+// flux2Conditioner is Flux.2's conditioning (Family.Conditioner "flux2"
+// for klein, "flux2_dev" for dev), as sd.cpp's LLMEmbedder computes it: the
+// prompt in the variant's template (KleinPrompt, DevPrompt), weighted like
+// CLIP's, every token's hidden states (padding included) as the context,
+// no vector.
 type flux2Conditioner struct {
 	m      *Model
 	prompt LLMPrompt
 	dim    int // the DiT's text token width
 }
 
-func init() {
-	conditioners["flux2"] = func(m *Model) (conditioner, error) {
+func init() { conditioners["flux2"] = flux2ConditionerFor(KleinPrompt) }
+
+// flux2ConditionerFor returns the constructor of Flux.2's conditioner with
+// the template p (klein's or dev's).
+func flux2ConditionerFor(p LLMPrompt) func(*Model) (conditioner, error) {
+	return func(m *Model) (conditioner, error) {
 		f, ok := m.Config.Network.(*Flux2Config)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Flux.2 configuration", m.Path)
@@ -34,7 +39,6 @@ func init() {
 		if l == nil {
 			return nil, fmt.Errorf("%s: Flux.2 needs its text encoder (--llm)", m.Path)
 		}
-		p := KleinPrompt
 		outs, norm := llmOutputs(l, p.Layers)
 		n := len(outs)
 		if norm {

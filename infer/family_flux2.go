@@ -8,9 +8,13 @@ package infer
 var flux2VAE = VAEFacts{Kind: "flux2", Scale: 1}
 
 // Flux2Families are Flux.2 klein (4B and 9B, distilled and base: the same
-// tensors) conditioned on Qwen3 through KleinPrompt, sampled with Euler on
-// sd-cli's "flux2" schedule. The defaults are the distilled release's (no
-// negative pass, 4 steps); base wants --cfg-scale 4 and about 20 steps.
+// tensors) conditioned on Qwen3 through KleinPrompt, and Flux.2 dev (a
+// guidance embedding, 48 single blocks: sd.cpp tells dev by
+// single_blocks.47) conditioned on Mistral Small 3.x through DevPrompt,
+// both sampled with Euler on sd-cli's "flux2" schedule. Klein's defaults
+// are the distilled release's (no negative pass, 4 steps; base wants
+// --cfg-scale 4 and about 20 steps); dev's are sd-cli's (20 steps,
+// guidance 3.5, no negative pass).
 var Flux2Families = []*Family{
 	{
 		ID: "flux2", Variant: "klein", Title: "Flux.2 klein",
@@ -22,6 +26,17 @@ var Flux2Families = []*Family{
 		Conditioner: "flux2", Network: "flux2", Schedule: "flux2",
 		Prediction: FlowPrediction, VAE: flux2VAE, FlowShift: 1,
 		Defaults: Defaults{Method: Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Width: 512, Height: 512, Steps: 4},
+	},
+	{
+		ID: "flux2", Variant: "dev", Title: "Flux.2 dev",
+		Match: [][]Marker{{
+			{Name: dmPrefix + "double_stream_modulation_img.lin.weight", Dims: 2},
+			{Name: dmPrefix + "single_blocks.47.linear1.weight", Dims: 2},
+		}},
+		Encoders:    []TextEncoder{{Component: "llm", Kind: "llm", Prefix: LLMPrefix, Hidden: true}},
+		Conditioner: "flux2_dev", Network: "flux2", Schedule: "flux2",
+		Prediction: FlowPrediction, VAE: flux2VAE, FlowShift: 1,
+		Defaults: Defaults{Method: Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Guidance: 3.5, Width: 512, Height: 512, Steps: 20},
 	},
 }
 

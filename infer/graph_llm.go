@@ -47,6 +47,13 @@ type LLMPrompt struct {
 	MinTokens int
 	// PadToken is the padding token's text (Qwen: "<|endoftext|>").
 	PadToken string
+	// BOS, when set, is the text of a token put before the template
+	// (Mistral: "<s>", sd.cpp's add_bos_token), weighing 1.
+	BOS string
+	// MinHidden pads the hidden states with rows of zeros to at least
+	// this many, after the tokens' weights are applied (Flux.2 dev: 512,
+	// sd.cpp's hidden_states_min_length); no token is added.
+	MinHidden int
 }
 
 // ZImagePrompt and QwenImagePrompt are sd.cpp's text-to-image templates of
@@ -248,6 +255,13 @@ func (m *Model) EncodeLLMPrompt(prompt string, p LLMPrompt) (hidden []float32, t
 	if len(ids) <= p.Drop {
 		return nil, 0, fmt.Errorf("%s: the prompt gives %d tokens, no more than the %d the template drops", m.Path, len(ids), p.Drop)
 	}
+	if p.BOS != "" {
+		bos, ok := m.llmTokenizer().TokenID(p.BOS)
+		if !ok {
+			return nil, 0, fmt.Errorf("%s: the LLM tokenizer has no token %q to begin the prompt with", m.Path, p.BOS)
+		}
+		ids, weights = append([]int32{bos}, ids...), append([]float32{1}, weights...)
+	}
 	keep := make([]bool, len(ids))
 	for i := range keep {
 		keep[i] = true
@@ -267,7 +281,12 @@ func (m *Model) EncodeLLMPrompt(prompt string, p LLMPrompt) (hidden []float32, t
 	}
 	width := len(h) / len(ids)
 	applyWeights(h, weights, width)
-	return h[p.Drop*width:], len(ids) - p.Drop, nil
+	n := len(ids) - p.Drop
+	h = h[p.Drop*width:]
+	if pad := p.MinHidden - n; pad > 0 {
+		h, n = append(h, make([]float32, pad*width)...), p.MinHidden
+	}
+	return h, n, nil
 }
 
 // llmLayout tokenizes the template's parts and the prompt's attention

@@ -28,9 +28,9 @@ import (
 // SDTOOL_SDXL_MODEL, else a synthetic SDXL checkpoint that sd-cli accepts
 // (its text encoders at full size and depth and its UNet at full depth,
 // which sd.cpp hard-codes; the UNet 128 wide, 2.8 GB in f16) written to a
-// temporary folder. The CLIP vocabulary comes from ../shared/data.
+// temporary folder. The CLIP vocabulary comes from shared/data above the checkout (findSharedData).
 
-const sharedCLIPMerges = "../../shared/data/clip_bpe_merges.txt"
+var sharedCLIPMerges = findSharedData("clip_bpe_merges.txt")
 
 // parityRun is one generation's settings, pinned on both sides.
 type parityRun struct {

@@ -195,6 +195,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 		return nil, err
 	}
 	p.Header.Metadata = arithmeticMetadata(p.Format, ap.fa, a, s.m)
+	pipeline.FoldHighDims(p)
 	if err := p.Check(); err != nil {
 		return nil, err
 	}

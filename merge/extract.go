@@ -439,6 +439,7 @@ func (e *Extraction) PlanOutput() (*pipeline.Plan, error) {
 	if p.Format.Name == "gguf" {
 		p.Header.PadEnd = true
 	}
+	pipeline.FoldHighDims(p)
 	if err := p.Check(); err != nil {
 		return nil, err
 	}

@@ -114,6 +114,7 @@ type Report struct {
 	Budget *BudgetReport
 
 	reshaped    int            // outputs stored with another shape
+	rowsOf256   int            // of those, --reshape-conv's rows (a 5-D fold is sd.cpp's own layout)
 	modules     map[string]int // ComfyUI modules written, by type name
 	inputScales int            // modules given a calibrated input_scale
 }
@@ -587,6 +588,9 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		reshaped := folded[i] || c.Reshaped
 		if reshaped {
 			b.res.reshaped++
+			if c.Reshaped {
+				b.res.rowsOf256++
+			}
 			b.origShape = append(b.origShape, struct {
 				name  string
 				shape []int64

@@ -129,7 +129,7 @@ func checkGGUF(r *Report, plan *pipeline.Plan, c *Consumer) {
 	}
 	switch c.Name {
 	case TargetSDCpp:
-		if n := r.reshaped; n > 0 {
+		if n := r.rowsOf256; n > 0 {
 			c.Problems = append(c.Problems, fmt.Sprintf("%s reshaped by --reshape-conv (sd.cpp expects the original shapes)", pipeline.Count(n, "tensor", "tensors")))
 		}
 	case TargetComfyUI:
