@@ -522,6 +522,31 @@ func fold(shape []int64) ([]int64, bool) {
 
 // planGGUF plans a GGUF output with mix f.
 func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
+	choices, folded, err := b.ggufChoices(f, override)
+	if err != nil {
+		return err
+	}
+	used := map[string]bool{} // imatrix entries used
+	renamed := map[string]string{}
+	for i, s := range b.dm.Sources {
+		if err := b.planGGUFTensor(s, choices[i], folded[i], used, renamed); err != nil {
+			return err
+		}
+	}
+	if b.imp != nil {
+		for _, name := range b.imp.Order {
+			if !used[name] {
+				b.res.ImatrixUnused = append(b.res.ImatrixUnused, name)
+			}
+		}
+	}
+	return nil
+}
+
+// ggufChoices lets the mix choose every tensor's type and shape (5-D
+// kernels folded first, ComfyUI modules planned as F32 weights) and checks
+// ReshapeConv against the family.
+func (b *builder) ggufChoices(f mix.FType, override mix.Override) ([]mix.Choice, []bool, error) {
 	srcs := b.dm.Sources
 	inputs := make([]mix.Input, len(srcs))
 	folded := make([]bool, len(srcs))
@@ -537,140 +562,153 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 	}
 	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if f := b.layout.Main(); b.opts.ReshapeConv && (f == nil || !f.ReshapeConv) {
-		return option.Errorf("%s applies to %s models; %s is %q", option.Name("ReshapeConv"), strings.Join(family.ReshapeConvIDs(), "/"), b.opts.Input, b.res.Arch)
+		return nil, nil, option.Errorf("%s applies to %s models; %s is %q", option.Name("ReshapeConv"), strings.Join(family.ReshapeConvIDs(), "/"), b.opts.Input, b.res.Arch)
 	}
 	if b.opts.ReshapeConv {
-		w := "--reshape-conv: conv kernels are stored as rows of 256 with comfy.gguf.orig_shape (ComfyUI-GGUF's layout); stable-diffusion.cpp cannot load the result"
-		b.log.Warn(w)
-		b.res.Warnings = append(b.res.Warnings, w)
+		b.warn("--reshape-conv: conv kernels are stored as rows of 256 with comfy.gguf.orig_shape (ComfyUI-GGUF's layout); stable-diffusion.cpp cannot load the result")
 	}
-	used := map[string]bool{}
-	renamed := map[string]string{}
-	for i, s := range srcs {
-		c := choices[i]
-		t := c.Type
-		if s.Module != nil && !c.Quantized && !t.Info().Float {
-			t = formats.F16
-		}
-		if positionIDs(s) {
-			// sd.cpp drops these arange buffers by name, and its convert
-			// stops on an I64 one in a GGUF; ComfyUI makes its own.
-			b.log.Info("left out: an integer position_ids buffer, which no runtime reads", "tensor", s.Name)
-			continue
-		}
-		if !t.IsGGML() {
-			// GGUF has no such type (u8, bool, u16, ...); sd.cpp skips them too.
-			w := fmt.Sprintf("%s: tensor %q: %s has no GGUF type: left out", s.Tensor.File, s.Name, t)
-			b.log.Warn(w)
-			b.res.Warnings = append(b.res.Warnings, w)
-			continue
-		}
-		if err := s.Err(); err != nil {
-			return err
-		}
-		st := s.Tensor
-		name := s.Name
-		if b.rename != nil {
-			name = b.rename(s.Name)
-			if prev, dup := renamed[name]; dup {
-				// T5 files may hold the tied encoder.embed_tokens beside shared.
-				w := fmt.Sprintf("%s: tensor %q: llama.cpp names it %q like %q: left out", s.Tensor.File, s.Name, name, prev)
-				b.log.Warn(w)
-				b.res.Warnings = append(b.res.Warnings, w)
-				continue
-			}
-			renamed[name] = s.Name
-		}
-		out := pipeline.Output{Name: name, Type: t, Shape: c.Shape, Source: &st, From: s.TypeName(), Note: c.Reason}
-		reshaped := folded[i] || c.Reshaped
-		if reshaped {
-			b.res.reshaped++
-			if c.Reshaped {
-				b.res.rowsOf256++
-			}
-			b.origShape = append(b.origShape, struct {
-				name  string
-				shape []int64
-			}{name, s.Shape()})
-			if folded[i] && !c.Reshaped {
-				out.Note += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
-			}
-		}
-		shift := b.normShift(name)
-		if shift != 0 && !t.Quantized() {
-			// llama.cpp writes norms in F32, where adding 1 to an F16 or
-			// BF16 scale is exact.
-			t, out.Type = formats.F32, formats.F32
-		}
-		// Raw bytes can be copied when the type is kept and the rows are the
-		// same (any shape for one-element blocks).
-		if t == s.Tensor.Type && s.Module == nil && shift == 0 && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
-			out.Producer = pipeline.Copy(b.m, s.Tensor)
-			out.Note = withCopied(out.Note)
-		} else {
-			codec, err := quant.Encoder(t)
-			if err != nil {
-				return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
-			}
-			if !s.Float() {
-				return fmt.Errorf("%s: tensor %q: cannot convert %s to %s", s.Tensor.File, s.Name, s.TypeName(), t)
-			}
-			var weights []float32
-			rowLen := c.Shape[len(c.Shape)-1]
-			if t.Quantized() && b.imp != nil && codec.UsesWeights {
-				key := s.Name
-				v, ok, err := b.imp.Vector(key, rowLen)
-				if !ok && b.imatrixKey != nil {
-					// sd.cpp stores its entries under converted names.
-					if k := b.imatrixKey(s.Name); k != s.Name {
-						key = k
-						v, ok, err = b.imp.Vector(key, rowLen)
-					}
-				}
-				switch {
-				case err != nil && reshaped:
-					w := fmt.Sprintf("tensor %q: %v (reshaped to rows of %d): quantized without it", s.Name, err, rowLen)
-					b.log.Warn(w)
-					b.res.Warnings = append(b.res.Warnings, w)
-					used[key] = true
-				case err != nil:
-					return fmt.Errorf("%s: tensor %q: %v", b.opts.Input, s.Name, err)
-				case ok:
-					weights, used[key] = v, true
-					out.Note = "imatrix; " + out.Note
-				default:
-					b.res.ImatrixMissing = append(b.res.ImatrixMissing, s.Name)
-				}
-			}
-			if weights == nil && codec.NeedsWeights {
-				return option.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give %s, or another type with %s)", b.opts.Input, s.Name, t, option.Name("Imatrix"), option.Name("TensorTypes"))
-			}
-			enc := pipeline.EncodeRows(t, codec.Quantize, weights)
-			if shift != 0 {
-				enc = shifted(enc, shift)
-				out.Note += fmt.Sprintf("; %+g on the norm scale (llama.cpp's %s convention)", shift, b.llama.Title)
-			}
-			out.Producer = pipeline.Convert(s, t, enc)
-		}
-		if err := b.permute(&out, s.Name); err != nil {
-			return err
-		}
-		if _, err := out.Bytes(); err != nil {
-			return fmt.Errorf("tensor %q: %v", s.Name, err)
-		}
-		b.plan.Outputs = append(b.plan.Outputs, out)
+	return choices, folded, nil
+}
+
+// warn logs w and keeps it for the report.
+func (b *builder) warn(w string) {
+	b.log.Warn(w)
+	b.res.Warnings = append(b.res.Warnings, w)
+}
+
+// planGGUFTensor plans tensor s as the mix chose (c): left out when GGUF
+// cannot hold it or llama.cpp's names collide, renamed, reshaped, copied
+// or converted; used collects the imatrix entries it uses, renamed the
+// names given so far.
+func (b *builder) planGGUFTensor(s *tensor.Source, c mix.Choice, folded bool, used map[string]bool, renamed map[string]string) error {
+	t := c.Type
+	if s.Module != nil && !c.Quantized && !t.Info().Float {
+		t = formats.F16
 	}
-	if b.imp != nil {
-		for _, name := range b.imp.Order {
-			if !used[name] {
-				b.res.ImatrixUnused = append(b.res.ImatrixUnused, name)
-			}
+	if positionIDs(s) {
+		// sd.cpp drops these arange buffers by name, and its convert
+		// stops on an I64 one in a GGUF; ComfyUI makes its own.
+		b.log.Info("left out: an integer position_ids buffer, which no runtime reads", "tensor", s.Name)
+		return nil
+	}
+	if !t.IsGGML() {
+		// GGUF has no such type (u8, bool, u16, ...); sd.cpp skips them too.
+		b.warn(fmt.Sprintf("%s: tensor %q: %s has no GGUF type: left out", s.Tensor.File, s.Name, t))
+		return nil
+	}
+	if err := s.Err(); err != nil {
+		return err
+	}
+	st := s.Tensor
+	name := s.Name
+	if b.rename != nil {
+		name = b.rename(s.Name)
+		if prev, dup := renamed[name]; dup {
+			// T5 files may hold the tied encoder.embed_tokens beside shared.
+			b.warn(fmt.Sprintf("%s: tensor %q: llama.cpp names it %q like %q: left out", s.Tensor.File, s.Name, name, prev))
+			return nil
+		}
+		renamed[name] = s.Name
+	}
+	out := pipeline.Output{Name: name, Type: t, Shape: c.Shape, Source: &st, From: s.TypeName(), Note: c.Reason}
+	reshaped := folded || c.Reshaped
+	if reshaped {
+		b.res.reshaped++
+		if c.Reshaped {
+			b.res.rowsOf256++
+		}
+		b.origShape = append(b.origShape, struct {
+			name  string
+			shape []int64
+		}{name, s.Shape()})
+		if folded && !c.Reshaped {
+			out.Note += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
 		}
 	}
+	if err := b.ggufProducer(&out, s, c, reshaped, used); err != nil {
+		return err
+	}
+	if err := b.permute(&out, s.Name); err != nil {
+		return err
+	}
+	if _, err := out.Bytes(); err != nil {
+		return fmt.Errorf("tensor %q: %v", s.Name, err)
+	}
+	b.plan.Outputs = append(b.plan.Outputs, out)
 	return nil
+}
+
+// ggufProducer gives out its producer: the raw bytes when the type and
+// rows stay (any shape for one-element blocks), else the tensor decoded
+// and encoded, with its importance weights and llama.cpp's norm shift.
+func (b *builder) ggufProducer(out *pipeline.Output, s *tensor.Source, c mix.Choice, reshaped bool, used map[string]bool) error {
+	t := out.Type
+	shift := b.normShift(out.Name)
+	if shift != 0 && !t.Quantized() {
+		// llama.cpp writes norms in F32, where adding 1 to an F16 or
+		// BF16 scale is exact.
+		t, out.Type = formats.F32, formats.F32
+	}
+	if t == s.Tensor.Type && s.Module == nil && shift == 0 && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
+		out.Producer = pipeline.Copy(b.m, s.Tensor)
+		out.Note = withCopied(out.Note)
+		return nil
+	}
+	codec, err := quant.Encoder(t)
+	if err != nil {
+		return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
+	}
+	if !s.Float() {
+		return fmt.Errorf("%s: tensor %q: cannot convert %s to %s", s.Tensor.File, s.Name, s.TypeName(), t)
+	}
+	var weights []float32
+	if t.Quantized() && b.imp != nil && codec.UsesWeights {
+		if weights, err = b.imatrixWeights(out, s, c.Shape[len(c.Shape)-1], reshaped, used); err != nil {
+			return err
+		}
+	}
+	if weights == nil && codec.NeedsWeights {
+		return option.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give %s, or another type with %s)", b.opts.Input, s.Name, t, option.Name("Imatrix"), option.Name("TensorTypes"))
+	}
+	enc := pipeline.EncodeRows(t, codec.Quantize, weights)
+	if shift != 0 {
+		enc = shifted(enc, shift)
+		out.Note += fmt.Sprintf("; %+g on the norm scale (llama.cpp's %s convention)", shift, b.llama.Title)
+	}
+	out.Producer = pipeline.Convert(s, t, enc)
+	return nil
+}
+
+// imatrixWeights returns the imatrix entry of tensor s for rows of rowLen (by
+// its name, or as sd.cpp converts names), nil when there is none; an
+// entry that does not fit a reshaped tensor is left out with a warning.
+func (b *builder) imatrixWeights(out *pipeline.Output, s *tensor.Source, rowLen int64, reshaped bool, used map[string]bool) ([]float32, error) {
+	key := s.Name
+	v, ok, err := b.imp.Vector(key, rowLen)
+	if !ok && b.imatrixKey != nil {
+		// sd.cpp stores its entries under converted names.
+		if k := b.imatrixKey(s.Name); k != s.Name {
+			key = k
+			v, ok, err = b.imp.Vector(key, rowLen)
+		}
+	}
+	switch {
+	case err != nil && reshaped:
+		b.warn(fmt.Sprintf("tensor %q: %v (reshaped to rows of %d): quantized without it", s.Name, err, rowLen))
+		used[key] = true
+	case err != nil:
+		return nil, fmt.Errorf("%s: tensor %q: %v", b.opts.Input, s.Name, err)
+	case ok:
+		used[key] = true
+		out.Note = "imatrix; " + out.Note
+		return v, nil
+	default:
+		b.res.ImatrixMissing = append(b.res.ImatrixMissing, s.Name)
+	}
+	return nil, nil
 }
 
 // positionIDs reports a text encoder's integer position_ids buffer (CLIP's
