@@ -757,151 +757,186 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		return err
 	}
 	for i, s := range srcs {
-		c := choices[i]
 		if err := s.Err(); err != nil {
 			return err
 		}
-		st := s.Tensor
-		if n := len(s.Shape()); n > 4 {
-			c.Reason = fmt.Sprintf("%d-D convolution kernel, kept %d-D: ComfyUI builds a Conv3d from it, and modules go on linear layers only", n, n)
+		if err := b.planConvrotTensor(s, choices[i], ct, rules); err != nil {
+			return err
 		}
-		fam, cls := b.layout.Classify(s.Name, s.Shape())
-		quantize, mt, ruleNote := c.Quantized && cls.Linear, ct, ""
-		if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
-			quantize, c.Reason = false, fmt.Sprintf("%s layer of %s: ComfyUI modules go on the diffusion model's linear layers only", strings.ReplaceAll(fam.Kind, "_", " "), fam.ID)
-			c.Type = b.floatType(s)
-		}
-		if quantize && cls.ModuleKeep != "" && convrot.QuantizesActivations(ct) {
-			// The runtimes run INT8 modules as W8A8; these layers are
-			// where that costs most (a measured choice, docs/families.md).
-			quantize, c.Reason = false, fmt.Sprintf("kept float in INT8 module outputs for %s (%s): measured, docs/families.md", fam.ID, cls.ModuleKeep)
-			c.Type = b.floatType(s)
-		}
-		if !quantize && c.Quantized && !cls.Linear && cls.NotLinear != "" {
-			c.Reason = cls.NotLinear + ": no ComfyUI module"
-		}
-		if rules != nil {
-			if r, ok := rules(s.Name); ok {
-				switch {
-				case r.keep:
-					quantize, ruleNote = false, "user rule: keep"
-					c.Type = s.Tensor.Type
-					if s.Module != nil {
-						// A module's scales and marker are not carried over: keep it as decoded floats.
-						c.Type, ruleNote = formats.BF16, "user rule: keep (ComfyUI module decoded to bf16)"
-					}
-				case r.float != 0:
-					quantize, ruleNote, c.Type = false, "user rule: "+r.float.String(), r.float
-				case !cls.Linear && strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) >= 2:
-					// ComfyUI builds modules from Linear layers only, and
-					// sd.cpp refuses an int8 lookup table: a rule that asks
-					// for one on a convolution or a table is a mistake, not a
-					// preference. (1-D norm weights and biases that a
-					// layer's pattern also matches are skipped below.)
-					why := cls.NotLinear
-					if why == "" {
-						why = fmt.Sprintf("a %d-D weight (a convolution)", len(s.Shape()))
-					}
-					return fmt.Errorf("%s: tensor %q: a rule asks for %s, but ComfyUI modules go on linear layers only and this is %s", b.opts.Input, s.Name, r.module, why)
-				case !cls.Linear:
-					// Like sd.cpp's rules, a module type never applies to a
-					// bias or buffer that a pattern for its layer also matches.
-					quantize, ruleNote = false, fmt.Sprintf("user rule asks for %s, but only linear .weight tensors can be ComfyUI modules; %s", r.module, c.Reason)
-				default:
-					quantize, mt, ruleNote = true, r.module, "user rule"
-				}
-			}
-		}
-		var p convrot.Layer
-		if quantize {
-			var err error
-			p, err = convrot.NewLayer(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
-			if err != nil {
-				return err
-			}
-			if p.Keep {
-				// The format's blocks do not fit this weight.
-				quantize, c.Reason, c.Type = false, p.Note, b.floatType(s)
-				if ruleNote != "" {
-					ruleNote += ": " + p.Note
-				}
-				b.log.Info("kept float", "tensor", s.Name, "note", p.Note)
-			}
-		}
-		if quantize {
-			reason := "linear weight: " + mt.String()
-			if ruleNote != "" {
-				reason = ruleNote + ": " + mt.String()
-			}
-			var outs []pipeline.Output
-			var err error
-			switch {
-			case convrot.BlockType(mt):
-				weights, note, err := b.blockWeights(s, mt)
-				if err != nil {
-					return err
-				}
-				reason = note + reason
-				outs = blockOutputs(p, s, weights)
-			default:
-				if outs, err = convrotOutputs(p, s); err != nil {
-					return err
-				}
-			}
-			if p.Config.Convrot || p.Config.Rotated() {
-				reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
-			}
-			if o, note, ok := b.inputScale(s, p, mt); ok {
-				outs = append(outs, o)
-				reason += note
-			}
-			b.res.modules[convrot.TypeName(p.Config)]++
-			if p.Note != "" {
-				reason += "; " + p.Note
-				b.log.Info("plain int8 fallback", "tensor", s.Name, "note", p.Note)
-			}
-			for j := range outs {
-				o := &outs[j]
-				o.Note = reason
-				if j == 0 {
-					o.From = s.TypeName()
-				} else {
-					o.Note = "part of module " + p.Module
-				}
-				if _, err := o.Bytes(); err != nil {
-					return fmt.Errorf("tensor %q: %v", o.Name, err)
-				}
-			}
-			b.plan.Outputs = append(b.plan.Outputs, outs...)
-			continue
-		}
-		t := c.Type
-		if t.Quantized() || (s.Module != nil && !t.Info().Float) {
-			t = formats.F16
-		}
-		if _, ok := t.SafetensorsName(); !ok {
-			return fmt.Errorf("%s: tensor %q: %s has no safetensors dtype", s.Tensor.File, s.Name, t)
-		}
-		reason := c.Reason
-		if ruleNote != "" {
-			reason = ruleNote
-		}
-		out := pipeline.Output{Name: s.Name, Type: t, Shape: s.Shape(), Source: &st, From: s.TypeName(), Note: reason}
-		if t == s.Tensor.Type && s.Module == nil {
-			out.Producer = pipeline.Copy(b.m, s.Tensor)
-			out.Note = withCopied(out.Note)
-		} else {
-			codec, err := quant.Encoder(t)
-			if err != nil {
-				return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
-			}
-			out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, nil))
-		}
-		if _, err := out.Bytes(); err != nil {
-			return fmt.Errorf("tensor %q: %v", s.Name, err)
-		}
-		b.plan.Outputs = append(b.plan.Outputs, out)
 	}
+	return nil
+}
+
+// planConvrotTensor plans tensor s: a ComfyUI module of type ct (or the
+// one a user rule gives) when it is a linear layer the family lets be
+// one, else a float tensor of the type the q8_0 mix chose (c).
+func (b *builder) planConvrotTensor(s *tensor.Source, c mix.Choice, ct convrot.Type, rules func(string) (comfyChoice, bool)) error {
+	quantize, mt, ruleNote, err := b.moduleChoice(s, &c, ct, rules)
+	if err != nil {
+		return err
+	}
+	var p convrot.Layer
+	if quantize {
+		p, err = convrot.NewLayer(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
+		if err != nil {
+			return err
+		}
+		if p.Keep {
+			// The format's blocks do not fit this weight.
+			quantize, c.Reason, c.Type = false, p.Note, b.floatType(s)
+			if ruleNote != "" {
+				ruleNote += ": " + p.Note
+			}
+			b.log.Info("kept float", "tensor", s.Name, "note", p.Note)
+		}
+	}
+	if quantize {
+		return b.moduleOutputs(s, p, mt, ruleNote)
+	}
+	return b.floatOutput(s, c, ruleNote)
+}
+
+// moduleChoice decides whether tensor s becomes a module, of which type,
+// and the user rule's note; c's type and reason change when it stays a
+// float.
+func (b *builder) moduleChoice(s *tensor.Source, c *mix.Choice, ct convrot.Type, rules func(string) (comfyChoice, bool)) (quantize bool, mt convrot.Type, ruleNote string, err error) {
+	if n := len(s.Shape()); n > 4 {
+		c.Reason = fmt.Sprintf("%d-D convolution kernel, kept %d-D: ComfyUI builds a Conv3d from it, and modules go on linear layers only", n, n)
+	}
+	fam, cls := b.layout.Classify(s.Name, s.Shape())
+	quantize, mt = c.Quantized && cls.Linear, ct
+	if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
+		quantize, c.Reason = false, fmt.Sprintf("%s layer of %s: ComfyUI modules go on the diffusion model's linear layers only", strings.ReplaceAll(fam.Kind, "_", " "), fam.ID)
+		c.Type = b.floatType(s)
+	}
+	if quantize && cls.ModuleKeep != "" && convrot.QuantizesActivations(ct) {
+		// The runtimes run INT8 modules as W8A8; these layers are
+		// where that costs most (a measured choice, docs/families.md).
+		quantize, c.Reason = false, fmt.Sprintf("kept float in INT8 module outputs for %s (%s): measured, docs/families.md", fam.ID, cls.ModuleKeep)
+		c.Type = b.floatType(s)
+	}
+	if !quantize && c.Quantized && !cls.Linear && cls.NotLinear != "" {
+		c.Reason = cls.NotLinear + ": no ComfyUI module"
+	}
+	if rules == nil {
+		return quantize, mt, "", nil
+	}
+	r, ok := rules(s.Name)
+	if !ok {
+		return quantize, mt, "", nil
+	}
+	switch {
+	case r.keep:
+		c.Type = s.Tensor.Type
+		if s.Module != nil {
+			// A module's scales and marker are not carried over: keep it as decoded floats.
+			c.Type = formats.BF16
+			return false, mt, "user rule: keep (ComfyUI module decoded to bf16)", nil
+		}
+		return false, mt, "user rule: keep", nil
+	case r.float != 0:
+		c.Type = r.float
+		return false, mt, "user rule: " + r.float.String(), nil
+	case !cls.Linear && strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) >= 2:
+		// ComfyUI builds modules from Linear layers only, and
+		// sd.cpp refuses an int8 lookup table: a rule that asks
+		// for one on a convolution or a table is a mistake, not a
+		// preference. (1-D norm weights and biases that a
+		// layer's pattern also matches are skipped below.)
+		why := cls.NotLinear
+		if why == "" {
+			why = fmt.Sprintf("a %d-D weight (a convolution)", len(s.Shape()))
+		}
+		return false, mt, "", fmt.Errorf("%s: tensor %q: a rule asks for %s, but ComfyUI modules go on linear layers only and this is %s", b.opts.Input, s.Name, r.module, why)
+	case !cls.Linear:
+		// Like sd.cpp's rules, a module type never applies to a
+		// bias or buffer that a pattern for its layer also matches.
+		return false, mt, fmt.Sprintf("user rule asks for %s, but only linear .weight tensors can be ComfyUI modules; %s", r.module, c.Reason), nil
+	}
+	return true, r.module, "user rule", nil
+}
+
+// moduleOutputs plans the tensors of layer p's module of type mt (weight,
+// scales, marker, input scale), each noting why.
+func (b *builder) moduleOutputs(s *tensor.Source, p convrot.Layer, mt convrot.Type, ruleNote string) error {
+	reason := "linear weight: " + mt.String()
+	if ruleNote != "" {
+		reason = ruleNote + ": " + mt.String()
+	}
+	var outs []pipeline.Output
+	var err error
+	switch {
+	case convrot.BlockType(mt):
+		weights, note, err := b.blockWeights(s, mt)
+		if err != nil {
+			return err
+		}
+		reason = note + reason
+		outs = blockOutputs(p, s, weights)
+	default:
+		if outs, err = convrotOutputs(p, s); err != nil {
+			return err
+		}
+	}
+	if p.Config.Convrot || p.Config.Rotated() {
+		reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
+	}
+	if o, note, ok := b.inputScale(s, p, mt); ok {
+		outs = append(outs, o)
+		reason += note
+	}
+	b.res.modules[convrot.TypeName(p.Config)]++
+	if p.Note != "" {
+		reason += "; " + p.Note
+		b.log.Info("plain int8 fallback", "tensor", s.Name, "note", p.Note)
+	}
+	for j := range outs {
+		o := &outs[j]
+		o.Note = reason
+		if j == 0 {
+			o.From = s.TypeName()
+		} else {
+			o.Note = "part of module " + p.Module
+		}
+		if _, err := o.Bytes(); err != nil {
+			return fmt.Errorf("tensor %q: %v", o.Name, err)
+		}
+	}
+	b.plan.Outputs = append(b.plan.Outputs, outs...)
+	return nil
+}
+
+// floatOutput plans tensor s as a float of the type c chose (F16 for a
+// quantized choice or a module's integer weight), copied when it keeps
+// its type.
+func (b *builder) floatOutput(s *tensor.Source, c mix.Choice, ruleNote string) error {
+	st := s.Tensor
+	t := c.Type
+	if t.Quantized() || (s.Module != nil && !t.Info().Float) {
+		t = formats.F16
+	}
+	if _, ok := t.SafetensorsName(); !ok {
+		return fmt.Errorf("%s: tensor %q: %s has no safetensors dtype", s.Tensor.File, s.Name, t)
+	}
+	reason := c.Reason
+	if ruleNote != "" {
+		reason = ruleNote
+	}
+	out := pipeline.Output{Name: s.Name, Type: t, Shape: s.Shape(), Source: &st, From: s.TypeName(), Note: reason}
+	if t == s.Tensor.Type && s.Module == nil {
+		out.Producer = pipeline.Copy(b.m, s.Tensor)
+		out.Note = withCopied(out.Note)
+	} else {
+		codec, err := quant.Encoder(t)
+		if err != nil {
+			return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
+		}
+		out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, nil))
+	}
+	if _, err := out.Bytes(); err != nil {
+		return fmt.Errorf("tensor %q: %v", s.Name, err)
+	}
+	b.plan.Outputs = append(b.plan.Outputs, out)
 	return nil
 }
 
