@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/pipeline"
@@ -48,16 +49,33 @@ func TestComfyUILoaderFlux(t *testing.T) {
 }
 
 // TestComfyUILoaderWan does the same for a Wan 2.1 t2v layout (its 5-D
-// patch embedding among the keys ComfyUI's WAN21 model must take) through
+// patch embedding among the keys ComfyUI's WAN21 model must take) and a
+// Wan 2.2 TI2V-5B one (48 latent channels, ComfyUI's WAN22) through
 // comfy.sd.load_diffusion_model.
 func TestComfyUILoaderWan(t *testing.T) {
 	root, comfy := comfyUIEnv(t)
-	dir := chrootTemp(t, root, "sdtool-loader-wan-")
-	src := filepath.Join(dir, "src.safetensors")
-	if err := synth.Write(src, wanComfySpec); err != nil {
-		t.Fatal(err)
-	}
-	comfyLoader(t, root, comfy, dir, src, "WAN21")
+	t.Run("t2v", func(t *testing.T) {
+		dir := chrootTemp(t, root, "sdtool-loader-wan-")
+		src := filepath.Join(dir, "src.safetensors")
+		if err := synth.Write(src, wanComfySpec); err != nil {
+			t.Fatal(err)
+		}
+		comfyLoader(t, root, comfy, dir, src, "WAN21")
+	})
+	t.Run("ti2v-5b", func(t *testing.T) {
+		dir := chrootTemp(t, root, "sdtool-loader-wan22-")
+		// Two 128-wide heads: ComfyUI's Wan takes its head count from the width.
+		wan := synth.Wan{Hidden: 256, FF: 512, Blocks: 1, Channels: 48, V22: true, VAEDec: 8, VAEEnc: 8, Seed: 9, Type: formats.F16}
+		var b bytes.Buffer
+		if err := wan.EncodePart(&b, "safetensors", "diffusion-model"); err != nil {
+			t.Fatal(err)
+		}
+		src := filepath.Join(dir, "src.safetensors")
+		if err := os.WriteFile(src, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		comfyLoader(t, root, comfy, dir, src, "WAN22")
+	})
 }
 
 // comfyUIEnv returns the chroot (SDTOOL_COMFY_CHROOT) and the ComfyUI tree
