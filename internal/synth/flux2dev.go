@@ -60,8 +60,10 @@ func devVocab(words []string) *text.ByteBPEVocab {
 
 // MistralUnkVocab is a vocabulary that tokenizes as sd-cli does with a stub
 // Mistral vocabulary (no tokens, no merges): <unk> (0) and <s> (1), the 256
-// byte symbols and no merges, so that every byte of a prompt is one token,
-// and Mistral's control tokens as single tokens. With LLM.UnkRowsFrom 2
+// byte symbols, so that every byte of a prompt is one token, and Mistral's
+// control tokens as single tokens. Its one merge joins bytes 0x00 and 0x01,
+// which no prompt holds: GGUF readers (llama.cpp's, sdtool's) want a
+// byte-level vocabulary to have merges. With LLM.UnkRowsFrom 2
 // every one of those tokens reads row 0, as every id sd-cli gives but BOS
 // is 0: both sides then see the same embeddings, token for token, for any
 // prompt.
@@ -77,5 +79,7 @@ func MistralUnkVocab() *text.ByteBPEVocab {
 	for _, s := range mistralControl[2:] {
 		add(s, text.TokenControl)
 	}
+	v.Merges = []string{k.Tokens[0] + " " + k.Tokens[1]}
+	add(k.Tokens[0]+k.Tokens[1], text.TokenNormal)
 	return v
 }
