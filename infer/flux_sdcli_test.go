@@ -253,12 +253,12 @@ type sdcliBench struct {
 // fresh process) and reports both sides' seconds per step and peak RSS
 // and their ratios, measured in one run.
 func benchVsSDCLI(b *testing.B, bin string, sb sdcliBench) {
-	var cliStep, ourStep float64
+	var cliStep, ourStep, cliCPU, ourCPU float64
 	var cliPeak, ourPeak int64
 	n := 0
 	for b.Loop() {
-		s, p := sdcliStepAndPeak(b, bin, sb.args, sb.steps)
-		cliStep += s
+		s, p, cpu := sdcliRun(b, bin, sb.args, sb.steps)
+		cliStep, cliCPU = cliStep+s, cliCPU+cpu
 		cliPeak = max(cliPeak, p)
 		cmd := exec.Command(os.Args[0], "-test.run=^"+sb.child+"$", "-test.v")
 		cmd.Env = append(os.Environ(), sb.env+"="+string(sb.spec))
@@ -281,6 +281,7 @@ func benchVsSDCLI(b *testing.B, bin string, sb sdcliBench) {
 			b.Fatalf("child printed no report:\n%s", tail(out))
 		}
 		ourPeak = max(ourPeak, maxRSS(cmd.ProcessState))
+		ourCPU += cpuSeconds(cmd.ProcessState)
 		n++
 	}
 	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
@@ -289,6 +290,11 @@ func benchVsSDCLI(b *testing.B, bin string, sb sdcliBench) {
 	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
 	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
 	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
+	// Whole runs (loading, text encoder, VAE included): CPU seconds hold
+	// on a loaded machine where the wall clock does not.
+	b.ReportMetric(cliCPU/float64(n), "sdcli-cpu-s")
+	b.ReportMetric(ourCPU/float64(n), "sdtool-cpu-s")
+	b.ReportMetric(ourCPU/cliCPU, "cpu-ratio")
 }
 
 // sdcliStepAndPeak runs sd-cli with args and returns its seconds per
