@@ -126,20 +126,37 @@ func comfyLoader(t *testing.T, root, comfy, dir, src, model string) {
 	sh := `mount --bind "$1" "$2/$3/comfyui" && mount -t proc proc "$2/proc" && root=$2 && shift 3 && exec chroot "$root" python3 "$@"`
 	cmd := exec.Command("unshare", append([]string{"-m", "--propagation", "private", "sh", "-c", sh, "sh", comfy, root, inner}, args...)...)
 	out, err := cmd.Output()
+	files := checkLoaderLines(t, out, model)
+	if err != nil || files != len(comfyLoaderTypes) {
+		t.Errorf("comfy_loader.py: %v, %d files checked of %d; stderr: %s", err, files, len(comfyLoaderTypes), stderrOf(err))
+	}
+}
+
+// loaderLine is one JSON line of comfy_loader.py: a file's or a layer's.
+type loaderLine struct {
+	File, Layer, Problem, Model, Format string
+	Problems                            []string
+	Markers                             int
+	Quantized                           int     `json:"quantized_layers"`
+	Ratio                               float64 `json:"ratio"`
+	VsDequantized                       float64 `json:"runtime_vs_dequantized"`
+}
+
+// checkLoaderLines checks comfy_loader.py's output lines: every file
+// detected as model with all its markers loaded quantized and no problem,
+// every layer within 1.10 of ComfyUI's own error and run by ComfyUI on
+// this CPU as generate's --runtime comfyui runs it (comfyCPUActivations:
+// the dequantized product, or activations quantized too). It returns the
+// number of files reported.
+func checkLoaderLines(t *testing.T, out []byte, model string) int {
+	t.Helper()
 	files, layers := 0, 0
 	spread := map[string][2]float64{} // format: smallest and largest runtime_vs_dequantized
 	for _, line := range bytes.Split(out, []byte("\n")) {
 		if !bytes.HasPrefix(line, []byte("{")) {
-			continue
+			continue // torch's and UCX's chatter
 		}
-		var r struct {
-			File, Layer, Problem, Model, Format string
-			Problems                            []string
-			Markers                             int
-			Quantized                           int     `json:"quantized_layers"`
-			Ratio                               float64 `json:"ratio"`
-			VsDequantized                       float64 `json:"runtime_vs_dequantized"`
-		}
+		var r loaderLine
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatalf("%v in %s", err, line)
 		}
@@ -154,24 +171,19 @@ func comfyLoader(t *testing.T, root, comfy, dir, src, model string) {
 			if r.Problem != "" || r.Ratio > 1.10 {
 				t.Errorf("%s", line)
 			}
-			// What generate --runtime comfyui runs on a CPU: the formats it
-			// dequantizes must come out of ComfyUI as the dequantized
-			// product, the others with their activations quantized.
-			if s, ok := spread[r.Format]; ok {
-				spread[r.Format] = [2]float64{min(s[0], r.VsDequantized), max(s[1], r.VsDequantized)}
-			} else {
-				spread[r.Format] = [2]float64{r.VsDequantized, r.VsDequantized}
-			}
 			quantized, known := comfyCPUActivations[r.Format]
 			if !known || quantized != (r.VsDequantized > 1e-3) {
 				t.Errorf("%s: ComfyUI's runtime is %g from the dequantized product; sdtool runs it with quantized activations: %v", r.Layer, r.VsDequantized, quantized)
 			}
+			s, seen := spread[r.Format]
+			if !seen {
+				s = [2]float64{r.VsDequantized, r.VsDequantized}
+			}
+			spread[r.Format] = [2]float64{min(s[0], r.VsDequantized), max(s[1], r.VsDequantized)}
 		}
 	}
 	t.Logf("%d files, %d layers checked through ComfyUI; runtime against dequantized product per format: %v", files, layers, spread)
-	if err != nil || files != len(comfyLoaderTypes) {
-		t.Errorf("comfy_loader.py: %v, %d files checked of %d; stderr: %s", err, files, len(comfyLoaderTypes), stderrOf(err))
-	}
+	return files
 }
 
 // copyScripts copies the named files of testdata into dir.
