@@ -45,12 +45,14 @@ type promptParityCase struct {
 	req   Request
 }
 
-// cases returns the weighted, negative and img2img cases of p; init is img2img's init PNG.
+// cases returns the weighted, negative, guided and img2img cases of p; init is img2img's init PNG.
 func (p promptParity) cases(t *testing.T, init string) []promptParityCase {
 	weighted := p.req
 	weighted.Prompt = p.weighted
 	negative := p.req
 	negative.Negative, negative.CFGScale = p.negative, p.cfg
+	guided := p.req
+	guided.CFGScale = p.cfg
 	img2img := weighted
 	img2img.Init, _, _ = CHWFromImage(readPNGFile(t, init))
 	img2img.Strength = 0.6
@@ -58,6 +60,9 @@ func (p promptParity) cases(t *testing.T, init string) []promptParityCase {
 	return []promptParityCase{
 		{"weighted", []string{"-p", p.weighted}, weighted},
 		{"negative", []string{"-n", p.negative, "--cfg-scale", cfg}, negative},
+		// The same guidance with an empty negative prompt: a failure of "negative" that this case shares is
+		// in the family's guidance, not in the negative prompt's weights.
+		{"guided", []string{"--cfg-scale", cfg}, guided},
 		{"img2img", []string{"-p", p.weighted, "-i", init, "--strength", "0.6"}, img2img},
 	}
 }
