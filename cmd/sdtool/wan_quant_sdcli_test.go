@@ -25,14 +25,15 @@ import (
 // each renders in sd-cli and in `sdtool generate` with every frame at
 // wanQuantParity or more between the two (5 frames of 64x64, 2 Euler
 // steps with guidance).
-// wanQuantParity is the least frame PSNR the quantized files must reach
-// against sd-cli: measured 49.34-50.68 dB for Q4_K_M and 49.97-51.09 dB
-// for q8_0 (BENCHMARKS.md), a dB under synth.WanParity's all-q8_0 DiT
-// (50.98 dB and up), whose matrices are all q8_0: the files quantize
-// writes keep more tensors in F16 or in k-quants, whose products the two
-// programs' ggml builds sum in another order, 30 blocks deep. A kernel in
-// the wrong layout gives another video altogether.
-const wanQuantParity = 49
+// wanQuantParity is the least frame PSNR each file must reach against
+// sd-cli, a little under what was measured (BENCHMARKS.md): Q4_K_M
+// 49.34-50.68 dB, q8_0 49.97-51.09 dB, int8_convrot 48.46-50.40 dB. That is
+// a dB or two under synth.WanParity's DiT, whose matrices are all q8_0
+// (50.98 dB and up): the files quantize writes keep more tensors in F16,
+// k-quants or W8A8 INT8, whose products the two programs' ggml builds
+// round and sum in another order, 30 blocks deep (not investigated
+// further). A kernel in the wrong layout gives another video altogether.
+var wanQuantParity = map[string]float64{"Q4_K_M": 49, "q8_0": 49, "int8_convrot": 48}
 
 func TestWanQuantizedSDCLIParity(t *testing.T) {
 	longtest.Skip(t, "Wan quantized files rendered by sd-cli and sdtool")
@@ -86,8 +87,8 @@ func TestWanQuantizedSDCLIParity(t *testing.T) {
 				name := fmt.Sprintf("%03d.png", i)
 				p := imagePSNR(t, filepath.Join(out, "sd_"+name), filepath.Join(out, "st_"+name))
 				t.Logf("%s frame %d: sdtool vs sd-cli %s dB", typ, i, strconv.FormatFloat(p, 'f', 2, 64))
-				if p < wanQuantParity {
-					t.Errorf("%s frame %d: %.2f dB against sd-cli, want at least %d", typ, i, p, wanQuantParity)
+				if p < wanQuantParity[typ] {
+					t.Errorf("%s frame %d: %.2f dB against sd-cli, want at least %g", typ, i, p, wanQuantParity[typ])
 				}
 			}
 		})
