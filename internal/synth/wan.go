@@ -191,52 +191,73 @@ var (
 
 // build expands the VAE under Wan-AI's names (Conv3d kernels 5-D, RMS norm gammas [C, 1, 1, 1]).
 func (c wanVAEConfig) build(b *builder) {
-	conv3 := func(p string, out, in, kt, k int) {
-		b.add(p+".weight", InitWeight, out, in, kt, k, k)
-		b.add(p+".bias", InitBias, out)
+	w := wanVAEWriter{b}
+	w.conv3("conv2", c.Z, c.Z, 1, 1)
+	c.decoder(w)
+	if c.Enc == 0 {
+		return
 	}
-	conv2 := func(p string, out, in, k int) {
-		b.add(p+".weight", InitWeight, out, in, k, k)
-		b.add(p+".bias", InitBias, out)
+	c.encoder(w)
+	w.conv3("conv1", 2*c.Z, 2*c.Z, 1, 1)
+}
+
+// wanVAEWriter adds the Wan VAE's repeated parts.
+type wanVAEWriter struct{ b *builder }
+
+func (w wanVAEWriter) conv3(p string, out, in, kt, k int) {
+	w.b.add(p+".weight", InitWeight, out, in, kt, k, k)
+	w.b.add(p+".bias", InitBias, out)
+}
+
+func (w wanVAEWriter) conv2(p string, out, in, k int) {
+	w.b.add(p+".weight", InitWeight, out, in, k, k)
+	w.b.add(p+".bias", InitBias, out)
+}
+
+// res adds a residual block (with a shortcut when the widths differ).
+func (w wanVAEWriter) res(p string, in, out int) {
+	w.b.add(p+"residual.0.gamma", InitOne, in, 1, 1, 1)
+	w.conv3(p+"residual.2", out, in, 3, 3)
+	w.b.add(p+"residual.3.gamma", InitOne, out, 1, 1, 1)
+	w.conv3(p+"residual.6", out, out, 3, 3)
+	if in != out {
+		w.conv3(p+"shortcut", out, in, 1, 1)
 	}
-	res := func(p string, in, out int) {
-		b.add(p+"residual.0.gamma", InitOne, in, 1, 1, 1)
-		conv3(p+"residual.2", out, in, 3, 3)
-		b.add(p+"residual.3.gamma", InitOne, out, 1, 1, 1)
-		conv3(p+"residual.6", out, out, 3, 3)
-		if in != out {
-			conv3(p+"shortcut", out, in, 1, 1)
-		}
-	}
-	mid := func(p string, ch int) {
-		res(p+"middle.0.", ch, ch)
-		b.add(p+"middle.1.norm.gamma", InitOne, ch, 1, 1)
-		conv2(p+"middle.1.to_qkv", 3*ch, ch, 1)
-		conv2(p+"middle.1.proj", ch, ch, 1)
-		res(p+"middle.2.", ch, ch)
-	}
+}
+
+// mid adds the middle: a residual block, attention, a residual block.
+func (w wanVAEWriter) mid(p string, ch int) {
+	w.res(p+"middle.0.", ch, ch)
+	w.b.add(p+"middle.1.norm.gamma", InitOne, ch, 1, 1)
+	w.conv2(p+"middle.1.to_qkv", 3*ch, ch, 1)
+	w.conv2(p+"middle.1.proj", ch, ch, 1)
+	w.res(p+"middle.2.", ch, ch)
+}
+
+// decoder adds the decoder: Wan 2.2's upsamples are nested per level,
+// Wan 2.1's numbered through.
+func (c wanVAEConfig) decoder(w wanVAEWriter) {
 	pix := 3
 	if c.V22 {
 		pix = 12
 	}
 	d := c.Dec
 	dims := []int{4 * d, 4 * d, 4 * d, 2 * d, d}
-	conv3("conv2", c.Z, c.Z, 1, 1)
-	conv3("decoder.conv1", dims[0], c.Z, 3, 3)
-	mid("decoder.", dims[0])
+	w.conv3("decoder.conv1", dims[0], c.Z, 3, 3)
+	w.mid("decoder.", dims[0])
 	idx := 0
 	for i := 0; i < 4; i++ {
 		in, out := dims[i], dims[i+1]
 		if c.V22 {
 			q := fmt.Sprintf("decoder.upsamples.%d.", i)
 			for j := 0; j < 3; j++ {
-				res(fmt.Sprintf("%supsamples.%d.", q, j), in, out)
+				w.res(fmt.Sprintf("%supsamples.%d.", q, j), in, out)
 				in = out
 			}
 			if i < 3 {
-				conv2(q+"upsamples.3.resample.1", out, out, 3)
+				w.conv2(q+"upsamples.3.resample.1", out, out, 3)
 				if wanVAETimeUp[i] {
-					conv3(q+"upsamples.3.time_conv", 2*out, out, 3, 1)
+					w.conv3(q+"upsamples.3.time_conv", 2*out, out, 3, 1)
 				}
 			}
 			continue
@@ -245,28 +266,33 @@ func (c wanVAEConfig) build(b *builder) {
 			in /= 2 // the previous level's spatial upsample halves the width
 		}
 		for j := 0; j < 3; j++ {
-			res(fmt.Sprintf("decoder.upsamples.%d.", idx), in, out)
+			w.res(fmt.Sprintf("decoder.upsamples.%d.", idx), in, out)
 			in = out
 			idx++
 		}
 		if i < 3 {
 			q := fmt.Sprintf("decoder.upsamples.%d.", idx)
-			conv2(q+"resample.1", out/2, out, 3)
+			w.conv2(q+"resample.1", out/2, out, 3)
 			if wanVAETimeUp[i] {
-				conv3(q+"time_conv", 2*out, out, 3, 1)
+				w.conv3(q+"time_conv", 2*out, out, 3, 1)
 			}
 			idx++
 		}
 	}
-	b.add("decoder.head.0.gamma", InitOne, dims[4], 1, 1, 1)
-	conv3("decoder.head.2", pix, dims[4], 3, 3)
-	if c.Enc == 0 {
-		return
+	w.b.add("decoder.head.0.gamma", InitOne, dims[4], 1, 1, 1)
+	w.conv3("decoder.head.2", pix, dims[4], 3, 3)
+}
+
+// encoder adds the encoder, its downsamples nested per level in Wan 2.2.
+func (c wanVAEConfig) encoder(w wanVAEWriter) {
+	pix := 3
+	if c.V22 {
+		pix = 12
 	}
 	e := c.Enc
 	edims := []int{e, e, 2 * e, 4 * e, 4 * e}
-	conv3("encoder.conv1", e, pix, 3, 3)
-	idx = 0
+	w.conv3("encoder.conv1", e, pix, 3, 3)
+	idx := 0
 	for i := 0; i < 4; i++ {
 		in, out := edims[i], edims[i+1]
 		q := "encoder."
@@ -275,21 +301,20 @@ func (c wanVAEConfig) build(b *builder) {
 			idx = 0
 		}
 		for j := 0; j < 2; j++ {
-			res(fmt.Sprintf("%sdownsamples.%d.", q, idx), in, out)
+			w.res(fmt.Sprintf("%sdownsamples.%d.", q, idx), in, out)
 			in = out
 			idx++
 		}
 		if i < 3 {
 			rq := fmt.Sprintf("%sdownsamples.%d.", q, idx)
-			conv2(rq+"resample.1", out, out, 3)
+			w.conv2(rq+"resample.1", out, out, 3)
 			if wanVAETimeDown[i] {
-				conv3(rq+"time_conv", out, out, 3, 1)
+				w.conv3(rq+"time_conv", out, out, 3, 1)
 			}
 			idx++
 		}
 	}
-	mid("encoder.", edims[4])
-	b.add("encoder.head.0.gamma", InitOne, edims[4], 1, 1, 1)
-	conv3("encoder.head.2", 2*c.Z, edims[4], 3, 3)
-	conv3("conv1", 2*c.Z, 2*c.Z, 1, 1)
+	w.mid("encoder.", edims[4])
+	w.b.add("encoder.head.0.gamma", InitOne, edims[4], 1, 1, 1)
+	w.conv3("encoder.head.2", 2*c.Z, edims[4], 3, 3)
 }
