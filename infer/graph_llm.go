@@ -145,8 +145,8 @@ func (g *builder) llmLayer(cfg *LLMConfig, x, pos, mask native.Tensor, i int) na
 		q = g.llmNorm(q, p+"self_attn.q_norm.weight", eps)
 		k = g.llmNorm(k, p+"self_attn.k_norm.weight", eps)
 	}
-	q = g.c.Rope(q, pos, cfg.HeadDim, cfg.Arch.RopeMode, cfg.Arch.RopeTheta)
-	k = g.c.Rope(k, pos, cfg.HeadDim, cfg.Arch.RopeMode, cfg.Arch.RopeTheta)
+	q = llmRope(g.c, q, pos, cfg)
+	k = llmRope(g.c, k, pos, cfg)
 	a := gqaAttention(g.c, q, k, v, mask)
 	x = g.c.Add(x, g.linear(a, p+"self_attn.o_proj"))
 	h = g.llmNorm(x, p+"post_attention_layernorm.weight", eps)
@@ -172,12 +172,12 @@ func gqaAttention(c *native.Context, q, k, v, mask native.Tensor) native.Tensor 
 	qh := c.Cont(c.Permute(q, 0, 2, 1, 3))                           // [d, L, H]
 	kh := c.Cont(c.Permute(k, 0, 2, 1, 3))                           // [d, L, KV]
 	vt := c.Cont(c.Permute(c.Reshape(v, d, kvHeads, l), 1, 2, 0, 3)) // [L, d, KV]
-	kq := c.DiagMaskInf(c.MulMat(kh, qh), 0)                         // [Lk, Lq, H]
+	kq := c.DiagMaskInf(c.MulMatDotF32(kh, qh), 0)                   // [Lk, Lq, H]
 	if mask.Valid() {
 		kq = c.Add(kq, mask)
 	}
 	kq = c.SoftMax(kq, float32(1/math.Sqrt(float64(d))))
-	o := c.MulMat(vt, kq)                // [d, Lq, H]
+	o := c.MulMatDotF32(vt, kq)          // [d, Lq, H]
 	o = c.Cont(c.Permute(o, 0, 2, 1, 3)) // [d, H, Lq]
 	return c.Reshape(o, d*heads, l)
 }

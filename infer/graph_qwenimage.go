@@ -122,7 +122,7 @@ func (g *builder) qwenImageBlock(cfg *QwenImageConfig, p string, img, txt, temb,
 	q := g.c.Concat(g.qwenImageHeads(ty, a+"add_q_proj", a+"norm_added_q", d), g.qwenImageHeads(iy, a+"to_q", a+"norm_q", d), 2)
 	k := g.c.Concat(g.qwenImageHeads(ty, a+"add_k_proj", a+"norm_added_k", d), g.qwenImageHeads(iy, a+"to_k", a+"norm_k", d), 2)
 	v := g.c.Concat(g.qwenImageHeads(ty, a+"add_v_proj", "", d), g.qwenImageHeads(iy, a+"to_v", "", d), 2)
-	o := fluxAttention(g.c, q, k, v, cos, sin) // [h, Lt+Li]
+	o := qwenImageAttention(g.c, q, k, v, cos, sin) // [h, Lt+Li]
 	h, lt, li := o.Ne()[0], txt.Ne()[1], img.Ne()[1]
 	nb := o.Nb()
 	ta := g.c.Cont(g.c.View(o, [4]int64{h, lt, 1, 1}, nb[1], nb[1]*lt, nb[1]*lt, 0))

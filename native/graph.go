@@ -575,6 +575,7 @@ type Backend struct {
 
 // NewCPUBackend starts ggml's CPU backend with n threads (n <= 0: all cores).
 func NewCPUBackend(n int) (*Backend, error) {
+	alignGELU()
 	b := C.ggml_backend_cpu_init()
 	if b == nil {
 		return nil, errors.New("ggml: CPU backend failed to start")
