@@ -3,14 +3,12 @@
 package infer
 
 import (
-	"image"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/sdtool/sdtool/infer/metrics"
-	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -53,19 +51,6 @@ func chromaParityModel(tb testing.TB) map[string]string {
 	return parts
 }
 
-// chromaSDCLI returns sd-cli's path, skipping without it.
-func chromaSDCLI(tb testing.TB) string {
-	tb.Helper()
-	if t, ok := tb.(*testing.T); ok {
-		longtest.Skip(t, "Chroma parity against sd-cli")
-	}
-	bin := os.Getenv("SDTOOL_SDCLI")
-	if bin == "" {
-		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
-	}
-	return bin
-}
-
 func TestChromaMatchesSDCLI(t *testing.T) {
 	bin := chromaSDCLI(t)
 	r := chromaParityRun(t)
@@ -105,23 +90,4 @@ func BenchmarkChromaVsSDCLI(b *testing.B) {
 		r.Threads = n
 	}
 	benchFluxVsSDCLI(b, chromaSDCLI(b), r)
-}
-
-// generateParts loads comps, runs req and returns the image and the family that ran it.
-func generateParts(tb testing.TB, comps Components, opt LoadOptions, req Request) (image.Image, *Family) {
-	tb.Helper()
-	m, err := Load(comps, opt)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer m.Close()
-	res, err := m.Generate(req)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	img, err := ImageFromCHW(res.Pixels, res.Width, res.Height)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return img, m.Family
 }

@@ -34,19 +34,6 @@ func refTimestepEmbedding(t float64, dim int) []float64 {
 	return out
 }
 
-// refLinear is W·x + b for W [out][in] stored row-major.
-func refLinear(w, b []float32, x []float64) []float64 {
-	out := make([]float64, len(b))
-	for o := range out {
-		acc := float64(b[o])
-		for i, v := range x {
-			acc += float64(w[o*len(x)+i]) * v
-		}
-		out[o] = acc
-	}
-	return out
-}
-
 func TestChromaApproximator(t *testing.T) {
 	be := newTestBackend(t)
 	r := rand.New(rand.NewPCG(21, 22))
@@ -253,27 +240,4 @@ func TestChromaModelArgs(t *testing.T) {
 			t.Errorf("%v: no error", bad)
 		}
 	}
-}
-
-// renderTiny loads the one-file model at path (closed when the test
-// ends), checks its family and renders one 32x32 step of "a cat" without
-// a negative pass, failing on NaN pixels.
-func renderTiny(t *testing.T, path, family string) *Model {
-	t.Helper()
-	m, err := Load(Components{"model": path}, LoadOptions{Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	if m.Family.Name() != family {
-		t.Fatalf("family %s, want %s", m.Family.Name(), family)
-	}
-	res, err := m.Generate(Request{Prompt: "a cat", Width: 32, Height: 32, Steps: 1, CFGScale: 1, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.NaNPixels != 0 {
-		t.Fatalf("%d NaN pixels", res.NaNPixels)
-	}
-	return m
 }

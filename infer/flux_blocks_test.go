@@ -17,18 +17,6 @@ import (
 // embedding's angles, attention with RoPE, the modulation and the patch
 // layout, and the flux schedule.
 
-// refRoPEAngle is the angle of pair k of a head split into axes for a
-// token at pos: pos[a]·theta^(-2j/axes[a]) for the axis a holding k.
-func refRoPEAngle(axes []int, theta float64, pos [3]float64, k int) float64 {
-	for a, w := range axes {
-		if k < w/2 {
-			return pos[a] * math.Pow(theta, -2*float64(k)/float64(w))
-		}
-		k -= w / 2
-	}
-	panic("pair outside the head")
-}
-
 func TestFluxRoPEAngles(t *testing.T) {
 	axes := []int{16, 56, 56}
 	const txt, rows, cols = 3, 2, 5
@@ -52,22 +40,6 @@ func TestFluxRoPEAngles(t *testing.T) {
 			}
 		}
 	}
-}
-
-// refRotate rotates each adjacent pair of every head of tokens x [L][heads·d].
-func refRotate(x []float32, l, heads, d int, cos, sin []float32) []float32 {
-	out := make([]float32, len(x))
-	for tok := 0; tok < l; tok++ {
-		for h := 0; h < heads; h++ {
-			for j := 0; j < d/2; j++ {
-				i := tok*heads*d + h*d + 2*j
-				c, s := float64(cos[tok*d/2+j]), float64(sin[tok*d/2+j])
-				x0, x1 := float64(x[i]), float64(x[i+1])
-				out[i], out[i+1] = float32(x0*c-x1*s), float32(x0*s+x1*c)
-			}
-		}
-	}
-	return out
 }
 
 func TestFluxAttentionWithRoPE(t *testing.T) {

@@ -197,14 +197,6 @@ func detectFluxLayout(s shapes, md formats.Metadata, modulated bool, axes []int)
 	return c, nil
 }
 
-// wantIf is s.want when cond holds.
-func (s shapes) wantIf(cond bool, name string, want []int64) error {
-	if !cond {
-		return nil
-	}
-	return s.want(name, want)
-}
-
 // axesString spells RoPE axes as the metadata key takes them ("16,56,56").
 func axesString(axes []int) string {
 	s := make([]string, len(axes))

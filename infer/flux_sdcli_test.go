@@ -4,9 +4,6 @@ package infer
 
 import (
 	"encoding/json"
-	"fmt"
-	"image"
-	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -155,28 +152,6 @@ func testFluxParity(t *testing.T, dev bool) {
 func TestFluxDevMatchesSDCLI(t *testing.T)     { testFluxParity(t, true) }
 func TestFluxSchnellMatchesSDCLI(t *testing.T) { testFluxParity(t, false) }
 
-func copyFile(tb testing.TB, from, to string) {
-	b, err := os.ReadFile(from)
-	if err == nil {
-		err = os.WriteFile(to, b, 0o644)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-}
-
-func writePNGFile(path string, img image.Image) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // fluxChildEnv carries a fluxParityRun to TestFluxGenerateChild.
 const fluxChildEnv = "SDTOOL_FLUX_CHILD"
 
@@ -197,22 +172,6 @@ func TestFluxGenerateChild(t *testing.T) {
 		opts.Tokenizers = map[string]string{"clip": sharedCLIPMerges}
 	}
 	reportChild(t, r.components(), opts, r.request())
-}
-
-// reportChild is a benchmark child's work: it generates req and prints
-// its seconds per step for benchVsSDCLI.
-func reportChild(t *testing.T, comps Components, opt LoadOptions, req Request) {
-	m, err := Load(comps, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	res, err := m.Generate(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(childReport{PerStep: res.Timings.Sampling.Seconds() / float64(res.Timings.Steps)})
-	fmt.Printf("CHILD %s\n", b)
 }
 
 // BenchmarkFluxVsSDCLI alternates one sd-cli run and one sdtool run (each
@@ -238,68 +197,4 @@ func benchFluxVsSDCLI(b *testing.B, bin string, r fluxParityRun) {
 	spec, _ := json.Marshal(r)
 	benchVsSDCLI(b, bin, sdcliBench{args: r.sdcliArgs(filepath.Join(b.TempDir(), "sdcli.png")), steps: r.Steps,
 		child: "TestFluxGenerateChild", env: fluxChildEnv, spec: spec})
-}
-
-// sdcliBench is one side-by-side benchmark: sd-cli's arguments and steps,
-// and the child test that runs sdtool's side from the spec in env.
-type sdcliBench struct {
-	args       []string
-	steps      int
-	child, env string
-	spec       []byte
-}
-
-// benchVsSDCLI alternates one sd-cli run and one sdtool run (each in a
-// fresh process) and reports both sides' seconds per step and peak RSS
-// and their ratios, measured in one run.
-func benchVsSDCLI(b *testing.B, bin string, sb sdcliBench) {
-	var cliStep, ourStep float64
-	var cliPeak, ourPeak int64
-	n := 0
-	for b.Loop() {
-		s, p := sdcliStepAndPeak(b, bin, sb.args, sb.steps)
-		cliStep += s
-		cliPeak = max(cliPeak, p)
-		cmd := exec.Command(os.Args[0], "-test.run=^"+sb.child+"$", "-test.v")
-		cmd.Env = append(os.Environ(), sb.env+"="+string(sb.spec))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			b.Fatalf("child: %v\n%s", err, tail(out))
-		}
-		found := false
-		for _, line := range strings.Split(string(out), "\n") {
-			if j, ok := strings.CutPrefix(line, "CHILD "); ok {
-				var rep childReport
-				if err := json.Unmarshal([]byte(j), &rep); err != nil {
-					b.Fatal(err)
-				}
-				ourStep += rep.PerStep
-				found = true
-			}
-		}
-		if !found {
-			b.Fatalf("child printed no report:\n%s", tail(out))
-		}
-		ourPeak = max(ourPeak, maxRSS(cmd.ProcessState))
-		n++
-	}
-	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
-	b.ReportMetric(ourStep/float64(n), "sdtool-s/step")
-	b.ReportMetric(ourStep/cliStep, "step-ratio")
-	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
-	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
-	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
-}
-
-// sdcliStepAndPeak runs sd-cli with args and returns its seconds per
-// sampling step (the sampling time it logs, less the weights it loads
-// lazily inside it) and its peak resident memory.
-func sdcliStepAndPeak(tb testing.TB, bin string, args []string, steps int) (float64, int64) {
-	tb.Helper()
-	cmd := exec.Command(bin, args...)
-	log, err := cmd.CombinedOutput()
-	if err != nil {
-		tb.Fatalf("sd-cli: %v\n%s", err, tail(log))
-	}
-	return sdcliStepSeconds(tb, log, steps), maxRSS(cmd.ProcessState)
 }

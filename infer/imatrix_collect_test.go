@@ -18,20 +18,6 @@ import (
 
 const tinyCaptured = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight"
 
-// collectTiny generates req on m with a fresh collector.
-func collectTiny(t *testing.T, m *Model, req Request, capture string) (*ImatrixStats, *Result) {
-	t.Helper()
-	s := NewImatrixStats()
-	s.captureName = capture
-	m.SetImatrix(s)
-	defer m.SetImatrix(nil)
-	res, err := m.Generate(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, res
-}
-
 func TestImatrixCollect(t *testing.T) {
 	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
 	const size, steps = 64, 2

@@ -24,16 +24,6 @@ import (
 // spinning thread barriers make two threads many times slower, and the
 // results do not depend on the thread count anyway.
 
-func loadTiny(t *testing.T, path string) *Model {
-	t.Helper()
-	m, err := Load(Components{"model": path}, LoadOptions{Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	return m
-}
-
 func TestTinyDeterministic(t *testing.T) {
 	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
 	req := Request{Prompt: "a (cat:1.2) photo", Negative: "blurry", Width: 64, Height: 64, Steps: 2, CFGScale: 7, Seed: 42}

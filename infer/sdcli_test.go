@@ -3,23 +3,18 @@
 package infer
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"image"
-	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer/metrics"
-	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -29,8 +24,6 @@ import (
 // (its text encoders at full size and depth and its UNet at full depth,
 // which sd.cpp hard-codes; the UNet 128 wide, 2.8 GB in f16) written to a
 // temporary folder. The CLIP vocabulary comes from ../shared/data.
-
-const sharedCLIPMerges = "../../shared/data/clip_bpe_merges.txt"
 
 // parityRun is one generation's settings, pinned on both sides.
 type parityRun struct {
@@ -56,22 +49,6 @@ func (r parityRun) request() Request {
 		CFGScale: r.CFG, Seed: r.Seed, RNG: RNGCUDA, Method: r.Method, Scheduler: SchedulerDiscrete}
 }
 
-func sdcliBinary(tb testing.TB) string {
-	tb.Helper()
-	if t, ok := tb.(*testing.T); ok {
-		// Parity renders take minutes; benchmarks ask for them explicitly.
-		longtest.Skip(t, "parity against sd-cli")
-	}
-	bin := os.Getenv("SDTOOL_SDCLI")
-	if bin == "" {
-		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
-	}
-	if _, err := os.Stat(sharedCLIPMerges); err != nil {
-		tb.Skipf("no CLIP vocabulary at %s", sharedCLIPMerges)
-	}
-	return bin
-}
-
 // sdxlParityModel returns SDTOOL_SDXL_MODEL or writes the synthetic SDXL checkpoint.
 func sdxlParityModel(tb testing.TB) string {
 	tb.Helper()
@@ -86,11 +63,6 @@ func sdxlParityModel(tb testing.TB) string {
 	return path
 }
 
-var (
-	sdcliSampling = regexp.MustCompile(`sampling completed, taking ([0-9.]+)s`)
-	sdcliLoading  = regexp.MustCompile(`loading tensors completed, taking ([0-9.]+)s`)
-)
-
 // runSDCLI runs sd-cli for r and returns its seconds per sampling step (the
 // sampling time it logs, less the weights it loads lazily inside it) and
 // its peak resident memory.
@@ -102,35 +74,6 @@ func runSDCLI(tb testing.TB, bin string, r parityRun, out string) (perStep float
 		tb.Fatalf("sd-cli: %v\n%s", err, tail(log))
 	}
 	return sdcliStepSeconds(tb, log, r.Steps), maxRSS(cmd.ProcessState)
-}
-
-// maxRSS is a finished child's peak resident memory in bytes (Linux reports KiB).
-func maxRSS(ps *os.ProcessState) int64 {
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		return ru.Maxrss << 10
-	}
-	return 0
-}
-
-func tail(b []byte) string {
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(b)
-}
-
-func readPNGFile(tb testing.TB, path string) image.Image {
-	tb.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return img
 }
 
 // generateImage runs r in this process and returns the image and the result.
@@ -186,11 +129,6 @@ func TestSDXLMatchesSDCLI(t *testing.T) {
 
 // childEnv carries a parityRun to TestGenerateChild in a child process.
 const childEnv = "SDTOOL_GENERATE_CHILD"
-
-// childReport is what the child prints.
-type childReport struct {
-	PerStep float64
-}
 
 // TestGenerateChild is BenchmarkSDXLVsSDCLI's child process: it runs one
 // generation of the parityRun in $SDTOOL_GENERATE_CHILD and prints its
@@ -265,30 +203,4 @@ func BenchmarkSDXLVsSDCLI(b *testing.B) {
 	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
 	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
 	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
-}
-
-// sdcliStepSeconds is sd-cli's seconds per sampling step from its log: the
-// logged sampling time less the weights it loaded lazily inside it.
-func sdcliStepSeconds(tb testing.TB, log []byte, steps int) float64 {
-	var sampling, lazy float64
-	window := false
-	sc := bufio.NewScanner(strings.NewReader(string(log)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.Contains(line, "generating image:"):
-			window = true
-		case window && sdcliLoading.MatchString(line):
-			v, _ := strconv.ParseFloat(sdcliLoading.FindStringSubmatch(line)[1], 64)
-			lazy += v
-		case sdcliSampling.MatchString(line):
-			sampling, _ = strconv.ParseFloat(sdcliSampling.FindStringSubmatch(line)[1], 64)
-			window = false
-		}
-	}
-	if sampling == 0 {
-		tb.Fatalf("sd-cli logged no sampling time:\n%s", tail(log))
-	}
-	return (sampling - lazy) / float64(steps)
 }

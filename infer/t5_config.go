@@ -191,23 +191,6 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 	return c, nil
 }
 
-// want checks that tensor name exists with exactly the shape want.
-func (s shapes) want(name string, want []int64) error {
-	sh, ok := s[name]
-	if !ok {
-		return fmt.Errorf("model has no tensor %q", name)
-	}
-	if len(sh) != len(want) {
-		return fmt.Errorf("tensor %q has shape %v, want %v", name, sh, want)
-	}
-	for i := range sh {
-		if sh[i] != want[i] {
-			return fmt.Errorf("tensor %q has shape %v, want %v", name, sh, want)
-		}
-	}
-	return nil
-}
-
 func init() {
 	encoderKinds["t5"] = encoderKind{
 		detect: func(s shapes, md formats.Metadata, e *TextEncoder) (EncoderConfig, error) {
