@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/internal/longtest"
+
 	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
@@ -122,6 +124,7 @@ func TestImatrixCollect(t *testing.T) {
 // Continuing from an earlier file gives what one run over both prompts
 // gives, whichever format the earlier file has.
 func TestImatrixContinue(t *testing.T) {
+	longtest.Skip(t, "an importance matrix continued over two runs")
 	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
 	a := Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1, Method: Euler}
 	b := a

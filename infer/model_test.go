@@ -25,6 +25,7 @@ import (
 // results do not depend on the thread count anyway.
 
 func TestTinyDeterministic(t *testing.T) {
+	longtest.Skip(t, "two renders compared bit for bit")
 	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
 	req := Request{Prompt: "a (cat:1.2) photo", Negative: "blurry", Width: 64, Height: 64, Steps: 2, CFGScale: 7, Seed: 42}
 	a, err := m.Generate(req)
@@ -205,6 +206,7 @@ var qualityModel = synth.SD{
 }
 
 func TestQuantizedQualityOrder(t *testing.T) {
+	longtest.Skip(t, "renders of four quantized copies")
 	if testing.Short() {
 		t.Skip("builds and runs four models")
 	}
@@ -274,6 +276,7 @@ func TestQuantizedQualityOrder(t *testing.T) {
 }
 
 func TestTinySD2Layout(t *testing.T) {
+	longtest.Skip(t, "the SD 2.x layout's render")
 	c := synth.TinySD
 	c.SD2 = true
 	path := filepath.Join(t.TempDir(), "sd2.gguf")
@@ -365,6 +368,7 @@ func TestDetectConfigFullSize(t *testing.T) {
 
 // --vae with a file holding the same VAE gives the same image; one without a VAE is refused.
 func TestSeparateVAE(t *testing.T) {
+	longtest.Skip(t, "a render with a separate VAE file")
 	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
 	v, err := Load(Components{"model": "../testdata/tiny-sd1.gguf", "vae": "../testdata/tiny-sd1.gguf"}, LoadOptions{Threads: 1})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sdtool/sdtool/internal/longtest"
+
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -16,6 +18,7 @@ import (
 // side by side over 77 tokens, T5's 77 tokens below them, the two pooled
 // outputs as the vector.
 func TestTinySD3Generates(t *testing.T) {
+	longtest.Skip(t, "the tiny SD3's render (its blocks are tested fast)")
 	path := t.TempDir() + "/tiny-sd3.gguf"
 	if err := synth.TinySD3.WriteSingle(path); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/internal/longtest"
+
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
@@ -482,6 +484,7 @@ func splitTinySDXL(t *testing.T, dir string) Components {
 // it only to a checkpoint's own VAE); a standalone component replaces the
 // checkpoint's part.
 func TestSDXLComponents(t *testing.T) {
+	longtest.Skip(t, "SDXL from component files")
 	single := loadTiny(t, tinySDXL)
 	comps := splitTinySDXL(t, t.TempDir())
 	m, err := Load(comps, LoadOptions{Threads: 1})
@@ -574,6 +577,7 @@ func TestSDXLDiffusersNames(t *testing.T) {
 // left out (SDXL conditions on the penultimate one, as sd-cli, which
 // collects the same entries).
 func TestImatrixSDXL(t *testing.T) {
+	longtest.Skip(t, "SDXL's importance matrix")
 	m := loadTiny(t, tinySDXL)
 	s, _ := collectTiny(t, m, Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 5, Seed: 1, Method: Euler}, "")
 	mx := s.Matrix("")
@@ -602,6 +606,7 @@ func TestImatrixSDXL(t *testing.T) {
 // the same parts: its vector embeds score 6 for the prompt and 2.5 for the
 // negative, and img2img from a base image is deterministic.
 func TestSDXLRefiner(t *testing.T) {
+	longtest.Skip(t, "the SDXL refiner's render")
 	c := synth.TinySDXL
 	c.Refiner = true
 	path := filepath.Join(t.TempDir(), "refiner.gguf")

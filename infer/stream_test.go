@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdtool/sdtool/internal/longtest"
+
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -93,6 +95,7 @@ var netRuns = []netRun{
 // once per graph (the graphs' nodes follow their blocks), frees the text
 // encoders before it runs and keeps no more resident than the budget allows.
 func TestStreamedMatchesResident(t *testing.T) {
+	longtest.Skip(t, "streamed against resident renders of every tiny family")
 	for _, r := range netRuns {
 		t.Run(filepath.Base(r.path), func(t *testing.T) {
 			if r.path == "deep-flux.gguf" {

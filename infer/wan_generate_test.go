@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sdtool/sdtool/internal/longtest"
+
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -172,6 +174,7 @@ func TestWanExpertStages(t *testing.T) {
 // with the model's own weights for the first step renders what the model
 // alone renders in all the steps, and one with weights of its own does not.
 func TestWanA14BGenerates(t *testing.T) {
+	longtest.Skip(t, "Wan 2.2's two experts' render")
 	req := Request{Width: 16, Height: 16, Frames: 1, Steps: 1, CFGScale: 2, Seed: 9}
 	plain := wanExpertModel(t, false, expertNone)
 	req.Steps = 2

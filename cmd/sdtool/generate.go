@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"image"
@@ -254,7 +255,19 @@ func runGenerate(c *cli.Context) error {
 	}
 	opt.FlowShift = float32(c.Float64("flow-shift"))
 	opt.VAEDecodeOnly = c.String("init-img") == "" // only img2img encodes: the VAE's encoder stays out of memory
+	// Caught before the model is loaded, so that a signal while its files
+	// are read ends with a message, and one sent on seeing the model line
+	// (TestGenerateSIGTERMWhileEncoding) finds the handler.
+	ctx, stop := console.SignalContext()
+	defer stop()
+	testHookBeforeLoad(ctx)
 	m, err := infer.Load(comps, opt)
+	if ctx.Err() != nil {
+		if err == nil {
+			m.Close()
+		}
+		return fmt.Errorf("generate: interrupted (%v) while loading the model; nothing was written", context.Cause(ctx))
+	}
 	if err != nil {
 		err = budgetHint(err)
 		// The model's own problems come first (infer checks them before the
@@ -322,10 +335,6 @@ func runGenerate(c *cli.Context) error {
 			req.Width, req.Height, w, h, mult)
 		req.Width, req.Height = w, h
 	}
-	// Caught before the model line is logged, so that a signal sent on
-	// seeing it (TestGenerateSIGTERMWhileEncoding) finds the handler.
-	ctx, stop := console.SignalContext()
-	defer stop()
 	encoders := make([]string, len(cfg.Encoders))
 	for i, e := range cfg.Encoders {
 		encoders[i] = fmt.Sprintf("%+v", e)
@@ -349,6 +358,10 @@ func runGenerate(c *cli.Context) error {
 	}
 	return imat.finish(c, c.String("prompt-file"))
 }
+
+// testHookBeforeLoad runs just before generate loads the model: tests hold
+// the load there to deliver a signal during it.
+var testHookBeforeLoad = func(context.Context) {}
 
 // generateOne generates req, writes the PNG out and runs --compare.
 func generateOne(c *cli.Context, m *infer.Model, opt infer.LoadOptions, req infer.Request, out string) error {

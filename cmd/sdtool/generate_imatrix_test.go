@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/internal/longtest"
+
 	"github.com/sdtool/sdtool/infer/pngtext"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
@@ -27,6 +29,7 @@ func genImatrix(t *testing.T, args ...string) string {
 }
 
 func TestGenerateImatrixPromptFile(t *testing.T) {
+	longtest.Skip(t, "an importance matrix over a prompt file")
 	dir := t.TempDir()
 	prompts := filepath.Join(dir, "prompts.txt")
 	if err := os.WriteFile(prompts, []byte("a cat\n\na red house\n"), 0o644); err != nil {

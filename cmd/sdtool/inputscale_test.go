@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/internal/longtest"
+
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
@@ -19,6 +21,7 @@ import (
 // (max/448, max/2688). (TestGenerateImatrixPromptFile checks that a .dat
 // output says it keeps none.)
 func TestGenerateCalibratesInputScale(t *testing.T) {
+	longtest.Skip(t, "input scales calibrated from a render")
 	dir := t.TempDir()
 	im := filepath.Join(dir, "calib.gguf")
 	if msg := genImatrix(t, "-p", "a cat", "-o", filepath.Join(dir, "a.png"), "--imatrix-out", im); strings.Contains(msg, "write .gguf to keep them") {

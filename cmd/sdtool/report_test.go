@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/internal/longtest"
+
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/quantize"
@@ -17,6 +19,7 @@ import (
 // figures in the manifest (Q8_0 closer to the source than Q2_K), and in a
 // headless Chromium every image and chart of the page draws something.
 func TestReportOfTinyLadder(t *testing.T) {
+	longtest.Skip(t, "a report of a seven-rung ladder")
 	if !infer.Available {
 		t.Skip("report runs generate's engine: needs a cgo build")
 	}
@@ -97,6 +100,7 @@ func TestReportErrors(t *testing.T) {
 // without its scales) is reported with its white images and a warning;
 // as the source it is refused, since nothing could be measured against it.
 func TestReportNaNFile(t *testing.T) {
+	t.Parallel()
 	if !infer.Available {
 		t.Skip("report runs generate's engine: needs a cgo build")
 	}
@@ -123,6 +127,7 @@ func TestReportNaNFile(t *testing.T) {
 // the manifest, while the other rungs are measured; the command then
 // exits 1 (issue 34, item 2).
 func TestReportFluxLadderWithComfyRungs(t *testing.T) {
+	longtest.Skip(t, "a Flux report with ComfyUI rungs")
 	if !infer.Available {
 		t.Skip("report runs generate's engine: needs a cgo build")
 	}

@@ -8,8 +8,6 @@
 package refcache
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -34,10 +32,6 @@ const magic = "sdtool reference render 2\n"
 
 // ext is the entries' file extension.
 const ext = ".ref"
-
-// maxValues bounds one array of an entry (a 4096x4096 image's planes),
-// so that a damaged length never allocates gigabytes.
-const maxValues = 3 * 4096 * 4096
 
 // Cache is a directory of reference renders.
 type Cache struct {
@@ -201,29 +195,47 @@ func appendFloats(b []byte, v []float32) []byte {
 // errDamaged is returned for an entry that is not one encode wrote.
 var errDamaged = errors.New("reference cache entry is damaged")
 
-// reader reads an entry's fields, remembering the first error.
+// reader reads an entry's fields from its bytes, remembering the first
+// error. A length is checked against the bytes left before anything is
+// allocated, so a damaged entry never allocates more than its own size.
 type reader struct {
-	r   *bufio.Reader
+	b   []byte
 	err error
 }
 
 func (d *reader) u32() uint32 {
-	var b [4]byte
-	if d.err == nil {
-		_, d.err = io.ReadFull(d.r, b[:])
+	if d.err == nil && len(d.b) < 4 {
+		d.err = errDamaged
 	}
-	return binary.LittleEndian.Uint32(b[:])
+	if d.err != nil {
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *reader) bytes(n uint32) []byte {
+	if d.err == nil && uint64(n) > uint64(len(d.b)) {
+		d.err = errDamaged
+	}
+	if d.err != nil {
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
 }
 
 func (d *reader) floats() []float32 {
 	n := d.u32()
-	if d.err != nil || n > maxValues {
-		d.err = errDamaged
+	raw := d.bytes(uint32(min(uint64(n)*4, math.MaxUint32)))
+	if d.err != nil {
 		return nil
 	}
 	v := make([]float32, n)
 	for i := range v {
-		v[i] = math.Float32frombits(d.u32())
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 	}
 	return v
 }
@@ -236,29 +248,15 @@ func decode(data []byte) (*infer.Result, error) {
 	if crc32.ChecksumIEEE(body) != sum {
 		return nil, errDamaged
 	}
-	d := &reader{r: bufio.NewReader(bytes.NewReader(body[len(magic):]))}
+	d := &reader{b: body[len(magic):]}
 	r := &infer.Result{Width: int(d.u32()), Height: int(d.u32()), Frames: int(d.u32()), NaNPixels: int(d.u32())}
 	r.Latent = d.floats()
 	r.Pixels = d.floats()
-	n := d.u32()
-	if d.err != nil || n > 4096 {
-		return nil, errDamaged
-	}
-	for range n {
-		size := d.u32()
-		if d.err != nil || size > 1024 {
-			return nil, errDamaged
-		}
-		name := make([]byte, size)
-		if d.err == nil {
-			_, d.err = io.ReadFull(d.r, name)
-		}
+	for n := d.u32(); n > 0 && d.err == nil; n-- {
+		name := d.bytes(d.u32())
 		r.Blocks = append(r.Blocks, infer.BlockOutput{Name: string(name), Values: d.floats()})
 	}
-	if d.err != nil {
-		return nil, errDamaged
-	}
-	if _, err := d.r.ReadByte(); err != io.EOF {
+	if d.err != nil || len(d.b) != 0 {
 		return nil, errDamaged
 	}
 	return r, nil
