@@ -1,6 +1,6 @@
 //go:build cgo
 
-package infer
+package infer_test
 
 import (
 	"math"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/internal/inferutil"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -16,7 +18,7 @@ import (
 // innermost first), so references index it as PyTorch would.
 
 func TestConv2D(t *testing.T) {
-	be := newTestBackend(t)
+	be := inferutil.NewTestBackend(t)
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
 		name                  string
@@ -31,17 +33,17 @@ func TestConv2D(t *testing.T) {
 		{"3x3 s1 f16", formats.F16, 6, 4, 5, 7, 3, 1, 3e-3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			kw := testWeight{shape: []int64{int64(c.oc), int64(c.ic), int64(c.k), int64(c.k)}, typ: c.typ, data: randn(r, c.oc*c.ic*c.k*c.k, 0.3)}
-			bw := testWeight{shape: []int64{int64(c.oc)}, typ: formats.F32, data: randn(r, c.oc, 0.1)}
-			ws := makeWeights(t, be, map[string]testWeight{"c.weight": kw, "c.bias": bw})
-			x := randn(r, c.ic*c.h*c.w, 1)
-			got, ne := runGraph(t, be, ws, []testInput{{[]int64{int64(c.w), int64(c.h), int64(c.ic), 1}, x}},
-				func(g *builder, in []native.Tensor) native.Tensor { return g.conv2d(in[0], "c", c.strd) })
-			want, oh, ow := refConv2D(x, 1, c.ic, c.h, c.w, stored(t, kw), c.oc, c.k, c.k, bw.data, c.strd, c.k/2)
+			kw := inferutil.TestWeight{Shape: []int64{int64(c.oc), int64(c.ic), int64(c.k), int64(c.k)}, Typ: c.typ, Data: inferutil.Randn(r, c.oc*c.ic*c.k*c.k, 0.3)}
+			bw := inferutil.TestWeight{Shape: []int64{int64(c.oc)}, Typ: formats.F32, Data: inferutil.Randn(r, c.oc, 0.1)}
+			ws := inferutil.MakeWeights(t, be, map[string]inferutil.TestWeight{"c.weight": kw, "c.bias": bw})
+			x := inferutil.Randn(r, c.ic*c.h*c.w, 1)
+			got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{int64(c.w), int64(c.h), int64(c.ic), 1}, Data: x}},
+				func(g *infer.Builder, in []native.Tensor) native.Tensor { return g.Conv2d(in[0], "c", c.strd) })
+			want, oh, ow := inferutil.RefConv2D(x, 1, c.ic, c.h, c.w, inferutil.Stored(t, kw), c.oc, c.k, c.k, bw.Data, c.strd, c.k/2)
 			if ne != [4]int64{int64(ow), int64(oh), int64(c.oc), 1} {
 				t.Fatalf("output dims %v, want [%d %d %d 1]", ne, ow, oh, c.oc)
 			}
-			if e := maxRelErr(t, got, want); e > c.tol {
+			if e := inferutil.MaxRelErr(t, got, want); e > c.tol {
 				t.Errorf("relative error %g > %g", e, c.tol)
 			}
 		})
@@ -49,18 +51,18 @@ func TestConv2D(t *testing.T) {
 }
 
 func TestGroupNorm(t *testing.T) {
-	be := newTestBackend(t)
+	be := inferutil.NewTestBackend(t)
 	r := rand.New(rand.NewPCG(3, 4))
 	const n, ch, h, w, eps = 2, 64, 3, 5, 1e-5
-	gw := testWeight{shape: []int64{ch}, typ: formats.F32, data: randn(r, ch, 1)}
-	gb := testWeight{shape: []int64{ch}, typ: formats.F32, data: randn(r, ch, 1)}
-	ws := makeWeights(t, be, map[string]testWeight{"n.weight": gw, "n.bias": gb})
-	x := randn(r, n*ch*h*w, 2)
+	gw := inferutil.TestWeight{Shape: []int64{ch}, Typ: formats.F32, Data: inferutil.Randn(r, ch, 1)}
+	gb := inferutil.TestWeight{Shape: []int64{ch}, Typ: formats.F32, Data: inferutil.Randn(r, ch, 1)}
+	ws := inferutil.MakeWeights(t, be, map[string]inferutil.TestWeight{"n.weight": gw, "n.bias": gb})
+	x := inferutil.Randn(r, n*ch*h*w, 2)
 	for i := range x {
 		x[i] += float32(i % 7) // a per-group offset the norm must remove
 	}
-	got, _ := runGraph(t, be, ws, []testInput{{[]int64{w, h, ch, n}, x}},
-		func(g *builder, in []native.Tensor) native.Tensor { return g.groupNorm(in[0], "n", eps) })
+	got, _ := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{w, h, ch, n}, Data: x}},
+		func(g *infer.Builder, in []native.Tensor) native.Tensor { return g.GroupNorm(in[0], "n", eps) })
 	want := make([]float32, len(x))
 	per := ch / 32 * h * w
 	for b := 0; b < n; b++ {
@@ -78,25 +80,25 @@ func TestGroupNorm(t *testing.T) {
 			v /= float64(per)
 			for i := 0; i < per; i++ {
 				c := grp*(ch/32) + i/(h*w)
-				want[off+i] = float32((float64(x[off+i])-mean)/math.Sqrt(v+eps)*float64(gw.data[c]) + float64(gb.data[c]))
+				want[off+i] = float32((float64(x[off+i])-mean)/math.Sqrt(v+eps)*float64(gw.Data[c]) + float64(gb.Data[c]))
 			}
 		}
 	}
-	if e := maxRelErr(t, got, want); e > 1e-5 {
+	if e := inferutil.MaxRelErr(t, got, want); e > 1e-5 {
 		t.Errorf("relative error %g", e)
 	}
 }
 
 func TestLayerNorm(t *testing.T) {
-	be := newTestBackend(t)
+	be := inferutil.NewTestBackend(t)
 	r := rand.New(rand.NewPCG(5, 6))
 	const d, l, eps = 48, 5, 1e-5
-	lw := testWeight{shape: []int64{d}, typ: formats.F32, data: randn(r, d, 1)}
-	lb := testWeight{shape: []int64{d}, typ: formats.F32, data: randn(r, d, 1)}
-	ws := makeWeights(t, be, map[string]testWeight{"ln.weight": lw, "ln.bias": lb})
-	x := randn(r, d*l, 3)
-	got, _ := runGraph(t, be, ws, []testInput{{[]int64{d, l}, x}},
-		func(g *builder, in []native.Tensor) native.Tensor { return g.layerNorm(in[0], "ln", eps) })
+	lw := inferutil.TestWeight{Shape: []int64{d}, Typ: formats.F32, Data: inferutil.Randn(r, d, 1)}
+	lb := inferutil.TestWeight{Shape: []int64{d}, Typ: formats.F32, Data: inferutil.Randn(r, d, 1)}
+	ws := inferutil.MakeWeights(t, be, map[string]inferutil.TestWeight{"ln.weight": lw, "ln.bias": lb})
+	x := inferutil.Randn(r, d*l, 3)
+	got, _ := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{d, l}, Data: x}},
+		func(g *infer.Builder, in []native.Tensor) native.Tensor { return g.LayerNorm(in[0], "ln", eps) })
 	want := make([]float32, len(x))
 	for i := 0; i < l; i++ {
 		row := x[i*d : (i+1)*d]
@@ -110,18 +112,18 @@ func TestLayerNorm(t *testing.T) {
 		}
 		v /= d
 		for j, f := range row {
-			want[i*d+j] = float32((float64(f)-mean)/math.Sqrt(v+eps)*float64(lw.data[j]) + float64(lb.data[j]))
+			want[i*d+j] = float32((float64(f)-mean)/math.Sqrt(v+eps)*float64(lw.Data[j]) + float64(lb.Data[j]))
 		}
 	}
-	if e := maxRelErr(t, got, want); e > 1e-5 {
+	if e := inferutil.MaxRelErr(t, got, want); e > 1e-5 {
 		t.Errorf("relative error %g", e)
 	}
 }
 
 func TestAttention(t *testing.T) {
-	be := newTestBackend(t)
+	be := inferutil.NewTestBackend(t)
 	r := rand.New(rand.NewPCG(7, 8))
-	ws := makeWeights(t, be, map[string]testWeight{})
+	ws := inferutil.MakeWeights(t, be, map[string]inferutil.TestWeight{})
 	for _, c := range []struct {
 		name                 string
 		ch, lq, lk, heads, n int
@@ -132,18 +134,18 @@ func TestAttention(t *testing.T) {
 		{"causal two heads", 16, 6, 6, 2, 1, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			q := randn(r, c.n*c.lq*c.ch, 1)
-			k := randn(r, c.n*c.lk*c.ch, 1)
-			v := randn(r, c.n*c.lk*c.ch, 1)
-			got, _ := runGraph(t, be, ws, []testInput{
-				{[]int64{int64(c.ch), int64(c.lq), int64(c.n)}, q},
-				{[]int64{int64(c.ch), int64(c.lk), int64(c.n)}, k},
-				{[]int64{int64(c.ch), int64(c.lk), int64(c.n)}, v},
-			}, func(g *builder, in []native.Tensor) native.Tensor {
-				return attention(g.c, in[0], in[1], in[2], c.heads, c.causal)
+			q := inferutil.Randn(r, c.n*c.lq*c.ch, 1)
+			k := inferutil.Randn(r, c.n*c.lk*c.ch, 1)
+			v := inferutil.Randn(r, c.n*c.lk*c.ch, 1)
+			got, _ := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{
+				{Ne: []int64{int64(c.ch), int64(c.lq), int64(c.n)}, Data: q},
+				{Ne: []int64{int64(c.ch), int64(c.lk), int64(c.n)}, Data: k},
+				{Ne: []int64{int64(c.ch), int64(c.lk), int64(c.n)}, Data: v},
+			}, func(g *infer.Builder, in []native.Tensor) native.Tensor {
+				return infer.Attention(g.C, in[0], in[1], in[2], c.heads, c.causal)
 			})
-			want := refAttention(q, k, v, c.ch, c.lq, c.lk, c.heads, c.n, c.causal)
-			if e := maxRelErr(t, got, want); e > 1e-5 {
+			want := inferutil.RefAttention(q, k, v, c.ch, c.lq, c.lk, c.heads, c.n, c.causal)
+			if e := inferutil.MaxRelErr(t, got, want); e > 1e-5 {
 				t.Errorf("relative error %g", e)
 			}
 		})
@@ -151,15 +153,15 @@ func TestAttention(t *testing.T) {
 }
 
 func TestGEGLU(t *testing.T) {
-	be := newTestBackend(t)
+	be := inferutil.NewTestBackend(t)
 	r := rand.New(rand.NewPCG(9, 10))
 	const in, inner, l = 16, 12, 5
-	pw := testWeight{shape: []int64{2 * inner, in}, typ: formats.F32, data: randn(r, 2*inner*in, 0.5)}
-	pb := testWeight{shape: []int64{2 * inner}, typ: formats.F32, data: randn(r, 2*inner, 0.1)}
-	ws := makeWeights(t, be, map[string]testWeight{"p.weight": pw, "p.bias": pb})
-	x := randn(r, in*l, 1)
-	got, ne := runGraph(t, be, ws, []testInput{{[]int64{in, l}, x}},
-		func(g *builder, ins []native.Tensor) native.Tensor { return g.geglu(ins[0], "p") })
+	pw := inferutil.TestWeight{Shape: []int64{2 * inner, in}, Typ: formats.F32, Data: inferutil.Randn(r, 2*inner*in, 0.5)}
+	pb := inferutil.TestWeight{Shape: []int64{2 * inner}, Typ: formats.F32, Data: inferutil.Randn(r, 2*inner, 0.1)}
+	ws := inferutil.MakeWeights(t, be, map[string]inferutil.TestWeight{"p.weight": pw, "p.bias": pb})
+	x := inferutil.Randn(r, in*l, 1)
+	got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{in, l}, Data: x}},
+		func(g *infer.Builder, ins []native.Tensor) native.Tensor { return g.Geglu(ins[0], "p") })
 	if ne[0] != inner || ne[1] != l {
 		t.Fatalf("dims %v", ne)
 	}
@@ -167,30 +169,30 @@ func TestGEGLU(t *testing.T) {
 	for i := 0; i < l; i++ {
 		proj := make([]float64, 2*inner)
 		for o := range proj {
-			s := float64(pb.data[o])
+			s := float64(pb.Data[o])
 			for j := 0; j < in; j++ {
-				s += float64(pw.data[o*in+j]) * float64(x[i*in+j])
+				s += float64(pw.Data[o*in+j]) * float64(x[i*in+j])
 			}
 			proj[o] = s
 		}
 		for o := 0; o < inner; o++ {
-			want[i*inner+o] = float32(proj[o] * geluTanh(proj[inner+o]))
+			want[i*inner+o] = float32(proj[o] * inferutil.GeluTanh(proj[inner+o]))
 		}
 	}
 	// ggml's GELU reads a table indexed by the f16 rounding of its input.
-	if e := maxRelErr(t, got, want); e > 5e-3 {
+	if e := inferutil.MaxRelErr(t, got, want); e > 5e-3 {
 		t.Errorf("relative error %g", e)
 	}
 }
 
 func TestUpsampleNearest(t *testing.T) {
-	be := newTestBackend(t)
-	ws := makeWeights(t, be, map[string]testWeight{})
+	be := inferutil.NewTestBackend(t)
+	ws := inferutil.MakeWeights(t, be, map[string]inferutil.TestWeight{})
 	r := rand.New(rand.NewPCG(11, 12))
 	const w, h, c = 3, 2, 4
-	x := randn(r, w*h*c, 1)
-	got, ne := runGraph(t, be, ws, []testInput{{[]int64{w, h, c, 1}, x}},
-		func(g *builder, in []native.Tensor) native.Tensor { return g.c.UpscaleNearest(in[0], 2) })
+	x := inferutil.Randn(r, w*h*c, 1)
+	got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{w, h, c, 1}, Data: x}},
+		func(g *infer.Builder, in []native.Tensor) native.Tensor { return g.C.UpscaleNearest(in[0], 2) })
 	if ne != [4]int64{2 * w, 2 * h, c, 1} {
 		t.Fatalf("dims %v", ne)
 	}
@@ -206,12 +208,14 @@ func TestUpsampleNearest(t *testing.T) {
 }
 
 func TestTimestepEmbedding(t *testing.T) {
-	be := newTestBackend(t)
-	ws := makeWeights(t, be, map[string]testWeight{})
+	be := inferutil.NewTestBackend(t)
+	ws := inferutil.MakeWeights(t, be, map[string]inferutil.TestWeight{})
 	ts := []float32{0, 1, 500, 999}
 	const dim = 32
-	got, ne := runGraph(t, be, ws, []testInput{{[]int64{int64(len(ts))}, ts}},
-		func(g *builder, in []native.Tensor) native.Tensor { return g.c.TimestepEmbedding(in[0], dim, 10000) })
+	got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{int64(len(ts))}, Data: ts}},
+		func(g *infer.Builder, in []native.Tensor) native.Tensor {
+			return g.C.TimestepEmbedding(in[0], dim, 10000)
+		})
 	if ne[0] != dim || ne[1] != int64(len(ts)) {
 		t.Fatalf("dims %v", ne)
 	}
@@ -231,7 +235,7 @@ func TestTimestepEmbedding(t *testing.T) {
 }
 
 func TestLinearTypes(t *testing.T) {
-	be := newTestBackend(t)
+	be := inferutil.NewTestBackend(t)
 	r := rand.New(rand.NewPCG(13, 14))
 	const in, out, l = 512, 8, 3
 	for _, c := range []struct {
@@ -241,17 +245,17 @@ func TestLinearTypes(t *testing.T) {
 		{formats.F32, 1e-5}, {formats.F16, 2e-3}, {formats.Q8_0, 2e-2}, {formats.Q4_K, 3e-2},
 	} {
 		t.Run(c.typ.String(), func(t *testing.T) {
-			lw := testWeight{shape: []int64{out, in}, typ: c.typ, data: randn(r, out*in, 0.05)}
-			lb := testWeight{shape: []int64{out}, typ: formats.F32, data: randn(r, out, 0.1)}
-			ws := makeWeights(t, be, map[string]testWeight{"l.weight": lw, "l.bias": lb})
-			x := randn(r, in*l, 1)
-			got, _ := runGraph(t, be, ws, []testInput{{[]int64{in, l}, x}},
-				func(g *builder, ins []native.Tensor) native.Tensor { return g.linear(ins[0], "l") })
-			w := stored(t, lw)
+			lw := inferutil.TestWeight{Shape: []int64{out, in}, Typ: c.typ, Data: inferutil.Randn(r, out*in, 0.05)}
+			lb := inferutil.TestWeight{Shape: []int64{out}, Typ: formats.F32, Data: inferutil.Randn(r, out, 0.1)}
+			ws := inferutil.MakeWeights(t, be, map[string]inferutil.TestWeight{"l.weight": lw, "l.bias": lb})
+			x := inferutil.Randn(r, in*l, 1)
+			got, _ := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{in, l}, Data: x}},
+				func(g *infer.Builder, ins []native.Tensor) native.Tensor { return g.Linear(ins[0], "l") })
+			w := inferutil.Stored(t, lw)
 			want := make([]float32, out*l)
 			for i := 0; i < l; i++ {
 				for o := 0; o < out; o++ {
-					s := float64(lb.data[o])
+					s := float64(lb.Data[o])
 					for j := 0; j < in; j++ {
 						s += float64(w[o*in+j]) * float64(x[i*in+j])
 					}
@@ -259,7 +263,7 @@ func TestLinearTypes(t *testing.T) {
 				}
 			}
 			// Quantized weights multiply activations that ggml rounds to q8 blocks first.
-			if e := maxRelErr(t, got, want); e > c.tol {
+			if e := inferutil.MaxRelErr(t, got, want); e > c.tol {
 				t.Errorf("relative error %g > %g", e, c.tol)
 			}
 		})
@@ -267,9 +271,9 @@ func TestLinearTypes(t *testing.T) {
 }
 
 func TestShapeErrorsDoNotAbort(t *testing.T) {
-	be := newTestBackend(t)
-	ws := makeWeights(t, be, map[string]testWeight{
-		"l.weight": {shape: []int64{4, 16}, typ: formats.F32, data: make([]float32, 64)},
+	be := inferutil.NewTestBackend(t)
+	ws := inferutil.MakeWeights(t, be, map[string]inferutil.TestWeight{
+		"l.weight": {Shape: []int64{4, 16}, Typ: formats.F32, Data: make([]float32, 64)},
 	})
 	ctx, err := native.NewContext(64, 64)
 	if err != nil {
@@ -277,10 +281,10 @@ func TestShapeErrorsDoNotAbort(t *testing.T) {
 	}
 	defer ctx.Free()
 	x, _ := ctx.NewTensor(formats.F32, 8, 2)
-	g := &builder{c: ctx, w: ws}
+	g := &infer.Builder{C: ctx, W: ws}
 	func() {
 		defer native.Recover(&err)
-		g.linear(x, "l")
+		g.Linear(x, "l")
 	}()
 	if err == nil {
 		t.Error("mul_mat of [16,4] with [8,2] accepted")
@@ -288,7 +292,7 @@ func TestShapeErrorsDoNotAbort(t *testing.T) {
 	err = nil
 	func() {
 		defer native.Recover(&err)
-		g.linear(x, "missing")
+		g.Linear(x, "missing")
 	}()
 	if err == nil {
 		t.Error("a missing weight was not reported")

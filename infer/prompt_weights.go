@@ -4,11 +4,11 @@ import (
 	"math"
 )
 
-// applyWeights scales each token's hidden state by its prompt weight and then rescales the whole chunk so
+// ApplyWeights scales each token's hidden state by its prompt weight and then rescales the whole chunk so
 // that its mean is unchanged, as stable-diffusion.cpp (after A1111) does, in its arithmetic: each mean is
 // summed in float64 and rounded to float32, and their quotient is a float32. The mean of a chunk can lie
 // near zero (layer-normed states), where that quotient amplifies any difference, so the rounding matters.
-func applyWeights(h []float32, w []float32, hidden int) {
+func ApplyWeights(h []float32, w []float32, hidden int) {
 	same := true
 	for _, x := range w {
 		if x != 1 {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 )
 
-// want checks that tensor name exists with exactly the shape want.
-func (s shapes) want(name string, want []int64) error {
+// Want checks that tensor name exists with exactly the shape want.
+func (s Shapes) Want(name string, want []int64) error {
 	sh, ok := s[name]
 	if !ok {
 		return fmt.Errorf("model has no tensor %q", name)
@@ -21,10 +21,10 @@ func (s shapes) want(name string, want []int64) error {
 	return nil
 }
 
-// wantIf is s.want when cond holds.
-func (s shapes) wantIf(cond bool, name string, want []int64) error {
+// WantIf is s.want when cond holds.
+func (s Shapes) WantIf(cond bool, name string, want []int64) error {
 	if !cond {
 		return nil
 	}
-	return s.want(name, want)
+	return s.Want(name, want)
 }

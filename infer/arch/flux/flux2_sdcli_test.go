@@ -1,0 +1,256 @@
+//go:build cgo
+
+package flux
+
+import (
+	"encoding/json"
+	"image"
+	"image/color"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/internal/inferutil"
+	"github.com/sdtool/sdtool/infer/metrics"
+	"github.com/sdtool/sdtool/internal/longtest"
+	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/text"
+)
+
+// Flux.2 klein image parity against sd-cli (SDTOOL_SDCLI and
+// SDTOOL_QWEN_TOKENIZER; skipped without them) on synth.KleinParity: the
+// DiT at klein 4B's width with one block of each kind and Qwen3-4B at full
+// width with two layers, as the component files people download.
+
+// kleinParityRun is one klein generation's settings, pinned on both sides.
+type kleinParityRun struct {
+	Parts   map[string]string // by flag
+	Init    string            // an init PNG for img2img, "" for txt2img
+	Prompt  string
+	Size    int
+	Steps   int
+	Seed    uint64
+	Threads int
+}
+
+func (r kleinParityRun) sdcliArgs(out string) []string {
+	var args []string
+	for _, flag := range synth.Flux2Parts {
+		args = append(args, "--"+flag, r.Parts[flag])
+	}
+	if r.Init != "" {
+		args = append(args, "-i", r.Init, "--strength", "0.6")
+	}
+	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
+		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
+		"--scheduler", "flux2", "--cfg-scale", "1", "--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
+}
+
+func (r kleinParityRun) request(tb testing.TB) infer.Request {
+	req := infer.Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1,
+		Seed: r.Seed, RNG: infer.RNGCUDA, Method: infer.Euler, Scheduler: SchedulerFlux2}
+	if r.Init != "" {
+		req.Init, _, _ = infer.CHWFromImage(inferutil.ReadPNGFile(tb, r.Init))
+		req.Strength = 0.6
+	}
+	return req
+}
+
+// kleinParityModel writes c's component files into a temporary folder, or
+// into SDTOOL_KLEIN_PARITY_DIR (written there once and reused).
+func kleinParityModel(tb testing.TB, c synth.Flux2, name string) map[string]string {
+	tb.Helper()
+	dir := os.Getenv("SDTOOL_KLEIN_PARITY_DIR")
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	parts := map[string]string{}
+	for _, flag := range synth.Flux2Parts {
+		parts[flag] = filepath.Join(dir, name+"-"+flag+".gguf")
+		if _, err := os.Stat(parts[flag]); err != nil {
+			var err error
+			if parts, err = c.WriteParts(dir, name, "gguf"); err != nil {
+				tb.Fatal(err)
+			}
+			break
+		}
+	}
+	return parts
+}
+
+// kleinSDCLI returns sd-cli's path and the parity model c with Qwen's real
+// tokenizer embedded in its LLM file, numbered as sd-cli numbers it
+// (kleinSDCLIVocab), skipping without either (and outside the long tests).
+func kleinSDCLI(tb testing.TB, c synth.Flux2) (string, synth.Flux2) {
+	tb.Helper()
+	if t, ok := tb.(*testing.T); ok {
+		longtest.Skip(t, "Flux.2 klein parity against sd-cli")
+	}
+	bin := os.Getenv("SDTOOL_SDCLI")
+	if bin == "" {
+		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	path := os.Getenv("SDTOOL_QWEN_TOKENIZER")
+	if path == "" {
+		tb.Skip("SDTOOL_QWEN_TOKENIZER is not set (Qwen's tokenizer.json: ../shared/tools/qwen-tokenizer prints one)")
+	}
+	v, err := text.LoadByteBPE(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.LLM.Tokenizer = kleinSDCLIVocab(tb, bin, v)
+	// sd-cli pads with id 151643 (Qwen's <|endoftext|>) whatever its
+	// vocabulary numbers it, which in this build is <|im_start|>'s id: the
+	// control tokens share one embedding row, so the padding is the same
+	// on both sides while every word keeps its own row.
+	c.LLM.SameRowsFrom = 256 + len(c.LLM.Tokenizer.Merges)
+	return bin, c
+}
+
+// kleinMerges finds how many Qwen merges sd-cli has built in: it prints
+// them when it makes its tokenizer, before it runs anything.
+var kleinMerges = regexp.MustCompile(`merges size (\d+)`)
+
+// kleinSDCLIVocab returns v as sd-cli numbers it. sd.cpp builds its Qwen
+// vocabulary from its built-in merges (bytes, one token per merge, then
+// the control tokens); the shared build loses the last merge to a missing
+// trailing newline, so every control token's id there is one lower than in
+// tokenizer.json. The comparison is of the programs, so sdtool gets
+// sd-cli's numbering (the same fix as the Z-Image parity test's).
+func kleinSDCLIVocab(tb testing.TB, bin string, v *text.ByteBPEVocab) *text.ByteBPEVocab {
+	tb.Helper()
+	tiny := filepath.Join(tb.TempDir(), "tiny-klein.gguf")
+	if err := synth.TinyKlein.WriteSingle(tiny); err != nil {
+		tb.Fatal(err)
+	}
+	log, _ := exec.Command(bin, "-m", tiny, "-p", "", "-W", "16", "-H", "16", "--steps", "1",
+		"-o", filepath.Join(tb.TempDir(), "x.png"), "-v").CombinedOutput()
+	m := kleinMerges.FindSubmatch(log)
+	if m == nil {
+		tb.Fatalf("sd-cli did not say how many Qwen merges it has:\n%s", inferutil.Tail(log))
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	if n == len(v.Merges) {
+		return v
+	}
+	if n > len(v.Merges) || len(v.Tokens) < 256+len(v.Merges) {
+		tb.Fatalf("sd-cli has %d Qwen merges, the tokenizer %d", n, len(v.Merges))
+	}
+	tb.Logf("sd-cli has %d of the tokenizer's %d merges: sdtool numbers the tokens as sd-cli does", n, len(v.Merges))
+	out := *v
+	out.Merges = v.Merges[:n]
+	out.Tokens = append(append([]string(nil), v.Tokens[:256+n]...), v.Tokens[256+len(v.Merges):]...)
+	out.Types = append(append([]int32(nil), v.Types[:256+n]...), v.Types[256+len(v.Merges):]...)
+	return &out
+}
+
+// kleinParity renders r on both sides and returns the PSNR of sdtool's image against sd-cli's.
+func kleinParity(t *testing.T, bin string, r kleinParityRun) float64 {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "sdcli.png")
+	if log, err := exec.Command(bin, r.sdcliArgs(out)...).CombinedOutput(); err != nil {
+		t.Fatalf("sd-cli: %v\n%s", err, inferutil.Tail(log))
+	}
+	ref := inferutil.ReadPNGFile(t, out)
+	m, err := infer.Load(infer.Components{"diffusion-model": r.Parts["diffusion-model"], "llm": r.Parts["llm"], "vae": r.Parts["vae"]},
+		infer.LoadOptions{Threads: r.Threads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	res, err := m.Generate(r.request(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := infer.ImageFromCHW(res.Pixels, res.Width, res.Height)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := os.Getenv("SDTOOL_KLEIN_PARITY_DIR"); d != "" {
+		inferutil.CopyFile(t, out, filepath.Join(d, "sdcli.png"))
+		if err := inferutil.WritePNGFile(filepath.Join(d, "sdtool.png"), img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	psnr, err := metrics.PSNR(ref, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sdtool vs sd-cli, Flux.2 klein, prompt %q, init %q, %dx%d, %d euler steps: PSNR %.2f dB", r.Prompt, r.Init, r.Size, r.Size, r.Steps, psnr)
+	return psnr
+}
+
+// TestKleinMatchesSDCLI renders synth.KleinParity on both sides with a
+// real prompt through Qwen's tokenizer: at least 50 dB.
+func TestKleinMatchesSDCLI(t *testing.T) {
+	bin, c := kleinSDCLI(t, synth.KleinParity)
+	parts := kleinParityModel(t, c, "klein-parity")
+	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2})
+	if psnr < 50 {
+		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
+	}
+}
+
+// TestKleinImg2ImgMatchesSDCLI runs img2img (strength 0.6) from a
+// gradient through the flux2 VAE's encoder on both sides: at least 50 dB.
+func TestKleinImg2ImgMatchesSDCLI(t *testing.T) {
+	bin, c := kleinSDCLI(t, synth.KleinParity)
+	parts := kleinParityModel(t, c, "klein-parity")
+	init := filepath.Join(t.TempDir(), "init.png")
+	img := image.NewNRGBA(image.Rect(0, 0, 128, 128))
+	for y := 0; y < 128; y++ {
+		for x := 0; x < 128; x++ {
+			img.Set(x, y, color.NRGBA{uint8(2 * x), uint8(2 * y), uint8(255 - x - y/2), 255})
+		}
+	}
+	if err := inferutil.WritePNGFile(init, img); err != nil {
+		t.Fatal(err)
+	}
+	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Init: init, Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2})
+	if psnr < 50 {
+		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
+	}
+}
+
+// kleinChildEnv carries a kleinParityRun to TestKleinGenerateChild.
+const kleinChildEnv = "SDTOOL_KLEIN_CHILD"
+
+// TestKleinGenerateChild is BenchmarkKleinVsSDCLI's child process: one
+// generation of the run in $SDTOOL_KLEIN_CHILD, printing its seconds per step.
+func TestKleinGenerateChild(t *testing.T) {
+	spec := os.Getenv(kleinChildEnv)
+	if spec == "" {
+		t.Skip("runs as BenchmarkKleinVsSDCLI's child process")
+	}
+	var r kleinParityRun
+	if err := json.Unmarshal([]byte(spec), &r); err != nil {
+		t.Fatal(err)
+	}
+	comps := infer.Components{"diffusion-model": r.Parts["diffusion-model"], "llm": r.Parts["llm"], "vae": r.Parts["vae"]}
+	inferutil.ReportChild(t, comps, infer.LoadOptions{Threads: r.Threads}, r.request(t))
+}
+
+// BenchmarkKleinVsSDCLI alternates one sd-cli run and one sdtool run (each
+// in a fresh process) of TestKleinMatchesSDCLI's generation on
+// synth.KleinParity's files (SDTOOL_KLEIN_PARITY_DIR keeps them; 128x128,
+// 2 Euler steps, SDTOOL_BENCH_THREADS threads, default 2) and reports both
+// sides' seconds per step and peak RSS and their ratios, measured in one run.
+func BenchmarkKleinVsSDCLI(b *testing.B) {
+	longtest.Skip(b, "Flux.2 klein against sd-cli")
+	bin, c := kleinSDCLI(b, synth.KleinParity)
+	r := kleinParityRun{Parts: kleinParityModel(b, c, "klein-parity"), Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2}
+	if s := os.Getenv("SDTOOL_BENCH_THREADS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Threads = n
+	}
+	spec, _ := json.Marshal(r)
+	inferutil.BenchVsSDCLI(b, bin, inferutil.SDCLIBench{Args: r.sdcliArgs(filepath.Join(b.TempDir(), "sdcli.png")), Steps: r.Steps,
+		Child: "TestKleinGenerateChild", Env: kleinChildEnv, Spec: spec})
+}

@@ -1,0 +1,68 @@
+package flux
+
+import (
+	"fmt"
+
+	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/native"
+)
+
+// flux2Net is the Flux.2 DiT as a network (Family.Network "flux2"). The
+// engine's latent [32, h, w] holds, in the same memory order, sd.cpp's
+// [128, h/2, w/2] (the 2×2 patches of the VAE latent, normalized: VAE kind
+// "flux2"), so each of its h/2·w/2 cells is one image token of 128 values
+// and the sampler's noise is sd-cli's, value for value.
+type flux2Net struct {
+	cfg *Flux2Config
+}
+
+func init() {
+	infer.Networks["flux2"] = func(m *infer.Model) (infer.Network, error) {
+		cfg, ok := m.Config.Network.(*Flux2Config)
+		if !ok {
+			return nil, fmt.Errorf("%s: no Flux.2 configuration", m.Path)
+		}
+		return &flux2Net{cfg: cfg}, nil
+	}
+}
+
+func (f *flux2Net) Channels() int { return f.cfg.LatentChannels() }
+
+func (f *flux2Net) Multiple() int { return f.cfg.Patch }
+
+func (f *flux2Net) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []infer.Input, []infer.BlockTensor) {
+	cfg := f.cfg
+	c := in.Cond
+	if c.Dim != cfg.ContextDim {
+		panic(&native.ShapeError{Msg: fmt.Sprintf("flux2: text tokens %d wide, txt_in takes %d", c.Dim, cfg.ContextDim)})
+	}
+	p := cfg.Patch
+	rows, cols := in.H/p, in.W/p
+	li := int64(rows * cols)
+	img := infer.NewInput(g, formats.F32, int64(cfg.InChannels), li)
+	txt := infer.NewInput(g, formats.F32, int64(c.Dim), int64(c.Tokens))
+	t := infer.NewInput(g, formats.F32, 1)
+	half := int64(cfg.HeadDim / 2)
+	l := int64(c.Tokens) + li
+	cos := infer.NewInput(g, formats.F32, half, l)
+	sin := infer.NewInput(g, formats.F32, half, l)
+	cv, sv := flux2RoPE(cfg.Axes, cfg.Theta, c.Tokens, rows, cols)
+	ins := []infer.Input{
+		{T: img, F32: Patchify(in.X, cfg.InChannels, rows, cols, 1)}, {T: txt, F32: c.Context},
+		{T: t, F32: []float32{in.T}}, {T: cos, F32: cv}, {T: sin, F32: sv},
+	}
+	var guid native.Tensor
+	if cfg.Guidance {
+		guid = infer.NewInput(g, formats.F32, 1)
+		ins = append(ins, infer.Input{T: guid, F32: []float32{in.Guidance}})
+	}
+	out, blocks := flux2(g, cfg, img, txt, t, guid, cos, sin, in.Capture)
+	return out, ins, blocks
+}
+
+// MapOutput turns the graph's tokens back into the latent's layout.
+func (f *flux2Net) MapOutput(out []float32, in *infer.NetInput) []float32 {
+	p := f.cfg.Patch
+	return Unpatchify(out, f.cfg.InChannels, in.H/p, in.W/p, 1)
+}
