@@ -21,13 +21,17 @@ const LayerNormEps = 1e-5
 
 // BlockTensor is one network block's output tensor, kept for --compare.
 type BlockTensor struct {
+	// Name is the block's name in --compare's report.
 	Name string
-	T    native.Tensor
+	// T is the block's output.
+	T native.Tensor
 }
 
 // Builder is one graph under construction: its context and the weights it reads.
 type Builder struct {
-	C    *native.Context
+	// C is the graph's ggml context, where the graph's operations are made.
+	C *native.Context
+	// W holds the model's weights the graph reads (Weight, Linear, ...).
 	W    *WeightSet
 	imat *imatrixPass // imatrix collection, nil when off
 	// convScale, when not 0, scales every convolution's input by it and
@@ -80,7 +84,7 @@ func (g *Builder) Has(name string) bool {
 
 // Linear applies prefix.weight (and prefix.bias when present) to x [in, L, ...].
 func (g *Builder) Linear(x native.Tensor, prefix string) native.Tensor {
-	if group, ok := g.W.W8a8[prefix+".weight"]; ok {
+	if group, ok := g.W.W8A8[prefix+".weight"]; ok {
 		return g.linearW8A8(x, prefix, group)
 	}
 	w := g.Weight(prefix + ".weight")

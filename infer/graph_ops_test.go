@@ -176,7 +176,7 @@ func TestGEGLU(t *testing.T) {
 			proj[o] = s
 		}
 		for o := 0; o < inner; o++ {
-			want[i*inner+o] = float32(proj[o] * inferutil.GeluTanh(proj[inner+o]))
+			want[i*inner+o] = float32(proj[o] * inferutil.GELUTanh(proj[inner+o]))
 		}
 	}
 	// ggml's GELU reads a table indexed by the f16 rounding of its input.

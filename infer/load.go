@@ -113,9 +113,11 @@ func VAEPrefix(name string) string { return family.InputByFlag(family.FlagVAE).L
 
 // OpenSource is one opened component file.
 type OpenSource struct {
+	// Comp is the input-table row of the file's flag.
 	Comp *family.Input
-	M    formats.Model
-	dq   *tensor.View
+	// M is the opened file.
+	M  formats.Model
+	dq *tensor.View
 }
 
 // loadVersion names the version whose name conversion fits the loaded
@@ -147,6 +149,8 @@ func loadVersion(tensors []formats.Tensor) names.Version {
 // from a diffusers folder); "te2." names it as the conditioner reads it.
 var convertPrefixes = []struct{ from, to string }{{"te.1.", "te2."}}
 
+// ConvertName returns the internal (sd.cpp) name of the load name load of a
+// model of version v.
 func ConvertName(load string, v names.Version) string {
 	for _, r := range convertPrefixes {
 		if rest, ok := strings.CutPrefix(load, r.from); ok {
@@ -195,8 +199,9 @@ type WeightSpec struct {
 	Component string
 	// Transpose holds a 2-D tensor transposed (layoutRules).
 	Transpose bool
-	Src       *tensor.Source
-	model     formats.Model
+	// Src reads the tensor's data from its file.
+	Src   *tensor.Source
+	model formats.Model
 	// w8a8 marks an INT8 module's weight held as its stored I8 codes, run
 	// as W8A8 with rotation group group (0: none); scaleOf marks the F32
 	// [out] weight scales of that module, a tensor of its own.
@@ -222,6 +227,8 @@ func SelectWeights(m formats.Model, rename func(string) string) ([]WeightSpec, e
 	return SelectFrom([]*OpenSource{src}, rename, LoadOptions{})
 }
 
+// NewSource wraps the opened file m of the input ct, refusing tensor types
+// the linked ggml is older than.
 func NewSource(ct *family.Input, m formats.Model) (*OpenSource, error) {
 	for _, t := range m.Tensors() {
 		if t.Type.Info().Newer {

@@ -10,15 +10,18 @@ import (
 // WeightSet holds a model's weights: their ggml descriptors, and their
 // data resident or streamed within a memory budget (stream.go).
 type WeightSet struct {
+	// Ctx holds the weights' ggml descriptors.
 	Ctx *native.Context
-	P   *pager
+	// P streams the weights within the memory budget (nil when Buf holds them).
+	P *pager
 	// Buf, when not nil, is a buffer the caller placed every weight in
 	// (tests that fill weights by hand, without a pager); free releases it.
-	Buf    *native.Buffer
+	Buf *native.Buffer
+	// ByName and Types are each weight's descriptor and the type ggml holds it in.
 	ByName map[string]native.Tensor
 	Types  map[string]formats.DType
-	// W8a8 maps the weights of INT8 modules to their rotation group (0: none).
-	W8a8 map[string]int
+	// W8A8 maps the weights of INT8 modules to their rotation group (0: none).
+	W8A8 map[string]int
 	// actLevels maps the W8A8 weights whose activations take other codes
 	// than ±127 to their range (7: convrot_w4a4's int4 activations).
 	actLevels map[string]int
@@ -102,10 +105,10 @@ func newWeightSet(be *native.Backend, path string, specs []WeightSpec, budget in
 		ws.ByName[s.Name] = t
 		ws.Types[s.Name] = s.Type
 		if s.w8a8 {
-			if ws.W8a8 == nil {
-				ws.W8a8 = map[string]int{}
+			if ws.W8A8 == nil {
+				ws.W8A8 = map[string]int{}
 			}
-			ws.W8a8[s.Name] = s.group
+			ws.W8A8[s.Name] = s.group
 			if s.actLevels != 0 {
 				if ws.actLevels == nil {
 					ws.actLevels = map[string]int{}

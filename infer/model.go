@@ -47,7 +47,8 @@ type NegativeConditioner interface {
 // NetInput is one evaluation of the diffusion network.
 type NetInput struct {
 	// X is the latent [C, h, w] (a video's [C, frames, h, w]) already scaled by c_in.
-	X    []float32
+	X []float32
+	// W and H are the latent's width and height in cells.
 	W, H int
 	// Frames is the number of latent frames of a video (0 for an image).
 	Frames int
@@ -107,6 +108,9 @@ type Model struct {
 	// ignores them too, but a user who passed one expected it to matter.
 	Unused []string
 
+	// Be is the ggml backend the graphs run on, W the weights, Alloc the
+	// graph allocator and Specs where each weight comes from; Cond and Net are
+	// the family's conditioner and network (the registries' parts).
 	Be    *native.Backend
 	W     *WeightSet
 	Alloc *native.Allocator
@@ -395,6 +399,7 @@ func isVAEWeight(name string) bool {
 	return false
 }
 
+// HasPrefix reports whether s starts with p.
 func HasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // LinkedAVX2 reports whether the linked ggml's CPU kernels were compiled
@@ -462,6 +467,7 @@ func paramPart(name string) string {
 
 // Input is an F32 or I32 graph input and its values.
 type Input struct {
+	// T is the input tensor; F32 or I32 its values.
 	T   native.Tensor
 	F32 []float32
 	I32 []int32

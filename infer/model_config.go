@@ -137,6 +137,7 @@ func (c *ModelConfig) Encoder(flag string) (EncoderConfig, bool) {
 // Shapes maps weight names to PyTorch shapes.
 type Shapes map[string][]int64
 
+// Dim returns dimension i of tensor name's shape, or an error naming what is missing.
 func (s Shapes) Dim(name string, i int) (int, error) {
 	sh, ok := s[name]
 	if !ok {
@@ -148,6 +149,7 @@ func (s Shapes) Dim(name string, i int) (int, error) {
 	return int(sh[i]), nil
 }
 
+// Has reports whether the model has a tensor called name.
 func (s Shapes) Has(name string) bool { _, ok := s[name]; return ok }
 
 // HasPrefix reports whether any tensor's name starts with prefix.

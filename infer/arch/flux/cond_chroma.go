@@ -67,6 +67,7 @@ func (c *chromaConditioner) readArgs(args map[string]string) error {
 	return nil
 }
 
+// Encode conditions on prompt for a width×height image (infer.Conditioner).
 func (c *chromaConditioner) Encode(prompt string, width, height int, zero bool) (*infer.Conditioning, error) {
 	if c.t5 == nil {
 		const tokens = 256

@@ -50,6 +50,7 @@ func init() {
 	}
 }
 
+// Encode conditions on prompt for a width×height image (infer.Conditioner).
 func (c *fluxConditioner) Encode(prompt string, width, height int, zero bool) (*infer.Conditioning, error) {
 	m := c.m
 	out := &infer.Conditioning{Tokens: c.tokens, Dim: c.ctxDim}

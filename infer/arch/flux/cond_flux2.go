@@ -53,6 +53,7 @@ func init() {
 	}
 }
 
+// Encode conditions on prompt for a width×height image (infer.Conditioner).
 func (c *flux2Conditioner) Encode(prompt string, width, height int, zero bool) (*infer.Conditioning, error) {
 	h, n, err := llm.EncodeLLMPrompt(c.m, prompt, c.prompt)
 	if err != nil {

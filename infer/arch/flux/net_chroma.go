@@ -27,6 +27,7 @@ func init() {
 	}
 }
 
+// Build builds one evaluation of the network for in (infer.Network).
 func (f *chromaNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []infer.Input, []infer.BlockTensor) {
 	cfg := f.cfg
 	c := in.Cond

@@ -26,8 +26,10 @@ func init() {
 	}
 }
 
+// Channels returns the latent channels the network takes and returns (infer.Network).
 func (f *fluxNet) Channels() int { return f.cfg.LatentChannels() }
 
+// Multiple returns what the latent's width and height must be a multiple of (infer.Network).
 func (f *fluxNet) Multiple() int { return f.cfg.Patch }
 
 // Patchify turns a latent [C, h, w] into patch tokens [rows·cols][C·p·p].
@@ -72,6 +74,7 @@ func Unpatchify(t []float32, c, h, w, p int) []float32 {
 	return out
 }
 
+// Build builds one evaluation of the network for in (infer.Network).
 func (f *fluxNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []infer.Input, []infer.BlockTensor) {
 	cfg := f.cfg
 	c := in.Cond

@@ -27,10 +27,13 @@ func init() {
 	}
 }
 
+// Channels returns the latent channels the network takes and returns (infer.Network).
 func (f *flux2Net) Channels() int { return f.cfg.LatentChannels() }
 
+// Multiple returns what the latent's width and height must be a multiple of (infer.Network).
 func (f *flux2Net) Multiple() int { return f.cfg.Patch }
 
+// Build builds one evaluation of the network for in (infer.Network).
 func (f *flux2Net) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []infer.Input, []infer.BlockTensor) {
 	cfg := f.cfg
 	c := in.Cond

@@ -34,6 +34,7 @@ func init() {
 	}
 }
 
+// Encode conditions on prompt for a width×height image (infer.Conditioner).
 func (c *qwenImageConditioner) Encode(prompt string, width, height int, zero bool) (*infer.Conditioning, error) {
 	h, n, err := llm.EncodeLLMPrompt(c.m, prompt, llm.QwenImagePrompt)
 	if err != nil {

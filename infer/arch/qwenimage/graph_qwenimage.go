@@ -82,7 +82,7 @@ func ropeTable(axes []int, theta float32, pos [][3]float32) (cos, sin []float32)
 // linearScaled is linear with sd.cpp's input scale s: x·s through the
 // weight, the product divided by s, then the bias.
 func linearScaled(g *infer.Builder, x native.Tensor, prefix string, s float32) native.Tensor {
-	if _, ok := g.W.W8a8[prefix+".weight"]; ok {
+	if _, ok := g.W.W8A8[prefix+".weight"]; ok {
 		return g.Linear(x, prefix)
 	}
 	w := g.Weight(prefix + ".weight")

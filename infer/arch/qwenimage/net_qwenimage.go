@@ -30,10 +30,13 @@ func init() {
 	}
 }
 
+// Channels returns the latent channels the network takes and returns (infer.Network).
 func (q *qwenImageNet) Channels() int { return q.cfg.LatentChannels() }
 
+// Multiple returns what the latent's width and height must be a multiple of (infer.Network).
 func (q *qwenImageNet) Multiple() int { return q.cfg.Patch }
 
+// Build builds one evaluation of the network for in (infer.Network).
 func (q *qwenImageNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []infer.Input, []infer.BlockTensor) {
 	cfg := q.cfg
 	c := in.Cond

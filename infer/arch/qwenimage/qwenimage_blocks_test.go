@@ -242,7 +242,7 @@ func (r *qiRef) block(p string, img, txt [][]float64, temb []float64, pos [][3]f
 	txt = qiAddGated(txt, r.lin(o[:lt], a+"to_add_out"), tm[2])
 	mlp := func(x [][]float64, mod [][]float64, st string) [][]float64 {
 		y := qiModulate(qiNorm(x, r.hidden, false, nil), mod[3], mod[4])
-		y = r.lin(qiMap(r.lin(y, p+st+"_mlp.net.0.proj"), inferutil.GeluTanh), p+st+"_mlp.net.2")
+		y = r.lin(qiMap(r.lin(y, p+st+"_mlp.net.0.proj"), inferutil.GELUTanh), p+st+"_mlp.net.2")
 		return qiAddGated(x, y, mod[5])
 	}
 	return mlp(img, im, "img"), mlp(txt, tm, "txt")

@@ -38,6 +38,7 @@ func (c *clipConditioner) chunkLen() int {
 	return n
 }
 
+// Encode conditions on prompt for a width×height image (infer.Conditioner).
 func (c *clipConditioner) Encode(prompt string, width, height int, zero bool) (*infer.Conditioning, error) {
 	return c.encodeFor(prompt, width, height, zero, false)
 }

@@ -24,11 +24,14 @@ func init() {
 	}
 }
 
+// Channels returns the latent channels the network takes and returns (infer.Network).
 func (u *unetNet) Channels() int { return u.cfg.InChannels }
 
 // Multiple is the UNet's total downsampling: one halving per level after the first.
+// Multiple returns what the latent's width and height must be a multiple of (infer.Network).
 func (u *unetNet) Multiple() int { return 1 << (len(u.cfg.ChannelMult) - 1) }
 
+// Build builds one evaluation of the network for in (infer.Network).
 func (u *unetNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []infer.Input, []infer.BlockTensor) {
 	cfg := u.cfg
 	c := in.Cond

@@ -141,7 +141,7 @@ func refCLIPLayers(w map[string]inferutil.TestWeight, p string, ids []int32, lay
 			if quick {
 				f[j] = z / (1 + math.Exp(-1.702*z))
 			} else {
-				f[j] = inferutil.GeluTanh(z)
+				f[j] = inferutil.GELUTanh(z)
 			}
 		}
 		o = linear(f, b+"mlp.fc2", l)

@@ -64,7 +64,10 @@ func (c *UNetConfig) heads(ch int) int {
 // LatentChannels is the latent width the UNet denoises.
 func (c *UNetConfig) LatentChannels() int { return c.OutChannels }
 
-func (c *UNetConfig) VectorWidth() int  { return c.ADMChannels }
+// VectorWidth returns the width of the conditioning vector the UNet takes.
+func (c *UNetConfig) VectorWidth() int { return c.ADMChannels }
+
+// ContextWidth returns the width of the context the UNet attends to.
 func (c *UNetConfig) ContextWidth() int { return c.ContextDim }
 
 func detectUNet(s infer.Shapes, md formats.Metadata, c *UNetConfig) error {

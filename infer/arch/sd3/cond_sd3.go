@@ -89,6 +89,7 @@ func (c *sd3Conditioner) clipPart(e *clip.CLIPConfig, prompt string) (hidden, po
 	return hidden, pooled, len(ids) / sd3Chunk, nil
 }
 
+// Encode conditions on prompt for a width×height image (infer.Conditioner).
 func (c *sd3Conditioner) Encode(prompt string, width, height int, zero bool) (*infer.Conditioning, error) {
 	type part struct {
 		hidden, pooled []float32

@@ -27,10 +27,13 @@ func init() {
 	}
 }
 
+// Channels returns the latent channels the network takes and returns (infer.Network).
 func (n *sd3Net) Channels() int { return n.cfg.LatentChannels() }
 
+// Multiple returns what the latent's width and height must be a multiple of (infer.Network).
 func (n *sd3Net) Multiple() int { return n.cfg.Patch }
 
+// Build builds one evaluation of the network for in (infer.Network).
 func (n *sd3Net) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []infer.Input, []infer.BlockTensor) {
 	cfg, c := n.cfg, in.Cond
 	if c.Dim != cfg.ContextDim || len(c.Vector) != cfg.ADMIn {

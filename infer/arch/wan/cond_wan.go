@@ -40,6 +40,7 @@ func init() {
 	}
 }
 
+// Encode conditions on prompt for a width×height image (infer.Conditioner).
 func (c *wanConditioner) Encode(prompt string, width, height int, zero bool) (*infer.Conditioning, error) {
 	if c.t5 == nil {
 		return &infer.Conditioning{Context: make([]float32, wanNoTextTokens*c.ctxDim), Tokens: wanNoTextTokens, Dim: c.ctxDim}, nil

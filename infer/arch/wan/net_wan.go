@@ -26,6 +26,7 @@ func init() {
 	}
 }
 
+// Channels returns the latent channels the network takes and returns (infer.Network).
 func (n *wanNet) Channels() int { return n.cfg.OutChannels }
 
 // HighNoise returns Wan 2.2 A14B's high-noise expert as a network of its own.
@@ -36,6 +37,7 @@ func (n *wanNet) HighNoise() infer.Network {
 	return &wanNet{cfg: n.cfg.HighNoise}
 }
 
+// Multiple returns what the latent's width and height must be a multiple of (infer.Network).
 func (n *wanNet) Multiple() int { return n.cfg.PatchH }
 
 // wanPatchify turns a latent [C, T, h, w] into patch tokens [T·rows·cols][C·p·p].
@@ -80,6 +82,7 @@ func wanUnpatchify(tok []float32, c, t, h, w, p int) []float32 {
 	return out
 }
 
+// Build builds one evaluation of the network for in (infer.Network).
 func (n *wanNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []infer.Input, []infer.BlockTensor) {
 	cfg := n.cfg
 	c := in.Cond

@@ -127,7 +127,7 @@ func refWan(t *testing.T, w map[string]inferutil.TestWeight, cfg WanConfig, x []
 	gelu := func(v []float64) []float64 {
 		out := make([]float64, len(v))
 		for i, a := range v {
-			out[i] = inferutil.GeluTanh(a)
+			out[i] = inferutil.GELUTanh(a)
 		}
 		return out
 	}

@@ -100,7 +100,7 @@ func zimageNorm(g *infer.Builder, x native.Tensor, prefix string, eps float32) n
 // F32 instead of being rounded to the weight's dot-product type.
 func zimageLinearF32(g *infer.Builder, x native.Tensor, prefix string) native.Tensor {
 	w := g.Weight(prefix + ".weight")
-	if _, ok := g.W.W8a8[prefix+".weight"]; ok || w.Type() == formats.F32 {
+	if _, ok := g.W.W8A8[prefix+".weight"]; ok || w.Type() == formats.F32 {
 		return g.Linear(x, prefix)
 	}
 	y := g.C.MulMat(g.C.Cast(w, formats.F32), x)

@@ -28,8 +28,10 @@ func init() {
 	}
 }
 
+// Channels returns the latent channels the network takes and returns (infer.Network).
 func (z *zimageNet) Channels() int { return z.cfg.LatentChannels() }
 
+// Multiple returns what the latent's width and height must be a multiple of (infer.Network).
 func (z *zimageNet) Multiple() int { return z.cfg.Patch }
 
 // zimagePatchify turns a latent [C, h, w] into patch tokens [rows·cols][p·p·C].
@@ -70,6 +72,7 @@ func zimageUnpatchify(t []float32, c, h, w, p int, s float32) []float32 {
 	return out
 }
 
+// Build builds one evaluation of the network for in (infer.Network).
 func (z *zimageNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []infer.Input, []infer.BlockTensor) {
 	cfg := z.cfg
 	c := in.Cond

@@ -163,7 +163,7 @@ func refT5(t *testing.T, w map[string]inferutil.TestWeight, cfg T5Config, prefix
 			g := lin(h, get(b+"1.DenseReluDense.wi_0.weight"), ff)
 			u := lin(h, get(b+"1.DenseReluDense.wi_1.weight"), ff)
 			for j := range g {
-				g[j] = inferutil.GeluTanh(g[j]) * u[j]
+				g[j] = inferutil.GELUTanh(g[j]) * u[j]
 			}
 			o := lin(g, get(b+"1.DenseReluDense.wo.weight"), hd)
 			for j := range x[i] {

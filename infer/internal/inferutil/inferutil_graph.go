@@ -246,6 +246,6 @@ func RefAttention(q, k, v []float32, ch, lq, lk, heads, n int, causal bool) []fl
 	return out
 }
 
-func GeluTanh(x float64) float64 {
+func GELUTanh(x float64) float64 {
 	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
 }
