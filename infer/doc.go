@@ -9,7 +9,7 @@
 //   - family.go: the engine's family entries (Family: markers, text
 //     encoders, conditioning-vector layout, VAE kind and latent format,
 //     sd-cli's defaults) and the registries the entries name:
-//     Conditioners, Networks, Schedules; model_config.go: ModelConfig (a
+//     conditioners, networks, schedules; model_config.go: ModelConfig (a
 //     NetworkConfig, a list of EncoderConfig, a VAEConfig) and the
 //     registries of network detectors, text encoder kinds and VAE kinds;
 //   - load.go, load_ggml.go: the component files (Components, keyed by the

@@ -15,7 +15,7 @@ import (
 // noise schedule, a VAE) named by registry keys, its parameterisation and
 // latent format, and the generation defaults sd-cli uses for it. The engine
 // (Load, Generate) only reads this table and calls the parts through the
-// registries below, so a new family plugs in by adding a Family entry and,
+// registries (register.go), so a new family plugs in by adding a Family entry and,
 // when it needs new graphs, registering its parts:
 //
 //   - a conditioner (conditioners[Family.Conditioner]): prompt to Conditioning
@@ -348,11 +348,11 @@ func missingHint(s Shapes) string {
 }
 
 // The registries of engine parts, keyed by the names the table uses.
-// Family code registers its parts from init.
+// The parts fill them from init through register.go's functions.
 var (
-	Conditioners = map[string]conditionerKind{}
-	Networks     = map[string]networkKind{}
-	Schedules    = map[string]scheduleKind{}
+	conditioners = map[string]conditionerKind{}
+	networks     = map[string]networkKind{}
+	schedules    = map[string]scheduleKind{}
 )
 
 // conditionerKind makes a family's conditioner for a loaded model.

@@ -160,7 +160,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	}
 	specs = familyWeights(fam, specs)
 	if opt.VAEDecodeOnly {
-		specs = withoutVAEEncoder(specs, VAEKinds[cfg.VAE.Kind].EncoderParts)
+		specs = withoutVAEEncoder(specs, vaeKinds[cfg.VAE.Kind].EncoderParts)
 		cfg.VAE.HasEncoder = false
 	}
 	var unused []string
@@ -280,14 +280,14 @@ func (m *Model) attachParts(opt LoadOptions) error {
 	if m.Net, err = newNetwork(m); err != nil {
 		return err
 	}
-	mk, ok := Conditioners[fam.Conditioner]
+	mk, ok := conditioners[fam.Conditioner]
 	if !ok {
 		return fmt.Errorf("%s: no conditioner %q in this build", fam.Title, fam.Conditioner)
 	}
 	if m.Cond, err = mk(m); err != nil {
 		return err
 	}
-	if _, ok := Schedules[fam.Schedule]; !ok {
+	if _, ok := schedules[fam.Schedule]; !ok {
 		return fmt.Errorf("%s: no schedule %q in this build", fam.Title, fam.Schedule)
 	}
 	if opt.Prediction != "" {
@@ -320,7 +320,7 @@ func loadTokenizers(fam *Family, cfg *ModelConfig, opt LoadOptions, srcs []*Open
 				encs = append(encs, ec)
 			}
 		}
-		kind := EncoderKinds[e.Kind]
+		kind := encoderKinds[e.Kind]
 		if len(encs) == 0 || kind.Tokenizer == nil {
 			continue
 		}
@@ -335,7 +335,7 @@ func loadTokenizers(fam *Family, cfg *ModelConfig, opt LoadOptions, srcs []*Open
 
 // newNetwork makes the family's network for a loaded model.
 func newNetwork(m *Model) (Network, error) {
-	mk, ok := Networks[m.Family.Network]
+	mk, ok := networks[m.Family.Network]
 	if !ok {
 		return nil, fmt.Errorf("%s: no network %q in this build", m.Family.Title, m.Family.Network)
 	}
@@ -391,7 +391,7 @@ func withoutVAEEncoder(specs []WeightSpec, parts []string) []WeightSpec {
 
 // isVAEWeight reports a tensor of some registered kind of VAE.
 func isVAEWeight(name string) bool {
-	for _, k := range VAEKinds {
+	for _, k := range vaeKinds {
 		if k.IsWeight(name) {
 			return true
 		}
@@ -633,7 +633,7 @@ func (m *Model) DecodeLatent(latent []float32, w, h int) ([]float32, error) {
 	err := m.Compute(func(g *Builder) ([]Input, native.Tensor) {
 		g.convScale = cfg.ConvScale
 		zt := NewInput(g, formats.F32, int64(w), int64(h), int64(cfg.ZChannels), 1)
-		return []Input{{T: zt, F32: z}}, VAEKinds[cfg.Kind].Decode(g, cfg, zt)
+		return []Input{{T: zt, F32: z}}, vaeKinds[cfg.Kind].Decode(g, cfg, zt)
 	}, func(o native.Tensor) error {
 		var err error
 		out, err = o.F32()
@@ -662,7 +662,7 @@ func (m *Model) EncodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 	err := m.Compute(func(g *Builder) ([]Input, native.Tensor) {
 		g.convScale = cfg.ConvScale
 		it := NewInput(g, formats.F32, int64(w), int64(h), 3, 1)
-		return []Input{{T: it, F32: pixels}}, VAEKinds[cfg.Kind].Encode(g, cfg, it)
+		return []Input{{T: it, F32: pixels}}, vaeKinds[cfg.Kind].Encode(g, cfg, it)
 	}, func(o native.Tensor) error {
 		var err error
 		moments, err = o.F32()
@@ -672,7 +672,7 @@ func (m *Model) EncodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 		return nil, err
 	}
 	out, logvar := moments[:len(moments)/2], moments[len(moments)/2:]
-	if VAEKinds[cfg.Kind].MeanOnly {
+	if vaeKinds[cfg.Kind].MeanOnly {
 		out, logvar, eps = moments, nil, nil
 	}
 	if eps != nil && len(eps) != len(out) {
@@ -788,7 +788,7 @@ func (m *Model) FlowShift() float32 {
 }
 
 // schedule returns the model's noise schedule for a latent of w×h cells.
-func (m *Model) schedule(w, h int) Schedule { return Schedules[m.Family.Schedule](m, w, h) }
+func (m *Model) schedule(w, h int) Schedule { return schedules[m.Family.Schedule](m, w, h) }
 
 // sampleStage is a run of sampling steps with one network.
 type sampleStage struct {

@@ -76,8 +76,8 @@ type VAEKind struct {
 	DecodeVideo func(m *Model, z []float32, w, h, frames int) ([]float32, int, error)
 }
 
-// VAEKinds are the VAE kinds by name, registered by their files.
-var VAEKinds = map[string]VAEKind{}
+// vaeKinds are the VAE kinds by name, registered by their files.
+var vaeKinds = map[string]VAEKind{}
 
 // ModelConfig is the configuration of a whole model.
 type ModelConfig struct {
@@ -213,11 +213,11 @@ type EncoderKind struct {
 	Tokenizer func(opt LoadOptions, srcs []*OpenSource, encs []EncoderConfig, main string) (any, error)
 }
 
-// EncoderKinds are the text encoder kinds by name, registered by their files.
-var EncoderKinds = map[string]EncoderKind{}
+// encoderKinds are the text encoder kinds by name, registered by their files.
+var encoderKinds = map[string]EncoderKind{}
 
-// NetworkDetectors detect a network's configuration by its kind (Family.Network).
-var NetworkDetectors = map[string]func(s Shapes, md formats.Metadata, cfg *ModelConfig) error{}
+// networkDetectors detect a network's configuration by its kind (Family.Network).
+var networkDetectors = map[string]func(s Shapes, md formats.Metadata, cfg *ModelConfig) error{}
 
 // DetectConfig works out a model's family and configuration from its
 // weights' shapes (internal names) and the metadata overrides.
@@ -228,7 +228,7 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		return nil, err
 	}
 	cfg := &ModelConfig{Family: fam.Name()}
-	det, ok := NetworkDetectors[fam.Network]
+	det, ok := networkDetectors[fam.Network]
 	if !ok {
 		return nil, fmt.Errorf("%s: no network %q in this build", fam.Title, fam.Network)
 	}
@@ -240,7 +240,7 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		if e.Optional && !s.HasPrefix(e.Prefix) {
 			continue // sd-cli conditions on zeros in its place
 		}
-		kind, ok := EncoderKinds[e.Kind]
+		kind, ok := encoderKinds[e.Kind]
 		if !ok {
 			return nil, fmt.Errorf("%s: no text encoder kind %q in this build", fam.Title, e.Kind)
 		}
@@ -261,7 +261,7 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 			return nil, fmt.Errorf("%s: the text encoders' widths add up to %d, the diffusion network's context width is %d", fam.Title, ctx, u.ContextWidth())
 		}
 	}
-	vk, ok := VAEKinds[fam.VAE.Kind]
+	vk, ok := vaeKinds[fam.VAE.Kind]
 	if !ok {
 		return nil, fmt.Errorf("%s: no VAE kind %q in this build", fam.Title, fam.VAE.Kind)
 	}

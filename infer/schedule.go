@@ -126,13 +126,13 @@ const (
 	SchedulerSGMUniform Scheduler = "sgm_uniform"
 )
 
-// SchedulerNames lists the schedulers in the order help and errors name
+// schedulerNames lists the schedulers in the order help and errors name
 // them: the core's spacings, then those a family's file adds from init.
-var SchedulerNames = []Scheduler{SchedulerDiscrete, SchedulerKarras, SchedulerSimple, SchedulerSGMUniform}
+var schedulerNames = []Scheduler{SchedulerDiscrete, SchedulerKarras, SchedulerSimple, SchedulerSGMUniform}
 
 // Schedulers lists the schedulers this build implements, in the order
 // help and errors name them.
-func Schedulers() []Scheduler { return slices.Clone(SchedulerNames) }
+func Schedulers() []Scheduler { return slices.Clone(schedulerNames) }
 
 // ParseScheduler checks a --scheduler value: "" and "default" return "" (the family's default),
 // "normal" is discrete, as in sd-cli.
@@ -143,12 +143,12 @@ func ParseScheduler(name string) (Scheduler, error) {
 	case "normal":
 		return SchedulerDiscrete, nil
 	}
-	for _, k := range SchedulerNames {
+	for _, k := range schedulerNames {
 		if name == string(k) {
 			return k, nil
 		}
 	}
-	return "", fmt.Errorf("unknown scheduler %q (want one of %v)", name, SchedulerNames)
+	return "", fmt.Errorf("unknown scheduler %q (want one of %v)", name, schedulerNames)
 }
 
 // SpacedSigmas returns steps+1 decreasing sigmas of schedule s for the schedulers every family shares
@@ -247,5 +247,5 @@ func Img2ImgSigmas(sigmas []float32, strength float32) []float32 {
 
 func init() {
 	sd := SDNoiseSchedule()
-	Schedules["discrete"] = func(*Model, int, int) Schedule { return sd }
+	schedules["discrete"] = func(*Model, int, int) Schedule { return sd }
 }

@@ -37,7 +37,7 @@ func (s *DiscreteFlowSchedule) Sigmas(kind Scheduler, steps int) ([]float32, err
 }
 
 func init() {
-	Schedules["discrete-flow"] = func(m *Model, w, h int) Schedule {
+	schedules["discrete-flow"] = func(m *Model, w, h int) Schedule {
 		return &DiscreteFlowSchedule{Shift: m.FlowShift()}
 	}
 }

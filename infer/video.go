@@ -13,7 +13,7 @@ func (m *Model) DecodeVideo(latent []float32, w, h, frames int) ([]float32, int,
 	if frames <= 0 || w <= 0 || h <= 0 || len(latent)%(frames*w*h) != 0 {
 		return nil, 0, fmt.Errorf("%s: a latent video of %d values is not %d frames of %dx%d", m.Path, len(latent), frames, w, h)
 	}
-	if k := VAEKinds[m.Config.VAE.Kind]; k.DecodeVideo != nil {
+	if k := vaeKinds[m.Config.VAE.Kind]; k.DecodeVideo != nil {
 		return k.DecodeVideo(m, latent, w, h, frames)
 	}
 	c, cell := len(latent)/(frames*w*h), w*h

@@ -11,7 +11,7 @@ func (m *Model) EncodeVideo(pixels []float32, w, h, n int) ([]float32, int, erro
 	if n <= 0 || w <= 0 || h <= 0 || len(pixels) != 3*n*w*h {
 		return nil, 0, fmt.Errorf("%s: %d pixel values are not %d frames of %dx%d", m.Path, len(pixels), n, w, h)
 	}
-	if k := VAEKinds[m.Config.VAE.Kind]; k.EncodeVideo != nil {
+	if k := vaeKinds[m.Config.VAE.Kind]; k.EncodeVideo != nil {
 		return k.EncodeVideo(m, pixels, w, h, n)
 	}
 	var lat [][]float32

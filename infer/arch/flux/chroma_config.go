@@ -34,14 +34,14 @@ const (
 const chromaApproxPrefix = infer.DmPrefix + "distilled_guidance_layer."
 
 func init() {
-	infer.NetworkDetectors["chroma"] = func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
+	infer.RegisterNetworkDetector("chroma", func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
 		c, err := detectChroma(s, md)
 		if err != nil {
 			return err
 		}
 		cfg.Network = c
 		return nil
-	}
+	})
 }
 
 // detectChroma reads a Chroma DiT's configuration under model.diffusion_model.

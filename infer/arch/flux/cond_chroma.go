@@ -30,7 +30,7 @@ type chromaConditioner struct {
 }
 
 func init() {
-	infer.Conditioners["chroma"] = func(m *infer.Model) (infer.Conditioner, error) {
+	infer.RegisterConditioner("chroma", func(m *infer.Model) (infer.Conditioner, error) {
 		f, ok := m.Config.Network.(*ChromaConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Chroma configuration", m.Path)
@@ -43,7 +43,7 @@ func init() {
 			return nil, fmt.Errorf("%s: T5 is %d wide, the DiT's txt_in takes %d", m.Path, c.t5.Hidden, f.ContextDim)
 		}
 		return c, nil
-	}
+	})
 }
 
 // readArgs takes sd-cli's Chroma model args over the defaults.

@@ -24,7 +24,7 @@ type fluxConditioner struct {
 }
 
 func init() {
-	infer.Conditioners["flux"] = func(m *infer.Model) (infer.Conditioner, error) {
+	infer.RegisterConditioner("flux", func(m *infer.Model) (infer.Conditioner, error) {
 		f, ok := m.Config.Network.(*FluxConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Flux configuration", m.Path)
@@ -47,7 +47,7 @@ func init() {
 			}
 		}
 		return c, nil
-	}
+	})
 }
 
 // Encode conditions on prompt for a width×height image (infer.Conditioner).

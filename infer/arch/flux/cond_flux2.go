@@ -30,7 +30,7 @@ type flux2Conditioner struct {
 }
 
 func init() {
-	infer.Conditioners["flux2"] = func(m *infer.Model) (infer.Conditioner, error) {
+	infer.RegisterConditioner("flux2", func(m *infer.Model) (infer.Conditioner, error) {
 		f, ok := m.Config.Network.(*Flux2Config)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Flux.2 configuration", m.Path)
@@ -50,7 +50,7 @@ func init() {
 				m.Path, n, l.Hidden, p.Layers, l.Layers, f.ContextDim)
 		}
 		return &flux2Conditioner{m: m, prompt: p, dim: f.ContextDim}, nil
-	}
+	})
 }
 
 // Encode conditions on prompt for a width×height image (infer.Conditioner).

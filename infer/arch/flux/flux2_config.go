@@ -37,14 +37,14 @@ var flux2Mods = []struct {
 }
 
 func init() {
-	infer.NetworkDetectors["flux2"] = func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
+	infer.RegisterNetworkDetector("flux2", func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
 		c, err := detectFlux2(s, md)
 		if err != nil {
 			return err
 		}
 		cfg.Network = c
 		return nil
-	}
+	})
 }
 
 // detectFlux2 reads a Flux.2 DiT's configuration under model.diffusion_model.

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"testing"
 
@@ -18,7 +17,6 @@ import (
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
-	"github.com/sdtool/sdtool/text"
 )
 
 // Flux.2 klein image parity against sd-cli (SDTOOL_SDCLI and
@@ -84,68 +82,23 @@ func kleinParityModel(tb testing.TB, c synth.Flux2, name string) map[string]stri
 
 // kleinSDCLI returns sd-cli's path and the parity model c with Qwen's real
 // tokenizer embedded in its LLM file, numbered as sd-cli numbers it
-// (kleinSDCLIVocab), skipping without either (and outside the long tests).
+// (inferutil.SDCLIQwen), skipping without either (and outside the long tests).
 func kleinSDCLI(tb testing.TB, c synth.Flux2) (string, synth.Flux2) {
 	tb.Helper()
-	if t, ok := tb.(*testing.T); ok {
-		longtest.Skip(t, "Flux.2 klein parity against sd-cli")
-	}
-	bin := os.Getenv("SDTOOL_SDCLI")
-	if bin == "" {
-		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
-	}
-	path := os.Getenv("SDTOOL_QWEN_TOKENIZER")
-	if path == "" {
-		tb.Skip("SDTOOL_QWEN_TOKENIZER is not set (Qwen's tokenizer.json: ../shared/tools/qwen-tokenizer prints one)")
-	}
-	v, err := text.LoadByteBPE(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c.LLM.Tokenizer = kleinSDCLIVocab(tb, bin, v)
+	bin, v := inferutil.SDCLIQwen(tb, "Flux.2 klein parity against sd-cli", func(dir string) []string {
+		tiny := filepath.Join(dir, "tiny-klein.gguf")
+		if err := synth.TinyKlein.WriteSingle(tiny); err != nil {
+			tb.Fatal(err)
+		}
+		return []string{"-m", tiny}
+	})
+	c.LLM.Tokenizer = v
 	// sd-cli pads with id 151643 (Qwen's <|endoftext|>) whatever its
 	// vocabulary numbers it, which in this build is <|im_start|>'s id: the
 	// control tokens share one embedding row, so the padding is the same
 	// on both sides while every word keeps its own row.
 	c.LLM.SameRowsFrom = 256 + len(c.LLM.Tokenizer.Merges)
 	return bin, c
-}
-
-// kleinMerges finds how many Qwen merges sd-cli has built in: it prints
-// them when it makes its tokenizer, before it runs anything.
-var kleinMerges = regexp.MustCompile(`merges size (\d+)`)
-
-// kleinSDCLIVocab returns v as sd-cli numbers it. sd.cpp builds its Qwen
-// vocabulary from its built-in merges (bytes, one token per merge, then
-// the control tokens); the shared build loses the last merge to a missing
-// trailing newline, so every control token's id there is one lower than in
-// tokenizer.json. The comparison is of the programs, so sdtool gets
-// sd-cli's numbering (the same fix as the Z-Image parity test's).
-func kleinSDCLIVocab(tb testing.TB, bin string, v *text.ByteBPEVocab) *text.ByteBPEVocab {
-	tb.Helper()
-	tiny := filepath.Join(tb.TempDir(), "tiny-klein.gguf")
-	if err := synth.TinyKlein.WriteSingle(tiny); err != nil {
-		tb.Fatal(err)
-	}
-	log, _ := exec.Command(bin, "-m", tiny, "-p", "", "-W", "16", "-H", "16", "--steps", "1",
-		"-o", filepath.Join(tb.TempDir(), "x.png"), "-v").CombinedOutput()
-	m := kleinMerges.FindSubmatch(log)
-	if m == nil {
-		tb.Fatalf("sd-cli did not say how many Qwen merges it has:\n%s", inferutil.Tail(log))
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	if n == len(v.Merges) {
-		return v
-	}
-	if n > len(v.Merges) || len(v.Tokens) < 256+len(v.Merges) {
-		tb.Fatalf("sd-cli has %d Qwen merges, the tokenizer %d", n, len(v.Merges))
-	}
-	tb.Logf("sd-cli has %d of the tokenizer's %d merges: sdtool numbers the tokens as sd-cli does", n, len(v.Merges))
-	out := *v
-	out.Merges = v.Merges[:n]
-	out.Tokens = append(append([]string(nil), v.Tokens[:256+n]...), v.Tokens[256+len(v.Merges):]...)
-	out.Types = append(append([]int32(nil), v.Types[:256+n]...), v.Types[256+len(v.Merges):]...)
-	return &out
 }
 
 // kleinParity renders r on both sides and returns the PSNR of sdtool's image against sd-cli's.

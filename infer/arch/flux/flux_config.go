@@ -50,14 +50,14 @@ func (c *FluxConfig) LatentChannels() int { return c.InChannels / (c.Patch * c.P
 var fluxAxes = []int{16, 56, 56}
 
 func init() {
-	infer.NetworkDetectors["flux"] = func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
+	infer.RegisterNetworkDetector("flux", func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
 		c, err := detectFlux(s, md)
 		if err != nil {
 			return err
 		}
 		cfg.Network = c
 		return nil
-	}
+	})
 }
 
 // detectFlux reads a Flux DiT's configuration under model.diffusion_model.

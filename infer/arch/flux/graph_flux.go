@@ -70,6 +70,13 @@ func axesRoPE(axes []int, theta float32, l int, set func(t int, pos []float32)) 
 	return cos, sin
 }
 
+// RoPETable returns the rotary embedding's cos and sin [d/2, len(pos)] of
+// tokens at the positions pos (one per axis): axesRoPE with the positions
+// given as a table (Qwen-Image's and Z-Image's tokens).
+func RoPETable(axes []int, theta float32, pos [][3]float32) (cos, sin []float32) {
+	return axesRoPE(axes, theta, len(pos), func(t int, p []float32) { copy(p, pos[t][:]) })
+}
+
 // fluxMLPEmbed is Flux's MLPEmbedder: in_layer, SiLU, out_layer.
 func fluxMLPEmbed(g *infer.Builder, x native.Tensor, prefix string) native.Tensor {
 	return g.Linear(g.C.SiLU(g.Linear(x, prefix+".in_layer")), prefix+".out_layer")

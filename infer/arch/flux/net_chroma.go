@@ -18,13 +18,13 @@ type chromaNet struct {
 }
 
 func init() {
-	infer.Networks["chroma"] = func(m *infer.Model) (infer.Network, error) {
+	infer.RegisterNetwork("chroma", func(m *infer.Model) (infer.Network, error) {
 		cfg, ok := m.Config.Network.(*ChromaConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Chroma configuration", m.Path)
 		}
 		return &chromaNet{fluxNet: fluxNet{cfg: &cfg.FluxConfig}, cfg: cfg}, nil
-	}
+	})
 }
 
 // Build builds one evaluation of the network for in (infer.Network).

@@ -17,13 +17,13 @@ type fluxNet struct {
 }
 
 func init() {
-	infer.Networks["flux"] = func(m *infer.Model) (infer.Network, error) {
+	infer.RegisterNetwork("flux", func(m *infer.Model) (infer.Network, error) {
 		cfg, ok := m.Config.Network.(*FluxConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Flux configuration", m.Path)
 		}
 		return &fluxNet{cfg: cfg}, nil
-	}
+	})
 }
 
 // Channels returns the latent channels the network takes and returns (infer.Network).
@@ -87,19 +87,8 @@ func (f *fluxNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []
 	p := cfg.Patch
 	ch := cfg.LatentChannels()
 	rows, cols := in.H/p, in.W/p
-	li := int64(rows * cols)
-	img := infer.NewInput(g, formats.F32, int64(cfg.InChannels), li)
-	txt := infer.NewInput(g, formats.F32, int64(c.Dim), int64(c.Tokens))
-	t := infer.NewInput(g, formats.F32, 1)
-	half := int64(cfg.HeadDim / 2)
-	l := int64(c.Tokens) + li
-	cos := infer.NewInput(g, formats.F32, half, l)
-	sin := infer.NewInput(g, formats.F32, half, l)
 	cv, sv := fluxRoPE(cfg.Axes, cfg.Theta, c.Tokens, rows, cols)
-	ins := []infer.Input{
-		{T: img, F32: Patchify(in.X, ch, in.H, in.W, p)}, {T: txt, F32: c.Context},
-		{T: t, F32: []float32{in.T}}, {T: cos, F32: cv}, {T: sin, F32: sv},
-	}
+	d, ins := NewDiTInputs(g, in, Patchify(in.X, ch, in.H, in.W, p), cfg.InChannels, cv, sv, cfg.HeadDim/2)
 	var guid native.Tensor // an input the graph does not read is never allocated
 	if cfg.Guidance {
 		guid = infer.NewInput(g, formats.F32, 1)
@@ -110,7 +99,7 @@ func (f *fluxNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []
 		y = infer.NewInput(g, formats.F32, int64(cfg.VecDim))
 		ins = append(ins, infer.Input{T: y, F32: c.Vector})
 	}
-	out, blocks := flux(g, cfg, img, txt, t, guid, y, cos, sin, in.Capture)
+	out, blocks := flux(g, cfg, d.Img, d.Txt, d.T, guid, y, d.Cos, d.Sin, in.Capture)
 	return out, ins, blocks
 }
 

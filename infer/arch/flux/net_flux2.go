@@ -18,13 +18,13 @@ type flux2Net struct {
 }
 
 func init() {
-	infer.Networks["flux2"] = func(m *infer.Model) (infer.Network, error) {
+	infer.RegisterNetwork("flux2", func(m *infer.Model) (infer.Network, error) {
 		cfg, ok := m.Config.Network.(*Flux2Config)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Flux.2 configuration", m.Path)
 		}
 		return &flux2Net{cfg: cfg}, nil
-	}
+	})
 }
 
 // Channels returns the latent channels the network takes and returns (infer.Network).
@@ -42,25 +42,14 @@ func (f *flux2Net) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, [
 	}
 	p := cfg.Patch
 	rows, cols := in.H/p, in.W/p
-	li := int64(rows * cols)
-	img := infer.NewInput(g, formats.F32, int64(cfg.InChannels), li)
-	txt := infer.NewInput(g, formats.F32, int64(c.Dim), int64(c.Tokens))
-	t := infer.NewInput(g, formats.F32, 1)
-	half := int64(cfg.HeadDim / 2)
-	l := int64(c.Tokens) + li
-	cos := infer.NewInput(g, formats.F32, half, l)
-	sin := infer.NewInput(g, formats.F32, half, l)
 	cv, sv := flux2RoPE(cfg.Axes, cfg.Theta, c.Tokens, rows, cols)
-	ins := []infer.Input{
-		{T: img, F32: Patchify(in.X, cfg.InChannels, rows, cols, 1)}, {T: txt, F32: c.Context},
-		{T: t, F32: []float32{in.T}}, {T: cos, F32: cv}, {T: sin, F32: sv},
-	}
+	d, ins := NewDiTInputs(g, in, Patchify(in.X, cfg.InChannels, rows, cols, 1), cfg.InChannels, cv, sv, cfg.HeadDim/2)
 	var guid native.Tensor
 	if cfg.Guidance {
 		guid = infer.NewInput(g, formats.F32, 1)
 		ins = append(ins, infer.Input{T: guid, F32: []float32{in.Guidance}})
 	}
-	out, blocks := flux2(g, cfg, img, txt, t, guid, cos, sin, in.Capture)
+	out, blocks := flux2(g, cfg, d.Img, d.Txt, d.T, guid, d.Cos, d.Sin, in.Capture)
 	return out, ins, blocks
 }
 

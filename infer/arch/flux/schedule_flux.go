@@ -70,8 +70,8 @@ func FluxSigmas(steps, cells int) []float32 {
 }
 
 func init() {
-	infer.SchedulerNames = append(infer.SchedulerNames, SchedulerFlux)
-	infer.Schedules["flux"] = func(m *infer.Model, w, h int) infer.Schedule {
+	infer.RegisterScheduler(SchedulerFlux)
+	infer.RegisterSchedule("flux", func(m *infer.Model, w, h int) infer.Schedule {
 		return &flowSchedule{shift: m.Family.FlowShift, cells: w * h}
-	}
+	})
 }

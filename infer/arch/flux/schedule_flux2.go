@@ -59,8 +59,8 @@ func Flux2Sigmas(steps, tokens int) []float32 {
 }
 
 func init() {
-	infer.SchedulerNames = append(infer.SchedulerNames, SchedulerFlux2)
-	infer.Schedules["flux2"] = func(m *infer.Model, w, h int) infer.Schedule {
+	infer.RegisterScheduler(SchedulerFlux2)
+	infer.RegisterSchedule("flux2", func(m *infer.Model, w, h int) infer.Schedule {
 		return &flux2Schedule{flowSchedule{shift: m.Family.FlowShift, cells: w * h / 4}}
-	}
+	})
 }

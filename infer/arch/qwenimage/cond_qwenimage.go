@@ -18,7 +18,7 @@ type qwenImageConditioner struct {
 }
 
 func init() {
-	infer.Conditioners["qwen_image"] = func(m *infer.Model) (infer.Conditioner, error) {
+	infer.RegisterConditioner("qwen_image", func(m *infer.Model) (infer.Conditioner, error) {
 		q, ok := m.Config.Network.(*QwenImageConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Qwen-Image configuration", m.Path)
@@ -31,7 +31,7 @@ func init() {
 			return nil, fmt.Errorf("%s: the LLM is %d wide, the DiT's txt_in takes %d", m.Path, llm.Hidden, q.ContextDim)
 		}
 		return &qwenImageConditioner{m: m, dim: q.ContextDim}, nil
-	}
+	})
 }
 
 // Encode conditions on prompt for a width×height image (infer.Conditioner).

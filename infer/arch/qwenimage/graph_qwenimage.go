@@ -2,7 +2,6 @@ package qwenimage
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/arch/flux"
@@ -47,36 +46,6 @@ func qwenImagePositions(txt, rows, cols int) [][3]float32 {
 		}
 	}
 	return pos
-}
-
-// ropeTable returns the rotary embedding's cos and sin [d/2, L] for the
-// positions: pair j of axis a (width axes[a]) turns by
-// pos[a]·theta^(-2j/axes[a]), in float32 as sd.cpp's rope() computes it.
-func ropeTable(axes []int, theta float32, pos [][3]float32) (cos, sin []float32) {
-	var omega []float32
-	var axisOf []int
-	for ai, a := range axes {
-		n := a / 2
-		end := (float32(a) - 2) / float32(a)
-		step := float32(0)
-		if n > 1 {
-			step = end / float32(n-1)
-		}
-		for j := 0; j < n; j++ {
-			omega = append(omega, 1/float32(math.Pow(float64(theta), float64(float32(j)*step))))
-			axisOf = append(axisOf, ai)
-		}
-	}
-	half := len(omega)
-	cos, sin = make([]float32, len(pos)*half), make([]float32, len(pos)*half)
-	for t, p := range pos {
-		for k := 0; k < half; k++ {
-			angle := p[axisOf[k]] * omega[k]
-			cos[t*half+k] = float32(math.Cos(float64(angle)))
-			sin[t*half+k] = float32(math.Sin(float64(angle)))
-		}
-	}
-	return cos, sin
 }
 
 // linearScaled is linear with sd.cpp's input scale s: x·s through the

@@ -3,7 +3,6 @@ package qwenimage
 import (
 	"fmt"
 
-	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/arch/flux"
 	"github.com/sdtool/sdtool/native"
@@ -18,7 +17,7 @@ type qwenImageNet struct {
 }
 
 func init() {
-	infer.Networks["qwen_image"] = func(m *infer.Model) (infer.Network, error) {
+	infer.RegisterNetwork("qwen_image", func(m *infer.Model) (infer.Network, error) {
 		cfg, ok := m.Config.Network.(*QwenImageConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Qwen-Image configuration", m.Path)
@@ -27,7 +26,7 @@ func init() {
 			return nil, fmt.Errorf("%s: a Qwen-Image Edit 2511 DiT (__index_timestep_zero__) needs reference images, which generate does not take", m.Path)
 		}
 		return &qwenImageNet{cfg: cfg}, nil
-	}
+	})
 }
 
 // Channels returns the latent channels the network takes and returns (infer.Network).
@@ -45,20 +44,9 @@ func (q *qwenImageNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tenso
 	}
 	p := cfg.Patch
 	rows, cols := in.H/p, in.W/p
-	li := int64(rows * cols)
-	img := infer.NewInput(g, formats.F32, int64(cfg.InChannels), li)
-	txt := infer.NewInput(g, formats.F32, int64(c.Dim), int64(c.Tokens))
-	t := infer.NewInput(g, formats.F32, 1)
-	half := int64(cfg.HeadDim / 2)
-	l := int64(c.Tokens) + li
-	cos := infer.NewInput(g, formats.F32, half, l)
-	sin := infer.NewInput(g, formats.F32, half, l)
-	cv, sv := ropeTable(cfg.Axes, cfg.Theta, qwenImagePositions(c.Tokens, rows, cols))
-	ins := []infer.Input{
-		{T: img, F32: flux.Patchify(in.X, cfg.LatentChannels(), in.H, in.W, p)}, {T: txt, F32: c.Context},
-		{T: t, F32: []float32{in.T}}, {T: cos, F32: cv}, {T: sin, F32: sv},
-	}
-	out, blocks := qwenImage(g, cfg, img, txt, t, cos, sin, in.Capture)
+	cv, sv := flux.RoPETable(cfg.Axes, cfg.Theta, qwenImagePositions(c.Tokens, rows, cols))
+	d, ins := flux.NewDiTInputs(g, in, flux.Patchify(in.X, cfg.LatentChannels(), in.H, in.W, p), cfg.InChannels, cv, sv, cfg.HeadDim/2)
+	out, blocks := qwenImage(g, cfg, d.Img, d.Txt, d.T, d.Cos, d.Sin, in.Capture)
 	return out, ins, blocks
 }
 

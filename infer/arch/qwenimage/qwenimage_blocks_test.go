@@ -11,6 +11,7 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/arch/flux"
 	"github.com/sdtool/sdtool/infer/internal/inferutil"
 	"github.com/sdtool/sdtool/native"
 )
@@ -41,7 +42,7 @@ func TestQwenImagePositions(t *testing.T) {
 func TestQwenImageRoPETable(t *testing.T) {
 	axes := []int{16, 56, 56}
 	pos := qwenImagePositions(3, 2, 5)
-	cos, sin := ropeTable(axes, 10000, pos)
+	cos, sin := flux.RoPETable(axes, 10000, pos)
 	const half = 64
 	for tok, p := range pos {
 		for k := 0; k < half; k++ {
@@ -328,7 +329,7 @@ func TestQwenImageNetwork(t *testing.T) {
 	li := gridRows * gridCols
 	img, txt := inferutil.Randn(r, li*cfg.InChannels, 1), inferutil.Randn(r, lt*cfg.ContextDim, 1)
 	pos := qwenImagePositions(lt, gridRows, gridCols)
-	cos, sin := ropeTable(cfg.Axes, cfg.Theta, pos)
+	cos, sin := flux.RoPETable(cfg.Axes, cfg.Theta, pos)
 	half := int64(cfg.HeadDim / 2)
 	got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{
 		{Ne: []int64{int64(cfg.InChannels), int64(li)}, Data: img}, {Ne: []int64{int64(cfg.ContextDim), lt}, Data: txt},

@@ -48,14 +48,14 @@ func (c *QwenImageConfig) LatentChannels() int { return c.InChannels / (c.Patch 
 var qwenImageAxes = []int{16, 56, 56}
 
 func init() {
-	infer.NetworkDetectors["qwen_image"] = func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
+	infer.RegisterNetworkDetector("qwen_image", func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
 		c, err := detectQwenImage(s, md)
 		if err != nil {
 			return err
 		}
 		cfg.Network = c
 		return nil
-	}
+	})
 }
 
 // detectQwenImage reads a Qwen-Image DiT's configuration under model.diffusion_model.

@@ -18,7 +18,7 @@ type clipConditioner struct {
 }
 
 func init() {
-	infer.Conditioners["clip"] = func(m *infer.Model) (infer.Conditioner, error) {
+	infer.RegisterConditioner("clip", func(m *infer.Model) (infer.Conditioner, error) {
 		if clip.CLIPTokenizer(m) == nil {
 			return nil, fmt.Errorf("%s: no CLIP tokenizer", m.Path)
 		}
@@ -26,7 +26,7 @@ func init() {
 			return nil, fmt.Errorf("%s: %d text encoders found, %s has %d", m.Path, n, m.Family.Title, len(m.Family.Encoders))
 		}
 		return &clipConditioner{m: m, fam: m.Family}, nil
-	}
+	})
 }
 
 // chunkLen is the token count of one text-encoder pass: 77, or fewer when an encoder has fewer positions.

@@ -15,13 +15,13 @@ type unetNet struct {
 }
 
 func init() {
-	infer.Networks["unet"] = func(m *infer.Model) (infer.Network, error) {
+	infer.RegisterNetwork("unet", func(m *infer.Model) (infer.Network, error) {
 		cfg, ok := m.Config.Network.(*UNetConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no UNet configuration", m.Path)
 		}
 		return &unetNet{cfg: cfg}, nil
-	}
+	})
 }
 
 // Channels returns the latent channels the network takes and returns (infer.Network).

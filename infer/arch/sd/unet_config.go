@@ -19,11 +19,11 @@ const (
 )
 
 func init() {
-	infer.NetworkDetectors["unet"] = func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
+	infer.RegisterNetworkDetector("unet", func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
 		u := &UNetConfig{}
 		cfg.Network = u
 		return detectUNet(s, md, u)
-	}
+	})
 }
 
 // UNetConfig is an LDM UNet's configuration, detected from tensor shapes.

@@ -29,7 +29,7 @@ type sd3Conditioner struct {
 const sd3Chunk = 77
 
 func init() {
-	infer.Conditioners["sd3"] = func(m *infer.Model) (infer.Conditioner, error) {
+	infer.RegisterConditioner("sd3", func(m *infer.Model) (infer.Conditioner, error) {
 		f, ok := m.Config.Network.(*SD3Config)
 		if !ok {
 			return nil, fmt.Errorf("%s: no MMDiT configuration", m.Path)
@@ -52,7 +52,7 @@ func init() {
 			return nil, fmt.Errorf("%s: no CLIP tokenizer", m.Path)
 		}
 		return c, nil
-	}
+	})
 }
 
 // clipPart is one CLIP encoder's hidden states over every chunk and its pooled output.

@@ -18,13 +18,13 @@ type sd3Net struct {
 }
 
 func init() {
-	infer.Networks["mmdit"] = func(m *infer.Model) (infer.Network, error) {
+	infer.RegisterNetwork("mmdit", func(m *infer.Model) (infer.Network, error) {
 		cfg, ok := m.Config.Network.(*SD3Config)
 		if !ok {
 			return nil, fmt.Errorf("%s: no MMDiT configuration", m.Path)
 		}
 		return &sd3Net{cfg: cfg}, nil
-	}
+	})
 }
 
 // Channels returns the latent channels the network takes and returns (infer.Network).

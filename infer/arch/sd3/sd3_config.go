@@ -40,14 +40,14 @@ type SD3Config struct {
 func (c *SD3Config) LatentChannels() int { return c.InChannels }
 
 func init() {
-	infer.NetworkDetectors["mmdit"] = func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
+	infer.RegisterNetworkDetector("mmdit", func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
 		c, err := detectSD3(s)
 		if err != nil {
 			return err
 		}
 		cfg.Network = c
 		return nil
-	}
+	})
 }
 
 // detectSD3 reads an MMDiT's configuration under model.diffusion_model.

@@ -26,18 +26,19 @@ const wanTextTokens = 512
 // when no text encoder is given.
 const wanNoTextTokens = 256
 
-func init() {
-	infer.Conditioners["wan"] = func(m *infer.Model) (infer.Conditioner, error) {
-		w, ok := m.Config.Network.(*WanConfig)
-		if !ok {
-			return nil, fmt.Errorf("%s: no Wan configuration", m.Path)
-		}
-		c := &wanConditioner{m: m, t5: t5.T5(m.Config), ctxDim: w.TextDim}
-		if c.t5 != nil && c.t5.Hidden != w.TextDim {
-			return nil, fmt.Errorf("%s: the text encoder is %d wide, the DiT's text_embedding takes %d", m.Path, c.t5.Hidden, w.TextDim)
-		}
-		return c, nil
+func init() { infer.RegisterConditioner("wan", newWanConditioner) }
+
+// newWanConditioner makes the UMT5 conditioner of a loaded Wan model.
+func newWanConditioner(m *infer.Model) (infer.Conditioner, error) {
+	w, ok := m.Config.Network.(*WanConfig)
+	if !ok {
+		return nil, fmt.Errorf("%s: no Wan configuration", m.Path)
 	}
+	c := &wanConditioner{m: m, t5: t5.T5(m.Config), ctxDim: w.TextDim}
+	if c.t5 != nil && c.t5.Hidden != w.TextDim {
+		return nil, fmt.Errorf("%s: the text encoder is %d wide, the DiT's text_embedding takes %d", m.Path, c.t5.Hidden, w.TextDim)
+	}
+	return c, nil
 }
 
 // Encode conditions on prompt for a width×height image (infer.Conditioner).

@@ -3,8 +3,8 @@ package wan
 import (
 	"fmt"
 
-	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/arch/flux"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -17,13 +17,13 @@ type wanNet struct {
 }
 
 func init() {
-	infer.Networks["wan"] = func(m *infer.Model) (infer.Network, error) {
+	infer.RegisterNetwork("wan", func(m *infer.Model) (infer.Network, error) {
 		cfg, ok := m.Config.Network.(*WanConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Wan configuration", m.Path)
 		}
 		return &wanNet{cfg: cfg}, nil
-	}
+	})
 }
 
 // Channels returns the latent channels the network takes and returns (infer.Network).
@@ -94,19 +94,9 @@ func (n *wanNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []i
 	}
 	p, frames := cfg.PatchH, max(in.Frames, 1)
 	rows, cols := in.H/p, in.W/p
-	l := int64(frames * rows * cols)
-	img := infer.NewInput(g, formats.F32, int64(cfg.InChannels*p*p), l)
-	txt := infer.NewInput(g, formats.F32, int64(c.Dim), int64(c.Tokens))
-	t := infer.NewInput(g, formats.F32, 1)
-	half := int64(cfg.HeadDim / 2)
-	cos := infer.NewInput(g, formats.F32, half, l)
-	sin := infer.NewInput(g, formats.F32, half, l)
 	cv, sv := wanRoPE(cfg.Axes, cfg.Theta, frames, rows, cols)
-	ins := []infer.Input{
-		{T: img, F32: wanPatchify(in.X, cfg.InChannels, frames, in.H, in.W, p)}, {T: txt, F32: c.Context},
-		{T: t, F32: []float32{in.T}}, {T: cos, F32: cv}, {T: sin, F32: sv},
-	}
-	out, blocks := wan(g, cfg, img, txt, t, cos, sin, in.Capture)
+	d, ins := flux.NewDiTInputs(g, in, wanPatchify(in.X, cfg.InChannels, frames, in.H, in.W, p), cfg.InChannels*p*p, cv, sv, cfg.HeadDim/2)
+	out, blocks := wan(g, cfg, d.Img, d.Txt, d.T, d.Cos, d.Sin, in.Capture)
 	return out, ins, blocks
 }
 

@@ -57,7 +57,7 @@ func wanAxes(d int) []int {
 const wanEps = 1e-6
 
 func init() {
-	infer.NetworkDetectors["wan"] = func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
+	infer.RegisterNetworkDetector("wan", func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
 		c, err := detectWan(s, infer.DmPrefix)
 		if err != nil {
 			return err
@@ -74,7 +74,7 @@ func init() {
 		}
 		cfg.Network = c
 		return nil
-	}
+	})
 }
 
 // wanBlockCount is the number of blocks under prefix+"blocks.": one more

@@ -73,7 +73,7 @@ func wanExpertModel(t *testing.T, v22 bool, expert int) *infer.Model {
 	m := &infer.Model{Path: "wan generate test", Family: fam, Be: be, W: ws, Alloc: alloc, Net: &wanNet{cfg: &cfg},
 		Config: &infer.ModelConfig{Family: fam.Name(), Network: &cfg, Prediction: infer.FlowPrediction, PredictionKnown: true,
 			VAE: infer.VAEConfig{Kind: "wan", ZChannels: vcfg.ZDim, ScaleFactor: 1, Layout: vcfg}}}
-	c, err := infer.Conditioners["wan"](m)
+	c, err := newWanConditioner(m)
 	if err != nil {
 		t.Fatal(err)
 	}

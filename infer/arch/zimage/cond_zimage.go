@@ -18,7 +18,7 @@ type zimageConditioner struct {
 }
 
 func init() {
-	infer.Conditioners["zimage"] = func(m *infer.Model) (infer.Conditioner, error) {
+	infer.RegisterConditioner("zimage", func(m *infer.Model) (infer.Conditioner, error) {
 		z, ok := m.Config.Network.(*ZImageConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Z-Image configuration", m.Path)
@@ -31,7 +31,7 @@ func init() {
 			return nil, fmt.Errorf("%s: the LLM is %d wide, the DiT's cap_embedder takes %d", m.Path, l.Hidden, z.CapDim)
 		}
 		return &zimageConditioner{m: m, dim: z.CapDim}, nil
-	}
+	})
 }
 
 // Encode conditions on prompt for a width×height image (infer.Conditioner).

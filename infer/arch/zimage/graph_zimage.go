@@ -2,7 +2,6 @@ package zimage
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
@@ -54,39 +53,6 @@ func zimagePositions(txt, rows, cols int) [][3]float32 {
 		out = append(out, [3]float32{})
 	}
 	return out
-}
-
-// zimageRoPETable returns cos and sin [d/2, len(pos)] of a rotary embedding over
-// len(axes) position axes: pair j of axis a (width axes[a]) turns by
-// pos[a]·theta^(-2j/axes[a]), in float32 as sd.cpp's rope computes it.
-func zimageRoPETable(axes []int, theta float32, pos [][3]float32) (cos, sin []float32) {
-	half := 0
-	for _, a := range axes {
-		half += a / 2
-	}
-	omega := make([]float32, 0, half)
-	axisOf := make([]int, 0, half)
-	for ai, a := range axes {
-		n := a / 2
-		end := (float32(a) - 2) / float32(a)
-		step := float32(0)
-		if n > 1 {
-			step = end / float32(n-1)
-		}
-		for j := 0; j < n; j++ {
-			omega = append(omega, 1/float32(math.Pow(float64(theta), float64(float32(j)*step))))
-			axisOf = append(axisOf, ai)
-		}
-	}
-	cos, sin = make([]float32, len(pos)*half), make([]float32, len(pos)*half)
-	for t, p := range pos {
-		for k := 0; k < half; k++ {
-			angle := p[axisOf[k]] * omega[k]
-			cos[t*half+k] = float32(math.Cos(float64(angle)))
-			sin[t*half+k] = float32(math.Sin(float64(angle)))
-		}
-	}
-	return cos, sin
 }
 
 // zimageNorm is RMSNorm over ne0 with prefix's weight.

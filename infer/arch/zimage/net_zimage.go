@@ -3,8 +3,8 @@ package zimage
 import (
 	"fmt"
 
-	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/arch/flux"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -19,13 +19,13 @@ type zimageNet struct {
 }
 
 func init() {
-	infer.Networks["zimage"] = func(m *infer.Model) (infer.Network, error) {
+	infer.RegisterNetwork("zimage", func(m *infer.Model) (infer.Network, error) {
 		cfg, ok := m.Config.Network.(*ZImageConfig)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Z-Image configuration", m.Path)
 		}
 		return &zimageNet{cfg: cfg}, nil
-	}
+	})
 }
 
 // Channels returns the latent channels the network takes and returns (infer.Network).
@@ -81,19 +81,9 @@ func (z *zimageNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, 
 	}
 	p := cfg.Patch
 	rows, cols := in.H/p, in.W/p
-	pos := zimagePositions(c.Tokens, rows, cols)
-	half := int64(cfg.HeadDim / 2)
-	img := infer.NewInput(g, formats.F32, int64(p*p*cfg.InChannels), int64(rows*cols))
-	txt := infer.NewInput(g, formats.F32, int64(c.Dim), int64(c.Tokens))
-	t := infer.NewInput(g, formats.F32, 1)
-	cos := infer.NewInput(g, formats.F32, half, int64(len(pos)))
-	sin := infer.NewInput(g, formats.F32, half, int64(len(pos)))
-	cv, sv := zimageRoPETable(cfg.Axes, cfg.Theta, pos)
-	ins := []infer.Input{
-		{T: img, F32: zimagePatchify(in.X, cfg.InChannels, in.H, in.W, p)}, {T: txt, F32: c.Context},
-		{T: t, F32: []float32{in.T}}, {T: cos, F32: cv}, {T: sin, F32: sv},
-	}
-	out, blocks := zimage(g, cfg, img, txt, t, cos, sin, in.Capture)
+	cv, sv := flux.RoPETable(cfg.Axes, cfg.Theta, zimagePositions(c.Tokens, rows, cols))
+	d, ins := flux.NewDiTInputs(g, in, zimagePatchify(in.X, cfg.InChannels, in.H, in.W, p), p*p*cfg.InChannels, cv, sv, cfg.HeadDim/2)
+	out, blocks := zimage(g, cfg, d.Img, d.Txt, d.T, d.Cos, d.Sin, in.Capture)
 	return out, ins, blocks
 }
 

@@ -43,5 +43,5 @@ func (s *zimageSchedule) Sigmas(kind infer.Scheduler, steps int) ([]float32, err
 }
 
 func init() {
-	infer.Schedules["zimage"] = func(m *infer.Model, w, h int) infer.Schedule { return &zimageSchedule{shift: m.FlowShift()} }
+	infer.RegisterSchedule("zimage", func(m *infer.Model, w, h int) infer.Schedule { return &zimageSchedule{shift: m.FlowShift()} })
 }

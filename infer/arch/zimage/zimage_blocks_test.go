@@ -43,7 +43,7 @@ func TestZImagePositions(t *testing.T) {
 		t.Errorf("whole multiples got padding: %d positions, want 64", n)
 	}
 	axes := []int{4, 6, 6}
-	cos, sin := zimageRoPETable(axes, zimageTheta, pos)
+	cos, sin := flux.RoPETable(axes, zimageTheta, pos)
 	for tok, p := range pos {
 		for k := 0; k < 8; k++ {
 			a := inferutil.RefRoPEAngle(axes, zimageTheta, [3]float64{float64(p[0]), float64(p[1]), float64(p[2])}, k)
@@ -224,7 +224,7 @@ func TestZImageRefinerBlocks(t *testing.T) {
 	cfg := &ZImageConfig{Hidden: 32, Heads: 4, KVHeads: 2, HeadDim: 8, FF: 48, TimeDim: 16, Axes: []int{2, 2, 4}, Theta: zimageTheta}
 	const rows, cols = 2, 3
 	pos := zimagePositions(0, rows, cols)[:rows*cols]
-	cos, sin := zimageRoPETable(cfg.Axes, cfg.Theta, pos)
+	cos, sin := flux.RoPETable(cfg.Axes, cfg.Theta, pos)
 	l := len(pos)
 	for _, tc := range []struct {
 		name string

@@ -48,14 +48,14 @@ var zimageAxes = []int{32, 48, 48}
 const zimageTheta = 256
 
 func init() {
-	infer.NetworkDetectors["zimage"] = func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
+	infer.RegisterNetworkDetector("zimage", func(s infer.Shapes, md formats.Metadata, cfg *infer.ModelConfig) error {
 		c, err := detectZImage(s, md)
 		if err != nil {
 			return err
 		}
 		cfg.Network = c
 		return nil
-	}
+	})
 }
 
 // zimageBlockCount returns one more than the highest index N of a tensor named

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,9 +17,7 @@ import (
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/internal/inferutil"
 	"github.com/sdtool/sdtool/infer/metrics"
-	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
-	"github.com/sdtool/sdtool/text"
 )
 
 // Z-Image image parity against sd-cli (SDTOOL_SDCLI and SDTOOL_QWEN_TOKENIZER;
@@ -119,62 +116,15 @@ func zimageParityModelFor() (synth.ZImage, string, int) {
 
 // zimageSDCLI returns sd-cli's path and the parity model c with Qwen's real
 // tokenizer embedded in its LLM file, numbered as sd-cli numbers it
-// (sdcliQwenVocab), skipping without either (and outside the long tests).
+// (inferutil.SDCLIQwen), skipping without either (and outside the long tests).
 func zimageSDCLI(tb testing.TB, c synth.ZImage) (string, synth.ZImage) {
 	tb.Helper()
-	if t, ok := tb.(*testing.T); ok {
-		longtest.Skip(t, "Z-Image parity against sd-cli")
-	}
-	bin := os.Getenv("SDTOOL_SDCLI")
-	if bin == "" {
-		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
-	}
-	path := os.Getenv("SDTOOL_QWEN_TOKENIZER")
-	if path == "" {
-		tb.Skip("SDTOOL_QWEN_TOKENIZER is not set (Qwen's tokenizer.json: ../shared/tools/qwen-tokenizer prints one)")
-	}
-	v, err := text.LoadByteBPE(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c.LLM.Tokenizer = sdcliQwenVocab(tb, bin, v)
+	bin, v := inferutil.SDCLIQwen(tb, "Z-Image parity against sd-cli", func(string) []string {
+		td := filepath.Join("..", "..", "..", "testdata", "tiny-z-image-")
+		return []string{"--diffusion-model", td + "diffusion-model.gguf", "--llm", td + "llm.gguf", "--vae", td + "vae.gguf"}
+	})
+	c.LLM.Tokenizer = v
 	return bin, c
-}
-
-// sdcliMerges finds how many Qwen merges sd-cli has built in: it prints
-// them when it makes its tokenizer, which it does before it checks the
-// weights, so the tiny model (which sd.cpp cannot run) is enough.
-var sdcliMerges = regexp.MustCompile(`merges size (\d+)`)
-
-// sdcliQwenVocab returns v as sd-cli numbers it. sd.cpp builds its Qwen
-// vocabulary from the merges alone (bytes, one token per merge, then the
-// control tokens), and a build whose merges lack a trailing newline (the
-// shared build-sdcli's) loses the last one to sd.cpp's line split, so every
-// control token's id is one lower than in tokenizer.json. The comparison is
-// of the programs, not of their vocabularies: sdtool gets sd-cli's numbering.
-func sdcliQwenVocab(tb testing.TB, bin string, v *text.ByteBPEVocab) *text.ByteBPEVocab {
-	tb.Helper()
-	td := filepath.Join("..", "..", "..", "testdata", "tiny-z-image-")
-	log, _ := exec.Command(bin, "--diffusion-model", td+"diffusion-model.gguf", "--llm", td+"llm.gguf", "--vae", td+"vae.gguf",
-		"-p", "", "-W", "16", "-H", "16", "--steps", "1", "-o", filepath.Join(tb.TempDir(), "x.png"), "-v").CombinedOutput()
-	m := sdcliMerges.FindSubmatch(log)
-	if m == nil {
-		tb.Fatalf("sd-cli did not say how many Qwen merges it has:\n%s", inferutil.Tail(log))
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	if n == len(v.Merges) {
-		return v
-	}
-	if n > len(v.Merges) || len(v.Tokens) < 256+len(v.Merges) {
-		tb.Fatalf("sd-cli has %d Qwen merges, the tokenizer %d", n, len(v.Merges))
-	}
-	tb.Logf("sd-cli has %d of the tokenizer's %d merges: sdtool numbers the tokens as sd-cli does", n, len(v.Merges))
-	out := *v
-	out.Merges = v.Merges[:n]
-	// Token 256+i is merge i's; the ones of the lost merges go, the control tokens move down.
-	out.Tokens = append(append([]string(nil), v.Tokens[:256+n]...), v.Tokens[256+len(v.Merges):]...)
-	out.Types = append(append([]int32(nil), v.Types[:256+n]...), v.Types[256+len(v.Merges):]...)
-	return &out
 }
 
 // zimageParity renders r on both sides and returns the PSNR of sdtool's image against sd-cli's.

@@ -11,7 +11,7 @@ import (
 )
 
 func init() {
-	infer.EncoderKinds["clip"] = infer.EncoderKind{Detect: detectCLIP, Tokenizer: loadCLIPKindTokenizer}
+	infer.RegisterEncoderKind("clip", infer.EncoderKind{Detect: detectCLIP, Tokenizer: loadCLIPKindTokenizer})
 }
 
 // Input is the input flag of the encoder's standalone file.

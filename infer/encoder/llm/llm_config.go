@@ -241,7 +241,7 @@ func (c *LLMConfig) checkLayers(s infer.Shapes) error {
 }
 
 func init() {
-	infer.EncoderKinds["llm"] = infer.EncoderKind{
+	infer.RegisterEncoderKind("llm", infer.EncoderKind{
 		Detect: func(s infer.Shapes, md formats.Metadata, e *infer.TextEncoder) (infer.EncoderConfig, error) {
 			c, err := DetectLLM(s, md, e.Prefix)
 			if err != nil {
@@ -251,7 +251,7 @@ func init() {
 			return c, nil
 		},
 		Tokenizer: loadLLMKindTokenizer,
-	}
+	})
 }
 
 // LLM returns the model's LLM text encoder, nil when it has none.

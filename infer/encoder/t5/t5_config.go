@@ -193,7 +193,7 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 }
 
 func init() {
-	infer.EncoderKinds["t5"] = infer.EncoderKind{
+	infer.RegisterEncoderKind("t5", infer.EncoderKind{
 		Detect: func(s infer.Shapes, md formats.Metadata, e *infer.TextEncoder) (infer.EncoderConfig, error) {
 			c, err := DetectT5(s, md, e.Prefix)
 			if err != nil {
@@ -203,7 +203,7 @@ func init() {
 			return c, nil
 		},
 		Tokenizer: loadT5KindTokenizer,
-	}
+	})
 }
 
 // Input is the input flag of the encoder's standalone file.

@@ -24,14 +24,14 @@ type KLConfig struct {
 }
 
 func init() {
-	infer.VAEKinds["kl"] = infer.VAEKind{Detect: detectKL, IsWeight: isKLWeight, EncoderParts: []string{"encoder.", "quant_conv."},
+	infer.RegisterVAEKind("kl", infer.VAEKind{Detect: detectKL, IsWeight: isKLWeight, EncoderParts: []string{"encoder.", "quant_conv."},
 		Decode: func(g *infer.Builder, c *infer.VAEConfig, z native.Tensor) native.Tensor {
 			return vaeDecode(g, c.Layout.(*KLConfig), z)
 		},
 		Encode: func(g *infer.Builder, c *infer.VAEConfig, x native.Tensor) native.Tensor {
 			return vaeEncode(g, c.Layout.(*KLConfig), x)
 		},
-	}
+	})
 }
 
 // isKLWeight reports an AutoencoderKL tensor under first_stage_model.

@@ -57,15 +57,14 @@ var (
 )
 
 func init() {
-	kl := infer.VAEKinds["kl"]
-	infer.VAEKinds["flux2"] = infer.VAEKind{Detect: detectKL, IsWeight: kl.IsWeight,
+	infer.RegisterVAEKind("flux2", infer.VAEKind{Detect: detectKL, IsWeight: isKLWeight,
 		Decode: func(g *infer.Builder, c *infer.VAEConfig, z native.Tensor) native.Tensor {
 			return vaeDecode(g, c.Layout.(*KLConfig), Flux2Unpack(g, z))
 		},
 		Encode: func(g *infer.Builder, c *infer.VAEConfig, x native.Tensor) native.Tensor {
 			return Flux2Pack(g, vaeEncode(g, c.Layout.(*KLConfig), x))
 		},
-	}
+	})
 }
 
 // Flux2Unpack turns the diffusion latent z [w, h, 32, 1] (read as sd.cpp's

@@ -75,7 +75,7 @@ func (c *WanVAEConfig) LatentStats() (mean, std []float32) {
 }
 
 func init() {
-	infer.VAEKinds["wan"] = infer.VAEKind{Detect: DetectWanVAE, IsWeight: isWanVAEWeight, MeanOnly: true, EncoderParts: []string{"encoder.", "conv1."},
+	infer.RegisterVAEKind("wan", infer.VAEKind{Detect: DetectWanVAE, IsWeight: isWanVAEWeight, MeanOnly: true, EncoderParts: []string{"encoder.", "conv1."},
 		Decode: func(g *infer.Builder, c *infer.VAEConfig, z native.Tensor) native.Tensor {
 			return (&WanRun{G: g, Cfg: c.Layout.(*WanVAEConfig)}).decode(z)
 		},
@@ -84,7 +84,7 @@ func init() {
 		},
 		DecodeVideo: decodeWanVideo, EncodeVideo: encodeWanVideo,
 		Factors: func(c *infer.VAEConfig) (int, int) { return c.Layout.(*WanVAEConfig).Factors() },
-	}
+	})
 }
 
 // isWanVAEWeight reports a Wan VAE tensor under first_stage_model (the

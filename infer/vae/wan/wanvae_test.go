@@ -375,7 +375,7 @@ func TestDetectWanVAE(t *testing.T) {
 // refused by an entry whose latent format has 8, and taken by one with 16;
 // an image entry (no TimeFactor) takes a 2.1 VAE.
 func TestWanVAEFactorsMatchFamily(t *testing.T) {
-	vk := infer.VAEKinds["wan"]
+	vk, _ := infer.LookupVAEKind("wan")
 	v21 := &infer.VAEConfig{Kind: "wan", Layout: &wanvae.WanVAEConfig{ZDim: 16, Pixels: 3, Patch: 1}}
 	v22 := &infer.VAEConfig{Kind: "wan", Layout: &wanvae.WanVAEConfig{V22: true, ZDim: 48, Pixels: 3, Patch: 2}}
 	for _, tc := range []struct {
