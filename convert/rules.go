@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/quant/mix"
 )
 

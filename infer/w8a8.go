@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/tensor"
 )
 

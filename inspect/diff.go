@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"regexp"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/bytedance/sonic"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/workpool"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/tensor"
 )
@@ -210,18 +210,40 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	for _, f := range opts.Filters {
 		r.Filter = append(r.Filter, f.String())
 	}
+	c := &comparison{da: da, db: db, chunk: opts.ChunkElements, progress: opts.Progress, errs: map[int]string{}}
+	c.pairs = matchNames(r, da, db, opts.Filters)
+	if c.chunk <= 0 {
+		c.chunk = 1 << 20
+	}
+	ctx := opts.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	c.compareAll(ctx, opts.Threads)
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("%w (%v) after %s of %s", pipeline.ErrInterrupted, context.Cause(ctx), pipeline.HumanBytes(c.done.Load()), pipeline.HumanBytes(c.total))
+	}
+	c.reportTo(r)
+	return r, nil
+}
+
+// pair is a tensor of both models: its Source numbers in the two indexes.
+type pair struct{ a, b int32 }
+
+// matchNames pairs the tensors of A and B that the filters keep by name,
+// and lists in r the names only one side has.
+func matchNames(r *DiffReport, da, db *tensor.Index, filters []*regexp.Regexp) []pair {
 	keep := func(name string) bool {
-		if len(opts.Filters) == 0 {
+		if len(filters) == 0 {
 			return true
 		}
-		for _, f := range opts.Filters {
+		for _, f := range filters {
 			if f.MatchString(name) {
 				return true
 			}
 		}
 		return false
 	}
-	type pair struct{ a, b int32 } // Source numbers in da and db
 	var pairs []pair
 	// One index of B's names, and a mark on each B tensor that A has, in
 	// place of a map of each side's names. Added last first, so that a
@@ -248,120 +270,128 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 			r.Extra = append(r.Extra, name)
 		}
 	}
-	chunk := opts.ChunkElements
-	if chunk <= 0 {
-		chunk = 1 << 20
+	return pairs
+}
+
+// comparison is one Diff's comparing of its pairs, shared by the workers.
+type comparison struct {
+	da, db   *tensor.Index
+	pairs    []pair
+	chunk    int64
+	progress func(done, total int64)
+	total    int64
+	done     atomic.Int64
+	results  []TensorDiff
+	// sumsOf holds the products a tensor's measures and the totals need;
+	// the rest of its sums go straight into its result (a full sums a
+	// tensor would add a third to the table on headers of many tensors).
+	sumsOf []products
+	// errs says why tensors could not be compared, by pair: rare, so a map.
+	errsMu sync.Mutex
+	errs   map[int]string
+}
+
+// products are the sums of one tensor that its measures and the totals need.
+type products struct{ aa, bb, ab, dd float64 }
+
+// diffWorker is one worker's state: scratch and one Source a side,
+// refilled for each pair (the results keep only their shapes, which are
+// the models').
+type diffWorker struct {
+	sa, sb     tensor.Scratch
+	srcA, srcB tensor.Source
+}
+
+// compareAll compares every pair on threads workers (0: all cores); it
+// stops early when ctx is done.
+func (c *comparison) compareAll(ctx context.Context, threads int) {
+	for _, p := range c.pairs {
+		c.total += c.da.Tensor(int(p.a)).Size + c.db.Tensor(int(p.b)).Size
 	}
-	threads := opts.Threads
-	if threads <= 0 {
-		threads = runtime.NumCPU()
+	c.results = make([]TensorDiff, len(c.pairs))
+	c.sumsOf = make([]products, len(c.pairs))
+	workers := make([]diffWorker, workpool.Size(threads, len(c.pairs)))
+	workpool.Each(ctx, len(c.pairs), threads, func(w, i int) error {
+		c.compare(ctx, i, &workers[w])
+		return nil
+	})
+}
+
+// fail records why pair i could not be compared.
+func (c *comparison) fail(i int, msg string) {
+	c.errsMu.Lock()
+	c.errs[i] = msg
+	c.errsMu.Unlock()
+}
+
+// progressed adds n bytes read to the progress.
+func (c *comparison) progressed(n int64) {
+	if c.progress != nil {
+		c.progress(c.done.Add(n), c.total)
 	}
-	ctx := opts.Context
-	if ctx == nil {
-		ctx = context.Background()
+}
+
+// compare reads pair i chunk by chunk on both sides and sums the
+// differences into its result.
+func (c *comparison) compare(ctx context.Context, i int, w *diffWorker) {
+	c.da.Fill(int(c.pairs[i].a), &w.srcA)
+	c.db.Fill(int(c.pairs[i].b), &w.srcB)
+	pa, pb := &w.srcA, &w.srcB
+	d := TensorDiff{
+		Name: pa.Name, TypeA: pa.TypeName(), TypeB: pb.TypeName(),
+		ShapeA: pa.Shape(), ShapeB: pb.Shape(),
 	}
-	var total, done int64
-	for _, p := range pairs {
-		total += da.Tensor(int(p.a)).Size + db.Tensor(int(p.b)).Size
+	d.ShapeChanged = !slices.Equal(d.ShapeA, d.ShapeB)
+	d.TypeChanged = d.TypeA != d.TypeB
+	c.results[i] = d
+	n := pa.Elements()
+	if n != pb.Elements() {
+		c.fail(i, fmt.Sprintf("element counts differ: %s has %d, %s has %d", formats.FormatShape(d.ShapeA), n, formats.FormatShape(d.ShapeB), pb.Elements()))
+		return
 	}
-	report := func(n int64) {
-		if opts.Progress != nil {
-			opts.Progress(atomic.AddInt64(&done, n), total)
-		}
-	}
-	results := make([]TensorDiff, len(pairs))
-	// The products a tensor's measures and the totals need; the rest of
-	// its sums go straight into its result (a full sums a tensor would add
-	// a third to the table on headers of many tensors).
-	type products struct{ aa, bb, ab, dd float64 }
-	sumsOf := make([]products, len(pairs))
-	// Why tensors could not be compared, by pair: rare, so a map.
-	var errsMu sync.Mutex
-	errs := map[int]string{}
-	fail := func(i int, msg string) {
-		errsMu.Lock()
-		errs[i] = msg
-		errsMu.Unlock()
-	}
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range min(threads, max(len(pairs), 1)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var sa, sb tensor.Scratch
-			// One Source a side per worker, refilled for each pair: the
-			// results keep only their shapes, which are the models'.
-			var srcA, srcB tensor.Source
-			p := struct{ a, b *tensor.Source }{&srcA, &srcB}
-			for i := range next {
-				da.Fill(int(pairs[i].a), &srcA)
-				db.Fill(int(pairs[i].b), &srcB)
-				d := TensorDiff{
-					Name: p.a.Name, TypeA: p.a.TypeName(), TypeB: p.b.TypeName(),
-					ShapeA: p.a.Shape(), ShapeB: p.b.Shape(),
-				}
-				d.ShapeChanged = !slices.Equal(d.ShapeA, d.ShapeB)
-				d.TypeChanged = d.TypeA != d.TypeB
-				results[i] = d
-				n := p.a.Elements()
-				if n != p.b.Elements() {
-					fail(i, fmt.Sprintf("element counts differ: %s has %d, %s has %d", formats.FormatShape(d.ShapeA), n, formats.FormatShape(d.ShapeB), p.b.Elements()))
-					continue
-				}
-				var s sums
-				size := p.a.Tensor.Size + p.b.Tensor.Size
-				reported := int64(0)
-				for first := int64(0); first < n; first += chunk {
-					if ctx.Err() != nil {
-						break
-					}
-					k := min(chunk, n-first)
-					fa, fb := sa.Float32s(0, int(k)), sb.Float32s(0, int(k))
-					if err := p.a.Read(fa, first, &sa); err != nil {
-						fail(i, err.Error())
-						break
-					}
-					if err := p.b.Read(fb, first, &sb); err != nil {
-						fail(i, err.Error())
-						break
-					}
-					s.accumulate(fa, fb)
-					if part := size * (first + k) / n; part > reported {
-						report(part - reported)
-						reported = part
-					}
-				}
-				res := &results[i]
-				res.Elements = n
-				res.MaxAbsDiff, res.NonFinite, res.NonFiniteDiffs, res.Identical = s.maxAbs, s.nonFinite, s.nonFiniteDiff, s.diffCount == 0
-				sumsOf[i] = products{s.aa, s.bb, s.ab, s.dd}
-			}
-		}()
-	}
-	for i := range pairs {
+	var s sums
+	size := pa.Tensor.Size + pb.Tensor.Size
+	reported := int64(0)
+	for first := int64(0); first < n; first += c.chunk {
 		if ctx.Err() != nil {
 			break
 		}
-		next <- i
+		k := min(c.chunk, n-first)
+		fa, fb := w.sa.Float32s(0, int(k)), w.sb.Float32s(0, int(k))
+		if err := pa.Read(fa, first, &w.sa); err != nil {
+			c.fail(i, err.Error())
+			break
+		}
+		if err := pb.Read(fb, first, &w.sb); err != nil {
+			c.fail(i, err.Error())
+			break
+		}
+		s.accumulate(fa, fb)
+		if part := size * (first + k) / n; part > reported {
+			c.progressed(part - reported)
+			reported = part
+		}
 	}
-	close(next)
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%w (%v) after %s of %s", pipeline.ErrInterrupted, context.Cause(ctx), pipeline.HumanBytes(atomic.LoadInt64(&done)), pipeline.HumanBytes(total))
-	}
+	res := &c.results[i]
+	res.Elements = n
+	res.MaxAbsDiff, res.NonFinite, res.NonFiniteDiffs, res.Identical = s.maxAbs, s.nonFinite, s.nonFiniteDiff, s.diffCount == 0
+	c.sumsOf[i] = products{s.aa, s.bb, s.ab, s.dd}
+}
 
+// reportTo moves the compared tensors into r, worst first, with their
+// measures and the totals; the others go to r.Skipped.
+func (c *comparison) reportTo(r *DiffReport) {
 	var all sums
 	// The compared tensors are compacted into results itself: a second
 	// table of 200-byte entries would double diff's memory on header-heavy
 	// models.
-	r.Tensors = results[:0]
-	for i, d := range results {
-		if msg, ok := errs[i]; ok {
+	r.Tensors = c.results[:0]
+	for i, d := range c.results {
+		if msg, ok := c.errs[i]; ok {
 			r.Skipped = append(r.Skipped, DiffSkip{Name: d.Name, Reason: msg})
 			continue
 		}
-		p := sumsOf[i]
+		p := c.sumsOf[i]
 		s := sums{aa: p.aa, bb: p.bb, ab: p.ab, dd: p.dd, maxAbs: d.MaxAbsDiff, nonFinite: d.NonFinite, nonFiniteDiff: d.NonFiniteDiffs}
 		d.RelError, d.Cosine, d.SNRdB = s.measures()
 		d.NormA, d.NormB = math.Sqrt(s.aa), math.Sqrt(s.bb)
@@ -395,7 +425,6 @@ func Diff(a, b formats.Model, opts DiffOptions) (*DiffReport, error) {
 	if len(r.Tensors) > 0 && !r.Tensors[0].Identical {
 		r.Totals.Worst = r.Tensors[0].Name
 	}
-	return r, nil
 }
 
 // relKey orders tensors worst first: an undefined relative error (A zero,

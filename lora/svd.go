@@ -5,7 +5,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sort"
-	"sync"
+
+	"github.com/sdtool/sdtool/internal/workpool"
 )
 
 // The linear algebra of extraction, in float64: a randomized range finder
@@ -267,21 +268,14 @@ func axpy(a float64, x, y []float64) {
 
 // parallel runs f over [0, n) split into w contiguous ranges.
 func parallel(n, w int, f func(lo, hi int)) {
-	w = max(1, min(w, n))
-	if w == 1 {
+	if n <= 0 {
 		f(0, n)
 		return
 	}
-	var wg sync.WaitGroup
-	for k := 0; k < w; k++ {
-		lo, hi := n*k/w, n*(k+1)/w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f(lo, hi)
-		}()
-	}
-	wg.Wait()
+	workpool.Ranges(n, max(1, w), func(_, lo, hi int) error {
+		f(lo, hi)
+		return nil
+	})
 }
 
 // mulD returns d [m, n] times x [n, l]; rows are independent, so the split

@@ -8,10 +8,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/quant/mix"
 	"github.com/sdtool/sdtool/tensor"
 )
@@ -399,6 +399,7 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 		p.Notes = append(p.Notes, fmt.Sprintf("--alpha-rules rule %q matches no tensor of %s", r.Pattern+"="+strconv.FormatFloat(r.Value, 'g', -1, 64), a.A))
 	}
 	p.Header.Metadata = arithmeticMetadata(p.Format, fa, a, m)
+	pipeline.FoldHighDims(p)
 	if err := p.Check(); err != nil {
 		return nil, err
 	}

@@ -344,6 +344,7 @@ func (b *Bake) PlanOutput(out, typ string) (_ *pipeline.Plan, err error) {
 		p.Header.PadEnd = true
 	}
 	b.Annotate(p)
+	pipeline.FoldHighDims(p)
 	if err := p.Check(); err != nil {
 		return nil, err
 	}

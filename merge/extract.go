@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/workpool"
 	"github.com/sdtool/sdtool/lora"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/tensor"
@@ -277,41 +278,19 @@ func (e *Extraction) Run(ctx context.Context, progress func(done, total int64)) 
 	if threads > len(e.plan) {
 		opt.Workers = (threads + len(e.plan) - 1) / len(e.plan)
 	}
-	next := make(chan int)
 	errs := make([]error, len(e.plan))
-	var wg sync.WaitGroup
-	for w := 0; w < min(threads, len(e.plan)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				need := e.layerMemory(i)
-				mem.acquire(need)
-				errs[i] = e.layer(i, opt)
-				mem.release(need)
-				n := done.Add(e.work[i])
-				if progress != nil {
-					progress(n, total)
-				}
-			}
-		}()
-	}
-	var cancelled error
-	for i := range e.plan {
-		if cancelled = ctx.Err(); cancelled != nil {
-			break
+	// Every layer runs even after one fails, so that the error names them all.
+	cancelled := workpool.Each(ctx, len(e.plan), threads, func(_, i int) error {
+		need := e.layerMemory(i)
+		mem.acquire(need)
+		errs[i] = e.layer(i, opt)
+		mem.release(need)
+		n := done.Add(e.work[i])
+		if progress != nil {
+			progress(n, total)
 		}
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			cancelled = ctx.Err()
-		}
-		if cancelled != nil {
-			break
-		}
-	}
-	close(next)
-	wg.Wait()
+		return nil
+	})
 	if cancelled != nil {
 		cause := context.Cause(ctx)
 		what := ""
@@ -459,6 +438,7 @@ func (e *Extraction) PlanOutput() (*pipeline.Plan, error) {
 	if p.Format.Name == "gguf" {
 		p.Header.PadEnd = true
 	}
+	pipeline.FoldHighDims(p)
 	if err := p.Check(); err != nil {
 		return nil, err
 	}

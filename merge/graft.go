@@ -166,6 +166,7 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 		return nil, err
 	}
 	p.Header.Metadata = stringMetadata(r.Metadata)
+	pipeline.FoldHighDims(p)
 	if err := p.Check(); err != nil {
 		return nil, err
 	}

@@ -101,7 +101,7 @@ import (
 // (contiguous): an I8 tensor [K+4, ...] whose rows hold each input row's
 // INT8 codes followed by its F32 scale (little-endian). With group > 0 each
 // run of group values is first rotated by the Hadamard transform of
-// quant/convrot, computed as stable-diffusion.cpp computes it (the row
+// convrot, computed as stable-diffusion.cpp computes it (the row
 // scaled by 1/√group, then unnormalised 4-point butterflies), so that the
 // codes match its runtime; then scale = absmax/127 and code =
 // clamp(roundHalfEven(v/scale), -127, 127), all zeros for a zero row. One

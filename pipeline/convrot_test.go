@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats/comfyquant"
-	"github.com/sdtool/sdtool/quant/convrot"
 
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/safetensors"

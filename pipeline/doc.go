@@ -9,7 +9,8 @@
 // package tensor, then encoded), Constant, or a command's own. Run produces
 // the chunks on a worker pool within a memory budget, writes them strictly
 // in header order through a formats.TensorWriter, and publishes the file
-// atomically; WriteTable prints a plan for --dry-run and WriteSummary its
+// atomically; RunAll is the same engine over several plans (a ladder's
+// rungs), decoding a source that several of them convert once; WriteTable prints a plan for --dry-run and WriteSummary its
 // totals. The atomic publish (CreateAtomic, WriteAtomic: an exclusive
 // .partial, fsync, rename; CheckOutput refuses a bad output, its folder
 // included, before any work) is what every writer in sdtool uses,

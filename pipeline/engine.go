@@ -1,20 +1,14 @@
 package pipeline
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"runtime"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/tensor"
 )
 
 // Defaults of Options.
@@ -66,24 +60,6 @@ type Options struct {
 	ReleaseInputs bool
 }
 
-// chunk is one unit of work: rows [first, first+n) of one output.
-type chunk struct {
-	out    *Output
-	index  int // output index
-	first  int64
-	n      int64
-	last   bool // last chunk of its output
-	empty  int  // for a chunk of empty outputs: how many, from index on
-	buf    []byte
-	pooled bool // buf came from the pool of chunkBytes buffers
-	tokens int  // budget slots held
-	// nonFinite counts the NaN and infinite values the chunk holds when its
-	// producer does not count its own Damage.
-	nonFinite int64
-	err       error
-	done      chan struct{}
-}
-
 // layout is the prepared plan: chunking parameters per output.
 type layout struct {
 	rows      []int64
@@ -92,8 +68,6 @@ type layout struct {
 	total     int64
 	chunkSize int64
 	slots     int
-	// written sums the chunks' nonFinite per output.
-	written []int64
 }
 
 func (o *Options) normalise(plan *Plan) error {
@@ -127,7 +101,6 @@ func prepare(plan *Plan, o *Options) (*layout, error) {
 	}
 	l := &layout{
 		rows:      make([]int64, len(plan.Outputs)),
-		written:   make([]int64, len(plan.Outputs)),
 		rowBytes:  make([]int64, len(plan.Outputs)),
 		perChunk:  make([]int64, len(plan.Outputs)),
 		chunkSize: o.ChunkBytes,
@@ -164,7 +137,7 @@ func prepare(plan *Plan, o *Options) (*layout, error) {
 // Run writes the plan's outputs to plan.Path in plan.Format: producers run
 // on opts.Threads workers, at most opts.MaxMemory of chunks are in flight,
 // and a single writer writes the chunks in header order, so the output is
-// the same for any thread count.
+// the same for any thread count. It is the engine of RunAll with one plan.
 //
 // The plan and every producer's Prepare are checked before anything is
 // created. The file is written through the atomic publish (CreateAtomic):
@@ -176,40 +149,8 @@ func prepare(plan *Plan, o *Options) (*layout, error) {
 // cause) when ctx was cancelled, and says "no space left on device" when
 // the disk is full.
 func Run(ctx context.Context, plan *Plan, opts Options) error {
-	if err := opts.normalise(plan); err != nil {
-		return err
-	}
-	out := plan.Path
-	l, err := prepare(plan, &opts)
-	if err != nil {
-		return fmt.Errorf("%s: %w", out, err)
-	}
-	tensors, err := plan.Tensors()
-	if err != nil {
-		return fmt.Errorf("%s: %w", out, err)
-	}
-	if ctx.Err() != nil {
-		return interrupted(out, ctx, "nothing written")
-	}
-	if plan.Split.Active() {
-		return runSplit(ctx, plan, tensors, l, &opts)
-	}
-	a, err := CreateAtomic(out, PublishOptions{Force: opts.Force, Inputs: plan.Inputs, Logger: opts.Logger})
-	if err != nil {
-		return err
-	}
-	if err := write(ctx, a, plan, tensors, l, &opts); err != nil {
-		return a.Abort(ctx, err)
-	}
-	if err := checkDamage(plan, l.written, &opts); err != nil {
-		return a.Abort(ctx, err)
-	}
-	if opts.ReleaseInputs {
-		if err := plan.Close(); err != nil {
-			return a.Abort(ctx, err)
-		}
-	}
-	return a.Commit()
+	_, err := runPlans(ctx, []*Plan{plan}, opts, false)
+	return err
 }
 
 // checkDamage warns about the NaN and infinite values of the outputs: the
@@ -223,9 +164,9 @@ func checkDamage(plan *Plan, written []int64, o *Options) error {
 	var bad []string
 	for i := range plan.Outputs {
 		out := &plan.Outputs[i]
-		// Whichever counted: the producer while it encoded (Run), or the
+		// Whichever counted: the producer while it encoded (on its own), or the
 		// engine in the bytes written (producers that do not count, and
-		// every output of a ladder, whose encoders run apart from them).
+		// outputs of a shared decode, whose encoders run apart from them).
 		var dm Damage
 		if d, ok := out.Producer.(Damaged); ok {
 			dm = d.Damage()
@@ -266,250 +207,6 @@ func checkDamage(plan *Plan, written []int64, o *Options) error {
 // each; the rest get one line, so that a model full of NaN does not print
 // a line per tensor.
 const maxDamageLines = 5
-
-// write streams the plan into f through the format writer and checks the
-// resulting size; it does not close f.
-func write(ctx context.Context, f *AtomicFile, plan *Plan, tensors []formats.Tensor, l *layout, o *Options) error {
-	bw := bufio.NewWriterSize(f, writeBufferBytes)
-	tw, err := plan.Format.New(bw, tensors, plan.header())
-	if err != nil {
-		return err
-	}
-	// The chunks are cut from the plan's sizes, so a writer that disagrees
-	// about any tensor would misplace every byte after it.
-	// A writer that gives its layout a tensor at a time is checked without
-	// a copy of every descriptor.
-	var n int
-	var at func(int) formats.Tensor
-	if tl, ok := tw.(formats.TensorLayout); ok {
-		n, at = tl.NumTensors(), tl.TensorAt
-	} else {
-		lay := tw.Layout()
-		n, at = len(lay), func(i int) formats.Tensor { return lay[i] }
-	}
-	if n != len(tensors) {
-		return fmt.Errorf("the writer lays out %d tensors, the plan has %d", n, len(tensors))
-	}
-	for i := range n {
-		if t := at(i); t.Size != tensors[i].Size || t.Name != tensors[i].Name {
-			return fmt.Errorf("tensor %q: the writer lays out %q with %d bytes, the plan has %d",
-				tensors[i].Name, t.Name, t.Size, tensors[i].Size)
-		}
-	}
-	if err := execute(ctx, plan, l, o, tw); err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	if n, err := f.Size(); err == nil && n != tw.Size() {
-		return fmt.Errorf("wrote %d bytes, the writer announced %d", n, tw.Size())
-	}
-	return nil
-}
-
-// execute runs the worker pool and writes every chunk in order to tw.
-func execute(parent context.Context, plan *Plan, l *layout, o *Options, tw formats.TensorWriter) error {
-	ctx, cancel := context.WithCancelCause(parent)
-	defer cancel(nil)
-
-	sem := make(chan struct{}, l.slots)
-	pool := make(chan []byte, l.slots)
-	jobs := make(chan *chunk)
-	order := make(chan *chunk, l.slots)
-
-	var wg sync.WaitGroup
-	for range o.Threads {
-		wg.Go(func() { work(ctx, cancel, jobs, l.chunkSize) })
-	}
-	var complete bool
-	wg.Go(func() {
-		defer close(order)
-		defer close(jobs)
-		complete = dispatch(ctx, plan, l, sem, pool, jobs, order)
-	})
-	err := drain(ctx, plan, l, o, tw, sem, pool, order)
-	if err == nil && !complete {
-		// order was closed early: the dispatcher saw the cancellation.
-		err = context.Cause(ctx)
-	}
-	cancel(err)
-	wg.Wait()
-	if err == nil {
-		// A cancellation that arrives after the last chunk was written does not spoil a complete output.
-		return nil
-	}
-	if parent.Err() != nil {
-		return parent.Err()
-	}
-	return err
-}
-
-// dispatch cuts the outputs into chunks in header order, reserves budget and
-// a buffer for each and hands them to the writer and, in the same order, to
-// the workers. It reports whether every chunk was handed out.
-func dispatch(ctx context.Context, plan *Plan, l *layout, sem chan struct{}, pool chan []byte, jobs, order chan<- *chunk) bool {
-	for i := 0; i < len(plan.Outputs); i++ {
-		out := &plan.Outputs[i]
-		rows, rb, per := l.rows[i], l.rowBytes[i], l.perChunk[i]
-		if rows == 0 {
-			// A run of empty outputs is one chunk, complete when cut: a
-			// header of many empty tensors makes no chunk per tensor.
-			c := &chunk{out: out, index: i, last: true, empty: 1, done: closedChan}
-			for i+1 < len(plan.Outputs) && l.rows[i+1] == 0 {
-				i++
-				c.empty++
-			}
-			select {
-			case order <- c:
-			case <-ctx.Done():
-				return false
-			}
-			continue
-		}
-		for first := int64(0); first < rows; first += per {
-			n := min(per, rows-first)
-			size := n * rb
-			c := &chunk{out: out, index: i, first: first, n: n, last: first+n == rows, done: make(chan struct{})}
-			// A chunk larger than a slot (one row over the chunk size) takes
-			// as many slots as it covers, up to the whole budget.
-			c.tokens = int(min(int64(l.slots), (size+l.chunkSize-1)/l.chunkSize))
-			for range c.tokens {
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					return false
-				}
-			}
-			if size <= l.chunkSize {
-				select {
-				case c.buf = <-pool:
-				default:
-					c.buf = make([]byte, l.chunkSize)
-				}
-				c.buf, c.pooled = c.buf[:size], true
-			} else {
-				c.buf = make([]byte, size)
-			}
-			select {
-			case order <- c:
-			case <-ctx.Done():
-				return false
-			}
-			select {
-			case jobs <- c:
-			case <-ctx.Done():
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// closedChan is the done channel of every empty output's chunk, which is
-// complete when cut: one channel, not one per tensor of a header of many
-// empty tensors.
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
-
-// work runs producers for chunks until jobs is closed; the first error
-// cancels the whole run.
-func work(ctx context.Context, cancel context.CancelCauseFunc, jobs <-chan *chunk, chunkSize int64) {
-	var s tensor.Scratch
-	for c := range jobs {
-		if ctx.Err() == nil {
-			c.err = produce(ctx, c, &s)
-			if c.err == nil && scans(c.out) {
-				c.nonFinite = countNonFinite(c.out.Type, c.buf, &s)
-			}
-			if c.err == nil {
-				c.err = ctx.Err()
-			}
-			if c.err != nil {
-				c.err = nameTensor(c.out.Name, c.err)
-				cancel(c.err)
-			}
-		} else {
-			c.err = context.Cause(ctx)
-		}
-		close(c.done)
-		if !c.pooled {
-			// Drop the scratch an oversized row grew, so that memory falls back to the budget.
-			s.Trim(chunkSize)
-		}
-	}
-}
-
-// produce runs the chunk's producer, turning a panic (a codec bug on an
-// unexpected shape) into an error so that the partial output is still
-// removed and the process exits cleanly.
-func produce(ctx context.Context, c *chunk, s *tensor.Scratch) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("rows [%d, %d): producer panicked: %v", c.first, c.first+c.n, r)
-		}
-	}()
-	return c.out.Producer.Produce(ctx, c.buf, c.first, c.n, s)
-}
-
-// drain writes the chunks in order as they complete.
-func drain(ctx context.Context, plan *Plan, l *layout, o *Options, tw formats.TensorWriter,
-	sem chan struct{}, pool chan []byte, order <-chan *chunk) error {
-	var done int64
-	if o.Progress != nil {
-		o.Progress(0, l.total)
-	}
-	start := time.Now()
-	for c := range order {
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		if c.err != nil {
-			return c.err
-		}
-		l.written[c.index] += c.nonFinite
-		if len(c.buf) > 0 {
-			n, err := tw.Write(c.buf)
-			if err == nil && n != len(c.buf) {
-				err = io.ErrShortWrite
-			}
-			if err != nil {
-				return err
-			}
-			done += int64(n)
-		}
-		if c.pooled {
-			// Never more pooled buffers exist than slots, so this does not
-			// drop any; the default only guards that invariant.
-			select {
-			case pool <- c.buf[:cap(c.buf)]:
-			default:
-			}
-		}
-		c.buf = nil
-		for range c.tokens {
-			<-sem
-		}
-		if o.Progress != nil && c.n > 0 {
-			o.Progress(done, l.total)
-		}
-		if c.last {
-			for i := c.index; i < c.index+max(c.empty, 1); i++ {
-				logTensor(o.Logger, &plan.Outputs[i], l.rows[i]*l.rowBytes[i], time.Since(start))
-				start = time.Now()
-			}
-		}
-	}
-	return nil
-}
 
 func logTensor(log *slog.Logger, o *Output, bytes int64, d time.Duration) {
 	if !log.Enabled(context.Background(), slog.LevelDebug) {

@@ -43,36 +43,6 @@ func (p *Plan) Shards() ([]string, []gguf.Shard, error) {
 	return paths, shards, nil
 }
 
-// runSplit writes the plan as the shards of a split GGUF: one worker pool
-// and one ordered stream of chunks as Run has, routed to a writer per
-// shard. Every shard is written through the atomic publish and the set is
-// committed only when all are complete (see fileSet).
-func runSplit(ctx context.Context, plan *Plan, tensors []formats.Tensor, l *layout, o *Options) error {
-	paths, _, err := plan.Shards()
-	if err != nil {
-		return err
-	}
-	for _, path := range paths {
-		if err := CheckOutput(path, plan.Inputs, o.Force); err != nil {
-			return err
-		}
-	}
-	s, err := openSink(plan, tensors, PublishOptions{Force: o.Force, Inputs: plan.Inputs, Logger: o.Logger})
-	if err != nil {
-		return err
-	}
-	if err := execute(ctx, plan, l, o, s.tw); err != nil {
-		return s.set.abort(ctx, err)
-	}
-	if _, err := s.finish(plan.Path); err != nil {
-		return s.set.abort(ctx, err)
-	}
-	if err := checkDamage(plan, l.written, o); err != nil {
-		return s.set.abort(ctx, err)
-	}
-	return s.set.commit()
-}
-
 // shardWriter is a formats.TensorWriter over the writers of several
 // shards: the data of the first shard's tensors goes to its writer, then
 // the next shard's, in order.

@@ -1,12 +1,11 @@
 package quant
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/workpool"
 )
 
 // QuantizeRows encodes the rows of src (each nPerRow floats long) as type t
@@ -45,17 +44,9 @@ func QuantizeRows(t formats.DType, dst []byte, src []float32, nPerRow int, weigh
 	if workers == 1 {
 		return quantizeSpan(c, dst, src, weights, nPerRow, rowBytes, 0, nrows)
 	}
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	wg.Add(workers)
-	for w := range workers {
-		go func(w, r0, r1 int) {
-			defer wg.Done()
-			errs[w] = quantizeSpan(c, dst, src, weights, nPerRow, rowBytes, r0, r1)
-		}(w, nrows*w/workers, nrows*(w+1)/workers)
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return workpool.Ranges(nrows, workers, func(_, r0, r1 int) error {
+		return quantizeSpan(c, dst, src, weights, nPerRow, rowBytes, r0, r1)
+	})
 }
 
 // quantizeSpan encodes rows [r0, r1). It is a plain function, not a
@@ -100,17 +91,9 @@ func DequantizeRows(t formats.DType, dst []float32, src []byte, workers int) err
 	if workers <= 1 {
 		return dequantizeSpan(c, dst, src, bs, bb, 0, nblocks)
 	}
-	errs := make([]error, workers)
-	var wg sync.WaitGroup
-	wg.Add(workers)
-	for w := range workers {
-		go func(w, b0, b1 int) {
-			defer wg.Done()
-			errs[w] = dequantizeSpan(c, dst, src, bs, bb, b0, b1)
-		}(w, min(ngroups*w/workers*group, nblocks), min(ngroups*(w+1)/workers*group, nblocks))
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return workpool.Ranges(ngroups, workers, func(_, g0, g1 int) error {
+		return dequantizeSpan(c, dst, src, bs, bb, min(g0*group, nblocks), min(g1*group, nblocks))
+	})
 }
 
 // dequantizeSpan decodes blocks [b0, b1).

@@ -2,12 +2,12 @@ package quantize
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/workpool"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
@@ -119,54 +119,32 @@ func (b *builder) measure(tasks []measureTask, threads int) ([]measured, error) 
 		bo.Start(len(tasks), total)
 	}
 	var doneBytes, doneTensors atomic.Int64
-	if threads <= 0 {
-		threads = runtime.NumCPU()
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, threads)
-	for w := range threads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var s tensor.Scratch
-			for {
-				j := int(next.Add(1) - 1)
-				if j >= len(jobs) || errs[w] != nil {
-					return
-				}
-				if ctx.Err() != nil {
-					errs[w] = fmt.Errorf("%s: %w (%v) while measuring the budget, after %d of %s; nothing was written",
-						b.opts.Input, pipeline.ErrInterrupted, context.Cause(ctx), doneTensors.Load(), pipeline.Count(len(tasks), "tensor", "tensors"))
-					next.Store(int64(len(jobs)))
-					return
-				}
-				t := &tasks[jobs[j].task]
-				nt := len(t.types)
-				slot := partial[jobs[j].task][jobs[j].chunk*(nt+1):][:nt+1]
-				if err := t.measureChunk(int64(jobs[j].chunk), slot, &s); err != nil {
-					errs[w] = err
-					next.Store(int64(len(jobs)))
-					return
-				}
-				if left[jobs[j].task].Add(-1) == 0 {
-					doneTensors.Add(1)
-				}
-				if bo.Progress != nil {
-					// The chunk's share of the tensor's stored bytes (the shares add up to its size).
-					r0 := int64(jobs[j].chunk) * t.perRows
-					r1 := min(r0+t.perRows, t.rows)
-					size := t.src.Tensor.Size
-					bo.Progress(doneBytes.Add(size*r1/t.rows-size*r0/t.rows), total)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
+	scratch := make([]tensor.Scratch, workpool.Size(threads, len(jobs)))
+	err := workpool.Each(ctx, len(jobs), threads, func(w, j int) error {
+		t := &tasks[jobs[j].task]
+		nt := len(t.types)
+		slot := partial[jobs[j].task][jobs[j].chunk*(nt+1):][:nt+1]
+		if err := t.measureChunk(int64(jobs[j].chunk), slot, &scratch[w]); err != nil {
+			return err
 		}
+		if left[jobs[j].task].Add(-1) == 0 {
+			doneTensors.Add(1)
+		}
+		if bo.Progress != nil {
+			// The chunk's share of the tensor's stored bytes (the shares add up to its size).
+			r0 := int64(jobs[j].chunk) * t.perRows
+			r1 := min(r0+t.perRows, t.rows)
+			size := t.src.Tensor.Size
+			bo.Progress(doneBytes.Add(size*r1/t.rows-size*r0/t.rows), total)
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Cause(ctx)) {
+		return nil, fmt.Errorf("%s: %w (%v) while measuring the budget, after %d of %s; nothing was written",
+			b.opts.Input, pipeline.ErrInterrupted, context.Cause(ctx), doneTensors.Load(), pipeline.Count(len(tasks), "tensor", "tensors"))
+	}
+	if err != nil {
+		return nil, err
 	}
 	out := make([]measured, len(tasks))
 	for i, t := range tasks {

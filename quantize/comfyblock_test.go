@@ -11,11 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/inspect"
 	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/tensor"
 )
 

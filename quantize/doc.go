@@ -2,7 +2,7 @@
 // command: one model in (GGUF, safetensors, sharded, .ckpt), one file out,
 // GGUF for ggml types and llama.cpp mixes tuned for image models (package
 // quant/mix), or ComfyUI comfy_quant safetensors for the INT8 and FP8 types
-// (package quant/convrot). It handles requantization, user type rules,
+// (package convrot). It handles requantization, user type rules,
 // importance matrices with llama.cpp's arithmetic, the metadata
 // ComfyUI-GGUF expects, shapes (no trimming, 5-D folding, --reshape-conv;
 // CLIP's integer position_ids left out of GGUF outputs, as sd-cli's

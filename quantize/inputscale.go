@@ -3,9 +3,9 @@ package quantize
 import (
 	"fmt"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/tensor"
 )
 

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/tensor"
 )
 

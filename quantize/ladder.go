@@ -12,9 +12,9 @@ import (
 
 	"github.com/bytedance/sonic"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // ManifestName is the file a ladder writes beside its outputs.

@@ -90,6 +90,10 @@ func TestPlanShapes(t *testing.T) {
 		t.Errorf("patch_embedding: %v from %v, want [4096 1 2 2] from [256 16 1 2 2]", pe.Shape, pe.SourceShape)
 	}
 	origShape(t, r, "patch_embedding.weight", []int32{256, 16, 1, 2, 2})
+	if sd := consumer(r, TargetSDCpp); !sd.OK {
+		// The fold is the layout sd.cpp's own convert writes (ne[3] = out·in).
+		t.Errorf("sd.cpp reported unable to load a Wan file whose only change is the 5-D fold: %v", sd.Problems)
+	}
 	if _, ok := r.Header.Metadata.Get(gguf.OrigShapePrefix + "blocks.0.self_attn.q.weight"); ok {
 		t.Error("orig_shape written for a tensor that kept its shape")
 	}

@@ -18,11 +18,11 @@ import (
 	"github.com/sdtool/sdtool/text"
 
 	// The safetensors reader and writer (formats.Open, formats.CreatorFor).
+	"github.com/sdtool/sdtool/convrot"
 	_ "github.com/sdtool/sdtool/formats/safetensors"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/quant/mix"
 	"github.com/sdtool/sdtool/tensor"
 )
@@ -113,6 +113,7 @@ type Report struct {
 	Budget *BudgetReport
 
 	reshaped    int            // outputs stored with another shape
+	rowsOf256   int            // of those, --reshape-conv's rows (a 5-D fold is sd.cpp's own layout)
 	modules     map[string]int // ComfyUI modules written, by type name
 	inputScales int            // modules given a calibrated input_scale
 }
@@ -531,6 +532,9 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 		reshaped := folded[i] || c.Reshaped
 		if reshaped {
 			b.res.reshaped++
+			if c.Reshaped {
+				b.res.rowsOf256++
+			}
 			b.origShape = append(b.origShape, struct {
 				name  string
 				shape []int64

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // unmatchedRules returns a warning for every pattern of the user's type

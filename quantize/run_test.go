@@ -11,12 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/inspect"
 	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/quant/convrot"
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 

@@ -5,11 +5,11 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/pipeline"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // Consumer names for --target.
@@ -128,7 +128,7 @@ func checkGGUF(r *Report, plan *pipeline.Plan, c *Consumer) {
 	}
 	switch c.Name {
 	case TargetSDCpp:
-		if n := r.reshaped; n > 0 {
+		if n := r.rowsOf256; n > 0 {
 			c.Problems = append(c.Problems, fmt.Sprintf("%s reshaped by --reshape-conv (sd.cpp expects the original shapes)", pipeline.Count(n, "tensor", "tensors")))
 		}
 	case TargetComfyUI:
@@ -171,7 +171,7 @@ func checkSafetensors(r *Report, c *Consumer) {
 		// Checked against stable-diffusion.cpp 97d2990 (its
 		// docs/int8_convrot.md and safetensors reader): int8_tensorwise
 		// modules, with or without convrot, run natively (the group size
-		// must be a power of four, which quant/convrot already enforces);
+		// must be a power of four, which convrot already enforces);
 		// FP8 weights are
 		// widened to f16 at load, but a tensor-wise weight_scale is applied
 		// only by the layers that opt in (Ideogram 4's in that version).

@@ -3,10 +3,10 @@ package tensor
 import (
 	"fmt"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // blockDecoder decodes the rows of an nvfp4, mxfp8, convrot_w4a4 or

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // TestBlockModulesRead writes one layer in each of the microscaled and

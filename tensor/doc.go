@@ -4,7 +4,7 @@
 // quantized linear layers (comfy_quant INT8 with or without the convrot
 // rotation, FP8 with a scale, nvfp4, mxfp8, convrot_w4a4 and
 // asym_w4a8_int8, the packed 4-bit ones at their logical [out, in] shape),
-// found by formats/comfyquant and decoded exactly with the quant/convrot
+// found by formats/comfyquant and decoded exactly with the convrot
 // codecs.
 //
 // NewView lists a model's tensors as Sources; Source.Read decodes any

@@ -3,14 +3,14 @@ package tensor
 import (
 	"fmt"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // moduleDecoder turns rows of a ComfyUI quantized module back into float32
-// weights with the quant/convrot codecs. It holds the module's scales (read
+// weights with the convrot codecs. It holds the module's scales (read
 // once) and is safe for concurrent use.
 type moduleDecoder struct {
 	mod     comfyquant.Module

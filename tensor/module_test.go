@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // memModel is a formats.Model held in memory.

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // Source is one logical tensor of a model, readable as float32 values.
@@ -68,7 +68,7 @@ type View struct {
 // NewView lists m's tensors as Sources. ComfyUI quantized modules are found
 // with comfyquant.Detect: their weight becomes one Source decoded through
 // the module's scales, and their other tensors are listed in Aux. A module
-// in a format quant/convrot cannot decode, or a tensor type with no
+// in a format convrot cannot decode, or a tensor type with no
 // dequantizer, gives a Source whose Read fails with the reason.
 func NewView(m formats.Model) (*View, error) {
 	x, err := NewIndex(m)

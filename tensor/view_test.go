@@ -6,10 +6,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/quant"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 func randFloats(n int, seed uint64) []float32 {

@@ -47,8 +47,8 @@ type ByteBPEVocab struct {
 }
 
 // LoadByteBPE reads a byte-level BPE vocabulary from path: a
-// tokenizer.json, a vocab.json with merges.txt beside it, or a folder
-// holding either.
+// tokenizer.json, a vocab.json with merges.txt beside it, Mistral's
+// tekken.json (ParseTekken), or a folder holding one of them.
 func LoadByteBPE(path string) (*ByteBPEVocab, error) {
 	path, vocab, merges, err := byteBPEFiles(path)
 	if err != nil {
@@ -56,6 +56,9 @@ func LoadByteBPE(path string) (*ByteBPEVocab, error) {
 	}
 	if vocab != "" {
 		return loadVocabMerges(vocab, merges)
+	}
+	if isTekkenPath(path) {
+		return loadTekken(path)
 	}
 	b, err := formats.ReadRegular(path, formats.MaxTokenizerFile)
 	if err != nil {

@@ -12,7 +12,8 @@ import (
 )
 
 // preTokenizerName names the pre-tokenizer of a tokenizer.json's
-// pre_tokenizer (PreQwen2 when a Split in it has Qwen's pattern), "" when
+// pre_tokenizer (PreQwen2 or PreTekken when a Split in it has Qwen's or
+// Tekken's pattern), "" when
 // it is none sdtool recognises.
 func preTokenizerName(raw json.RawMessage) string {
 	var v any
@@ -23,8 +24,13 @@ func preTokenizerName(raw json.RawMessage) string {
 	walk = func(v any) string {
 		switch x := v.(type) {
 		case map[string]any:
-			if r, ok := x["Regex"].(string); ok && r == PreQwen2Regex {
-				return PreQwen2
+			if r, ok := x["Regex"].(string); ok {
+				switch r {
+				case PreQwen2Regex:
+					return PreQwen2
+				case PreTekkenRegex:
+					return PreTekken
+				}
 			}
 			for _, e := range x {
 				if n := walk(e); n != "" {
@@ -162,6 +168,9 @@ func ByteBPEFromMetadata(source string, md formats.Metadata) (*ByteBPETokenizer,
 		}
 	}
 	v.Pre, _ = md.String(GGUFTokenizerPre)
+	// llama.cpp takes a Tekken piece whole when it is a token, as tiktoken
+	// does; the metadata has no key for it.
+	v.IgnoreMerges = v.Pre == PreTekken
 	return NewByteBPETokenizer(source, v)
 }
 
@@ -173,10 +182,11 @@ func statFile(path string) bool {
 
 // errNotByteBPE is returned by LoadByteBPE for a folder without a
 // byte-level BPE tokenizer.
-var errNotByteBPE = errors.New("no tokenizer.json, nor vocab.json with merges.txt")
+var errNotByteBPE = errors.New("no tokenizer.json, tekken.json, nor vocab.json with merges.txt")
 
-// byteBPEFiles resolves path (a tokenizer.json, a vocab.json, or a folder
-// holding either) to the tokenizer.json, or to vocab.json and merges.txt.
+// byteBPEFiles resolves path (a tokenizer.json, a tekken.json, a
+// vocab.json, or a folder holding one) to the tokenizer.json or
+// tekken.json (in that order), or to vocab.json and merges.txt.
 func byteBPEFiles(path string) (tokJSON, vocab, merges string, err error) {
 	dir := ""
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
@@ -187,6 +197,9 @@ func byteBPEFiles(path string) (tokJSON, vocab, merges string, err error) {
 		return path, "", "", nil
 	}
 	if t := filepath.Join(dir, "tokenizer.json"); dir == path && statFile(t) {
+		return t, "", "", nil
+	}
+	if t := filepath.Join(dir, TekkenFile); dir == path && statFile(t) {
 		return t, "", "", nil
 	}
 	vocab, merges = filepath.Join(dir, "vocab.json"), filepath.Join(dir, "merges.txt")

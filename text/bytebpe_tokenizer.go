@@ -43,17 +43,18 @@ type addedToken struct {
 // splitters are the pre-tokenizers a ByteBPETokenizer implements, by the
 // names of tokenizer.ggml.pre.
 var splitters = map[string]func(string) []string{
-	PreQwen2: splitQwen2,
+	PreQwen2:  splitQwen2,
+	PreTekken: splitTekken,
 }
 
 // NewByteBPETokenizer builds the tokenizer of v; source names it in
 // errors. The vocabulary must hold the 256 byte symbols and every merge's
 // parts and result, and its pre-tokenizer must be one this package
-// implements (PreQwen2).
+// implements (PreQwen2, PreTekken).
 func NewByteBPETokenizer(source string, v *ByteBPEVocab) (*ByteBPETokenizer, error) {
 	split, ok := splitters[v.Pre]
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: pre-tokenizer %q is not one sdtool implements (%s)", source, ErrTokenizer, v.Pre, PreQwen2)
+		return nil, fmt.Errorf("%s: %w: pre-tokenizer %q is not one sdtool implements (%s, %s)", source, ErrTokenizer, v.Pre, PreQwen2, PreTekken)
 	}
 	t := &ByteBPETokenizer{vocab: make(map[string]int32, len(v.Tokens)), split: split, ignoreMerges: v.IgnoreMerges,
 		n: len(v.Tokens), merges: make(map[uint64]mergeInfo, len(v.Merges)), cache: map[string][]int32{}}

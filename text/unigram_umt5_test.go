@@ -2,6 +2,7 @@ package text
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -59,5 +60,66 @@ func TestUnigramUMT5Published(t *testing.T) {
 		if !slices.Equal(got, *r.IDs) {
 			t.Errorf("%q:\n got %v\nwant %v", r.Text, got, *r.IDs)
 		}
+	}
+}
+
+// wanPrompts are prompts people give Wan, in the languages UMT5 was trained on, with Wan's own default
+// negative prompt (Chinese) among them.
+var wanPrompts = []string{
+	"a lovely cat",
+	"A cinematic shot of a red fox running through fresh snow at dawn, slow motion, 4k",
+	"一只橘猫坐在窗台上，阳光明媚",
+	"色调艳丽，过曝，静态，细节模糊不清，字幕，风格，作品，画作，画面，静止，整体发灰，最差质量，低质量，JPEG压缩残留，丑陋的，残缺的",
+	"Un chat qui saute sur une table en bois, lumière douce",
+	"Ein Hund läuft über eine Wiese, Zeitlupe",
+	"猫がゆっくりと歩いている、桜の花びらが舞う",
+	"고양이가 창가에 앉아 있다",
+	"Кошка играет с клубком ниток",
+	"قطة تجلس على النافذة",
+	"एक बिल्ली खिड़की पर बैठी है",
+	"  leading and trailing spaces  ",
+	"(masterpiece:1.2), best quality, <extra_id_0>, 3.14 — “quotes”",
+}
+
+// TestUnigramUMT5AgainstSPMEncode holds sdtool's UMT5 tokenizer to SentencePiece's own encoder (spm_encode,
+// Debian's sentencepiece package) on Wan prompts and on random lines of tricky characters, when
+// SDTOOL_UMT5_TOKENIZER names UMT5's spiece.model (or a folder holding it): an oracle that needs no
+// committed ids, since the 256k-piece vocabulary cannot be committed.
+func TestUnigramUMT5AgainstSPMEncode(t *testing.T) {
+	path := os.Getenv("SDTOOL_UMT5_TOKENIZER")
+	if path == "" {
+		t.Skip("SDTOOL_UMT5_TOKENIZER is not set")
+	}
+	spmEncode := lookPath("spm_encode")
+	if spmEncode == "" {
+		t.Skip("spm_encode not installed (apt-get install sentencepiece)")
+	}
+	model := path
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		model = filepath.Join(path, "spiece.model")
+	}
+	if filepath.Ext(model) != ".model" {
+		t.Skipf("%s is not a spiece.model, which spm_encode needs", path)
+	}
+	tok, err := LoadUnigram(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := append(slices.Clone(wanPrompts), spmTestLines(2000)...)
+	got, err := runSPMEncode(spmEncode, model, lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i, line := range lines {
+		if want := tok.Tokenize(line); !slices.Equal(got[i], want) {
+			bad++
+			if bad <= 10 {
+				t.Errorf("line %d %q: spm_encode %v, sdtool %v", i, line, got[i], want)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d lines differ", bad, len(lines))
 	}
 }

@@ -175,7 +175,7 @@ func init() {
 			&cli.StringFlag{Name: "model-args", Usage: "sd-cli's model args, `KEY=VALUE[,KEY=VALUE...]`: Chroma's chroma_use_dit_mask (default true), chroma_use_t5_mask (false) and chroma_t5_mask_pad (1); models that do not read a key ignore it, as sd-cli does"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty or blank prompt encodes (T5 sees </s> alone)"},
-			&cli.StringFlag{Name: "llm-tokenizer", Usage: "LLM tokenizer `PATH` (Z-Image, Qwen-Image): the LLM's tokenizer.json, vocab.json with merges.txt, or a folder holding either", DefaultText: "one embedded in the --llm file's GGUF metadata (llama.cpp's GGUFs carry theirs)"},
+			&cli.StringFlag{Name: "llm-tokenizer", Usage: "LLM tokenizer `PATH` (Z-Image, Qwen-Image, Flux.2): the LLM's tokenizer.json, Mistral's tekken.json, vocab.json with merges.txt, or a folder holding one", DefaultText: "one embedded in the --llm file's GGUF metadata (llama.cpp's GGUFs carry theirs)"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
@@ -528,6 +528,12 @@ func referenceRender(c *cli.Context, m *infer.Model, refFiles infer.Components, 
 		return nil, budgetHint(err)
 	}
 	warnNaN(c, rm.Path, ref)
+	// The reference (a BF16 source, often streamed) gets its own timing and
+	// memory line: its seconds per step are what a budget costs.
+	t := ref.Timings
+	fmt.Fprintf(c.App.ErrWriter, "reference: rendered %s: load %s, text %s, sampling %s (%.2f s/step), decode %s%s%s\n",
+		strings.Join(refFiles.Files(), " "), round(rm.LoadTime), round(t.Text), round(t.Sampling),
+		t.Sampling.Seconds()/float64(max(t.Steps, 1)), round(t.Decode), memorySummary(rm), peakRSS())
 	putReference(c.Context, c, rc, key, ref)
 	return ref, nil
 }

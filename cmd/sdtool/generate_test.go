@@ -68,6 +68,10 @@ func TestGenerateCompare(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+	// The reference's render has its own timing and memory line.
+	if !strings.Contains(errOut, "reference: rendered model="+tinyGGUF+": load ") || strings.Count(errOut, "s/step") != 2 || strings.Count(errOut, "resident") != 2 {
+		t.Errorf("want a timing and memory line for each render:\n%s", errOut)
+	}
 	// The same weights: identical images (PSNR +Inf), cosine 1 and zero block errors.
 	for _, want := range []string{"PSNR +Inf dB", "SSIM 1.0000", "latent cosine 1.000000", "middle_block", "output_blocks.11"} {
 		if !strings.Contains(stdout, want) {

@@ -13,8 +13,9 @@ import (
 )
 
 // Prompt weights against sd-cli (issue 36): every form of the attention syntax renders at 50 dB or more
-// against sd-cli on the full-size synthetic SD 1.5 (SDTOOL_SD15_MODEL for a real one), 64x64, 2 Euler
-// steps, seed 3, CFG 7, and the segments sdtool parses equal the ones sd-cli logs with -v. Run with
+// against sd-cli on the full-size synthetic SD 1.5 (SDTOOL_SD15_MODEL for a real one) and on the synthetic
+// SDXL of familyModel (SDTOOL_SDXL_MODEL), 64x64, 2 Euler steps, seed 3, CFG 7, and the segments sdtool
+// parses equal the ones sd-cli logs with -v. Run with
 //
 //	SDTOOL_LONG=1 SDTOOL_SDCLI=/path/sd-cli go test ./cmd/sdtool -run PromptWeightsSDCLI -v -timeout 1h
 //
@@ -34,7 +35,9 @@ var promptCases = []struct{ name, prompt, negative string }{
 	{"negative", "a photo of a dog on a sofa", "(blurry:1.4), [ugly], ((bad hands))"},
 }
 
-// TestPromptWeightsSDCLI renders every case with both programs.
+// TestPromptWeightsSDCLI renders every case with both programs, on SD 1.5 (one CLIP-L) and on SDXL (CLIP-L
+// and OpenCLIP bigG, whose hidden states sd-cli weights together: the mean it restores is the concatenation's).
+// TestPromptWeightsSDCLI/sdxl runs the SDXL half alone.
 func TestPromptWeightsSDCLI(t *testing.T) {
 	bin, _ := sdcliEnv(t)
 	longtest.Skip(t, "prompt weights against sd-cli")
@@ -45,27 +48,34 @@ func TestPromptWeightsSDCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := workDir(t, "prompts")
-	model := parityModel(t, dir)
-	t.Logf("| prompt | sdtool vs sd-cli |")
-	for _, c := range promptCases {
-		t.Run(c.name, func(t *testing.T) {
-			p := defaultParity()
-			p.prompt, p.negative, p.seed, p.cfg = c.prompt, c.negative, 3, 7
-			psnr, log := sdtoolVsSDCLI(t, bin, model, dir, "prompt-"+c.name, p)
-			for _, s := range []string{c.prompt, c.negative} {
-				if s == "" {
-					continue
-				}
-				if err := compareParsed(tok, s, log); err != nil {
-					t.Error(err)
-				}
-			}
-			t.Logf("| `%s` | %.2f dB |", c.prompt+negSuffix(c.negative), psnr)
-			if psnr < 50 {
-				t.Errorf("%s: %.2f dB against sd-cli, want at least 50", c.name, psnr)
+	for _, family := range []string{"sd1", "sdxl"} {
+		t.Run(family, func(t *testing.T) {
+			dir := workDir(t, "prompts")
+			model := familyModel(t, family, dir)
+			t.Logf("| %s prompt | sdtool vs sd-cli |", family)
+			for _, c := range promptCases {
+				t.Run(c.name, func(t *testing.T) { promptCase(t, tok, bin, model, dir, family, c.name, c.prompt, c.negative) })
 			}
 		})
+	}
+}
+
+// promptCase renders one prompt case with both programs and compares the images and the parsed segments.
+func promptCase(t *testing.T, tok *text.CLIPTokenizer, bin, model, dir, family, name, prompt, negative string) {
+	p := defaultParity()
+	p.prompt, p.negative, p.seed, p.cfg = prompt, negative, 3, 7
+	psnr, log := sdtoolVsSDCLI(t, bin, model, dir, "prompt-"+family+"-"+name, p)
+	for _, s := range []string{prompt, negative} {
+		if s == "" {
+			continue
+		}
+		if err := compareParsed(tok, s, log); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("| `%s` | %.2f dB |", prompt+negSuffix(negative), psnr)
+	if psnr < 50 {
+		t.Errorf("%s %s: %.2f dB against sd-cli, want at least 50", family, name, psnr)
 	}
 }
 

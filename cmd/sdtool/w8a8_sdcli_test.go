@@ -29,9 +29,32 @@ import (
 // reuses sd-cli's f16 image there); SDTOOL_FIDELITY_TYPES=a,b runs only those rows and
 // SDTOOL_FIDELITY_SEEDS=a,b averages over those seeds.
 
-// parityMerges is CLIP's BPE vocabulary (../shared/data), which the
+// parityMerges is CLIP's BPE vocabulary (shared/data beside the checkout), which the
 // synthetic model's tokenizer lacks and sd-cli builds in.
-const parityMerges = "../../../shared/data/clip_bpe_merges.txt"
+var parityMerges = sharedData("clip_bpe_merges.txt")
+
+// sharedData finds name in the shared/data folder of SDTOOL_SHARED_DATA's folder, or of the nearest
+// folder above the working directory that has one, so the tests find it from the main checkout and from
+// a worktree nested deeper alike; when there is none it returns a path that does not exist, and the
+// tests that need it skip.
+func sharedData(name string) string {
+	if d := os.Getenv("SDTOOL_SHARED_DATA"); d != "" {
+		return filepath.Join(d, name)
+	}
+	dir, err := os.Getwd()
+	for err == nil {
+		p := filepath.Join(dir, "shared", "data", name)
+		if _, serr := os.Stat(p); serr == nil {
+			return p
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			break
+		}
+		dir = up
+	}
+	return filepath.Join("shared", "data", name)
+}
 
 // fidelityTol is the agreement item 3 asks for.
 const fidelityTol = 0.5

@@ -25,6 +25,6 @@
 // markers and finds modules (Detect), block.go checks the tensors of the
 // four block formats, writer.go marshals markers and lays out a module's
 // tensors (NewLayout). It knows the layout, not the numbers: the codecs and
-// the Hadamard rotation are in quant/convrot, and
+// the Hadamard rotation are in convrot, and
 // package tensor decodes modules to float32. It imports only formats.
 package comfyquant

@@ -28,13 +28,13 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"process facts", []string{"internal/procmem"}},
-	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest"}},
+	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest", "internal/workpool"}},
 	{"vocabulary", []string{"formats"}},
 	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant"}},
 	{"folders of containers", []string{"formats/diffusers"}},
 	{"model families (data)", []string{"family"}},
 	{"codecs, names, tokenizers and ggml", []string{"quant", "names", "text", "native"}},
-	{"codec policies and ggml-backed codecs", []string{"quant/mix", "quant/imatrix", "quant/convrot", "native/*"}},
+	{"codec policies and ggml-backed codecs", []string{"quant/mix", "quant/imatrix", "convrot", "native/*"}},
 	{"any tensor as float32", []string{"tensor"}},
 	{"adapters (LoRA and its kin) over a base's tensors", []string{"lora"}},
 	{"the writing engine", []string{"pipeline"}},

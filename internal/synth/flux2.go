@@ -26,6 +26,8 @@ type Flux2 struct {
 	Double, Single int
 	// Context is txt_in's input width.
 	Context int
+	// Guidance adds dev's guidance embedding (guidance_in, no biases).
+	Guidance bool
 	// Axes, when not "", is written as the DiT's RoPE axes (sdtool's
 	// metadata key, for heads narrower than 128).
 	Axes string
@@ -86,6 +88,10 @@ func (c Flux2) buildDiT(b *builder) {
 	b.linear("img_in", h, 128, false)
 	b.linear("time_in.in_layer", h, 256, false)
 	b.linear("time_in.out_layer", h, h, false)
+	if c.Guidance {
+		b.linear("guidance_in.in_layer", h, 256, false)
+		b.linear("guidance_in.out_layer", h, h, false)
+	}
 	b.linear("txt_in", h, c.Context, false)
 	b.linear("double_stream_modulation_img.lin", 6*h, h, false)
 	b.linear("double_stream_modulation_txt.lin", 6*h, h, false)
@@ -147,7 +153,7 @@ func (c Flux2) Metadata(flag string) formats.Metadata {
 		return formats.KV{Key: k, Type: formats.TypeUint32, Value: uint32(v)}
 	}
 	str := func(k, v string) formats.KV { return formats.KV{Key: k, Type: formats.TypeString, Value: v} }
-	md := formats.Metadata{str("general.name", "synthetic flux.2 klein")}
+	md := formats.Metadata{str("general.name", "synthetic "+c.title())}
 	if flag == "" || flag == "diffusion-model" {
 		md = append(md, str("general.architecture", "flux"),
 			u32("sdtool.generate.width", c.Width), u32("sdtool.generate.height", c.Height), u32("sdtool.generate.steps", c.Steps))
@@ -188,6 +194,14 @@ func (c Flux2) WriteParts(dir, name, ext string) (map[string]string, error) {
 
 // WriteSingle writes the single-file checkpoint into path (.gguf or .safetensors).
 func (c Flux2) WriteSingle(path string) error { return writeSingle(c, path) }
+
+// title names the variant: dev has a guidance embedding.
+func (c Flux2) title() string {
+	if c.Guidance {
+		return "flux.2 dev"
+	}
+	return "flux.2 klein"
+}
 
 // String names the model's shape, for file names and logs.
 func (c Flux2) String() string {

@@ -18,7 +18,8 @@ import (
 )
 
 // LLM is a decoder-only LLM text encoder file (what sd-cli's --llm takes):
-// Qwen3 (q_norm and k_norm) or Qwen2.5-VL's text model (q, k, v biases),
+// Qwen3 (q_norm and k_norm), Qwen2.5-VL's text model (q, k, v biases) or
+// Mistral Small 3.x (neither),
 // given by its exact sizes, every tensor under Hugging Face's names
 // (model.layers.N.self_attn.q_proj.weight, as ComfyUI's qwen_3_4b and
 // qwen_2.5_vl_7b files) or llama.cpp's (blk.N.attn_q.weight), with
@@ -26,8 +27,10 @@ import (
 // under tokenizer.ggml.* (GGUF only).
 type LLM struct {
 	// QKNorm selects Qwen3's per-head q_norm/k_norm; otherwise the q, k
-	// and v projections have biases (Qwen2.5-VL).
+	// and v projections have biases (Qwen2.5-VL) unless Mistral is set.
 	QKNorm bool
+	// Mistral drops the biases too (Mistral Small 3.x, llama.cpp's "llama").
+	Mistral bool
 	// Hidden, FF, Layers, Heads, KVHeads, HeadDim and Vocab are the sizes.
 	Hidden, FF, Layers, Heads, KVHeads, HeadDim, Vocab int
 	// Seed selects the values.
@@ -44,6 +47,10 @@ type LLM struct {
 	// the values of that row, so that ids there are interchangeable (an
 	// oracle that numbers the control tokens differently still agrees).
 	SameRowsFrom int
+	// UnkRowsFrom, when above 0, gives every embedding row from this id on
+	// the values of row 0 (the unknown token's), so that an oracle whose
+	// stub vocabulary turns every piece into id 0 still agrees.
+	UnkRowsFrom int
 }
 
 // Qwen3x4B and Qwen25VLEncoder7B are the text encoders of Z-Image and Qwen-Image
@@ -70,11 +77,11 @@ func (c LLM) Tensors() []TensorSpec {
 		add(p+"self_attn.q_proj.weight", InitWeight, q, h)
 		add(p+"self_attn.k_proj.weight", InitWeight, kv, h)
 		add(p+"self_attn.v_proj.weight", InitWeight, kv, h)
-		if !c.QKNorm {
+		if !c.QKNorm && !c.Mistral {
 			add(p+"self_attn.q_proj.bias", InitBias, q)
 			add(p+"self_attn.k_proj.bias", InitBias, kv)
 			add(p+"self_attn.v_proj.bias", InitBias, kv)
-		} else {
+		} else if c.QKNorm {
 			add(p+"self_attn.q_norm.weight", InitOne, int64(c.HeadDim))
 			add(p+"self_attn.k_norm.weight", InitOne, int64(c.HeadDim))
 		}
@@ -141,7 +148,10 @@ func (c LLM) EncodeAs(w io.Writer, format string) error {
 	switch format {
 	case "gguf":
 		arch := "qwen3"
-		if !c.QKNorm {
+		switch {
+		case c.Mistral:
+			arch = "llama"
+		case !c.QKNorm:
 			arch = "qwen2vl"
 		}
 		md := formats.Metadata{{Key: "general.architecture", Type: formats.TypeString, Value: arch},
@@ -165,11 +175,15 @@ func (c LLM) EncodeAs(w io.Writer, format string) error {
 	}
 	spec := Spec{Seed: c.Seed, DType: formats.F32}
 	for i, t := range ts {
-		same := int64(0)
-		if i == 0 {
-			same = int64(c.SameRowsFrom)
+		var from, like int64 // rows from `from` on repeat row `like`
+		switch {
+		case i > 0:
+		case c.SameRowsFrom > 0:
+			from, like = int64(c.SameRowsFrom)+1, int64(c.SameRowsFrom)
+		case c.UnkRowsFrom > 0:
+			from = int64(c.UnkRowsFrom)
 		}
-		if err := writeRows(tw, spec, t, desc[i].Type, same); err != nil {
+		if err := writeRows(tw, spec, t, desc[i].Type, from, like); err != nil {
 			return fmt.Errorf("tensor %q: %w", desc[i].Name, err)
 		}
 	}
@@ -177,9 +191,9 @@ func (c LLM) EncodeAs(w io.Writer, format string) error {
 }
 
 // writeRows is writeValues in chunks of rows, so that a 152k-row embedding
-// never sits in memory whole as f32; rows from same on (when above 0)
-// repeat row same.
-func writeRows(w io.Writer, spec Spec, t TensorSpec, typ formats.DType, same int64) error {
+// never sits in memory whole as f32; rows from `from` on (when above 0)
+// repeat row like (below from).
+func writeRows(w io.Writer, spec Spec, t TensorSpec, typ formats.DType, from, like int64) error {
 	t.Type = formats.F32
 	n, _ := formats.Elements(t.Shape)
 	row := t.Shape[len(t.Shape)-1]
@@ -196,9 +210,9 @@ func writeRows(w io.Writer, spec Spec, t TensorSpec, typ formats.DType, same int
 	raw := make([]byte, 4*row*chunk)
 	f := make([]float32, row*chunk)
 	out := make([]byte, rb*chunk)
-	var kept []byte // row same, encoded
+	var kept []byte // row like, encoded
 	for done := int64(0); done < n/row; {
-		if kept != nil {
+		if from > 0 && done >= from {
 			if _, err := w.Write(kept); err != nil {
 				return err
 			}
@@ -206,8 +220,8 @@ func writeRows(w io.Writer, spec Spec, t TensorSpec, typ formats.DType, same int
 			continue
 		}
 		k := min(chunk, n/row-done)
-		if same > 0 && done < same {
-			k = min(k, same+1-done)
+		if from > 0 {
+			k = min(k, from-done)
 		}
 		if _, err := io.ReadFull(src, raw[:4*row*k]); err != nil {
 			return err
@@ -221,10 +235,10 @@ func writeRows(w io.Writer, spec Spec, t TensorSpec, typ formats.DType, same int
 		if _, err := w.Write(out[:rb*k]); err != nil {
 			return err
 		}
-		done += k
-		if same > 0 && done == same+1 {
-			kept = slices.Clone(out[(k-1)*rb : k*rb])
+		if from > 0 && like >= done && like < done+k {
+			kept = slices.Clone(out[(like-done)*rb : (like-done+1)*rb])
 		}
+		done += k
 	}
 	return nil
 }

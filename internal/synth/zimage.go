@@ -65,6 +65,19 @@ var ZImageFull = ZImage{
 	Seed: 7, Type: formats.F16, Width: 128, Height: 128, Steps: 4,
 }
 
+// ZImageTurbo is Z-Image Turbo at its release's widths and depths, for
+// the full-size speed and memory comparison with sd-cli: the 6 B DiT (30
+// layers and two refiners of each kind, 3840 wide) with q8_0 matrices,
+// Qwen3-4B whole (36 layers, q8_0, under llama.cpp's names, as a GGUF to
+// quantize further) and Flux's VAE at full width. About 11 GB in all; its
+// values are random, so it renders noise.
+var ZImageTurbo = ZImage{
+	Hidden: 3840, Heads: 30, KVHeads: 30, Layers: 30, Refiners: 2, FF: 10240,
+	LLM:   func() LLM { l := Qwen3x4B; l.Layers, l.GGUFNames = 36, true; return l }(),
+	VAECh: 128, VAEMult: []int{1, 2, 4, 4},
+	Seed: 7, Type: formats.F16, Quant: formats.Q8_0, Width: 1024, Height: 1024, Steps: 8,
+}
+
 // ZImageParity is the Z-Image model of the sd-cli parity tests, narrow
 // where sd.cpp reads the width from the weights so that both sides run in
 // seconds: the DiT 768 wide (6 heads of 128, the width sd.cpp's RoPE

@@ -19,18 +19,23 @@ var KleinPrompt = llm.LLMPrompt{
 	PadToken:  "<|endoftext|>",
 }
 
-// flux2Conditioner is Flux.2's conditioning (Family.Conditioner "flux2"),
-// as sd.cpp's LLMEmbedder computes it for klein: the prompt in the
-// family's template (KleinPrompt), weighted like CLIP's, every token's
-// hidden states (padding included) as the context, no vector.
+// flux2Conditioner is Flux.2's conditioning (Family.Conditioner "flux2"
+// for klein, "flux2_dev" for dev), as sd.cpp's LLMEmbedder computes it: the
+// prompt in the variant's template (KleinPrompt, DevPrompt), weighted like
+// CLIP's, every token's hidden states (padding included) as the context,
+// no vector.
 type flux2Conditioner struct {
 	m      *infer.Model
 	prompt llm.LLMPrompt
 	dim    int // the DiT's text token width
 }
 
-func init() {
-	infer.RegisterConditioner("flux2", func(m *infer.Model) (infer.Conditioner, error) {
+func init() { infer.RegisterConditioner("flux2", flux2ConditionerFor(KleinPrompt)) }
+
+// flux2ConditionerFor returns the constructor of Flux.2's conditioner with
+// the template p (klein's or dev's).
+func flux2ConditionerFor(p llm.LLMPrompt) func(*infer.Model) (infer.Conditioner, error) {
+	return func(m *infer.Model) (infer.Conditioner, error) {
 		f, ok := m.Config.Network.(*Flux2Config)
 		if !ok {
 			return nil, fmt.Errorf("%s: no Flux.2 configuration", m.Path)
@@ -39,7 +44,6 @@ func init() {
 		if l == nil {
 			return nil, fmt.Errorf("%s: Flux.2 needs its text encoder (--llm)", m.Path)
 		}
-		p := KleinPrompt
 		outs, norm := llm.LLMOutputs(l, p.Layers)
 		n := len(outs)
 		if norm {
@@ -50,7 +54,7 @@ func init() {
 				m.Path, n, l.Hidden, p.Layers, l.Layers, f.ContextDim)
 		}
 		return &flux2Conditioner{m: m, prompt: p, dim: f.ContextDim}, nil
-	})
+	}
 }
 
 // Encode conditions on prompt for a width×height image (infer.Conditioner).

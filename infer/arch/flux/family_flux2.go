@@ -13,9 +13,13 @@ import (
 var flux2VAE = infer.VAEFacts{Kind: "flux2", Scale: 1}
 
 // Flux2Families are Flux.2 klein (4B and 9B, distilled and base: the same
-// tensors) conditioned on Qwen3 through KleinPrompt, sampled with Euler on
-// sd-cli's "flux2" schedule. The defaults are the distilled release's (no
-// negative pass, 4 steps); base wants --cfg-scale 4 and about 20 steps.
+// tensors) conditioned on Qwen3 through KleinPrompt, and Flux.2 dev (a
+// guidance embedding, 48 single blocks: sd.cpp tells dev by
+// single_blocks.47) conditioned on Mistral Small 3.x through DevPrompt,
+// both sampled with Euler on sd-cli's "flux2" schedule. Klein's defaults
+// are the distilled release's (no negative pass, 4 steps; base wants
+// --cfg-scale 4 and about 20 steps); dev's are sd-cli's (20 steps,
+// guidance 3.5, no negative pass).
 var Flux2Families = []*infer.Family{
 	{
 		ID: "flux2", Variant: "klein", Title: "Flux.2 klein",
@@ -27,6 +31,17 @@ var Flux2Families = []*infer.Family{
 		Conditioner: "flux2", Network: "flux2", Schedule: "flux2",
 		Prediction: infer.FlowPrediction, VAE: flux2VAE, FlowShift: 1,
 		Defaults: infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Width: 512, Height: 512, Steps: 4},
+	},
+	{
+		ID: "flux2", Variant: "dev", Title: "Flux.2 dev",
+		Match: [][]infer.Marker{{
+			{Name: infer.DmPrefix + "double_stream_modulation_img.lin.weight", Dims: 2},
+			{Name: infer.DmPrefix + "single_blocks.47.linear1.weight", Dims: 2},
+		}},
+		Encoders:    []infer.TextEncoder{{Component: "llm", Kind: "llm", Prefix: llm.LLMPrefix, Hidden: true}},
+		Conditioner: "flux2_dev", Network: "flux2", Schedule: "flux2",
+		Prediction: infer.FlowPrediction, VAE: flux2VAE, FlowShift: 1,
+		Defaults: infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Guidance: 3.5, Width: 512, Height: 512, Steps: 20},
 	},
 }
 

@@ -26,13 +26,14 @@ import (
 
 // kleinParityRun is one klein generation's settings, pinned on both sides.
 type kleinParityRun struct {
-	Parts   map[string]string // by flag
-	Init    string            // an init PNG for img2img, "" for txt2img
-	Prompt  string
-	Size    int
-	Steps   int
-	Seed    uint64
-	Threads int
+	Parts    map[string]string // by flag
+	Init     string            // an init PNG for img2img, "" for txt2img
+	Strength float32           // img2img's strength
+	Prompt   string
+	Size     int
+	Steps    int
+	Seed     uint64
+	Threads  int
 }
 
 func (r kleinParityRun) sdcliArgs(out string) []string {
@@ -41,7 +42,7 @@ func (r kleinParityRun) sdcliArgs(out string) []string {
 		args = append(args, "--"+flag, r.Parts[flag])
 	}
 	if r.Init != "" {
-		args = append(args, "-i", r.Init, "--strength", "0.6")
+		args = append(args, "-i", r.Init, "--strength", strconv.FormatFloat(float64(r.Strength), 'g', -1, 32))
 	}
 	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
 		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
@@ -53,7 +54,7 @@ func (r kleinParityRun) request(tb testing.TB) infer.Request {
 		Seed: r.Seed, RNG: infer.RNGCUDA, Method: infer.Euler, Scheduler: SchedulerFlux2}
 	if r.Init != "" {
 		req.Init, _, _ = infer.CHWFromImage(inferutil.ReadPNGFile(tb, r.Init))
-		req.Strength = 0.6
+		req.Strength = r.Strength
 	}
 	return req
 }
@@ -148,9 +149,19 @@ func TestKleinMatchesSDCLI(t *testing.T) {
 	}
 }
 
-// TestKleinImg2ImgMatchesSDCLI runs img2img (strength 0.6) from a
-// gradient through the flux2 VAE's encoder on both sides: at least 50 dB.
+// TestKleinImg2ImgMatchesSDCLI runs img2img from a gradient through the
+// flux2 VAE's encoder on both sides: at least 50 dB. 10 steps at
+// strength 0.2 run the last three from sigma 0.74, so the init latent
+// weighs about a quarter of the start. At 2 steps and strength 0.6 (the
+// first version) sd.cpp's rule keeps the whole schedule, which starts at
+// sigma 1: the encoder ran but its latent was multiplied by 0, and the
+// test could not see a wrong encoder or strength.
 func TestKleinImg2ImgMatchesSDCLI(t *testing.T) {
+	const steps, strength = 10, 0.2
+	sig := infer.Img2ImgSigmas(Flux2Sigmas(steps, 8*8), strength)
+	if len(sig) != 4 || sig[0] > 0.8 {
+		t.Fatalf("img2img sigmas %v: want three steps from below sigma 0.8, so that the init image counts", sig)
+	}
 	bin, c := kleinSDCLI(t, synth.KleinParity)
 	parts := kleinParityModel(t, c, "klein-parity")
 	init := filepath.Join(t.TempDir(), "init.png")
@@ -163,7 +174,7 @@ func TestKleinImg2ImgMatchesSDCLI(t *testing.T) {
 	if err := inferutil.WritePNGFile(init, img); err != nil {
 		t.Fatal(err)
 	}
-	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Init: init, Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2})
+	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Init: init, Strength: strength, Prompt: "a lovely cat", Size: 128, Steps: steps, Seed: 42, Threads: 2})
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
 	}

@@ -32,9 +32,11 @@ type streamRun struct {
 }
 
 // streamModel is synth.FluxFull (every width of Flux.1 dev, T5-XXL's
-// included, two T5 layers) with the DiT's block counts of
-// SDTOOL_STREAM_BLOCKS ("double,single", default "3,6") and its linear
-// weights in BF16, as the released checkpoint stores them.
+// included) with the DiT's block counts of SDTOOL_STREAM_BLOCKS
+// ("double,single", default "3,6") and its linear weights in BF16, as the
+// released checkpoint stores them, and SDTOOL_STREAM_T5_LAYERS T5 layers
+// (default 2; the release has 24). SDTOOL_STREAM_BLOCKS=19,38 with
+// SDTOOL_STREAM_T5_LAYERS=24 is Flux.1 dev at full depth (33 GB of files).
 func streamModel(tb testing.TB) (synth.Flux, string) {
 	c := synth.FluxFull
 	c.Double, c.Single, c.Quant = 3, 6, formats.BF16
@@ -47,7 +49,18 @@ func streamModel(tb testing.TB) (synth.Flux, string) {
 			tb.Fatalf("SDTOOL_STREAM_BLOCKS=%q: want DOUBLE,SINGLE", s)
 		}
 	}
-	return c, fmt.Sprintf("flux-stream-%d-%d", c.Double, c.Single)
+	name := fmt.Sprintf("flux-stream-%d-%d", c.Double, c.Single)
+	if s := os.Getenv("SDTOOL_STREAM_T5_LAYERS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			tb.Fatalf("SDTOOL_STREAM_T5_LAYERS=%q: want a layer count", s)
+		}
+		t5 := *c.T5 // FluxFull's T5 is shared: change a copy
+		t5.Layers = n
+		c.T5 = &t5
+		name += fmt.Sprintf("-t5-%d", n)
+	}
+	return c, name
 }
 
 // TestStreamGenerateChild is BenchmarkStreamVsSDCLI's child process: one
@@ -103,7 +116,8 @@ func dropPageCache(tb testing.TB, paths map[string]string) {
 // with the files dropped from the page cache first (stream-cold), and
 // sd-cli as is (sdcli), with --params-backend disk (sdcli-disk, and
 // sdcli-disk-cold) and with --mmap (sdcli-mmap). SDTOOL_STREAM_MODES
-// picks modes (comma-separated).
+// picks modes (comma-separated); "files" only writes the model's files.
+// streamOverrides lists the other settings.
 func BenchmarkStreamVsSDCLI(b *testing.B) {
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
@@ -111,13 +125,7 @@ func BenchmarkStreamVsSDCLI(b *testing.B) {
 	}
 	c, name := streamModel(b)
 	r := streamRun{fluxParityRun: fluxParityRun{Parts: fluxParityModel(b, c, name, true), Size: 128, Steps: 2, Seed: 42, Guidance: 3.5, Threads: 2}, Budget: 2 << 30}
-	if s := os.Getenv("SDTOOL_BENCH_THREADS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.Threads = n
-	}
+	streamOverrides(b, &r)
 	if s := os.Getenv("SDTOOL_STREAM_BUDGET"); s != "" {
 		n, err := pipeline.ParseBytes(s)
 		if err != nil {
@@ -139,6 +147,10 @@ func BenchmarkStreamVsSDCLI(b *testing.B) {
 	}
 	dir := b.TempDir()
 	for _, mode := range modes {
+		if mode == "files" {
+			b.Logf("files: %v", r.Parts)
+			continue
+		}
 		b.Run(mode, func(b *testing.B) {
 			var step float64
 			var peak int64
@@ -172,6 +184,32 @@ func BenchmarkStreamVsSDCLI(b *testing.B) {
 			b.ReportMetric(step/float64(n), "s/step")
 			b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
 		})
+	}
+}
+
+// streamOverrides applies BenchmarkStreamVsSDCLI's other settings:
+// SDTOOL_BENCH_THREADS, SDTOOL_STREAM_STEPS, and SDTOOL_STREAM_PARTS
+// ("FLAG=PATH,..."), component files that replace streamModel's (a
+// quantized copy of its DiT or T5, say).
+func streamOverrides(b *testing.B, r *streamRun) {
+	for env, dst := range map[string]*int{"SDTOOL_BENCH_THREADS": &r.Threads, "SDTOOL_STREAM_STEPS": &r.Steps} {
+		if s := os.Getenv(env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				b.Fatalf("%s=%q: want a positive count", env, s)
+			}
+			*dst = n
+		}
+	}
+	for kv := range strings.SplitSeq(os.Getenv("SDTOOL_STREAM_PARTS"), ",") {
+		if kv == "" {
+			continue
+		}
+		flag, path, ok := strings.Cut(kv, "=")
+		if _, known := r.Parts[flag]; !ok || !known {
+			b.Fatalf("SDTOOL_STREAM_PARTS: %q: want FLAG=PATH with FLAG one of %v", kv, synth.FluxParts)
+		}
+		r.Parts[flag] = path
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 // SDTOOL_SDXL_MODEL, else a synthetic SDXL checkpoint that sd-cli accepts
 // (its text encoders at full size and depth and its UNet at full depth,
 // which sd.cpp hard-codes; the UNet 128 wide, 2.8 GB in f16) written to a
-// temporary folder. The CLIP vocabulary comes from ../shared/data.
+// temporary folder. The CLIP vocabulary comes from shared/data above the checkout (inferutil.FindSharedData).
 
 // parityRun is one generation's settings, pinned on both sides.
 type parityRun struct {

@@ -5,8 +5,6 @@ package zimage
 import (
 	"encoding/json"
 	"fmt"
-	"image"
-	"image/color"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,28 +182,13 @@ func TestZImageMatchesSDCLI(t *testing.T) {
 			}
 			r := zimageParityRun{Parts: zimageParityModel(t, c, file, tc.single), Prompt: tc.prompt, Size: size, Steps: 4, Seed: 42, Threads: 2}
 			if strings.HasSuffix(tc.name, "img2img") {
-				r.Init = zimageInitPNG(t, r.Size)
+				r.Init = inferutil.InitPNG(t, r.Size)
 			}
 			if psnr := zimageParity(t, bin, r); psnr < 50 {
 				t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)
 			}
 		})
 	}
-}
-
-// zimageInitPNG writes a size×size colour gradient as img2img's init image.
-func zimageInitPNG(t *testing.T, size int) string {
-	img := image.NewNRGBA(image.Rect(0, 0, size, size))
-	for y := 0; y < size; y++ {
-		for x := 0; x < size; x++ {
-			img.Set(x, y, color.NRGBA{uint8(2 * x), uint8(2 * y), uint8(255 - x - y), 255})
-		}
-	}
-	path := filepath.Join(t.TempDir(), "init.png")
-	if err := inferutil.WritePNGFile(path, img); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // TestZImageDiTMatchesSDCLI renders with a text encoder whose token

@@ -48,6 +48,13 @@ type LLMPrompt struct {
 	MinTokens int
 	// PadToken is the padding token's text (Qwen: "<|endoftext|>").
 	PadToken string
+	// BOS, when set, is the text of a token put before the template
+	// (Mistral: "<s>", sd.cpp's add_bos_token), weighing 1.
+	BOS string
+	// MinHidden pads the hidden states with rows of zeros to at least
+	// this many, after the tokens' weights are applied (Flux.2 dev: 512,
+	// sd.cpp's hidden_states_min_length); no token is added.
+	MinHidden int
 }
 
 // ZImagePrompt and QwenImagePrompt are sd.cpp's text-to-image templates of
@@ -242,19 +249,26 @@ func EncodeLLMPrompt(m *infer.Model, prompt string, p LLMPrompt) (hidden []float
 	if cfg == nil {
 		return nil, 0, fmt.Errorf("%s: the model has no LLM text encoder", m.Path)
 	}
-	ids, weights, err := llmLayout(llmTokenizer(m), prompt, p)
+	ids, weights, err := PromptLayout(Tokenizer(m), prompt, p)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", m.Path, err)
 	}
 	if len(ids) <= p.Drop {
 		return nil, 0, fmt.Errorf("%s: the prompt gives %d tokens, no more than the %d the template drops", m.Path, len(ids), p.Drop)
 	}
+	if p.BOS != "" {
+		bos, ok := Tokenizer(m).TokenID(p.BOS)
+		if !ok {
+			return nil, 0, fmt.Errorf("%s: the LLM tokenizer has no token %q to begin the prompt with", m.Path, p.BOS)
+		}
+		ids, weights = append([]int32{bos}, ids...), append([]float32{1}, weights...)
+	}
 	keep := make([]bool, len(ids))
 	for i := range keep {
 		keep[i] = true
 	}
 	if n := p.MinTokens - len(ids); n > 0 {
-		pad, ok := llmTokenizer(m).TokenID(p.PadToken)
+		pad, ok := Tokenizer(m).TokenID(p.PadToken)
 		if !ok {
 			return nil, 0, fmt.Errorf("%s: the LLM tokenizer has no padding token %q", m.Path, p.PadToken)
 		}
@@ -268,13 +282,18 @@ func EncodeLLMPrompt(m *infer.Model, prompt string, p LLMPrompt) (hidden []float
 	}
 	width := len(h) / len(ids)
 	infer.ApplyWeights(h, weights, width)
-	return h[p.Drop*width:], len(ids) - p.Drop, nil
+	n := len(ids) - p.Drop
+	h = h[p.Drop*width:]
+	if pad := p.MinHidden - n; pad > 0 {
+		h, n = append(h, make([]float32, pad*width)...), p.MinHidden
+	}
+	return h, n, nil
 }
 
-// llmLayout tokenizes the template's parts and the prompt's attention
+// PromptLayout tokenizes the template's parts and the prompt's attention
 // runs each on its own, as sd.cpp's LLMEmbedder::tokenize does, and gives
 // each id its run's weight (the template's weigh 1).
-func llmLayout(tok *text.ByteBPETokenizer, prompt string, p LLMPrompt) ([]int32, []float32, error) {
+func PromptLayout(tok *text.ByteBPETokenizer, prompt string, p LLMPrompt) ([]int32, []float32, error) {
 	if tok == nil {
 		return nil, nil, errors.New("no LLM tokenizer: pass --llm-tokenizer with the LLM's tokenizer.json (or a GGUF --llm file that embeds one, or embed one with `sdtool convert --tokenizer`)")
 	}

@@ -39,12 +39,13 @@ const (
 // LLMArch is what an LLM architecture fixes that its shapes do not show,
 // as sd.cpp's LLMRunner runs it (src/model/te/llm.hpp).
 type LLMArch struct {
-	// Name is the architecture ("qwen3", "qwen2.5-vl").
+	// Name is the architecture ("qwen3", "qwen2.5-vl", "mistral").
 	Name string
-	// RopeMode pairs the rotary channels (native.RopeNeox for Qwen) and
-	// RopeTheta is the rotary base. Qwen2.5-VL's multimodal rotary
-	// embedding gives a text token the same position in its three sections,
-	// so for text it is the ordinary NeoX rotation.
+	// RopeMode pairs the rotary channels (native.RopeNeox for Qwen,
+	// native.RopeNormal for Mistral, as sd.cpp rotates it whatever the
+	// file) and RopeTheta is the rotary base. Qwen2.5-VL's multimodal
+	// rotary embedding gives a text token the same position in its three
+	// sections, so for text it is the ordinary NeoX rotation.
 	RopeMode  int
 	RopeTheta float32
 	// Eps is the RMSNorm epsilon.
@@ -55,6 +56,8 @@ type LLMArch struct {
 var LLMArchs = map[string]LLMArch{
 	"qwen3":      {Name: "qwen3", RopeMode: native.RopeNeox, RopeTheta: 1e6, Eps: 1e-6},
 	"qwen2.5-vl": {Name: "qwen2.5-vl", RopeMode: native.RopeNeox, RopeTheta: 1e6, Eps: 1e-6},
+	// Mistral Small 3.x (Flux.2 dev's text encoder): no q_norm/k_norm, no biases.
+	"mistral": {Name: "mistral", RopeMode: native.RopeNormal, RopeTheta: 1e9, Eps: 1e-5},
 }
 
 // LLMConfig is a decoder-only LLM text encoder's configuration (Qwen3 for
@@ -186,12 +189,14 @@ func llmHeadDim(s infer.Shapes, md formats.Metadata, l0 string, qkNorm bool) (in
 }
 
 // llmArch picks the architecture: the metadata's when set, else Qwen3 for
-// a model with q_norm and k_norm, Qwen2.5-VL for one with q, k, v biases.
+// a model with q_norm and k_norm, Qwen2.5-VL for one with q, k, v biases,
+// Mistral for one with neither (the only such LLM sd.cpp runs as a text
+// encoder; it picks the architecture from the DiT, sdtool from the shapes).
 func llmArch(md formats.Metadata, c *LLMConfig) (LLMArch, error) {
 	if name, ok := md.String(MetaLLMArch); ok {
 		a, ok := LLMArchs[name]
 		if !ok {
-			return LLMArch{}, fmt.Errorf("metadata %s = %q is not an architecture generate runs (qwen3, qwen2.5-vl)", MetaLLMArch, name)
+			return LLMArch{}, fmt.Errorf("metadata %s = %q is not an architecture generate runs (qwen3, qwen2.5-vl, mistral)", MetaLLMArch, name)
 		}
 		return a, nil
 	}
@@ -201,7 +206,7 @@ func llmArch(md formats.Metadata, c *LLMConfig) (LLMArch, error) {
 	case c.QKVBias:
 		return LLMArchs["qwen2.5-vl"], nil
 	}
-	return LLMArch{}, errors.New("neither q_norm/k_norm (Qwen3) nor q, k, v biases (Qwen2.5-VL) in layer 0: an architecture generate does not run (set " + MetaLLMArch + " if it is one)")
+	return LLMArchs["mistral"], nil
 }
 
 // checkLayers checks that every layer has the tensors the graph reads with
@@ -264,8 +269,8 @@ func LLM(c *infer.ModelConfig) *LLMConfig {
 	return nil
 }
 
-// llmTokenizer returns the model's LLM tokenizer (nil when none was found).
-func llmTokenizer(m *infer.Model) *text.ByteBPETokenizer {
+// Tokenizer returns the model's LLM tokenizer (nil when none was found).
+func Tokenizer(m *infer.Model) *text.ByteBPETokenizer {
 	t, _ := m.Tokenizers["llm"].(*text.ByteBPETokenizer)
 	return t
 }

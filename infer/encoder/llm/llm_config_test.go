@@ -66,6 +66,17 @@ func TestDetectLLM(t *testing.T) {
 	if c.Arch.Name != "qwen2.5-vl" || c.Hidden != 3584 || c.Layers != 28 || c.Heads != 28 || c.KVHeads != 4 || c.HeadDim != 128 || c.QKNorm || !c.QKVBias {
 		t.Errorf("Qwen2.5-VL-7B: %+v", c)
 	}
+	// Neither q_norm nor biases is Mistral (Flux.2 dev's Mistral Small 3.x:
+	// 40 layers 5120 wide, 32 query and 8 key heads of 128).
+	mistral := llmShapes(true, 3)
+	for k := range mistral {
+		if strings.Contains(k, "self_attn.q_norm") || strings.Contains(k, "self_attn.k_norm") {
+			delete(mistral, k)
+		}
+	}
+	if c, err = DetectLLM(mistral, nil, LLMPrefix); err != nil || c.Arch.Name != "mistral" || c.Arch.RopeTheta != 1e9 || c.Arch.Eps != 1e-5 || c.HeadDim != 128 || c.Heads != 32 || c.KVHeads != 8 {
+		t.Errorf("Mistral: %+v, %v", c, err)
+	}
 	// llama.cpp's key_length decides the head width where no q_norm tells it.
 	md := formats.Metadata{{Key: "general.architecture", Type: formats.TypeString, Value: "qwen2vl"},
 		{Key: "qwen2vl.attention.key_length", Type: formats.TypeUint32, Value: uint32(64)}}
@@ -95,13 +106,6 @@ func TestDetectLLM(t *testing.T) {
 			s[LLMPrefix+"layers.0.self_attn.k_proj.weight"] = []int64{1000, 2560}
 		}, nil, "do not split"},
 		{"unknown arch", func(s map[string][]int64) {}, formats.Metadata{{Key: MetaLLMArch, Type: formats.TypeString, Value: "gpt-oss"}}, "gpt-oss"},
-		{"plain llama", func(s map[string][]int64) {
-			for k := range s {
-				if strings.Contains(k, "_norm.weight") && strings.Contains(k, "self_attn") {
-					delete(s, k)
-				}
-			}
-		}, nil, "neither q_norm"},
 	} {
 		s := llmShapes(true, 3)
 		tc.edit(s)

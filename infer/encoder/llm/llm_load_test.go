@@ -130,8 +130,8 @@ func TestLLMLoadsEveryNaming(t *testing.T) {
 		if *ca != *cb || ca.Heads != base.Heads || ca.KVHeads != base.KVHeads || ca.QKNorm != base.QKNorm || ca.Layers != 2 {
 			t.Fatalf("configurations %+v and %+v, want %+v", ca, cb, base)
 		}
-		if llmTokenizer(a) != nil || llmTokenizer(b) == nil {
-			t.Fatalf("tokenizers: safetensors %v, GGUF %v (want none and one)", llmTokenizer(a), llmTokenizer(b))
+		if Tokenizer(a) != nil || Tokenizer(b) == nil {
+			t.Fatalf("tokenizers: safetensors %v, GGUF %v (want none and one)", Tokenizer(a), Tokenizer(b))
 		}
 		ids := []int32{256, 3, 200, 17, 259, 1}
 		ha, err := EncodeLLM(a, ids, 0)
@@ -211,7 +211,7 @@ func TestLLMPromptTemplates(t *testing.T) {
 	if n := len(tok.Encode(QwenImagePrompt.Before)); n != QwenImagePrompt.Drop {
 		t.Errorf("Qwen-Image's template before the prompt is %d tokens, Drop %d", n, QwenImagePrompt.Drop)
 	}
-	ids, ws, err := llmLayout(tok, "a (red:1.5) fox", ZImagePrompt)
+	ids, ws, err := PromptLayout(tok, "a (red:1.5) fox", ZImagePrompt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,9 @@ import (
 	"github.com/sdtool/sdtool/internal/longtest"
 )
 
-const SharedCLIPMerges = "../../../../shared/data/clip_bpe_merges.txt"
+// SharedCLIPMerges is CLIP's merges in the shared data folder
+// (FindSharedData), which the sd-cli parity tests give both sides.
+var SharedCLIPMerges = FindSharedData("clip_bpe_merges.txt")
 
 func SDCLIBinary(tb testing.TB) string {
 	tb.Helper()

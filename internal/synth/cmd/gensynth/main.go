@@ -55,6 +55,7 @@ func run(args []string, stderr io.Writer) (err error) {
 	testdata := fs.String("testdata", "", "write the committed test files (tiny-*.gguf and the others in testdata/ that the generator makes) into `DIR`")
 	force := fs.Bool("force", false, "replace existing files")
 	fluxBench := fs.Bool("flux-bench", false, "write synth.FluxBench (a runnable Flux layout with realistic weight statistics) to -o")
+	parts := fs.String("parts", "", "write a full-size model's component files (z-image-turbo) into the folder -o")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,6 +70,9 @@ func run(args []string, stderr io.Writer) (err error) {
 	outputs := []string{*out, *imat}
 	if *testdata != "" {
 		outputs = testdataFiles(*testdata)
+	}
+	if *parts != "" {
+		outputs = fullPartFiles(*parts, *out)
 	}
 	defer func() {
 		if err == nil {
@@ -93,6 +97,10 @@ func run(args []string, stderr io.Writer) (err error) {
 			}
 		}
 		return nil
+	case *parts != "" && *out == "":
+		return errors.New("-parts needs -o DIR")
+	case *parts != "":
+		return writeFullParts(*parts, *out)
 	case *fluxBench:
 		if *out == "" {
 			return errors.New("-flux-bench needs -o OUT.gguf or OUT.safetensors")
@@ -157,6 +165,33 @@ func checkLayoutFlags(fs *flag.FlagSet, arch string) error {
 	return nil
 }
 
+// fullParts are the full-size models -parts writes as component files.
+var fullParts = map[string]synth.ZImage{"z-image-turbo": synth.ZImageTurbo}
+
+// writeFullParts writes the component files of the full-size model name
+// into the folder dir as NAME-FLAG.gguf; each tensor is generated as it is
+// written, so memory stays small whatever the model's size.
+func writeFullParts(name, dir string) error {
+	m, ok := fullParts[name]
+	if !ok {
+		return fmt.Errorf("unknown -parts model %q (want z-image-turbo)", name)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	_, err := m.WriteParts(dir, name, "gguf")
+	return err
+}
+
+// fullPartFiles are the files -parts name writes into dir.
+func fullPartFiles(name, dir string) []string {
+	var files []string
+	for _, flag := range synth.ZImageParts {
+		files = append(files, filepath.Join(dir, name+"-"+flag+".gguf"))
+	}
+	return files
+}
+
 // committedFile is one model of the committed test data: the files it is
 // (a model as its component files is several) and how -testdata writes them.
 type committedFile struct {
@@ -180,6 +215,7 @@ var committed = []committedFile{
 	single("tiny-sd3.gguf", synth.TinySD3.WriteSingle),
 	single("tiny-wan.gguf", synth.TinyWan.WriteSingle),
 	single("tiny-flux2-klein.gguf", synth.TinyKlein.WriteSingle),
+	single("tiny-flux2-dev.gguf", synth.TinyDev.WriteSingle),
 	{names: []string{"tiny-qwen-image-diffusion-model.gguf", "tiny-qwen-image-llm.gguf", "tiny-qwen-image-vae.safetensors"},
 		write: func(dir string) error {
 			_, err := synth.TinyQwenImage.WriteParts(dir, "tiny-qwen-image", "gguf")

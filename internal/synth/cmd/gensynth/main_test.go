@@ -98,3 +98,24 @@ func TestUsageLayoutsAndReport(t *testing.T) {
 		t.Errorf("success report %q", got)
 	}
 }
+
+// -parts names a full-size model and a folder, and refuses to replace its
+// files without -force before writing anything.
+func TestPartsRefusals(t *testing.T) {
+	dir := t.TempDir()
+	var stderr bytes.Buffer
+	if err := run([]string{"-parts", "z-image-turbo"}, &stderr); err == nil || !strings.Contains(err.Error(), "-o DIR") {
+		t.Errorf("no -o: %v", err)
+	}
+	if err := run([]string{"-parts", "sd9", "-o", dir}, &stderr); err == nil || !strings.Contains(err.Error(), `unknown -parts model "sd9"`) {
+		t.Errorf("unknown model: %v", err)
+	}
+	existing := fullPartFiles("z-image-turbo", dir)[1]
+	os.WriteFile(existing, []byte("keep"), 0o644)
+	if err := run([]string{"-parts", "z-image-turbo", "-o", dir}, &stderr); err == nil || !strings.Contains(err.Error(), "exists (pass -force") {
+		t.Errorf("existing %s: %v", existing, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the refused run wrote %d files", len(entries)-1)
+	}
+}

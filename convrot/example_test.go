@@ -3,8 +3,8 @@ package convrot_test
 import (
 	"fmt"
 
+	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
-	"github.com/sdtool/sdtool/quant/convrot"
 )
 
 // A writer lays out a layer, then streams its rows through Int8Rows.
