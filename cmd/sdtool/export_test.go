@@ -18,7 +18,6 @@ import (
 // keeps its bytes, and the k-quants (whose searches see the decoded values
 // differently) are counted. Reshaped convs get their shape back.
 func TestExportRoundTrip(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	for _, typ := range []string{"Q8_0", "Q4_0", "Q5_0", "Q4_1", "Q4_K_M"} {
 		q, e, q2 := filepath.Join(dir, typ+".gguf"), filepath.Join(dir, typ+".safetensors"), filepath.Join(dir, typ+"-again.gguf")

@@ -23,7 +23,6 @@ import (
 const tinyGGUF = "../../testdata/tiny-sd1.gguf"
 
 func TestGenerateSameSeedSameBytes(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	var pngs [][]byte
 	for i, seed := range []string{"5", "5", "6"} {
@@ -61,7 +60,6 @@ func TestGenerateSameSeedSameBytes(t *testing.T) {
 }
 
 func TestGenerateCompare(t *testing.T) {
-	t.Parallel()
 	out := filepath.Join(t.TempDir(), "c.png")
 	code, stdout, errOut := runApp(t, "generate", "-m", tinyGGUF, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64",
 		"-t", "1", "--cfg-scale", "1", "-o", out, "--compare", tinyGGUF)
@@ -84,7 +82,6 @@ func TestGenerateCompare(t *testing.T) {
 // one measured here from the two images written by separate runs, and
 // every block has a relative error (issue 34, item 17).
 func TestGenerateCompareJSON(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	q4 := filepath.Join(dir, "q4.gguf")
 	if code, _, errOut := runApp(t, "quantize", tinyGGUF, "--type", "Q4_0", "-o", q4); code != 0 {
@@ -208,7 +205,6 @@ func TestGenerateSDXLMixedComponents(t *testing.T) {
 // count: generate names the missing key and the command that adds it, and
 // a copy converted the default way runs.
 func TestGenerateConvertedCopies(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	bare, kept := filepath.Join(dir, "bare.gguf"), filepath.Join(dir, "kept.gguf")
 	for _, args := range [][]string{
@@ -355,7 +351,6 @@ func TestGenerateFindsTokenizer(t *testing.T) {
 // reached the decoder as a ggml size error); a text encoder the family
 // never reads is named in a warning, since the image ignores it.
 func TestGenerateForeignComponents(t *testing.T) {
-	t.Parallel()
 	flux := "../../testdata/tiny-flux.gguf"
 	out := filepath.Join(t.TempDir(), "x.png")
 	base := []string{"generate", "-m", tinyGGUF, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64", "-t", "1", "-o", out, "--force"}

@@ -44,7 +44,6 @@ func aviFrames(t *testing.T, b []byte) [][]byte {
 }
 
 func TestGenerateVideo(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	clip := filepath.Join(dir, "cat.avi")
 	code, _, errOut := runApp(t, "generate", "-m", tinyWan, "-M", "vid_gen", "--video-frames", "6", "-p", "a cat", "--steps", "1",
@@ -115,7 +114,6 @@ func TestGenerateVideo(t *testing.T) {
 }
 
 func TestGenerateVideoCompare(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	code, stdout, errOut := runApp(t, "generate", "-m", tinyWan, "-M", "vid_gen", "--video-frames", "5", "-p", "a cat", "--steps", "1",
 		"-W", "16", "-H", "16", "-t", "1", "-o", filepath.Join(dir, "v.avi"), "--compare", tinyWan, "--json")
@@ -135,7 +133,6 @@ func TestGenerateVideoCompare(t *testing.T) {
 }
 
 func TestGenerateVideoErrors(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	for _, c := range []struct {
 		args []string

@@ -14,7 +14,6 @@ import (
 // .partial (or the imatrix's) is replaced, not written through (issue 14,
 // items 5 and 6).
 func TestGenerateOutputsNeverReplaceInputs(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	model := copyTo(t, tinyGGUF, dir, "model.gguf")
 	orig, _ := os.ReadFile(model)

@@ -48,7 +48,6 @@ func writeSeed(t *testing.T, path string, seed int64) {
 // LoRA by lora extract) and compares them with the committed files byte
 // for byte. SDTOOL_UPDATE_TESTDATA=1 rewrites them.
 func TestTinyLoRAFixtures(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	s2 := filepath.Join(dir, "seed2.safetensors")
 	writeSeed(t, s2, 2)
@@ -146,7 +145,6 @@ type extractJSON struct {
 // layers miss B by exactly the share of the difference the report says
 // was not kept (the SVD's tail), and the other tensors stay A's.
 func TestExtractThenBakeReproducesTuned(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	tuned := filepath.Join(dir, "b.safetensors")
 	writeSeed(t, tuned, 3)
@@ -199,7 +197,6 @@ func TestExtractThenBakeReproducesTuned(t *testing.T) {
 // model (baked in f32 first) gives: with a mix and an importance matrix,
 // so quantize's planner and its weights are the ones used.
 func TestBakeQuantizesInTheSamePass(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	f32 := filepath.Join(dir, "baked-f32.safetensors")
 	mustRun(t, "merge", "--base", tiny, "--lora", tinyLoRA+":0.7", "-o", f32, "--type", "f32")
@@ -433,7 +430,6 @@ func TestExtractJSONDocumented(t *testing.T) {
 // dequantized plus the same delta as baked into the f16 model, every other
 // tensor the dequantized base itself.
 func TestBakeIntoQuantizedBase(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	ref := filepath.Join(dir, "ref.safetensors")
 	mustRun(t, "merge", "--base", tiny, "--lora", tinyLoRA, "-o", ref, "--type", "f32")

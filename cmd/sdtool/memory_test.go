@@ -36,7 +36,6 @@ func TestGenerateMaxMemory(t *testing.T) {
 // holds only part of a graph's weights (the VAE's, beside its 64x64
 // compute buffer), what was streamed.
 func TestGenerateStreamSummary(t *testing.T) {
-	t.Parallel()
 	out := filepath.Join(t.TempDir(), "a.png")
 	code, _, errOut := runApp(t, "generate", "-m", tinyGGUF, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64",
 		"--cfg-scale", "1", "-t", "1", "--max-memory", "4.25MiB", "-o", out)

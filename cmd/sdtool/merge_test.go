@@ -45,7 +45,6 @@ func TestMergeErrorsAreOneLine(t *testing.T) {
 }
 
 func TestMergeCommand(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	recipe := filepath.Join(dir, "r.json")
 	abs, _ := filepath.Abs(tiny)

@@ -15,7 +15,6 @@ import (
 // with --tensor-type-rules, and checks the refusals, each one "sdtool: "
 // line with exit status 1.
 func TestQuantizeBudgetCLI(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	rules, types := filepath.Join(dir, "r.txt"), filepath.Join(dir, "t.txt")
 	args := []string{"quantize", tiny, "-o", filepath.Join(dir, "b.gguf"), "--budget", "3MB", "--write-rules", rules, "--write-type-file", types, "-t", "2"}

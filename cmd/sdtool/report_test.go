@@ -100,7 +100,6 @@ func TestReportErrors(t *testing.T) {
 // without its scales) is reported with its white images and a warning;
 // as the source it is refused, since nothing could be measured against it.
 func TestReportNaNFile(t *testing.T) {
-	t.Parallel()
 	if !infer.Available {
 		t.Skip("report runs generate's engine: needs a cgo build")
 	}

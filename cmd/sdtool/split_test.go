@@ -220,7 +220,6 @@ func TestSplitFlags(t *testing.T) {
 // quantize, convert and merge with --split-max-size write the shards that
 // split --keep-dims cuts from their unsplit output, byte for byte.
 func TestWritersSplit(t *testing.T) {
-	t.Parallel()
 	for _, args := range [][]string{
 		{"quantize", tiny, "--type", "Q4_K_M"},
 		{"convert", "-m", tiny, "--type", "q8_0"},
@@ -261,7 +260,6 @@ func TestWritersSplit(t *testing.T) {
 // opens as the unsplit file's tensors; a shard that cannot be created
 // leaves nothing, index included.
 func TestSafetensorsShards(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	whole, cut := filepath.Join(dir, "whole.safetensors"), filepath.Join(dir, "cut.safetensors")
 	for _, out := range []string{whole, cut} {
@@ -327,7 +325,6 @@ func TestSplitJoinBack(t *testing.T) {
 // writes for that type alone, lists them in the manifest with their
 // digests, and says that sd.cpp and ComfyUI cannot load a split file.
 func TestLadderSplit(t *testing.T) {
-	t.Parallel()
 	dir, alone := t.TempDir(), t.TempDir()
 	args := []string{"quantize", tiny, "--type", "Q8_0,Q4_K_M,int8", "-o", filepath.Join(dir, "t-{type}.{ext}"), "--split-max-size", "1M"}
 	if code, _, errOut := runApp(t, args...); code != 0 {

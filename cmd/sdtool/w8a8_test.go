@@ -49,7 +49,6 @@ func comfyRenderer(t *testing.T, typ string) (model string, gen func(model strin
 // float source measures a finite loss (an INT8 file computed as dequantized
 // floats measured higher).
 func TestGenerateComfyModulesAsRuntimes(t *testing.T) {
-	t.Parallel()
 	model, gen := comfyRenderer(t, "int8_convrot")
 	code, stdout, stderr := gen(model)
 	if code != 0 {
@@ -104,7 +103,6 @@ func TestGenerateFP8AsRuntimes(t *testing.T) {
 // A size that is not a multiple of the network's is aligned up, as sd-cli
 // aligns it, with a warning.
 func TestGenerateAlignsSize(t *testing.T) {
-	t.Parallel()
 	out := filepath.Join(t.TempDir(), "a.png")
 	code, _, stderr := runApp(t, "generate", "-m", "../../testdata/tiny-sd1.gguf", "-p", "a cat", "--steps", "1", "-W", "64", "-H", "48",
 		"-t", "1", "-o", out)

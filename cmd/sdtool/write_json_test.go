@@ -122,7 +122,6 @@ func checkDocumented(t *testing.T, doc, js string, nulls bool) {
 // and the tensors listed are the file's, with their types (issue 34,
 // item 17).
 func TestWriteCommandsJSON(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	for _, c := range []struct {
 		name string
