@@ -14,7 +14,6 @@ import (
 
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/internal/inferutil"
-	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
 )
@@ -109,7 +108,6 @@ func kleinParity(t *testing.T, bin string, r kleinParityRun) float64 {
 	if log, err := exec.Command(bin, r.sdcliArgs(out)...).CombinedOutput(); err != nil {
 		t.Fatalf("sd-cli: %v\n%s", err, inferutil.Tail(log))
 	}
-	ref := inferutil.ReadPNGFile(t, out)
 	m, err := infer.Load(infer.Components{"diffusion-model": r.Parts["diffusion-model"], "llm": r.Parts["llm"], "vae": r.Parts["vae"]},
 		infer.LoadOptions{Threads: r.Threads})
 	if err != nil {
@@ -124,16 +122,7 @@ func kleinParity(t *testing.T, bin string, r kleinParityRun) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := os.Getenv("SDTOOL_KLEIN_PARITY_DIR"); d != "" {
-		inferutil.CopyFile(t, out, filepath.Join(d, "sdcli.png"))
-		if err := inferutil.WritePNGFile(filepath.Join(d, "sdtool.png"), img); err != nil {
-			t.Fatal(err)
-		}
-	}
-	psnr, err := metrics.PSNR(ref, img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	psnr := inferutil.ComparePNG(t, out, img, "SDTOOL_KLEIN_PARITY_DIR", "")
 	t.Logf("sdtool vs sd-cli, Flux.2 klein, prompt %q, init %q, %dx%d, %d euler steps: PSNR %.2f dB", r.Prompt, r.Init, r.Size, r.Size, r.Steps, psnr)
 	return psnr
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/internal/inferutil"
-	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
 )
@@ -105,7 +104,6 @@ func TestDevMatchesSDCLI(t *testing.T) {
 	if log, err := exec.Command(bin, r.sdcliArgs(out)...).CombinedOutput(); err != nil {
 		t.Fatalf("sd-cli: %v\n%s", err, inferutil.Tail(log))
 	}
-	ref := inferutil.ReadPNGFile(t, out)
 	m, err := infer.Load(r.components(), infer.LoadOptions{Threads: r.Threads})
 	if err != nil {
 		t.Fatal(err)
@@ -122,16 +120,7 @@ func TestDevMatchesSDCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := os.Getenv("SDTOOL_DEV_PARITY_DIR"); d != "" {
-		inferutil.CopyFile(t, out, filepath.Join(d, "sdcli.png"))
-		if err := inferutil.WritePNGFile(filepath.Join(d, "sdtool.png"), img); err != nil {
-			t.Fatal(err)
-		}
-	}
-	psnr, err := metrics.PSNR(ref, img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	psnr := inferutil.ComparePNG(t, out, img, "SDTOOL_DEV_PARITY_DIR", "")
 	t.Logf("sdtool vs sd-cli, Flux.2 dev, prompt %q, %dx%d, %d euler steps, guidance %g: PSNR %.2f dB", r.Prompt, r.Size, r.Size, r.Steps, r.Guidance, psnr)
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB, want at least 50", psnr)

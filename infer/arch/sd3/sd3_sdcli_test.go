@@ -12,7 +12,6 @@ import (
 
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/internal/inferutil"
-	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -111,18 +110,8 @@ func testSD3Parity(t *testing.T, c synth.SD3, name string) {
 	if log, err := exec.Command(bin, r.sdcliArgs(out)...).CombinedOutput(); err != nil {
 		t.Fatalf("sd-cli: %v\n%s", err, inferutil.Tail(log))
 	}
-	ref := inferutil.ReadPNGFile(t, out)
 	img, _ := inferutil.GenerateParts(t, r.components(), infer.LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": merges}}, r.request())
-	if d := os.Getenv("SDTOOL_SD3_PARITY_DIR"); d != "" {
-		inferutil.CopyFile(t, out, filepath.Join(d, name+"-sdcli.png"))
-		if err := inferutil.WritePNGFile(filepath.Join(d, name+"-sdtool.png"), img); err != nil {
-			t.Fatal(err)
-		}
-	}
-	psnr, err := metrics.PSNR(ref, img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	psnr := inferutil.ComparePNG(t, out, img, "SDTOOL_SD3_PARITY_DIR", name)
 	t.Logf("sdtool vs sd-cli, %s, 128x128, %d euler steps, cfg %g: PSNR %.2f dB", name, r.Steps, r.CFG, psnr)
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB against sd-cli, want at least 50", psnr)

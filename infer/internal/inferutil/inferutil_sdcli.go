@@ -10,6 +10,7 @@ import (
 	"image/png"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/longtest"
 )
 
@@ -238,3 +240,26 @@ var (
 	SDCLISampling = regexp.MustCompile(`sampling completed, taking ([0-9.]+)s`)
 	sdcliLoading  = regexp.MustCompile(`loading tensors completed, taking ([0-9.]+)s`)
 )
+
+// ComparePNG returns the PSNR of img against sd-cli's PNG at ref; when the
+// environment variable keep names a folder, it first copies both images
+// there as NAME-sdcli.png and NAME-sdtool.png (sdcli.png and sdtool.png
+// for an empty name), to look at.
+func ComparePNG(tb testing.TB, ref string, img image.Image, keep, name string) float64 {
+	tb.Helper()
+	if d := os.Getenv(keep); d != "" {
+		prefix := ""
+		if name != "" {
+			prefix = name + "-"
+		}
+		CopyFile(tb, ref, filepath.Join(d, prefix+"sdcli.png"))
+		if err := WritePNGFile(filepath.Join(d, prefix+"sdtool.png"), img); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	psnr, err := metrics.PSNR(ReadPNGFile(tb, ref), img)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return psnr
+}
