@@ -197,7 +197,7 @@ func runMeasured(b *testing.B, cmd *exec.Cmd) (time.Duration, time.Duration, int
 		b.Fatalf("%s: %v\n%s", cmd.Path, err, stderr.Bytes())
 	}
 	ps := cmd.ProcessState
-	return time.Since(t0), ps.UserTime() + ps.SystemTime(), peakRSS(ps)
+	return time.Since(t0), ps.UserTime() + ps.SystemTime(), benchutil.ChildPeakRSS(ps)
 }
 
 // median returns the middle value of v (the upper one of an even count).

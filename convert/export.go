@@ -7,6 +7,7 @@ import (
 
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
@@ -109,7 +110,7 @@ func exportNames(m formats.Model, list []string, scheme string) ([]string, error
 	case NamesDiffusers:
 		return diffusersNames(arch, list)
 	default:
-		return nil, fmt.Errorf("--names %q: want one of %s", scheme, strings.Join(NameSchemes, ", "))
+		return nil, option.Errorf("%s %q: want one of %s", option.Name("Names"), scheme, strings.Join(NameSchemes, ", "))
 	}
 	seen := make(map[string]string, len(out))
 	for i, n := range out {
@@ -147,7 +148,7 @@ func diffusionOnly(a family.Architecture) bool {
 func diffusersNames(a family.Architecture, list []string) ([]string, error) {
 	v := version(a)
 	if !v.IsUNet() || !diffusionOnly(a) {
-		return nil, fmt.Errorf("--names diffusers: only the UNet of SD 1.x, 2.x and XL is mapped to diffusers names, alone in its file (this is %s)", a.Name)
+		return nil, option.Errorf("%s diffusers: only the UNet of SD 1.x, 2.x and XL is mapped to diffusers names, alone in its file (this is %s)", option.Name("Names"), a.Name)
 	}
 	out := make([]string, len(list))
 	for i, n := range list {

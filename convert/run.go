@@ -9,6 +9,7 @@ import (
 
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 
 	// The writers sd-cli's convert writes: GGUF, and safetensors by extension.
 	_ "github.com/sdtool/sdtool/formats/gguf"
@@ -65,58 +66,13 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	if opts.Output == "" {
 		return nil, errors.New("no output: give -o OUT.gguf or -o OUT.safetensors")
 	}
-	userMeta, err := pipeline.ParseMetadataItems(opts.Metadata)
+	pol, userMeta, err := policyOf(opts)
 	if err != nil {
 		return nil, err
 	}
-	if opts.NoMetadata && (len(userMeta) > 0 || len(opts.Tokenizers) > 0) {
-		return nil, errors.New("--no-metadata writes none: it excludes --metadata and --tokenizer")
-	}
-	var pol policy
-	if opts.Type != "" {
-		if pol.Type, err = ParseTargetType(opts.Type); err != nil {
-			return nil, fmt.Errorf("--type: %v", err)
-		}
-		pol.HasType = true
-	}
-	if opts.Rules != "" {
-		if pol.Rules, err = ParseRules(opts.Rules); err != nil {
-			return nil, fmt.Errorf("--tensor-type-rules: %v", err)
-		}
-	}
-	if len(opts.Imatrix) > 0 {
-		var ms []*imatrix.Matrix
-		for _, path := range opts.Imatrix {
-			m, err := imatrix.Open(path)
-			if err != nil {
-				return nil, fmt.Errorf("--imatrix: %w", err)
-			}
-			if err := m.Validate(path); err != nil {
-				return nil, fmt.Errorf("--imatrix: %w", err)
-			}
-			ms = append(ms, m)
-		}
-		if pol.Imatrix, err = imatrix.SumStored(opts.Imatrix, ms); err != nil {
-			return nil, fmt.Errorf("--imatrix: %w", err)
-		}
-	}
-	// sd-cli writes safetensors for that extension and GGUF for any other;
-	// a GGUF named out.bin misleads every tool that goes by the name, so
-	// sdtool refuses other extensions, as quantize and merge do.
-	if err := pipeline.FolderOutput(opts.Output, "gguf"); err != nil {
+	format, toks, err := outputOf(opts)
+	if err != nil {
 		return nil, err
-	}
-	format, err := formats.CreatorFor(opts.Output)
-	if err != nil || format.Name != "gguf" && format.Name != "safetensors" {
-		return nil, fmt.Errorf("%s: the output must end in .gguf or .safetensors, not %q", opts.Output, filepath.Ext(opts.Output))
-	}
-	var toks []embedded
-	for _, p := range opts.Tokenizers {
-		e, err := loadTokenizer(p, format.Name)
-		if err != nil {
-			return nil, err
-		}
-		toks = append(toks, e)
 	}
 	plan := &pipeline.Plan{Path: opts.Output, Format: format,
 		// sd-cli's layout: compact unpadded safetensors with no metadata,
@@ -127,41 +83,11 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 			plan.Close()
 		}
 	}()
-	models := map[string]formats.Model{}
-	var mdFrom []string
-	var mds []formats.Metadata
-	for _, c := range family.ConvertInputs() {
-		path, ok := opts.Inputs[c.Flag]
-		if !ok {
-			continue
-		}
-		m, err := formats.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		plan.Use(m)
-		mdFrom, mds = append(mdFrom, path), append(mds, m.Metadata())
-		if opts.Dequantize {
-			view, n, err := tensor.Dequantized(m)
-			if err != nil {
-				return nil, err
-			}
-			if n > 0 {
-				log.Info("dequantizing ComfyUI quantized modules", "file", path, "modules", n)
-			}
-			m = view
-		}
-		models[c.Flag] = m
-		for _, w := range m.Info().Warnings {
-			log.Warn(w)
-		}
+	in, err := openInputs(plan, opts, log)
+	if err != nil {
+		return nil, err
 	}
-	for flag := range opts.Inputs {
-		if _, ok := models[flag]; !ok {
-			return nil, fmt.Errorf("unknown input component %q", flag)
-		}
-	}
-	sources, warnings, err := Load(models)
+	sources, warnings, err := Load(in.models)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +114,137 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOutputs(plan, pol, log); err != nil {
+		return nil, err
+	}
+	if !opts.NoMetadata {
+		carryMetadata(plan, format.Name, in.mdFrom, in.mds, userMeta, log)
+		for i, e := range toks {
+			plan.Header.Metadata = e.apply(plan.Header.Metadata)
+			plan.Notes = append(plan.Notes, fmt.Sprintf("tokenizer: %s embedded from %s", e.What, opts.Tokenizers[i]))
+		}
+	}
+	noteImatrix(plan, sources, unused, pol)
+	if err := plan.Check(); err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+// policyOf reads the options that decide the tensors' types (type, rules,
+// importance matrices) and the user's metadata items.
+func policyOf(opts *Options) (pol policy, userMeta [][2]string, err error) {
+	userMeta, err = pipeline.ParseMetadataItems(opts.Metadata)
+	if err != nil {
+		return pol, nil, err
+	}
+	if opts.NoMetadata && (len(userMeta) > 0 || len(opts.Tokenizers) > 0) {
+		return pol, nil, option.Errorf("%s writes none: it excludes %s and %s", option.Name("NoMetadata"), option.Name("Metadata"), option.Name("Tokenizers"))
+	}
+	if opts.Type != "" {
+		if pol.Type, err = ParseTargetType(opts.Type); err != nil {
+			return pol, nil, option.Errorf("%s: %w", option.Name("Type"), err)
+		}
+		pol.HasType = true
+	}
+	if opts.Rules != "" {
+		if pol.Rules, err = ParseRules(opts.Rules); err != nil {
+			return pol, nil, option.Errorf("%s: %w", option.Name("Rules"), err)
+		}
+	}
+	if len(opts.Imatrix) > 0 {
+		var ms []*imatrix.Matrix
+		for _, path := range opts.Imatrix {
+			m, err := imatrix.Open(path)
+			if err != nil {
+				return pol, nil, option.Errorf("%s: %w", option.Name("Imatrix"), err)
+			}
+			if err := m.Validate(path); err != nil {
+				return pol, nil, option.Errorf("%s: %w", option.Name("Imatrix"), err)
+			}
+			ms = append(ms, m)
+		}
+		if pol.Imatrix, err = imatrix.SumStored(opts.Imatrix, ms); err != nil {
+			return pol, nil, option.Errorf("%s: %w", option.Name("Imatrix"), err)
+		}
+	}
+	return pol, userMeta, nil
+}
+
+// outputOf checks the output's name and loads the tokenizers to embed in
+// it.
+func outputOf(opts *Options) (formats.Creator, []embedded, error) {
+	// sd-cli writes safetensors for that extension and GGUF for any other;
+	// a GGUF named out.bin misleads every tool that goes by the name, so
+	// sdtool refuses other extensions, as quantize and merge do.
+	if err := pipeline.FolderOutput(opts.Output, "gguf"); err != nil {
+		return formats.Creator{}, nil, err
+	}
+	format, err := formats.CreatorFor(opts.Output)
+	if err != nil || format.Name != "gguf" && format.Name != "safetensors" {
+		return formats.Creator{}, nil, fmt.Errorf("%s: the output must end in .gguf or .safetensors, not %q", opts.Output, filepath.Ext(opts.Output))
+	}
+	var toks []embedded
+	for _, p := range opts.Tokenizers {
+		e, err := loadTokenizer(p, format.Name)
+		if err != nil {
+			return formats.Creator{}, nil, err
+		}
+		toks = append(toks, e)
+	}
+	return format, toks, nil
+}
+
+// inputs are the opened input files by input flag, and their metadata in
+// the order sd-cli reads them.
+type inputs struct {
+	models map[string]formats.Model
+	mdFrom []string
+	mds    []formats.Metadata
+}
+
+// openInputs opens the input files in family.ConvertInputs() order, each
+// used by the plan (closed with it), ComfyUI modules dequantized when asked.
+func openInputs(plan *pipeline.Plan, opts *Options, log *slog.Logger) (inputs, error) {
+	in := inputs{models: map[string]formats.Model{}}
+	for _, c := range family.ConvertInputs() {
+		path, ok := opts.Inputs[c.Flag]
+		if !ok {
+			continue
+		}
+		m, err := formats.Open(path)
+		if err != nil {
+			return in, err
+		}
+		plan.Use(m)
+		in.mdFrom, in.mds = append(in.mdFrom, path), append(in.mds, m.Metadata())
+		if opts.Dequantize {
+			view, n, err := tensor.Dequantized(m)
+			if err != nil {
+				return in, err
+			}
+			if n > 0 {
+				log.Info("dequantizing ComfyUI quantized modules", "file", path, "modules", n)
+			}
+			m = view
+		}
+		in.models[c.Flag] = m
+		for _, w := range m.Info().Warnings {
+			log.Warn(w)
+		}
+	}
+	for flag := range opts.Inputs {
+		if _, ok := in.models[flag]; !ok {
+			return in, fmt.Errorf("unknown input component %q", flag)
+		}
+	}
+	return in, nil
+}
+
+// checkOutputs notes the rules that matched nothing and the tensors
+// decoded to floats, refuses types a safetensors output cannot hold, and
+// logs the tensors' notes.
+func checkOutputs(plan *pipeline.Plan, pol policy, log *slog.Logger) error {
 	names := make([]string, len(plan.Outputs))
 	for i, o := range plan.Outputs {
 		names[i] = o.Name
@@ -213,10 +270,10 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		}
 		plan.Notes = append(plan.Notes, note)
 	}
-	if format.Name == "safetensors" {
+	if plan.Format.Name == "safetensors" {
 		for _, o := range plan.Outputs {
-			if !format.Stores(o.Type) {
-				return nil, fmt.Errorf("%s: tensor %q would be %s, which safetensors cannot hold; write a .gguf or choose f16/bf16/f32", opts.Output, o.Name, o.Type)
+			if !plan.Format.Stores(o.Type) {
+				return fmt.Errorf("%s: tensor %q would be %s, which safetensors cannot hold; write a .gguf or choose f16/bf16/f32", plan.Path, o.Name, o.Type)
 			}
 		}
 	}
@@ -225,16 +282,14 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 			log.Info("tensor note", "tensor", o.Name, "note", o.Note)
 		}
 	}
-	if !opts.NoMetadata {
-		carryMetadata(plan, format.Name, mdFrom, mds, userMeta, log)
-		for i, e := range toks {
-			plan.Header.Metadata = e.apply(plan.Header.Metadata)
-			plan.Notes = append(plan.Notes, fmt.Sprintf("tokenizer: %s embedded from %s", e.What, opts.Tokenizers[i]))
-		}
-	}
-	// An entry for a tensor that stays a float (sd.cpp never converts
-	// time_embed, and sd-cli collects it all the same) is expected; one
-	// that names no tensor of the model says the imatrix is for another.
+	return nil
+}
+
+// noteImatrix says how the importance matrix matched the model: entries
+// for tensors that stay floats are expected (sd.cpp never converts
+// time_embed, and sd-cli collects it all the same); one that names no
+// tensor of the model says the imatrix is for another.
+func noteImatrix(plan *pipeline.Plan, sources []Source, unused []string, pol policy) {
 	keys := map[string]bool{}
 	if len(unused) > 0 {
 		for _, src := range sources {
@@ -260,10 +315,6 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 	if used := len(pol.Imatrix) - len(unused); len(pol.Imatrix) > 0 {
 		plan.Notes = append(plan.Notes, fmt.Sprintf("imatrix: %d of %d entries weight the quantization", used, len(pol.Imatrix)))
 	}
-	if err := plan.Check(); err != nil {
-		return nil, err
-	}
-	return plan, nil
 }
 
 // carryMetadata gives the output the inputs' model metadata (first input

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/text"
 )
@@ -57,13 +58,13 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 // exactly what generate reads.
 func loadTokenizer(path, format string) (embedded, error) {
 	if _, err := os.Stat(path); err != nil {
-		return embedded{}, fmt.Errorf("--tokenizer: %w", err)
+		return embedded{}, option.Errorf("%s: %w", option.Name("Tokenizers"), err)
 	}
 	clip, clipErr := text.LoadCLIPTokenizer(path)
 	if clipErr == nil {
 		kv, err := clip.MetadataKV()
 		if err != nil {
-			return embedded{}, fmt.Errorf("--tokenizer %s: %w", path, err)
+			return embedded{}, option.Errorf("%s %s: %w", option.Name("Tokenizers"), path, err)
 		}
 		return embedded{Meta: formats.Metadata{kv}, What: fmt.Sprintf("CLIP BPE tokenizer (%d merges) under %s", len(clip.Merges()), text.CLIPMergesKey)}, nil
 	}
@@ -74,7 +75,7 @@ func loadTokenizer(path, format string) (embedded, error) {
 			// Arrays as their typed text, numbers and flags as decimal text: the readers take both.
 			var dropped []pipeline.DroppedKey
 			if meta, dropped = pipeline.CarryMetadata(meta, format); len(dropped) > 0 {
-				return embedded{}, fmt.Errorf("--tokenizer %s: metadata %s: %s", path, dropped[0].Key, dropped[0].Reason)
+				return embedded{}, option.Errorf("%s %s: metadata %s: %s", option.Name("Tokenizers"), path, dropped[0].Key, dropped[0].Reason)
 			}
 		}
 		return embedded{Meta: meta, What: fmt.Sprintf("SentencePiece unigram tokenizer (%d pieces) under tokenizer.ggml.*", uni.VocabSize()),
@@ -86,11 +87,11 @@ func loadTokenizer(path, format string) (embedded, error) {
 		if format == "safetensors" {
 			var dropped []pipeline.DroppedKey
 			if meta, dropped = pipeline.CarryMetadata(meta, format); len(dropped) > 0 {
-				return embedded{}, fmt.Errorf("--tokenizer %s: metadata %s: %s", path, dropped[0].Key, dropped[0].Reason)
+				return embedded{}, option.Errorf("%s %s: metadata %s: %s", option.Name("Tokenizers"), path, dropped[0].Key, dropped[0].Reason)
 			}
 		}
 		return embedded{Meta: meta, What: fmt.Sprintf("byte-level BPE tokenizer (%d tokens, %d merges) under tokenizer.ggml.*", len(bpe.Tokens), len(bpe.Merges)),
 			Replaces: []string{"tokenizer.ggml.", "sdtool.tokenizer.unigram."}}, nil
 	}
-	return embedded{}, fmt.Errorf("--tokenizer %s: not a CLIP tokenizer (%v), a SentencePiece one (%v) nor a byte-level BPE one (%v)", path, clipErr, uniErr, bpeErr)
+	return embedded{}, option.Errorf("%s %s: not a CLIP tokenizer (%v), a SentencePiece one (%v) nor a byte-level BPE one (%v)", option.Name("Tokenizers"), path, clipErr, uniErr, bpeErr)
 }

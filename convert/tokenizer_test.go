@@ -82,7 +82,7 @@ func TestConvertEmbedsTokenizers(t *testing.T) {
 	}{
 		{Options{Output: filepath.Join(dir, "b.gguf"), Tokenizers: []string{filepath.Join(dir, "nope.json")}}, "nope.json"},
 		{Options{Output: filepath.Join(dir, "b.gguf"), Tokenizers: []string{tinyGGUF}}, "not a CLIP tokenizer"},
-		{Options{Output: filepath.Join(dir, "b.gguf"), Tokenizers: []string{merges}, NoMetadata: true}, "--no-metadata"},
+		{Options{Output: filepath.Join(dir, "b.gguf"), Tokenizers: []string{merges}, NoMetadata: true}, "NoMetadata"},
 	} {
 		c.opts.Inputs = map[string]string{"model": tinyGGUF}
 		if _, err := Plan(&c.opts); err == nil || !strings.Contains(err.Error(), c.want) {

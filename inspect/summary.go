@@ -196,51 +196,7 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 	}
 	byType := map[formats.DType]*TypeStat{}
 	for i := range tensors {
-		t := &tensors[i]
-		n := t.Elements()
-		s.TensorCount++
-		s.ParamCount += n
-		s.TotalBytes += t.Size
-		st := byType[t.Type]
-		if st == nil {
-			st = &TypeStat{Type: t.Type.String()}
-			byType[t.Type] = st
-		}
-		st.Tensors++
-		st.Params += n
-		st.Bytes += t.Size
-		if l := len(t.Name); l >= gguf.GGMLMaxName {
-			s.LongNames.Count++
-			s.LongNames.Names = append(s.LongNames.Names, t.Name)
-			if l > gguf.ComfyGGUFMaxName {
-				s.LongNames.OverComfyGGUF++
-			}
-			if l > gguf.SDCppMaxName {
-				s.LongNames.OverSDCpp++
-			}
-		}
-		s.LongNames.Longest = max(s.LongNames.Longest, len(t.Name))
-		if len(t.Shape) > gguf.GGMLMaxDims {
-			s.HighRank = append(s.HighRank, t.Name)
-		}
-		if strings.HasSuffix(t.Name, comfyquant.MarkerSuffix) {
-			s.ComfyQuant = append(s.ComfyQuant, readComfyQuant(m, t))
-		}
-		if matchAny(opts.Filters, t.Name) {
-			s.Matched++
-			if !opts.NoTensors {
-				// The shape is the model's, shared: descriptors are
-				// read-only, and a copy each adds up on large headers.
-				shape := t.Shape[:len(t.Shape):len(t.Shape)]
-				if shape == nil {
-					shape = []int64{} // JSON [], not null
-				}
-				s.Tensors = append(s.Tensors, TensorSummary{
-					Name: t.Name, Type: t.Type.String(), Shape: shape,
-					Params: n, Size: t.Size, Offset: t.Offset, File: t.File,
-				})
-			}
-		}
+		s.add(m, &tensors[i], byType, opts)
 	}
 	logical := packedWeights(s, tensors, byType)
 	for _, st := range byType {
@@ -267,6 +223,56 @@ func Summarize(m formats.Model, opts Options) (*Summary, error) {
 	s.Architecture = family.Detect(tensors, m.Metadata())
 	s.Adapter = summarizeAdapter(m)
 	return s, nil
+}
+
+// add counts tensor t of m in the summary: totals, its type's stats,
+// names and ranks some readers refuse, ComfyUI markers, and the tensor
+// list when the filters keep it.
+func (s *Summary) add(m formats.Model, t *formats.Tensor, byType map[formats.DType]*TypeStat, opts Options) {
+	n := t.Elements()
+	s.TensorCount++
+	s.ParamCount += n
+	s.TotalBytes += t.Size
+	st := byType[t.Type]
+	if st == nil {
+		st = &TypeStat{Type: t.Type.String()}
+		byType[t.Type] = st
+	}
+	st.Tensors++
+	st.Params += n
+	st.Bytes += t.Size
+	if l := len(t.Name); l >= gguf.GGMLMaxName {
+		s.LongNames.Count++
+		s.LongNames.Names = append(s.LongNames.Names, t.Name)
+		if l > gguf.ComfyGGUFMaxName {
+			s.LongNames.OverComfyGGUF++
+		}
+		if l > gguf.SDCppMaxName {
+			s.LongNames.OverSDCpp++
+		}
+	}
+	s.LongNames.Longest = max(s.LongNames.Longest, len(t.Name))
+	if len(t.Shape) > gguf.GGMLMaxDims {
+		s.HighRank = append(s.HighRank, t.Name)
+	}
+	if strings.HasSuffix(t.Name, comfyquant.MarkerSuffix) {
+		s.ComfyQuant = append(s.ComfyQuant, readComfyQuant(m, t))
+	}
+	if matchAny(opts.Filters, t.Name) {
+		s.Matched++
+		if !opts.NoTensors {
+			// The shape is the model's, shared: descriptors are
+			// read-only, and a copy each adds up on large headers.
+			shape := t.Shape[:len(t.Shape):len(t.Shape)]
+			if shape == nil {
+				shape = []int64{} // JSON [], not null
+			}
+			s.Tensors = append(s.Tensors, TensorSummary{
+				Name: t.Name, Type: t.Type.String(), Shape: shape,
+				Params: n, Size: t.Size, Offset: t.Offset, File: t.File,
+			})
+		}
+	}
 }
 
 // packedWeights finds the ComfyUI module weights stored two 4-bit values

@@ -27,7 +27,39 @@ const (
 func WriteText(w io.Writer, s *Summary) error {
 	ew := &errWriter{w: cleanWriter{w}}
 	p := func(format string, args ...any) { fmt.Fprintf(ew, format, args...) }
-	p("%s\n", s.Path)
+	writeFacts(ew, s)
+	if len(s.Warnings) > 0 {
+		p("  warnings:\n")
+		for _, m := range s.Warnings {
+			p("    %s\n", Clean(m))
+		}
+	}
+	writeComponents(ew, s)
+	if s.Adapter != nil {
+		writeAdapter(ew, s.Adapter)
+	}
+	writeTypes(ew, s)
+	writeLimits(ew, s)
+	if len(s.Metadata) > 0 {
+		p("  metadata (%d):\n", len(s.Metadata))
+		for _, e := range s.Metadata {
+			p("    %s = %s\n", Clean(e.Key), shortValue(e))
+		}
+	}
+	if len(s.Filter) > 0 {
+		p("  filter %s: %d of %d tensors\n", strings.Join(s.Filter, " | "), s.Matched, s.TensorCount)
+	}
+	if len(s.Tensors) > 0 {
+		p("\n")
+		writeTensors(ew, s)
+	}
+	return ew.err
+}
+
+// writeFacts writes the path and the file's facts: format, layout, sizes
+// and family.
+func writeFacts(ew io.Writer, s *Summary) {
+	fmt.Fprintf(ew, "%s\n", s.Path)
 	tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "  %s:\t%s\n", k, v) }
 	format := s.Format
@@ -50,16 +82,14 @@ func WriteText(w io.Writer, s *Summary) error {
 		row("family", familyLine(f, s.Architecture.Variant(), s.Architecture.SDCppModel()))
 	}
 	tw.Flush()
+}
 
-	if len(s.Warnings) > 0 {
-		p("  warnings:\n")
-		for _, m := range s.Warnings {
-			p("    %s\n", Clean(m))
-		}
-	}
+// writeComponents writes the model's components and the count of tensors
+// in none.
+func writeComponents(ew io.Writer, s *Summary) {
 	if len(s.Architecture.Components) > 0 {
-		p("  components:\n")
-		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(ew, "  components:\n")
+		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 		for _, c := range s.Architecture.Components {
 			name := c.Name
 			if c.Variant != "" {
@@ -75,14 +105,16 @@ func WriteText(w io.Writer, s *Summary) error {
 		tw.Flush()
 	}
 	if s.Architecture.Unassigned > 0 {
-		p("  other tensors: %d (no recognised component)\n", s.Architecture.Unassigned)
+		fmt.Fprintf(ew, "  other tensors: %d (no recognised component)\n", s.Architecture.Unassigned)
 	}
-	if s.Adapter != nil {
-		writeAdapter(ew, s.Adapter)
-	}
+}
+
+// writeTypes writes the tensor types and the ComfyUI quantized modules.
+func writeTypes(ew io.Writer, s *Summary) {
+	p := func(format string, args ...any) { fmt.Fprintf(ew, format, args...) }
 	if len(s.Types) > 0 {
 		p("  types:\n")
-		tw = tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
+		tw := tabwriter.NewWriter(ew, 0, 0, 2, ' ', 0)
 		for _, t := range s.Types {
 			fmt.Fprintf(tw, "    %s\t%s\t%s params\t%s\t%.2f%%\n", t.Type, plural(t.Tensors, "tensor"),
 				humanCount(t.Params), pipeline.HumanBytes(t.Bytes), t.Percent)
@@ -99,6 +131,11 @@ func WriteText(w io.Writer, s *Summary) error {
 			p("    %s: %s  %s\n", q.Module, q.Settings, q.JSON)
 		}
 	}
+}
+
+// writeLimits writes the names and ranks that some GGUF readers refuse.
+func writeLimits(ew io.Writer, s *Summary) {
+	p := func(format string, args ...any) { fmt.Fprintf(ew, format, args...) }
 	if ln := s.LongNames; ln.Count > 0 {
 		p("  long names: %s of %d bytes or more (longest %d); stock ggml refuses names of %d bytes or more; sd.cpp accepts up to %d, ComfyUI-GGUF %d",
 			plural(ln.Count, "name"), gguf.GGMLMaxName, ln.Longest, gguf.GGMLMaxName, gguf.SDCppMaxName, gguf.ComfyGGUFMaxName)
@@ -111,37 +148,28 @@ func WriteText(w io.Writer, s *Summary) error {
 		p("  more than %d dims: %s (%s); ggml's GGUF reader refuses them, sd.cpp folds 5-D to 4-D, ComfyUI-GGUF reads them\n",
 			gguf.GGMLMaxDims, plural(len(s.HighRank), "tensor"), strings.Join(firstN(s.HighRank, 3), ", "))
 	}
-	if len(s.Metadata) > 0 {
-		p("  metadata (%d):\n", len(s.Metadata))
-		for _, e := range s.Metadata {
-			p("    %s = %s\n", Clean(e.Key), shortValue(e))
-		}
-	}
-	if len(s.Filter) > 0 {
-		p("  filter %s: %d of %d tensors\n", strings.Join(s.Filter, " | "), s.Matched, s.TensorCount)
-	}
-	if len(s.Tensors) > 0 {
-		p("\n")
-		files := len(s.Files) > 1
-		// Streamed (writeTable), not buffered: the table of a header of
-		// 500k tensors would hold its whole text and cells at once.
-		writeTable(ew, len(s.Tensors), func(i int, cells []string) []string {
-			if i < 0 {
-				cells = append(cells, "NAME", "TYPE", "SHAPE", "SIZE", "OFFSET")
-				if files {
-					cells = append(cells, "FILE")
-				}
-				return cells
-			}
-			t := &s.Tensors[i]
-			cells = append(cells, Clean(t.Name), t.Type, formats.FormatShape(t.Shape), strconv.FormatInt(t.Size, 10), strconv.FormatInt(t.Offset, 10))
+}
+
+// writeTensors writes the tensor table, streamed (writeTable), not
+// buffered: the table of a header of 500k tensors would hold its whole
+// text and cells at once.
+func writeTensors(ew io.Writer, s *Summary) {
+	files := len(s.Files) > 1
+	writeTable(ew, len(s.Tensors), func(i int, cells []string) []string {
+		if i < 0 {
+			cells = append(cells, "NAME", "TYPE", "SHAPE", "SIZE", "OFFSET")
 			if files {
-				cells = append(cells, t.File)
+				cells = append(cells, "FILE")
 			}
 			return cells
-		})
-	}
-	return ew.err
+		}
+		t := &s.Tensors[i]
+		cells = append(cells, Clean(t.Name), t.Type, formats.FormatShape(t.Shape), strconv.FormatInt(t.Size, 10), strconv.FormatInt(t.Offset, 10))
+		if files {
+			cells = append(cells, t.File)
+		}
+		return cells
+	})
 }
 
 // WriteJSON writes one summary as a JSON object, or several as an array.

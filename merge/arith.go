@@ -10,6 +10,7 @@ import (
 
 	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/quant/mix"
@@ -109,7 +110,7 @@ func ParseAlphaRules(s string) ([]pipeline.Rule[float64], error) {
 				continue
 			}
 			if i == len(parts)-1 {
-				return nil, fmt.Errorf("--alpha-rules: item %q has no =ALPHA", item)
+				return nil, option.Errorf("%s: item %q has no =ALPHA", option.Name("AlphaRules"), item)
 			}
 			pending = item
 			continue
@@ -117,15 +118,15 @@ func ParseAlphaRules(s string) ([]pipeline.Rule[float64], error) {
 		pending = ""
 		pat, val := item[:eq], strings.TrimSpace(item[eq+1:])
 		if pat == "" {
-			return nil, fmt.Errorf("--alpha-rules: item %q has an empty pattern", item)
+			return nil, option.Errorf("%s: item %q has an empty pattern", option.Name("AlphaRules"), item)
 		}
 		a, err := strconv.ParseFloat(val, 64)
 		if err != nil || math.IsNaN(a) || math.IsInf(a, 0) {
-			return nil, fmt.Errorf("--alpha-rules: item %q: alpha %q is not a finite number", item, val)
+			return nil, option.Errorf("%s: item %q: alpha %q is not a finite number", option.Name("AlphaRules"), item, val)
 		}
 		re, err := pipeline.CompilePattern(pat)
 		if err != nil {
-			return nil, fmt.Errorf("--alpha-rules: %v", err)
+			return nil, option.Errorf("%s: %w", option.Name("AlphaRules"), err)
 		}
 		rules = append(rules, pipeline.Rule[float64]{Pattern: pat, Re: re, Value: a})
 	}
@@ -174,236 +175,309 @@ func PlanArithmetic(a *Arithmetic, out string) (_ *pipeline.Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
-	format := p.Format
-	m, err := ParseMethod(string(a.Method))
+	s, err := arithSettingsOf(a, p.Format, out)
 	if err != nil {
 		return nil, err
 	}
-	needC, allowC := m.usesC()
-	switch {
-	case a.A == "" || a.B == "":
-		return nil, fmt.Errorf("%s needs -a A and -b B", m)
-	case needC && a.C == "":
-		return nil, fmt.Errorf("%s needs -c C (A + alpha*(B - C))", m)
-	case !allowC && a.C != "":
-		return nil, fmt.Errorf("%s takes no -c", m)
-	}
-	alpha := 1.0
-	if m == WeightedSum || m == Slerp {
-		alpha = 0.5
-	}
-	if a.Alpha != nil {
-		alpha = *a.Alpha
-	}
-	if math.IsNaN(alpha) || math.IsInf(alpha, 0) {
-		return nil, fmt.Errorf("--alpha %v is not a finite number", alpha)
-	}
-	rules, err := ParseAlphaRules(a.AlphaRules)
-	if err != nil {
-		return nil, err
-	}
-	density := a.Density
-	if density == 0 {
-		density = DefaultDensity
-	}
-	if !(density > 0 && density <= 1) {
-		return nil, fmt.Errorf("--density %v: want a fraction in (0, 1]", a.Density)
-	}
-	dropP := DefaultDropP
-	if a.DropP != nil {
-		dropP = *a.DropP
-	}
-	if !(dropP >= 0 && dropP < 1) {
-		return nil, fmt.Errorf("--drop-p %v: want a probability in [0, 1)", dropP)
-	}
-	var want formats.DType
-	var enc quant.Codec
-	typeSet := a.Type != ""
-	if typeSet {
-		t, err := mix.LookupSingleType(a.Type, convrot.Names(), "a LoRA bake (--base --lora) takes it directly")
-		if err != nil {
-			return nil, fmt.Errorf("--type: %w", err)
-		}
-		if !format.Stores(t) {
-			return nil, fmt.Errorf("--type %s cannot be stored in %s (%s)", t, format.Name, out)
-		}
-		if enc, err = quant.Encoder(t); err != nil {
-			return nil, fmt.Errorf("--type %s: %w", t, err)
-		}
-		if enc.NeedsWeights {
-			return nil, fmt.Errorf("--type %s needs an importance matrix; merge to f16 and run sdtool quantize --imatrix", t)
-		}
-		want = t
-	}
-
 	defer func() {
 		if err != nil {
 			p.Close()
 		}
 	}()
+	ap := &arithPlanner{a: a, s: s, p: p, out: out, otherPaths: []string{a.B}}
+	if err := ap.open(); err != nil {
+		return nil, err
+	}
+	for _, sa := range ap.da.Sources {
+		ap.planTensor(sa)
+	}
+	if err := ap.finish(); err != nil {
+		return nil, err
+	}
+	p.Header.Metadata = arithmeticMetadata(p.Format, ap.fa, a, s.m)
+	pipeline.FoldHighDims(p)
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// arithSettings are an Arithmetic's parameters, checked, with their defaults.
+type arithSettings struct {
+	m              Method
+	alpha          float64
+	rules          []pipeline.Rule[float64]
+	density, dropP float64
+	typeSet        bool
+	want           formats.DType // the output type of float tensors, when typeSet
+}
+
+// arithSettingsOf checks a's inputs and parameters and fills in defaults.
+func arithSettingsOf(a *Arithmetic, format formats.Creator, out string) (arithSettings, error) {
+	var s arithSettings
+	m, err := ParseMethod(string(a.Method))
+	if err != nil {
+		return s, err
+	}
+	s.m = m
+	needC, allowC := m.usesC()
+	switch {
+	case a.A == "" || a.B == "":
+		return s, fmt.Errorf("%s needs -a A and -b B", m)
+	case needC && a.C == "":
+		return s, fmt.Errorf("%s needs -c C (A + alpha*(B - C))", m)
+	case !allowC && a.C != "":
+		return s, fmt.Errorf("%s takes no -c", m)
+	}
+	s.alpha = 1.0
+	if m == WeightedSum || m == Slerp {
+		s.alpha = 0.5
+	}
+	if a.Alpha != nil {
+		s.alpha = *a.Alpha
+	}
+	if math.IsNaN(s.alpha) || math.IsInf(s.alpha, 0) {
+		return s, option.Errorf("%s %v is not a finite number", option.Name("Alpha"), s.alpha)
+	}
+	if s.rules, err = ParseAlphaRules(a.AlphaRules); err != nil {
+		return s, err
+	}
+	s.density = a.Density
+	if s.density == 0 {
+		s.density = DefaultDensity
+	}
+	if !(s.density > 0 && s.density <= 1) {
+		return s, option.Errorf("%s %v: want a fraction in (0, 1]", option.Name("Density"), a.Density)
+	}
+	s.dropP = DefaultDropP
+	if a.DropP != nil {
+		s.dropP = *a.DropP
+	}
+	if !(s.dropP >= 0 && s.dropP < 1) {
+		return s, option.Errorf("%s %v: want a probability in [0, 1)", option.Name("DropP"), s.dropP)
+	}
+	s.typeSet = a.Type != ""
+	if s.typeSet {
+		s.want, err = arithOutputType(a.Type, format, out)
+	}
+	return s, err
+}
+
+// arithOutputType checks the type a merge's float tensors are written in.
+func arithOutputType(typ string, format formats.Creator, out string) (formats.DType, error) {
+	t, err := mix.LookupSingleType(typ, convrot.Names(), "a LoRA bake (--base --lora) takes it directly")
+	if err != nil {
+		return 0, option.Errorf("%s: %w", option.Name("Type"), err)
+	}
+	if !format.Stores(t) {
+		return 0, option.Errorf("%s %s cannot be stored in %s (%s)", option.Name("Type"), t, format.Name, out)
+	}
+	enc, err := quant.Encoder(t)
+	if err != nil {
+		return 0, option.Errorf("%s %s: %w", option.Name("Type"), t, err)
+	}
+	if enc.NeedsWeights {
+		return 0, option.Errorf("%s %s needs an importance matrix; merge to f16 and run sdtool quantize %s", option.Name("Type"), t, option.Name("Imatrix"))
+	}
+	return t, nil
+}
+
+// arithPlanner is one PlanArithmetic in progress.
+type arithPlanner struct {
+	a   *Arithmetic
+	s   arithSettings
+	p   *pipeline.Plan
+	out string
+
+	fa         formats.Model
+	da         *tensor.View
+	others     []*tensor.View // B, and C when given
+	otherPaths []string
+
+	errs             errList
+	missing, only    []string // A's tensors the others lack; the others' that A lacks
+	merged, unmerged int      // tensors combined; A's copied because another input lacks them
+}
+
+// open opens A, B and C, each used by the plan (closed with it).
+func (ap *arithPlanner) open() error {
 	open := func(path string) (formats.Model, *tensor.View, error) {
 		fm, err := formats.Open(path)
 		if err != nil {
 			return nil, nil, err
 		}
-		p.Use(fm)
+		ap.p.Use(fm)
 		dm, err := tensor.NewView(fm)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", path, err)
 		}
 		return fm, dm, nil
 	}
-	fa, da, err := open(a.A)
+	var err error
+	if ap.fa, ap.da, err = open(ap.a.A); err != nil {
+		return err
+	}
+	_, db, err := open(ap.a.B)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	_, db, err := open(a.B)
-	if err != nil {
-		return nil, err
-	}
-	var dc *tensor.View
-	if a.C != "" {
-		if _, dc, err = open(a.C); err != nil {
-			return nil, err
-		}
-	}
-
-	var errs errList
-	var missing, only []string // A's tensors the others lack; the others' that A lacks
-	merged, unmerged := 0, 0   // tensors combined; A's copied because another input lacks them
-	others := []*tensor.View{db}
-	otherPaths := []string{a.B}
-	if dc != nil {
-		others, otherPaths = append(others, dc), append(otherPaths, a.C)
-	}
-	for _, sa := range da.Sources {
-		name := sa.Name
-		// The type this tensor would have without --type.
-		base := sa.Tensor.Type
-		if sa.Module != nil {
-			base = formats.BF16
-		}
-		outT := base
-		if sa.Float() && typeSet {
-			outT = want
-			if want.Quantized() && !(len(sa.Shape()) >= 2 && sa.Shape()[len(sa.Shape())-1]%int64(want.Info().BlockSize) == 0) {
-				outT = base
-			}
-		}
-		if !format.Stores(outT) {
-			errs.add(fmt.Errorf("%s: tensor %q: %s cannot be stored in %s (%s); choose another --type", fa.Path(), name, outT, format.Name, out))
-			continue
-		}
-
-		// Find the tensor in the other inputs.
-		var peers []*tensor.Source
-		var why string
-		var undecodable error
-		for i, om := range others {
-			so, ok := om.Lookup(name)
-			switch {
-			case !ok:
-				why = fmt.Sprintf("missing from %s", otherPaths[i])
-			case !slices.Equal(so.Shape(), sa.Shape()):
-				why = fmt.Sprintf("shape %v in %s, %v in %s", sa.Shape(), a.A, so.Shape(), otherPaths[i])
-			case sa.Float() && so.Err() != nil:
-				// Not a missing tensor: --allow-missing does not hide it.
-				undecodable = so.Err()
-			}
-			if why != "" || undecodable != nil {
-				break
-			}
-			peers = append(peers, so)
-		}
-		if undecodable != nil {
-			errs.add(undecodable)
-			continue
-		}
-		if !sa.Float() || why != "" {
-			if why != "" && !a.AllowMissing {
-				missing = append(missing, fmt.Sprintf("%q (%s)", name, why))
-				continue
-			}
-			// Copied from A: raw bytes when the type stays, decoded otherwise.
-			how := "copy from A"
-			if why != "" {
-				how += " (" + why + ")"
-				unmerged++
-			}
-			var prod pipeline.Producer
-			if sa.Module == nil && outT == sa.Tensor.Type {
-				prod = pipeline.Copy(fa, sa.Tensor)
-			} else {
-				c, err := newCombo(copyA, 0, sa, nil, outT)
-				if err != nil {
-					errs.add(err)
-					continue
-				}
-				prod = c
-			}
-			add(p, name, outT, sa.Shape(), how, prod, sa)
-			continue
-		}
-		al := alphaFor(rules, name, alpha)
-		c, err := newCombo(m, al, sa, peers, outT)
+	ap.others = []*tensor.View{db}
+	if ap.a.C != "" {
+		_, dc, err := open(ap.a.C)
 		if err != nil {
-			errs.add(err)
-			continue
+			return err
 		}
-		c.density, c.dropP, c.seed = density, dropP, a.Seed
-		how := fmt.Sprintf("%s alpha=%g", m, al)
-		switch m {
-		case TIES:
-			how += fmt.Sprintf(" density=%g", density)
-		case DARE:
-			how += fmt.Sprintf(" p=%g seed=%d", dropP, a.Seed)
-		}
-		add(p, name, outT, sa.Shape(), how, c, sa)
-		merged++
+		ap.others, ap.otherPaths = append(ap.others, dc), append(ap.otherPaths, ap.a.C)
 	}
+	return nil
+}
+
+// outType returns the type tensor sa is written in: the --type for a
+// float tensor whose rows the type's blocks divide, else its own (BF16
+// for a ComfyUI module).
+func (ap *arithPlanner) outType(sa *tensor.Source) formats.DType {
+	base := sa.Tensor.Type
+	if sa.Module != nil {
+		base = formats.BF16
+	}
+	if !sa.Float() || !ap.s.typeSet {
+		return base
+	}
+	want := ap.s.want
+	if want.Quantized() && !(len(sa.Shape()) >= 2 && sa.Shape()[len(sa.Shape())-1]%int64(want.Info().BlockSize) == 0) {
+		return base
+	}
+	return want
+}
+
+// peers finds A's tensor in the other inputs: all of them, or why one
+// lacks it, or the error that keeps a float one from being decoded.
+func (ap *arithPlanner) peers(sa *tensor.Source) (peers []*tensor.Source, why string, undecodable error) {
+	for i, om := range ap.others {
+		so, ok := om.Lookup(sa.Name)
+		switch {
+		case !ok:
+			why = fmt.Sprintf("missing from %s", ap.otherPaths[i])
+		case !slices.Equal(so.Shape(), sa.Shape()):
+			why = fmt.Sprintf("shape %v in %s, %v in %s", sa.Shape(), ap.a.A, so.Shape(), ap.otherPaths[i])
+		case sa.Float() && so.Err() != nil:
+			// Not a missing tensor: --allow-missing does not hide it.
+			undecodable = so.Err()
+		}
+		if why != "" || undecodable != nil {
+			return nil, why, undecodable
+		}
+		peers = append(peers, so)
+	}
+	return peers, "", nil
+}
+
+// planTensor plans A's tensor sa: merged with its peers, or copied from A
+// when it is not a float or another input lacks it (with AllowMissing).
+func (ap *arithPlanner) planTensor(sa *tensor.Source) {
+	name, outT := sa.Name, ap.outType(sa)
+	if !ap.p.Format.Stores(outT) {
+		ap.errs.add(option.Errorf("%s: tensor %q: %s cannot be stored in %s (%s); choose another %s", ap.fa.Path(), name, outT, ap.p.Format.Name, ap.out, option.Name("Type")))
+		return
+	}
+	peers, why, undecodable := ap.peers(sa)
+	if undecodable != nil {
+		ap.errs.add(undecodable)
+		return
+	}
+	if !sa.Float() || why != "" {
+		ap.copyFromA(sa, outT, why)
+		return
+	}
+	s := ap.s
+	al := alphaFor(s.rules, name, s.alpha)
+	c, err := newCombo(s.m, al, sa, peers, outT)
+	if err != nil {
+		ap.errs.add(err)
+		return
+	}
+	c.density, c.dropP, c.seed = s.density, s.dropP, ap.a.Seed
+	how := fmt.Sprintf("%s alpha=%g", s.m, al)
+	switch s.m {
+	case TIES:
+		how += fmt.Sprintf(" density=%g", s.density)
+	case DARE:
+		how += fmt.Sprintf(" p=%g seed=%d", s.dropP, ap.a.Seed)
+	}
+	add(ap.p, name, outT, sa.Shape(), how, c, sa)
+	ap.merged++
+}
+
+// copyFromA plans A's tensor as it is: raw bytes when the type stays,
+// decoded otherwise; why says which input lacks it ("" for a tensor that
+// is not a float).
+func (ap *arithPlanner) copyFromA(sa *tensor.Source, outT formats.DType, why string) {
+	if why != "" && !ap.a.AllowMissing {
+		ap.missing = append(ap.missing, fmt.Sprintf("%q (%s)", sa.Name, why))
+		return
+	}
+	how := "copy from A"
+	if why != "" {
+		how += " (" + why + ")"
+		ap.unmerged++
+	}
+	var prod pipeline.Producer
+	if sa.Module == nil && outT == sa.Tensor.Type {
+		prod = pipeline.Copy(ap.fa, sa.Tensor)
+	} else {
+		c, err := newCombo(copyA, 0, sa, nil, outT)
+		if err != nil {
+			ap.errs.add(err)
+			return
+		}
+		prod = c
+	}
+	add(ap.p, sa.Name, outT, sa.Shape(), how, prod, sa)
+}
+
+// finish reports the tensors only some inputs have and every error met,
+// refuses a merge that merged nothing, and adds the plan's notes.
+func (ap *arithPlanner) finish() error {
+	a, otherPaths := ap.a, ap.otherPaths
 	// Tensors that only B or C has.
-	for i, om := range others {
+	for i, om := range ap.others {
 		for _, so := range om.Sources {
-			if _, ok := da.Lookup(so.Name); !ok && !a.AllowMissing {
-				only = append(only, fmt.Sprintf("%q (only in %s)", so.Name, otherPaths[i]))
+			if _, ok := ap.da.Lookup(so.Name); !ok && !a.AllowMissing {
+				ap.only = append(ap.only, fmt.Sprintf("%q (only in %s)", so.Name, otherPaths[i]))
 			}
 		}
 	}
-	if len(missing) > 0 {
-		errs.add(fmt.Errorf("%s of %s %s missing from %s or %s another shape there (--allow-missing copies A's): %s",
+	if missing := ap.missing; len(missing) > 0 {
+		ap.errs.add(option.Errorf("%s of %s %s missing from %s or %s another shape there (%s copies A's): %s",
 			pipeline.Count(len(missing), "tensor", "tensors"), a.A, plural(len(missing), "is", "are"), strings.Join(otherPaths, " or "),
-			plural(len(missing), "has", "have"), listSome(missing)))
+			plural(len(missing), "has", "have"), option.Name("AllowMissing"), listSome(missing)))
 	}
-	if len(only) > 0 {
-		errs.add(fmt.Errorf("%s of %s %s not in %s (--allow-missing leaves them out): %s",
-			pipeline.Count(len(only), "tensor", "tensors"), strings.Join(otherPaths, " and "), plural(len(only), "is", "are"), a.A, listSome(only)))
+	if only := ap.only; len(only) > 0 {
+		ap.errs.add(option.Errorf("%s of %s %s not in %s (%s leaves them out): %s",
+			pipeline.Count(len(only), "tensor", "tensors"), strings.Join(otherPaths, " and "), plural(len(only), "is", "are"), a.A, option.Name("AllowMissing"), listSome(only)))
 	}
-	if err := errs.err(); err != nil {
-		return nil, err
+	if err := ap.errs.err(); err != nil {
+		return err
 	}
-	if merged == 0 {
+	if ap.merged == 0 {
 		// Writing A again under another name is never what a merge was asked for.
-		return nil, fmt.Errorf("%s: no tensor of %s is in %s with the same shape and a float type: nothing to merge",
-			out, a.A, strings.Join(otherPaths, " and "))
+		return fmt.Errorf("%s: no tensor of %s is in %s with the same shape and a float type: nothing to merge",
+			ap.out, a.A, strings.Join(otherPaths, " and "))
 	}
-	p.Notes = append(p.Notes, fmt.Sprintf("merged: %s of %d by %s", pipeline.Count(merged, "tensor", "tensors"), len(da.Sources), m))
-	if unmerged > 0 {
+	p := ap.p
+	p.Notes = append(p.Notes, fmt.Sprintf("merged: %s of %d by %s", pipeline.Count(ap.merged, "tensor", "tensors"), len(ap.da.Sources), ap.s.m))
+	if ap.unmerged > 0 {
 		p.Notes = append(p.Notes, fmt.Sprintf("warning: %s of %s copied unmerged: %s lacks them or has another shape (--allow-missing)",
-			pipeline.Count(unmerged, "tensor", "tensors"), a.A, strings.Join(otherPaths, " or ")))
+			pipeline.Count(ap.unmerged, "tensor", "tensors"), a.A, strings.Join(otherPaths, " or ")))
 	}
-	names := make([]string, len(da.Sources))
-	for i, s := range da.Sources {
+	names := make([]string, len(ap.da.Sources))
+	for i, s := range ap.da.Sources {
 		names[i] = s.Name
 	}
-	for _, r := range pipeline.UnmatchedRules(rules, names) {
+	for _, r := range pipeline.UnmatchedRules(ap.s.rules, names) {
 		p.Notes = append(p.Notes, fmt.Sprintf("--alpha-rules rule %q matches no tensor of %s", r.Pattern+"="+strconv.FormatFloat(r.Value, 'g', -1, 64), a.A))
 	}
-	p.Header.Metadata = arithmeticMetadata(p.Format, fa, a, m)
-	pipeline.FoldHighDims(p)
-	if err := p.Check(); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return nil
 }
 
 // arithmeticMetadata keeps A's model metadata (without general.file_type

@@ -360,7 +360,7 @@ func TestMissingAndShapeMismatch(t *testing.T) {
 	_, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb}, out)
 	// A's two and B's one are counted apart (they were summed as "3 tensors are missing").
 	wantErr(t, err, "2 tensors of "+pa+" are missing from "+pb+" or have another shape there", `"only_a" (missing from `+pb, `"s" (shape [2 2] in `+pa+", [4] in "+pb,
-		"1 tensor of "+pb+" is not in "+pa, `"only_b" (only in `+pb, "--allow-missing")
+		"1 tensor of "+pb+" is not in "+pa, `"only_b" (only in `+pb, "AllowMissing")
 	noOutput(t, out)
 	p, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, AllowMissing: true}, out)
 	if err != nil {
@@ -421,9 +421,9 @@ func TestOutputTypes(t *testing.T) {
 	}
 
 	_, err := PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, Type: "q8_0"}, filepath.Join(dir, "q.safetensors"))
-	wantErr(t, err, "--type q8_0 cannot be stored in safetensors")
+	wantErr(t, err, "Type q8_0 cannot be stored in safetensors")
 	_, err = PlanArithmetic(&Arithmetic{Method: WeightedSum, A: pa, B: pb, Type: "nope"}, filepath.Join(dir, "x.gguf"))
-	wantErr(t, err, `--type: unknown type "nope"`)
+	wantErr(t, err, `Type: unknown type "nope"`)
 
 	// A quantized A cannot go into safetensors as it is.
 	qa := filepath.Join(dir, "qa.gguf")
@@ -454,11 +454,11 @@ func TestArithmeticParameterErrors(t *testing.T) {
 		{Arithmetic{Method: AddDifference, A: pa, B: pb}, "add_difference needs -c C"},
 		{Arithmetic{Method: WeightedSum, A: pa, B: pb, C: pc}, "weighted_sum takes no -c"},
 		{Arithmetic{Method: Slerp, A: pa, B: pb, C: pc}, "slerp takes no -c"},
-		{Arithmetic{Method: TIES, A: pa, B: pb, Density: 1.5}, "--density 1.5"},
-		{Arithmetic{Method: TIES, A: pa, B: pb, Density: -1}, "--density -1"},
-		{Arithmetic{Method: DARE, A: pa, B: pb, DropP: ptr(1)}, "--drop-p 1"},
-		{Arithmetic{Method: WeightedSum, A: pa, B: pb, Alpha: ptr(math.Inf(1))}, "--alpha +Inf"},
-		{Arithmetic{Method: WeightedSum, A: pa, B: pb, AlphaRules: "(=1"}, "--alpha-rules"},
+		{Arithmetic{Method: TIES, A: pa, B: pb, Density: 1.5}, "Density 1.5"},
+		{Arithmetic{Method: TIES, A: pa, B: pb, Density: -1}, "Density -1"},
+		{Arithmetic{Method: DARE, A: pa, B: pb, DropP: ptr(1)}, "DropP 1"},
+		{Arithmetic{Method: WeightedSum, A: pa, B: pb, Alpha: ptr(math.Inf(1))}, "Alpha +Inf"},
+		{Arithmetic{Method: WeightedSum, A: pa, B: pb, AlphaRules: "(=1"}, "AlphaRules"},
 		{Arithmetic{Method: WeightedSum, A: pa, B: filepath.Join(dir, "missing.safetensors")}, "missing.safetensors"},
 		{Arithmetic{Method: WeightedSum, A: pa, B: pb, Type: "iq2_xxs"}, "iq2_xxs"},
 	}

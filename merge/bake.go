@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/lora"
 	"github.com/sdtool/sdtool/names"
 	"github.com/sdtool/sdtool/pipeline"
@@ -34,13 +35,13 @@ func ParseAdapter(s string) (Adapter, error) {
 	if i := strings.LastIndexByte(s, ':'); i >= 0 {
 		if v, err := strconv.ParseFloat(s[i+1:], 64); err == nil {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return Adapter{}, fmt.Errorf("--lora %q: strength %q is not a finite number", s, s[i+1:])
+				return Adapter{}, option.Errorf("%s %q: strength %q is not a finite number", option.Name("Adapters"), s, s[i+1:])
 			}
 			a.Path, a.Strength = s[:i], v
 		}
 	}
 	if a.Path == "" {
-		return Adapter{}, fmt.Errorf("--lora %q: no file", s)
+		return Adapter{}, option.Errorf("%s %q: no file", option.Name("Adapters"), s)
 	}
 	return a, nil
 }
@@ -86,10 +87,10 @@ type Bake struct {
 // the adapter keys, the base tensor and both shapes).
 func OpenBake(o *BakeOptions) (_ *Bake, err error) {
 	if o.Base == "" {
-		return nil, errors.New("no --base model")
+		return nil, option.Errorf("no %s model", option.Name("Base"))
 	}
 	if len(o.Adapters) == 0 {
-		return nil, errors.New("no --lora adapter")
+		return nil, option.Errorf("no %s adapter", option.Name("Adapters"))
 	}
 	log := o.Log
 	if log == nil {
@@ -166,7 +167,7 @@ func OpenBake(o *BakeOptions) (_ *Bake, err error) {
 		}
 		msg := fmt.Sprintf("%d adapter modules or tensors change no tensor of %s: %s", len(keys), o.Base, listSome(keys))
 		if !o.AllowUnmatched {
-			return nil, fmt.Errorf("%s (--allow-unmatched bakes the rest)", msg)
+			return nil, option.Errorf("%s (%s bakes the rest)", msg, option.Name("AllowUnmatched"))
 		}
 		b.warn(log, msg)
 	}
@@ -292,7 +293,7 @@ func (b *Bake) PlanOutput(out, typ string) (_ *pipeline.Plan, err error) {
 	}
 	want, set, err := ParseFloatDType(typ)
 	if err != nil {
-		return nil, fmt.Errorf("--type %q: this plan writes f32, f16 or bf16 (or keeps the base's types)", typ)
+		return nil, option.Errorf("%s %q: this plan writes f32, f16 or bf16 (or keeps the base's types)", option.Name("Type"), typ)
 	}
 	view, err := tensor.NewView(b.Model)
 	if err != nil {
@@ -316,7 +317,7 @@ func (b *Bake) PlanOutput(out, typ string) (_ *pipeline.Plan, err error) {
 			prod = pipeline.Copy(b.Model, s.Tensor)
 			if b.Model.Computes(&s.Tensor) {
 				if _, err := quant.Encoder(outT); err != nil {
-					errs.add(fmt.Errorf("%s: tensor %q: the baked values cannot be encoded as %s (%v); give --type", b.opts.Base, s.Name, outT, err))
+					errs.add(option.Errorf("%s: tensor %q: the baked values cannot be encoded as %s (%v); give %s", b.opts.Base, s.Name, outT, err, option.Name("Type")))
 					continue
 				}
 				how = ""
@@ -334,7 +335,7 @@ func (b *Bake) PlanOutput(out, typ string) (_ *pipeline.Plan, err error) {
 		add(p, s.Name, outT, shape, how, prod, s)
 	}
 	if len(unstorable) > 0 {
-		errs.add(fmt.Errorf("%s: %d tensors have types %s cannot store: %s; give --type f16 or a .gguf output", b.opts.Base, len(unstorable), p.Format.Name, listSome(unstorable)))
+		errs.add(option.Errorf("%s: %d tensors have types %s cannot store: %s; give %s f16 or a .gguf output", b.opts.Base, len(unstorable), p.Format.Name, listSome(unstorable), option.Name("Type")))
 	}
 	if err := errs.err(); err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/internal/workpool"
 	"github.com/sdtool/sdtool/lora"
 	"github.com/sdtool/sdtool/pipeline"
@@ -121,19 +122,19 @@ type spilled struct {
 func OpenExtract(o *ExtractOptions) (_ *Extraction, err error) {
 	switch {
 	case o.Base == "" || o.Tuned == "":
-		return nil, errors.New("extract needs --base A and --tuned B")
+		return nil, option.Errorf("extract needs %s A and %s B", option.Name("Base"), option.Name("Tuned"))
 	case o.Rank < 0:
-		return nil, fmt.Errorf("--rank %d is negative", o.Rank)
+		return nil, option.Errorf("%s %d is negative", option.Name("Rank"), o.Rank)
 	case o.Rank > 0 && o.Energy != 0:
-		return nil, errors.New("--rank and --energy exclude each other")
+		return nil, option.Errorf("%s and %s exclude each other", option.Name("Rank"), option.Name("Energy"))
 	case o.Rank == 0 && !(o.Energy > 0 && o.Energy <= 1):
-		return nil, fmt.Errorf("give --rank R or --energy in (0, 1], not %v", o.Energy)
+		return nil, option.Errorf("give %s R or %s in (0, 1], not %v", option.Name("Rank"), option.Name("Energy"), o.Energy)
 	case o.MaxRank < 0:
-		return nil, fmt.Errorf("--max-rank %d is negative", o.MaxRank)
+		return nil, option.Errorf("%s %d is negative", option.Name("MaxRank"), o.MaxRank)
 	}
 	dt, set, err := ParseFloatDType(o.Type)
 	if err != nil {
-		return nil, fmt.Errorf("--type %q: the factors are f16, bf16 or f32", o.Type)
+		return nil, option.Errorf("%s %q: the factors are f16, bf16 or f32", option.Name("Type"), o.Type)
 	}
 	if !set {
 		dt = formats.F16
@@ -263,8 +264,8 @@ func (e *Extraction) Run(ctx context.Context, progress func(done, total int64)) 
 	for i := range e.plan {
 		if n := e.layerMemory(i); n > budget {
 			l := &e.plan[i]
-			return fmt.Errorf("%s: layer %s (%d x %d) needs about %s to decompose, more than the memory bound %s (--max-memory); raise it or leave the layer out (--filter)",
-				e.opts.Output, l.Module, l.Rows, l.Cols(), pipeline.HumanBytes(n), pipeline.HumanBytes(budget))
+			return option.Errorf("%s: layer %s (%d x %d) needs about %s to decompose, more than the memory bound %s (%s); raise it or leave the layer out (%s)",
+				e.opts.Output, l.Module, l.Rows, l.Cols(), pipeline.HumanBytes(n), pipeline.HumanBytes(budget), option.Name("MaxMemory"), option.Name("Filters"))
 		}
 	}
 	mem := newByteSemaphore(budget)

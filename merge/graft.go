@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
@@ -23,7 +24,7 @@ func ParseFloatDType(s string) (t formats.DType, set bool, err error) {
 	case "bf16":
 		return formats.BF16, true, nil
 	}
-	return 0, false, fmt.Errorf("--dtype %q: want f32, f16 or bf16", s)
+	return 0, false, option.Errorf("%s %q: want f32, f16 or bf16", option.Name("DType"), s)
 }
 
 // picked is one selected tensor of a recipe source.
@@ -44,7 +45,6 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 	if err != nil {
 		return nil, err
 	}
-	format := p.Format
 	dt, dtSet, err := ParseFloatDType(dtype)
 	if err != nil {
 		return nil, err
@@ -57,6 +57,28 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 			p.Close()
 		}
 	}()
+	models, err := openSources(r, p)
+	if err != nil {
+		return nil, err
+	}
+	sel, err := selectTensors(r, models)
+	if err != nil {
+		return nil, err
+	}
+	if err := addRecipeOutputs(p, out, models, sel, dt, dtSet); err != nil {
+		return nil, err
+	}
+	p.Header.Metadata = stringMetadata(r.Metadata)
+	pipeline.FoldHighDims(p)
+	if err := p.Check(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// openSources opens every source of the recipe, each used by the plan
+// (closed with it); the error names every source that failed.
+func openSources(r *Recipe, p *pipeline.Plan) ([]formats.Model, error) {
 	var errs errList
 	models := make([]formats.Model, len(r.Sources))
 	for i := range r.Sources {
@@ -69,11 +91,13 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 		models[i] = m
 		p.Use(m)
 	}
-	if err := errs.err(); err != nil {
-		return nil, err
-	}
+	return models, errs.err()
+}
 
-	// Select, name and check for conflicts on the output names.
+// selectTensors picks and names every source's tensors and refuses output
+// names that two tensors take and sources that select nothing.
+func selectTensors(r *Recipe, models []formats.Model) ([]picked, error) {
+	var errs errList
 	var sel []picked
 	byOut := map[string]int{}
 	// Conflicts are grouped by the pair of sources, in order of discovery,
@@ -118,11 +142,14 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 	for _, key := range pairs {
 		errs.add(conflictGroup(conflicts[key]))
 	}
-	if err := errs.err(); err != nil {
-		return nil, err
-	}
+	return sel, errs.err()
+}
 
-	// Types: what the output format can hold, decided up front.
+// addRecipeOutputs plans the selected tensors, their types decided up
+// front by what the output format can hold: copied byte for byte, or
+// ggml-quantized ones decoded to dt when it is set.
+func addRecipeOutputs(p *pipeline.Plan, out string, models []formats.Model, sel []picked, dt formats.DType, dtSet bool) error {
+	var errs errList
 	var noGGML, quantized []string
 	for _, pk := range sel {
 		t := pk.tensor
@@ -142,10 +169,10 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 			}
 			typ, how = dt, "dequantize "+t.Type.String()
 			prod = pipeline.Convert(src, dt, pipeline.EncodeRows(dt, enc.Quantize, nil))
-		case t.Type.Quantized() && format.Name == "safetensors":
+		case t.Type.Quantized() && p.Format.Name == "safetensors":
 			quantized = append(quantized, fmt.Sprintf("%q (%s, from %s)", t.Name, t.Type, pk.file))
 			continue
-		case !format.Stores(t.Type):
+		case !p.Format.Stores(t.Type):
 			noGGML = append(noGGML, fmt.Sprintf("%q (%s, from %s)", t.Name, t.Type, pk.file))
 			continue
 		default:
@@ -155,22 +182,14 @@ func PlanRecipe(r *Recipe, out, dtype string) (_ *pipeline.Plan, err error) {
 		p.Outputs = append(p.Outputs, pipeline.Output{Name: pk.out, Type: typ, Shape: t.Shape, Producer: prod, Source: &src, Note: how})
 	}
 	if len(quantized) > 0 {
-		errs.add(fmt.Errorf("%s: %d ggml-quantized tensors cannot be copied into safetensors (pass --dtype f16, bf16 or f32 to dequantize them): %s",
-			out, len(quantized), listSome(quantized)))
+		errs.add(option.Errorf("%s: %d ggml-quantized tensors cannot be copied into safetensors (pass %s f16, bf16 or f32 to dequantize them): %s",
+			out, len(quantized), option.Name("DType"), listSome(quantized)))
 	}
 	if len(noGGML) > 0 {
 		errs.add(fmt.Errorf("%s: %d tensors have types with no ggml type and cannot be written to GGUF: %s",
 			out, len(noGGML), listSome(noGGML)))
 	}
-	if err := errs.err(); err != nil {
-		return nil, err
-	}
-	p.Header.Metadata = stringMetadata(r.Metadata)
-	pipeline.FoldHighDims(p)
-	if err := p.Check(); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return errs.err()
 }
 
 // conflict names the tensor and both files that select it.

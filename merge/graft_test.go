@@ -228,7 +228,7 @@ func TestRecipeQuantizedGGUF(t *testing.T) {
 
 	out := filepath.Join(dir, "o.safetensors")
 	_, err = PlanRecipe(r, out, "")
-	wantErr(t, err, "o.safetensors: 1 ggml-quantized tensors cannot be copied into safetensors", `"blk.weight" (q8_0`, "--dtype")
+	wantErr(t, err, "o.safetensors: 1 ggml-quantized tensors cannot be copied into safetensors", `"blk.weight" (q8_0`, "DType")
 	noOutput(t, out)
 
 	p, err := PlanRecipe(r, out, "f16")

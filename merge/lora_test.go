@@ -163,8 +163,8 @@ func TestExtractRefuses(t *testing.T) {
 		o    ExtractOptions
 		want []string
 	}{
-		{ExtractOptions{Base: a, Output: out, Rank: 4}, []string{"--tuned"}},
-		{ExtractOptions{Base: a, Tuned: b, Output: out}, []string{"--rank", "--energy"}},
+		{ExtractOptions{Base: a, Output: out, Rank: 4}, []string{"Tuned"}},
+		{ExtractOptions{Base: a, Tuned: b, Output: out}, []string{"Rank", "Energy"}},
 		{ExtractOptions{Base: a, Tuned: b, Output: out, Rank: 4, Energy: 0.5}, []string{"exclude"}},
 		{ExtractOptions{Base: a, Tuned: b, Output: out, Energy: 1.5}, []string{"(0, 1]"}},
 		{ExtractOptions{Base: a, Tuned: b, Output: out, Rank: 4, Type: "q8_0"}, []string{"f16, bf16 or f32"}},

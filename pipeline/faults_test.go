@@ -213,8 +213,8 @@ func TestExistingOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := Run(context.Background(), at(copyPlan(m), out, newFakeWriter), Options{})
-	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "--force") {
-		t.Fatalf("error %v, want refusal without --force", err)
+	if !errors.Is(err, ErrExists) || !strings.Contains(err.Error(), "use Force") {
+		t.Fatalf("error %v, want a refusal naming the Force option", err)
 	}
 	if b, _ := os.ReadFile(out); string(b) != "previous" {
 		t.Fatal("existing output changed without --force")
@@ -252,11 +252,11 @@ func TestStalePartialReplaced(t *testing.T) {
 func TestProducerErrorNamesTensor(t *testing.T) {
 	dir := t.TempDir()
 	m := testModel(t)
-	m.readErr["bias"] = errors.New("disk read failed")
+	m.ReadErr["bias"] = errors.New("disk read failed")
 	out := filepath.Join(dir, "out.fake")
 	err := Run(context.Background(), at(copyPlan(m), out, newFakeWriter), Options{})
 	if err == nil || !strings.Contains(err.Error(), `tensor "bias"`) || !strings.Contains(err.Error(), "disk read failed") ||
-		!strings.Contains(err.Error(), m.path) {
+		!strings.Contains(err.Error(), m.Name) {
 		t.Fatalf("error %v, want the file, the tensor and the problem", err)
 	}
 	if strings.Count(err.Error(), `tensor "bias"`) != 1 {
@@ -277,7 +277,7 @@ func TestProducerErrorNamesTensor(t *testing.T) {
 	short := newMemModel("short.raw")
 	st := short.add("s", formats.F32, []int64{8}, make([]byte, 20))
 	st.Size = 32
-	short.tensors[0] = st
+	short.List[0] = st
 	plan = &Plan{Outputs: []Output{{Name: "s", Type: formats.F32, Shape: []int64{8}, Producer: Copy(short, st)}}}
 	err = Run(context.Background(), at(plan, out, newFakeWriter), Options{})
 	if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), `short.raw: tensor "s"`) {

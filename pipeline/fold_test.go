@@ -62,7 +62,7 @@ func TestFoldHighDims(t *testing.T) {
 		if _, err := m.ReadTensorAt(&got, buf, 0); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(buf, src.data[kernel.Name]) {
+		if !bytes.Equal(buf, src.Data[kernel.Name]) {
 			t.Errorf("%s: kernel bytes changed", tc.file)
 		}
 		if tc.folded == 0 {

@@ -12,53 +12,18 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/memmodel"
 )
 
-// memModel is an in-memory formats.Model; readErr, when set, fails reads of
-// the named tensor.
-type memModel struct {
-	path    string
-	tensors []formats.Tensor
-	data    map[string][]byte
-	readErr map[string]error
-}
+// memModel is the shared in-memory model (internal/memmodel) under this
+// package's names; ReadErr, when set, fails reads of the named tensor.
+type memModel struct{ *memmodel.Model }
 
-func newMemModel(path string) *memModel {
-	return &memModel{path: path, data: map[string][]byte{}, readErr: map[string]error{}}
-}
+func newMemModel(path string) *memModel { return &memModel{memmodel.New(path, "mem")} }
 
 // add appends a tensor with the given raw data.
 func (m *memModel) add(name string, typ formats.DType, shape []int64, data []byte) formats.Tensor {
-	t := formats.Tensor{Name: name, Type: typ, Shape: shape, File: m.path, Size: int64(len(data))}
-	m.tensors = append(m.tensors, t)
-	m.data[name] = data
-	return t
-}
-
-func (m *memModel) Path() string              { return m.path }
-func (m *memModel) Info() formats.Info        { return formats.Info{Format: "mem", Files: []string{m.path}} }
-func (m *memModel) Tensors() []formats.Tensor { return m.tensors }
-func (m *memModel) Metadata() formats.Metadata {
-	return nil
-}
-func (m *memModel) Close() error { return nil }
-
-func (m *memModel) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
-	if err := m.readErr[t.Name]; err != nil {
-		return 0, err
-	}
-	d, ok := m.data[t.Name]
-	if !ok {
-		return 0, fmt.Errorf("no tensor %q", t.Name)
-	}
-	if off >= int64(len(d)) {
-		return 0, io.EOF
-	}
-	n := copy(p, d[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
+	return m.Add(name, typ, shape, data)
 }
 
 // fileModel reads tensors from a raw file at the descriptors' offsets with

@@ -9,6 +9,7 @@ import (
 	"github.com/sdtool/sdtool/formats/comfyquant"
 	"github.com/sdtool/sdtool/formats/gguf"
 	"github.com/sdtool/sdtool/formats/safetensors"
+	"github.com/sdtool/sdtool/internal/option"
 )
 
 // DroppedKey is an input metadata entry that CarryMetadata left out, and why.
@@ -124,13 +125,13 @@ func ParseMetadataItems(items []string) ([][2]string, error) {
 	for _, s := range items {
 		k, v, ok := strings.Cut(s, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--metadata %q: want KEY=VALUE", s)
+			return nil, option.Errorf("%s %q: want KEY=VALUE", option.Name("Metadata"), s)
 		}
 		if seen[k] {
-			return nil, fmt.Errorf("--metadata: key %q given twice", k)
+			return nil, option.Errorf("%s: key %q given twice", option.Name("Metadata"), k)
 		}
 		if strings.HasPrefix(k, gguf.OrigShapePrefix) || k == "general.alignment" {
-			return nil, fmt.Errorf("--metadata: key %q is written by sdtool itself", k)
+			return nil, option.Errorf("%s: key %q is written by sdtool itself", option.Name("Metadata"), k)
 		}
 		seen[k] = true
 		out = append(out, [2]string{k, v})

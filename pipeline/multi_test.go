@@ -171,7 +171,7 @@ func TestRunAllFailureRemovesEveryPartial(t *testing.T) {
 	}
 	t.Run("read error", func(t *testing.T) {
 		m := ladderModel(t)
-		m.readErr["c.weight"] = errors.New("disk on fire")
+		m.ReadErr["c.weight"] = errors.New("disk on fire")
 		dir := t.TempDir()
 		_, err := RunAll(context.Background(), ladderPlans(m, dir), Options{Threads: 2})
 		if err == nil || !strings.Contains(err.Error(), "disk on fire") || !strings.Contains(err.Error(), "partial output removed") {

@@ -81,15 +81,15 @@ func TestCopyRoundTrip(t *testing.T) {
 	}
 	noPartial(t, out)
 	names, data := readFake(t, out)
-	if len(names) != len(m.tensors) {
-		t.Fatalf("%d tensors, want %d", len(names), len(m.tensors))
+	if len(names) != len(m.List) {
+		t.Fatalf("%d tensors, want %d", len(names), len(m.List))
 	}
 	var want int64
-	for i, tt := range m.tensors {
+	for i, tt := range m.List {
 		if names[i] != tt.Name {
 			t.Errorf("tensor %d is %q, want %q (header order)", i, names[i], tt.Name)
 		}
-		if !bytes.Equal(data[tt.Name], m.data[tt.Name]) {
+		if !bytes.Equal(data[tt.Name], m.Data[tt.Name]) {
 			t.Errorf("tensor %q: data differs", tt.Name)
 		}
 		want += tt.Size
@@ -124,7 +124,7 @@ func (s slowProducer) Produce(ctx context.Context, dst []byte, first, n int64, s
 func convertPlan(m *memModel, slow bool) (*Plan, map[string][]byte) {
 	var p Plan
 	want := map[string][]byte{}
-	for _, t := range m.tensors {
+	for _, t := range m.List {
 		if t.Type != formats.F16 || t.RowLength()%toyBlock != 0 {
 			continue
 		}
@@ -136,7 +136,7 @@ func convertPlan(m *memModel, slow bool) (*Plan, map[string][]byte) {
 		p.Outputs = append(p.Outputs, Output{Name: t.Name + ".q", Type: toyType, Shape: t.Shape, Producer: prod, Source: &src})
 		// Oracle: the whole tensor decoded and encoded in one call.
 		f := make([]float32, t.Elements())
-		decodeF16(f, m.data[t.Name])
+		decodeF16(f, m.Data[t.Name])
 		b := make([]byte, len(f)/toyBlock*toyBlockBytes)
 		encodeToy(b, f, int(t.RowLength()))
 		want[t.Name+".q"] = b
@@ -300,7 +300,7 @@ func TestConvertReshapeAndChecks(t *testing.T) {
 	src := m.add("w", formats.F16, []int64{4, 64}, f16Data(256, 9))
 	// A reshape to rows of 32 (whole f16 "blocks") converts the same elements.
 	f := make([]float32, 256)
-	decodeF16(f, m.data["w"])
+	decodeF16(f, m.Data["w"])
 	want := make([]byte, 8*toyBlockBytes)
 	encodeToy(want, f, 32)
 	plan := &Plan{Outputs: []Output{{Name: "w", Type: toyType, Shape: []int64{8, 32}, Producer: Convert(tensor.Plain(m, src), toyType, encodeToy)}}}
@@ -398,13 +398,13 @@ func TestDebugLogPerTensor(t *testing.T) {
 	if err := run(t, context.Background(), at(copyPlan(m), out, nil), Options{Logger: log}); err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range m.tensors {
+	for _, tt := range m.List {
 		if !strings.Contains(buf.String(), "tensor="+tt.Name+" ") {
 			t.Errorf("no log record for %q in:\n%s", tt.Name, buf.String())
 		}
 	}
-	if n := strings.Count(buf.String(), "wrote tensor"); n != len(m.tensors) {
-		t.Errorf("%d records, want %d", n, len(m.tensors))
+	if n := strings.Count(buf.String(), "wrote tensor"); n != len(m.List) {
+		t.Errorf("%d records, want %d", n, len(m.List))
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/sdtool/sdtool/internal/option"
 )
 
 // PartialSuffix is appended to the output path while it is being written.
@@ -206,7 +208,7 @@ func checkOutput(out string, inputs []string, force bool) error {
 			return fmt.Errorf("%s: is a directory", out)
 		}
 		if !force {
-			return fmt.Errorf("%s: %w (use --force to replace it)", out, ErrExists)
+			return option.Errorf("%s: %w (use %s to replace it)", out, ErrExists, option.Name("Force"))
 		}
 	} else if !errors.Is(outErr, fs.ErrNotExist) {
 		if err := checkFolder(out); err != nil {

@@ -31,17 +31,17 @@ func encodeF32(dst []byte, src []float32, _ int) error {
 func mixedPlan(m *memModel, to formats.DType, enc RowEncoder, encodeAll func([]float32, int) []byte) (*Plan, map[string][]byte) {
 	var p Plan
 	want := map[string][]byte{}
-	for _, t := range m.tensors {
+	for _, t := range m.List {
 		src := t
 		if t.Type == formats.F16 && len(t.Shape) == 2 {
 			p.Outputs = append(p.Outputs, Output{Name: t.Name, Type: to, Shape: t.Shape, Producer: Convert(tensor.Plain(m, t), to, enc), Source: &src})
 			f := make([]float32, t.Elements())
-			decodeF16(f, m.data[t.Name])
+			decodeF16(f, m.Data[t.Name])
 			want[t.Name] = encodeAll(f, int(t.RowLength()))
 			continue
 		}
 		p.Outputs = append(p.Outputs, Output{Name: t.Name, Type: t.Type, Shape: t.Shape, Producer: Copy(m, t), Source: &src})
-		want[t.Name] = m.data[t.Name]
+		want[t.Name] = m.Data[t.Name]
 	}
 	return &p, want
 }

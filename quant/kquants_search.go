@@ -363,7 +363,8 @@ func makeQkxQuants(nmax int32, x, weights []float32, L []uint8, rmin, rdelta flo
 // at a time by qkxLaneEval (a lane each), then compared in ggml's order. A
 // winning candidate changes the offset that the later candidates' levels
 // depend on, so the lanes after a winner are discarded and the next group
-// starts right after it.
+// starts right after it. It is long for the reason makeQkxQuantsScalar is:
+// it follows ggml's order of operations step by step.
 func makeQkxQuantsLanes(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
 	n := len(x)
 	weights = weights[:n]
@@ -495,6 +496,9 @@ func minMaxFast(x []float32) (mn, mx float32, ok bool) {
 }
 
 // makeQkxQuantsScalar is makeQkxQuants one candidate (or pair) at a time.
+// It is long because it follows ggml's make_qkx3_quants step by step (the
+// same float operations in the same order, which byte-exactness needs), so
+// that it can be checked line against line with it.
 func makeQkxQuantsScalar(nmax int32, x, weights []float32, L []uint8, rmin, rdelta float32, nstep int, useMad bool) (scale, theMin float32) {
 	n := len(x)
 	weights = weights[:n]

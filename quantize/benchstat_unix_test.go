@@ -7,18 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
-	"time"
 )
-
-// cpuTime returns the process's user plus system CPU time so far (0 where unknown).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // readBytes returns the bytes this process has read through read calls
 // (Linux's rchar, page cache hits included), 0 where unknown.

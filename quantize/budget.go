@@ -2,7 +2,6 @@ package quantize
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/quant/mix"
@@ -179,7 +179,7 @@ type CandidateError struct {
 func checkRecipeOptions(opts *Options) (*Options, error) {
 	recipe := opts.TensorTypeFile != "" || opts.TypesFrom != ""
 	if opts.TensorTypeFile != "" && opts.TypesFrom != "" {
-		return nil, errors.New("--tensor-type-file and --types-from both give every type: use one")
+		return nil, option.Errorf("%s and %s both give every type: use one", option.Name("TensorTypeFile"), option.Name("TypesFrom"))
 	}
 	if opts.Budget == nil {
 		return opts, nil
@@ -187,26 +187,26 @@ func checkRecipeOptions(opts *Options) (*Options, error) {
 	b := opts.Budget
 	switch {
 	case b.Bytes > 0 && b.BPW > 0:
-		return nil, errors.New("--budget and --bpw both set the size: use one")
+		return nil, option.Errorf("%s and %s both set the size: use one", option.Name("Budget.Bytes"), option.Name("Budget.BPW"))
 	case b.Bytes <= 0 && !(b.BPW > 0):
-		return nil, errors.New("a budget needs --budget SIZE or --bpw N (more than 0)")
+		return nil, option.Errorf("a budget needs %s SIZE or %s N (more than 0)", option.Name("Budget.Bytes"), option.Name("Budget.BPW"))
 	case b.BPW > 32 || math.IsNaN(b.BPW):
-		return nil, fmt.Errorf("--bpw %g: want bits per weight between 0 and 32", b.BPW)
+		return nil, option.Errorf("%s %g: want bits per weight between 0 and 32", option.Name("Budget.BPW"), b.BPW)
 	case opts.Type != "":
-		return nil, fmt.Errorf("--type %s with --budget: the budget chooses every eligible tensor's type; leave out --type (or pin tensors with --tensor-type)", opts.Type)
+		return nil, option.Errorf("%s %s with %s: the budget chooses every eligible tensor's type; leave out %s (or pin tensors with %s)", option.Name("Type"), opts.Type, option.Name("Budget.Bytes"), option.Name("Type"), option.Name("TensorTypes"))
 	case recipe:
-		return nil, errors.New("--budget chooses the types itself: it does not combine with --tensor-type-file or --types-from (pin tensors with --tensor-type)")
+		return nil, option.Errorf("%s chooses the types itself: it does not combine with %s or %s (pin tensors with %s)", option.Name("Budget.Bytes"), option.Name("TensorTypeFile"), option.Name("TypesFrom"), option.Name("TensorTypes"))
 	case opts.Pure:
-		return nil, errors.New("--pure does not apply to --budget: a budget gives each tensor its own type")
+		return nil, option.Errorf("%s does not apply to %s: a budget gives each tensor its own type", option.Name("Pure"), option.Name("Budget.Bytes"))
 	}
 	switch b.Metric {
 	case "", MetricRelative, MetricAbsolute:
 	default:
-		return nil, fmt.Errorf("--budget-metric %q: want %s or %s", b.Metric, MetricRelative, MetricAbsolute)
+		return nil, option.Errorf("%s %q: want %s or %s", option.Name("Budget.Metric"), b.Metric, MetricRelative, MetricAbsolute)
 	}
 	for _, t := range b.Candidates {
 		if _, err := quant.Encoder(t); err != nil || !t.IsGGML() {
-			return nil, fmt.Errorf("--budget-types: %s cannot be written to GGUF by this build", t)
+			return nil, option.Errorf("%s: %s cannot be written to GGUF by this build", option.Name("Budget.Candidates"), t)
 		}
 	}
 	o := *opts
@@ -250,30 +250,9 @@ type budgetTensor struct {
 // planBudget measures, allocates and plans.
 func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]string) error {
 	bo := b.opts.Budget
-	srcs := b.dm.Sources
-	inputs := make([]mix.Input, len(srcs))
-	for i, s := range srcs {
-		typ := s.Tensor.Type
-		if s.Module != nil {
-			typ = formats.F32
-		}
-		shape, _ := fold(s.Shape())
-		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
-	}
-	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: true, ReshapeConv: b.opts.ReshapeConv, Override: user})
+	inputs, elig, err := b.eligible(f, user)
 	if err != nil {
 		return err
-	}
-	var elig []budgetTensor
-	for i, c := range choices {
-		if !c.Quantized || !srcs[i].Float() && srcs[i].Module == nil {
-			continue
-		}
-		pinned := false
-		if user != nil {
-			_, pinned = user(srcs[i].Name)
-		}
-		elig = append(elig, budgetTensor{index: i, name: srcs[i].Name, shape: c.Shape, pinned: pinned})
 	}
 	cands := bo.Candidates
 	if len(cands) == 0 {
@@ -287,51 +266,10 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 	if err != nil {
 		return err
 	}
-	// Sizes need no measurement: the bytes every other tensor (and the
-	// header) takes, from a plan with each allocated tensor at its first
-	// candidate, and a budget below the smallest file refused before the
-	// input is read.
-	cost := func(t *measureTask, typ formats.DType) int64 {
-		if bo.Bytes > 0 {
-			return align32(t.bytes(typ))
-		}
-		return t.bytes(typ)
-	}
-	first := map[string]formats.DType{}
-	for i, e := range elig {
-		if !e.pinned {
-			first[e.name] = tasks[i].types[0]
-		}
-	}
-	probe, err := b.probePlan(f, withTypes(user, first), userMeta)
+	sp, err := b.budgetSpace(f, user, userMeta, elig, tasks)
 	if err != nil {
 		return err
 	}
-	fileFixed, dataFixed := probe.file, probe.data
-	var least int64
-	for i, e := range elig {
-		if e.pinned {
-			continue
-		}
-		t := &tasks[i]
-		fileFixed -= align32(t.bytes(t.types[0]))
-		dataFixed -= t.bytes(t.types[0])
-		m := cost(t, t.types[0])
-		for _, typ := range t.types {
-			m = min(m, cost(t, typ))
-		}
-		least += m
-	}
-	var avail int64
-	if bo.Bytes > 0 {
-		avail = bo.Bytes - fileFixed
-	} else {
-		avail = int64(math.Floor(bo.BPW*float64(probe.params)/8)) - dataFixed
-	}
-	if least > avail {
-		return b.budgetTooSmall(fileFixed, dataFixed, least, probe.params)
-	}
-
 	start := time.Now()
 	b.log.Info("measuring candidate types", "tensors", len(elig), "candidates", len(cands), "file", b.opts.Input)
 	meas, err := b.measure(tasks, bo.Threads)
@@ -350,7 +288,119 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 		}
 	}
 	b.log.Info("measured", "elements", rep.Measured, "time", rep.Elapsed.Round(time.Millisecond))
+	chosen, chosenErr, err := b.allocateTypes(sp, elig, tasks, meas, rep)
+	if err != nil {
+		return err
+	}
+	rep.Mixes = b.priceMixes(inputs, elig, meas, sp.fileFixed)
+	fillBudgetTensors(rep, elig, meas, chosen, user)
+	if err := b.planGGUF(f, withTypes(user, chosen)); err != nil {
+		return err
+	}
+	for i := range b.plan.Outputs {
+		o := &b.plan.Outputs[i]
+		if _, ok := chosen[o.Name]; ok {
+			o.Note = fmt.Sprintf("budget (predicted relative error %.3g)", chosenErr[o.Name]) + strings.TrimPrefix(o.Note, "user rule")
+		}
+	}
+	b.res.Budget = rep
+	b.labelBudget(rep, cands)
+	return nil
+}
 
+// eligible returns the mix inputs of every tensor and the tensors the
+// budget allocates: those the mix quantizes that are floats (or ComfyUI
+// modules), pinned when a user rule gives their type.
+func (b *builder) eligible(f mix.FType, user mix.Override) ([]mix.Input, []budgetTensor, error) {
+	srcs := b.dm.Sources
+	inputs := make([]mix.Input, len(srcs))
+	for i, s := range srcs {
+		typ := s.Tensor.Type
+		if s.Module != nil {
+			typ = formats.F32
+		}
+		shape, _ := fold(s.Shape())
+		inputs[i] = mix.Input{Name: s.Name, Shape: shape, Source: typ}
+	}
+	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: true, ReshapeConv: b.opts.ReshapeConv, Override: user})
+	if err != nil {
+		return nil, nil, err
+	}
+	var elig []budgetTensor
+	for i, c := range choices {
+		if !c.Quantized || !srcs[i].Float() && srcs[i].Module == nil {
+			continue
+		}
+		pinned := false
+		if user != nil {
+			_, pinned = user(srcs[i].Name)
+		}
+		elig = append(elig, budgetTensor{index: i, name: srcs[i].Name, shape: c.Shape, pinned: pinned})
+	}
+	return inputs, elig, nil
+}
+
+// budgetSpace is what a budget leaves the allocated tensors.
+type budgetSpace struct {
+	fileFixed, dataFixed int64 // the file and data bytes of everything else
+	least                int64 // the smallest the allocated tensors can take
+	avail                int64 // the bytes the budget leaves them
+	params               int64
+}
+
+// cost is the bytes tensor t takes in type typ, counted as the budget
+// counts: aligned in the file for a size, data alone for bits per weight.
+func (b *builder) cost(t *measureTask, typ formats.DType) int64 {
+	if b.opts.Budget.Bytes > 0 {
+		return align32(t.bytes(typ))
+	}
+	return t.bytes(typ)
+}
+
+// budgetSpace sizes the budget without measuring: the bytes every other
+// tensor (and the header) takes, from a plan with each allocated tensor at
+// its first candidate; a budget below the smallest file is refused before
+// the input is read.
+func (b *builder) budgetSpace(f mix.FType, user mix.Override, userMeta [][2]string, elig []budgetTensor, tasks []measureTask) (budgetSpace, error) {
+	bo := b.opts.Budget
+	first := map[string]formats.DType{}
+	for i, e := range elig {
+		if !e.pinned {
+			first[e.name] = tasks[i].types[0]
+		}
+	}
+	probe, err := b.probePlan(f, withTypes(user, first), userMeta)
+	if err != nil {
+		return budgetSpace{}, err
+	}
+	sp := budgetSpace{fileFixed: probe.file, dataFixed: probe.data, params: probe.params}
+	for i, e := range elig {
+		if e.pinned {
+			continue
+		}
+		t := &tasks[i]
+		sp.fileFixed -= align32(t.bytes(t.types[0]))
+		sp.dataFixed -= t.bytes(t.types[0])
+		m := b.cost(t, t.types[0])
+		for _, typ := range t.types {
+			m = min(m, b.cost(t, typ))
+		}
+		sp.least += m
+	}
+	if bo.Bytes > 0 {
+		sp.avail = bo.Bytes - sp.fileFixed
+	} else {
+		sp.avail = int64(math.Floor(bo.BPW*float64(probe.params)/8)) - sp.dataFixed
+	}
+	if sp.least > sp.avail {
+		return sp, b.budgetTooSmall(sp.fileFixed, sp.dataFixed, sp.least, sp.params)
+	}
+	return sp, nil
+}
+
+// allocateTypes chooses each unpinned tensor's type within the space and
+// returns the choices and each one's predicted ‖a−b‖/‖a‖.
+func (b *builder) allocateTypes(sp budgetSpace, elig []budgetTensor, tasks []measureTask, meas []measured, rep *BudgetReport) (map[string]formats.DType, map[string]float64, error) {
 	items := make([]allocItem, 0, len(elig))
 	var alloc []int // elig index of each item
 	for i, e := range elig {
@@ -359,20 +409,19 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 		}
 		var it allocItem
 		for _, c := range meas[i].cands {
-			it.Cost = append(it.Cost, cost(&tasks[i], c.Type))
+			it.Cost = append(it.Cost, b.cost(&tasks[i], c.Type))
 			it.Err = append(it.Err, c.Err)
 		}
 		items = append(items, it)
 		alloc = append(alloc, i)
 	}
-	a, err := allocate(items, avail)
+	a, err := allocate(items, sp.avail)
 	if err != nil {
-		return b.budgetTooSmall(fileFixed, dataFixed, least, probe.params)
+		return nil, nil, b.budgetTooSmall(sp.fileFixed, sp.dataFixed, sp.least, sp.params)
 	}
 	rep.Optimal = a.Breakpoint
-	rep.Mixes = b.priceMixes(inputs, elig, meas, fileFixed)
 	chosen := map[string]formats.DType{}
-	chosenErr := map[string]float64{} // ‖a−b‖/‖a‖ of each allocated tensor
+	chosenErr := map[string]float64{}
 	for k, i := range alloc {
 		c := meas[i].cands[a.Choice[k]]
 		chosen[elig[i].name] = c.Type
@@ -380,6 +429,12 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 			chosenErr[elig[i].name] = math.Sqrt(c.SSE / meas[i].energy)
 		}
 	}
+	return chosen, chosenErr, nil
+}
+
+// fillBudgetTensors lists every eligible tensor in the report with its
+// type, bytes and error, and sums the allocated ones' errors.
+func fillBudgetTensors(rep *BudgetReport, elig []budgetTensor, meas []measured, chosen map[string]formats.DType, user mix.Override) {
 	var sse, energy float64
 	for i, e := range elig {
 		bt := BudgetTensor{Name: e.name, Pinned: e.pinned, Candidates: meas[i].cands}
@@ -406,17 +461,11 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 	if energy > 0 {
 		rep.RelError = math.Sqrt(sse / energy)
 	}
-	if err := b.planGGUF(f, withTypes(user, chosen)); err != nil {
-		return err
-	}
-	for i := range b.plan.Outputs {
-		o := &b.plan.Outputs[i]
-		if _, ok := chosen[o.Name]; ok {
-			o.Note = fmt.Sprintf("budget (predicted relative error %.3g)", chosenErr[o.Name]) + strings.TrimPrefix(o.Note, "user rule")
-		}
-	}
-	b.res.Budget = rep
-	// The label general.file_type gets: the type holding most allocated bytes.
+}
+
+// labelBudget gives the report the label general.file_type gets: the type
+// holding most allocated bytes.
+func (b *builder) labelBudget(rep *BudgetReport, cands []formats.DType) {
 	byType := map[formats.DType]int64{}
 	for _, t := range rep.Tensors {
 		byType[t.Type] += t.Bytes
@@ -433,7 +482,6 @@ func (b *builder) planBudget(f mix.FType, user mix.Override, userMeta [][2]strin
 		}
 	}
 	b.res.Type = "budget"
-	return nil
 }
 
 // withTypes returns an override giving the named tensors their types,
@@ -463,10 +511,10 @@ type probeSize struct{ file, data, params int64 }
 func (b *builder) budgetTooSmall(fileFixed, dataFixed, least, params int64) error {
 	bo := b.opts.Budget
 	if bo.Bytes > 0 {
-		return fmt.Errorf("%s: --budget %s is below the smallest file the candidates allow, %s (%s of it in tensors kept in high precision, pinned tensors and the header)",
-			b.opts.Input, pipeline.HumanBytes(bo.Bytes), pipeline.HumanBytes(fileFixed+least), pipeline.HumanBytes(fileFixed))
+		return option.Errorf("%s: %s %s is below the smallest file the candidates allow, %s (%s of it in tensors kept in high precision, pinned tensors and the header)",
+			b.opts.Input, option.Name("Budget.Bytes"), pipeline.HumanBytes(bo.Bytes), pipeline.HumanBytes(fileFixed+least), pipeline.HumanBytes(fileFixed))
 	}
-	return fmt.Errorf("%s: --bpw %g is below the smallest the candidates allow, %.3f bits per weight", b.opts.Input, bo.BPW, float64(dataFixed+least)*8/float64(params))
+	return option.Errorf("%s: %s %g is below the smallest the candidates allow, %.3f bits per weight", b.opts.Input, option.Name("Budget.BPW"), bo.BPW, float64(dataFixed+least)*8/float64(params))
 }
 
 // probePlan plans with the given types on a copy of the builder, adds the

@@ -5,36 +5,18 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/benchutil"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
-// peakRSS resets the process's peak resident set (Linux clear_refs 5) and
-// returns a function that reads the peak since, in MiB (0 elsewhere).
-func peakRSS() func() float64 {
-	if runtime.GOOS != "linux" {
-		return func() float64 { return 0 }
-	}
-	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
-	return func() float64 {
-		status, err := os.ReadFile("/proc/self/status")
-		if err != nil {
-			return 0
-		}
-		for line := range strings.Lines(string(status)) {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-				return kb / 1024
-			}
-		}
-		return 0
-	}
-}
+// peakMiB reads the peak resident memory since the last
+// benchutil.ResetPeakRSS, in MiB (0 where unknown).
+func peakMiB() float64 { return float64(benchutil.PeakRSS()) / (1 << 20) }
 
 // BenchmarkBudgetVsQuantizing measures, in one run, planning a budget
 // (reading every eligible tensor once and measuring every default
@@ -69,7 +51,7 @@ func BenchmarkBudgetVsQuantizing(b *testing.B) {
 	var budgetTime, quantTime time.Duration
 	var budgetRSS, quantRSS float64
 	for range b.N {
-		read := peakRSS()
+		benchutil.ResetPeakRSS()
 		start := time.Now()
 		opts := Options{Input: model, Output: filepath.Join(dir, "budget.gguf"), Budget: &Budget{Bytes: 1 << 40, Threads: threads, Candidates: cands}}
 		p, _, err := Plan(&opts)
@@ -78,17 +60,17 @@ func BenchmarkBudgetVsQuantizing(b *testing.B) {
 		}
 		p.Close()
 		budgetTime += time.Since(start)
-		budgetRSS = max(budgetRSS, read())
+		budgetRSS = max(budgetRSS, peakMiB())
 		for _, c := range cands {
 			out := filepath.Join(dir, "q-"+c.String()+".gguf")
-			read := peakRSS()
+			benchutil.ResetPeakRSS()
 			start := time.Now()
 			o := Options{Input: model, Output: out, Type: c.String(), Pure: true}
 			if _, err := quantizeRun(context.Background(), &o, pipeline.Options{Threads: threads, Force: true}, false); err != nil {
 				b.Fatal(err)
 			}
 			quantTime += time.Since(start)
-			quantRSS = max(quantRSS, read())
+			quantRSS = max(quantRSS, peakMiB())
 			os.Remove(out)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quant/mix"
 )
@@ -67,7 +68,7 @@ func (rc Recipe) WriteTypeFile(w io.Writer) error {
 			}
 		}
 		if strings.ContainsAny(name, " \t\r\n") {
-			return fmt.Errorf("tensor %q: a name with white space cannot go into a --tensor-type-file", e.Name)
+			return option.Errorf("tensor %q: a name with white space cannot go into a %s", e.Name, option.Name("TensorTypeFile"))
 		}
 		fmt.Fprintf(bw, "%s=%s\n", name, e.Type)
 	}
@@ -100,7 +101,7 @@ type typeFileEntry struct {
 func readTypeFile(path string) ([]typeFileEntry, error) {
 	data, err := formats.ReadRegular(path, formats.MaxTextFile)
 	if err != nil {
-		return nil, fmt.Errorf("--tensor-type-file: %w", err)
+		return nil, option.Errorf("%s: %w", option.Name("TensorTypeFile"), err)
 	}
 	return parseTypeFile(path, data)
 }
@@ -245,15 +246,15 @@ func (b *builder) recipeOverride() (mix.Override, error) {
 // whose tensor names are not the input's.
 func (b *builder) typesFrom(path string) (mix.Override, error) {
 	if pipeline.SameFile(path, b.opts.Output) {
-		return nil, fmt.Errorf("--types-from %s is the output", path)
+		return nil, option.Errorf("%s %s is the output", option.Name("TypesFrom"), path)
 	}
 	m, err := formats.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("--types-from: %w", err)
+		return nil, option.Errorf("%s: %w", option.Name("TypesFrom"), err)
 	}
 	defer m.Close()
 	if f := m.Info().Format; f != "gguf" {
-		return nil, fmt.Errorf("--types-from %s: want a GGUF file, this is %s", path, f)
+		return nil, option.Errorf("%s %s: want a GGUF file, this is %s", option.Name("TypesFrom"), path, f)
 	}
 	types := map[string]formats.DType{}
 	for _, t := range m.Tensors() {
@@ -282,11 +283,11 @@ func (b *builder) typesFrom(path string) (mix.Override, error) {
 		if len(extra) > 0 {
 			parts = append(parts, fmt.Sprintf("%s of its own not in %s (first %q)", pipeline.Count(len(extra), "tensor", "tensors"), b.opts.Input, extra[0]))
 		}
-		return nil, fmt.Errorf("--types-from %s: tensor names differ from the input's: %s; the type map can only be copied between files with the same tensors", path, strings.Join(parts, ", "))
+		return nil, option.Errorf("%s %s: tensor names differ from the input's: %s; the type map can only be copied between files with the same tensors", option.Name("TypesFrom"), path, strings.Join(parts, ", "))
 	}
 	for name, t := range types {
 		if !t.IsGGML() || !t.InLinkedGGML() {
-			return nil, fmt.Errorf("--types-from %s: tensor %q: type %s cannot be written", path, name, t)
+			return nil, option.Errorf("%s %s: tensor %q: type %s cannot be written", option.Name("TypesFrom"), path, name, t)
 		}
 	}
 	return func(name string) (formats.DType, bool) {

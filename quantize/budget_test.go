@@ -212,9 +212,9 @@ func TestBudgetBPW(t *testing.T) {
 	}{
 		{Options{Budget: &Budget{BPW: 1}}, "below the smallest"},
 		{Options{Budget: &Budget{Bytes: 1000}}, "below the smallest file"},
-		{Options{Budget: &Budget{Bytes: 1 << 20}, Type: "Q4_K_M"}, "leave out --type"},
+		{Options{Budget: &Budget{Bytes: 1 << 20}, Type: "Q4_K_M"}, "leave out Type"},
 		{Options{Budget: &Budget{Bytes: 1 << 20, BPW: 4}}, "use one"},
-		{Options{Budget: &Budget{Bytes: 1 << 20, Metric: "psnr"}}, "--budget-metric"},
+		{Options{Budget: &Budget{Bytes: 1 << 20, Metric: "psnr"}}, "Budget.Metric"},
 		{Options{Budget: &Budget{Bytes: 1 << 20}, TypesFrom: "x.gguf"}, "does not combine"},
 	} {
 		c.opts.Output = "out.gguf"

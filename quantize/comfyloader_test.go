@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
 	"github.com/sdtool/sdtool/pipeline"
@@ -16,13 +17,23 @@ import (
 // comfyLoaderTypes are the --type values of every ComfyUI format sdtool writes.
 var comfyLoaderTypes = []string{"int8", "int8_convrot", "fp8_e4m3", "nvfp4", "mxfp8", "convrot_w4a4", "asym_w4a8_int8"}
 
+// comfyCPUActivations says, for each marker format, whether generate's
+// --runtime comfyui quantizes a layer's activations on a CPU (INT8 as
+// W8A8, asym_w4a8_int8 on its INT8 grid, convrot_w4a4 with int4
+// activations) or multiplies the dequantized weight in float.
+var comfyCPUActivations = map[string]bool{
+	"int8_tensorwise": true, "asym_w4a8_int8": true, "convrot_w4a4": true,
+	"float8_e4m3fn": false, "nvfp4": false, "mxfp8": false,
+}
+
 // TestComfyUILoaderFlux loads the realistic-weights Flux layout
 // (synth.FluxBench) in every ComfyUI format through ComfyUI's own
 // checkpoint loader and layers (testdata/comfy_loader.py): the model must be
 // detected as Flux, no key may be missing or unexpected, every marked layer
-// must load quantized in its format, and each layer's output through
+// must load quantized in its format, each layer's output through
 // ComfyUI's runtime must be within 10% of ComfyUI quantizing the layer
-// itself.
+// itself, and ComfyUI must run each format on this CPU as generate's
+// --runtime comfyui does (comfyCPUActivations).
 func TestComfyUILoaderFlux(t *testing.T) {
 	root, comfy := comfyUIEnv(t)
 	dir := chrootTemp(t, root, "sdtool-loader-flux-")
@@ -38,16 +49,33 @@ func TestComfyUILoaderFlux(t *testing.T) {
 }
 
 // TestComfyUILoaderWan does the same for a Wan 2.1 t2v layout (its 5-D
-// patch embedding among the keys ComfyUI's WAN21 model must take) through
+// patch embedding among the keys ComfyUI's WAN21 model must take) and a
+// Wan 2.2 TI2V-5B one (48 latent channels, ComfyUI's WAN22) through
 // comfy.sd.load_diffusion_model.
 func TestComfyUILoaderWan(t *testing.T) {
 	root, comfy := comfyUIEnv(t)
-	dir := chrootTemp(t, root, "sdtool-loader-wan-")
-	src := filepath.Join(dir, "src.safetensors")
-	if err := synth.Write(src, wanComfySpec); err != nil {
-		t.Fatal(err)
-	}
-	comfyLoader(t, root, comfy, dir, src, "WAN21")
+	t.Run("t2v", func(t *testing.T) {
+		dir := chrootTemp(t, root, "sdtool-loader-wan-")
+		src := filepath.Join(dir, "src.safetensors")
+		if err := synth.Write(src, wanComfySpec); err != nil {
+			t.Fatal(err)
+		}
+		comfyLoader(t, root, comfy, dir, src, "WAN21")
+	})
+	t.Run("ti2v-5b", func(t *testing.T) {
+		dir := chrootTemp(t, root, "sdtool-loader-wan22-")
+		// Two 128-wide heads: ComfyUI's Wan takes its head count from the width.
+		wan := synth.Wan{Hidden: 256, FF: 512, Blocks: 1, Channels: 48, V22: true, VAEDec: 8, VAEEnc: 8, Seed: 9, Type: formats.F16}
+		var b bytes.Buffer
+		if err := wan.EncodePart(&b, "safetensors", "diffusion-model"); err != nil {
+			t.Fatal(err)
+		}
+		src := filepath.Join(dir, "src.safetensors")
+		if err := os.WriteFile(src, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		comfyLoader(t, root, comfy, dir, src, "WAN22")
+	})
 }
 
 // comfyUIEnv returns the chroot (SDTOOL_COMFY_CHROOT) and the ComfyUI tree
@@ -98,18 +126,37 @@ func comfyLoader(t *testing.T, root, comfy, dir, src, model string) {
 	sh := `mount --bind "$1" "$2/$3/comfyui" && mount -t proc proc "$2/proc" && root=$2 && shift 3 && exec chroot "$root" python3 "$@"`
 	cmd := exec.Command("unshare", append([]string{"-m", "--propagation", "private", "sh", "-c", sh, "sh", comfy, root, inner}, args...)...)
 	out, err := cmd.Output()
+	files := checkLoaderLines(t, out, model)
+	if err != nil || files != len(comfyLoaderTypes) {
+		t.Errorf("comfy_loader.py: %v, %d files checked of %d; stderr: %s", err, files, len(comfyLoaderTypes), stderrOf(err))
+	}
+}
+
+// loaderLine is one JSON line of comfy_loader.py: a file's or a layer's.
+type loaderLine struct {
+	File, Layer, Problem, Model, Format string
+	Problems                            []string
+	Markers                             int
+	Quantized                           int     `json:"quantized_layers"`
+	Ratio                               float64 `json:"ratio"`
+	VsDequantized                       float64 `json:"runtime_vs_dequantized"`
+}
+
+// checkLoaderLines checks comfy_loader.py's output lines: every file
+// detected as model with all its markers loaded quantized and no problem,
+// every layer within 1.10 of ComfyUI's own error and run by ComfyUI on
+// this CPU as generate's --runtime comfyui runs it (comfyCPUActivations:
+// the dequantized product, or activations quantized too). It returns the
+// number of files reported.
+func checkLoaderLines(t *testing.T, out []byte, model string) int {
+	t.Helper()
 	files, layers := 0, 0
+	spread := map[string][2]float64{} // format: smallest and largest runtime_vs_dequantized
 	for _, line := range bytes.Split(out, []byte("\n")) {
 		if !bytes.HasPrefix(line, []byte("{")) {
-			continue
+			continue // torch's and UCX's chatter
 		}
-		var r struct {
-			File, Layer, Problem, Model string
-			Problems                    []string
-			Markers                     int
-			Quantized                   int     `json:"quantized_layers"`
-			Ratio                       float64 `json:"ratio"`
-		}
+		var r loaderLine
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatalf("%v in %s", err, line)
 		}
@@ -124,12 +171,19 @@ func comfyLoader(t *testing.T, root, comfy, dir, src, model string) {
 			if r.Problem != "" || r.Ratio > 1.10 {
 				t.Errorf("%s", line)
 			}
+			quantized, known := comfyCPUActivations[r.Format]
+			if !known || quantized != (r.VsDequantized > 1e-3) {
+				t.Errorf("%s: ComfyUI's runtime is %g from the dequantized product; sdtool runs it with quantized activations: %v", r.Layer, r.VsDequantized, quantized)
+			}
+			s, seen := spread[r.Format]
+			if !seen {
+				s = [2]float64{r.VsDequantized, r.VsDequantized}
+			}
+			spread[r.Format] = [2]float64{min(s[0], r.VsDequantized), max(s[1], r.VsDequantized)}
 		}
 	}
-	t.Logf("%d files, %d layers checked through ComfyUI", files, layers)
-	if err != nil || files != len(comfyLoaderTypes) {
-		t.Errorf("comfy_loader.py: %v, %d files checked of %d; stderr: %s", err, files, len(comfyLoaderTypes), stderrOf(err))
-	}
+	t.Logf("%d files, %d layers checked through ComfyUI; runtime against dequantized product per format: %v", files, layers, spread)
+	return files
 }
 
 // copyScripts copies the named files of testdata into dir.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -34,10 +35,10 @@ func SplitTypes(typ string) ([]string, error) {
 	for _, t := range strings.Split(typ, ",") {
 		t = strings.TrimSpace(t)
 		if t == "" {
-			return nil, fmt.Errorf("--type %q: an empty item in the list", typ)
+			return nil, option.Errorf("%s %q: an empty item in the list", option.Name("Type"), typ)
 		}
 		if seen[strings.ToLower(t)] {
-			return nil, fmt.Errorf("--type %q: %s is listed twice", typ, t)
+			return nil, option.Errorf("%s %q: %s is listed twice", option.Name("Type"), typ, t)
 		}
 		seen[strings.ToLower(t)] = true
 		out = append(out, t)
@@ -80,7 +81,7 @@ func OutputPath(pattern, typ, format string) string {
 // of the first output.
 func PlanLadder(opts *Options, types []string) (*Ladder, error) {
 	if len(types) == 0 {
-		return nil, errors.New("no --type")
+		return nil, option.Errorf("no %s", option.Name("Type"))
 	}
 	if opts.Output == "" {
 		return nil, errors.New("no output: give -o with {type} and {ext}, e.g. -o 'out/model-{type}.{ext}'")
@@ -111,7 +112,7 @@ func PlanLadder(opts *Options, types []string) (*Ladder, error) {
 		plan, rep, err := PlanModel(&o, m)
 		if err != nil {
 			l.Close()
-			return nil, fmt.Errorf("--type %s: %w", typ, err)
+			return nil, option.Errorf("%s %s: %w", option.Name("Type"), typ, err)
 		}
 		l.Rungs = append(l.Rungs, Rung{Type: typ, Plan: plan, Report: rep})
 	}

@@ -32,7 +32,7 @@ func BenchmarkLadder(b *testing.B) {
 	b.SetBytes(size)
 	for b.Loop() {
 		benchutil.ResetPeakRSS()
-		start, cpu, read := time.Now(), cpuTime(), readBytes()
+		start, cpu, read := time.Now(), benchutil.CPUTime(), readBytes()
 		opts := Options{Input: in, Output: filepath.Join(dir, "ladder-{type}.{ext}")}
 		l, err := PlanLadder(&opts, types)
 		if err != nil {
@@ -43,11 +43,11 @@ func BenchmarkLadder(b *testing.B) {
 		}
 		l.Close()
 		ladder += time.Since(start)
-		ladderCPU += cpuTime() - cpu
+		ladderCPU += benchutil.CPUTime() - cpu
 		ladderRead += readBytes() - read
 		ladderPeak = max(ladderPeak, benchutil.PeakRSS())
 		benchutil.ResetPeakRSS()
-		start, cpu, read = time.Now(), cpuTime(), readBytes()
+		start, cpu, read = time.Now(), benchutil.CPUTime(), readBytes()
 		for _, typ := range types {
 			o := Options{Input: in, Output: OutputPath(filepath.Join(dir, "single-{type}.{ext}"), typ, formatOf(typ)), Type: typ}
 			if _, err := quantizeRun(context.Background(), &o, ro, false); err != nil {
@@ -55,7 +55,7 @@ func BenchmarkLadder(b *testing.B) {
 			}
 		}
 		separate += time.Since(start)
-		separateCPU += cpuTime() - cpu
+		separateCPU += benchutil.CPUTime() - cpu
 		separateRead += readBytes() - read
 		separatePeak = max(separatePeak, benchutil.PeakRSS())
 		b.StopTimer()

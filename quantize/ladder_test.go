@@ -149,8 +149,8 @@ func TestLadderErrors(t *testing.T) {
 		{"Q8_0,Q4_K_M", filepath.Join(dir, "x.gguf"), "needs {type}"},
 		{"Q8_0,,Q4_K_M", filepath.Join(dir, "x-{type}.{ext}"), "empty item"},
 		{"Q8_0,q8_0", filepath.Join(dir, "x-{type}.{ext}"), "listed twice"},
-		{"Q8_0,Q9_K", filepath.Join(dir, "x-{type}.{ext}"), "--type Q9_K"},
-		{"Q8_0,int8", filepath.Join(dir, "x-{type}.gguf"), "--type int8"},
+		{"Q8_0,Q9_K", filepath.Join(dir, "x-{type}.{ext}"), "Type Q9_K"},
+		{"Q8_0,int8", filepath.Join(dir, "x-{type}.gguf"), "Type int8"},
 	} {
 		types, err := SplitTypes(c.typ)
 		if err == nil {

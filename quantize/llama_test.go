@@ -366,7 +366,7 @@ func TestMistralTokenizerForComfyUI(t *testing.T) {
 		t.Errorf("vocabulary bytes %q, want %q", vocab, want)
 	}
 	// A safetensors output has no arrays to hold it.
-	if _, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".out.safetensors", Type: "int8", Tokenizer: tok}, pipeline.Options{}, true); err == nil || !strings.Contains(err.Error(), "--tokenizer") {
+	if _, err := quantizeRun(t.Context(), &Options{Input: in, Output: in + ".out.safetensors", Type: "int8", Tokenizer: tok}, pipeline.Options{}, true); err == nil || !strings.Contains(err.Error(), "Tokenizer applies") {
 		t.Errorf("safetensors output with --tokenizer: %v", err)
 	}
 }

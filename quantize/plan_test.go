@@ -181,7 +181,7 @@ func TestPlanConsumers(t *testing.T) {
 		t.Errorf("sd.cpp with tq2_0: %+v", c)
 	}
 	_, _, err := PlanModel(&Options{Type: "tq2_0", Output: "o.gguf", Targets: []string{"comfyui"}, Strict: true}, flux)
-	if err == nil || !strings.Contains(err.Error(), "--strict") {
+	if err == nil || !strings.Contains(err.Error(), "Strict: ") {
 		t.Errorf("--strict --target comfyui with tq2_0: %v", err)
 	}
 	if _, _, err := PlanModel(&Options{Type: "tq2_0", Output: "o.gguf", Targets: []string{"sdcpp,ggml"}, Strict: true}, flux); err != nil {
@@ -215,7 +215,7 @@ func TestPlanErrors(t *testing.T) {
 		{Options{Type: "Q4_K_M", Output: "o.gguf", TensorTypes: []string{"(?=x)=q8_0"}}, "lookahead"},
 		{Options{Type: "Q4_K_M", Output: "o.gguf", TensorTypes: []string{"x=q8_K"}}, "cannot be written"},
 		{Options{Type: "Q4_K_M", Output: "o.gguf", Metadata: []string{"k"}}, "want KEY=VALUE"},
-		{Options{Type: "Q4_K_M", Output: "o.gguf", MetadataPreset: "all"}, "metadata-preset"},
+		{Options{Type: "Q4_K_M", Output: "o.gguf", MetadataPreset: "all"}, "MetadataPreset"},
 		{Options{Type: "int8", Output: "o.safetensors", Pure: true}, "applies to GGUF types"},
 		{Options{Type: "int8", Output: "o.safetensors", TensorTypes: []string{"x=q4_K"}}, "a ComfyUI output takes"},
 		{Options{Type: "int8", Output: "o.safetensors", TensorTypeRules: "x=keep", TensorTypes: []string{"y=int8"}}, "cannot be combined"},

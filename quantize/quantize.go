@@ -11,6 +11,7 @@ import (
 
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 
 	// PyTorch .ckpt/.pt inputs (restricted unpickler).
 	_ "github.com/sdtool/sdtool/formats/ckpt"
@@ -174,109 +175,172 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 	if err != nil {
 		return nil, nil, err
 	}
-	if opts.Type == "" {
-		return nil, nil, errors.New("no --type (see sdtool quantize --help for the table)")
-	}
 	res := &Report{Type: opts.Type, modules: map[string]int{}}
-	ct, convrotErr := convrot.ParseType(opts.Type)
-	if convrotErr == nil && ct == convrot.NVFP4 && strings.EqualFold(filepath.Ext(opts.Output), ".gguf") {
-		// nvfp4 is also a ggml type: the output's extension picks which.
-		convrotErr = errors.New("ggml nvfp4")
-	}
-	var ft mix.FType
-	if convrotErr == nil {
-		res.Format = "safetensors"
-	} else {
-		var err error
-		if ft, err = mix.Parse(opts.Type); err != nil {
-			if _, known := formats.ParseType(opts.Type); !known {
-				// One wording, with the nearest of every --type value.
-				err = fmt.Errorf("%w (see `sdtool quantize --help` for the table)", formats.UnknownType(opts.Type, append(mix.Names(), convrot.Names()...)))
-			}
-			return nil, nil, fmt.Errorf("--type: %v", err)
-		}
-		res.Format, res.FType = "gguf", ft
-	}
-	if err := pipeline.FolderOutput(opts.Output, res.Format); err != nil {
-		return nil, nil, err
-	}
-	format, err := formats.CreatorFor(opts.Output)
-	if err != nil || format.Name != res.Format {
-		return nil, nil, fmt.Errorf("%s: --type %s writes %s: the output must end in .%s, not %q", opts.Output, opts.Type, res.Format, res.Format, filepath.Ext(opts.Output))
-	}
-	switch opts.MetadataPreset {
-	case "", "default", "none":
-	default:
-		return nil, nil, fmt.Errorf("--metadata-preset %q: want default or none", opts.MetadataPreset)
-	}
-	userMeta, err := parseMetadata(opts.Metadata)
+	st, err := settingsOf(opts, res)
 	if err != nil {
 		return nil, nil, err
-	}
-	var tokMeta formats.Metadata
-	if opts.Tokenizer != "" {
-		if res.Format != "gguf" {
-			return nil, nil, fmt.Errorf("--tokenizer applies to GGUF outputs: its vocabulary is stored as GGUF arrays")
-		}
-		v, err := text.LoadByteBPE(opts.Tokenizer)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--tokenizer: %w", err)
-		}
-		tokMeta = v.GGUFMetadata()
-		res.Tokenizer = fmt.Sprintf("byte-level BPE tokenizer (%d tokens, %d merges) from %s under tokenizer.ggml.*", len(v.Tokens), len(v.Merges), opts.Tokenizer)
-	}
-	targets, err := ParseTargets(opts.Targets)
-	if err != nil {
-		return nil, nil, err
-	}
-	var override mix.Override
-	var comfyRules func(string) (comfyChoice, bool)
-	if res.Format == "safetensors" {
-		if comfyRules, err = ruleSet(opts, parseComfyRuleType); err != nil {
-			return nil, nil, err
-		}
-	} else if override, err = parseOverrides(opts); err != nil {
-		return nil, nil, err
-	}
-	if res.Format == "safetensors" {
-		switch {
-		case opts.TensorTypeFile != "" || opts.TypesFrom != "":
-			return nil, nil, fmt.Errorf("--tensor-type-file and --types-from apply to GGUF outputs, not %s", ct)
-		case opts.Pure:
-			return nil, nil, fmt.Errorf("--pure applies to GGUF types, not %s", ct)
-		case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct) && !takesInputScale(ct):
-			return nil, nil, fmt.Errorf("--imatrix applies to GGUF types, nvfp4 and mxfp8 (importance weights) and fp8 (input_scale from activation maxima): %s uses neither", ct)
-		case opts.ReshapeConv:
-			return nil, nil, fmt.Errorf("--reshape-conv applies to GGUF outputs only")
-		}
-	}
-	var imp *Importance
-	if len(opts.Imatrix) > 0 {
-		if imp, err = LoadImportance(opts.Imatrix); err != nil {
-			return nil, nil, fmt.Errorf("--imatrix: %w", err)
-		}
 	}
 	m, err := open()
 	if err != nil {
 		return nil, nil, err
 	}
-	plan := &pipeline.Plan{Path: opts.Output, Format: format}
+	plan := &pipeline.Plan{Path: opts.Output, Format: st.format}
 	plan.Use(m)
-	fail := func(err error) (*pipeline.Plan, *Report, error) {
+	if err := planModel(opts, st, m, plan, res, log); err != nil {
 		plan.Close()
 		return nil, nil, err
 	}
+	return plan, res, nil
+}
+
+// settings are the options of a quantization, checked and parsed before
+// the model is opened.
+type settings struct {
+	format     formats.Creator
+	ct         convrot.Type // the ComfyUI type, for a safetensors output
+	ft         mix.FType    // the mix, for a GGUF output
+	userMeta   [][2]string
+	tokMeta    formats.Metadata
+	targets    []string
+	override   mix.Override
+	comfyRules func(string) (comfyChoice, bool)
+	imp        *Importance
+}
+
+// settingsOf checks and parses opts: the type and the output it writes,
+// the metadata, tokenizer, targets, rules and importance matrices.
+func settingsOf(opts *Options, res *Report) (st settings, err error) {
+	if st.ct, st.ft, st.format, err = outputType(opts, res); err != nil {
+		return st, err
+	}
+	switch opts.MetadataPreset {
+	case "", "default", "none":
+	default:
+		return st, option.Errorf("%s %q: want default or none", option.Name("MetadataPreset"), opts.MetadataPreset)
+	}
+	if st.userMeta, err = parseMetadata(opts.Metadata); err != nil {
+		return st, err
+	}
+	if opts.Tokenizer != "" {
+		if res.Format != "gguf" {
+			return st, option.Errorf("%s applies to GGUF outputs: its vocabulary is stored as GGUF arrays", option.Name("Tokenizer"))
+		}
+		v, err := text.LoadByteBPE(opts.Tokenizer)
+		if err != nil {
+			return st, option.Errorf("%s: %w", option.Name("Tokenizer"), err)
+		}
+		st.tokMeta = v.GGUFMetadata()
+		res.Tokenizer = fmt.Sprintf("byte-level BPE tokenizer (%d tokens, %d merges) from %s under tokenizer.ggml.*", len(v.Tokens), len(v.Merges), opts.Tokenizer)
+	}
+	if st.targets, err = ParseTargets(opts.Targets); err != nil {
+		return st, err
+	}
+	if res.Format == "safetensors" {
+		if st.comfyRules, err = ruleSet(opts, parseComfyRuleType); err != nil {
+			return st, err
+		}
+		if err := checkComfyOptions(opts, st.ct); err != nil {
+			return st, err
+		}
+	} else if st.override, err = parseOverrides(opts); err != nil {
+		return st, err
+	}
+	if len(opts.Imatrix) > 0 {
+		if st.imp, err = LoadImportance(opts.Imatrix); err != nil {
+			return st, option.Errorf("%s: %w", option.Name("Imatrix"), err)
+		}
+	}
+	return st, nil
+}
+
+// outputType parses the type: a ComfyUI type writes safetensors, a mix
+// or ggml type GGUF, and the output's extension must say the same.
+func outputType(opts *Options, res *Report) (ct convrot.Type, ft mix.FType, format formats.Creator, err error) {
+	if opts.Type == "" {
+		return ct, ft, format, option.Errorf("no %s (see sdtool quantize --help for the table)", option.Name("Type"))
+	}
+	ct, convrotErr := convrot.ParseType(opts.Type)
+	if convrotErr == nil && ct == convrot.NVFP4 && strings.EqualFold(filepath.Ext(opts.Output), ".gguf") {
+		// nvfp4 is also a ggml type: the output's extension picks which.
+		convrotErr = errors.New("ggml nvfp4")
+	}
+	if convrotErr == nil {
+		res.Format = "safetensors"
+	} else {
+		if ft, err = mix.Parse(opts.Type); err != nil {
+			if _, known := formats.ParseType(opts.Type); !known {
+				// One wording, with the nearest of every --type value.
+				err = fmt.Errorf("%w (see `sdtool quantize --help` for the table)", formats.UnknownType(opts.Type, append(mix.Names(), convrot.Names()...)))
+			}
+			return ct, ft, format, option.Errorf("%s: %w", option.Name("Type"), err)
+		}
+		res.Format, res.FType = "gguf", ft
+	}
+	if err := pipeline.FolderOutput(opts.Output, res.Format); err != nil {
+		return ct, ft, format, err
+	}
+	format, err = formats.CreatorFor(opts.Output)
+	if err != nil || format.Name != res.Format {
+		return ct, ft, format, option.Errorf("%s: %s %s writes %s: the output must end in .%s, not %q", opts.Output, option.Name("Type"), opts.Type, res.Format, res.Format, filepath.Ext(opts.Output))
+	}
+	return ct, ft, format, nil
+}
+
+// checkComfyOptions refuses the options a ComfyUI type ct does not take.
+func checkComfyOptions(opts *Options, ct convrot.Type) error {
+	switch {
+	case opts.TensorTypeFile != "" || opts.TypesFrom != "":
+		return option.Errorf("%s and %s apply to GGUF outputs, not %s", option.Name("TensorTypeFile"), option.Name("TypesFrom"), ct)
+	case opts.Pure:
+		return option.Errorf("%s applies to GGUF types, not %s", option.Name("Pure"), ct)
+	case len(opts.Imatrix) > 0 && !convrot.UsesImportance(ct) && !takesInputScale(ct):
+		return option.Errorf("%s applies to GGUF types, nvfp4 and mxfp8 (importance weights) and fp8 (input_scale from activation maxima): %s uses neither", option.Name("Imatrix"), ct)
+	case opts.ReshapeConv:
+		return option.Errorf("%s applies to GGUF outputs only", option.Name("ReshapeConv"))
+	}
+	return nil
+}
+
+// planModel plans model m into plan: the builder for its family, the
+// tensors and metadata, then the checks of the whole (rules that matched
+// nothing, which consumers load it, shards).
+func planModel(opts *Options, st settings, m formats.Model, plan *pipeline.Plan, res *Report, log *slog.Logger) error {
 	for _, w := range m.Info().Warnings {
 		log.Warn(w)
 		res.Warnings = append(res.Warnings, w)
 	}
 	dm, err := tensor.NewView(m)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if err := checkRequantize(opts, dm, log, res); err != nil {
-		return fail(err)
+		return err
 	}
+	b, err := newBuilder(opts, st, m, dm, plan, res, log)
+	if err != nil {
+		return err
+	}
+	if res.Format == "safetensors" {
+		err = b.planConvrot(st.ct, st.comfyRules)
+	} else {
+		err = b.planGGUFRecipe(st.ft, st.override, st.userMeta)
+	}
+	if err != nil {
+		return err
+	}
+	b.metadata(st.userMeta)
+	if err := b.finishBudget(); err != nil {
+		return err
+	}
+	if err := plan.Check(); err != nil {
+		return err
+	}
+	return checkPlanned(opts, st, dm, plan, res, log)
+}
+
+// newBuilder detects the model's family and sets up the builder: the
+// names a text encoder is written with and the imatrix's key.
+func newBuilder(opts *Options, st settings, m formats.Model, dm *tensor.View, plan *pipeline.Plan, res *Report, log *slog.Logger) (*builder, error) {
 	arch := family.Detect(m.Tensors(), m.Metadata())
 	res.Arch = arch.Name
 	if f := arch.Main(); f != nil && f.Kind == family.KindDiffusion {
@@ -284,7 +348,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		// loader does not map: no architecture that would promise it can.
 		res.ComfyArch = f.ComfyArch
 	}
-	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: imp, arch: arch.Name, layout: &arch, tokenizer: tokMeta}
+	b := &builder{opts: opts, res: res, plan: plan, dm: dm, m: m, log: log, imp: st.imp, arch: arch.Name, layout: &arch, tokenizer: st.tokMeta}
 	if f := arch.Main(); res.Format == "gguf" && f != nil && f.GGUFNames != nil && len(arch.Components) == 1 && arch.Components[0].Prefix == "" {
 		switch opts.TextEncoderNames {
 		case "", "llama.cpp":
@@ -293,29 +357,21 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 			b.rename, res.ComfyArch, res.LlamaNames, b.llama = f.LlamaName, f.LlamaArch(), true, f
 		case "sdcpp":
 		default:
-			return fail(fmt.Errorf("--te-names %q: want llama.cpp or sdcpp", opts.TextEncoderNames))
+			return nil, option.Errorf("%s %q: want llama.cpp or sdcpp", option.Name("TextEncoderNames"), opts.TextEncoderNames)
 		}
 	}
-	if imp != nil {
+	if st.imp != nil {
 		// Entries written by sd.cpp are named as sd.cpp converts names.
 		v := names.VersionOf(arch)
 		b.imatrixKey = func(name string) string { return names.Convert(name, v) }
 	}
-	if res.Format == "safetensors" {
-		err = b.planConvrot(ct, comfyRules)
-	} else {
-		err = b.planGGUFRecipe(ft, override, userMeta)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	b.metadata(userMeta)
-	if err := b.finishBudget(); err != nil {
-		return fail(err)
-	}
-	if err := plan.Check(); err != nil {
-		return fail(err)
-	}
+	return b, nil
+}
+
+// checkPlanned warns about rules that matched nothing, says which
+// consumers load the output (refusing with Strict when one cannot), marks
+// a split output and adds the plan's notes.
+func checkPlanned(opts *Options, st settings, dm *tensor.View, plan *pipeline.Plan, res *Report, log *slog.Logger) error {
 	names := make([]string, len(dm.Sources))
 	for i, s := range dm.Sources {
 		names[i] = s.Name
@@ -325,11 +381,11 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		log.Warn(w)
 		res.Warnings = append(res.Warnings, w)
 	}
-	res.Consumers = checkConsumers(res, plan, targets)
+	res.Consumers = checkConsumers(res, plan, st.targets)
 	plan.Split = opts.Split
 	paths, _, err := plan.Shards()
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	if len(paths) > 1 {
 		res.MarkSplit()
@@ -338,7 +394,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		if !c.OK {
 			msg := fmt.Sprintf("%s cannot load %s: %s", c.Name, opts.Output, strings.Join(c.Problems, "; "))
 			if opts.Strict {
-				return fail(fmt.Errorf("--strict: %s", msg))
+				return option.Errorf("%s: %s", option.Name("Strict"), msg)
 			}
 			// The summary lists every consumer; warn only about the ones asked for.
 			if len(opts.Targets) > 0 {
@@ -349,7 +405,7 @@ func planWith(opts *Options, open func() (formats.Model, error)) (*pipeline.Plan
 		}
 	}
 	plan.Notes = append(append(notes(res), budgetNotes(res.Budget)...), unmatched...)
-	return plan, res, nil
+	return nil
 }
 
 // checkRequantize refuses ggml-quantized inputs unless allowed, and warns
@@ -371,8 +427,8 @@ func checkRequantize(opts *Options, dm *tensor.View, log *slog.Logger, res *Repo
 		log.Info("dequantizing quantized tensors", "count", len(q), "file", opts.Input, "type", res.FType.Base)
 	} else if len(q) > 0 {
 		if !opts.AllowRequantize {
-			return fmt.Errorf("%s: %s already quantized (tensor %q is %s): %w; requantizing loses quality, pass --allow-requantize to dequantize and quantize again",
-				opts.Input, pipeline.Count(len(q), "tensor is", "tensors are"), q[0], firstType(dm, q[0]), ErrRequantize)
+			return option.Errorf("%s: %s already quantized (tensor %q is %s): %w; requantizing loses quality, pass %s to dequantize and quantize again",
+				opts.Input, pipeline.Count(len(q), "tensor is", "tensors are"), q[0], firstType(dm, q[0]), ErrRequantize, option.Name("AllowRequantize"))
 		}
 		w := fmt.Sprintf("requantizing %s of %s: dequantized first, and quality suffers compared with quantizing the original weights", pipeline.Count(len(q), "quantized tensor", "quantized tensors"), opts.Input)
 		log.Warn(w)
@@ -466,6 +522,31 @@ func fold(shape []int64) ([]int64, bool) {
 
 // planGGUF plans a GGUF output with mix f.
 func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
+	choices, folded, err := b.ggufChoices(f, override)
+	if err != nil {
+		return err
+	}
+	used := map[string]bool{} // imatrix entries used
+	renamed := map[string]string{}
+	for i, s := range b.dm.Sources {
+		if err := b.planGGUFTensor(s, choices[i], folded[i], used, renamed); err != nil {
+			return err
+		}
+	}
+	if b.imp != nil {
+		for _, name := range b.imp.Order {
+			if !used[name] {
+				b.res.ImatrixUnused = append(b.res.ImatrixUnused, name)
+			}
+		}
+	}
+	return nil
+}
+
+// ggufChoices lets the mix choose every tensor's type and shape (5-D
+// kernels folded first, ComfyUI modules planned as F32 weights) and checks
+// ReshapeConv against the family.
+func (b *builder) ggufChoices(f mix.FType, override mix.Override) ([]mix.Choice, []bool, error) {
 	srcs := b.dm.Sources
 	inputs := make([]mix.Input, len(srcs))
 	folded := make([]bool, len(srcs))
@@ -481,140 +562,153 @@ func (b *builder) planGGUF(f mix.FType, override mix.Override) error {
 	}
 	choices, err := mix.Choose(f, inputs, mix.Options{Arch: b.arch, Layout: b.layout, Pure: b.opts.Pure, ReshapeConv: b.opts.ReshapeConv, Override: override})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if f := b.layout.Main(); b.opts.ReshapeConv && (f == nil || !f.ReshapeConv) {
-		return fmt.Errorf("--reshape-conv applies to %s models; %s is %q", strings.Join(family.ReshapeConvIDs(), "/"), b.opts.Input, b.res.Arch)
+		return nil, nil, option.Errorf("%s applies to %s models; %s is %q", option.Name("ReshapeConv"), strings.Join(family.ReshapeConvIDs(), "/"), b.opts.Input, b.res.Arch)
 	}
 	if b.opts.ReshapeConv {
-		w := "--reshape-conv: conv kernels are stored as rows of 256 with comfy.gguf.orig_shape (ComfyUI-GGUF's layout); stable-diffusion.cpp cannot load the result"
-		b.log.Warn(w)
-		b.res.Warnings = append(b.res.Warnings, w)
+		b.warn("--reshape-conv: conv kernels are stored as rows of 256 with comfy.gguf.orig_shape (ComfyUI-GGUF's layout); stable-diffusion.cpp cannot load the result")
 	}
-	used := map[string]bool{}
-	renamed := map[string]string{}
-	for i, s := range srcs {
-		c := choices[i]
-		t := c.Type
-		if s.Module != nil && !c.Quantized && !t.Info().Float {
-			t = formats.F16
-		}
-		if positionIDs(s) {
-			// sd.cpp drops these arange buffers by name, and its convert
-			// stops on an I64 one in a GGUF; ComfyUI makes its own.
-			b.log.Info("left out: an integer position_ids buffer, which no runtime reads", "tensor", s.Name)
-			continue
-		}
-		if !t.IsGGML() {
-			// GGUF has no such type (u8, bool, u16, ...); sd.cpp skips them too.
-			w := fmt.Sprintf("%s: tensor %q: %s has no GGUF type: left out", s.Tensor.File, s.Name, t)
-			b.log.Warn(w)
-			b.res.Warnings = append(b.res.Warnings, w)
-			continue
-		}
-		if err := s.Err(); err != nil {
-			return err
-		}
-		st := s.Tensor
-		name := s.Name
-		if b.rename != nil {
-			name = b.rename(s.Name)
-			if prev, dup := renamed[name]; dup {
-				// T5 files may hold the tied encoder.embed_tokens beside shared.
-				w := fmt.Sprintf("%s: tensor %q: llama.cpp names it %q like %q: left out", s.Tensor.File, s.Name, name, prev)
-				b.log.Warn(w)
-				b.res.Warnings = append(b.res.Warnings, w)
-				continue
-			}
-			renamed[name] = s.Name
-		}
-		out := pipeline.Output{Name: name, Type: t, Shape: c.Shape, Source: &st, From: s.TypeName(), Note: c.Reason}
-		reshaped := folded[i] || c.Reshaped
-		if reshaped {
-			b.res.reshaped++
-			if c.Reshaped {
-				b.res.rowsOf256++
-			}
-			b.origShape = append(b.origShape, struct {
-				name  string
-				shape []int64
-			}{name, s.Shape()})
-			if folded[i] && !c.Reshaped {
-				out.Note += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
-			}
-		}
-		shift := b.normShift(name)
-		if shift != 0 && !t.Quantized() {
-			// llama.cpp writes norms in F32, where adding 1 to an F16 or
-			// BF16 scale is exact.
-			t, out.Type = formats.F32, formats.F32
-		}
-		// Raw bytes can be copied when the type is kept and the rows are the
-		// same (any shape for one-element blocks).
-		if t == s.Tensor.Type && s.Module == nil && shift == 0 && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
-			out.Producer = pipeline.Copy(b.m, s.Tensor)
-			out.Note = withCopied(out.Note)
-		} else {
-			codec, err := quant.Encoder(t)
-			if err != nil {
-				return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
-			}
-			if !s.Float() {
-				return fmt.Errorf("%s: tensor %q: cannot convert %s to %s", s.Tensor.File, s.Name, s.TypeName(), t)
-			}
-			var weights []float32
-			rowLen := c.Shape[len(c.Shape)-1]
-			if t.Quantized() && b.imp != nil && codec.UsesWeights {
-				key := s.Name
-				v, ok, err := b.imp.Vector(key, rowLen)
-				if !ok && b.imatrixKey != nil {
-					// sd.cpp stores its entries under converted names.
-					if k := b.imatrixKey(s.Name); k != s.Name {
-						key = k
-						v, ok, err = b.imp.Vector(key, rowLen)
-					}
-				}
-				switch {
-				case err != nil && reshaped:
-					w := fmt.Sprintf("tensor %q: %v (reshaped to rows of %d): quantized without it", s.Name, err, rowLen)
-					b.log.Warn(w)
-					b.res.Warnings = append(b.res.Warnings, w)
-					used[key] = true
-				case err != nil:
-					return fmt.Errorf("%s: tensor %q: %v", b.opts.Input, s.Name, err)
-				case ok:
-					weights, used[key] = v, true
-					out.Note = "imatrix; " + out.Note
-				default:
-					b.res.ImatrixMissing = append(b.res.ImatrixMissing, s.Name)
-				}
-			}
-			if weights == nil && codec.NeedsWeights {
-				return fmt.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give --imatrix, or another type with --tensor-type)", b.opts.Input, s.Name, t)
-			}
-			enc := pipeline.EncodeRows(t, codec.Quantize, weights)
-			if shift != 0 {
-				enc = shifted(enc, shift)
-				out.Note += fmt.Sprintf("; %+g on the norm scale (llama.cpp's %s convention)", shift, b.llama.Title)
-			}
-			out.Producer = pipeline.Convert(s, t, enc)
-		}
-		if err := b.permute(&out, s.Name); err != nil {
-			return err
-		}
-		if _, err := out.Bytes(); err != nil {
-			return fmt.Errorf("tensor %q: %v", s.Name, err)
-		}
-		b.plan.Outputs = append(b.plan.Outputs, out)
+	return choices, folded, nil
+}
+
+// warn logs w and keeps it for the report.
+func (b *builder) warn(w string) {
+	b.log.Warn(w)
+	b.res.Warnings = append(b.res.Warnings, w)
+}
+
+// planGGUFTensor plans tensor s as the mix chose (c): left out when GGUF
+// cannot hold it or llama.cpp's names collide, renamed, reshaped, copied
+// or converted; used collects the imatrix entries it uses, renamed the
+// names given so far.
+func (b *builder) planGGUFTensor(s *tensor.Source, c mix.Choice, folded bool, used map[string]bool, renamed map[string]string) error {
+	t := c.Type
+	if s.Module != nil && !c.Quantized && !t.Info().Float {
+		t = formats.F16
 	}
-	if b.imp != nil {
-		for _, name := range b.imp.Order {
-			if !used[name] {
-				b.res.ImatrixUnused = append(b.res.ImatrixUnused, name)
-			}
+	if positionIDs(s) {
+		// sd.cpp drops these arange buffers by name, and its convert
+		// stops on an I64 one in a GGUF; ComfyUI makes its own.
+		b.log.Info("left out: an integer position_ids buffer, which no runtime reads", "tensor", s.Name)
+		return nil
+	}
+	if !t.IsGGML() {
+		// GGUF has no such type (u8, bool, u16, ...); sd.cpp skips them too.
+		b.warn(fmt.Sprintf("%s: tensor %q: %s has no GGUF type: left out", s.Tensor.File, s.Name, t))
+		return nil
+	}
+	if err := s.Err(); err != nil {
+		return err
+	}
+	st := s.Tensor
+	name := s.Name
+	if b.rename != nil {
+		name = b.rename(s.Name)
+		if prev, dup := renamed[name]; dup {
+			// T5 files may hold the tied encoder.embed_tokens beside shared.
+			b.warn(fmt.Sprintf("%s: tensor %q: llama.cpp names it %q like %q: left out", s.Tensor.File, s.Name, name, prev))
+			return nil
+		}
+		renamed[name] = s.Name
+	}
+	out := pipeline.Output{Name: name, Type: t, Shape: c.Shape, Source: &st, From: s.TypeName(), Note: c.Reason}
+	reshaped := folded || c.Reshaped
+	if reshaped {
+		b.res.reshaped++
+		if c.Reshaped {
+			b.res.rowsOf256++
+		}
+		b.origShape = append(b.origShape, struct {
+			name  string
+			shape []int64
+		}{name, s.Shape()})
+		if folded && !c.Reshaped {
+			out.Note += fmt.Sprintf("; %d-D shape folded to %v (comfy.gguf.orig_shape keeps %v)", len(s.Shape()), c.Shape, s.Shape())
 		}
 	}
+	if err := b.ggufProducer(&out, s, c, reshaped, used); err != nil {
+		return err
+	}
+	if err := b.permute(&out, s.Name); err != nil {
+		return err
+	}
+	if _, err := out.Bytes(); err != nil {
+		return fmt.Errorf("tensor %q: %v", s.Name, err)
+	}
+	b.plan.Outputs = append(b.plan.Outputs, out)
 	return nil
+}
+
+// ggufProducer gives out its producer: the raw bytes when the type and
+// rows stay (any shape for one-element blocks), else the tensor decoded
+// and encoded, with its importance weights and llama.cpp's norm shift.
+func (b *builder) ggufProducer(out *pipeline.Output, s *tensor.Source, c mix.Choice, reshaped bool, used map[string]bool) error {
+	t := out.Type
+	shift := b.normShift(out.Name)
+	if shift != 0 && !t.Quantized() {
+		// llama.cpp writes norms in F32, where adding 1 to an F16 or
+		// BF16 scale is exact.
+		t, out.Type = formats.F32, formats.F32
+	}
+	if t == s.Tensor.Type && s.Module == nil && shift == 0 && (t.Info().BlockSize == 1 || slices.Equal(c.Shape, s.Tensor.Shape)) {
+		out.Producer = pipeline.Copy(b.m, s.Tensor)
+		out.Note = withCopied(out.Note)
+		return nil
+	}
+	codec, err := quant.Encoder(t)
+	if err != nil {
+		return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
+	}
+	if !s.Float() {
+		return fmt.Errorf("%s: tensor %q: cannot convert %s to %s", s.Tensor.File, s.Name, s.TypeName(), t)
+	}
+	var weights []float32
+	if t.Quantized() && b.imp != nil && codec.UsesWeights {
+		if weights, err = b.imatrixWeights(out, s, c.Shape[len(c.Shape)-1], reshaped, used); err != nil {
+			return err
+		}
+	}
+	if weights == nil && codec.NeedsWeights {
+		return option.Errorf("%s: tensor %q: %s needs an importance matrix entry for it (give %s, or another type with %s)", b.opts.Input, s.Name, t, option.Name("Imatrix"), option.Name("TensorTypes"))
+	}
+	enc := pipeline.EncodeRows(t, codec.Quantize, weights)
+	if shift != 0 {
+		enc = shifted(enc, shift)
+		out.Note += fmt.Sprintf("; %+g on the norm scale (llama.cpp's %s convention)", shift, b.llama.Title)
+	}
+	out.Producer = pipeline.Convert(s, t, enc)
+	return nil
+}
+
+// imatrixWeights returns the imatrix entry of tensor s for rows of rowLen (by
+// its name, or as sd.cpp converts names), nil when there is none; an
+// entry that does not fit a reshaped tensor is left out with a warning.
+func (b *builder) imatrixWeights(out *pipeline.Output, s *tensor.Source, rowLen int64, reshaped bool, used map[string]bool) ([]float32, error) {
+	key := s.Name
+	v, ok, err := b.imp.Vector(key, rowLen)
+	if !ok && b.imatrixKey != nil {
+		// sd.cpp stores its entries under converted names.
+		if k := b.imatrixKey(s.Name); k != s.Name {
+			key = k
+			v, ok, err = b.imp.Vector(key, rowLen)
+		}
+	}
+	switch {
+	case err != nil && reshaped:
+		b.warn(fmt.Sprintf("tensor %q: %v (reshaped to rows of %d): quantized without it", s.Name, err, rowLen))
+		used[key] = true
+	case err != nil:
+		return nil, fmt.Errorf("%s: tensor %q: %v", b.opts.Input, s.Name, err)
+	case ok:
+		used[key] = true
+		out.Note = "imatrix; " + out.Note
+		return v, nil
+	default:
+		b.res.ImatrixMissing = append(b.res.ImatrixMissing, s.Name)
+	}
+	return nil, nil
 }
 
 // positionIDs reports a text encoder's integer position_ids buffer (CLIP's
@@ -663,151 +757,186 @@ func (b *builder) planConvrot(ct convrot.Type, rules func(string) (comfyChoice, 
 		return err
 	}
 	for i, s := range srcs {
-		c := choices[i]
 		if err := s.Err(); err != nil {
 			return err
 		}
-		st := s.Tensor
-		if n := len(s.Shape()); n > 4 {
-			c.Reason = fmt.Sprintf("%d-D convolution kernel, kept %d-D: ComfyUI builds a Conv3d from it, and modules go on linear layers only", n, n)
+		if err := b.planConvrotTensor(s, choices[i], ct, rules); err != nil {
+			return err
 		}
-		fam, cls := b.layout.Classify(s.Name, s.Shape())
-		quantize, mt, ruleNote := c.Quantized && cls.Linear, ct, ""
-		if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
-			quantize, c.Reason = false, fmt.Sprintf("%s layer of %s: ComfyUI modules go on the diffusion model's linear layers only", strings.ReplaceAll(fam.Kind, "_", " "), fam.ID)
-			c.Type = b.floatType(s)
-		}
-		if quantize && cls.ModuleKeep != "" && convrot.QuantizesActivations(ct) {
-			// The runtimes run INT8 modules as W8A8; these layers are
-			// where that costs most (a measured choice, docs/families.md).
-			quantize, c.Reason = false, fmt.Sprintf("kept float in INT8 module outputs for %s (%s): measured, docs/families.md", fam.ID, cls.ModuleKeep)
-			c.Type = b.floatType(s)
-		}
-		if !quantize && c.Quantized && !cls.Linear && cls.NotLinear != "" {
-			c.Reason = cls.NotLinear + ": no ComfyUI module"
-		}
-		if rules != nil {
-			if r, ok := rules(s.Name); ok {
-				switch {
-				case r.keep:
-					quantize, ruleNote = false, "user rule: keep"
-					c.Type = s.Tensor.Type
-					if s.Module != nil {
-						// A module's scales and marker are not carried over: keep it as decoded floats.
-						c.Type, ruleNote = formats.BF16, "user rule: keep (ComfyUI module decoded to bf16)"
-					}
-				case r.float != 0:
-					quantize, ruleNote, c.Type = false, "user rule: "+r.float.String(), r.float
-				case !cls.Linear && strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) >= 2:
-					// ComfyUI builds modules from Linear layers only, and
-					// sd.cpp refuses an int8 lookup table: a rule that asks
-					// for one on a convolution or a table is a mistake, not a
-					// preference. (1-D norm weights and biases that a
-					// layer's pattern also matches are skipped below.)
-					why := cls.NotLinear
-					if why == "" {
-						why = fmt.Sprintf("a %d-D weight (a convolution)", len(s.Shape()))
-					}
-					return fmt.Errorf("%s: tensor %q: a rule asks for %s, but ComfyUI modules go on linear layers only and this is %s", b.opts.Input, s.Name, r.module, why)
-				case !cls.Linear:
-					// Like sd.cpp's rules, a module type never applies to a
-					// bias or buffer that a pattern for its layer also matches.
-					quantize, ruleNote = false, fmt.Sprintf("user rule asks for %s, but only linear .weight tensors can be ComfyUI modules; %s", r.module, c.Reason)
-				default:
-					quantize, mt, ruleNote = true, r.module, "user rule"
-				}
-			}
-		}
-		var p convrot.Layer
-		if quantize {
-			var err error
-			p, err = convrot.NewLayer(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
-			if err != nil {
-				return err
-			}
-			if p.Keep {
-				// The format's blocks do not fit this weight.
-				quantize, c.Reason, c.Type = false, p.Note, b.floatType(s)
-				if ruleNote != "" {
-					ruleNote += ": " + p.Note
-				}
-				b.log.Info("kept float", "tensor", s.Name, "note", p.Note)
-			}
-		}
-		if quantize {
-			reason := "linear weight: " + mt.String()
-			if ruleNote != "" {
-				reason = ruleNote + ": " + mt.String()
-			}
-			var outs []pipeline.Output
-			var err error
-			switch {
-			case convrot.BlockType(mt):
-				weights, note, err := b.blockWeights(s, mt)
-				if err != nil {
-					return err
-				}
-				reason = note + reason
-				outs = blockOutputs(p, s, weights)
-			default:
-				if outs, err = convrotOutputs(p, s); err != nil {
-					return err
-				}
-			}
-			if p.Config.Convrot || p.Config.Rotated() {
-				reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
-			}
-			if o, note, ok := b.inputScale(s, p, mt); ok {
-				outs = append(outs, o)
-				reason += note
-			}
-			b.res.modules[convrot.TypeName(p.Config)]++
-			if p.Note != "" {
-				reason += "; " + p.Note
-				b.log.Info("plain int8 fallback", "tensor", s.Name, "note", p.Note)
-			}
-			for j := range outs {
-				o := &outs[j]
-				o.Note = reason
-				if j == 0 {
-					o.From = s.TypeName()
-				} else {
-					o.Note = "part of module " + p.Module
-				}
-				if _, err := o.Bytes(); err != nil {
-					return fmt.Errorf("tensor %q: %v", o.Name, err)
-				}
-			}
-			b.plan.Outputs = append(b.plan.Outputs, outs...)
-			continue
-		}
-		t := c.Type
-		if t.Quantized() || (s.Module != nil && !t.Info().Float) {
-			t = formats.F16
-		}
-		if _, ok := t.SafetensorsName(); !ok {
-			return fmt.Errorf("%s: tensor %q: %s has no safetensors dtype", s.Tensor.File, s.Name, t)
-		}
-		reason := c.Reason
-		if ruleNote != "" {
-			reason = ruleNote
-		}
-		out := pipeline.Output{Name: s.Name, Type: t, Shape: s.Shape(), Source: &st, From: s.TypeName(), Note: reason}
-		if t == s.Tensor.Type && s.Module == nil {
-			out.Producer = pipeline.Copy(b.m, s.Tensor)
-			out.Note = withCopied(out.Note)
-		} else {
-			codec, err := quant.Encoder(t)
-			if err != nil {
-				return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
-			}
-			out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, nil))
-		}
-		if _, err := out.Bytes(); err != nil {
-			return fmt.Errorf("tensor %q: %v", s.Name, err)
-		}
-		b.plan.Outputs = append(b.plan.Outputs, out)
 	}
+	return nil
+}
+
+// planConvrotTensor plans tensor s: a ComfyUI module of type ct (or the
+// one a user rule gives) when it is a linear layer the family lets be
+// one, else a float tensor of the type the q8_0 mix chose (c).
+func (b *builder) planConvrotTensor(s *tensor.Source, c mix.Choice, ct convrot.Type, rules func(string) (comfyChoice, bool)) error {
+	quantize, mt, ruleNote, err := b.moduleChoice(s, &c, ct, rules)
+	if err != nil {
+		return err
+	}
+	var p convrot.Layer
+	if quantize {
+		p, err = convrot.NewLayer(formats.Tensor{Name: s.Name, Type: formats.F32, Shape: s.Shape()}, convrot.Options{Type: mt, GroupSize: b.opts.GroupSize})
+		if err != nil {
+			return err
+		}
+		if p.Keep {
+			// The format's blocks do not fit this weight.
+			quantize, c.Reason, c.Type = false, p.Note, b.floatType(s)
+			if ruleNote != "" {
+				ruleNote += ": " + p.Note
+			}
+			b.log.Info("kept float", "tensor", s.Name, "note", p.Note)
+		}
+	}
+	if quantize {
+		return b.moduleOutputs(s, p, mt, ruleNote)
+	}
+	return b.floatOutput(s, c, ruleNote)
+}
+
+// moduleChoice decides whether tensor s becomes a module, of which type,
+// and the user rule's note; c's type and reason change when it stays a
+// float.
+func (b *builder) moduleChoice(s *tensor.Source, c *mix.Choice, ct convrot.Type, rules func(string) (comfyChoice, bool)) (quantize bool, mt convrot.Type, ruleNote string, err error) {
+	if n := len(s.Shape()); n > 4 {
+		c.Reason = fmt.Sprintf("%d-D convolution kernel, kept %d-D: ComfyUI builds a Conv3d from it, and modules go on linear layers only", n, n)
+	}
+	fam, cls := b.layout.Classify(s.Name, s.Shape())
+	quantize, mt = c.Quantized && cls.Linear, ct
+	if quantize && fam != nil && !slices.Contains(moduleKinds, fam.Kind) {
+		quantize, c.Reason = false, fmt.Sprintf("%s layer of %s: ComfyUI modules go on the diffusion model's linear layers only", strings.ReplaceAll(fam.Kind, "_", " "), fam.ID)
+		c.Type = b.floatType(s)
+	}
+	if quantize && cls.ModuleKeep != "" && convrot.QuantizesActivations(ct) {
+		// The runtimes run INT8 modules as W8A8; these layers are
+		// where that costs most (a measured choice, docs/families.md).
+		quantize, c.Reason = false, fmt.Sprintf("kept float in INT8 module outputs for %s (%s): measured, docs/families.md", fam.ID, cls.ModuleKeep)
+		c.Type = b.floatType(s)
+	}
+	if !quantize && c.Quantized && !cls.Linear && cls.NotLinear != "" {
+		c.Reason = cls.NotLinear + ": no ComfyUI module"
+	}
+	if rules == nil {
+		return quantize, mt, "", nil
+	}
+	r, ok := rules(s.Name)
+	if !ok {
+		return quantize, mt, "", nil
+	}
+	switch {
+	case r.keep:
+		c.Type = s.Tensor.Type
+		if s.Module != nil {
+			// A module's scales and marker are not carried over: keep it as decoded floats.
+			c.Type = formats.BF16
+			return false, mt, "user rule: keep (ComfyUI module decoded to bf16)", nil
+		}
+		return false, mt, "user rule: keep", nil
+	case r.float != 0:
+		c.Type = r.float
+		return false, mt, "user rule: " + r.float.String(), nil
+	case !cls.Linear && strings.HasSuffix(s.Name, ".weight") && len(s.Shape()) >= 2:
+		// ComfyUI builds modules from Linear layers only, and
+		// sd.cpp refuses an int8 lookup table: a rule that asks
+		// for one on a convolution or a table is a mistake, not a
+		// preference. (1-D norm weights and biases that a
+		// layer's pattern also matches are skipped below.)
+		why := cls.NotLinear
+		if why == "" {
+			why = fmt.Sprintf("a %d-D weight (a convolution)", len(s.Shape()))
+		}
+		return false, mt, "", fmt.Errorf("%s: tensor %q: a rule asks for %s, but ComfyUI modules go on linear layers only and this is %s", b.opts.Input, s.Name, r.module, why)
+	case !cls.Linear:
+		// Like sd.cpp's rules, a module type never applies to a
+		// bias or buffer that a pattern for its layer also matches.
+		return false, mt, fmt.Sprintf("user rule asks for %s, but only linear .weight tensors can be ComfyUI modules; %s", r.module, c.Reason), nil
+	}
+	return true, r.module, "user rule", nil
+}
+
+// moduleOutputs plans the tensors of layer p's module of type mt (weight,
+// scales, marker, input scale), each noting why.
+func (b *builder) moduleOutputs(s *tensor.Source, p convrot.Layer, mt convrot.Type, ruleNote string) error {
+	reason := "linear weight: " + mt.String()
+	if ruleNote != "" {
+		reason = ruleNote + ": " + mt.String()
+	}
+	var outs []pipeline.Output
+	var err error
+	switch {
+	case convrot.BlockType(mt):
+		weights, note, err := b.blockWeights(s, mt)
+		if err != nil {
+			return err
+		}
+		reason = note + reason
+		outs = blockOutputs(p, s, weights)
+	default:
+		if outs, err = convrotOutputs(p, s); err != nil {
+			return err
+		}
+	}
+	if p.Config.Convrot || p.Config.Rotated() {
+		reason += fmt.Sprintf(" (group %d)", p.Config.GroupSize)
+	}
+	if o, note, ok := b.inputScale(s, p, mt); ok {
+		outs = append(outs, o)
+		reason += note
+	}
+	b.res.modules[convrot.TypeName(p.Config)]++
+	if p.Note != "" {
+		reason += "; " + p.Note
+		b.log.Info("plain int8 fallback", "tensor", s.Name, "note", p.Note)
+	}
+	for j := range outs {
+		o := &outs[j]
+		o.Note = reason
+		if j == 0 {
+			o.From = s.TypeName()
+		} else {
+			o.Note = "part of module " + p.Module
+		}
+		if _, err := o.Bytes(); err != nil {
+			return fmt.Errorf("tensor %q: %v", o.Name, err)
+		}
+	}
+	b.plan.Outputs = append(b.plan.Outputs, outs...)
+	return nil
+}
+
+// floatOutput plans tensor s as a float of the type c chose (F16 for a
+// quantized choice or a module's integer weight), copied when it keeps
+// its type.
+func (b *builder) floatOutput(s *tensor.Source, c mix.Choice, ruleNote string) error {
+	st := s.Tensor
+	t := c.Type
+	if t.Quantized() || (s.Module != nil && !t.Info().Float) {
+		t = formats.F16
+	}
+	if _, ok := t.SafetensorsName(); !ok {
+		return fmt.Errorf("%s: tensor %q: %s has no safetensors dtype", s.Tensor.File, s.Name, t)
+	}
+	reason := c.Reason
+	if ruleNote != "" {
+		reason = ruleNote
+	}
+	out := pipeline.Output{Name: s.Name, Type: t, Shape: s.Shape(), Source: &st, From: s.TypeName(), Note: reason}
+	if t == s.Tensor.Type && s.Module == nil {
+		out.Producer = pipeline.Copy(b.m, s.Tensor)
+		out.Note = withCopied(out.Note)
+	} else {
+		codec, err := quant.Encoder(t)
+		if err != nil {
+			return fmt.Errorf("%s: tensor %q: %w", b.opts.Input, s.Name, err)
+		}
+		out.Producer = pipeline.Convert(s, t, pipeline.EncodeRows(t, codec.Quantize, nil))
+	}
+	if _, err := out.Bytes(); err != nil {
+		return fmt.Errorf("tensor %q: %v", s.Name, err)
+	}
+	b.plan.Outputs = append(b.plan.Outputs, out)
 	return nil
 }
 

@@ -1,12 +1,12 @@
 package quantize
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -38,21 +38,21 @@ func unmatchedRules(opts *Options, names []string) []string {
 // TYPE. It returns nil when neither option is given.
 func ruleSet[T any](opts *Options, parse func(string) (T, error)) (func(string) (T, bool), error) {
 	if len(opts.TensorTypes) > 0 && opts.TensorTypeRules != "" {
-		return nil, errors.New("--tensor-type (llama.cpp: last match wins) and --tensor-type-rules (sd.cpp: first match wins) cannot be combined")
+		return nil, option.Errorf("%s (llama.cpp: last match wins) and %s (sd.cpp: first match wins) cannot be combined", option.Name("TensorTypes"), option.Name("TensorTypeRules"))
 	}
 	var rules []pipeline.Rule[T]
 	match := pipeline.LastMatch[T]
 	if opts.TensorTypeRules != "" {
 		var err error
 		if rules, err = pipeline.ParseRules(opts.TensorTypeRules, parse); err != nil {
-			return nil, fmt.Errorf("--tensor-type-rules: %v", err)
+			return nil, option.Errorf("%s: %w", option.Name("TensorTypeRules"), err)
 		}
 		match = pipeline.FirstMatch[T]
 	}
 	for _, s := range opts.TensorTypes {
 		r, err := pipeline.ParseRule(s, parse)
 		if err != nil {
-			return nil, fmt.Errorf("--tensor-type: %v", err)
+			return nil, option.Errorf("%s: %w", option.Name("TensorTypes"), err)
 		}
 		rules = append(rules, r)
 	}

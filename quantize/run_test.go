@@ -247,7 +247,7 @@ func TestQuantizeRefusals(t *testing.T) {
 	q := filepath.Join(dir, "q.gguf")
 	run(t, Options{Input: tinyPath, Output: q, Type: "Q4_K_M"}, pipeline.Options{})
 	again := filepath.Join(dir, "again.gguf")
-	if _, err := quantizeRun(context.Background(), &Options{Input: q, Output: again, Type: "Q8_0"}, pipeline.Options{}, false); !errors.Is(err, ErrRequantize) || !strings.Contains(err.Error(), "--allow-requantize") {
+	if _, err := quantizeRun(context.Background(), &Options{Input: q, Output: again, Type: "Q8_0"}, pipeline.Options{}, false); !errors.Is(err, ErrRequantize) || !strings.Contains(err.Error(), "pass AllowRequantize") {
 		t.Errorf("requantize without the flag: %v", err)
 	}
 	var logs bytes.Buffer

@@ -9,6 +9,7 @@ import (
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/gguf"
+	"github.com/sdtool/sdtool/internal/option"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -62,7 +63,7 @@ func ParseTargets(values []string) ([]string, error) {
 			case TargetSDCpp, TargetComfyUI, TargetGGML:
 				seen[t] = true
 			default:
-				return nil, fmt.Errorf("--target %q: want sdcpp, comfyui, ggml or all", t)
+				return nil, option.Errorf("%s %q: want sdcpp, comfyui, ggml or all", option.Name("Targets"), t)
 			}
 		}
 	}

@@ -2,7 +2,6 @@ package tensor
 
 import (
 	"errors"
-	"io"
 	"math"
 	"strings"
 	"testing"
@@ -10,41 +9,19 @@ import (
 	"github.com/sdtool/sdtool/convrot"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/formats/comfyquant"
+	"github.com/sdtool/sdtool/internal/memmodel"
 	"github.com/sdtool/sdtool/quant"
 )
 
-// memModel is a formats.Model held in memory.
-type memModel struct {
-	tensors []formats.Tensor
-	data    map[string][]byte
-	meta    formats.Metadata
-}
+// memModel is the shared in-memory model (internal/memmodel) under this
+// package's names.
+type memModel struct{ *memmodel.Model }
 
-func newMemModel() *memModel { return &memModel{data: map[string][]byte{}} }
-
-func (m *memModel) Path() string { return "mem.safetensors" }
-func (m *memModel) Info() formats.Info {
-	return formats.Info{Format: "safetensors", Files: []string{m.Path()}}
-}
-func (m *memModel) Tensors() []formats.Tensor  { return m.tensors }
-func (m *memModel) Metadata() formats.Metadata { return m.meta }
-func (m *memModel) Close() error               { return nil }
-func (m *memModel) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
-	d := m.data[t.Name]
-	if off >= int64(len(d)) {
-		return 0, io.EOF
-	}
-	n := copy(p, d[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
-}
+func newMemModel() *memModel { return &memModel{memmodel.New("mem.safetensors", "safetensors")} }
 
 // add appends a tensor; data's length must match the type and shape.
 func (m *memModel) add(name string, typ formats.DType, shape []int64, data []byte) {
-	m.tensors = append(m.tensors, formats.Tensor{Name: name, Type: typ, Shape: shape, File: m.Path(), Size: int64(len(data))})
-	m.data[name] = data
+	m.Add(name, typ, shape, data)
 }
 
 // addPlan writes a module the way the quantize command will: the plan's
@@ -141,9 +118,9 @@ func TestDetectAndDecode(t *testing.T) {
 		if err := readRows(d, m, 1, 3, got); err != nil {
 			t.Fatal(err)
 		}
-		raw := m.data[mod.Weight.Name][1*o.in : 4*o.in]
+		raw := m.Data[mod.Weight.Name][1*o.in : 4*o.in]
 		scales := make([]float32, mod.Scale.Elements())
-		if err := quant.DecodeFloats(formats.F32, scales, m.data[mod.Scale.Name]); err != nil {
+		if err := quant.DecodeFloats(formats.F32, scales, m.Data[mod.Scale.Name]); err != nil {
 			t.Fatal(err)
 		}
 		want := make([]float32, len(got))
@@ -187,7 +164,7 @@ func TestDetectAndDecode(t *testing.T) {
 // _quantization_metadata header and the scaled_fp8 marker tensor.
 func TestDetectLegacyAndMetadata(t *testing.T) {
 	m := newMemModel()
-	m.meta = formats.Metadata{{Key: comfyquant.SourceMetadata, Type: formats.TypeString,
+	m.Meta = formats.Metadata{{Key: comfyquant.SourceMetadata, Type: formats.TypeString,
 		Value: `{"format_version": "1.0", "layers": {"a": {"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 4}}}`}}
 	m.add("a.weight", formats.I8, []int64{1, 4}, []byte{127, 0, 0, 0})
 	m.add("a.weight_scale", formats.F32, []int64{1, 1}, f32bytes(2))

@@ -129,7 +129,7 @@ func TestOrigShape(t *testing.T) {
 	m.add("a", formats.F16, []int64{9, 256}, make([]byte, 2*9*256))
 	m.add("b", formats.F16, []int64{9, 256}, make([]byte, 2*9*256))
 	arr := func(v ...int32) formats.Array { return formats.Array{Elem: formats.TypeInt32, Values: v} }
-	m.meta = formats.Metadata{
+	m.Meta = formats.Metadata{
 		{Key: gguf.OrigShapePrefix + "a", Type: formats.TypeArray, Value: arr(16, 16, 3, 3)},
 		{Key: gguf.OrigShapePrefix + "b", Type: formats.TypeArray, Value: arr(16, 16, 3, 4)},
 	}

@@ -133,79 +133,12 @@ func NewUnigramTokenizer(spec UnigramSpec) (*UnigramTokenizer, error) {
 	for i := range t.byteID {
 		t.byteID[i] = -1
 	}
-	matchable := make(map[string]int, n)
-	reserved := map[string]int{}
-	unk := -1
-	bytes := 0
-	var matchIDs []int32
-	for i, p := range spec.Pieces {
-		if p.Text == "" {
-			return nil, fmt.Errorf("%w: piece %d is empty", ErrUnigram, i)
-		}
-		if !utf8.ValidString(p.Text) {
-			// Normalized text is valid UTF-8, so such a piece could only match raw invalid input.
-			return nil, fmt.Errorf("%w: piece %d (%q) is not valid UTF-8", ErrUnigram, i, p.Text)
-		}
-		seen := reserved
-		switch p.Type {
-		case PieceNormal, PieceUserDefined, PieceUnused:
-			seen = matchable
-		case PieceUnknown, PieceControl, PieceByte:
-		default:
-			return nil, fmt.Errorf("%w: piece %d (%q) has type %d, not one of 1..6", ErrUnigram, i, p.Text, int32(p.Type))
-		}
-		if j, dup := seen[p.Text]; dup {
-			return nil, fmt.Errorf("%w: piece %d (%q) repeats piece %d", ErrUnigram, i, p.Text, j)
-		}
-		seen[p.Text] = i
-		switch p.Type {
-		case PieceNormal:
-			t.minScore = min(t.minScore, p.Score)
-			t.maxScore = max(t.maxScore, p.Score)
-			matchIDs = append(matchIDs, int32(i))
-		case PieceUserDefined:
-			matchIDs = append(matchIDs, int32(i))
-			if t.userDefined == nil {
-				t.userDefined = new([256][]string)
-			}
-			t.userDefined[p.Text[0]] = append(t.userDefined[p.Text[0]], p.Text)
-		case PieceUnknown:
-			if unk >= 0 {
-				return nil, fmt.Errorf("%w: pieces %d and %d are both of type UNKNOWN", ErrUnigram, unk, i)
-			}
-			unk = i
-		case PieceByte:
-			b, ok := parseBytePiece(p.Text)
-			if !ok {
-				return nil, fmt.Errorf("%w: byte piece %d is %q, not <0x00>..<0xFF>", ErrUnigram, i, p.Text)
-			}
-			t.byteID[b] = int32(i)
-			bytes++
-		}
+	matchIDs, unk, bytes, err := t.indexPieces()
+	if err != nil {
+		return nil, err
 	}
-	if unk < 0 {
-		return nil, fmt.Errorf("%w: no piece of type UNKNOWN", ErrUnigram)
-	}
-	if spec.UnkID != int32(unk) {
-		return nil, fmt.Errorf("%w: unknown id %d, but the UNKNOWN piece is %d (%q)", ErrUnigram, spec.UnkID, unk, spec.Pieces[unk].Text)
-	}
-	if bytes > 0 && !spec.ByteFallback {
-		return nil, fmt.Errorf("%w: %d byte pieces although byte fallback is off", ErrUnigram, bytes)
-	}
-	if spec.ByteFallback && bytes != 256 {
-		return nil, fmt.Errorf("%w: byte fallback is on but %d of the 256 byte pieces exist", ErrUnigram, bytes)
-	}
-	for _, s := range []struct {
-		name string
-		id   int32
-		add  bool
-	}{{"BOS", spec.BOSID, spec.AddBOS}, {"EOS", spec.EOSID, spec.AddEOS}, {"padding", spec.PadID, false}} {
-		if s.id < -1 || s.id >= int32(n) {
-			return nil, fmt.Errorf("%w: %s id %d outside the %d pieces", ErrUnigram, s.name, s.id, n)
-		}
-		if s.add && s.id < 0 {
-			return nil, fmt.Errorf("%w: adding %s is asked for but the model has no %s piece", ErrUnigram, s.name, s.name)
-		}
+	if err := checkSpecials(&spec, unk, bytes); err != nil {
+		return nil, err
 	}
 	if len(spec.PrecompiledCharsMap) > 0 {
 		cm, err := parseCharsMap(spec.PrecompiledCharsMap)
@@ -223,6 +156,97 @@ func NewUnigramTokenizer(spec UnigramSpec) (*UnigramTokenizer, error) {
 		}
 	}
 	return t, nil
+}
+
+// indexPieces checks every piece (text, type, no repeats among the
+// matchable ones nor among the reserved ones) and indexes them: the ids
+// the trie matches, user-defined pieces by first byte, byte pieces by
+// value, the score range; it returns the matchable ids, the UNKNOWN
+// piece's id and the number of byte pieces.
+func (t *UnigramTokenizer) indexPieces() (matchIDs []int32, unk, bytes int, err error) {
+	pieces := t.spec.Pieces
+	matchable := make(map[string]int, len(pieces))
+	reserved := map[string]int{}
+	unk = -1
+	for i, p := range pieces {
+		if p.Text == "" {
+			return nil, 0, 0, fmt.Errorf("%w: piece %d is empty", ErrUnigram, i)
+		}
+		if !utf8.ValidString(p.Text) {
+			// Normalized text is valid UTF-8, so such a piece could only match raw invalid input.
+			return nil, 0, 0, fmt.Errorf("%w: piece %d (%q) is not valid UTF-8", ErrUnigram, i, p.Text)
+		}
+		seen := reserved
+		switch p.Type {
+		case PieceNormal, PieceUserDefined, PieceUnused:
+			seen = matchable
+		case PieceUnknown, PieceControl, PieceByte:
+		default:
+			return nil, 0, 0, fmt.Errorf("%w: piece %d (%q) has type %d, not one of 1..6", ErrUnigram, i, p.Text, int32(p.Type))
+		}
+		if j, dup := seen[p.Text]; dup {
+			return nil, 0, 0, fmt.Errorf("%w: piece %d (%q) repeats piece %d", ErrUnigram, i, p.Text, j)
+		}
+		seen[p.Text] = i
+		switch p.Type {
+		case PieceNormal:
+			t.minScore = min(t.minScore, p.Score)
+			t.maxScore = max(t.maxScore, p.Score)
+			matchIDs = append(matchIDs, int32(i))
+		case PieceUserDefined:
+			matchIDs = append(matchIDs, int32(i))
+			if t.userDefined == nil {
+				t.userDefined = new([256][]string)
+			}
+			t.userDefined[p.Text[0]] = append(t.userDefined[p.Text[0]], p.Text)
+		case PieceUnknown:
+			if unk >= 0 {
+				return nil, 0, 0, fmt.Errorf("%w: pieces %d and %d are both of type UNKNOWN", ErrUnigram, unk, i)
+			}
+			unk = i
+		case PieceByte:
+			b, ok := parseBytePiece(p.Text)
+			if !ok {
+				return nil, 0, 0, fmt.Errorf("%w: byte piece %d is %q, not <0x00>..<0xFF>", ErrUnigram, i, p.Text)
+			}
+			t.byteID[b] = int32(i)
+			bytes++
+		}
+	}
+	return matchIDs, unk, bytes, nil
+}
+
+// checkSpecials checks the spec's special ids against its pieces: the
+// UNKNOWN piece (at unk) is the unknown id, byte fallback has all 256 byte
+// pieces (bytes) or none, and the BOS, EOS and padding ids are in range,
+// present when added.
+func checkSpecials(spec *UnigramSpec, unk, bytes int) error {
+	n := len(spec.Pieces)
+	if unk < 0 {
+		return fmt.Errorf("%w: no piece of type UNKNOWN", ErrUnigram)
+	}
+	if spec.UnkID != int32(unk) {
+		return fmt.Errorf("%w: unknown id %d, but the UNKNOWN piece is %d (%q)", ErrUnigram, spec.UnkID, unk, spec.Pieces[unk].Text)
+	}
+	if bytes > 0 && !spec.ByteFallback {
+		return fmt.Errorf("%w: %d byte pieces although byte fallback is off", ErrUnigram, bytes)
+	}
+	if spec.ByteFallback && bytes != 256 {
+		return fmt.Errorf("%w: byte fallback is on but %d of the 256 byte pieces exist", ErrUnigram, bytes)
+	}
+	for _, s := range []struct {
+		name string
+		id   int32
+		add  bool
+	}{{"BOS", spec.BOSID, spec.AddBOS}, {"EOS", spec.EOSID, spec.AddEOS}, {"padding", spec.PadID, false}} {
+		if s.id < -1 || s.id >= int32(n) {
+			return fmt.Errorf("%w: %s id %d outside the %d pieces", ErrUnigram, s.name, s.id, n)
+		}
+		if s.add && s.id < 0 {
+			return fmt.Errorf("%w: adding %s is asked for but the model has no %s piece", ErrUnigram, s.name, s.name)
+		}
+	}
+	return nil
 }
 
 // parseBytePiece reads a byte piece's text, <0xXX> with two upper-case hex digits as SentencePiece

@@ -112,43 +112,98 @@ func EmbedUnigram(meta formats.Metadata, t *UnigramTokenizer) formats.Metadata {
 // byte fallback is on when the vocabulary has byte pieces. source (usually the model path) names the
 // input in errors.
 func UnigramFromMetadata(source string, md formats.Metadata) (*UnigramTokenizer, error) {
-	fail := func(key, format string, a ...any) error {
-		return fmt.Errorf("%s: %w: metadata key %s: %s", source, ErrUnigram, key, fmt.Sprintf(format, a...))
+	r := &unigramMeta{source: source, md: md}
+	spec, err := r.pieces()
+	if err != nil {
+		return nil, err
 	}
-	kv, ok := md.Get(GGUFTokenizerModel)
+	unkGiven, err := r.ids(&spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.types(&spec); err != nil {
+		return nil, err
+	}
+	if !unkGiven {
+		// Without the key, the piece typed UNKNOWN is the unknown token wherever it is.
+		for i, p := range spec.Pieces {
+			if p.Type == PieceUnknown {
+				spec.UnkID = int32(i)
+				break
+			}
+		}
+	}
+	if err := r.flags(&spec); err != nil {
+		return nil, err
+	}
+	if err := r.charsMap(&spec); err != nil {
+		return nil, err
+	}
+	t, err := NewUnigramTokenizer(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%s: metadata tokenizer: %w", source, err)
+	}
+	return t, nil
+}
+
+// unigramMeta reads a unigram tokenizer from metadata, naming source in
+// its errors.
+type unigramMeta struct {
+	source string
+	md     formats.Metadata
+}
+
+// fail is the error for a bad value of key.
+func (r *unigramMeta) fail(key, format string, a ...any) error {
+	return fmt.Errorf("%s: %w: metadata key %s: %s", r.source, ErrUnigram, key, fmt.Sprintf(format, a...))
+}
+
+// pieces checks that the metadata holds a unigram tokenizer and returns a
+// spec with its pieces and scores.
+func (r *unigramMeta) pieces() (UnigramSpec, error) {
+	var spec UnigramSpec
+	kv, ok := r.md.Get(GGUFTokenizerModel)
 	if !ok {
-		return nil, fmt.Errorf("%s: %w (no key %s)", source, ErrNoUnigramTokenizer, GGUFTokenizerModel)
+		return spec, fmt.Errorf("%s: %w (no key %s)", r.source, ErrNoUnigramTokenizer, GGUFTokenizerModel)
 	}
 	model, ok := kv.Value.(string)
 	if !ok {
-		return nil, fail(GGUFTokenizerModel, "is a %s, not a string", kv.Type)
+		return spec, r.fail(GGUFTokenizerModel, "is a %s, not a string", kv.Type)
 	}
 	if model != GGUFUnigramModelName {
-		return nil, fmt.Errorf("%s: %w: %s is %q, not the unigram tokenizer %q", source, ErrNoUnigramTokenizer, GGUFTokenizerModel, model, GGUFUnigramModelName)
+		return spec, fmt.Errorf("%s: %w: %s is %q, not the unigram tokenizer %q", r.source, ErrNoUnigramTokenizer, GGUFTokenizerModel, model, GGUFUnigramModelName)
 	}
-	kv, ok = md.Get(GGUFTokenizerTokens)
+	kv, ok = r.md.Get(GGUFTokenizerTokens)
 	if !ok {
-		return nil, fail(GGUFTokenizerTokens, "missing")
+		return spec, r.fail(GGUFTokenizerTokens, "missing")
 	}
 	arr, _ := kv.Value.(formats.Array)
 	tokens, ok := arr.Values.([]string)
 	if !ok || len(tokens) == 0 {
-		return nil, fail(GGUFTokenizerTokens, "is not a non-empty array of strings")
+		return spec, r.fail(GGUFTokenizerTokens, "is not a non-empty array of strings")
 	}
 	n := len(tokens)
-	spec := UnigramSpec{Pieces: make([]UnigramPiece, n), EscapeWhitespaces: true}
+	spec = UnigramSpec{Pieces: make([]UnigramPiece, n), EscapeWhitespaces: true}
 	for i, s := range tokens {
 		spec.Pieces[i].Text = s
 	}
-	if kv, ok := md.Get(GGUFTokenizerScores); ok {
+	if kv, ok := r.md.Get(GGUFTokenizerScores); ok {
 		scores, err := metadataFloats(kv, n)
 		if err != nil {
-			return nil, fail(GGUFTokenizerScores, "%v", err)
+			return spec, r.fail(GGUFTokenizerScores, "%v", err)
 		}
 		for i, s := range scores {
 			spec.Pieces[i].Score = s
 		}
 	}
+	return spec, nil
+}
+
+// ids sets the special token ids, llama.cpp's defaults for "t5" where a
+// key is missing (-1 when the vocabulary is too small for one), and says
+// whether the unknown token's id was given.
+func (r *unigramMeta) ids(spec *UnigramSpec) (unkGiven bool, err error) {
+	n := len(spec.Pieces)
 	ids := []struct {
 		key string
 		def int64
@@ -157,38 +212,29 @@ func UnigramFromMetadata(source string, md formats.Metadata) (*UnigramTokenizer,
 		{GGUFTokenizerBOSID, -1, &spec.BOSID}, {GGUFTokenizerEOSID, 1, &spec.EOSID},
 		{GGUFTokenizerUnknownID, 2, &spec.UnkID}, {GGUFTokenizerPaddingID, 0, &spec.PadID},
 	}
-	unkGiven := false
 	for _, id := range ids {
 		v := id.def
-		if kv, ok := md.Get(id.key); ok {
+		if kv, ok := r.md.Get(id.key); ok {
 			unkGiven = unkGiven || id.dst == &spec.UnkID
-			var err error
 			if v, err = metadataInt(kv); err != nil {
-				return nil, fail(id.key, "%v", err)
+				return false, r.fail(id.key, "%v", err)
 			}
 			if v < 0 || v >= int64(n) {
-				return nil, fail(id.key, "token id %d outside the %d tokens", v, n)
+				return false, r.fail(id.key, "token id %d outside the %d tokens", v, n)
 			}
 		} else if v >= int64(n) {
 			v = -1
 		}
 		*id.dst = int32(v)
 	}
-	if kv, ok := md.Get(GGUFTokenizerTokenType); ok {
-		types, err := metadataInts(kv, n)
-		if err != nil {
-			return nil, fail(GGUFTokenizerTokenType, "%v", err)
-		}
-		for i, v := range types {
-			if v < int64(PieceNormal) || v > int64(PieceByte) {
-				return nil, fail(GGUFTokenizerTokenType, "token %d (%q) has type %d, not one of 1..6", i, tokens[i], v)
-			}
-			spec.Pieces[i].Type = PieceType(v)
-			if spec.Pieces[i].Type == PieceByte {
-				spec.ByteFallback = true
-			}
-		}
-	} else {
+	return unkGiven, nil
+}
+
+// types sets the pieces' types: as stored (byte fallback on when a piece
+// is a byte), or every piece normal but the special ones.
+func (r *unigramMeta) types(spec *UnigramSpec) error {
+	kv, ok := r.md.Get(GGUFTokenizerTokenType)
+	if !ok {
 		for i := range spec.Pieces {
 			spec.Pieces[i].Type = PieceNormal
 		}
@@ -200,16 +246,27 @@ func UnigramFromMetadata(source string, md formats.Metadata) (*UnigramTokenizer,
 		if spec.UnkID >= 0 {
 			spec.Pieces[spec.UnkID].Type = PieceUnknown
 		}
+		return nil
 	}
-	if !unkGiven {
-		// Without the key, the piece typed UNKNOWN is the unknown token wherever it is.
-		for i, p := range spec.Pieces {
-			if p.Type == PieceUnknown {
-				spec.UnkID = int32(i)
-				break
-			}
+	types, err := metadataInts(kv, len(spec.Pieces))
+	if err != nil {
+		return r.fail(GGUFTokenizerTokenType, "%v", err)
+	}
+	for i, v := range types {
+		if v < int64(PieceNormal) || v > int64(PieceByte) {
+			return r.fail(GGUFTokenizerTokenType, "token %d (%q) has type %d, not one of 1..6", i, spec.Pieces[i].Text, v)
+		}
+		spec.Pieces[i].Type = PieceType(v)
+		if spec.Pieces[i].Type == PieceByte {
+			spec.ByteFallback = true
 		}
 	}
+	return nil
+}
+
+// flags sets the normalizer's and the encoder's flags, llama.cpp's
+// defaults where a key is missing (EOS added when there is one).
+func (r *unigramMeta) flags(spec *UnigramSpec) error {
 	spec.AddEOS = spec.EOSID >= 0
 	for _, f := range []struct {
 		key string
@@ -219,39 +276,44 @@ func UnigramFromMetadata(source string, md formats.Metadata) (*UnigramTokenizer,
 		{GGUFTokenizerAddSpacePrefix, &spec.AddDummyPrefix}, {GGUFTokenizerRemoveExtraWS, &spec.RemoveExtraWhitespaces},
 		{GGUFUnigramEscapeWhitespaces, &spec.EscapeWhitespaces}, {GGUFUnigramTreatWhitespaceAsSuffix, &spec.TreatWhitespaceAsSuffix},
 	} {
-		if kv, ok := md.Get(f.key); ok {
-			b, ok := kv.Value.(bool)
-			if str, isStr := kv.Value.(string); isStr {
-				// Safetensors metadata holds a carried bool as its text.
-				var err error
-				b, err = strconv.ParseBool(str)
-				ok = err == nil
-			}
-			if !ok {
-				return nil, fail(f.key, "is a %s, not a bool", kv.Type)
-			}
-			*f.dst = b
+		kv, ok := r.md.Get(f.key)
+		if !ok {
+			continue
 		}
-	}
-	if kv, ok := md.Get(GGUFTokenizerCharsMap); ok {
-		arr, _ := kv.Value.(formats.Array)
-		switch v := arr.Values.(type) {
-		case []uint8:
-			spec.PrecompiledCharsMap = v
-		case []int8: // llama.cpp reads the array's raw bytes whatever their declared type
-			spec.PrecompiledCharsMap = make([]byte, len(v))
-			for i, b := range v {
-				spec.PrecompiledCharsMap[i] = byte(b)
-			}
-		default:
-			return nil, fail(GGUFTokenizerCharsMap, "is not an array of bytes")
+		b, ok := kv.Value.(bool)
+		if str, isStr := kv.Value.(string); isStr {
+			// Safetensors metadata holds a carried bool as its text.
+			var err error
+			b, err = strconv.ParseBool(str)
+			ok = err == nil
 		}
+		if !ok {
+			return r.fail(f.key, "is a %s, not a bool", kv.Type)
+		}
+		*f.dst = b
 	}
-	t, err := NewUnigramTokenizer(spec)
-	if err != nil {
-		return nil, fmt.Errorf("%s: metadata tokenizer: %w", source, err)
+	return nil
+}
+
+// charsMap sets the normalizer's precompiled character map, when stored.
+func (r *unigramMeta) charsMap(spec *UnigramSpec) error {
+	kv, ok := r.md.Get(GGUFTokenizerCharsMap)
+	if !ok {
+		return nil
 	}
-	return t, nil
+	arr, _ := kv.Value.(formats.Array)
+	switch v := arr.Values.(type) {
+	case []uint8:
+		spec.PrecompiledCharsMap = v
+	case []int8: // llama.cpp reads the array's raw bytes whatever their declared type
+		spec.PrecompiledCharsMap = make([]byte, len(v))
+		for i, b := range v {
+			spec.PrecompiledCharsMap[i] = byte(b)
+		}
+	default:
+		return r.fail(GGUFTokenizerCharsMap, "is not an array of bytes")
+	}
+	return nil
 }
 
 // metadataInt reads an integer metadata value of any integer type, or its

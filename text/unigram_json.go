@@ -9,14 +9,17 @@ import (
 	"sort"
 )
 
+// hfAddedToken is one of a tokenizer.json's added tokens.
+type hfAddedToken struct {
+	ID      int    `json:"id"`
+	Content string `json:"content"`
+	Special bool   `json:"special"`
+}
+
 // hfUnigramJSON is the part of a Hugging Face tokenizer.json that a unigram model needs. The pipeline
 // parts are decoded one by one because their fields depend on their type.
 type hfUnigramJSON struct {
-	AddedTokens []struct {
-		ID      int    `json:"id"`
-		Content string `json:"content"`
-		Special bool   `json:"special"`
-	} `json:"added_tokens"`
+	AddedTokens   []hfAddedToken  `json:"added_tokens"`
 	Normalizer    json.RawMessage `json:"normalizer"`
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage `json:"post_processor"`
@@ -78,82 +81,16 @@ func ParseUnigramJSON(source string, data []byte) (*UnigramTokenizer, error) {
 	fail := func(format string, a ...any) error {
 		return fmt.Errorf("%s: %w: tokenizer.json: %s", source, ErrUnigram, fmt.Sprintf(format, a...))
 	}
-	// The model's type decides how the rest reads: BPE and WordPiece vocabularies are objects.
-	var head struct {
-		Model struct {
-			Type  string          `json:"type"`
-			Vocab json.RawMessage `json:"vocab"`
-		} `json:"model"`
+	doc, err := readUnigramJSON(source, data, fail)
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, fail("%v", err)
+	spec, err := hfPieces(&doc, fail)
+	if err != nil {
+		return nil, err
 	}
-	// Old files have no model type; a vocabulary that is a list of pairs marks a unigram model.
-	listVocab := bytes.HasPrefix(bytes.TrimSpace(head.Model.Vocab), []byte("["))
-	if head.Model.Type != "Unigram" && (head.Model.Type != "" || !listVocab) {
-		t := head.Model.Type
-		if t == "" {
-			t = "(none)"
-		}
-		return nil, fmt.Errorf("%s: %w: tokenizer.json: model type is %s: %w", source, ErrUnigram, t, errNotUnigramModel)
-	}
-	var doc hfUnigramJSON
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, fail("%v", err)
-	}
-	if len(doc.Model.Vocab) == 0 {
-		return nil, fail("model.vocab is missing or empty")
-	}
-	spec := UnigramSpec{UnkID: -1, BOSID: -1, EOSID: -1, PadID: -1, ByteFallback: doc.Model.ByteFallback}
-	spec.Pieces = make([]UnigramPiece, len(doc.Model.Vocab))
-	for i, raw := range doc.Model.Vocab {
-		var pair []json.RawMessage
-		var p UnigramPiece
-		var score float64
-		if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 ||
-			json.Unmarshal(pair[0], &p.Text) != nil || json.Unmarshal(pair[1], &score) != nil {
-			return nil, fail("model.vocab[%d] is not a [piece, score] pair", i)
-		}
-		if math.Abs(score) > math.MaxFloat32 {
-			return nil, fail("model.vocab[%d] (%q) has score %g outside float32", i, p.Text, score)
-		}
-		p.Score = float32(score)
-		p.Type = PieceNormal
-		if spec.ByteFallback {
-			if _, ok := parseBytePiece(p.Text); ok {
-				p.Type = PieceByte
-			}
-		}
-		spec.Pieces[i] = p
-	}
-	n := len(spec.Pieces)
-	if doc.Model.UnkID == nil {
-		return nil, fail("model.unk_id is missing; SentencePiece models always have an unknown piece")
-	}
-	if *doc.Model.UnkID < 0 || *doc.Model.UnkID >= n {
-		return nil, fail("model.unk_id %d is outside the %d pieces", *doc.Model.UnkID, n)
-	}
-	spec.UnkID = int32(*doc.Model.UnkID)
-	added := doc.AddedTokens
-	sort.SliceStable(added, func(a, b int) bool { return added[a].ID < added[b].ID })
-	for _, at := range added {
-		switch {
-		case at.ID < 0 || at.ID > len(spec.Pieces):
-			return nil, fail("added token %q has id %d beyond the %d pieces", at.Content, at.ID, len(spec.Pieces))
-		case at.ID == len(spec.Pieces):
-			// Added tokens may extend the vocabulary; they then take no part in segmentation scores.
-			spec.Pieces = append(spec.Pieces, UnigramPiece{Text: at.Content})
-		case spec.Pieces[at.ID].Text != at.Content:
-			return nil, fail("added token %d is %q but model.vocab[%d] is %q", at.ID, at.Content, at.ID, spec.Pieces[at.ID].Text)
-		}
-		p := &spec.Pieces[at.ID]
-		switch {
-		case p.Type == PieceByte:
-		case at.Special:
-			p.Type = PieceControl
-		default:
-			p.Type = PieceUserDefined
-		}
+	if err := hfAddedTokens(doc.AddedTokens, &spec, fail); err != nil {
+		return nil, err
 	}
 	spec.Pieces[spec.UnkID].Type = PieceUnknown
 	if err := hfNormalizer(doc.Normalizer, &spec); err != nil {
@@ -185,6 +122,103 @@ func ParseUnigramJSON(source string, data []byte) (*UnigramTokenizer, error) {
 		return nil, fmt.Errorf("%s: tokenizer.json: %w", source, err)
 	}
 	return t, nil
+}
+
+// jsonFail makes the error for a bad tokenizer.json.
+type jsonFail func(format string, a ...any) error
+
+// readUnigramJSON decodes a tokenizer.json whose model is a unigram one:
+// the model's type decides how the rest reads, since BPE and WordPiece
+// vocabularies are objects.
+func readUnigramJSON(source string, data []byte, fail jsonFail) (hfUnigramJSON, error) {
+	var doc hfUnigramJSON
+	var head struct {
+		Model struct {
+			Type  string          `json:"type"`
+			Vocab json.RawMessage `json:"vocab"`
+		} `json:"model"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return doc, fail("%v", err)
+	}
+	// Old files have no model type; a vocabulary that is a list of pairs marks a unigram model.
+	listVocab := bytes.HasPrefix(bytes.TrimSpace(head.Model.Vocab), []byte("["))
+	if head.Model.Type != "Unigram" && (head.Model.Type != "" || !listVocab) {
+		t := head.Model.Type
+		if t == "" {
+			t = "(none)"
+		}
+		return doc, fmt.Errorf("%s: %w: tokenizer.json: model type is %s: %w", source, ErrUnigram, t, errNotUnigramModel)
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return doc, fail("%v", err)
+	}
+	if len(doc.Model.Vocab) == 0 {
+		return doc, fail("model.vocab is missing or empty")
+	}
+	return doc, nil
+}
+
+// hfPieces returns a spec with the model's [piece, score] pairs (byte
+// pieces typed so with byte fallback) and its unknown piece's id.
+func hfPieces(doc *hfUnigramJSON, fail jsonFail) (UnigramSpec, error) {
+	spec := UnigramSpec{UnkID: -1, BOSID: -1, EOSID: -1, PadID: -1, ByteFallback: doc.Model.ByteFallback}
+	spec.Pieces = make([]UnigramPiece, len(doc.Model.Vocab))
+	for i, raw := range doc.Model.Vocab {
+		var pair []json.RawMessage
+		var p UnigramPiece
+		var score float64
+		if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 ||
+			json.Unmarshal(pair[0], &p.Text) != nil || json.Unmarshal(pair[1], &score) != nil {
+			return spec, fail("model.vocab[%d] is not a [piece, score] pair", i)
+		}
+		if math.Abs(score) > math.MaxFloat32 {
+			return spec, fail("model.vocab[%d] (%q) has score %g outside float32", i, p.Text, score)
+		}
+		p.Score = float32(score)
+		p.Type = PieceNormal
+		if spec.ByteFallback {
+			if _, ok := parseBytePiece(p.Text); ok {
+				p.Type = PieceByte
+			}
+		}
+		spec.Pieces[i] = p
+	}
+	n := len(spec.Pieces)
+	if doc.Model.UnkID == nil {
+		return spec, fail("model.unk_id is missing; SentencePiece models always have an unknown piece")
+	}
+	if *doc.Model.UnkID < 0 || *doc.Model.UnkID >= n {
+		return spec, fail("model.unk_id %d is outside the %d pieces", *doc.Model.UnkID, n)
+	}
+	spec.UnkID = int32(*doc.Model.UnkID)
+	return spec, nil
+}
+
+// hfAddedTokens types the added tokens' pieces (special ones control,
+// others user-defined), appending those that extend the vocabulary.
+func hfAddedTokens(added []hfAddedToken, spec *UnigramSpec, fail jsonFail) error {
+	sort.SliceStable(added, func(a, b int) bool { return added[a].ID < added[b].ID })
+	for _, at := range added {
+		switch {
+		case at.ID < 0 || at.ID > len(spec.Pieces):
+			return fail("added token %q has id %d beyond the %d pieces", at.Content, at.ID, len(spec.Pieces))
+		case at.ID == len(spec.Pieces):
+			// Added tokens may extend the vocabulary; they then take no part in segmentation scores.
+			spec.Pieces = append(spec.Pieces, UnigramPiece{Text: at.Content})
+		case spec.Pieces[at.ID].Text != at.Content:
+			return fail("added token %d is %q but model.vocab[%d] is %q", at.ID, at.Content, at.ID, spec.Pieces[at.ID].Text)
+		}
+		p := &spec.Pieces[at.ID]
+		switch {
+		case p.Type == PieceByte:
+		case at.Special:
+			p.Type = PieceControl
+		default:
+			p.Type = PieceUserDefined
+		}
+	}
+	return nil
 }
 
 // isNullJSON reports whether a raw value is absent or JSON null.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 )
 
 // version is the release version; release builds set it with
@@ -292,9 +293,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// oneLine is the message of an error on one line, the engine's options
+// it names written as the flags that set them.
 func oneLine(err error) string {
 	var ec cli.ExitCoder
-	msg := err.Error()
+	msg := option.Phrase(err, flagOf)
 	if errors.As(err, &ec) && msg == "" {
 		msg = fmt.Sprintf("exit status %d", ec.ExitCode())
 	}

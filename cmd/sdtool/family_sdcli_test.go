@@ -14,8 +14,9 @@ import (
 // prompt, a weighted negative prompt and img2img render at 50 dB or more against sd-cli, so that parity is
 // held by a test and not measured once. The models are synthetic (SD 1.5 at full size; SDXL with its text
 // encoders at full size and depth and its UNet at full depth, 128 wide) or, for SD 2.x, which the generator
-// has no layout for, SDTOOL_SD2_MODEL. Flux's parity runs in infer's tests: sd-cli's build stubs T5's
-// vocabulary, so a Flux prompt with text cannot be compared.
+// has no layout for, SDTOOL_SD2_MODEL. The DiT families (Z-Image, Flux.2 klein, Qwen-Image, SD3, Flux,
+// Chroma) run the same three cases in infer's TestFamilyPromptsMatchSDCLI, on their own parity models and
+// harnesses there.
 //
 //	SDTOOL_LONG=1 SDTOOL_SDCLI=/path/sd-cli go test ./cmd/sdtool -run FamilyParitySDCLI -v -timeout 2h
 

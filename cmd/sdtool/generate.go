@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -243,46 +244,21 @@ func runGenerate(c *cli.Context) error {
 		return errors.New("generate: give a model: -m FILE, or --diffusion-model FILE with its text encoders and VAE")
 	}
 	tok, tokSaid, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-	rt := c.String("runtime")
-	opt := infer.LoadOptions{Tokenizers: map[string]string{"clip": tok}, Threads: threads, Prediction: c.String("prediction"),
-		Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP}
-	if opt.ModelArgs, err = parseModelArgs(c.String("model-args")); err != nil {
+	opt, err := generateLoadOptions(c, threads, tok)
+	if err != nil {
 		return err
 	}
-	opt.Tokenizers["t5"] = c.String("t5-tokenizer")
-	opt.Tokenizers["llm"] = c.String("llm-tokenizer")
-	if opt.MaxMemory, err = memoryBudget(c); err != nil {
-		return err
-	}
-	opt.FlowShift = float32(c.Float64("flow-shift"))
-	opt.VAEDecodeOnly = c.String("init-img") == "" // only img2img encodes: the VAE's encoder stays out of memory
 	// Caught before the model is loaded, so that a signal while its files
 	// are read ends with a message, and one sent on seeing the model line
 	// (TestGenerateSIGTERMWhileEncoding) finds the handler.
 	ctx, stop := console.SignalContext()
 	defer stop()
-	testHookBeforeLoad(ctx)
-	m, err := infer.Load(comps, opt)
-	if ctx.Err() != nil {
-		if err == nil {
-			m.Close()
-		}
-		return fmt.Errorf("generate: interrupted (%v) while loading the model; nothing was written", context.Cause(ctx))
-	}
+	m, err := loadGenerateModel(ctx, comps, opt, notFound)
 	if err != nil {
-		err = budgetHint(err)
-		// The model's own problems come first (infer checks them before the
-		// tokenizer); a missing tokenizer is said with where it was looked for.
-		if notFound != nil && errors.Is(err, text.ErrNoTokenizer) {
-			return notFound
-		}
-		if e := missingParts(comps); e != nil {
-			return e
-		}
 		return err
 	}
 	defer m.Close()
-	warnRuntime(c, m, rt)
+	warnRuntime(c, m, opt.Runtime)
 	if tokSaid != "" {
 		fmt.Fprintln(c.App.ErrWriter, tokSaid)
 	}
@@ -290,58 +266,11 @@ func runGenerate(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg, def := m.Config, m.Family.Defaults
-	req := infer.Request{
-		Prompt: prompts[0], Negative: c.String("negative-prompt"),
-		Width: pick(c.Int("width"), cfg.DefaultWidth, def.Width), Height: pick(c.Int("height"), cfg.DefaultHeight, def.Height),
-		Steps: pick(c.Int("steps"), cfg.DefaultSteps, def.Steps), CFGScale: def.CFGScale, Guidance: def.Guidance,
-		Seed: uint64(c.Int64("seed")), RNG: c.String("rng"), Method: method, Scheduler: sched,
-		CaptureBlocks: comparing(c),
-	}
-	if c.IsSet("cfg-scale") {
-		req.CFGScale = float32(c.Float64("cfg-scale"))
-	}
-	if c.IsSet("guidance") {
-		req.Guidance = float32(c.Float64("guidance"))
-	}
-	if req.Method == "" {
-		req.Method = def.Method
-	}
-	if req.Scheduler == "" {
-		req.Scheduler = def.Scheduler
-	}
-	if p := c.String("init-img"); p != "" {
-		var wantW, wantH int
-		if c.IsSet("width") || c.IsSet("height") {
-			wantW, wantH = req.Width, req.Height
-		}
-		img, err := readPNGSized(p, wantW, wantH)
-		if err != nil {
-			return err
-		}
-		var w, h int
-		req.Init, w, h = infer.CHWFromImage(img)
-		if !c.IsSet("width") && !c.IsSet("height") {
-			req.Width, req.Height = w, h
-		} else if w != req.Width || h != req.Height {
-			return fmt.Errorf("%s: image is %dx%d, not %dx%d", p, w, h, req.Width, req.Height)
-		}
-		req.Strength = float32(c.Float64("strength"))
-	}
-	if err := videoRequest(c, m, &req); err != nil {
+	req, err := generateRequest(c, m, prompts[0], method, sched)
+	if err != nil {
 		return err
 	}
-	if w, h, mult := m.AlignSize(req.Width, req.Height); req.Init == nil && (w != req.Width || h != req.Height) {
-		fmt.Fprintf(c.App.ErrWriter, "warning: aligning the image size up from %dx%d to %dx%d (a multiple of %d for this model), as sd-cli does\n",
-			req.Width, req.Height, w, h, mult)
-		req.Width, req.Height = w, h
-	}
-	encoders := make([]string, len(cfg.Encoders))
-	for i, e := range cfg.Encoders {
-		encoders[i] = fmt.Sprintf("%+v", e)
-	}
-	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "network", fmt.Sprintf("%+v", cfg.Network),
-		"text", encoders, "vae", fmt.Sprintf("%+v %+v", cfg.VAE, cfg.VAE.Layout), "prediction", cfg.Prediction, "load", m.LoadTime)
+	logModel(comps, m)
 	req.Context = ctx
 	for i := range prompts {
 		if err := checkVideoOutputs(c, promptOutput(out, i, len(prompts)), max(req.Frames, 1)); err != nil {
@@ -358,6 +287,118 @@ func runGenerate(c *cli.Context) error {
 		}
 	}
 	return imat.finish(c, c.String("prompt-file"))
+}
+
+// generateLoadOptions are generate's flags for loading the model.
+func generateLoadOptions(c *cli.Context, threads int, clipTokenizer string) (infer.LoadOptions, error) {
+	rt := c.String("runtime")
+	opt := infer.LoadOptions{Tokenizers: map[string]string{"clip": clipTokenizer, "t5": c.String("t5-tokenizer"), "llm": c.String("llm-tokenizer")},
+		Threads: threads, Prediction: c.String("prediction"), Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP,
+		FlowShift: float32(c.Float64("flow-shift")),
+		// Only img2img encodes: the VAE's encoder stays out of memory.
+		VAEDecodeOnly: c.String("init-img") == ""}
+	var err error
+	if opt.ModelArgs, err = parseModelArgs(c.String("model-args")); err != nil {
+		return opt, err
+	}
+	opt.MaxMemory, err = memoryBudget(c)
+	return opt, err
+}
+
+// loadGenerateModel loads the model, saying a signal that came meanwhile,
+// a missing tokenizer with where it was looked for (notFound) and missing
+// components by their flags.
+func loadGenerateModel(ctx context.Context, comps infer.Components, opt infer.LoadOptions, notFound error) (*infer.Model, error) {
+	testHookBeforeLoad(ctx)
+	m, err := infer.Load(comps, opt)
+	if ctx.Err() != nil {
+		if err == nil {
+			m.Close()
+		}
+		return nil, fmt.Errorf("generate: interrupted (%v) while loading the model; nothing was written", context.Cause(ctx))
+	}
+	if err == nil {
+		return m, nil
+	}
+	err = budgetHint(err)
+	// The model's own problems come first (infer checks them before the
+	// tokenizer); a missing tokenizer is said with where it was looked for.
+	if notFound != nil && errors.Is(err, text.ErrNoTokenizer) {
+		return nil, notFound
+	}
+	if e := missingParts(comps); e != nil {
+		return nil, e
+	}
+	return nil, err
+}
+
+// generateRequest is the request of generate's flags for the first prompt:
+// the family's and the file's defaults where a flag is not given, the
+// init image, the video settings and the size aligned as sd-cli aligns it.
+func generateRequest(c *cli.Context, m *infer.Model, prompt string, method infer.Method, sched infer.Scheduler) (infer.Request, error) {
+	cfg, def := m.Config, m.Family.Defaults
+	req := infer.Request{
+		Prompt: prompt, Negative: c.String("negative-prompt"),
+		Width: pick(c.Int("width"), cfg.DefaultWidth, def.Width), Height: pick(c.Int("height"), cfg.DefaultHeight, def.Height),
+		Steps: pick(c.Int("steps"), cfg.DefaultSteps, def.Steps), CFGScale: def.CFGScale, Guidance: def.Guidance,
+		Seed: uint64(c.Int64("seed")), RNG: c.String("rng"), Method: cmp.Or(method, def.Method), Scheduler: cmp.Or(sched, def.Scheduler),
+		CaptureBlocks: comparing(c),
+	}
+	if c.IsSet("cfg-scale") {
+		req.CFGScale = float32(c.Float64("cfg-scale"))
+	}
+	if c.IsSet("guidance") {
+		req.Guidance = float32(c.Float64("guidance"))
+	}
+	if err := initImage(c, &req); err != nil {
+		return req, err
+	}
+	if err := videoRequest(c, m, &req); err != nil {
+		return req, err
+	}
+	if w, h, mult := m.AlignSize(req.Width, req.Height); req.Init == nil && (w != req.Width || h != req.Height) {
+		fmt.Fprintf(c.App.ErrWriter, "warning: aligning the image size up from %dx%d to %dx%d (a multiple of %d for this model), as sd-cli does\n",
+			req.Width, req.Height, w, h, mult)
+		req.Width, req.Height = w, h
+	}
+	return req, nil
+}
+
+// initImage reads --init-img into req: its size is the image's unless -W
+// or -H is given, when the two must agree.
+func initImage(c *cli.Context, req *infer.Request) error {
+	p := c.String("init-img")
+	if p == "" {
+		return nil
+	}
+	var wantW, wantH int
+	if c.IsSet("width") || c.IsSet("height") {
+		wantW, wantH = req.Width, req.Height
+	}
+	img, err := readPNGSized(p, wantW, wantH)
+	if err != nil {
+		return err
+	}
+	var w, h int
+	req.Init, w, h = infer.CHWFromImage(img)
+	if !c.IsSet("width") && !c.IsSet("height") {
+		req.Width, req.Height = w, h
+	} else if w != req.Width || h != req.Height {
+		return fmt.Errorf("%s: image is %dx%d, not %dx%d", p, w, h, req.Width, req.Height)
+	}
+	req.Strength = float32(c.Float64("strength"))
+	return nil
+}
+
+// logModel logs (at -v) what was loaded and how it was understood.
+func logModel(comps infer.Components, m *infer.Model) {
+	cfg := m.Config
+	encoders := make([]string, len(cfg.Encoders))
+	for i, e := range cfg.Encoders {
+		encoders[i] = fmt.Sprintf("%+v", e)
+	}
+	slog.Debug("model", "files", comps.Files(), "family", cfg.Family, "network", fmt.Sprintf("%+v", cfg.Network),
+		"text", encoders, "vae", fmt.Sprintf("%+v %+v", cfg.VAE, cfg.VAE.Layout), "prediction", cfg.Prediction, "load", m.LoadTime)
 }
 
 // testHookBeforeLoad runs just before generate loads the model: tests hold

@@ -85,61 +85,14 @@ func runReport(c *cli.Context) error {
 	if out == "" || filepath.Ext(out) != ".html" {
 		return fmt.Errorf("report: give -o REPORT.html (got %q)", out)
 	}
-	var man *quantize.Manifest
-	var manPath, dir string
-	switch {
-	case c.NArg() == 1 && filepath.Ext(c.Args().First()) == ".json":
-		manPath = c.Args().First()
-		m, err := quantize.ReadManifest(manPath)
-		if err != nil {
-			return err
-		}
-		// The files lie beside the manifest itself, not beside a link to it.
-		real := manPath
-		if r, err := filepath.EvalSymlinks(manPath); err == nil {
-			real = r
-		}
-		man, dir = m, filepath.Dir(real)
-	case c.NArg() >= 2:
-		if c.String("model") != "" {
-			return errors.New("report: -m names the source of a manifest; with files, the first one is the source")
-		}
-		man = &quantize.Manifest{Source: quantize.ManifestSource{File: c.Args().First()}}
-		for _, f := range c.Args().Slice()[1:] {
-			mf, err := describeFile(f)
-			if err != nil {
-				return err
-			}
-			man.Files = append(man.Files, mf)
-		}
-	default:
-		return fmt.Errorf("report: want a manifest.json, or a source model and the files to compare with it; got %s (see sdtool report --help)", pipeline.Count(c.NArg(), "argument", "arguments"))
-	}
-	src := c.String("model")
-	if src == "" {
-		src = man.Source.File
-		if _, err := os.Stat(src); err != nil && !filepath.IsAbs(src) {
-			// A manifest moved with its files: try the source beside it.
-			if _, err2 := os.Stat(filepath.Join(dir, src)); err2 == nil {
-				src = filepath.Join(dir, src)
-			}
-		}
-	}
-	inputs := []string{src}
-	if manPath != "" {
-		inputs = append(inputs, manPath)
-	}
-	for _, f := range man.Files {
-		inputs = append(inputs, filepath.Join(dir, filepath.FromSlash(f.File)))
-	}
-	if err := pipeline.CheckOutput(out, inputs, c.Bool("force")); err != nil {
+	man, manPath, dir, err := reportManifest(c)
+	if err != nil {
 		return err
 	}
-	if manPath != "" {
-		// The manifest is rewritten in place once the report is written.
-		if err := pipeline.CheckWritable(manPath); err != nil {
-			return err
-		}
+	src := reportSource(c, man, dir)
+	inputs, err := checkReportFiles(c, out, src, man, manPath, dir)
+	if err != nil {
+		return err
 	}
 	prompts := c.StringSlice("prompt")
 	if len(prompts) == 0 {
@@ -171,38 +124,10 @@ func runReport(c *cli.Context) error {
 		// A quantized file may break (its images then show it), the reference may not.
 		return fmt.Errorf("%s: the source decodes to NaN values, so it cannot be the reference", src)
 	}
-	rep := &report.Report{Title: "Quantization report: " + filepath.Base(src), Source: filepath.Base(src), Gain: c.Float64("gain"),
-		Settings: fmt.Sprintf("%s, %dx%d, seeds from %d, the model family's sampler and CFG scale.",
-			pipeline.Count(c.Int("steps"), "step", "steps"), ref.images[0].Bounds().Dx(), ref.images[0].Bounds().Dy(), c.Int64("seed"))}
-	if st, err := os.Stat(src); err == nil {
-		rep.SourceSize = st.Size()
-	}
-	for i, p := range prompts {
-		rep.Prompts = append(rep.Prompts, report.Prompt{Text: p, Seed: uint64(c.Int64("seed") + int64(i)), Image: ref.images[i]})
-	}
-	rel, _ := filepath.Rel(dir, out)
-	if rel == "" {
-		rel = out
-	}
-	failed := 0
-	for i, f := range man.Files {
-		rf, q, err := run.measure(ref, filepath.Join(dir, filepath.FromSlash(f.File)), f)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, infer.ErrInterrupted) || errors.Is(err, pipeline.ErrInterrupted) {
-				return err
-			}
-			// One broken rung must not cost the report of the others.
-			failed++
-			rf.Error, q = err.Error(), &quantize.Quality{Error: err.Error()}
-			fmt.Fprintf(c.App.ErrWriter, "%s: failed: %v\n", f.File, err)
-		} else if math.IsInf(q.PSNR, 1) {
-			fmt.Fprintf(c.App.ErrWriter, "%s: identical to the source's images\n", f.File)
-		} else {
-			fmt.Fprintf(c.App.ErrWriter, "%s: PSNR %.2f dB, SSIM %.4f\n", f.File, q.PSNR, q.SSIM)
-		}
-		q.Report = filepath.ToSlash(rel)
-		rep.Files = append(rep.Files, rf)
-		man.Files[i].Quality = q
+	rep := run.newReport(ref)
+	failed, err := run.measureAll(ref, rep, man, dir, out)
+	if err != nil {
+		return err
 	}
 	if err := writeReport(ctx, c, out, inputs, rep, man, manPath, dir, src); err != nil {
 		return err
@@ -211,6 +136,122 @@ func runReport(c *cli.Context) error {
 		return fmt.Errorf("report: %s of %d could not be reported; their rows in %s say why", pipeline.Count(failed, "file", "files"), len(man.Files), out)
 	}
 	return nil
+}
+
+// reportManifest reads the manifest report was given, or makes one of a
+// source model and the files to compare with it; dir is where the files'
+// names are relative to (the manifest's own folder, through links).
+func reportManifest(c *cli.Context) (man *quantize.Manifest, manPath, dir string, err error) {
+	switch {
+	case c.NArg() == 1 && filepath.Ext(c.Args().First()) == ".json":
+		manPath = c.Args().First()
+		if man, err = quantize.ReadManifest(manPath); err != nil {
+			return nil, "", "", err
+		}
+		// The files lie beside the manifest itself, not beside a link to it.
+		real := manPath
+		if r, err := filepath.EvalSymlinks(manPath); err == nil {
+			real = r
+		}
+		return man, manPath, filepath.Dir(real), nil
+	case c.NArg() >= 2:
+		if c.String("model") != "" {
+			return nil, "", "", errors.New("report: -m names the source of a manifest; with files, the first one is the source")
+		}
+		man = &quantize.Manifest{Source: quantize.ManifestSource{File: c.Args().First()}}
+		for _, f := range c.Args().Slice()[1:] {
+			mf, err := describeFile(f)
+			if err != nil {
+				return nil, "", "", err
+			}
+			man.Files = append(man.Files, mf)
+		}
+		return man, "", "", nil
+	}
+	return nil, "", "", fmt.Errorf("report: want a manifest.json, or a source model and the files to compare with it; got %s (see sdtool report --help)", pipeline.Count(c.NArg(), "argument", "arguments"))
+}
+
+// reportSource is the model the files are compared with: -m, or the
+// manifest's source (beside the manifest when it moved with its files).
+func reportSource(c *cli.Context, man *quantize.Manifest, dir string) string {
+	if src := c.String("model"); src != "" {
+		return src
+	}
+	src := man.Source.File
+	if _, err := os.Stat(src); err != nil && !filepath.IsAbs(src) {
+		if _, err2 := os.Stat(filepath.Join(dir, src)); err2 == nil {
+			return filepath.Join(dir, src)
+		}
+	}
+	return src
+}
+
+// checkReportFiles checks the report's output against every file it reads
+// (and the manifest, which is rewritten in place, for being writable), and
+// returns those inputs.
+func checkReportFiles(c *cli.Context, out, src string, man *quantize.Manifest, manPath, dir string) ([]string, error) {
+	inputs := []string{src}
+	if manPath != "" {
+		inputs = append(inputs, manPath)
+	}
+	for _, f := range man.Files {
+		inputs = append(inputs, filepath.Join(dir, filepath.FromSlash(f.File)))
+	}
+	if err := pipeline.CheckOutput(out, inputs, c.Bool("force")); err != nil {
+		return nil, err
+	}
+	if manPath != "" {
+		if err := pipeline.CheckWritable(manPath); err != nil {
+			return nil, err
+		}
+	}
+	return inputs, nil
+}
+
+// newReport starts the report with the source's renders.
+func (r *reportRun) newReport(ref *reportModel) *report.Report {
+	c, src := r.c, r.src
+	rep := &report.Report{Title: "Quantization report: " + filepath.Base(src), Source: filepath.Base(src), Gain: c.Float64("gain"),
+		Settings: fmt.Sprintf("%s, %dx%d, seeds from %d, the model family's sampler and CFG scale.",
+			pipeline.Count(c.Int("steps"), "step", "steps"), ref.images[0].Bounds().Dx(), ref.images[0].Bounds().Dy(), c.Int64("seed"))}
+	if st, err := os.Stat(src); err == nil {
+		rep.SourceSize = st.Size()
+	}
+	for i, p := range r.prompts {
+		rep.Prompts = append(rep.Prompts, report.Prompt{Text: p, Seed: uint64(c.Int64("seed") + int64(i)), Image: ref.images[i]})
+	}
+	return rep
+}
+
+// measureAll renders and measures every file of the manifest into rep and
+// the manifest's quality entries. A file that fails is counted and keeps
+// a row saying why; an interruption stops the report.
+func (r *reportRun) measureAll(ref *reportModel, rep *report.Report, man *quantize.Manifest, dir, out string) (failed int, err error) {
+	rel, _ := filepath.Rel(dir, out)
+	if rel == "" {
+		rel = out
+	}
+	w := r.c.App.ErrWriter
+	for i, f := range man.Files {
+		rf, q, err := r.measure(ref, filepath.Join(dir, filepath.FromSlash(f.File)), f)
+		switch {
+		case err != nil && (r.ctx.Err() != nil || errors.Is(err, infer.ErrInterrupted) || errors.Is(err, pipeline.ErrInterrupted)):
+			return failed, err
+		case err != nil:
+			// One broken rung must not cost the report of the others.
+			failed++
+			rf.Error, q = err.Error(), &quantize.Quality{Error: err.Error()}
+			fmt.Fprintf(w, "%s: failed: %v\n", f.File, err)
+		case math.IsInf(q.PSNR, 1):
+			fmt.Fprintf(w, "%s: identical to the source's images\n", f.File)
+		default:
+			fmt.Fprintf(w, "%s: PSNR %.2f dB, SSIM %.4f\n", f.File, q.PSNR, q.SSIM)
+		}
+		q.Report = filepath.ToSlash(rel)
+		rep.Files = append(rep.Files, rf)
+		man.Files[i].Quality = q
+	}
+	return failed, nil
 }
 
 // reportRun holds what every rendering of a report shares.

@@ -11,13 +11,13 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/cpu"
 
 	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/internal/benchutil"
 	"github.com/sdtool/sdtool/native"
 )
 
@@ -98,10 +98,10 @@ func BenchmarkGenerateW8A8VsF16(b *testing.B) {
 	req.OnStep = func(step, steps int) {
 		switch step {
 		case 1:
-			cpu0 = cpuTime(b)
+			cpu0 = benchutil.CPUTime()
 		}
 		if step == steps {
-			tEnd, cpuSteps = time.Now(), cpuTime(b)-cpu0
+			tEnd, cpuSteps = time.Now(), benchutil.CPUTime()-cpu0
 			cancel()
 		}
 	}
@@ -142,13 +142,4 @@ func BenchmarkGenerateW8A8VsF16(b *testing.B) {
 	if steps > 1 {
 		b.ReportMetric(float64(c8)/float64(c16), "int8/f16-cpu")
 	}
-}
-
-// cpuTime returns the user and system CPU time the process has used.
-func cpuTime(b *testing.B) time.Duration {
-	var u syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }

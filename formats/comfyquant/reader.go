@@ -205,114 +205,154 @@ func short(raw []byte) string {
 // well-formed marker naming a format this package cannot decode gives a
 // module marked Unsupported, not an error, so that a listing can show it.
 func Detect(m formats.Model) ([]Module, error) {
-	tensors := m.Tensors()
-	// The name index is built on the first lookup: a model with no
-	// quantized module (most of them) never needs one.
-	var byName map[string]int
-	find := func(name string) (formats.Tensor, bool) {
-		if byName == nil {
-			byName = make(map[string]int, len(tensors))
-			for i, t := range tensors {
-				byName[t.Name] = i
-			}
-		}
-		if i, ok := byName[name]; ok {
-			return tensors[i], true
-		}
-		return formats.Tensor{}, false
+	d := &detector{m: m, tensors: m.Tensors(), seen: map[string]bool{}}
+	if err := d.markers(); err != nil {
+		return nil, err
 	}
-	seen := map[string]bool{}
-	var mods []Module
-	add := func(mod Module) error {
-		if err := complete(m, &mod, find); err != nil {
-			return err
-		}
-		seen[mod.Name] = true
-		mods = append(mods, mod)
-		return nil
+	if err := d.metadataLayers(); err != nil {
+		return nil, err
 	}
-
-	for i := range tensors {
-		t := &tensors[i]
-		name, ok := strings.CutSuffix(t.Name, MarkerSuffix)
-		if !ok || name == "" || strings.HasSuffix(name, ".weight") {
-			continue
-		}
-		c, err := readMarker(m, t)
-		if errors.Is(err, ErrUnsupportedFormat) {
-			seen[name] = true
-			mods = append(mods, Module{Name: name, Config: c, Source: SourceMarker, Marker: *t, Unsupported: true})
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if err := add(Module{Name: name, Config: c, Source: SourceMarker, Marker: *t}); err != nil {
-			return nil, err
-		}
+	if err := d.scaledFP8(); err != nil {
+		return nil, err
 	}
-
-	if meta, ok := m.Metadata().String(SourceMetadata); ok {
-		layers, err := metadataLayers(meta)
-		if err != nil {
-			return nil, fmt.Errorf("%s: metadata %q: %w", m.Path(), SourceMetadata, err)
-		}
-		for _, name := range sortedKeys(layers) {
-			if seen[name] {
-				continue
-			}
-			c, err := ParseQuantConfig(layers[name])
-			if errors.Is(err, ErrUnsupportedFormat) {
-				seen[name] = true
-				mods = append(mods, Module{Name: name, Config: c, Source: SourceMetadata, Unsupported: true})
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: metadata %q: layer %q: %w", m.Path(), SourceMetadata, name, err)
-			}
-			if err := add(Module{Name: name, Config: c, Source: SourceMetadata}); err != nil {
-				return nil, err
-			}
-		}
-	}
-
-	if slices.ContainsFunc(tensors, func(t formats.Tensor) bool { return t.Name == "scaled_fp8" }) {
-		for _, t := range tensors {
-			name, ok := strings.CutSuffix(t.Name, ".scale_weight")
-			if !ok || seen[name] {
-				continue
-			}
-			w, ok := find(name + ".weight")
-			if !ok {
-				continue
-			}
-			var c QuantConfig
-			switch w.Type {
-			case formats.F8_E4M3:
-				c.Format = FormatFP8E4M3
-			case formats.F8_E5M2:
-				c.Format = FormatFP8E5M2
-			default:
-				continue // a dummy scale beside a high-precision weight
-			}
-			if err := add(Module{Name: name, Config: c, Source: SourceScaledFP8}); err != nil {
-				return nil, err
-			}
-		}
-	}
-
 	// File order of the weight; an unsupported module without one sorts by
 	// its marker, or last.
 	pos := func(mod *Module) int {
 		for _, n := range []string{mod.Name + ".weight", mod.Marker.Name} {
-			if i, ok := byName[n]; ok {
+			if i, ok := d.byName[n]; ok {
 				return i
 			}
 		}
-		return len(tensors)
+		return len(d.tensors)
 	}
-	sort.SliceStable(mods, func(i, j int) bool { return pos(&mods[i]) < pos(&mods[j]) })
-	return mods, nil
+	sort.SliceStable(d.mods, func(i, j int) bool { return pos(&d.mods[i]) < pos(&d.mods[j]) })
+	return d.mods, nil
+}
+
+// detector is one Detect in progress.
+type detector struct {
+	m       formats.Model
+	tensors []formats.Tensor
+	// byName indexes tensors, built on the first lookup: a model with no
+	// quantized module (most of them) never needs one.
+	byName map[string]int
+	seen   map[string]bool // modules found, by name
+	mods   []Module
+}
+
+// find looks a tensor up by name.
+func (d *detector) find(name string) (formats.Tensor, bool) {
+	if d.byName == nil {
+		d.byName = make(map[string]int, len(d.tensors))
+		for i, t := range d.tensors {
+			d.byName[t.Name] = i
+		}
+	}
+	if i, ok := d.byName[name]; ok {
+		return d.tensors[i], true
+	}
+	return formats.Tensor{}, false
+}
+
+// add checks a module and its tensors and keeps it.
+func (d *detector) add(mod Module) error {
+	if err := complete(d.m, &mod, d.find); err != nil {
+		return err
+	}
+	d.seen[mod.Name] = true
+	d.mods = append(d.mods, mod)
+	return nil
+}
+
+// unsupported keeps a module whose format this package cannot decode.
+func (d *detector) unsupported(mod Module) {
+	mod.Unsupported = true
+	d.seen[mod.Name] = true
+	d.mods = append(d.mods, mod)
+}
+
+// markers finds the modules with a comfy_quant marker tensor.
+func (d *detector) markers() error {
+	for i := range d.tensors {
+		t := &d.tensors[i]
+		name, ok := strings.CutSuffix(t.Name, MarkerSuffix)
+		if !ok || name == "" || strings.HasSuffix(name, ".weight") {
+			continue
+		}
+		c, err := readMarker(d.m, t)
+		if errors.Is(err, ErrUnsupportedFormat) {
+			d.unsupported(Module{Name: name, Config: c, Source: SourceMarker, Marker: *t})
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := d.add(Module{Name: name, Config: c, Source: SourceMarker, Marker: *t}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// metadataLayers finds the modules of the _quantization_metadata entry
+// that have no marker.
+func (d *detector) metadataLayers() error {
+	meta, ok := d.m.Metadata().String(SourceMetadata)
+	if !ok {
+		return nil
+	}
+	layers, err := metadataLayers(meta)
+	if err != nil {
+		return fmt.Errorf("%s: metadata %q: %w", d.m.Path(), SourceMetadata, err)
+	}
+	for _, name := range sortedKeys(layers) {
+		if d.seen[name] {
+			continue
+		}
+		c, err := ParseQuantConfig(layers[name])
+		if errors.Is(err, ErrUnsupportedFormat) {
+			d.unsupported(Module{Name: name, Config: c, Source: SourceMetadata})
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: metadata %q: layer %q: %w", d.m.Path(), SourceMetadata, name, err)
+		}
+		if err := d.add(Module{Name: name, Config: c, Source: SourceMetadata}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scaledFP8 finds, when a "scaled_fp8" tensor is present, the legacy
+// <m>.scale_weight layers whose weight is FP8.
+func (d *detector) scaledFP8() error {
+	if !slices.ContainsFunc(d.tensors, func(t formats.Tensor) bool { return t.Name == "scaled_fp8" }) {
+		return nil
+	}
+	for _, t := range d.tensors {
+		name, ok := strings.CutSuffix(t.Name, ".scale_weight")
+		if !ok || d.seen[name] {
+			continue
+		}
+		w, ok := d.find(name + ".weight")
+		if !ok {
+			continue
+		}
+		var c QuantConfig
+		switch w.Type {
+		case formats.F8_E4M3:
+			c.Format = FormatFP8E4M3
+		case formats.F8_E5M2:
+			c.Format = FormatFP8E5M2
+		default:
+			continue // a dummy scale beside a high-precision weight
+		}
+		if err := d.add(Module{Name: name, Config: c, Source: SourceScaledFP8}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readMarker reads and parses a comfy_quant tensor.

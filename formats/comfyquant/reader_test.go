@@ -3,46 +3,23 @@ package comfyquant
 import (
 	"encoding/binary"
 	"errors"
-	"io"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/memmodel"
 )
 
-// memModel is a formats.Model held in memory.
-type memModel struct {
-	tensors []formats.Tensor
-	data    map[string][]byte
-	meta    formats.Metadata
-}
+// memModel is the shared in-memory model (internal/memmodel) under this
+// package's names.
+type memModel struct{ *memmodel.Model }
 
-func newMemModel() *memModel { return &memModel{data: map[string][]byte{}} }
-
-func (m *memModel) Path() string { return "mem.safetensors" }
-func (m *memModel) Info() formats.Info {
-	return formats.Info{Format: "safetensors", Files: []string{m.Path()}}
-}
-func (m *memModel) Tensors() []formats.Tensor  { return m.tensors }
-func (m *memModel) Metadata() formats.Metadata { return m.meta }
-func (m *memModel) Close() error               { return nil }
-func (m *memModel) ReadTensorAt(t *formats.Tensor, p []byte, off int64) (int, error) {
-	d := m.data[t.Name]
-	if off >= int64(len(d)) {
-		return 0, io.EOF
-	}
-	n := copy(p, d[off:])
-	if n < len(p) {
-		return n, io.EOF
-	}
-	return n, nil
-}
+func newMemModel() *memModel { return &memModel{memmodel.New("mem.safetensors", "safetensors")} }
 
 // add appends a tensor; data's length must match the type and shape.
 func (m *memModel) add(name string, typ formats.DType, shape []int64, data []byte) {
-	m.tensors = append(m.tensors, formats.Tensor{Name: name, Type: typ, Shape: shape, File: m.Path(), Size: int64(len(data))})
-	m.data[name] = data
+	m.Add(name, typ, shape, data)
 }
 
 func f32bytes(v ...float32) []byte {
@@ -104,7 +81,7 @@ func TestDetectErrorKinds(t *testing.T) {
 // _quantization_metadata header and the scaled_fp8 marker tensor.
 func TestDetectLegacyAndMetadata(t *testing.T) {
 	m := newMemModel()
-	m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
+	m.Meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
 		Value: `{"format_version": "1.0", "layers": {"a": {"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 4}}}`}}
 	m.add("a.weight", formats.I8, []int64{1, 4}, []byte{127, 0, 0, 0})
 	m.add("a.weight_scale", formats.F32, []int64{1, 1}, f32bytes(2))
@@ -184,10 +161,10 @@ func TestDetectErrors(t *testing.T) {
 			m.add("a.weight", formats.I8, []int64{16}, make([]byte, 16))
 		}, "not a 2-D"},
 		{"bad metadata", func(m *memModel) {
-			m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString, Value: `{"layers": [`}}
+			m.Meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString, Value: `{"layers": [`}}
 		}, `metadata "_quantization_metadata"`},
 		{"bad metadata layer", func(m *memModel) {
-			m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
+			m.Meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
 				Value: `{"layers": {"a": {"format": "int8_tensorwise", "convrot": true, "convrot_groupsize": 512}}}`}}
 		}, `layer "a"`},
 	} {
@@ -210,7 +187,7 @@ func TestDetectErrors(t *testing.T) {
 // listed (in file order) and marked.
 func TestDetectUnsupported(t *testing.T) {
 	m := newMemModel()
-	m.meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
+	m.Meta = formats.Metadata{{Key: SourceMetadata, Type: formats.TypeString,
 		Value: `{"layers": {"z": {"format": "awq_w4a16"}}}`}}
 	m.add("a.weight", formats.U8, []int64{2, 8}, make([]byte, 16))
 	m.add("a.weight_scale", formats.F8_E4M3, []int64{2, 1}, make([]byte, 2))

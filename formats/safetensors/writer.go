@@ -54,48 +54,18 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta map[string]string, op
 	}
 	wr := &Writer{w: w, name: name}
 
-	js := []byte{'{'}
-	if len(meta) > 0 {
-		keys := make([]string, 0, len(meta))
-		for k := range meta {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys) // a map has no order; sorted keys make the output deterministic
-		js = appendString(js, metadataKey)
-		js = append(js, ':', '{')
-		for i, k := range keys {
-			v := meta[k]
-			if !utf8.ValidString(k) || !utf8.ValidString(v) {
-				return nil, fmt.Errorf("%s: metadata %q: key or value is not valid UTF-8", name, k)
-			}
-			if i > 0 {
-				js = append(js, ',')
-			}
-			js = appendString(js, k)
-			js = append(js, ':')
-			js = appendString(js, v)
-		}
-		js = append(js, '}')
+	js, err := appendMetadata([]byte{'{'}, name, meta)
+	if err != nil {
+		return nil, err
 	}
-
 	seen := make(map[string]struct{}, len(tensors))
 	var off int64
 	wr.layout = make([]formats.Tensor, len(tensors))
 	for i := range tensors {
 		t := &tensors[i]
-		if t.Name == metadataKey {
-			return nil, fmt.Errorf("%s: tensor %q: the name is reserved for metadata", name, t.Name)
+		if err := checkName(name, t.Name, seen); err != nil {
+			return nil, err
 		}
-		if !utf8.ValidString(t.Name) {
-			return nil, fmt.Errorf("%s: tensor %q: name is not valid UTF-8", name, t.Name)
-		}
-		if strings.IndexByte(t.Name, 0) >= 0 {
-			return nil, fmt.Errorf("%s: tensor %q: name contains a NUL byte, which C readers take for its end", name, t.Name)
-		}
-		if _, dup := seen[t.Name]; dup {
-			return nil, fmt.Errorf("%s: tensor %q: duplicate name", name, t.Name)
-		}
-		seen[t.Name] = struct{}{}
 		dtype, ok := t.Type.SafetensorsName()
 		if !ok {
 			return nil, fmt.Errorf("%s: tensor %q: type %s has no safetensors dtype", name, t.Name, t.Type)
@@ -110,21 +80,7 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta map[string]string, op
 		if len(js) > 1 {
 			js = append(js, ',')
 		}
-		js = appendString(js, t.Name)
-		js = append(js, `:{"dtype":`...)
-		js = appendString(js, dtype)
-		js = append(js, `,"shape":[`...)
-		for j, d := range t.Shape {
-			if j > 0 {
-				js = append(js, ',')
-			}
-			js = strconv.AppendInt(js, d, 10)
-		}
-		js = append(js, `],"data_offsets":[`...)
-		js = strconv.AppendInt(js, off, 10)
-		js = append(js, ',')
-		js = strconv.AppendInt(js, off+size, 10)
-		js = append(js, ']', '}')
+		js = appendEntry(js, t, dtype, off, size)
 		wr.layout[i] = formats.Tensor{Name: t.Name, Type: t.Type, Shape: slices.Clone(t.Shape), File: o.Name, Offset: off, Size: size}
 		off += size
 	}
@@ -144,6 +100,74 @@ func NewWriter(w io.Writer, tensors []formats.Tensor, meta map[string]string, op
 	}
 	wr.dataSize = off
 	return wr, nil
+}
+
+// appendMetadata appends the __metadata__ entry of meta to the header js,
+// keys sorted (a map has no order; sorted keys make the output
+// deterministic), nothing when meta is empty.
+func appendMetadata(js []byte, name string, meta map[string]string) ([]byte, error) {
+	if len(meta) == 0 {
+		return js, nil
+	}
+	keys := make([]string, 0, len(meta))
+	for k := range meta {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	js = appendString(js, metadataKey)
+	js = append(js, ':', '{')
+	for i, k := range keys {
+		v := meta[k]
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, fmt.Errorf("%s: metadata %q: key or value is not valid UTF-8", name, k)
+		}
+		if i > 0 {
+			js = append(js, ',')
+		}
+		js = appendString(js, k)
+		js = append(js, ':')
+		js = appendString(js, v)
+	}
+	return append(js, '}'), nil
+}
+
+// checkName refuses a tensor name that readers would misread: reserved,
+// not UTF-8, holding a NUL, or already in seen (which it joins).
+func checkName(file, n string, seen map[string]struct{}) error {
+	if n == metadataKey {
+		return fmt.Errorf("%s: tensor %q: the name is reserved for metadata", file, n)
+	}
+	if !utf8.ValidString(n) {
+		return fmt.Errorf("%s: tensor %q: name is not valid UTF-8", file, n)
+	}
+	if strings.IndexByte(n, 0) >= 0 {
+		return fmt.Errorf("%s: tensor %q: name contains a NUL byte, which C readers take for its end", file, n)
+	}
+	if _, dup := seen[n]; dup {
+		return fmt.Errorf("%s: tensor %q: duplicate name", file, n)
+	}
+	seen[n] = struct{}{}
+	return nil
+}
+
+// appendEntry appends tensor t's header entry: dtype, shape and
+// data_offsets [off, off+size).
+func appendEntry(js []byte, t *formats.Tensor, dtype string, off, size int64) []byte {
+	js = appendString(js, t.Name)
+	js = append(js, `:{"dtype":`...)
+	js = appendString(js, dtype)
+	js = append(js, `,"shape":[`...)
+	for j, d := range t.Shape {
+		if j > 0 {
+			js = append(js, ',')
+		}
+		js = strconv.AppendInt(js, d, 10)
+	}
+	js = append(js, `],"data_offsets":[`...)
+	js = strconv.AppendInt(js, off, 10)
+	js = append(js, ',')
+	js = strconv.AppendInt(js, off+size, 10)
+	return append(js, ']', '}')
 }
 
 // appendString appends s as a JSON string. It escapes only what JSON

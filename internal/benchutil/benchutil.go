@@ -94,6 +94,9 @@ func ResetPeakRSS() bool {
 	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 }
 
+// CPUSeconds returns CPUTime in seconds.
+func CPUSeconds() float64 { return CPUTime().Seconds() }
+
 // PeakRSS returns VmHWM from /proc/self/status in bytes, 0 when unknown.
 func PeakRSS() int64 { return peakrss.Bytes() }
 

@@ -28,9 +28,9 @@ var layers = []struct {
 	pkgs []string
 }{
 	{"process facts", []string{"internal/procmem"}},
-	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest", "internal/workpool"}},
+	{"leaves", []string{"internal/splitmix", "internal/peakrss", "internal/longtest", "internal/workpool", "internal/option"}},
 	{"vocabulary", []string{"formats"}},
-	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant"}},
+	{"containers", []string{"formats/gguf", "formats/safetensors", "formats/ckpt", "formats/comfyquant", "internal/memmodel"}},
 	{"folders of containers", []string{"formats/diffusers"}},
 	{"model families (data)", []string{"family"}},
 	{"codecs, names, tokenizers and ggml", []string{"quant", "names", "text", "native"}},
@@ -191,7 +191,7 @@ func TestCheckFindsViolations(t *testing.T) {
 const shipped = "cmd/sdtool"
 
 // testSupport are the module's packages made for tests alone.
-var testSupport = []string{"internal/synth", "internal/benchutil", "internal/peakrss", "internal/layering"}
+var testSupport = []string{"internal/synth", "internal/benchutil", "internal/peakrss", "internal/layering", "internal/memmodel"}
 
 // linkedTestSupport follows the imports of root through the graph (every
 // non-test file whatever its build tags, so it over-approximates `go list

@@ -56,6 +56,8 @@ func layoutWanDims(c, o int) map[string]int {
 	return map[string]int{"H": 64, "F": 256, "T": 128, "C": c, "O": o}
 }
 
+// init registers the DiT layouts. It is long because it is a table, one
+// addLayout per layout, not logic.
 func init() {
 	// x_embedder keeps the real width R: detection reads it.
 	sd3 := func(h, r int) map[string]int { return map[string]int{"H": h, "R": r, "T": 128} }

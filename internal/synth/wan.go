@@ -65,6 +65,14 @@ var TinyWan = Wan{Hidden: 128, FF: 256, Blocks: 1, Channels: 16, T5: &tinyUMT5, 
 var WanParity = Wan{Hidden: 1536, FF: 8960, Blocks: 30, Channels: 16, VAEDec: 96, VAEEnc: 96,
 	Seed: 8, Type: formats.F16, Quant: formats.Q8_0, Width: 64, Height: 64, Steps: 2}
 
+// WanTI2VParity is Wan 2.2 TI2V-5B at its real size, which sd.cpp
+// requires of it (30 blocks 3072 wide, 24 heads of 128, FF 14336, 48
+// latent channels), with no text encoder and Wan 2.2's VAE at its full
+// widths (decoder 256, encoder 160): 4.9 B DiT parameters, about 2.8 GB
+// with the DiT's matrices in q4_0 and 1.4 GB of F16 VAE.
+var WanTI2VParity = Wan{Hidden: 3072, FF: 14336, Blocks: 30, Channels: 48, VAEDec: 256, VAEEnc: 160, V22: true,
+	Seed: 10, Type: formats.F16, Quant: formats.Q4_0, Width: 64, Height: 64, Steps: 2}
+
 // WanParts are the component flags Wan writes, in sd-cli's order.
 var WanParts = []string{"diffusion-model", "t5xxl", "vae"}
 

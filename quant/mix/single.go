@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sdtool/sdtool/formats"
+	"github.com/sdtool/sdtool/internal/option"
 )
 
 // LookupSingleType parses the --type of a command that writes one ggml type
@@ -23,8 +24,8 @@ func LookupSingleType(name string, comfy []string, more string) (formats.DType, 
 		more = "; " + more
 	}
 	if f, err := Parse(name); err == nil && !f.Plain {
-		return 0, fmt.Errorf("type %q is a mix of sdtool quantize (a type per tensor, mostly %s), and this command writes one type (--type %s, say): write the mix with `sdtool quantize IN -o OUT.gguf --type %s`%s",
-			name, f.Base, f.Base, f.Name, more)
+		return 0, option.Errorf("type %q is a mix of sdtool quantize (a type per tensor, mostly %s), and this command writes one type (%s %s, say): write the mix with `sdtool quantize IN -o OUT.gguf --type %s`%s",
+			name, f.Base, option.Name("Type"), f.Base, f.Name, more)
 	}
 	if i := slices.IndexFunc(comfy, func(c string) bool { return strings.EqualFold(c, name) }); i >= 0 {
 		return 0, fmt.Errorf("type %q is a ComfyUI safetensors type: write it with `sdtool quantize IN -o OUT.safetensors --type %s`%s", name, comfy[i], more)

@@ -20,7 +20,12 @@ layer's own forward (ComfyUI's runtime on this CPU), once with the file's
 weight and once with ComfyUI quantizing the source weight itself
 (QuantizedTensor.from_float with the layout's options, a fresh codebook
 for asym_w4a8_int8); both are compared with the float product. A layer
-fails when its error is over 1.10 times ComfyUI's own.
+fails when its error is over 1.10 times ComfyUI's own. Each layer's line
+also has the error of the file's weight dequantized and multiplied in the
+compute dtype (out_err_dequantized) and how far the runtime's output is
+from that product (runtime_vs_dequantized): near zero where ComfyUI
+dequantizes the weight on this CPU, the activations' quantization error
+where it quantizes them too.
 
 It prints one JSON object per layer and one per file, and exits 1 when a
 check fails.
@@ -81,7 +86,11 @@ def check_layer(name, module, conf, w, gen):
         module.weight = torch.nn.Parameter(reference(module, w), requires_grad=False)
         ref = module(x).float() - bias
         module.weight = loaded
+        deq = torch.nn.functional.linear(x, module.weight.dequantize().to(dtype)).float()
+    r["dtype"] = str(dtype).removeprefix("torch.")
     r["out_err_file"] = ((got - want).norm() / want.norm()).item()
+    r["out_err_dequantized"] = ((deq - want).norm() / want.norm()).item()
+    r["runtime_vs_dequantized"] = ((got - deq).norm() / deq.norm()).item()
     r["out_err_comfyui"] = ((ref - want).norm() / want.norm()).item()
     r["ratio"] = r["out_err_file"] / max(r["out_err_comfyui"], 1e-30)
     if not r["ratio"] <= 1.10:

@@ -3,6 +3,7 @@
 package wan
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -65,11 +66,15 @@ func wanParityFiles(tb testing.TB, c synth.Wan, name string) (dit, vae string) {
 		dir = tb.TempDir()
 	}
 	c.Fold = true
+	vaeName := "wan-parity-vae.safetensors"
+	if c.V22 {
+		vaeName = "wan22-parity-vae.safetensors"
+	}
 	for _, f := range []struct {
 		path, flag, format string
 	}{
 		{filepath.Join(dir, name+"-dit.gguf"), "diffusion-model", "gguf"},
-		{filepath.Join(dir, "wan-parity-vae.safetensors"), "vae", "safetensors"},
+		{filepath.Join(dir, vaeName), "vae", "safetensors"},
 	} {
 		if _, err := os.Stat(f.path); err == nil {
 			continue
@@ -81,7 +86,7 @@ func wanParityFiles(tb testing.TB, c synth.Wan, name string) (dit, vae string) {
 			tb.Fatal(err)
 		}
 	}
-	return filepath.Join(dir, name+"-dit.gguf"), filepath.Join(dir, "wan-parity-vae.safetensors")
+	return filepath.Join(dir, name+"-dit.gguf"), filepath.Join(dir, vaeName)
 }
 
 // checkWanParity renders r with sd-cli (PNG frames) and with sdtool and
@@ -160,6 +165,19 @@ func TestWanA14BSDCLIParity(t *testing.T) {
 		highDiT: hdit, highSteps: 1, highCFG: 4, parityPSNR: 50})
 }
 
+// TestWanTI2VSDCLIParity is Wan 2.2 TI2V-5B text-to-video at the only
+// size sd.cpp runs it (synth.WanTI2VParity: 30 blocks 3072 wide, its DiT
+// in q4_0, Wan 2.2's 48-channel VAE at full width; each program holds
+// about 4 GiB): 5 frames of 64x64 (2 latent frames of 4x4 cells) in 2 steps.
+func TestWanTI2VSDCLIParity(t *testing.T) {
+	longtest.Skip(t, "Wan 2.2 TI2V-5B frame parity against sd-cli")
+	if os.Getenv("SDTOOL_SDCLI") == "" {
+		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	dit, vae := wanParityFiles(t, synth.WanTI2VParity, "wan-ti2v-parity-q4")
+	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5, parityPSNR: 50})
+}
+
 // wanChildEnv carries BenchmarkWanVsSDCLI's run to its child process.
 const wanChildEnv = "SDTOOL_WAN_CHILD"
 
@@ -201,13 +219,19 @@ func TestWanGenerateChild(t *testing.T) {
 // in a fresh process) of the same Wan 2.1 video on synth.WanParity's files
 // (SDTOOL_WAN_PARITY_DIR keeps them; 5 frames of 64x64, 2 Euler steps with
 // guidance, 2 threads) and reports both sides' seconds per step and peak
-// RSS and their ratios, measured in one run.
+// RSS and their ratios, measured in one run. SDTOOL_WAN_BENCH_DIT and
+// SDTOOL_WAN_BENCH_VAE replace the files (a quantized DiT that quantize
+// wrote, TI2V-5B's pair).
 func BenchmarkWanVsSDCLI(b *testing.B) {
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
 		b.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
-	dit, vae := wanParityFiles(b, synth.WanParity, "wan-parity")
+	dit, vae := os.Getenv("SDTOOL_WAN_BENCH_DIT"), os.Getenv("SDTOOL_WAN_BENCH_VAE")
+	if dit == "" || vae == "" {
+		d, v := wanParityFiles(b, synth.WanParity, "wan-parity")
+		dit, vae = cmp.Or(dit, d), cmp.Or(vae, v)
+	}
 	r := wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5}
 	spec, _ := json.Marshal(wanChildSpec{DiT: dit, VAE: vae, Size: r.size, Frames: r.frames, Steps: r.steps, Threads: r.threads,
 		Seed: r.seed, CFG: r.cfg, Shift: r.shift})

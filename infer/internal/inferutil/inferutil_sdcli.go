@@ -153,12 +153,12 @@ type SDCLIBench struct {
 // fresh process) and reports both sides' seconds per step and peak RSS
 // and their ratios, measured in one run.
 func BenchVsSDCLI(b *testing.B, bin string, sb SDCLIBench) {
-	var cliStep, ourStep float64
+	var cliStep, ourStep, cliCPU, ourCPU float64
 	var cliPeak, ourPeak int64
 	n := 0
 	for b.Loop() {
-		s, p := SDCLIStepAndPeak(b, bin, sb.Args, sb.Steps)
-		cliStep += s
+		s, p, cpu := SDCLIRun(b, bin, sb.Args, sb.Steps)
+		cliStep, cliCPU = cliStep+s, cliCPU+cpu
 		cliPeak = max(cliPeak, p)
 		cmd := exec.Command(os.Args[0], "-test.run=^"+sb.Child+"$", "-test.v")
 		cmd.Env = append(os.Environ(), sb.Env+"="+string(sb.Spec))
@@ -181,6 +181,7 @@ func BenchVsSDCLI(b *testing.B, bin string, sb SDCLIBench) {
 			b.Fatalf("child printed no report:\n%s", Tail(out))
 		}
 		ourPeak = max(ourPeak, MaxRSS(cmd.ProcessState))
+		ourCPU += CPUSeconds(cmd.ProcessState)
 		n++
 	}
 	b.ReportMetric(cliStep/float64(n), "sdcli-s/step")
@@ -189,6 +190,11 @@ func BenchVsSDCLI(b *testing.B, bin string, sb SDCLIBench) {
 	b.ReportMetric(float64(cliPeak)/(1<<20), "sdcli-peak-MiB")
 	b.ReportMetric(float64(ourPeak)/(1<<20), "sdtool-peak-MiB")
 	b.ReportMetric(float64(ourPeak)/float64(cliPeak), "rss-ratio")
+	// Whole runs (loading, text encoder, VAE included): CPU seconds hold
+	// on a loaded machine where the wall clock does not.
+	b.ReportMetric(cliCPU/float64(n), "sdcli-cpu-s")
+	b.ReportMetric(ourCPU/float64(n), "sdtool-cpu-s")
+	b.ReportMetric(ourCPU/cliCPU, "cpu-ratio")
 }
 
 // SDCLIStepAndPeak runs sd-cli with args and returns its seconds per
@@ -262,4 +268,23 @@ func ComparePNG(tb testing.TB, ref string, img image.Image, keep, name string) f
 		tb.Fatal(err)
 	}
 	return psnr
+}
+
+// SDCLIRun is SDCLIStepAndPeak that also returns the process's CPU seconds
+// (user and system), a measure that other programs on the machine disturb
+// far less than the wall clock: the benchmarks against sd-cli report its
+// ratio beside the step time's.
+func SDCLIRun(tb testing.TB, bin string, args []string, steps int) (step float64, peak int64, cpu float64) {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	log, err := cmd.CombinedOutput()
+	if err != nil {
+		tb.Fatalf("sd-cli: %v\n%s", err, Tail(log))
+	}
+	return SDCLIStepSeconds(tb, log, steps), MaxRSS(cmd.ProcessState), CPUSeconds(cmd.ProcessState)
+}
+
+// CPUSeconds is a finished process's user and system CPU time in seconds.
+func CPUSeconds(ps *os.ProcessState) float64 {
+	return (ps.UserTime() + ps.SystemTime()).Seconds()
 }

@@ -166,7 +166,9 @@ func fconst(p *program, v int, f uint32) {
 }
 
 // legacyRows writes the five row kernels of the unweighted legacy
-// quantizers; see legacy_amd64.s for what each does.
+// quantizers; see legacy_amd64.s for what each does. It is long because it
+// is the assembly it emits, instruction by instruction in register order,
+// which reads best beside the generated file and the amd64 twin.
 func legacyRows(p *program) {
 	type kernel struct {
 		name     string
@@ -561,6 +563,10 @@ func qxLaneSums(p *program) {
 	p.raw("")
 }
 
+// qkxLaneEval writes qkxLaneEvalNEON, the eight-lane candidate evaluation
+// of makeQkxQuantsLanes. It is long because it is the assembly it emits,
+// one loop of straight-line instructions that reads best as a whole beside
+// the generated file.
 func qkxLaneEval(p *program) {
 	p.raw("// func qkxLaneEvalNEON(x, w, xm *float32, n int, p *qkxParams, o *qkxLaneOut)")
 	p.raw("//")

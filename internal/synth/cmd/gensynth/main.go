@@ -39,111 +39,140 @@ var errUsage = errors.New("nothing to write")
 // run is gensynth with its arguments; usage goes to stderr, and so does a
 // line for every file written.
 func run(args []string, stderr io.Writer) (err error) {
-	fs := flag.NewFlagSet("gensynth", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	arch := fs.String("arch", "", "architecture ("+strings.Join(synth.Archs(), ", ")+")")
-	sd := fs.String("sd", "", "runnable SD preset: tiny (testdata/tiny-sd1.gguf and .safetensors), tiny-sdxl (testdata/tiny-sdxl.gguf) or sd15 (SD 1.5's full size)")
-	q := fs.String("quant", "", "with -sd: type of the linear weights (q8_0, q4_K, ...)")
-	scale := fs.Float64("scale", 0, "width multiplier of the diffusion model (0: real size)")
-	textScale := fs.Float64("text-scale", 0, "width multiplier of the text encoders (0: -scale)")
-	vaeScale := fs.Float64("vae-scale", 0, "width multiplier of the VAE (0: -scale)")
-	depth := fs.Int("depth", 0, "cap on repeated blocks (0: real counts)")
-	seed := fs.Int64("seed", 1, "data seed")
-	dtype := fs.String("dtype", "f16", "storage type: f32, f16 or bf16")
-	out := fs.String("o", "", "output file (.gguf or .safetensors)")
-	imat := fs.String("imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
-	testdata := fs.String("testdata", "", "write the committed test files (tiny-*.gguf and the others in testdata/ that the generator makes) into `DIR`")
-	force := fs.Bool("force", false, "replace existing files")
-	fluxBench := fs.Bool("flux-bench", false, "write synth.FluxBench (a runnable Flux layout with realistic weight statistics) to -o")
-	parts := fs.String("parts", "", "write a full-size model's component files (z-image-turbo) into the folder -o")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if err := checkLayoutFlags(fs, *arch); err != nil {
+	o, fs, err := parseFlags(args, stderr)
+	if err != nil {
 		return err
 	}
 	// Refuse every existing output before writing any, so that a run
 	// without -force never leaves the committed files half replaced.
-	outputs := []string{*out, *imat}
-	if *testdata != "" {
-		outputs = testdataFiles(*testdata)
-	}
-	if *parts != "" {
-		outputs = fullPartFiles(*parts, *out)
-	}
+	outputs := o.outputs()
 	defer func() {
 		if err == nil {
 			err = reportWritten(stderr, outputs)
 		}
 	}()
-	if !*force {
-		for _, o := range outputs {
-			if _, err := os.Stat(o); o != "" && err == nil {
-				return fmt.Errorf("%s exists (pass -force to replace it)", o)
+	if !o.force {
+		for _, out := range outputs {
+			if _, err := os.Stat(out); out != "" && err == nil {
+				return fmt.Errorf("%s exists (pass -force to replace it)", out)
 			}
 		}
 	}
-
 	switch {
-	case *testdata != "" && (*arch != "" || *sd != "" || *out != ""):
+	case o.testdata != "" && (o.arch != "" || o.sd != "" || o.out != ""):
 		return errors.New("-testdata writes the committed files; it takes no -arch, -sd or -o")
-	case *testdata != "":
+	case o.testdata != "":
 		for _, f := range committed {
-			if err := f.write(*testdata); err != nil {
+			if err := f.write(o.testdata); err != nil {
 				return err
 			}
 		}
 		return nil
-	case *parts != "" && *out == "":
+	case o.parts != "" && o.out == "":
 		return errors.New("-parts needs -o DIR")
-	case *parts != "":
-		return writeFullParts(*parts, *out)
-	case *fluxBench:
-		if *out == "" {
+	case o.parts != "":
+		return writeFullParts(o.parts, o.out)
+	case o.fluxBench:
+		if o.out == "" {
 			return errors.New("-flux-bench needs -o OUT.gguf or OUT.safetensors")
 		}
-		return synth.FluxBench.WriteSingle(*out)
-	case *arch != "" && *sd != "":
+		return synth.FluxBench.WriteSingle(o.out)
+	case o.arch != "" && o.sd != "":
 		return errors.New("-arch and -sd exclude each other")
-	case *sd != "":
-		c, ok := presets[*sd]
-		if !ok {
-			return fmt.Errorf("unknown -sd preset %q (want tiny, tiny-sdxl or sd15)", *sd)
-		}
-		if *q != "" {
-			t, ok := formats.ParseType(*q)
-			if !ok {
-				return fmt.Errorf("unknown type %q", *q)
-			}
-			c.Quant = t
-		}
-		if *out == "" {
-			return errors.New("-sd needs -o OUT.gguf")
-		}
-		return c.Write(*out)
-	case *arch != "":
-		dt, ok := formats.ParseType(*dtype)
-		if !ok {
-			return fmt.Errorf("unknown dtype %q", *dtype)
-		}
-		if *out == "" {
-			return errors.New("-arch needs -o OUT.gguf or OUT.safetensors")
-		}
-		spec := synth.Spec{Arch: *arch, Scale: *scale, TextScale: *textScale, VAEScale: *vaeScale, Depth: *depth, Seed: *seed, DType: dt}
-		if err := synth.Write(*out, spec); err != nil {
-			return err
-		}
-		if *imat != "" {
-			return writeImatrix(*imat, spec)
-		}
-		return nil
-	default:
-		fs.Usage()
-		return errUsage
+	case o.sd != "":
+		return o.writeSD()
+	case o.arch != "":
+		return o.writeArch()
 	}
+	fs.Usage()
+	return errUsage
+}
+
+// options are gensynth's flags.
+type options struct {
+	arch, sd, quant, dtype, out, imatrix, testdata, parts string
+	scale, textScale, vaeScale                            float64
+	depth                                                 int
+	seed                                                  int64
+	force, fluxBench                                      bool
+}
+
+// parseFlags reads gensynth's flags.
+func parseFlags(args []string, stderr io.Writer) (*options, *flag.FlagSet, error) {
+	var o options
+	fs := flag.NewFlagSet("gensynth", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.arch, "arch", "", "architecture ("+strings.Join(synth.Archs(), ", ")+")")
+	fs.StringVar(&o.sd, "sd", "", "runnable SD preset: tiny (testdata/tiny-sd1.gguf and .safetensors), tiny-sdxl (testdata/tiny-sdxl.gguf) or sd15 (SD 1.5's full size)")
+	fs.StringVar(&o.quant, "quant", "", "with -sd: type of the linear weights (q8_0, q4_K, ...)")
+	fs.Float64Var(&o.scale, "scale", 0, "width multiplier of the diffusion model (0: real size)")
+	fs.Float64Var(&o.textScale, "text-scale", 0, "width multiplier of the text encoders (0: -scale)")
+	fs.Float64Var(&o.vaeScale, "vae-scale", 0, "width multiplier of the VAE (0: -scale)")
+	fs.IntVar(&o.depth, "depth", 0, "cap on repeated blocks (0: real counts)")
+	fs.Int64Var(&o.seed, "seed", 1, "data seed")
+	fs.StringVar(&o.dtype, "dtype", "f16", "storage type: f32, f16 or bf16")
+	fs.StringVar(&o.out, "o", "", "output file (.gguf or .safetensors)")
+	fs.StringVar(&o.imatrix, "imatrix", "", "with -arch: also write a synthetic legacy imatrix for the model here")
+	fs.StringVar(&o.testdata, "testdata", "", "write the committed test files (tiny-*.gguf and the others in testdata/ that the generator makes) into `DIR`")
+	fs.BoolVar(&o.force, "force", false, "replace existing files")
+	fs.BoolVar(&o.fluxBench, "flux-bench", false, "write synth.FluxBench (a runnable Flux layout with realistic weight statistics) to -o")
+	fs.StringVar(&o.parts, "parts", "", "write a full-size model's component files (z-image-turbo) into the folder -o")
+	if err := fs.Parse(args); err != nil {
+		return nil, fs, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fs, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return &o, fs, checkLayoutFlags(fs, o.arch)
+}
+
+// outputs are the files this run writes.
+func (o *options) outputs() []string {
+	switch {
+	case o.testdata != "":
+		return testdataFiles(o.testdata)
+	case o.parts != "":
+		return fullPartFiles(o.parts, o.out)
+	}
+	return []string{o.out, o.imatrix}
+}
+
+// writeSD writes a runnable SD preset.
+func (o *options) writeSD() error {
+	c, ok := presets[o.sd]
+	if !ok {
+		return fmt.Errorf("unknown -sd preset %q (want tiny, tiny-sdxl or sd15)", o.sd)
+	}
+	if o.quant != "" {
+		t, ok := formats.ParseType(o.quant)
+		if !ok {
+			return fmt.Errorf("unknown type %q", o.quant)
+		}
+		c.Quant = t
+	}
+	if o.out == "" {
+		return errors.New("-sd needs -o OUT.gguf")
+	}
+	return c.Write(o.out)
+}
+
+// writeArch writes a layout of -arch (and its imatrix with -imatrix).
+func (o *options) writeArch() error {
+	dt, ok := formats.ParseType(o.dtype)
+	if !ok {
+		return fmt.Errorf("unknown dtype %q", o.dtype)
+	}
+	if o.out == "" {
+		return errors.New("-arch needs -o OUT.gguf or OUT.safetensors")
+	}
+	spec := synth.Spec{Arch: o.arch, Scale: o.scale, TextScale: o.textScale, VAEScale: o.vaeScale, Depth: o.depth, Seed: o.seed, DType: dt}
+	if err := synth.Write(o.out, spec); err != nil {
+		return err
+	}
+	if o.imatrix != "" {
+		return writeImatrix(o.imatrix, spec)
+	}
+	return nil
 }
 
 // checkLayoutFlags refuses the size flags with a family layout
