@@ -1,25 +1,26 @@
-package infer
+package infer_test
 
 import (
 	"errors"
 	"testing"
 
+	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/native"
 )
 
 // TestLoadWithoutGGML checks what a build without cgo says: Load refuses
 // with ErrNoCgo before it touches the file, and LinkedAVX2 is false.
 func TestLoadWithoutGGML(t *testing.T) {
-	if Available != native.Available {
-		t.Fatalf("infer.Available %v, native.Available %v", Available, native.Available)
+	if infer.Available != native.Available {
+		t.Fatalf("infer.Available %v, native.Available %v", infer.Available, native.Available)
 	}
-	if Available {
+	if infer.Available {
 		t.Skip("ggml is linked")
 	}
-	if _, err := Load(Components{"model": "no-such-model.gguf"}, LoadOptions{}); !errors.Is(err, ErrNoCgo) {
+	if _, err := infer.Load(infer.Components{"model": "no-such-model.gguf"}, infer.LoadOptions{}); !errors.Is(err, infer.ErrNoCgo) {
 		t.Errorf("Load: %v, want ErrNoCgo", err)
 	}
-	if LinkedAVX2() {
+	if infer.LinkedAVX2() {
 		t.Error("LinkedAVX2 without ggml")
 	}
 }

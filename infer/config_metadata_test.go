@@ -1,9 +1,11 @@
-package infer
+package infer_test
 
 import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/arch/sd"
 	"github.com/sdtool/sdtool/internal/synth"
 )
 
@@ -14,11 +16,11 @@ func TestDetectConfigNamesMissingHeadKey(t *testing.T) {
 	for _, ts := range synth.TinySD.Tensors() {
 		sh[ts.Name] = ts.Shape
 	}
-	_, err := DetectConfig(sh, nil)
+	_, err := infer.DetectConfig(sh, nil)
 	if err == nil {
 		t.Fatal("a 32-wide UNet without head metadata was accepted")
 	}
-	for _, want := range []string{MetaUNetHeads, MetaUNetHeadDim, "sdtool convert", "--metadata " + MetaUNetHeads + "=N"} {
+	for _, want := range []string{sd.MetaUNetHeads, sd.MetaUNetHeadDim, "sdtool convert", "--metadata " + sd.MetaUNetHeads + "=N"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

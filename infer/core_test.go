@@ -1,4 +1,4 @@
-package infer
+package infer_test
 
 import (
 	"go/ast"
@@ -11,17 +11,30 @@ import (
 	"testing"
 
 	"github.com/sdtool/sdtool/family"
+	"github.com/sdtool/sdtool/infer"
 )
 
-// coreFiles are the engine core: Load and Generate through the registries,
-// weight loading, sampling, schedules, noise and graph helpers. A family,
-// a text encoder kind or a VAE kind lives in files of its own (doc.go
-// lists them) and registers itself; the core names none of them, so that
+// coreFiles are the engine core, every non-test file of package infer:
+// Load and Generate through the registries, weight loading, sampling,
+// schedules, noise and graph helpers. A family lives in its package under
+// infer/arch, a text encoder kind under infer/encoder, a VAE kind under
+// infer/vae, and registers itself; the core names none of them, so that
 // adding one never edits these files.
-var coreFiles = []string{
-	"family.go", "graph_ops.go", "image.go", "imatrix_collect.go", "imatrix_graph.go", "load.go", "load_ggml.go",
-	"model.go", "model_config.go", "model_types.go", "params.go", "rng.go", "sampler.go", "schedule.go", "stream.go", "stream_order.go",
-	"video.go", "w8a8.go",
+func coreFiles(t *testing.T) []string {
+	all, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, f := range all {
+		if !strings.HasSuffix(f, "_test.go") {
+			files = append(files, f)
+		}
+	}
+	if len(files) < 10 {
+		t.Fatalf("core files %q: run from the package directory", files)
+	}
+	return files
 }
 
 // familyWords are the names the core must not use: the families generate
@@ -33,9 +46,9 @@ func familyWords() []string {
 	for _, id := range family.Generators() {
 		words[id] = true
 	}
-	for _, f := range Families {
+	for _, f := range infer.Families {
 		words[f.Network], words[f.Conditioner], words[f.VAE.Kind] = true, true, true
-		if f.Schedule != "discrete" { // the core's DDPM schedule
+		if f.Schedule != "discrete" && f.Schedule != "discrete-flow" { // the core's DDPM and shifted flow schedules
 			words[f.Schedule] = true
 		}
 		for _, e := range f.Encoders {
@@ -95,7 +108,7 @@ func TestCoreNamesNoFamily(t *testing.T) {
 		t.Fatalf("family words %q: the table or the registries are empty", words)
 	}
 	fset := token.NewFileSet()
-	for _, name := range coreFiles {
+	for _, name := range coreFiles(t) {
 		f, err := parser.ParseFile(fset, filepath.Join(".", name), nil, 0)
 		if err != nil {
 			t.Fatal(err)

@@ -1,71 +1,45 @@
-// Package infer is sdtool's diffusion engine: it loads a model's weights
-// into ggml (through package native) and generates images with them, for
-// generate and for collecting importance matrices.
+// Package infer is the core of sdtool's diffusion engine: it loads a
+// model's weights into ggml (through package native) and generates images
+// and videos with them, for generate and for collecting importance
+// matrices.
 //
-// The package is a core and plug-ins. The core names no family (a test,
-// TestCoreNamesNoFamily, holds it for the files listed in core_test.go):
+// The core names no family (TestCoreNamesNoFamily holds it for every
+// non-test file of this package):
 //
 //   - family.go: the engine's family entries (Family: markers, text
 //     encoders, conditioning-vector layout, VAE kind and latent format,
-//     sd-cli's defaults) and the registries the entries name: conditioners,
-//     networks, schedules; model_config.go: ModelConfig (a NetworkConfig,
-//     a list of EncoderConfig, a VAEConfig) and the registries of network
-//     detectors, text encoder kinds and VAE kinds;
+//     sd-cli's defaults) and the registries the entries name:
+//     conditioners, networks, schedules; model_config.go: ModelConfig (a
+//     NetworkConfig, a list of EncoderConfig, a VAEConfig) and the
+//     registries of network detectors, text encoder kinds and VAE kinds;
 //   - load.go, load_ggml.go: the component files (Components, keyed by the
 //     flags of package family's input table), which weights the graphs
 //     read, renamed to sd.cpp's internal names and converted to the types
-//     ggml computes with, streamed into one ggml buffer;
+//     ggml computes with; stream.go, stream_order.go: the weight pager;
 //   - model.go: Load and Generate (conditioning, the sampling loop with
 //     classifier-free guidance, the VAE), calling the parts through the
-//     registries;
-//   - sampler.go, schedule.go, rng.go: samplers (Euler, Euler a, DPM++ 2M),
-//     parameterisations (eps, v, flow), the Schedule interface with the
-//     discrete, karras, simple and sgm_uniform spacings, and sd.cpp's noise
+//     registries and the interfaces they implement (Conditioner, Network);
+//   - sampler.go, schedule.go, schedule_discrete_flow.go, rng.go: samplers,
+//     parameterisations, the Schedule interface with the discrete and
+//     shifted flow schedules and the shared spacings, and sd.cpp's noise
 //     generators;
-//   - model_types.go, params.go, image.go: requests and results, the A1111
-//     "parameters" text of an image, and conversions between images and the
-//     VAE's tensors;
-//   - graph_ops.go, w8a8.go: the building blocks of the graphs (linear,
-//     conv, norms, attention; INT8 modules as W8A8);
-//   - imatrix_collect.go, imatrix_graph.go: importance-matrix collection
-//     during generation;
-//   - video.go: a video's latent frames decoded to frames of pixels.
+//   - model_types.go, params.go, image.go, video.go, video_encode.go:
+//     requests and results, the A1111 "parameters" text, conversions
+//     between images and the VAE's tensors, video frames;
+//   - graph_ops.go, w8a8.go: the graph builder (Builder) and its building
+//     blocks (linear, conv, norms, attention; INT8 modules as W8A8), which
+//     the parts' graphs use; prompt_weights.go, shapes_check.go: helpers
+//     the conditioners and detectors share;
+//   - imatrix_collect.go, imatrix_graph.go: importance-matrix collection.
 //
-// The plug-ins register themselves from init, by the names the entries use:
+// The parts are packages that import this one and register themselves from
+// init: the families under infer/arch, the text encoder kinds under
+// infer/encoder, the VAE kinds under infer/vae; infer/families imports them
+// all, and a program that generates imports it. docs/design.md says what a
+// new family adds.
 //
-//   - SD 1.x/2.x/XL: family_sd.go (entries), unet_config.go, graph_unet.go,
-//     net_unet.go (the LDM UNet, network "unet") and cond_clip.go (CLIP
-//     conditioning with SDXL's size vector, conditioner "clip");
-//   - Flux.1: family_flux.go, flux_config.go, graph_flux.go, net_flux.go
-//     (the MMDiT, network "flux"), cond_flux.go (conditioner "flux") and
-//     schedule_flux.go (flow sigmas, schedule and scheduler "flux");
-//   - Wan 2.1/2.2: family_wan.go, wan_config.go, graph_wan.go, net_wan.go
-//     (the video DiT, network "wan"), cond_wan.go (UMT5 conditioning,
-//     conditioner "wan") and schedule_discrete_flow.go (the shifted flow
-//     schedule, "discrete-flow");
-//   - Z-Image: family_zimage.go, zimage_config.go, graph_zimage.go,
-//     net_zimage.go (the single-stream DiT with its refiners, network
-//     "zimage"), cond_zimage.go (the Qwen3 chat template, conditioner
-//     "zimage") and schedule_zimage.go (the shifted discrete flow schedule
-//     with Z-Image's timestep, schedule "zimage");
-//   - text encoder kinds: clip_config.go and graph_clip.go ("clip", with
-//     its tokenizer loader), t5_config.go, graph_t5.go and cond_t5.go
-//     ("t5", T5 v1.1 and UMT5), llm_config.go and graph_llm.go ("llm":
-//     Qwen3 and Qwen2.5-VL's text model, which conditioners read through
-//     EncodeLLMPrompt with their LLMPrompt);
-//   - VAE kinds: graph_vae.go ("kl", the LDM AutoencoderKL);
-//     wanvae_config.go, graph_wanvae.go and wanvae_frames.go ("wan", the
-//     causal 3-D VAE of Wan 2.1/2.2 and Qwen-Image, run over N frames in
-//     chunks with caches).
-//
-// A new family adds its own files of these kinds and a row in package
-// family's table; docs/design.md lists them, and the step after this one:
-// the plug-ins as packages of their own (infer/arch, infer/encoder,
-// infer/vae).
-//
-// Beside it: infer/metrics (PSNR, SSIM, tensor differences) and
-// infer/pngtext (PNG text chunks); the tokenizers are package text. infer
-// imports formats, family, names, quant, native, text and the dequantizer;
-// only cmd/sdtool imports infer. Without cgo it builds unchanged, Available
-// is false and Load returns ErrNoCgo.
+// Beside it: infer/metrics (PSNR, SSIM, tensor differences), infer/pngtext
+// (PNG text chunks) and infer/avi; the tokenizers are package text.
+// Without cgo it builds unchanged, Available is false and Load returns
+// ErrNoCgo.
 package infer

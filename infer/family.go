@@ -15,7 +15,7 @@ import (
 // noise schedule, a VAE) named by registry keys, its parameterisation and
 // latent format, and the generation defaults sd-cli uses for it. The engine
 // (Load, Generate) only reads this table and calls the parts through the
-// registries below, so a new family plugs in by adding a Family entry and,
+// registries (register.go), so a new family plugs in by adding a Family entry and,
 // when it needs new graphs, registering its parts:
 //
 //   - a conditioner (conditioners[Family.Conditioner]): prompt to Conditioning
@@ -63,7 +63,7 @@ func (mk Marker) describe() string {
 }
 
 // holds reports whether the marker holds for the shapes.
-func (mk Marker) holds(s shapes) bool {
+func (mk Marker) holds(s Shapes) bool {
 	sh, ok := s[mk.Name]
 	if mk.Absent {
 		return !ok
@@ -224,8 +224,8 @@ type Family struct {
 
 // Internal-name prefixes (sd.cpp's) of the parts every family has.
 const (
-	dmPrefix = "model.diffusion_model."
-	vaePfx   = "first_stage_model."
+	DmPrefix = "model.diffusion_model."
+	VAEPfx   = "first_stage_model."
 )
 
 // Families is the family table, most specific first among the entries of
@@ -256,7 +256,7 @@ func FamilyByName(name string) (*Family, bool) {
 // engine entry of that family whose markers match, or an error naming
 // what was found and what generate runs.
 func DetectFamily(sh map[string][]int64) (*Family, error) {
-	s := shapes(sh)
+	s := Shapes(sh)
 	tensors := make([]formats.Tensor, 0, len(sh))
 	for n, d := range sh {
 		tensors = append(tensors, formats.Tensor{Name: n, Shape: d})
@@ -321,7 +321,7 @@ func entryTitles() []string {
 }
 
 // missingHint says which of the usual parts are missing, for the error above.
-func missingHint(s shapes) string {
+func missingHint(s Shapes) string {
 	var miss []string
 	for _, kind := range []struct{ kind, what string }{
 		{family.KindDiffusion, "a diffusion model"}, {family.KindTextEncoder, "text encoders"}, {family.KindVAE, "a VAE"},
@@ -334,7 +334,7 @@ func missingHint(s shapes) string {
 			}
 			flags = append(flags, "--"+in.Flag)
 			for _, p := range in.Parts {
-				found = found || s.hasPrefix(p)
+				found = found || s.HasPrefix(p)
 			}
 		}
 		if !found {
@@ -348,7 +348,7 @@ func missingHint(s shapes) string {
 }
 
 // The registries of engine parts, keyed by the names the table uses.
-// Family code registers its parts from init.
+// The parts fill them from init through register.go's functions.
 var (
 	conditioners = map[string]conditionerKind{}
 	networks     = map[string]networkKind{}
@@ -356,10 +356,10 @@ var (
 )
 
 // conditionerKind makes a family's conditioner for a loaded model.
-type conditionerKind func(m *Model) (conditioner, error)
+type conditionerKind func(m *Model) (Conditioner, error)
 
 // networkKind detects a network's configuration and makes it.
-type networkKind func(m *Model) (network, error)
+type networkKind func(m *Model) (Network, error)
 
 // scheduleKind makes a model's noise schedule for an image of w×h latent cells.
 type scheduleKind func(m *Model, w, h int) Schedule

@@ -1,10 +1,11 @@
-package infer
+package infer_test
 
 import (
 	"slices"
 	"testing"
 
 	"github.com/sdtool/sdtool/family"
+	"github.com/sdtool/sdtool/infer"
 )
 
 // TestFamiliesAgreeWithTable: every engine entry runs a family of the
@@ -13,7 +14,7 @@ import (
 // the truth.
 func TestFamiliesAgreeWithTable(t *testing.T) {
 	has := map[string]bool{}
-	for _, f := range Families {
+	for _, f := range infer.Families {
 		tf := family.ByID(f.ID)
 		switch {
 		case tf == nil:

@@ -15,125 +15,129 @@ import (
 // graph builders recover into an error (native.Recover), because ggml
 // itself would abort the process.
 
-// layerNormEps is PyTorch's LayerNorm default, which every transformer
+// LayerNormEps is PyTorch's LayerNorm default, which every transformer
 // here keeps.
-const layerNormEps = 1e-5
+const LayerNormEps = 1e-5
 
-// blockTensor is one network block's output tensor, kept for --compare.
-type blockTensor struct {
-	name string
-	t    native.Tensor
+// BlockTensor is one network block's output tensor, kept for --compare.
+type BlockTensor struct {
+	// Name is the block's name in --compare's report.
+	Name string
+	// T is the block's output.
+	T native.Tensor
 }
 
-// builder is one graph under construction: its context and the weights it reads.
-type builder struct {
-	c    *native.Context
-	w    *weightSet
+// Builder is one graph under construction: its context and the weights it reads.
+type Builder struct {
+	// C is the graph's ggml context, where the graph's operations are made.
+	C *native.Context
+	// W holds the model's weights the graph reads (Weight, Linear, ...).
+	W    *WeightSet
 	imat *imatrixPass // imatrix collection, nil when off
 	// convScale, when not 0, scales every convolution's input by it and
 	// the result back (VAEConfig.ConvScale).
 	convScale float32
-	// outputs are extra graph outputs that are not ancestors of the main
+	// Outputs are extra graph outputs that are not ancestors of the main
 	// one (a text encoder's pooled output beside its hidden states).
-	outputs []native.Tensor
-	// expand are nodes added to the graph first, in this order: a write
+	Outputs []native.Tensor
+	// Expand are nodes added to the graph first, in this order: a write
 	// to state that outlives the graph after the node that reads the old
 	// values (a video VAE's caches).
-	expand []native.Tensor
+	Expand []native.Tensor
 	// acts holds the W8A8 activations quantized so far (linearW8A8).
 	acts map[actKey]native.Tensor
-	// consts are the graph's constant inputs (constant), filled with the
+	// Consts are the graph's constant inputs (constant), filled with the
 	// inputs the build returns.
-	consts []input
+	Consts []Input
 }
 
-// constant returns an F32 graph input of shape ne holding values (a
+// Constant returns an F32 graph input of shape ne holding values (a
 // table of numbers a graph needs that no weight file carries).
-func (g *builder) constant(values []float32, ne ...int64) native.Tensor {
-	t := newInput(g, formats.F32, ne...)
-	g.consts = append(g.consts, input{t: t, f32: values})
+func (g *Builder) Constant(values []float32, ne ...int64) native.Tensor {
+	t := NewInput(g, formats.F32, ne...)
+	g.Consts = append(g.Consts, Input{T: t, F32: values})
 	return t
 }
 
-// output marks t as an extra output of the graph, computed and kept even
+// Output marks t as an extra output of the graph, computed and kept even
 // when the main output does not depend on it.
-func (g *builder) output(t native.Tensor) native.Tensor {
+func (g *Builder) Output(t native.Tensor) native.Tensor {
 	t = t.SetOutput()
-	g.outputs = append(g.outputs, t)
+	g.Outputs = append(g.Outputs, t)
 	return t
 }
 
-// weight returns the weight called name, or panics with a shape error.
-func (g *builder) weight(name string) native.Tensor {
-	t, ok := g.w.get(name)
+// Weight returns the weight called name, or panics with a shape error.
+func (g *Builder) Weight(name string) native.Tensor {
+	t, ok := g.W.get(name)
 	if !ok {
 		panic(&native.ShapeError{Msg: fmt.Sprintf("model has no tensor %q", name)})
 	}
 	return t
 }
 
-// has reports whether the model has a tensor called name.
-func (g *builder) has(name string) bool {
-	_, ok := g.w.get(name)
+// Has reports whether the model has a tensor called name.
+func (g *Builder) Has(name string) bool {
+	_, ok := g.W.get(name)
 	return ok
 }
 
-// linear applies prefix.weight (and prefix.bias when present) to x [in, L, ...].
-func (g *builder) linear(x native.Tensor, prefix string) native.Tensor {
-	if group, ok := g.w.w8a8[prefix+".weight"]; ok {
+// Linear applies prefix.weight (and prefix.bias when present) to x [in, L, ...].
+func (g *Builder) Linear(x native.Tensor, prefix string) native.Tensor {
+	if group, ok := g.W.W8A8[prefix+".weight"]; ok {
 		return g.linearW8A8(x, prefix, group)
 	}
-	w := g.weight(prefix + ".weight")
-	y := g.c.MulMat(w, x)
-	g.watch(w, x)
-	if g.has(prefix + ".bias") {
-		y = g.c.Add(y, g.weight(prefix+".bias"))
+	w := g.Weight(prefix + ".weight")
+	y := g.C.MulMat(w, x)
+	g.Watch(w, x)
+	if g.Has(prefix + ".bias") {
+		y = g.C.Add(y, g.Weight(prefix+".bias"))
 	}
 	return y
 }
 
-// conv2d applies the convolution prefix.weight/.bias to x [W, H, IC, N]
+// Conv2d applies the convolution prefix.weight/.bias to x [W, H, IC, N]
 // with "same" padding for odd kernels.
-func (g *builder) conv2d(x native.Tensor, prefix string, stride int) native.Tensor {
-	return g.convPad(x, prefix, stride, int(g.weight(prefix + ".weight").Ne()[0]/2))
+func (g *Builder) Conv2d(x native.Tensor, prefix string, stride int) native.Tensor {
+	return g.ConvPad(x, prefix, stride, int(g.Weight(prefix + ".weight").Ne()[0]/2))
 }
 
-// convPad is conv2d with an explicit padding.
-func (g *builder) convPad(x native.Tensor, prefix string, stride, pad int) native.Tensor {
-	k := g.weight(prefix + ".weight")
+// ConvPad is conv2d with an explicit padding.
+func (g *Builder) ConvPad(x native.Tensor, prefix string, stride, pad int) native.Tensor {
+	k := g.Weight(prefix + ".weight")
 	if g.convScale != 0 {
-		x = g.c.Scale(x, g.convScale)
+		x = g.C.Scale(x, g.convScale)
 	}
-	y := g.c.Conv2D(k, x, stride, pad)
+	y := g.C.Conv2D(k, x, stride, pad)
 	if g.convScale != 0 {
-		y = g.c.Scale(y, 1/g.convScale)
+		y = g.C.Scale(y, 1/g.convScale)
 	}
-	if g.has(prefix + ".bias") {
-		b := g.weight(prefix + ".bias")
-		y = g.c.Add(y, g.c.Reshape(b, 1, 1, b.Ne()[0], 1))
+	if g.Has(prefix + ".bias") {
+		b := g.Weight(prefix + ".bias")
+		y = g.C.Add(y, g.C.Reshape(b, 1, 1, b.Ne()[0], 1))
 	}
 	return y
 }
 
-// groupNorm applies GroupNorm(32) with prefix's affine weight and bias to x [W, H, C, N].
-func (g *builder) groupNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
-	y := g.c.GroupNorm(x, 32, eps)
-	w, b := g.weight(prefix+".weight"), g.weight(prefix+".bias")
+// GroupNorm applies GroupNorm(32) with prefix's affine weight and bias to x [W, H, C, N].
+func (g *Builder) GroupNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
+	y := g.C.GroupNorm(x, 32, eps)
+	w, b := g.Weight(prefix+".weight"), g.Weight(prefix+".bias")
 	c := w.Ne()[0]
-	y = g.c.Mul(y, g.c.Reshape(w, 1, 1, c, 1))
-	return g.c.Add(y, g.c.Reshape(b, 1, 1, c, 1))
+	y = g.C.Mul(y, g.C.Reshape(w, 1, 1, c, 1))
+	return g.C.Add(y, g.C.Reshape(b, 1, 1, c, 1))
 }
 
-// layerNorm applies LayerNorm over ne0 with prefix's weight and bias.
-func (g *builder) layerNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
-	y := g.c.Norm(x, eps)
-	y = g.c.Mul(y, g.weight(prefix+".weight"))
-	return g.c.Add(y, g.weight(prefix+".bias"))
+// LayerNorm applies LayerNorm over ne0 with prefix's weight and bias.
+func (g *Builder) LayerNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
+	y := g.C.Norm(x, eps)
+	y = g.C.Mul(y, g.Weight(prefix+".weight"))
+	return g.C.Add(y, g.Weight(prefix+".bias"))
 }
 
-// attention computes softmax(QKᵀ/√d)V per head: q [C, Lq, N], k and v
+// Attention computes softmax(QKᵀ/√d)V per head: q [C, Lq, N], k and v
 // [C, Lk, N], C = heads·d; causal masks keys after each query (CLIP).
-func attention(c *native.Context, q, k, v native.Tensor, heads int, causal bool) native.Tensor {
+func Attention(c *native.Context, q, k, v native.Tensor, heads int, causal bool) native.Tensor {
 	nq, nk := q.Ne(), k.Ne()
 	ch, lq, n, lk := nq[0], nq[1], nq[2], nk[1]
 	if heads <= 0 || ch%int64(heads) != 0 {
@@ -156,26 +160,26 @@ func attention(c *native.Context, q, k, v native.Tensor, heads int, causal bool)
 	return c.Reshape(o, ch, lq, n)
 }
 
-// geglu applies diffusers' GEGLU: the projection gives [value; gate] of
+// Geglu applies diffusers' GEGLU: the projection gives [value; gate] of
 // width 2·inner, and the result is value·gelu(gate).
-func (g *builder) geglu(x native.Tensor, prefix string) native.Tensor {
-	y := g.linear(x, prefix)
+func (g *Builder) Geglu(x native.Tensor, prefix string) native.Tensor {
+	y := g.Linear(x, prefix)
 	ne, nb := y.Ne(), y.Nb()
 	inner := ne[0] / 2
 	half := [4]int64{inner, ne[1], ne[2], ne[3]}
-	val := g.c.Cont(g.c.View(y, half, nb[1], nb[2], nb[3], 0))
-	gate := g.c.Cont(g.c.View(y, half, nb[1], nb[2], nb[3], inner*nb[0]))
-	return g.c.Mul(val, g.c.GELU(gate))
+	val := g.C.Cont(g.C.View(y, half, nb[1], nb[2], nb[3], 0))
+	gate := g.C.Cont(g.C.View(y, half, nb[1], nb[2], nb[3], inner*nb[0]))
+	return g.C.Mul(val, g.C.GELU(gate))
 }
 
-// toTokens turns an image [W, H, C, N] into tokens [C, W·H, N].
-func toTokens(c *native.Context, x native.Tensor) native.Tensor {
+// ToTokens turns an image [W, H, C, N] into tokens [C, W·H, N].
+func ToTokens(c *native.Context, x native.Tensor) native.Tensor {
 	ne := x.Ne()
 	return c.Reshape(c.Cont(c.Permute(x, 1, 2, 0, 3)), ne[2], ne[0]*ne[1], ne[3])
 }
 
-// fromTokens turns tokens [C, W·H, N] back into an image [W, H, C, N].
-func fromTokens(c *native.Context, t native.Tensor, w, h int64) native.Tensor {
+// FromTokens turns tokens [C, W·H, N] back into an image [W, H, C, N].
+func FromTokens(c *native.Context, t native.Tensor, w, h int64) native.Tensor {
 	ne := t.Ne()
 	x := c.Reshape(t, ne[0], w, h, ne[2])
 	return c.Cont(c.Permute(x, 2, 0, 1, 3))

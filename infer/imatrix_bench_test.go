@@ -1,6 +1,6 @@
 //go:build cgo
 
-package infer
+package infer_test
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/sdtool/sdtool/infer"
 )
 
 // BenchmarkImatrixOverhead measures what imatrix collection adds to
@@ -38,14 +40,14 @@ func BenchmarkImatrixOverhead(b *testing.B) {
 	for _, c := range cases {
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/threads=%d", c.name, threads), func(b *testing.B) {
-				m, err := Load(Components{"model": c.path}, LoadOptions{Threads: threads})
+				m, err := infer.Load(infer.Components{"model": c.path}, infer.LoadOptions{Threads: threads})
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer m.Close()
-				req := Request{Prompt: "a cat", Width: c.size, Height: c.size, Steps: 1, CFGScale: 7, Seed: 1, Method: Euler}
+				req := infer.Request{Prompt: "a cat", Width: c.size, Height: c.size, Steps: 1, CFGScale: 7, Seed: 1, Method: infer.Euler}
 				var plain, collect, plainCore, collectCore time.Duration
-				run := func(s *ImatrixStats) (time.Duration, time.Duration) {
+				run := func(s *infer.ImatrixStats) (time.Duration, time.Duration) {
 					m.SetImatrix(s)
 					defer m.SetImatrix(nil)
 					t0 := time.Now()
@@ -59,7 +61,7 @@ func BenchmarkImatrixOverhead(b *testing.B) {
 				for b.Loop() {
 					t, u := run(nil)
 					plain, plainCore = plain+t, plainCore+u
-					t, u = run(NewImatrixStats())
+					t, u = run(infer.NewImatrixStats())
 					collect, collectCore = collect+t, collectCore+u
 				}
 				n := float64(b.N)

@@ -34,10 +34,10 @@ type ImatrixStats struct {
 	// skipped counts non-finite activation values left out.
 	skipped int
 
-	// captureName, when set (tests), keeps the activation of that weight's
+	// CaptureName, when set (tests), keeps the activation of that weight's
 	// products in captured, one slice per call.
-	captureName string
-	captured    [][]float32
+	CaptureName string
+	Captured    [][]float32
 }
 
 // imatAcc is one weight's running sums (float64, so that long calibration
@@ -55,12 +55,12 @@ func NewImatrixStats() *ImatrixStats {
 	return &ImatrixStats{byName: map[string]*imatAcc{}}
 }
 
-// add records one product of weight name: sum2 holds Σx² per input column
+// Add records one product of weight name: sum2 holds Σx² per input column
 // over the finite values of an activation with rows rows, finite how many
 // values each column had, amax their largest magnitude. Non-finite values
 // are left out (reported once), as stable-diffusion.cpp does; Matrix turns
 // each column's sum into the mean over its finite values.
-func (s *ImatrixStats) add(name string, sum2, finite, amax []float32, rows int64) error {
+func (s *ImatrixStats) Add(name string, sum2, finite, amax []float32, rows int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a, ok := s.byName[name]

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package infer
+package infer_test
 
 import (
 	"bytes"
@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/encoder/clip"
+	"github.com/sdtool/sdtool/infer/internal/inferutil"
 	"github.com/sdtool/sdtool/internal/longtest"
 
 	"github.com/sdtool/sdtool/native"
@@ -20,29 +23,15 @@ import (
 
 const tinyCaptured = "model.diffusion_model.input_blocks.1.1.transformer_blocks.0.attn1.to_q.weight"
 
-// collectTiny generates req on m with a fresh collector.
-func collectTiny(t *testing.T, m *Model, req Request, capture string) (*ImatrixStats, *Result) {
-	t.Helper()
-	s := NewImatrixStats()
-	s.captureName = capture
-	m.SetImatrix(s)
-	defer m.SetImatrix(nil)
-	res, err := m.Generate(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, res
-}
-
 func TestImatrixCollect(t *testing.T) {
-	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	m := inferutil.LoadTiny(t, "../testdata/tiny-sd1.gguf")
 	const size, steps = 64, 2
-	req := Request{Prompt: "a cat", Negative: "blurry", Width: size, Height: size, Steps: steps, CFGScale: 7, Seed: 3, Method: Euler}
+	req := infer.Request{Prompt: "a cat", Negative: "blurry", Width: size, Height: size, Steps: steps, CFGScale: 7, Seed: 3, Method: infer.Euler}
 	plain, err := m.Generate(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, res := collectTiny(t, m, req, tinyCaptured)
+	s, res := inferutil.CollectTiny(t, m, req, tinyCaptured)
 	if !slices.Equal(plain.Pixels, res.Pixels) {
 		t.Error("collecting changed the image")
 	}
@@ -53,14 +42,14 @@ func TestImatrixCollect(t *testing.T) {
 	// with get_rows and a view, not a product).
 	shapes := map[string][]int64{}
 	var want []string
-	for _, sp := range m.specs {
-		shapes[sp.src.Name] = sp.Shape
-		if len(sp.Shape) == 2 && strings.HasSuffix(sp.Name, ".weight") && !strings.HasPrefix(sp.Name, vaePfx) &&
+	for _, sp := range m.Specs {
+		shapes[sp.Src.Name] = sp.Shape
+		if len(sp.Shape) == 2 && strings.HasSuffix(sp.Name, ".weight") && !strings.HasPrefix(sp.Name, infer.VAEPfx) &&
 			!strings.Contains(sp.Name, "embeddings.") {
-			want = append(want, sp.src.Name)
+			want = append(want, sp.Src.Name)
 		}
 	}
-	if m.Config.clipEncoders()[0].Skip > 1 {
+	if clip.CLIPEncoders(m.Config)[0].Skip > 1 {
 		t.Skip("the tiny model is expected to use the last CLIP layer")
 	}
 	slices.Sort(want)
@@ -108,12 +97,12 @@ func TestImatrixCollect(t *testing.T) {
 
 	// Σx² and max |x| of the captured layer, recomputed in Go from its inputs.
 	e, _ := mx.Lookup(tinyCaptured)
-	if len(s.captured) != 2*steps {
-		t.Fatalf("captured %d activations, want %d", len(s.captured), 2*steps)
+	if len(s.Captured) != 2*steps {
+		t.Fatalf("captured %d activations, want %d", len(s.Captured), 2*steps)
 	}
 	in := len(e.Sum2)
 	ref, big := make([]float64, in), make([]float32, in)
-	for _, x := range s.captured {
+	for _, x := range s.Captured {
 		if len(x) != in*int(lat) {
 			t.Fatalf("captured %d values, want %d", len(x), in*int(lat))
 		}
@@ -139,15 +128,15 @@ func TestImatrixCollect(t *testing.T) {
 // gives, whichever format the earlier file has.
 func TestImatrixContinue(t *testing.T) {
 	longtest.Skip(t, "an importance matrix continued over two runs")
-	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
-	a := Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1, Method: Euler}
+	m := inferutil.LoadTiny(t, "../testdata/tiny-sd1.gguf")
+	a := infer.Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1, Method: infer.Euler}
 	b := a
 	b.Prompt, b.Seed = "a red house", 2
-	sa, _ := collectTiny(t, m, a, "")
-	sb, _ := collectTiny(t, m, b, "")
-	both := NewImatrixStats()
+	sa, _ := inferutil.CollectTiny(t, m, a, "")
+	sb, _ := inferutil.CollectTiny(t, m, b, "")
+	both := infer.NewImatrixStats()
 	m.SetImatrix(both)
-	for _, r := range []Request{a, b} {
+	for _, r := range []infer.Request{a, b} {
 		if _, err := m.Generate(r); err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +164,7 @@ func TestImatrixContinue(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := ContinueImatrix(sb.Matrix(""), []string{path}, []*imatrix.Matrix{prior})
+		got, err := infer.ContinueImatrix(sb.Matrix(""), []string{path}, []*imatrix.Matrix{prior})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,15 +194,15 @@ func TestImatrixContinue(t *testing.T) {
 // The statistics refuse a weight whose width changes and report the mean
 // over finite values when some were left out.
 func TestImatrixStatsAdd(t *testing.T) {
-	s := NewImatrixStats()
-	if err := s.add("w", []float32{2, 4}, []float32{2, 2}, []float32{1, 1.5}, 2); err != nil {
+	s := infer.NewImatrixStats()
+	if err := s.Add("w", []float32{2, 4}, []float32{2, 2}, []float32{1, 1.5}, 2); err != nil {
 		t.Fatal(err)
 	}
 	// Column 0 had one non-finite value of two; column 1 overflowed.
-	if err := s.add("w", []float32{3, float32(math.Inf(1))}, []float32{1, 2}, []float32{1.7, 1}, 2); err != nil {
+	if err := s.Add("w", []float32{3, float32(math.Inf(1))}, []float32{1, 2}, []float32{1.7, 1}, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.add("w", []float32{1, 2, 3}, []float32{1, 1, 1}, []float32{1, 1, 1}, 2); err == nil {
+	if err := s.Add("w", []float32{1, 2, 3}, []float32{1, 1, 1}, []float32{1, 1, 1}, 2); err == nil {
 		t.Error("a different width was accepted")
 	}
 	e, _ := s.Matrix("").Lookup("w")
@@ -235,24 +224,24 @@ func TestImatrixStatsAdd(t *testing.T) {
 // with non-finite values, wider than one 256-column block and split over
 // two threads.
 func TestColumnSquaresOp(t *testing.T) {
-	be := newTestBackend(t)
-	ws := makeWeights(t, be, nil)
+	be := inferutil.NewTestBackend(t)
+	ws := inferutil.MakeWeights(t, be, nil)
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
 		ne      []int64
 		permute bool
 	}{{[]int64{300, 7, 2}, false}, {[]int64{5, 300, 3}, true}, {[]int64{1, 1, 1}, false}} {
-		x := randn(r, int(c.ne[0]*c.ne[1]*c.ne[2]), 2)
+		x := inferutil.Randn(r, int(c.ne[0]*c.ne[1]*c.ne[2]), 2)
 		x[3%len(x)] = float32(math.NaN())
 		if len(x) > 10 {
 			x[10] = float32(math.Inf(-1))
 		}
-		got, ne := runGraph(t, be, ws, []testInput{{ne: c.ne, data: x}}, func(g *builder, in []native.Tensor) native.Tensor {
+		got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: c.ne, Data: x}}, func(g *infer.Builder, in []native.Tensor) native.Tensor {
 			v := in[0]
 			if c.permute {
-				v = g.c.Permute(v, 1, 0, 2, 3) // ne [n1, n0, n2], not contiguous
+				v = g.C.Permute(v, 1, 0, 2, 3) // ne [n1, n0, n2], not contiguous
 			}
-			return g.c.ColumnSquares(v)
+			return g.C.ColumnSquares(v)
 		})
 		k, rows := c.ne[0], c.ne[1]*c.ne[2]
 		col := func(i int) int64 { return int64(i) % k }
@@ -318,8 +307,8 @@ func TestImatrixKindsMatchSDCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
-	s, _ := collectTiny(t, m, Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1}, "")
+	m := inferutil.LoadTiny(t, "../testdata/tiny-sd1.gguf")
+	s, _ := inferutil.CollectTiny(t, m, infer.Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1}, "")
 	ours := map[string]bool{}
 	for _, n := range s.Matrix("").Names() {
 		ours[namePattern(n)] = true
@@ -355,12 +344,12 @@ func TestImatrixEntriesMatchSDCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := Load(Components{"model": path}, LoadOptions{})
+	m, err := infer.Load(infer.Components{"model": path}, infer.LoadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	s, _ := collectTiny(t, m, Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1}, "")
+	s, _ := inferutil.CollectTiny(t, m, infer.Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 7, Seed: 1}, "")
 	ours := s.Matrix("")
 	if !slices.Equal(ours.Names(), golden.Names()) {
 		t.Fatalf("%d entries, sd-cli %d; first names %q vs %q", len(ours.Entries), len(golden.Entries), ours.Names()[:3], golden.Names()[:3])
@@ -376,12 +365,12 @@ func TestImatrixEntriesMatchSDCLI(t *testing.T) {
 // A group measures its activations one after the other: sums of all, then
 // finite counts of all, then largest magnitudes of all.
 func TestColumnSquaresGroup(t *testing.T) {
-	be := newTestBackend(t)
-	ws := makeWeights(t, be, nil)
+	be := inferutil.NewTestBackend(t)
+	ws := inferutil.MakeWeights(t, be, nil)
 	a := []float32{1, 2, 3, 4, 5, 6}              // [3, 2]
 	b := []float32{1, -3, 2, float32(math.NaN())} // [2, 2]
-	got, ne := runGraph(t, be, ws, []testInput{{ne: []int64{3, 2}, data: a}, {ne: []int64{2, 2}, data: b}}, func(g *builder, in []native.Tensor) native.Tensor {
-		return g.c.ColumnSquares(in[0], in[1])
+	got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{3, 2}, Data: a}, {Ne: []int64{2, 2}, Data: b}}, func(g *infer.Builder, in []native.Tensor) native.Tensor {
+		return g.C.ColumnSquares(in[0], in[1])
 	})
 	want := []float32{1 + 16, 4 + 25, 9 + 36, 1 + 4, 9, 2, 2, 2, 2, 1, 4, 5, 6, 2, 3}
 	if ne[0] != 5 || !slices.Equal(got, want) {

@@ -47,18 +47,18 @@ func (m *Model) SetImatrix(s *ImatrixStats) {
 		return
 	}
 	m.imatNames = map[native.Tensor]imatWeight{}
-	names := imatrixEntryNames(m.specs)
-	for i, sp := range m.specs {
+	names := imatrixEntryNames(m.Specs)
+	for i, sp := range m.Specs {
 		// sd.cpp collects only model weights (model., cond_stage_model.,
 		// text_encoders.), never the VAE (first_stage_model.).
-		diffusion := strings.HasPrefix(sp.Name, dmPrefix)
+		diffusion := strings.HasPrefix(sp.Name, DmPrefix)
 		if !diffusion && !strings.HasPrefix(sp.Name, "cond_stage_model.") && !strings.HasPrefix(sp.Name, "text_encoders.") {
 			continue
 		}
 		if len(sp.Shape) != 2 {
 			continue
 		}
-		if t, ok := m.w.get(sp.Name); ok {
+		if t, ok := m.W.get(sp.Name); ok {
 			m.imatNames[t] = imatWeight{file: names[i], net: diffusion}
 		}
 	}
@@ -68,17 +68,17 @@ func (m *Model) SetImatrix(s *ImatrixStats) {
 // Names that two component files share (the "text_model." names of a
 // standalone CLIP-L and CLIP-G) get sd-cli's load prefix of their component
 // ("clip_g.text_model....") so that the entries stay apart.
-func imatrixEntryNames(specs []weightSpec) []string {
+func imatrixEntryNames(specs []WeightSpec) []string {
 	count := map[string]int{}
 	for _, sp := range specs {
-		count[sp.src.Name]++
+		count[sp.Src.Name]++
 	}
 	out := make([]string, len(specs))
 	for i, sp := range specs {
-		out[i] = sp.src.Name
-		if count[sp.src.Name] > 1 {
+		out[i] = sp.Src.Name
+		if count[sp.Src.Name] > 1 {
 			if ct := family.InputByFlag(sp.Component); ct != nil {
-				out[i] = ct.LoadName(sp.src.Name)
+				out[i] = ct.LoadName(sp.Src.Name)
 			}
 		}
 	}
@@ -93,10 +93,10 @@ func (m *Model) imatrixPass() *imatrixPass {
 	return &imatrixPass{stats: m.imat, names: m.imatNames}
 }
 
-// watch records the product w·x when w is a collected weight: the graph
+// Watch records the product w·x when w is a collected weight: the graph
 // also computes Σx² per input column. Products that share an activation
 // (q, k and v) share its measurement.
-func (g *builder) watch(w, x native.Tensor) {
+func (g *Builder) Watch(w, x native.Tensor) {
 	p := g.imat
 	if p == nil {
 		return
@@ -105,7 +105,7 @@ func (g *builder) watch(w, x native.Tensor) {
 	if !ok {
 		return
 	}
-	p.c = g.c
+	p.c = g.C
 	ne := x.Ne()
 	tap := imatrixTap{name: iw.file, x: x, rows: ne[1] * ne[2] * ne[3], group: -1}
 	for _, t := range p.taps {
@@ -124,8 +124,8 @@ func (g *builder) watch(w, x native.Tensor) {
 		}
 		p.pending = append(p.pending, x)
 	}
-	if iw.file == p.stats.captureName {
-		tap.keep = g.c.Cont(x).SetOutput()
+	if iw.file == p.stats.CaptureName {
+		tap.keep = g.C.Cont(x).SetOutput()
 	}
 	p.net = p.net || iw.net
 	p.taps = append(p.taps, tap)
@@ -175,7 +175,7 @@ func (p *imatrixPass) read() error {
 		v := vals[t.group]
 		total, k := int64(len(v)/3), t.x.Ne()[0]
 		col := func(row int64) []float32 { return v[row*total+t.offset : row*total+t.offset+k] }
-		if err := p.stats.add(t.name, col(0), col(1), col(2), t.rows); err != nil {
+		if err := p.stats.Add(t.name, col(0), col(1), col(2), t.rows); err != nil {
 			return err
 		}
 		if t.keep.Valid() {
@@ -184,7 +184,7 @@ func (p *imatrixPass) read() error {
 				return err
 			}
 			p.stats.mu.Lock()
-			p.stats.captured = append(p.stats.captured, x)
+			p.stats.Captured = append(p.stats.Captured, x)
 			p.stats.mu.Unlock()
 		}
 	}

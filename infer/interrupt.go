@@ -26,20 +26,20 @@ func (m *Model) Generate(req Request) (*Result, error) {
 			onStep(s, n)
 		}
 	}
-	m.be.ResetAbort()
+	m.Be.ResetAbort()
 	if req.Context.Err() != nil {
-		m.be.Abort() // already cancelled: stop at the first node, not when a goroutine gets to it
+		m.Be.Abort() // already cancelled: stop at the first node, not when a goroutine gets to it
 	}
 	aborted := make(chan struct{})
 	stop := context.AfterFunc(req.Context, func() {
-		m.be.Abort()
+		m.Be.Abort()
 		close(aborted)
 	})
 	defer func() {
 		if !stop() {
 			<-aborted // Abort has run: clear it only after it has
 		}
-		m.be.ResetAbort()
+		m.Be.ResetAbort()
 	}()
 	res, err := m.generate(req)
 	if errors.Is(err, native.ErrAborted) {

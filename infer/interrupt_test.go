@@ -1,12 +1,15 @@
 //go:build cgo
 
-package infer
+package infer_test
 
 import (
 	"context"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/internal/inferutil"
 )
 
 // A cancelled request stops at the next graph node: the text encoder's
@@ -15,15 +18,15 @@ import (
 // encoding the prompt (not in a step), and the model generates again
 // afterwards; one cancelled during sampling says after which step.
 func TestGenerateCancelledStopsWithinAGraph(t *testing.T) {
-	m := loadTiny(t, "../testdata/tiny-sd1.gguf")
+	m := inferutil.LoadTiny(t, "../testdata/tiny-sd1.gguf")
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(errors.New("test interrupt"))
-	s := NewImatrixStats()
+	s := infer.NewImatrixStats()
 	m.SetImatrix(s)
-	req := Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 1, Seed: 3, Method: Euler, Context: ctx}
+	req := infer.Request{Prompt: "a cat", Width: 64, Height: 64, Steps: 1, CFGScale: 1, Seed: 3, Method: infer.Euler, Context: ctx}
 	_, err := m.Generate(req)
 	m.SetImatrix(nil)
-	if !errors.Is(err, ErrInterrupted) || !strings.HasSuffix(err.Error(), "(test interrupt) while encoding the prompt") {
+	if !errors.Is(err, infer.ErrInterrupted) || !strings.HasSuffix(err.Error(), "(test interrupt) while encoding the prompt") {
 		t.Fatalf("cancelled: %v, want ErrInterrupted with the cause, while encoding the prompt", err)
 	}
 	if s.Len() != 0 {
@@ -40,7 +43,7 @@ func TestGenerateCancelledStopsWithinAGraph(t *testing.T) {
 			cancel(errors.New("test interrupt"))
 		}
 	}
-	if _, err := m.Generate(req); !errors.Is(err, ErrInterrupted) || !strings.HasSuffix(err.Error(), "(test interrupt) after step 1 of 2") {
+	if _, err := m.Generate(req); !errors.Is(err, infer.ErrInterrupted) || !strings.HasSuffix(err.Error(), "(test interrupt) after step 1 of 2") {
 		t.Errorf("cancelled after the first step: %v, want ErrInterrupted after step 1 of 2", err)
 	}
 }

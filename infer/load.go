@@ -108,14 +108,16 @@ func (c Components) WithDefaults(d Components) Components {
 	return out
 }
 
-// vaePrefix gives a standalone VAE file's names the load prefix (--vae).
-func vaePrefix(name string) string { return family.InputByFlag(family.FlagVAE).LoadName(name) }
+// VAEPrefix gives a standalone VAE file's names the load prefix (--vae).
+func VAEPrefix(name string) string { return family.InputByFlag(family.FlagVAE).LoadName(name) }
 
-// openSource is one opened component file.
-type openSource struct {
-	comp *family.Input
-	m    formats.Model
-	dq   *tensor.View
+// OpenSource is one opened component file.
+type OpenSource struct {
+	// Comp is the input-table row of the file's flag.
+	Comp *family.Input
+	// M is the opened file.
+	M  formats.Model
+	dq *tensor.View
 }
 
 // loadVersion names the version whose name conversion fits the loaded
@@ -147,7 +149,9 @@ func loadVersion(tensors []formats.Tensor) names.Version {
 // from a diffusers folder); "te2." names it as the conditioner reads it.
 var convertPrefixes = []struct{ from, to string }{{"te.1.", "te2."}}
 
-func convertName(load string, v names.Version) string {
+// ConvertName returns the internal (sd.cpp) name of the load name load of a
+// model of version v.
+func ConvertName(load string, v names.Version) string {
 	for _, r := range convertPrefixes {
 		if rest, ok := strings.CutPrefix(load, r.from); ok {
 			load = r.to + rest
@@ -183,8 +187,8 @@ func transposedAtLoad(internal, file string) bool {
 	return false
 }
 
-// weightSpec is one weight as inference holds it.
-type weightSpec struct {
+// WeightSpec is one weight as inference holds it.
+type WeightSpec struct {
 	// Name is the internal name the graphs look up.
 	Name string
 	// Type is the type held in ggml.
@@ -193,10 +197,11 @@ type weightSpec struct {
 	Shape []int64
 	// Component is the sd-cli flag of the file it came from ("model", "clip_g", ...).
 	Component string
-	// transpose holds a 2-D tensor transposed (layoutRules).
-	transpose bool
-	src       *tensor.Source
-	model     formats.Model
+	// Transpose holds a 2-D tensor transposed (layoutRules).
+	Transpose bool
+	// Src reads the tensor's data from its file.
+	Src   *tensor.Source
+	model formats.Model
 	// w8a8 marks an INT8 module's weight held as its stored I8 codes, run
 	// as W8A8 with rotation group group (0: none); scaleOf marks the F32
 	// [out] weight scales of that module, a tensor of its own.
@@ -211,18 +216,20 @@ type weightSpec struct {
 	unscaledFP8 bool
 }
 
-// selectWeights lists the weights of one model file that the graphs use,
+// SelectWeights lists the weights of one model file that the graphs use,
 // renamed and typed as described above. rename, when not nil, runs before
 // names.Convert (a standalone VAE file gets its prefix there).
-func selectWeights(m formats.Model, rename func(string) string) ([]weightSpec, error) {
-	src, err := newSource(family.InputByFlag(family.FlagModel), m)
+func SelectWeights(m formats.Model, rename func(string) string) ([]WeightSpec, error) {
+	src, err := NewSource(family.InputByFlag(family.FlagModel), m)
 	if err != nil {
 		return nil, err
 	}
-	return selectFrom([]*openSource{src}, rename, LoadOptions{})
+	return SelectFrom([]*OpenSource{src}, rename, LoadOptions{})
 }
 
-func newSource(ct *family.Input, m formats.Model) (*openSource, error) {
+// NewSource wraps the opened file m of the input ct, refusing tensor types
+// the linked ggml is older than.
+func NewSource(ct *family.Input, m formats.Model) (*OpenSource, error) {
 	for _, t := range m.Tensors() {
 		if t.Type.Info().Newer {
 			return nil, fmt.Errorf("%s: tensor %q: %w: %s (ggml id %d) cannot be computed by this build's ggml; requantize it with `sdtool quantize` to a type such as q4_K or q8_0",
@@ -233,19 +240,19 @@ func newSource(ct *family.Input, m formats.Model) (*openSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &openSource{comp: ct, m: m, dq: dq}, nil
+	return &OpenSource{Comp: ct, M: m, dq: dq}, nil
 }
 
-// selectFrom renames the tensors of every source together (one detected
+// SelectFrom renames the tensors of every source together (one detected
 // version, as sd-cli's loader converts them), drops the parts of the -m file
 // that a standalone component replaces and anything outside a component's
 // part, and types what is left. override, when not nil, replaces the load
 // prefixes (tests); opt.StoredLayout skips the layout table, and
 // opt.Runtime decides how ComfyUI modules are held (runtimeModules).
-func selectFrom(srcs []*openSource, override func(string) string, opt LoadOptions) ([]weightSpec, error) {
+func SelectFrom(srcs []*OpenSource, override func(string) string, opt LoadOptions) ([]WeightSpec, error) {
 	stored := opt.StoredLayout
 	type named struct {
-		src  *openSource
+		src  *OpenSource
 		s    *tensor.Source
 		load string
 	}
@@ -253,7 +260,7 @@ func selectFrom(srcs []*openSource, override func(string) string, opt LoadOption
 	var tensors []formats.Tensor
 	for _, src := range srcs {
 		for _, s := range src.dq.Sources {
-			load := src.comp.LoadName(s.Name)
+			load := src.Comp.LoadName(s.Name)
 			if override != nil {
 				load = override(s.Name)
 			}
@@ -264,29 +271,29 @@ func selectFrom(srcs []*openSource, override func(string) string, opt LoadOption
 		}
 	}
 	v := loadVersion(tensors)
-	replaced := func(name string, from *openSource) bool {
+	replaced := func(name string, from *OpenSource) bool {
 		for _, o := range srcs {
-			if o != from && !o.comp.Whole() && o.comp.Provides(name) {
+			if o != from && !o.Comp.Whole() && o.Comp.Provides(name) {
 				return true
 			}
 		}
 		return false
 	}
-	var out []weightSpec
+	var out []WeightSpec
 	seen := map[string]string{}
 	for _, n := range all {
-		name := convertName(n.load, v)
+		name := ConvertName(n.load, v)
 		if !used(name) {
 			continue
 		}
-		if !n.src.comp.Whole() && !n.src.comp.Provides(name) {
+		if !n.src.Comp.Whole() && !n.src.Comp.Provides(name) {
 			continue // a whole checkpoint given as one component: only that part is read
 		}
-		if n.src.comp.Whole() && replaced(name, n.src) {
+		if n.src.Comp.Whole() && replaced(name, n.src) {
 			continue
 		}
 		if prev, ok := seen[name]; ok {
-			return nil, fmt.Errorf("%s: tensors %q and %q both load as %q", n.src.m.Path(), prev, n.s.Name, name)
+			return nil, fmt.Errorf("%s: tensors %q and %q both load as %q", n.src.M.Path(), prev, n.s.Name, name)
 		}
 		seen[name] = n.s.Name
 		if !n.s.Float() && !isInt(n.s.Tensor.Type) && n.s.Module == nil {
@@ -294,16 +301,16 @@ func selectFrom(srcs []*openSource, override func(string) string, opt LoadOption
 			// needed one would report it missing.
 			continue
 		}
-		ws := weightSpec{Name: name, Shape: n.s.Shape(), Component: n.src.comp.Flag, src: n.s, model: n.src.m}
+		ws := WeightSpec{Name: name, Shape: n.s.Shape(), Component: n.src.Comp.Flag, Src: n.s, model: n.src.M}
 		if !stored && transposedAtLoad(name, n.s.Name) && len(ws.Shape) == 2 {
-			ws.transpose = true
+			ws.Transpose = true
 			ws.Shape = []int64{ws.Shape[1], ws.Shape[0]}
 		}
 		var err error
 		if ws.Type, err = heldType(name, n.s); err != nil {
 			return nil, err
 		}
-		if ws.transpose && ws.Type.Info().BlockSize != 1 {
+		if ws.Transpose && ws.Type.Info().BlockSize != 1 {
 			ws.Type = formats.F32
 		}
 		out = append(out, ws)
@@ -318,10 +325,10 @@ func isInt(t formats.DType) bool {
 	return t == formats.I64 || t == formats.I32 || t == formats.I16 || t == formats.I8
 }
 
-// foldDims holds a tensor of more than four dimensions (a Conv3d kernel
+// FoldDims holds a tensor of more than four dimensions (a Conv3d kernel
 // [out, in, kt, kh, kw]) in four by merging its leading ones, as sd.cpp
 // holds a Conv3d kernel ([out·in, kt, kh, kw]); the data's order is unchanged.
-func foldDims(shape []int64) []int64 {
+func FoldDims(shape []int64) []int64 {
 	if len(shape) <= 4 {
 		return shape
 	}
@@ -387,8 +394,8 @@ const loadChunk = 8 << 20
 // stream writes the weight's data in its held type, in storage order, to
 // put(data, offset) piece by piece, so that no tensor is ever held whole in
 // Go memory (except transposed ones, which are small).
-func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
-	s := w.src
+func (w *WeightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
+	s := w.Src
 	t := &s.Tensor
 	if w.scaleOf != nil {
 		return w.streamScale(put)
@@ -427,7 +434,7 @@ func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off i
 	}
 	esize := int64(w.Type.Info().BlockBytes)
 	n := s.Elements()
-	if w.transpose {
+	if w.Transpose {
 		f := make([]float32, n)
 		if err := s.Read(f, 0, scratch); err != nil {
 			return err
@@ -461,35 +468,35 @@ func (w *weightSpec) stream(scratch *tensor.Scratch, put func(data []byte, off i
 
 // direct reports whether the weight is held as stored, so that its bytes
 // go to ggml unchanged (and a streamed read lands straight in ggml's buffer).
-func (w *weightSpec) direct() bool {
-	s := w.src
+func (w *WeightSpec) direct() bool {
+	s := w.Src
 	if w.scaleOf != nil || w.unscaledFP8 || w.w8a8 && comfyquant.Packed(s.Module.Config.Format) {
 		return false
 	}
-	return (s.Module == nil || w.w8a8) && s.Tensor.Type == w.Type && !w.transpose
+	return (s.Module == nil || w.w8a8) && s.Tensor.Type == w.Type && !w.Transpose
 }
 
 // readInto reads the weight's data in its held type into dst, which has
 // exactly its size: straight from the file when it is held as stored.
-func (w *weightSpec) readInto(dst []byte, scratch *tensor.Scratch) error {
-	t := &w.src.Tensor
+func (w *WeightSpec) readInto(dst []byte, scratch *tensor.Scratch) error {
+	t := &w.Src.Tensor
 	if w.direct() {
 		if int64(len(dst)) != t.Size {
-			return fmt.Errorf("%s: tensor %q: %d bytes stored, %d held", t.File, w.src.Name, t.Size, len(dst))
+			return fmt.Errorf("%s: tensor %q: %d bytes stored, %d held", t.File, w.Src.Name, t.Size, len(dst))
 		}
 		return formats.ReadFull(w.model, t, dst, 0)
 	}
 	return w.stream(scratch, func(data []byte, off int64) error {
 		if off+int64(len(data)) > int64(len(dst)) {
-			return fmt.Errorf("%s: tensor %q: %d bytes at %d past its %d", t.File, w.src.Name, len(data), off, len(dst))
+			return fmt.Errorf("%s: tensor %q: %d bytes at %d past its %d", t.File, w.Src.Name, len(data), off, len(dst))
 		}
 		copy(dst[off:], data)
 		return nil
 	})
 }
 
-// read returns the weight's whole data in its held type (tests).
-func (w *weightSpec) read(scratch *tensor.Scratch) ([]byte, error) {
+// Read returns the weight's whole data in its held type (tests).
+func (w *WeightSpec) Read(scratch *tensor.Scratch) ([]byte, error) {
 	size, err := w.Type.Bytes(w.Shape)
 	if err != nil {
 		return nil, err
@@ -506,8 +513,8 @@ func (w *weightSpec) read(scratch *tensor.Scratch) ([]byte, error) {
 }
 
 // readInts narrows integer tensors to I32 with a truncating cast, as sd.cpp does for I64.
-func (w *weightSpec) readInts() ([]byte, error) {
-	t := &w.src.Tensor
+func (w *WeightSpec) readInts() ([]byte, error) {
+	t := &w.Src.Tensor
 	raw, err := formats.ReadTensor(w.model, t)
 	if err != nil {
 		return nil, err

@@ -15,8 +15,8 @@ import (
 // Available reports whether this build can run inference (it needs cgo and ggml).
 const Available = native.Available
 
-// graphSize bounds the nodes of one graph (the full SDXL UNet has about 8,000).
-const graphSize = 32768
+// GraphSize bounds the nodes of one graph (the full SDXL UNet has about 8,000).
+const GraphSize = 32768
 
 // Conditioning is what a prompt conditions the diffusion network on.
 type Conditioning struct {
@@ -29,60 +29,61 @@ type Conditioning struct {
 	Vector []float32
 }
 
-// conditioner is a family's text conditioning (Family.Conditioner).
-type conditioner interface {
-	// encode conditions on a (weighted) prompt for a width×height image;
+// Conditioner is a family's text conditioning (Family.Conditioner).
+type Conditioner interface {
+	// Encode conditions on a (weighted) prompt for a width×height image;
 	// zero returns a zero context (the vector is still computed), as
 	// sd-cli does for an empty SDXL negative prompt.
-	encode(prompt string, width, height int, zero bool) (*Conditioning, error)
+	Encode(prompt string, width, height int, zero bool) (*Conditioning, error)
 }
 
-// negativeConditioner is a conditioner that conditions the negative prompt
+// NegativeConditioner is a conditioner that conditions the negative prompt
 // differently (the SDXL refiner's negative aesthetic score); Generate uses
 // it for the negative pass when the family's conditioner implements it.
-type negativeConditioner interface {
-	encodeNegative(prompt string, width, height int, zero bool) (*Conditioning, error)
+type NegativeConditioner interface {
+	EncodeNegative(prompt string, width, height int, zero bool) (*Conditioning, error)
 }
 
-// netInput is one evaluation of the diffusion network.
-type netInput struct {
-	// x is the latent [C, h, w] (a video's [C, frames, h, w]) already scaled by c_in.
-	x    []float32
-	w, h int
-	// frames is the number of latent frames of a video (0 for an image).
-	frames int
-	// t is the timestep the network sees (Schedule.SigmaToT).
-	t float32
-	// cond is the conditioning of this pass.
-	cond *Conditioning
-	// guidance is the distilled guidance of a guidance-embedding network (0: none).
-	guidance float32
-	// capture keeps the block outputs (--compare).
-	capture bool
+// NetInput is one evaluation of the diffusion network.
+type NetInput struct {
+	// X is the latent [C, h, w] (a video's [C, frames, h, w]) already scaled by c_in.
+	X []float32
+	// W and H are the latent's width and height in cells.
+	W, H int
+	// Frames is the number of latent frames of a video (0 for an image).
+	Frames int
+	// T is the timestep the network sees (Schedule.SigmaToT).
+	T float32
+	// Cond is the conditioning of this pass.
+	Cond *Conditioning
+	// Guidance is the distilled guidance of a guidance-embedding network (0: none).
+	Guidance float32
+	// Capture keeps the block outputs (--compare).
+	Capture bool
 }
 
-// network is a family's diffusion network (Family.Network).
-type network interface {
-	// channels returns the latent channels it takes and returns.
-	channels() int
-	// multiple returns the number of latent cells the latent's width and height must be a multiple of.
-	multiple() int
-	// build builds one evaluation: the output [w, h, C, 1], the graph inputs
+// Network is a family's diffusion network (Family.Network).
+type Network interface {
+	// Channels returns the latent channels it takes and returns.
+	Channels() int
+	// Multiple returns the number of latent cells the latent's width and height must be a multiple of.
+	Multiple() int
+	// Build builds one evaluation: the output [w, h, C, 1], the graph inputs
 	// with their values, and the block outputs when in.capture is set.
-	build(g *builder, in *netInput) (native.Tensor, []input, []blockTensor)
+	Build(g *Builder, in *NetInput) (native.Tensor, []Input, []BlockTensor)
 }
 
 // expertNetwork is a network that has a high-noise expert (Wan 2.2
 // A14B): a second network of the same kind that runs the first steps.
 type expertNetwork interface {
-	// highNoise returns the expert, nil when the model has none.
-	highNoise() network
+	// HighNoise returns the expert, nil when the model has none.
+	HighNoise() Network
 }
 
 // outputMapper is a network whose graph output is not in the latent's
 // layout (a DiT's patch tokens); runNet maps it back.
 type outputMapper interface {
-	mapOutput(out []float32, in *netInput) []float32
+	MapOutput(out []float32, in *NetInput) []float32
 }
 
 // Model is a loaded model ready to generate.
@@ -107,22 +108,25 @@ type Model struct {
 	// ignores them too, but a user who passed one expected it to matter.
 	Unused []string
 
-	be    *native.Backend
-	w     *weightSet
-	alloc *native.Allocator
-	specs []weightSpec
-	srcs  []*openSource // open until Close: streamed weights are read from them
-	cond  conditioner
-	net   network
-	// tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
-	tokenizers map[string]any
+	// Be is the ggml backend the graphs run on, W the weights, Alloc the
+	// graph allocator and Specs where each weight comes from; Cond and Net are
+	// the family's conditioner and network (the registries' parts).
+	Be    *native.Backend
+	W     *WeightSet
+	Alloc *native.Allocator
+	Specs []WeightSpec
+	srcs  []*OpenSource // open until Close: streamed weights are read from them
+	Cond  Conditioner
+	Net   Network
+	// Tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
+	Tokenizers map[string]any
 
 	flowShift float32 // LoadOptions.FlowShift
 
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
-	// modelArgs are LoadOptions.ModelArgs, for the parts to read.
-	modelArgs map[string]string
+	// ModelArgs are LoadOptions.ModelArgs, for the parts to read.
+	ModelArgs map[string]string
 }
 
 // Load opens a model's component files (any format formats.Open detects;
@@ -156,13 +160,13 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	}
 	specs = familyWeights(fam, specs)
 	if opt.VAEDecodeOnly {
-		specs = withoutVAEEncoder(specs, vaeKinds[cfg.VAE.Kind].encoderParts)
+		specs = withoutVAEEncoder(specs, vaeKinds[cfg.VAE.Kind].EncoderParts)
 		cfg.VAE.HasEncoder = false
 	}
 	var unused []string
 	for _, s := range srcs {
-		if !s.comp.Whole() && !slices.ContainsFunc(specs, func(w weightSpec) bool { return w.Component == s.comp.Flag }) {
-			unused = append(unused, "--"+s.comp.Flag+" "+s.m.Path())
+		if !s.Comp.Whole() && !slices.ContainsFunc(specs, func(w WeightSpec) bool { return w.Component == s.Comp.Flag }) {
+			unused = append(unused, "--"+s.Comp.Flag+" "+s.M.Path())
 		}
 	}
 	toks, err := loadTokenizers(fam, cfg, opt, srcs, main)
@@ -178,8 +182,8 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		be.Free()
 		return nil, err
 	}
-	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, tokenizers: toks, be: be, w: w,
-		alloc: be.NewAllocator(), specs: specs, srcs: srcs, WeightBytes: w.p.stats.Weights, Unused: unused, modelArgs: opt.ModelArgs,
+	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizers: toks, Be: be, W: w,
+		Alloc: be.NewAllocator(), Specs: specs, srcs: srcs, WeightBytes: w.P.stats.Weights, Unused: unused, ModelArgs: opt.ModelArgs,
 		flowShift: opt.FlowShift}
 	for _, s := range specs {
 		switch {
@@ -197,16 +201,16 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	return model, nil
 }
 
-func closeSources(srcs []*openSource) {
+func closeSources(srcs []*OpenSource) {
 	for _, s := range srcs {
-		s.m.Close()
+		s.M.Close()
 	}
 }
 
 // openInputs opens the component files that are set, in the input table's
 // order; the caller closes what it returns, also on error.
-func openInputs(c Components) ([]*openSource, error) {
-	var srcs []*openSource
+func openInputs(c Components) ([]*OpenSource, error) {
+	var srcs []*OpenSource
 	for _, ct := range family.GenerateInputs() {
 		path := c[ct.Flag]
 		if path == "" {
@@ -216,7 +220,7 @@ func openInputs(c Components) ([]*openSource, error) {
 		if err != nil {
 			return srcs, err
 		}
-		src, err := newSource(ct, fm)
+		src, err := NewSource(ct, fm)
 		if err != nil {
 			fm.Close()
 			return srcs, err
@@ -232,14 +236,14 @@ func openInputs(c Components) ([]*openSource, error) {
 // detectModel selects the weights of the opened files and detects the
 // family and configuration from them; an error in one component's weights
 // names that component's file rather than main.
-func detectModel(srcs []*openSource, main string, opt LoadOptions) ([]weightSpec, *ModelConfig, error) {
-	specs, err := selectFrom(srcs, nil, opt)
+func detectModel(srcs []*OpenSource, main string, opt LoadOptions) ([]WeightSpec, *ModelConfig, error) {
+	specs, err := SelectFrom(srcs, nil, opt)
 	if err != nil {
 		return nil, nil, err
 	}
 	for _, s := range srcs {
-		if s.comp.Flag == family.FlagVAE && !hasVAE(specs, family.FlagVAE) {
-			return nil, nil, fmt.Errorf("%s: no VAE tensors (encoder., decoder., post_quant_conv.)", s.m.Path())
+		if s.Comp.Flag == family.FlagVAE && !hasVAE(specs, family.FlagVAE) {
+			return nil, nil, fmt.Errorf("%s: no VAE tensors (encoder., decoder., post_quant_conv.)", s.M.Path())
 		}
 	}
 	sh := map[string][]int64{}
@@ -250,15 +254,15 @@ func detectModel(srcs []*openSource, main string, opt LoadOptions) ([]weightSpec
 	// (in sd-cli's flag order) that has a key wins.
 	var md formats.Metadata
 	for _, s := range srcs {
-		md = append(md, s.m.Metadata()...)
+		md = append(md, s.M.Metadata()...)
 	}
 	cfg, err := DetectConfig(sh, md)
 	if err != nil {
 		var ce *componentError
 		if errors.As(err, &ce) {
 			for _, s := range srcs {
-				if s.comp.Flag == ce.flag {
-					main = s.m.Path()
+				if s.Comp.Flag == ce.flag {
+					main = s.M.Path()
 				}
 			}
 		}
@@ -273,14 +277,14 @@ func detectModel(srcs []*openSource, main string, opt LoadOptions) ([]weightSpec
 func (m *Model) attachParts(opt LoadOptions) error {
 	fam, cfg := m.Family, m.Config
 	var err error
-	if m.net, err = newNetwork(m); err != nil {
+	if m.Net, err = newNetwork(m); err != nil {
 		return err
 	}
 	mk, ok := conditioners[fam.Conditioner]
 	if !ok {
 		return fmt.Errorf("%s: no conditioner %q in this build", fam.Title, fam.Conditioner)
 	}
-	if m.cond, err = mk(m); err != nil {
+	if m.Cond, err = mk(m); err != nil {
 		return err
 	}
 	if _, ok := schedules[fam.Schedule]; !ok {
@@ -304,7 +308,7 @@ func (m *Model) attachParts(opt LoadOptions) error {
 
 // loadTokenizers loads the tokenizer of each text encoder kind the model
 // has, in the order the family lists its encoders.
-func loadTokenizers(fam *Family, cfg *ModelConfig, opt LoadOptions, srcs []*openSource, main string) (map[string]any, error) {
+func loadTokenizers(fam *Family, cfg *ModelConfig, opt LoadOptions, srcs []*OpenSource, main string) (map[string]any, error) {
 	out := map[string]any{}
 	for _, e := range fam.Encoders {
 		if _, done := out[e.Kind]; done {
@@ -317,10 +321,10 @@ func loadTokenizers(fam *Family, cfg *ModelConfig, opt LoadOptions, srcs []*open
 			}
 		}
 		kind := encoderKinds[e.Kind]
-		if len(encs) == 0 || kind.tokenizer == nil {
+		if len(encs) == 0 || kind.Tokenizer == nil {
 			continue
 		}
-		tok, err := kind.tokenizer(opt, srcs, encs, main)
+		tok, err := kind.Tokenizer(opt, srcs, encs, main)
 		if err != nil {
 			return nil, err
 		}
@@ -330,7 +334,7 @@ func loadTokenizers(fam *Family, cfg *ModelConfig, opt LoadOptions, srcs []*open
 }
 
 // newNetwork makes the family's network for a loaded model.
-func newNetwork(m *Model) (network, error) {
+func newNetwork(m *Model) (Network, error) {
 	mk, ok := networks[m.Family.Network]
 	if !ok {
 		return nil, fmt.Errorf("%s: no network %q in this build", m.Family.Title, m.Family.Network)
@@ -339,7 +343,7 @@ func newNetwork(m *Model) (network, error) {
 }
 
 // hasVAE reports whether a VAE weight came from the component flag.
-func hasVAE(specs []weightSpec, flag string) bool {
+func hasVAE(specs []WeightSpec, flag string) bool {
 	for _, s := range specs {
 		if s.Component == flag && isVAEWeight(s.Name) {
 			return true
@@ -351,7 +355,7 @@ func hasVAE(specs []weightSpec, flag string) bool {
 // familyWeights keeps the weights a family's parts read: the diffusion
 // model, the VAE and its encoders (an SD 1.x checkpoint's spare tensors,
 // or a text encoder the family does not use, stay out of memory).
-func familyWeights(f *Family, specs []weightSpec) []weightSpec {
+func familyWeights(f *Family, specs []WeightSpec) []WeightSpec {
 	var keep []string
 	for _, in := range family.GenerateInputs() {
 		if in.Kind == family.KindDiffusion || in.Kind == family.KindVAE {
@@ -364,7 +368,7 @@ func familyWeights(f *Family, specs []weightSpec) []weightSpec {
 	out := specs[:0]
 	for _, s := range specs {
 		for _, p := range keep {
-			if hasPrefix(s.Name, p) {
+			if HasPrefix(s.Name, p) {
 				out = append(out, s)
 				break
 			}
@@ -375,10 +379,10 @@ func familyWeights(f *Family, specs []weightSpec) []weightSpec {
 
 // withoutVAEEncoder drops the weights of the VAE's encoder (parts: its
 // kind's prefixes under first_stage_model.).
-func withoutVAEEncoder(specs []weightSpec, parts []string) []weightSpec {
+func withoutVAEEncoder(specs []WeightSpec, parts []string) []WeightSpec {
 	out := specs[:0]
 	for _, s := range specs {
-		if !slices.ContainsFunc(parts, func(p string) bool { return hasPrefix(s.Name, vaePfx+p) }) {
+		if !slices.ContainsFunc(parts, func(p string) bool { return HasPrefix(s.Name, VAEPfx+p) }) {
 			out = append(out, s)
 		}
 	}
@@ -388,14 +392,15 @@ func withoutVAEEncoder(specs []weightSpec, parts []string) []weightSpec {
 // isVAEWeight reports a tensor of some registered kind of VAE.
 func isVAEWeight(name string) bool {
 	for _, k := range vaeKinds {
-		if k.isWeight(name) {
+		if k.IsWeight(name) {
 			return true
 		}
 	}
 	return false
 }
 
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
+// HasPrefix reports whether s starts with p.
+func HasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // LinkedAVX2 reports whether the linked ggml's CPU kernels were compiled
 // with AVX2 (without it, and FMA and F16C, inference is many times slower).
@@ -406,9 +411,9 @@ func LinkedAVX2() bool {
 
 // Close releases the model's ggml memory.
 func (m *Model) Close() {
-	m.alloc.Free()
-	m.w.free()
-	m.be.Free()
+	m.Alloc.Free()
+	m.W.Free()
+	m.Be.Free()
 	closeSources(m.srcs)
 	m.srcs = nil
 }
@@ -416,29 +421,29 @@ func (m *Model) Close() {
 // Memory says how the weights were held: the budget, what was resident
 // and what was streamed so far.
 func (m *Model) Memory() MemoryStats {
-	if m.w.p == nil {
+	if m.W.P == nil {
 		return MemoryStats{}
 	}
-	return m.w.p.stats
+	return m.W.P.stats
 }
 
 // Release drops the weights held in memory (another model is about to
 // run); the next graph reads what it needs again.
 func (m *Model) Release() error {
-	if m.w.p == nil {
+	if m.W.P == nil {
 		return nil
 	}
-	return m.w.p.release()
+	return m.W.P.release()
 }
 
 // SetThreads changes the thread count.
-func (m *Model) SetThreads(n int) { m.be.SetThreads(n) }
+func (m *Model) SetThreads(n int) { m.Be.SetThreads(n) }
 
 // ParamsByType counts the elements of each held type, per part (the
 // input table's kinds: family.KindDiffusion, KindTextEncoder, KindVAE).
 func (m *Model) ParamsByType() map[string]map[formats.DType]int64 {
 	out := map[string]map[formats.DType]int64{}
-	for _, s := range m.specs {
+	for _, s := range m.Specs {
 		part := paramPart(s.Name)
 		if out[part] == nil {
 			out[part] = map[formats.DType]int64{}
@@ -460,62 +465,63 @@ func paramPart(name string) string {
 	return family.KindVAE
 }
 
-// input is an F32 or I32 graph input and its values.
-type input struct {
-	t   native.Tensor
-	f32 []float32
-	i32 []int32
+// Input is an F32 or I32 graph input and its values.
+type Input struct {
+	// T is the input tensor; F32 or I32 its values.
+	T   native.Tensor
+	F32 []float32
+	I32 []int32
 }
 
-// compute builds a graph with build, allocates it, fills the inputs and
+// Compute builds a graph with build, allocates it, fills the inputs and
 // runs it; read gets the outputs while the graph is alive.
-func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read func(out native.Tensor) error) (err error) {
-	ctx, err := native.NewContext(4*graphSize, graphSize)
+func (m *Model) Compute(build func(g *Builder) ([]Input, native.Tensor), read func(out native.Tensor) error) (err error) {
+	ctx, err := native.NewContext(4*GraphSize, GraphSize)
 	if err != nil {
 		return err
 	}
 	defer ctx.Free()
-	g := &builder{c: ctx, w: m.w, imat: m.imatrixPass()}
-	var ins []input
+	g := &Builder{C: ctx, W: m.W, imat: m.imatrixPass()}
+	var ins []Input
 	var out native.Tensor
 	func() {
 		defer native.Recover(&err)
 		ins, out = build(g)
-		ins = append(ins, g.consts...)
+		ins = append(ins, g.Consts...)
 		out = ctx.Cont(out).SetOutput()
 	}()
 	if err != nil {
 		return fmt.Errorf("%s: %w", m.Path, err)
 	}
-	gr := ctx.NewGraph(graphSize)
+	gr := ctx.NewGraph(GraphSize)
 	g.imat.expand(gr)
-	for _, t := range g.expand {
+	for _, t := range g.Expand {
 		gr.Expand(t)
 	}
-	for _, t := range g.outputs {
+	for _, t := range g.Outputs {
 		gr.Expand(t)
 	}
 	gr.Expand(out)
 	// A graph with ordered writes to state that outlives it (a video VAE's
 	// caches) keeps ggml's order: reordering could move a write before
 	// the read of the old values.
-	if err := m.w.prepare(gr, len(g.expand) == 0); err != nil {
+	if err := m.W.prepare(gr, len(g.Expand) == 0); err != nil {
 		return err
 	}
-	if err := m.alloc.Alloc(gr); err != nil {
+	if err := m.Alloc.Alloc(gr); err != nil {
 		return err
 	}
 	for _, in := range ins {
-		if in.i32 != nil {
-			err = in.t.SetI32(in.i32)
+		if in.I32 != nil {
+			err = in.T.SetI32(in.I32)
 		} else {
-			err = in.t.SetF32(in.f32)
+			err = in.T.SetF32(in.F32)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if err := m.w.run(m.be, gr, m.alloc.Size()); err != nil {
+	if err := m.W.run(m.Be, gr, m.Alloc.Size()); err != nil {
 		return err
 	}
 	if err := g.imat.read(); err != nil {
@@ -524,9 +530,9 @@ func (m *Model) compute(build func(g *builder) ([]input, native.Tensor), read fu
 	return read(out)
 }
 
-// newInput makes an input tensor in g.
-func newInput(g *builder, t formats.DType, ne ...int64) native.Tensor {
-	x, err := g.c.NewTensor(t, ne...)
+// NewInput makes an input tensor in g.
+func NewInput(g *Builder, t formats.DType, ne ...int64) native.Tensor {
+	x, err := g.C.NewTensor(t, ne...)
 	if err != nil {
 		panic(&native.ShapeError{Msg: err.Error()})
 	}
@@ -536,22 +542,22 @@ func newInput(g *builder, t formats.DType, ne ...int64) native.Tensor {
 // Encode returns the conditioning of a (weighted) prompt for a
 // width×height image, as the family's conditioner computes it.
 func (m *Model) Encode(prompt string, width, height int) (*Conditioning, error) {
-	return m.cond.encode(prompt, width, height, false)
+	return m.Cond.Encode(prompt, width, height, false)
 }
 
-// runNet evaluates the diffusion network once; blocks, when not nil,
+// RunNet evaluates the diffusion network once; blocks, when not nil,
 // receives every block's output.
-func (m *Model) runNet(in *netInput, blocks *[]BlockOutput) ([]float32, error) {
-	return m.runNetwork(m.net, in, blocks)
+func (m *Model) RunNet(in *NetInput, blocks *[]BlockOutput) ([]float32, error) {
+	return m.runNetwork(m.Net, in, blocks)
 }
 
 // runNetwork is runNet with the given network (the model's, or its expert).
-func (m *Model) runNetwork(net network, in *netInput, blocks *[]BlockOutput) ([]float32, error) {
+func (m *Model) runNetwork(net Network, in *NetInput, blocks *[]BlockOutput) ([]float32, error) {
 	var out []float32
-	var kept []blockTensor
-	in.capture = blocks != nil
-	err := m.compute(func(g *builder) ([]input, native.Tensor) {
-		y, ins, k := net.build(g, in)
+	var kept []BlockTensor
+	in.Capture = blocks != nil
+	err := m.Compute(func(g *Builder) ([]Input, native.Tensor) {
+		y, ins, k := net.Build(g, in)
 		kept = k
 		return ins, y
 	}, func(o native.Tensor) error {
@@ -560,14 +566,14 @@ func (m *Model) runNetwork(net network, in *netInput, blocks *[]BlockOutput) ([]
 			return err
 		}
 		if om, ok := net.(outputMapper); ok {
-			out = om.mapOutput(out, in)
+			out = om.MapOutput(out, in)
 		}
 		for _, b := range kept {
-			v, err := b.t.F32()
+			v, err := b.T.F32()
 			if err != nil {
 				return err
 			}
-			*blocks = append(*blocks, BlockOutput{Name: b.name, Values: v})
+			*blocks = append(*blocks, BlockOutput{Name: b.Name, Values: v})
 		}
 		return nil
 	})
@@ -579,10 +585,10 @@ func (m *Model) runNetwork(net network, in *netInput, blocks *[]BlockOutput) ([]
 // (and vector) predicts roughly the noise (mean(out - x) near 0) when it is
 // an eps model, and a v model's output mean falls below -1.
 func (m *Model) probePrediction() (Prediction, error) {
-	mult := max(m.net.multiple(), 1)
+	mult := max(m.Net.Multiple(), 1)
 	w := mult * max(1, (8+mult-1)/mult)
 	h := w
-	n := w * h * m.net.channels()
+	n := w * h * m.Net.Channels()
 	x := make([]float32, n)
 	for i := range x {
 		x[i] = 0.5
@@ -595,13 +601,13 @@ func (m *Model) probePrediction() (Prediction, error) {
 	for i := range cond.Context {
 		cond.Context[i] = 0.5
 	}
-	if u, ok := m.Config.Network.(vectorTaker); ok && u.vectorWidth() > 0 {
-		cond.Vector = make([]float32, u.vectorWidth())
+	if u, ok := m.Config.Network.(VectorTaker); ok && u.VectorWidth() > 0 {
+		cond.Vector = make([]float32, u.VectorWidth())
 		for i := range cond.Vector {
 			cond.Vector[i] = 0.5
 		}
 	}
-	out, err := m.runNet(&netInput{x: x, w: w, h: h, t: 999, cond: cond}, nil)
+	out, err := m.RunNet(&NetInput{X: x, W: w, H: h, T: 999, Cond: cond}, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -624,10 +630,10 @@ func (m *Model) DecodeLatent(latent []float32, w, h int) ([]float32, error) {
 		z[i] = v/cfg.ScaleFactor + cfg.ShiftFactor
 	}
 	var out []float32
-	err := m.compute(func(g *builder) ([]input, native.Tensor) {
+	err := m.Compute(func(g *Builder) ([]Input, native.Tensor) {
 		g.convScale = cfg.ConvScale
-		zt := newInput(g, formats.F32, int64(w), int64(h), int64(cfg.ZChannels), 1)
-		return []input{{t: zt, f32: z}}, vaeKinds[cfg.Kind].decode(g, cfg, zt)
+		zt := NewInput(g, formats.F32, int64(w), int64(h), int64(cfg.ZChannels), 1)
+		return []Input{{T: zt, F32: z}}, vaeKinds[cfg.Kind].Decode(g, cfg, zt)
 	}, func(o native.Tensor) error {
 		var err error
 		out, err = o.F32()
@@ -639,24 +645,24 @@ func (m *Model) DecodeLatent(latent []float32, w, h int) ([]float32, error) {
 // EncodeImage runs the VAE encoder on pixels [3, H, W] in [-1, 1] (CHWFromImage) and
 // returns the diffusion latent (the scaled and shifted mean) [Z, H/8, W/8].
 func (m *Model) EncodeImage(pixels []float32, w, h int) ([]float32, error) {
-	return m.encodeLatent(pixels, w, h, nil)
+	return m.EncodeLatent(pixels, w, h, nil)
 }
 
-// encodeLatent is EncodeImage, or with eps (one value per latent element)
+// EncodeLatent is EncodeImage, or with eps (one value per latent element)
 // a sample of the latent distribution, mean + std·eps with std =
 // exp(logvar/2), logvar clamped to [-30, 20], as LDM's
 // DiagonalGaussianDistribution.sample and stable-diffusion.cpp's img2img
 // take it, then scaled and shifted.
-func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float32, error) {
+func (m *Model) EncodeLatent(pixels []float32, w, h int, eps []float32) ([]float32, error) {
 	cfg := &m.Config.VAE
 	if !cfg.HasEncoder {
 		return nil, fmt.Errorf("%s: the model has no VAE encoder (first_stage_model.encoder)", m.Path)
 	}
 	var moments []float32
-	err := m.compute(func(g *builder) ([]input, native.Tensor) {
+	err := m.Compute(func(g *Builder) ([]Input, native.Tensor) {
 		g.convScale = cfg.ConvScale
-		it := newInput(g, formats.F32, int64(w), int64(h), 3, 1)
-		return []input{{t: it, f32: pixels}}, vaeKinds[cfg.Kind].encode(g, cfg, it)
+		it := NewInput(g, formats.F32, int64(w), int64(h), 3, 1)
+		return []Input{{T: it, F32: pixels}}, vaeKinds[cfg.Kind].Encode(g, cfg, it)
 	}, func(o native.Tensor) error {
 		var err error
 		moments, err = o.F32()
@@ -666,7 +672,7 @@ func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 		return nil, err
 	}
 	out, logvar := moments[:len(moments)/2], moments[len(moments)/2:]
-	if vaeKinds[cfg.Kind].meanOnly {
+	if vaeKinds[cfg.Kind].MeanOnly {
 		out, logvar, eps = moments, nil, nil
 	}
 	if eps != nil && len(eps) != len(out) {
@@ -687,7 +693,7 @@ func (m *Model) encodeLatent(pixels []float32, w, h int, eps []float32) ([]float
 // each side rounded up to the network's spatial multiple (64 for SD's
 // UNet), as sd-cli aligns a request and warns.
 func (m *Model) AlignSize(w, h int) (int, int, int) {
-	down := m.Family.VAE.down() * m.net.multiple()
+	down := m.Family.VAE.down() * m.Net.Multiple()
 	up := func(n int) int { return (n + down - 1) / down * down }
 	return up(w), up(h), down
 }
@@ -698,7 +704,7 @@ func (m *Model) AlignSize(w, h int) (int, int, int) {
 // latent by the parameterisation.
 type guidedDenoiser struct {
 	m            *Model
-	net          network // m.net, or its high-noise expert
+	net          Network // m.net, or its high-noise expert
 	cfgScale     float32
 	pred         Prediction
 	sched        Schedule
@@ -715,7 +721,7 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 	for i, v := range xs {
 		d.in[i] = v * cIn
 	}
-	call := &netInput{x: d.in, w: d.w, h: d.h, frames: d.frames, t: d.sched.SigmaToT(sigma), cond: d.cond, guidance: d.req.Guidance}
+	call := &NetInput{X: d.in, W: d.w, H: d.h, Frames: d.frames, T: d.sched.SigmaToT(sigma), Cond: d.cond, Guidance: d.req.Guidance}
 	blocks := d.capture
 	d.capture = nil
 	out, err := d.m.runNetwork(d.net, call, blocks)
@@ -724,7 +730,7 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 		return nil
 	}
 	if d.uncond != nil && d.cfgScale != 1 {
-		call.cond = d.uncond
+		call.Cond = d.uncond
 		u, err := d.m.runNetwork(d.net, call, nil)
 		if err != nil {
 			d.err = err
@@ -739,14 +745,14 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 // conditionings encodes the prompt and, when classifier-free guidance
 // needs one (CFGScale != 1), the negative prompt.
 func (m *Model) conditionings(req *Request) (cond, uncond *Conditioning, err error) {
-	if cond, err = m.cond.encode(req.Prompt, req.Width, req.Height, false); err != nil {
+	if cond, err = m.Cond.Encode(req.Prompt, req.Width, req.Height, false); err != nil {
 		return nil, nil, err
 	}
 	if req.CFGScale != 1 || req.HighNoise != nil && req.HighNoise.CFGScale != 1 {
 		zero := m.Family.EmptyNegativeZero && req.Negative == ""
-		encode := m.cond.encode
-		if nc, ok := m.cond.(negativeConditioner); ok {
-			encode = nc.encodeNegative
+		encode := m.Cond.Encode
+		if nc, ok := m.Cond.(NegativeConditioner); ok {
+			encode = nc.EncodeNegative
 		}
 		if uncond, err = encode(req.Negative, req.Width, req.Height, zero); err != nil {
 			return nil, nil, err
@@ -770,7 +776,7 @@ func (m *Model) initLatent(req *Request, n int) ([]float32, error) {
 	}
 	e := make([]float32, n)
 	eps.FillNormal(e)
-	return m.encodeLatent(req.Init, req.Width, req.Height, e)
+	return m.EncodeLatent(req.Init, req.Width, req.Height, e)
 }
 
 // FlowShift returns the flow shift a shifted flow schedule uses: LoadOptions.FlowShift, else the family's.
@@ -786,18 +792,18 @@ func (m *Model) schedule(w, h int) Schedule { return schedules[m.Family.Schedule
 
 // sampleStage is a run of sampling steps with one network.
 type sampleStage struct {
-	net      network
+	Net      Network
 	method   Method
 	cfgScale float32
-	sigmas   []float32
+	Sigmas   []float32
 }
 
-// stages splits sampling between the high-noise expert and the model's
+// Stages splits sampling between the high-noise expert and the model's
 // network as sd-cli does: the expert runs HighNoise.Steps steps (or, when
 // that is below 0, the steps before the first sigma below the boundary),
 // each with its own sampler and guidance scale.
-func (m *Model) stages(req *Request, sigmas []float32) []sampleStage {
-	own := sampleStage{net: m.net, method: req.Method, cfgScale: req.CFGScale, sigmas: sigmas}
+func (m *Model) Stages(req *Request, sigmas []float32) []sampleStage {
+	own := sampleStage{Net: m.Net, method: req.Method, cfgScale: req.CFGScale, Sigmas: sigmas}
 	hn := req.HighNoise
 	if hn == nil {
 		return []sampleStage{own}
@@ -816,11 +822,11 @@ func (m *Model) stages(req *Request, sigmas []float32) []sampleStage {
 	if split == 0 {
 		return []sampleStage{own}
 	}
-	expert := sampleStage{net: m.net.(expertNetwork).highNoise(), method: hn.Method, cfgScale: hn.CFGScale, sigmas: sigmas[:split+1]}
+	expert := sampleStage{Net: m.Net.(expertNetwork).HighNoise(), method: hn.Method, cfgScale: hn.CFGScale, Sigmas: sigmas[:split+1]}
 	if split == len(sigmas)-1 {
 		return []sampleStage{expert}
 	}
-	own.sigmas = sigmas[split:]
+	own.Sigmas = sigmas[split:]
 	return []sampleStage{expert, own}
 }
 
@@ -828,9 +834,9 @@ func (m *Model) stages(req *Request, sigmas []float32) []sampleStage {
 // settings when the request has none, and refuses expert settings for a
 // model without one.
 func (m *Model) settleHighNoise(req *Request) error {
-	var expert network
-	if e, ok := m.net.(expertNetwork); ok {
-		expert = e.highNoise()
+	var expert Network
+	if e, ok := m.Net.(expertNetwork); ok {
+		expert = e.HighNoise()
 	}
 	switch {
 	case req.HighNoise != nil && expert == nil:
@@ -890,7 +896,7 @@ func (m *Model) generate(req Request) (*Result, error) {
 	if lf > 0 && req.Init != nil {
 		return nil, fmt.Errorf("%s: an init image with a video model (image-to-video) is not supported", fam.Title)
 	}
-	n := lw * lh * max(lf, 1) * m.net.channels()
+	n := lw * lh * max(lf, 1) * m.Net.Channels()
 	noise, err := NewRNG(req.RNG, req.Seed)
 	if err != nil {
 		return nil, err
@@ -926,9 +932,9 @@ func (m *Model) generate(req Request) (*Result, error) {
 		return nil, err
 	}
 	done := 0
-	for _, st := range m.stages(&req, sigmas) {
-		d.net, d.cfgScale = st.net, st.cfgScale
-		err = SamplePrediction(st.method, pred, d.denoise, x, st.sigmas, noise, func(step, _ int, sigma float32, _ []float32) error {
+	for _, st := range m.Stages(&req, sigmas) {
+		d.net, d.cfgScale = st.Net, st.cfgScale
+		err = SamplePrediction(st.method, pred, d.denoise, x, st.Sigmas, noise, func(step, _ int, sigma float32, _ []float32) error {
 			if req.OnStep != nil {
 				req.OnStep(done+step, len(sigmas)-1)
 			}
@@ -940,7 +946,7 @@ func (m *Model) generate(req Request) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		done += len(st.sigmas) - 1
+		done += len(st.Sigmas) - 1
 	}
 	pred.InverseNoise(x, sigmas[len(sigmas)-1])
 	res.Timings.Sampling = time.Since(t1)

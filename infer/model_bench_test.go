@@ -1,11 +1,13 @@
 //go:build cgo
 
-package infer
+package infer_test
 
 import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/sdtool/sdtool/infer"
 )
 
 // BenchmarkStep measures seconds per sampling step (two UNet evaluations
@@ -26,12 +28,12 @@ func BenchmarkStep(b *testing.B) {
 	for _, c := range cases {
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/threads=%d", c.name, threads), func(b *testing.B) {
-				m, err := Load(Components{"model": c.path}, LoadOptions{Threads: threads})
+				m, err := infer.Load(infer.Components{"model": c.path}, infer.LoadOptions{Threads: threads})
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer m.Close()
-				req := Request{Prompt: "a cat", Width: c.size, Height: c.size, Steps: 1, CFGScale: 7, Seed: 1, Method: Euler}
+				req := infer.Request{Prompt: "a cat", Width: c.size, Height: c.size, Steps: 1, CFGScale: 7, Seed: 1, Method: infer.Euler}
 				var sampling float64
 				for b.Loop() {
 					r, err := m.Generate(req)

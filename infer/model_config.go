@@ -44,40 +44,40 @@ type VAEConfig struct {
 	Layout any
 }
 
-// vaeKind is what the core needs of a kind of VAE (VAEFacts.Kind).
-type vaeKind struct {
-	// detect reads the VAE's configuration from the shapes into c (whose
+// VAEKind is what the core needs of a kind of VAE (VAEFacts.Kind).
+type VAEKind struct {
+	// Detect reads the VAE's configuration from the shapes into c (whose
 	// Kind is set).
-	detect func(s shapes, c *VAEConfig) error
-	// decode builds the decoder from a VAE latent [w, h, Z, N] (unscaled
+	Detect func(s Shapes, c *VAEConfig) error
+	// Decode builds the decoder from a VAE latent [w, h, Z, N] (unscaled
 	// and unshifted) to pixels; encode the encoder from pixels [W, H, 3,
 	// N] to the latent distribution's moments (mean, then log-variance).
-	decode, encode func(g *builder, c *VAEConfig, x native.Tensor) native.Tensor
-	// isWeight reports a tensor of this kind of VAE (internal name).
-	isWeight func(name string) bool
-	// factors, when set, returns the pixels per latent cell and the frames
+	Decode, Encode func(g *Builder, c *VAEConfig, x native.Tensor) native.Tensor
+	// IsWeight reports a tensor of this kind of VAE (internal name).
+	IsWeight func(name string) bool
+	// Factors, when set, returns the pixels per latent cell and the frames
 	// per latent frame of the detected VAE, which the family's VAEFacts
 	// (Down, TimeFactor) must match.
-	factors func(c *VAEConfig) (spatial, temporal int)
-	// meanOnly reports an encoder whose output is the latent itself (Z
+	Factors func(c *VAEConfig) (spatial, temporal int)
+	// MeanOnly reports an encoder whose output is the latent itself (Z
 	// channels, no log-variance), which img2img takes without sampling.
-	meanOnly bool
-	// encoderParts are the name prefixes (under first_stage_model.) of the
+	MeanOnly bool
+	// EncoderParts are the name prefixes (under first_stage_model.) of the
 	// encoder's weights, which LoadOptions.VAEDecodeOnly leaves out.
-	encoderParts []string
-	// encodeVideo, when set, encodes frames of pixels [n][3][H][W] in
+	EncoderParts []string
+	// EncodeVideo, when set, encodes frames of pixels [n][3][H][W] in
 	// [-1, 1] to a diffusion latent video [C, frames, h, w] and returns
 	// frames; a kind without it encodes each frame as an image (Model.EncodeVideo).
-	encodeVideo func(m *Model, px []float32, w, h, n int) ([]float32, int, error)
-	// decodeVideo, when set, decodes a diffusion latent video [C, frames,
+	EncodeVideo func(m *Model, px []float32, w, h, n int) ([]float32, int, error)
+	// DecodeVideo, when set, decodes a diffusion latent video [C, frames,
 	// h, w] to the video's frames of pixels [n][3][H][W] and returns n
 	// (a video VAE unpacks a latent frame into several); a kind without it
 	// decodes each latent frame as an image (Model.DecodeVideo).
-	decodeVideo func(m *Model, z []float32, w, h, frames int) ([]float32, int, error)
+	DecodeVideo func(m *Model, z []float32, w, h, frames int) ([]float32, int, error)
 }
 
 // vaeKinds are the VAE kinds by name, registered by their files.
-var vaeKinds = map[string]vaeKind{}
+var vaeKinds = map[string]VAEKind{}
 
 // ModelConfig is the configuration of a whole model.
 type ModelConfig struct {
@@ -107,13 +107,13 @@ type NetworkConfig interface {
 	LatentChannels() int
 }
 
-// vectorTaker is a network configuration that takes a conditioning
+// VectorTaker is a network configuration that takes a conditioning
 // vector of a fixed width (the UNet's label_emb: SDXL's ADM vector).
-type vectorTaker interface{ vectorWidth() int }
+type VectorTaker interface{ VectorWidth() int }
 
 // contextTaker is a network configuration whose cross-attention reads a
 // context of a fixed width, checked against its text encoders' widths.
-type contextTaker interface{ contextWidth() int }
+type contextTaker interface{ ContextWidth() int }
 
 // EncoderConfig is a text encoder's configuration.
 type EncoderConfig interface {
@@ -134,10 +134,11 @@ func (c *ModelConfig) Encoder(flag string) (EncoderConfig, bool) {
 	return nil, false
 }
 
-// shapes maps weight names to PyTorch shapes.
-type shapes map[string][]int64
+// Shapes maps weight names to PyTorch shapes.
+type Shapes map[string][]int64
 
-func (s shapes) dim(name string, i int) (int, error) {
+// Dim returns dimension i of tensor name's shape, or an error naming what is missing.
+func (s Shapes) Dim(name string, i int) (int, error) {
 	sh, ok := s[name]
 	if !ok {
 		return 0, fmt.Errorf("model has no tensor %q", name)
@@ -148,10 +149,11 @@ func (s shapes) dim(name string, i int) (int, error) {
 	return int(sh[i]), nil
 }
 
-func (s shapes) has(name string) bool { _, ok := s[name]; return ok }
+// Has reports whether the model has a tensor called name.
+func (s Shapes) Has(name string) bool { _, ok := s[name]; return ok }
 
-// hasPrefix reports whether any tensor's name starts with prefix.
-func (s shapes) hasPrefix(prefix string) bool {
+// HasPrefix reports whether any tensor's name starts with prefix.
+func (s Shapes) HasPrefix(prefix string) bool {
 	for n := range s {
 		if strings.HasPrefix(n, prefix) {
 			return true
@@ -160,8 +162,8 @@ func (s shapes) hasPrefix(prefix string) bool {
 	return false
 }
 
-// metaInt reads an integer metadata value (any integer type, or a decimal string).
-func metaInt(md formats.Metadata, key string) (int, bool, error) {
+// MetaInt reads an integer metadata value (any integer type, or a decimal string).
+func MetaInt(md formats.Metadata, key string) (int, bool, error) {
 	kv, ok := md.Get(key)
 	if !ok {
 		return 0, false, nil
@@ -199,28 +201,28 @@ func metaInt(md formats.Metadata, key string) (int, bool, error) {
 	return int(v), true, nil
 }
 
-// encoderKind is what the core needs of a kind of text encoder (TextEncoder.Kind).
-type encoderKind struct {
-	// detect reads the encoder's configuration from the shapes and the
+// EncoderKind is what the core needs of a kind of text encoder (TextEncoder.Kind).
+type EncoderKind struct {
+	// Detect reads the encoder's configuration from the shapes and the
 	// metadata overrides.
-	detect func(s shapes, md formats.Metadata, e *TextEncoder) (EncoderConfig, error)
-	// tokenizer loads the kind's tokenizer (once per model, whatever the
+	Detect func(s Shapes, md formats.Metadata, e *TextEncoder) (EncoderConfig, error)
+	// Tokenizer loads the kind's tokenizer (once per model, whatever the
 	// number of encoders of the kind) from the options or the component
 	// files and checks it against the encoders' vocabularies; nil and no
 	// error when the kind can run without one.
-	tokenizer func(opt LoadOptions, srcs []*openSource, encs []EncoderConfig, main string) (any, error)
+	Tokenizer func(opt LoadOptions, srcs []*OpenSource, encs []EncoderConfig, main string) (any, error)
 }
 
 // encoderKinds are the text encoder kinds by name, registered by their files.
-var encoderKinds = map[string]encoderKind{}
+var encoderKinds = map[string]EncoderKind{}
 
 // networkDetectors detect a network's configuration by its kind (Family.Network).
-var networkDetectors = map[string]func(s shapes, md formats.Metadata, cfg *ModelConfig) error{}
+var networkDetectors = map[string]func(s Shapes, md formats.Metadata, cfg *ModelConfig) error{}
 
 // DetectConfig works out a model's family and configuration from its
 // weights' shapes (internal names) and the metadata overrides.
 func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, error) {
-	s := shapes(sh)
+	s := Shapes(sh)
 	fam, err := DetectFamily(sh)
 	if err != nil {
 		return nil, err
@@ -235,14 +237,14 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 	}
 	for i := range fam.Encoders {
 		e := &fam.Encoders[i]
-		if e.Optional && !s.hasPrefix(e.Prefix) {
+		if e.Optional && !s.HasPrefix(e.Prefix) {
 			continue // sd-cli conditions on zeros in its place
 		}
 		kind, ok := encoderKinds[e.Kind]
 		if !ok {
 			return nil, fmt.Errorf("%s: no text encoder kind %q in this build", fam.Title, e.Kind)
 		}
-		ec, err := kind.detect(s, md, e)
+		ec, err := kind.Detect(s, md, e)
 		if err != nil {
 			return nil, &componentError{e.Component, fmt.Errorf("%s text encoder (%s): %w", fam.Title, e.Component, err)}
 		}
@@ -255,8 +257,8 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 				ctx += ec.Width()
 			}
 		}
-		if ctx != u.contextWidth() {
-			return nil, fmt.Errorf("%s: the text encoders' widths add up to %d, the diffusion network's context width is %d", fam.Title, ctx, u.contextWidth())
+		if ctx != u.ContextWidth() {
+			return nil, fmt.Errorf("%s: the text encoders' widths add up to %d, the diffusion network's context width is %d", fam.Title, ctx, u.ContextWidth())
 		}
 	}
 	vk, ok := vaeKinds[fam.VAE.Kind]
@@ -264,15 +266,15 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		return nil, fmt.Errorf("%s: no VAE kind %q in this build", fam.Title, fam.VAE.Kind)
 	}
 	cfg.VAE.Kind = fam.VAE.Kind
-	if err := vk.detect(s, &cfg.VAE); err != nil {
+	if err := vk.Detect(s, &cfg.VAE); err != nil {
 		return nil, &componentError{"vae", fmt.Errorf("VAE: %w", err)}
 	}
 	if want := cfg.latentChannels(); want > 0 && cfg.VAE.ZChannels != want {
 		// Caught here rather than as a size mismatch deep in the decoder's graph.
 		return nil, &componentError{"vae", fmt.Errorf("VAE: %sdecoder.conv_in.weight takes %d-channel latents, the %s diffusion model makes %d-channel ones: the VAE is another family's",
-			vaePfx, cfg.VAE.ZChannels, fam.Title, want)}
+			VAEPfx, cfg.VAE.ZChannels, fam.Title, want)}
 	}
-	if err := checkVAEFactors(fam, vk, &cfg.VAE); err != nil {
+	if err := CheckVAEFactors(fam, vk, &cfg.VAE); err != nil {
 		return nil, &componentError{"vae", err}
 	}
 	cfg.VAE.ScaleFactor, cfg.VAE.ShiftFactor = fam.VAE.Scale, fam.VAE.Shift
@@ -292,7 +294,7 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 		key string
 		dst *int
 	}{{MetaDefaultWidth, &cfg.DefaultWidth}, {MetaDefaultHeight, &cfg.DefaultHeight}, {MetaDefaultSteps, &cfg.DefaultSteps}} {
-		v, _, err := metaInt(md, d.key)
+		v, _, err := MetaInt(md, d.key)
 		if err != nil {
 			return nil, err
 		}
@@ -301,15 +303,15 @@ func DetectConfig(sh map[string][]int64, md formats.Metadata) (*ModelConfig, err
 	return cfg, nil
 }
 
-// checkVAEFactors refuses a VAE whose downsampling differs from the
+// CheckVAEFactors refuses a VAE whose downsampling differs from the
 // family's latent format: one of the right width but another
 // downsampling (Wan 2.2's 16 pixels per cell where the entry says 8)
 // would decode garbage.
-func checkVAEFactors(fam *Family, vk vaeKind, c *VAEConfig) error {
-	if vk.factors == nil {
+func CheckVAEFactors(fam *Family, vk VAEKind, c *VAEConfig) error {
+	if vk.Factors == nil {
 		return nil
 	}
-	sp, tm := vk.factors(c)
+	sp, tm := vk.Factors(c)
 	if sp != fam.VAE.down() || fam.VAE.TimeFactor != 0 && tm != fam.VAE.TimeFactor {
 		return fmt.Errorf("VAE: %d pixels per latent cell and %d frames per latent frame, where %s has %d and %d: the VAE is another family's",
 			sp, tm, fam.Title, fam.VAE.down(), fam.VAE.TimeFactor)

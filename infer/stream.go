@@ -42,14 +42,14 @@ const streamAlign = 64
 
 // weightGroup is one block's (or one part's other) weights.
 type weightGroup struct {
-	name string
+	Name string
 	// block is false for a part's weights outside its numbered blocks,
 	// read at the start and end of a graph; they are made resident first.
 	block   bool
 	members []int   // indexes into pager.specs
 	offs    []int64 // each member's offset in the group's layout
-	size    int64
-	buf     *native.Buffer // resident copy, nil when not resident
+	Size    int64
+	Buf     *native.Buffer // resident copy, nil when not resident
 	inRing  bool           // its tensors point into the slots
 }
 
@@ -91,28 +91,28 @@ type MemoryStats struct {
 type pager struct {
 	be      *native.Backend
 	budget  int64
-	specs   []weightSpec
+	specs   []WeightSpec
 	tensors []native.Tensor
-	groups  []*weightGroup
+	Groups  []*weightGroup
 	group   map[native.Tensor]int
 	stamps  map[string]fileStamp
 	scratch tensor.Scratch
 
 	ring    *native.Buffer // two slots of slot bytes each
 	slot    int64
-	slotHas [2]int // the group each slot holds, -1: none
-	largest int    // the largest group
+	SlotHas [2]int // the group each slot holds, -1: none
+	Largest int    // the largest group
 
-	// uses and needed are the graph's reads of groups and the groups it
+	// Uses and needed are the graph's reads of groups and the groups it
 	// reads, in node order (prepare finds them, run uses them).
-	uses   []use
+	Uses   []use
 	needed []int
 	// prepared is the graph prepare last saw: run refuses another, whose
 	// weights the allocator would have placed in the compute buffer.
 	prepared *native.Graph
 
 	stats    MemoryStats
-	resident int64
+	Resident int64
 	streamed map[int]bool
 }
 
@@ -145,7 +145,7 @@ func groupName(name string) (string, bool) {
 	part := ""
 	for _, in := range family.GenerateInputs() {
 		for _, p := range in.Parts {
-			if hasPrefix(name, p) && len(p) > len(part) {
+			if HasPrefix(name, p) && len(p) > len(part) {
 				part = p
 			}
 		}
@@ -160,34 +160,34 @@ func groupName(name string) (string, bool) {
 }
 
 // newPager groups the weights (tensors[i] holds specs[i]) and stamps their files.
-func newPager(be *native.Backend, specs []weightSpec, tensors []native.Tensor, budget int64) (*pager, error) {
+func newPager(be *native.Backend, specs []WeightSpec, tensors []native.Tensor, budget int64) (*pager, error) {
 	if err := native.CheckStreamLayout(); err != nil {
 		return nil, err
 	}
 	p := &pager{be: be, budget: budget, specs: specs, tensors: tensors, group: map[native.Tensor]int{},
-		stamps: map[string]fileStamp{}, slotHas: [2]int{-1, -1}, streamed: map[int]bool{}}
+		stamps: map[string]fileStamp{}, SlotHas: [2]int{-1, -1}, streamed: map[int]bool{}}
 	byName := map[string]int{}
 	for i := range specs {
 		name, block := groupName(specs[i].Name)
 		gi, ok := byName[name]
 		if !ok {
-			gi = len(p.groups)
+			gi = len(p.Groups)
 			byName[name] = gi
-			p.groups = append(p.groups, &weightGroup{name: name, block: block})
+			p.Groups = append(p.Groups, &weightGroup{Name: name, block: block})
 		}
-		g := p.groups[gi]
+		g := p.Groups[gi]
 		g.members = append(g.members, i)
-		g.offs = append(g.offs, g.size)
-		g.size += (tensors[i].Bytes() + streamAlign - 1) / streamAlign * streamAlign
+		g.offs = append(g.offs, g.Size)
+		g.Size += (tensors[i].Bytes() + streamAlign - 1) / streamAlign * streamAlign
 		p.group[tensors[i]] = gi
-		if err := p.stamp(specs[i].src.Tensor.File); err != nil {
+		if err := p.stamp(specs[i].Src.Tensor.File); err != nil {
 			return nil, err
 		}
 	}
-	for gi, g := range p.groups {
-		p.stats.Weights += g.size
-		if g.size > p.groups[p.largest].size {
-			p.largest = gi
+	for gi, g := range p.Groups {
+		p.stats.Weights += g.Size
+		if g.Size > p.Groups[p.Largest].Size {
+			p.Largest = gi
 		}
 	}
 	p.stats.Budget = budget
@@ -211,24 +211,24 @@ func (p *pager) stamp(path string) error {
 // buffer, which is known only then).
 func (p *pager) start() error {
 	if p.budget <= 0 {
-		for gi := range p.groups {
+		for gi := range p.Groups {
 			if err := p.load(gi); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if big := p.groups[p.largest]; p.stats.Weights > p.budget && 2*big.size > p.budget {
-		return &BudgetError{Budget: p.budget, Block: big.name, Bytes: big.size}
+	if big := p.Groups[p.Largest]; p.stats.Weights > p.budget && 2*big.Size > p.budget {
+		return &BudgetError{Budget: p.budget, Block: big.Name, Bytes: big.Size}
 	}
 	return nil
 }
 
 // free releases every buffer.
 func (p *pager) free() {
-	for _, g := range p.groups {
-		g.buf.Free()
-		g.buf = nil
+	for _, g := range p.Groups {
+		g.Buf.Free()
+		g.Buf = nil
 	}
 	p.ring.Free()
 	p.ring = nil
@@ -236,7 +236,7 @@ func (p *pager) free() {
 
 // unbind leaves a group's tensors without data.
 func (p *pager) unbind(gi int) {
-	g := p.groups[gi]
+	g := p.Groups[gi]
 	for _, i := range g.members {
 		p.tensors[i].Unbind()
 	}
@@ -249,13 +249,13 @@ func (p *pager) sizeRing(slot int64) error {
 	if p.ring != nil && p.slot == slot {
 		return nil
 	}
-	for gi, g := range p.groups {
+	for gi, g := range p.Groups {
 		if g.inRing {
 			p.unbind(gi)
 		}
 	}
 	p.ring.Free()
-	p.ring, p.slot, p.slotHas = nil, 0, [2]int{-1, -1}
+	p.ring, p.slot, p.SlotHas = nil, 0, [2]int{-1, -1}
 	ring, err := p.be.AllocBuffer(2 * slot)
 	if err != nil {
 		return err
@@ -266,10 +266,10 @@ func (p *pager) sizeRing(slot int64) error {
 
 // place points a group's tensors at a slot.
 func (p *pager) place(gi, slot int) error {
-	g := p.groups[gi]
+	g := p.Groups[gi]
 	for k, i := range g.members {
 		if err := p.tensors[i].Bind(p.ring, int64(slot)*p.slot+g.offs[k]); err != nil {
-			return fmt.Errorf("%s: tensor %q: %w", p.specs[i].src.Tensor.File, p.specs[i].src.Name, err)
+			return fmt.Errorf("%s: tensor %q: %w", p.specs[i].Src.Tensor.File, p.specs[i].Src.Name, err)
 		}
 	}
 	g.inRing = true
@@ -278,10 +278,10 @@ func (p *pager) place(gi, slot int) error {
 
 // load makes a group resident.
 func (p *pager) load(gi int) error {
-	g := p.groups[gi]
-	buf, err := p.be.AllocBuffer(g.size)
+	g := p.Groups[gi]
+	buf, err := p.be.AllocBuffer(g.Size)
 	if err != nil {
-		return fmt.Errorf("block %q: %w", g.name, err)
+		return fmt.Errorf("block %q: %w", g.Name, err)
 	}
 	if err := p.read(gi, buf.Host(), &p.scratch); err != nil {
 		buf.Free()
@@ -293,43 +293,43 @@ func (p *pager) load(gi int) error {
 			return err
 		}
 	}
-	g.buf, g.inRing = buf, false
-	p.resident += g.size
-	p.stats.Resident = max(p.stats.Resident, p.resident)
+	g.Buf, g.inRing = buf, false
+	p.Resident += g.Size
+	p.stats.Resident = max(p.stats.Resident, p.Resident)
 	return nil
 }
 
 // evict drops a resident group's copy, leaving its tensors without data
 // until a graph places them again.
 func (p *pager) evict(gi int) {
-	g := p.groups[gi]
-	if g.buf == nil {
+	g := p.Groups[gi]
+	if g.Buf == nil {
 		return
 	}
 	p.unbind(gi)
-	g.buf.Free()
-	g.buf = nil
-	p.resident -= g.size
+	g.Buf.Free()
+	g.Buf = nil
+	p.Resident -= g.Size
 }
 
 // release evicts every group and frees the slots (another model is about to run).
 func (p *pager) release() error {
-	for gi := range p.groups {
+	for gi := range p.Groups {
 		p.evict(gi)
 		p.unbind(gi)
 	}
 	p.ring.Free()
-	p.ring, p.slot, p.slotHas = nil, 0, [2]int{-1, -1}
+	p.ring, p.slot, p.SlotHas = nil, 0, [2]int{-1, -1}
 	return nil
 }
 
 // read reads a group's weights, in their held types, into dst (laid out
 // as the group is), checking first that their files are as loaded.
 func (p *pager) read(gi int, dst []byte, scratch *tensor.Scratch) error {
-	g := p.groups[gi]
+	g := p.Groups[gi]
 	for k, i := range g.members {
 		s := &p.specs[i]
-		if k == 0 || s.src.Tensor.File != p.specs[g.members[k-1]].src.Tensor.File {
+		if k == 0 || s.Src.Tensor.File != p.specs[g.members[k-1]].Src.Tensor.File {
 			if err := p.unchanged(s); err != nil {
 				return err
 			}
@@ -342,24 +342,24 @@ func (p *pager) read(gi int, dst []byte, scratch *tensor.Scratch) error {
 }
 
 // unchanged checks a weight's file has the size and time it had at load.
-func (p *pager) unchanged(s *weightSpec) error {
-	path := s.src.Tensor.File
+func (p *pager) unchanged(s *WeightSpec) error {
+	path := s.Src.Tensor.File
 	want, ok := p.stamps[path]
 	if !ok {
 		return nil
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("%s: tensor %q: %w", path, s.src.Name, err)
+		return fmt.Errorf("%s: tensor %q: %w", path, s.Src.Name, err)
 	}
 	if fi.Size() != want.size || !fi.ModTime().Equal(want.mod) {
-		return fmt.Errorf("%s: tensor %q: the file changed after the model was loaded (%d bytes then, %d now); load it again", path, s.src.Name, want.size, fi.Size())
+		return fmt.Errorf("%s: tensor %q: the file changed after the model was loaded (%d bytes then, %d now); load it again", path, s.Src.Name, want.size, fi.Size())
 	}
 	return nil
 }
 
 // use is one node reading a group.
-type use struct{ node, group int }
+type use struct{ node, Group int }
 
 // segment is a range of a graph's nodes and the streamed group they read (-1: none).
 type segment struct{ i0, i1, group int }
@@ -382,9 +382,9 @@ func (p *pager) prepare(gr *native.Graph, reorder bool) error {
 	var largest int64
 	missing := false
 	for _, gi := range p.needed {
-		g := p.groups[gi]
-		largest = max(largest, g.size)
-		missing = missing || g.buf == nil
+		g := p.Groups[gi]
+		largest = max(largest, g.Size)
+		missing = missing || g.Buf == nil
 	}
 	if !missing {
 		return nil
@@ -393,7 +393,7 @@ func (p *pager) prepare(gr *native.Graph, reorder bool) error {
 		return err
 	}
 	for _, gi := range p.needed {
-		if p.groups[gi].buf == nil {
+		if p.Groups[gi].Buf == nil {
 			if err := p.place(gi, 0); err != nil {
 				return err
 			}
@@ -412,11 +412,11 @@ func (p *pager) mayStream() bool { return 4*p.stats.Weights > p.budget }
 
 // walk finds the groups each node of the graph reads.
 func (p *pager) walk(gr *native.Graph) {
-	p.uses, p.needed = p.uses[:0], p.needed[:0]
+	p.Uses, p.needed = p.Uses[:0], p.needed[:0]
 	seen := map[int]bool{}
 	gr.Operands(func(node int, op native.Tensor) {
 		if gi, ok := p.group[op]; ok {
-			p.uses = append(p.uses, use{node, gi})
+			p.Uses = append(p.Uses, use{node, gi})
 			if !seen[gi] {
 				seen[gi] = true
 				p.needed = append(p.needed, gi)
@@ -456,43 +456,43 @@ func (p *pager) run(gr *native.Graph, compute int64) error {
 func (p *pager) settle(compute int64) error {
 	var missing, total int64
 	for _, gi := range p.needed {
-		total += p.groups[gi].size
-		if p.groups[gi].buf == nil {
-			missing += p.groups[gi].size
+		total += p.Groups[gi].Size
+		if p.Groups[gi].Buf == nil {
+			missing += p.Groups[gi].Size
 		}
 	}
 	if missing == 0 {
 		return nil
 	}
-	if p.budget <= 0 || p.resident+missing+compute <= p.budget || total+compute <= p.budget {
+	if p.budget <= 0 || p.Resident+missing+compute <= p.budget || total+compute <= p.budget {
 		return p.keepOnly(p.needed, compute)
 	}
 	room := p.budget - compute - 2*p.slot
 	if room < 0 {
 		big := p.needed[0]
 		for _, gi := range p.needed {
-			if p.groups[gi].size > p.groups[big].size {
+			if p.Groups[gi].Size > p.Groups[big].Size {
 				big = gi
 			}
 		}
-		return &BudgetError{Budget: p.budget, Block: p.groups[big].name, Bytes: p.slot, Compute: compute}
+		return &BudgetError{Budget: p.budget, Block: p.Groups[big].Name, Bytes: p.slot, Compute: compute}
 	}
 	order := slices.Clone(p.needed)
 	slices.SortStableFunc(order, func(a, b int) int {
-		ga, gb := p.groups[a], p.groups[b]
+		ga, gb := p.Groups[a], p.Groups[b]
 		if ga.block != gb.block {
 			if ga.block {
 				return 1
 			}
 			return -1
 		}
-		return int(ga.size - gb.size)
+		return int(ga.Size - gb.Size)
 	})
 	var keep []int
 	for _, gi := range order {
-		if g := p.groups[gi]; g.size <= room {
+		if g := p.Groups[gi]; g.Size <= room {
 			keep = append(keep, gi)
-			room -= g.size
+			room -= g.Size
 		}
 	}
 	return p.keepOnly(keep, compute)
@@ -504,19 +504,19 @@ func (p *pager) settle(compute int64) error {
 func (p *pager) keepOnly(keep []int, compute int64) error {
 	var missing int64
 	for _, gi := range keep {
-		if p.groups[gi].buf == nil {
-			missing += p.groups[gi].size
+		if p.Groups[gi].Buf == nil {
+			missing += p.Groups[gi].Size
 		}
 	}
-	if p.budget > 0 && p.resident+missing+compute > p.budget || len(keep) < len(p.needed) {
-		for gi := range p.groups {
+	if p.budget > 0 && p.Resident+missing+compute > p.budget || len(keep) < len(p.needed) {
+		for gi := range p.Groups {
 			if !slices.Contains(keep, gi) {
 				p.evict(gi)
 			}
 		}
 	}
 	for _, gi := range keep {
-		if p.groups[gi].buf == nil {
+		if p.Groups[gi].Buf == nil {
 			if err := p.load(gi); err != nil {
 				return err
 			}
@@ -531,21 +531,21 @@ func (p *pager) segments(n int) ([]segment, error) {
 	var out []segment
 	cur := segment{0, n, -1}
 	last := -1
-	for _, u := range p.uses {
-		if p.groups[u.group].buf != nil {
+	for _, u := range p.Uses {
+		if p.Groups[u.Group].Buf != nil {
 			continue
 		}
 		switch {
 		case cur.group == -1:
-			cur.group = u.group
-		case u.group != cur.group:
+			cur.group = u.Group
+		case u.Group != cur.group:
 			if u.node == last {
 				return nil, fmt.Errorf("blocks %q and %q are read by one operation: they cannot be streamed one after the other",
-					p.groups[cur.group].name, p.groups[u.group].name)
+					p.Groups[cur.group].Name, p.Groups[u.Group].Name)
 			}
 			cur.i1 = u.node
 			out = append(out, cur)
-			cur = segment{u.node, n, u.group}
+			cur = segment{u.node, n, u.Group}
 		}
 		last = u.node
 	}
@@ -564,7 +564,7 @@ func (p *pager) segments(n int) ([]segment, error) {
 func (p *pager) stream(gr *native.Graph, segs []segment) error {
 	p.stats.Slots = max(p.stats.Slots, 2*p.slot)
 	start := 0
-	if p.slotHas[1] == segs[0].group {
+	if p.SlotHas[1] == segs[0].group {
 		start = 1
 	}
 	done := make([]chan error, len(segs))
@@ -582,16 +582,16 @@ func (p *pager) stream(gr *native.Graph, segs []segment) error {
 		defer wg.Done()
 		scratch := &tensor.Scratch{}
 		fill := func(slot, group int) error {
-			if p.slotHas[slot] == group {
+			if p.SlotHas[slot] == group {
 				return nil
 			}
-			p.slotHas[slot] = -1
+			p.SlotHas[slot] = -1
 			host := p.ring.Host()[int64(slot)*p.slot : int64(slot+1)*p.slot]
 			if err := p.read(group, host, scratch); err != nil {
 				return err
 			}
-			p.slotHas[slot] = group
-			read += p.groups[group].size
+			p.SlotHas[slot] = group
+			read += p.Groups[group].Size
 			return nil
 		}
 		for k, s := range segs {
@@ -620,7 +620,7 @@ func (p *pager) stream(gr *native.Graph, segs []segment) error {
 	p.stats.Streamed += read
 	inGraph := map[int]bool{}
 	for _, s := range segs {
-		if inGraph[s.group] && p.groups[s.group].block {
+		if inGraph[s.group] && p.Groups[s.group].block {
 			p.stats.Reread++
 		}
 		inGraph[s.group] = true
@@ -651,7 +651,7 @@ func (p *pager) computeSegments(gr *native.Graph, segs []segment, start int, don
 			if errors.Is(err, native.ErrAborted) {
 				return err
 			}
-			return fmt.Errorf("block %q: %w", p.groups[s.group].name, err)
+			return fmt.Errorf("block %q: %w", p.Groups[s.group].Name, err)
 		}
 	}
 	return nil

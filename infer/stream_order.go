@@ -110,8 +110,8 @@ func (p *pager) blockOrder(inputs [][]int, alap, depth []int, consumed []bool) [
 func (p *pager) ranks(inputs, consumers [][]int, alap, depth []int, consumed []bool) []int {
 	n := len(inputs)
 	reads := make([][]int, n)
-	for _, u := range p.uses {
-		reads[u.node] = append(reads[u.node], u.group)
+	for _, u := range p.Uses {
+		reads[u.node] = append(reads[u.node], u.Group)
 	}
 	side := p.sideGroups(inputs, depth, consumed, reads)
 	groupRank := map[int]int{}

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package infer
+package infer_test
 
 import (
 	"errors"
@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/internal/inferutil"
 	"github.com/sdtool/sdtool/internal/longtest"
 
 	"github.com/sdtool/sdtool/internal/synth"
@@ -18,11 +20,11 @@ import (
 
 // groupSizes returns the largest group of a loaded model and the size of
 // the diffusion network's weights.
-func groupSizes(m *Model) (largest, network int64) {
-	for _, g := range m.w.p.groups {
-		if hasPrefix(g.name, "model.diffusion_model") {
-			network += g.size
-			largest = max(largest, g.size)
+func groupSizes(m *infer.Model) (largest, network int64) {
+	for _, g := range m.W.P.Groups {
+		if infer.HasPrefix(g.Name, "model.diffusion_model") {
+			network += g.Size
+			largest = max(largest, g.Size)
 		}
 	}
 	return largest, network
@@ -31,7 +33,7 @@ func groupSizes(m *Model) (largest, network int64) {
 // netRun is one evaluation of a model's network on a prompt, as a sampling step makes it.
 type netRun struct {
 	path string
-	in   netInput
+	in   infer.NetInput
 }
 
 // deepFlux writes TinyFlux with more blocks and T5 layers (the tiny
@@ -51,28 +53,28 @@ func deepFlux(t *testing.T) string {
 	return path
 }
 
-func (r netRun) eval(t *testing.T, m *Model) []float32 {
+func (r netRun) eval(t *testing.T, m *infer.Model) []float32 {
 	t.Helper()
 	return r.evalN(t, m, 1, nil)[0]
 }
 
 // evalN encodes the prompt once and runs the network n times, calling
 // after (when not nil) after each run.
-func (r netRun) evalN(t *testing.T, m *Model, n int, after func(run int)) [][]float32 {
+func (r netRun) evalN(t *testing.T, m *infer.Model, n int, after func(run int)) [][]float32 {
 	t.Helper()
 	cond, err := m.Encode("a cat", 64, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := r.in
-	in.cond = cond
-	in.x = make([]float32, in.w*in.h*m.net.channels())
-	for i := range in.x {
-		in.x[i] = float32(i%7) - 3
+	in.Cond = cond
+	in.X = make([]float32, in.W*in.H*m.Net.Channels())
+	for i := range in.X {
+		in.X[i] = float32(i%7) - 3
 	}
 	var outs [][]float32
 	for range n {
-		out, err := m.runNet(&in, nil)
+		out, err := m.RunNet(&in, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,9 +87,9 @@ func (r netRun) evalN(t *testing.T, m *Model, n int, after func(run int)) [][]fl
 }
 
 var netRuns = []netRun{
-	{"../testdata/tiny-sd1.gguf", netInput{w: 8, h: 8, t: 500}},
-	{"../testdata/tiny-sdxl.gguf", netInput{w: 8, h: 8, t: 500}},
-	{"deep-flux.gguf", netInput{w: 4, h: 4, t: 0.5, guidance: 3.5}},
+	{"../testdata/tiny-sd1.gguf", infer.NetInput{W: 8, H: 8, T: 500}},
+	{"../testdata/tiny-sdxl.gguf", infer.NetInput{W: 8, H: 8, T: 500}},
+	{"deep-flux.gguf", infer.NetInput{W: 4, H: 4, T: 0.5, Guidance: 3.5}},
 }
 
 // A network run within a budget that holds only part of its weights gives
@@ -101,10 +103,10 @@ func TestStreamedMatchesResident(t *testing.T) {
 			if r.path == "deep-flux.gguf" {
 				r.path = deepFlux(t)
 			}
-			want := r.eval(t, loadTiny(t, r.path))
+			want := r.eval(t, inferutil.LoadTiny(t, r.path))
 			// A budget larger than the model: every weight resident, the
 			// graphs in the order streaming gives them.
-			whole, err := Load(Components{"model": r.path}, LoadOptions{Threads: 1, MaxMemory: 1 << 40})
+			whole, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: 1 << 40})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,9 +118,9 @@ func TestStreamedMatchesResident(t *testing.T) {
 				t.Errorf("with a large budget: %+v, want the weights read resident and none streamed", st)
 			}
 			largest, network := groupSizes(whole)
-			compute := whole.alloc.Size()
+			compute := whole.Alloc.Size()
 			for i, budget := range []int64{2*largest + compute, compute + largest + network/2} {
-				m, err := Load(Components{"model": r.path}, LoadOptions{Threads: 1, MaxMemory: budget})
+				m, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: budget})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -126,16 +128,16 @@ func TestStreamedMatchesResident(t *testing.T) {
 				// Twice at the least budget: each run reads the first
 				// streamed block ahead for the next, which starts from it.
 				outs := r.evalN(t, m, 2-i, func(run int) {
-					p := m.w.p
+					p := m.W.P
 					first := -1
-					for _, u := range p.uses {
-						if p.groups[u.group].buf == nil {
-							first = u.group
+					for _, u := range p.Uses {
+						if p.Groups[u.Group].Buf == nil {
+							first = u.Group
 							break
 						}
 					}
-					if first >= 0 && !slices.Contains(p.slotHas[:], first) {
-						t.Errorf("budget %d, run %d: the slots hold %v, not the first streamed block %d", budget, run, p.slotHas, first)
+					if first >= 0 && !slices.Contains(p.SlotHas[:], first) {
+						t.Errorf("budget %d, run %d: the slots hold %v, not the first streamed block %d", budget, run, p.SlotHas, first)
 					}
 				})
 				for run, got := range outs {
@@ -147,12 +149,12 @@ func TestStreamedMatchesResident(t *testing.T) {
 				if st.Streamed == 0 || st.StreamedGroups == 0 || st.Reread != 0 {
 					t.Errorf("budget %d (network %d, largest block %d): %+v, want blocks streamed, each once per graph", budget, network, largest, st)
 				}
-				if m.w.p.resident+st.Slots+st.Compute > budget {
-					t.Errorf("budget %d: %d resident + %d slots + %d compute", budget, m.w.p.resident, st.Slots, st.Compute)
+				if m.W.P.Resident+st.Slots+st.Compute > budget {
+					t.Errorf("budget %d: %d resident + %d slots + %d compute", budget, m.W.P.Resident, st.Slots, st.Compute)
 				}
-				for _, g := range m.w.p.groups {
-					if g.buf != nil && !hasPrefix(g.name, "model.diffusion_model") {
-						t.Errorf("budget %d: %s is still resident while the network runs", budget, g.name)
+				for _, g := range m.W.P.Groups {
+					if g.Buf != nil && !infer.HasPrefix(g.Name, "model.diffusion_model") {
+						t.Errorf("budget %d: %s is still resident while the network runs", budget, g.Name)
 					}
 				}
 			}
@@ -163,10 +165,10 @@ func TestStreamedMatchesResident(t *testing.T) {
 // A budget that cannot hold two of the largest block is refused at load,
 // naming the block and the size needed.
 func TestStreamBudgetTooSmall(t *testing.T) {
-	m := loadTiny(t, "../testdata/tiny-flux.gguf")
-	name, largest := m.w.p.groups[m.w.p.largest].name, m.w.p.groups[m.w.p.largest].size
-	_, err := Load(Components{"model": "../testdata/tiny-flux.gguf"}, LoadOptions{Threads: 1, MaxMemory: largest})
-	var be *BudgetError
+	m := inferutil.LoadTiny(t, "../testdata/tiny-flux.gguf")
+	name, largest := m.W.P.Groups[m.W.P.Largest].Name, m.W.P.Groups[m.W.P.Largest].Size
+	_, err := infer.Load(infer.Components{"model": "../testdata/tiny-flux.gguf"}, infer.LoadOptions{Threads: 1, MaxMemory: largest})
+	var be *infer.BudgetError
 	if !errors.As(err, &be) || be.Block != name || be.Bytes != largest {
 		t.Fatalf("Load with a budget of one block: %v, want a BudgetError naming %q of %d bytes", err, name, largest)
 	}
@@ -183,10 +185,10 @@ func TestStreamFileChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole := loadTiny(t, r.path)
+	whole := inferutil.LoadTiny(t, r.path)
 	r.eval(t, whole)
 	largest, _ := groupSizes(whole)
-	budget := 2*largest + whole.alloc.Size()
+	budget := 2*largest + whole.Alloc.Size()
 	for _, change := range []struct {
 		name string
 		do   func(path string) error
@@ -199,7 +201,7 @@ func TestStreamFileChanged(t *testing.T) {
 			if err := os.WriteFile(path, data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			m, err := Load(Components{"model": path}, LoadOptions{Threads: 1, MaxMemory: budget})
+			m, err := infer.Load(infer.Components{"model": path}, infer.LoadOptions{Threads: 1, MaxMemory: budget})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,20 +221,20 @@ func TestStreamFileChanged(t *testing.T) {
 // conditions exactly as with every layer resident, each layer read once.
 func TestStreamedTextEncoder(t *testing.T) {
 	path := deepFlux(t)
-	whole := loadTiny(t, path)
+	whole := inferutil.LoadTiny(t, path)
 	want, err := whole.Encode("a cat", 64, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var largest, t5 int64
-	for _, g := range whole.w.p.groups {
-		if hasPrefix(g.name, "text_encoders.t5xxl") {
-			t5 += g.size
-			largest = max(largest, g.size)
+	for _, g := range whole.W.P.Groups {
+		if infer.HasPrefix(g.Name, "text_encoders.t5xxl") {
+			t5 += g.Size
+			largest = max(largest, g.Size)
 		}
 	}
-	budget := whole.alloc.Size() + 2*largest + (t5-2*largest)/3
-	m, err := Load(Components{"model": path}, LoadOptions{Threads: 1, MaxMemory: budget})
+	budget := whole.Alloc.Size() + 2*largest + (t5-2*largest)/3
+	m, err := infer.Load(infer.Components{"model": path}, infer.LoadOptions{Threads: 1, MaxMemory: budget})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ func (m *Model) DecodeVideo(latent []float32, w, h, frames int) ([]float32, int,
 	if frames <= 0 || w <= 0 || h <= 0 || len(latent)%(frames*w*h) != 0 {
 		return nil, 0, fmt.Errorf("%s: a latent video of %d values is not %d frames of %dx%d", m.Path, len(latent), frames, w, h)
 	}
-	if k := vaeKinds[m.Config.VAE.Kind]; k.decodeVideo != nil {
-		return k.decodeVideo(m, latent, w, h, frames)
+	if k := vaeKinds[m.Config.VAE.Kind]; k.DecodeVideo != nil {
+		return k.DecodeVideo(m, latent, w, h, frames)
 	}
 	c, cell := len(latent)/(frames*w*h), w*h
 	frame := make([]float32, c*cell)

@@ -11,8 +11,8 @@ func (m *Model) EncodeVideo(pixels []float32, w, h, n int) ([]float32, int, erro
 	if n <= 0 || w <= 0 || h <= 0 || len(pixels) != 3*n*w*h {
 		return nil, 0, fmt.Errorf("%s: %d pixel values are not %d frames of %dx%d", m.Path, len(pixels), n, w, h)
 	}
-	if k := vaeKinds[m.Config.VAE.Kind]; k.encodeVideo != nil {
-		return k.encodeVideo(m, pixels, w, h, n)
+	if k := vaeKinds[m.Config.VAE.Kind]; k.EncodeVideo != nil {
+		return k.EncodeVideo(m, pixels, w, h, n)
 	}
 	var lat [][]float32
 	for f := range n {
@@ -22,11 +22,11 @@ func (m *Model) EncodeVideo(pixels []float32, w, h, n int) ([]float32, int, erro
 		}
 		lat = append(lat, z)
 	}
-	return channelsMajor(lat, m.Config.VAE.ZChannels), n, nil
+	return ChannelsMajor(lat, m.Config.VAE.ZChannels), n, nil
 }
 
-// channelsMajor joins latent frames [C, h, w] into a video [C, frames, h, w].
-func channelsMajor(frames [][]float32, c int) []float32 {
+// ChannelsMajor joins latent frames [C, h, w] into a video [C, frames, h, w].
+func ChannelsMajor(frames [][]float32, c int) []float32 {
 	cell := len(frames[0]) / c
 	out := make([]float32, len(frames)*len(frames[0]))
 	for f, z := range frames {

@@ -64,15 +64,15 @@ var gathered = []string{"token_embedding.weight", "position_embedding.weight"}
 
 // runtimeModule types a ComfyUI module's weight the way runtime rt holds
 // it; for an INT8 module it returns the spec of the module's scales too.
-func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
-	s := ws.src
-	if s.Module == nil || s.Module.Unsupported || s.Err() != nil || ws.transpose || len(ws.Shape) != 2 ||
+func runtimeModule(ws *WeightSpec, rt string) (WeightSpec, bool) {
+	s := ws.Src
+	if s.Module == nil || s.Module.Unsupported || s.Err() != nil || ws.Transpose || len(ws.Shape) != 2 ||
 		!strings.HasSuffix(ws.Name, ".weight") {
-		return weightSpec{}, false
+		return WeightSpec{}, false
 	}
 	for _, suf := range gathered {
 		if strings.HasSuffix(ws.Name, suf) {
-			return weightSpec{}, false
+			return WeightSpec{}, false
 		}
 	}
 	mod := s.Module
@@ -83,11 +83,11 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 			group = mod.Config.GroupSize
 		}
 		if group > native.MaxW8A8Group || (group > 0 && ws.Shape[1]%int64(group) != 0) {
-			return weightSpec{}, false // the float product, as decoded
+			return WeightSpec{}, false // the float product, as decoded
 		}
 		ws.Type, ws.w8a8, ws.group = formats.I8, true, group
-		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
-			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
+		scale := WeightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
+			Shape: []int64{ws.Shape[0]}, Component: ws.Component, Src: s, model: ws.model, scaleOf: mod}
 		return scale, true
 	case mod.Config.Format == comfyquant.FormatW4A8 && rt == RuntimeComfyUI && mod.Correction.Name == "" &&
 		!mod.Config.FullPrecisionMatMul && mod.Config.GroupSize <= native.MaxW8A8Group:
@@ -95,8 +95,8 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 		// INT8 convrot product with the channel scales (comfy-kitchen's
 		// w4a8_int8_linear): the W8A8 path above, codes built on load.
 		ws.Type, ws.w8a8, ws.group = formats.I8, true, mod.Config.GroupSize
-		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
-			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
+		scale := WeightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
+			Shape: []int64{ws.Shape[0]}, Component: ws.Component, Src: s, model: ws.model, scaleOf: mod}
 		return scale, true
 	case mod.Config.Format == comfyquant.FormatW4A4 && rt == RuntimeComfyUI && !mod.Config.FullPrecisionMatMul &&
 		mod.Config.GroupSize <= native.MaxW8A8Group:
@@ -104,18 +104,18 @@ func runtimeModule(ws *weightSpec, rt string) (weightSpec, bool) {
 		// row, quantizes it to int4 (absmax/7) and multiplies the int4 codes
 		// exactly: the W8A8 product with codes in ±7 on both sides.
 		ws.Type, ws.w8a8, ws.group, ws.actLevels = formats.I8, true, mod.Config.GroupSize, convrot.Int4Max
-		scale := weightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
-			Shape: []int64{ws.Shape[0]}, Component: ws.Component, src: s, model: ws.model, scaleOf: mod}
+		scale := WeightSpec{Name: strings.TrimSuffix(ws.Name, ".weight") + ".weight_scale", Type: formats.F32,
+			Shape: []int64{ws.Shape[0]}, Component: ws.Component, Src: s, model: ws.model, scaleOf: mod}
 		return scale, true
 	case (mod.Config.Format == comfyquant.FormatFP8E4M3 || mod.Config.Format == comfyquant.FormatFP8E5M2) && FP8ScaleIgnored(rt):
 		ws.unscaledFP8 = true
 	}
-	return weightSpec{}, false
+	return WeightSpec{}, false
 }
 
 // streamScale writes an INT8 module's row scales as F32 [out]; a
 // tensor-wise scale is repeated for every row.
-func (w *weightSpec) streamScale(put func(data []byte, off int64) error) error {
+func (w *WeightSpec) streamScale(put func(data []byte, off int64) error) error {
 	mod := w.scaleOf
 	st := mod.Scale
 	if mod.Config.Format == comfyquant.FormatW4A8 {
@@ -150,8 +150,8 @@ func (w *weightSpec) streamScale(put func(data []byte, off int64) error) error {
 }
 
 // streamUnscaled writes an FP8 module's codes as F16 without its scale.
-func (w *weightSpec) streamUnscaled(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
-	t := &w.src.Module.Weight
+func (w *WeightSpec) streamUnscaled(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
+	t := &w.Src.Module.Weight
 	dec, err := quant.Decoder(t.Type)
 	if err != nil {
 		return fmt.Errorf("%s: tensor %q: %w", w.model.Path(), t.Name, err)
@@ -189,41 +189,41 @@ type actKey struct {
 // linearW8A8 applies the INT8 module prefix to x [in, L, ...] as W8A8; the
 // quantized activation is shared by every module that reads x with the
 // same group (attention's q, k and v), as stable-diffusion.cpp shares it.
-func (g *builder) linearW8A8(x native.Tensor, prefix string, group int) native.Tensor {
-	w := g.weight(prefix + ".weight")
-	scale := g.weight(prefix + ".weight_scale")
+func (g *Builder) linearW8A8(x native.Tensor, prefix string, group int) native.Tensor {
+	w := g.Weight(prefix + ".weight")
+	scale := g.Weight(prefix + ".weight_scale")
 	var bias native.Tensor
-	if g.has(prefix + ".bias") {
-		bias = g.weight(prefix + ".bias")
+	if g.Has(prefix + ".bias") {
+		bias = g.Weight(prefix + ".bias")
 	}
 	if x.Type() != formats.F32 {
-		x = g.c.Cast(x, formats.F32)
+		x = g.C.Cast(x, formats.F32)
 	}
 	if !x.Contiguous() {
-		x = g.c.Cont(x)
+		x = g.C.Cont(x)
 	}
-	levels := g.w.actLevels[prefix+".weight"]
+	levels := g.W.actLevels[prefix+".weight"]
 	key := actKey{x, group, levels}
 	xq, ok := g.acts[key]
 	if !ok {
 		if levels != 0 {
-			xq = g.c.QuantizeActivationsLevels(x, group, levels)
+			xq = g.C.QuantizeActivationsLevels(x, group, levels)
 		} else {
-			xq = g.c.QuantizeActivations(x, group)
+			xq = g.C.QuantizeActivations(x, group)
 		}
 		if g.acts == nil {
 			g.acts = map[actKey]native.Tensor{}
 		}
 		g.acts[key] = xq
 	}
-	return g.c.MulMatI8(w, xq, scale, bias)
+	return g.C.MulMatI8(w, xq, scale, bias)
 }
 
 // streamInt4 writes a packed 4-bit module's weight as the INT8 codes
 // ComfyUI multiplies ([out, in], one byte each), in chunks of rows: the
 // signed nibbles of convrot_w4a4, the widened grid of asym_w4a8_int8.
-func (w *weightSpec) streamInt4(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
-	mod := w.src.Module
+func (w *WeightSpec) streamInt4(scratch *tensor.Scratch, put func(data []byte, off int64) error) error {
+	mod := w.Src.Module
 	out, in := w.Shape[0], w.Shape[1]
 	gs := int64(mod.Config.QuantGroupSize)
 	var sRel []byte

@@ -20,6 +20,7 @@ import (
 	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
+	_ "github.com/sdtool/sdtool/infer/families" // every family generate runs registers itself
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/infer/pngtext"
 	"github.com/sdtool/sdtool/internal/procmem"

@@ -1,0 +1,37 @@
+//go:build cgo
+
+package flux
+
+import (
+	"testing"
+
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/internal/inferutil"
+	"github.com/sdtool/sdtool/internal/synth"
+)
+
+// TestFamilyPromptsMatchSDCLI runs inferutil.PromptParity's three cases (a
+// weighted prompt, a weighted negative prompt, img2img) against sd-cli for
+// Flux.2 klein, Flux and Chroma, through the family's own parity harness.
+func TestFamilyPromptsMatchSDCLI(t *testing.T) {
+	t.Run("klein", func(t *testing.T) {
+		bin, c := kleinSDCLI(t, synth.KleinParity)
+		r := kleinParityRun{Parts: kleinParityModel(t, c, "klein-parity"), Prompt: "a lovely cat", Size: 64, Steps: 2, Seed: 42, Threads: 2}
+		comps := infer.Components{"diffusion-model": r.Parts["diffusion-model"], "llm": r.Parts["llm"], "vae": r.Parts["vae"]}
+		inferutil.PromptParity{Bin: bin, Args: r.sdcliArgs, Comps: comps, Opt: infer.LoadOptions{Threads: r.Threads}, Req: r.request(t),
+			Weighted: inferutil.WeightedWords, Negative: inferutil.NegativeWords, CFG: 3}.Run(t, r.Size)
+	})
+	t.Run("flux", func(t *testing.T) {
+		bin := inferutil.SDCLIBinary(t)
+		r := fluxParityRun{Parts: fluxParityModel(t, synth.FluxParity, "flux-parity", true), Prompt: " ", Size: 64, Steps: 2, Seed: 42, Guidance: 3.5, Threads: 2}
+		inferutil.PromptParity{Bin: bin, Args: r.sdcliArgs, Comps: r.components(), Opt: infer.LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"clip": inferutil.SharedCLIPMerges}},
+			Req: r.request(), Weighted: inferutil.WeightedSpaces, Negative: inferutil.NegativeSpaces, CFG: 2}.Run(t, r.Size)
+	})
+	t.Run("chroma", func(t *testing.T) {
+		bin := inferutil.ChromaSDCLI(t)
+		r := chromaParityRun(t)
+		r.Size = 64
+		inferutil.PromptParity{Bin: bin, Args: r.sdcliArgs, Comps: r.components(), Opt: infer.LoadOptions{Threads: r.Threads}, Req: r.request(),
+			Weighted: inferutil.WeightedSpaces, Negative: inferutil.NegativeSpaces, CFG: r.cfg()}.Run(t, r.Size)
+	})
+}

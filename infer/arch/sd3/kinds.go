@@ -1,0 +1,9 @@
+package sd3
+
+// The text encoder and VAE kinds this package's family entries name, registered
+// by importing them, so that loading one of its models finds them.
+import (
+	_ "github.com/sdtool/sdtool/infer/encoder/clip"
+	_ "github.com/sdtool/sdtool/infer/encoder/t5"
+	_ "github.com/sdtool/sdtool/infer/vae/kl"
+)

@@ -1,0 +1,137 @@
+package wan
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sdtool/sdtool/infer"
+	"github.com/sdtool/sdtool/infer/arch/flux"
+	"github.com/sdtool/sdtool/native"
+)
+
+// The Wan 2.1/2.2 video DiT on ggml (tokens are [C, L], L = frames·rows·
+// cols patches, frame-major): a 3-D patch embedding, blocks of self-
+// attention with a 3-D rotary embedding, cross-attention to the UMT5
+// tokens and a feed-forward, each modulated by six vectors from the time
+// embedding plus the block's own modulation table, and a modulated head,
+// computed as sd.cpp's wan.hpp does.
+
+// wanRoPE returns the rotary embedding's cos and sin [d/2, L] for a
+// frames×rows×cols grid of patches at positions (frame, row, column): pair
+// j of axis a (width axes[a]) turns by pos·theta^(-2j/axes[a]), in float32
+// as sd.cpp computes it.
+func wanRoPE(axes []int, theta float32, frames, rows, cols int) (cos, sin []float32) {
+	var omega []float32
+	var axisOf []int
+	for ai, a := range axes {
+		n := a / 2
+		end := (float32(a) - 2) / float32(a)
+		step := float32(0)
+		if n > 1 {
+			step = end / float32(n-1)
+		}
+		for j := 0; j < n; j++ {
+			omega = append(omega, 1/float32(math.Pow(float64(theta), float64(float32(j)*step))))
+			axisOf = append(axisOf, ai)
+		}
+	}
+	half := len(omega)
+	l := frames * rows * cols
+	cos, sin = make([]float32, l*half), make([]float32, l*half)
+	for t := 0; t < l; t++ {
+		pos := [3]float32{float32(t / (rows * cols)), float32(t / cols % rows), float32(t % cols)}
+		for k := 0; k < half; k++ {
+			angle := pos[axisOf[k]] * omega[k]
+			cos[t*half+k] = float32(math.Cos(float64(angle)))
+			sin[t*half+k] = float32(math.Sin(float64(angle)))
+		}
+	}
+	return cos, sin
+}
+
+// wanChunks views m [h, n] as its n columns [h] (the modulation's shift, scale, gate, ...).
+func wanChunks(g *infer.Builder, m native.Tensor, n int) []native.Tensor {
+	h, nb := m.Ne()[0], m.Nb()
+	if m.Ne()[1] != int64(n) {
+		panic(&native.ShapeError{Msg: fmt.Sprintf("wan: modulation of %d vectors, want %d", m.Ne()[1], n)})
+	}
+	out := make([]native.Tensor, n)
+	for i := range out {
+		out[i] = g.C.View(m, [4]int64{h, 1, 1, 1}, nb[1], nb[1], nb[1], int64(i)*nb[1])
+	}
+	return out
+}
+
+// wanRMS is an RMS norm over the whole width with prefix's scale.
+func wanRMS(g *infer.Builder, x native.Tensor, prefix string) native.Tensor {
+	return g.C.Mul(g.C.RMSNorm(x, wanEps), g.Weight(prefix+".weight"))
+}
+
+// wanSelfAttn is a block's self-attention over the patch tokens y [h, L].
+func wanSelfAttn(g *infer.Builder, cfg *WanConfig, p string, y, cos, sin native.Tensor) native.Tensor {
+	d, heads, l := int64(cfg.HeadDim), int64(cfg.Heads), y.Ne()[1]
+	q := wanRMS(g, g.Linear(y, p+"q"), p+"norm_q")
+	k := wanRMS(g, g.Linear(y, p+"k"), p+"norm_k")
+	v := g.Linear(y, p+"v")
+	a := flux.FluxAttention(g.C, g.C.Reshape(q, d, heads, l), g.C.Reshape(k, d, heads, l), g.C.Reshape(v, d, heads, l), cos, sin)
+	return g.Linear(a, p+"o")
+}
+
+// wanCrossAttn is a block's cross-attention from x [h, L] to the embedded text tokens ctx [h, Lc].
+func wanCrossAttn(g *infer.Builder, cfg *WanConfig, p string, x, ctx native.Tensor) native.Tensor {
+	q := wanRMS(g, g.Linear(x, p+"q"), p+"norm_q")
+	k := wanRMS(g, g.Linear(ctx, p+"k"), p+"norm_k")
+	v := g.Linear(ctx, p+"v")
+	return g.Linear(infer.Attention(g.C, q, k, v, cfg.Heads, false), p+"o")
+}
+
+// wanBlock is blocks.i: x [h, L], e0 [h, 6] the projected time embedding,
+// ctx [h, Lc] the embedded text tokens.
+func wanBlock(g *infer.Builder, cfg *WanConfig, p string, x, e0, ctx, cos, sin native.Tensor) native.Tensor {
+	es := wanChunks(g, g.C.Add(e0, g.C.Reshape(g.Weight(p+"modulation"), int64(cfg.Hidden), 6)), 6)
+	y := wanModNorm(g, x, es[0], es[1])
+	x = g.C.Add(x, g.C.Mul(wanSelfAttn(g, cfg, p+"self_attn.", y, cos, sin), es[2]))
+	n3 := x
+	if cfg.CrossNorm {
+		n3 = g.LayerNorm(x, p+"norm3", wanEps)
+	}
+	x = g.C.Add(x, wanCrossAttn(g, cfg, p+"cross_attn.", n3, ctx))
+	y = wanModNorm(g, x, es[3], es[4])
+	y = g.Linear(g.C.GELU(g.Linear(y, p+"ffn.0")), p+"ffn.2")
+	return g.C.Add(x, g.C.Mul(y, es[5]))
+}
+
+// wanModNorm is the affine-free layer norm of x modulated by shift and scale.
+func wanModNorm(g *infer.Builder, x, shift, scale native.Tensor) native.Tensor {
+	return flux.FluxModulate(g, g.C.Norm(x, wanEps), shift, scale)
+}
+
+// wan builds one evaluation of the DiT: img [C·ph·pw, L] patch tokens
+// (feature c·ph·pw + row·pw + col, tokens frame-major), txt [TextDim, Lc]
+// the UMT5 tokens, t [1] the timestep (sigma·1000), cos and sin [d/2, L]
+// the rotary embedding. It returns the head's tokens [ph·pw·C, L] (feature
+// (row·pw + col)·C + c) and, with capture, every block's output.
+func wan(g *infer.Builder, cfg *WanConfig, img, txt, t, cos, sin native.Tensor, capture bool) (native.Tensor, []infer.BlockTensor) {
+	p := cfg.Prefix
+	h := int64(cfg.Hidden)
+	var blocks []infer.BlockTensor
+	pw := g.Weight(p + "patch_embedding.weight")
+	ne := pw.Ne()
+	x := g.C.MulMat(g.C.Reshape(pw, ne[0]*ne[1]*ne[2]*ne[3]/h, h), img)
+	if g.Has(p + "patch_embedding.bias") {
+		x = g.C.Add(x, g.Weight(p+"patch_embedding.bias"))
+	}
+	e := g.Linear(g.C.SiLU(g.Linear(g.C.TimestepEmbedding(t, cfg.FreqDim, 10000), p+"time_embedding.0")), p+"time_embedding.2")
+	e = g.C.Reshape(e, h, 1)
+	e0 := g.C.Reshape(g.Linear(g.C.SiLU(e), p+"time_projection.1"), h, 6)
+	ctx := g.Linear(g.C.GELU(g.Linear(txt, p+"text_embedding.0")), p+"text_embedding.2")
+	for i := 0; i < cfg.Blocks; i++ {
+		x = wanBlock(g, cfg, fmt.Sprintf("%sblocks.%d.", p, i), x, e0, ctx, cos, sin)
+		if capture {
+			blocks = append(blocks, infer.BlockTensor{Name: fmt.Sprintf("blocks.%d", i), T: g.Output(g.C.Cont(x))})
+		}
+	}
+	es := wanChunks(g, g.C.Add(g.C.Reshape(g.Weight(p+"head.modulation"), h, 2), e), 2)
+	x = wanModNorm(g, x, es[0], es[1])
+	return g.Linear(x, p+"head.head"), blocks
+}
