@@ -861,23 +861,8 @@ func (m *Model) settleHighNoise(req *Request) error {
 // generate is Generate without the interrupt within a step (interrupt.go).
 func (m *Model) generate(req Request) (*Result, error) {
 	fam := m.Family
-	if err := m.settleHighNoise(&req); err != nil {
+	if err := m.prepare(&req); err != nil {
 		return nil, err
-	}
-	if req.Method == "" {
-		req.Method = fam.Defaults.Method
-	}
-	if req.Scheduler == "" {
-		req.Scheduler = fam.Defaults.Scheduler
-	}
-	if err := req.check(); err != nil {
-		return nil, err
-	}
-	if w, h, mult := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {
-		if req.Init != nil {
-			return nil, fmt.Errorf("init image of %dx%d: width and height must be multiples of %d for this model", req.Width, req.Height, mult)
-		}
-		req.Width, req.Height = w, h // sd-cli's alignment (AlignSize); the caller says so
 	}
 	res := &Result{Width: req.Width, Height: req.Height}
 	t0 := time.Now()
@@ -928,39 +913,85 @@ func (m *Model) generate(req Request) (*Result, error) {
 		d.capture = &res.Blocks
 	}
 	t1 := time.Now()
-	if err := req.interrupted(0, len(sigmas)-1); err != nil {
+	if err := m.sample(d, &req, x, sigmas, noise); err != nil {
 		return nil, err
 	}
+	pred.InverseNoise(x, sigmas[len(sigmas)-1])
+	res.Timings.Sampling = time.Since(t1)
+	res.Timings.Steps = len(sigmas) - 1
+	res.Latent = x
+	if err := m.decode(res, x, lw, lh, lf); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// prepare settles req: the high-noise expert's share, the family's sampler
+// and schedule where none is given, the checks, and the size aligned as
+// sd-cli aligns it (an init image must already be).
+func (m *Model) prepare(req *Request) error {
+	fam := m.Family
+	if err := m.settleHighNoise(req); err != nil {
+		return err
+	}
+	if req.Method == "" {
+		req.Method = fam.Defaults.Method
+	}
+	if req.Scheduler == "" {
+		req.Scheduler = fam.Defaults.Scheduler
+	}
+	if err := req.check(); err != nil {
+		return err
+	}
+	if w, h, mult := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {
+		if req.Init != nil {
+			return fmt.Errorf("init image of %dx%d: width and height must be multiples of %d for this model", req.Width, req.Height, mult)
+		}
+		req.Width, req.Height = w, h // sd-cli's alignment (AlignSize); the caller says so
+	}
+	return nil
+}
+
+// sample runs the sampler over sigmas on x, stage after stage (the
+// high-noise expert first), reporting steps and stopping when req's
+// context is cancelled.
+func (m *Model) sample(d *guidedDenoiser, req *Request, x []float32, sigmas []float32, noise NoiseSource) error {
+	if err := req.interrupted(0, len(sigmas)-1); err != nil {
+		return err
+	}
 	done := 0
-	for _, st := range m.Stages(&req, sigmas) {
+	for _, st := range m.Stages(req, sigmas) {
 		d.net, d.cfgScale = st.Net, st.cfgScale
-		err = SamplePrediction(st.method, pred, d.denoise, x, st.Sigmas, noise, func(step, _ int, sigma float32, _ []float32) error {
+		err := SamplePrediction(st.method, d.pred, d.denoise, x, st.Sigmas, noise, func(step, _ int, sigma float32, _ []float32) error {
 			if req.OnStep != nil {
 				req.OnStep(done+step, len(sigmas)-1)
 			}
 			return req.interrupted(done+step, len(sigmas)-1)
 		})
 		if d.err != nil {
-			return nil, d.err
+			return d.err
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		done += len(st.Sigmas) - 1
 	}
-	pred.InverseNoise(x, sigmas[len(sigmas)-1])
-	res.Timings.Sampling = time.Since(t1)
-	res.Timings.Steps = len(sigmas) - 1
-	res.Latent = x
+	return nil
+}
+
+// decode decodes the latent x into res's pixels (a video's frames when lf
+// is not 0) and counts their NaN values.
+func (m *Model) decode(res *Result, x []float32, lw, lh, lf int) error {
 	t2 := time.Now()
 	res.Frames = 1
+	var err error
 	if lf > 0 {
 		res.Pixels, res.Frames, err = m.DecodeVideo(x, lw, lh, lf)
 	} else {
 		res.Pixels, err = m.DecodeLatent(x, lw, lh)
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.Timings.Decode = time.Since(t2)
 	for _, v := range res.Pixels {
@@ -968,5 +999,5 @@ func (m *Model) generate(req Request) (*Result, error) {
 			res.NaNPixels++
 		}
 	}
-	return res, nil
+	return nil
 }

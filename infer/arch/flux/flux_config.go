@@ -133,8 +133,20 @@ func detectFluxLayout(s infer.Shapes, md formats.Metadata, modulated bool, axes 
 	if c.InChannels%(c.Patch*c.Patch) != 0 || c.OutChannels != c.InChannels {
 		return nil, fmt.Errorf("img_in takes %d values and final_layer.linear gives %d, want the same multiple of %d", c.InChannels, c.OutChannels, c.Patch*c.Patch)
 	}
-	// Every block must have what the graph reads, in the shapes block 0 has.
-	h, mlp, mlpIn := int64(c.Hidden), int64(c.MLP), int64(up)
+	if err := c.checkBlocks(s, modulated, up); err != nil {
+		return nil, err
+	}
+	if err := c.detectAxes(md, axes); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkBlocks asks every block for what the graph reads, in the shapes
+// block 0 has (mlpIn: the MLP's first width, doubled when gated).
+func (c *FluxConfig) checkBlocks(s infer.Shapes, modulated bool, mlpIn int) error {
+	p := infer.DmPrefix
+	h, mlp, in := int64(c.Hidden), int64(c.MLP), int64(mlpIn)
 	for i := 0; i < c.Double; i++ {
 		for _, st := range []string{"img", "txt"} {
 			b := fmt.Sprintf("%sdouble_blocks.%d.%s_", p, i, st)
@@ -146,15 +158,15 @@ func detectFluxLayout(s infer.Shapes, md formats.Metadata, modulated bool, axes 
 				{"attn.norm.query_norm.scale", []int64{int64(c.HeadDim)}},
 				{"attn.norm.key_norm.scale", []int64{int64(c.HeadDim)}},
 				{"attn.proj.weight", []int64{h, h}},
-				{"mlp.0.weight", []int64{mlpIn, h}},
+				{"mlp.0.weight", []int64{in, h}},
 				{"mlp.2.weight", []int64{h, mlp}},
 			} {
 				if err := s.Want(b+w.name, w.want); err != nil {
-					return nil, err
+					return err
 				}
 			}
 			if err := s.WantIf(modulated, b+"mod.lin.weight", []int64{6 * h, h}); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
@@ -164,26 +176,32 @@ func detectFluxLayout(s infer.Shapes, md formats.Metadata, modulated bool, axes 
 			name string
 			want []int64
 		}{
-			{"linear1.weight", []int64{3*h + mlpIn, h}},
+			{"linear1.weight", []int64{3*h + in, h}},
 			{"linear2.weight", []int64{h, h + mlp}},
 			{"norm.query_norm.scale", []int64{int64(c.HeadDim)}},
 			{"norm.key_norm.scale", []int64{int64(c.HeadDim)}},
 		} {
 			if err := s.Want(b+w.name, w.want); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if err := s.WantIf(modulated, b+"modulation.lin.weight", []int64{3 * h, h}); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
+
+// detectAxes sets the RoPE axes: the family's, or the metadata's; they
+// must add up to the head width.
+func (c *FluxConfig) detectAxes(md formats.Metadata, axes []int) error {
 	c.Axes = axes
 	if v, ok := md.String(MetaFluxAxes); ok {
 		c.Axes = nil
 		for _, f := range strings.Split(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n <= 0 || n%2 != 0 {
-				return nil, fmt.Errorf("metadata %s = %q: want %d even widths such as %s", MetaFluxAxes, v, len(axes), axesString(axes))
+				return fmt.Errorf("metadata %s = %q: want %d even widths such as %s", MetaFluxAxes, v, len(axes), axesString(axes))
 			}
 			c.Axes = append(c.Axes, n)
 		}
@@ -193,9 +211,9 @@ func detectFluxLayout(s infer.Shapes, md formats.Metadata, modulated bool, axes 
 		sum += a
 	}
 	if len(c.Axes) != len(axes) || sum != c.HeadDim {
-		return nil, fmt.Errorf("RoPE axes %v do not add up to the head width %d (set %s)", c.Axes, c.HeadDim, MetaFluxAxes)
+		return fmt.Errorf("RoPE axes %v do not add up to the head width %d (set %s)", c.Axes, c.HeadDim, MetaFluxAxes)
 	}
-	return c, nil
+	return nil
 }
 
 // axesString spells RoPE axes as the metadata key takes them ("16,56,56").

@@ -82,20 +82,40 @@ func detectUNet(s infer.Shapes, md formats.Metadata, c *UNetConfig) error {
 	if c.OutChannels, err = s.Dim(p+"out.2.weight", 0); err != nil {
 		return err
 	}
-	mc := c.ModelChannels
-	// Walk the input blocks: residual blocks until a downsampler ends a level.
+	blocks, err := c.detectLevels(s)
+	if err != nil {
+		return err
+	}
+	if s.Has(p + "label_emb.0.0.weight") {
+		if c.ADMChannels, err = s.Dim(p+"label_emb.0.0.weight", 1); err != nil {
+			return err
+		}
+	}
+	c.MiddleDepth = countBlocks(s, p+"middle_block.1.transformer_blocks.")
+	if err := c.detectContext(s, blocks); err != nil {
+		return err
+	}
+	return c.detectHeads(md)
+}
+
+// detectLevels walks the input blocks (residual blocks until a
+// downsampler ends a level) into the channel multipliers, the transformer
+// depths and the residual blocks per level; it returns the input blocks'
+// count.
+func (c *UNetConfig) detectLevels(s infer.Shapes) (int, error) {
+	p, mc := infer.DmPrefix, c.ModelChannels
 	idx, res := 1, 0
 	var mult, depth []int
 	for {
 		b := fmt.Sprintf("%sinput_blocks.%d.", p, idx)
 		if s.Has(b + "0.op.weight") {
 			if res == 0 {
-				return fmt.Errorf("input block %d downsamples an empty level", idx)
+				return 0, fmt.Errorf("input block %d downsamples an empty level", idx)
 			}
 			if c.NumResBlocks == 0 {
 				c.NumResBlocks = res
 			} else if res != c.NumResBlocks {
-				return fmt.Errorf("levels with %d and %d residual blocks", c.NumResBlocks, res)
+				return 0, fmt.Errorf("levels with %d and %d residual blocks", c.NumResBlocks, res)
 			}
 			res = 0
 			idx++
@@ -106,59 +126,61 @@ func detectUNet(s infer.Shapes, md formats.Metadata, c *UNetConfig) error {
 		}
 		out, err := s.Dim(b+"0.in_layers.2.weight", 0)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if out%mc != 0 {
-			return fmt.Errorf("input block %d has %d channels, not a multiple of %d", idx, out, mc)
+			return 0, fmt.Errorf("input block %d has %d channels, not a multiple of %d", idx, out, mc)
 		}
 		d := countBlocks(s, b+"1.transformer_blocks.")
 		if res == 0 {
 			mult = append(mult, out/mc)
 			depth = append(depth, d)
 		} else if mult[len(mult)-1] != out/mc || depth[len(depth)-1] != d {
-			return fmt.Errorf("input block %d differs from the rest of its level", idx)
+			return 0, fmt.Errorf("input block %d differs from the rest of its level", idx)
 		}
 		res++
 		idx++
 	}
 	if len(mult) == 0 {
-		return fmt.Errorf("no residual blocks under %sinput_blocks", p)
+		return 0, fmt.Errorf("no residual blocks under %sinput_blocks", p)
 	}
 	if c.NumResBlocks == 0 {
 		c.NumResBlocks = res
 	} else if res != c.NumResBlocks {
-		return fmt.Errorf("the last level has %d residual blocks, the others %d", res, c.NumResBlocks)
+		return 0, fmt.Errorf("the last level has %d residual blocks, the others %d", res, c.NumResBlocks)
 	}
 	c.ChannelMult, c.TransformerDepth = mult, depth
-	if s.Has(p + "label_emb.0.0.weight") {
-		if c.ADMChannels, err = s.Dim(p+"label_emb.0.0.weight", 1); err != nil {
-			return err
-		}
+	return idx, nil
+}
+
+// detectContext reads the context width and the projection kind from the
+// first transformer (the middle block's, else the first input block's).
+func (c *UNetConfig) detectContext(s infer.Shapes, blocks int) error {
+	p := infer.DmPrefix
+	pre := p + "middle_block.1."
+	if k, ok := s[pre+"transformer_blocks.0.attn2.to_k.weight"]; ok && len(k) == 2 {
+		c.ContextDim = int(k[1])
 	}
-	c.MiddleDepth = countBlocks(s, p+"middle_block.1.transformer_blocks.")
-	// Context width and projection kind from the first transformer.
-	for _, pre := range []string{p + "middle_block.1."} {
-		if k, ok := s[pre+"transformer_blocks.0.attn2.to_k.weight"]; ok && len(k) == 2 {
+	if w, ok := s[pre+"proj_in.weight"]; ok {
+		c.LinearProj = len(w) == 2
+	}
+	for i := 1; i < blocks && c.ContextDim == 0; i++ {
+		b := fmt.Sprintf("%sinput_blocks.%d.1.", p, i)
+		if k, ok := s[b+"transformer_blocks.0.attn2.to_k.weight"]; ok && len(k) == 2 {
 			c.ContextDim = int(k[1])
-		}
-		if w, ok := s[pre+"proj_in.weight"]; ok {
-			c.LinearProj = len(w) == 2
-		}
-	}
-	if c.ContextDim == 0 {
-		for i := 1; i < idx; i++ {
-			b := fmt.Sprintf("%sinput_blocks.%d.1.", p, i)
-			if k, ok := s[b+"transformer_blocks.0.attn2.to_k.weight"]; ok && len(k) == 2 {
-				c.ContextDim = int(k[1])
-				w := s[b+"proj_in.weight"]
-				c.LinearProj = len(w) == 2
-				break
-			}
+			c.LinearProj = len(s[b+"proj_in.weight"]) == 2
 		}
 	}
 	if c.ContextDim == 0 {
 		return fmt.Errorf("no cross-attention found (attn2.to_k)")
 	}
+	return nil
+}
+
+// detectHeads sets the heads (or their width) from the metadata, else as
+// SD 1.x (8 heads) or SD 2.x (64 channels each), and checks that every
+// level's channels split into them and into GroupNorm's 32 groups.
+func (c *UNetConfig) detectHeads(md formats.Metadata) error {
 	heads, hok, err := infer.MetaInt(md, MetaUNetHeads)
 	if err != nil {
 		return err
@@ -177,6 +199,7 @@ func detectUNet(s infer.Shapes, md formats.Metadata, c *UNetConfig) error {
 	default:
 		c.HeadDim = 64 // SD 2.x: num_head_channels 64
 	}
+	mc := c.ModelChannels
 	for level, m := range c.ChannelMult {
 		ch := m * mc
 		if c.TransformerDepth[level] == 0 {

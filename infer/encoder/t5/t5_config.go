@@ -72,25 +72,42 @@ const t5FFScale = 1.0 / 32
 func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Config, error) {
 	s := infer.Shapes(sh)
 	c := &T5Config{Component: "t5xxl", Prefix: prefix, MaxDistance: 128}
-	c.Embedding = prefix + "shared.weight"
-	if !s.Has(c.Embedding) && s.Has(prefix+"encoder.embed_tokens.weight") {
-		c.Embedding = prefix + "encoder.embed_tokens.weight"
+	for _, step := range []func(infer.Shapes, formats.Metadata) error{c.detectEmbedding, c.detectLayers, c.detectAttention, c.detectFF, c.checkLayers} {
+		if err := step(s, md); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// detectEmbedding finds the token embedding (shared or the encoder's own)
+// and reads the vocabulary and the width from it.
+func (c *T5Config) detectEmbedding(s infer.Shapes, _ formats.Metadata) error {
+	c.Embedding = c.Prefix + "shared.weight"
+	if !s.Has(c.Embedding) && s.Has(c.Prefix+"encoder.embed_tokens.weight") {
+		c.Embedding = c.Prefix + "encoder.embed_tokens.weight"
 	}
 	var err error
 	if c.Vocab, err = s.Dim(c.Embedding, 0); err != nil {
-		return nil, err
+		return err
 	}
 	if c.Hidden, err = s.Dim(c.Embedding, 1); err != nil {
-		return nil, err
+		return err
 	}
 	if len(s[c.Embedding]) != 2 || c.Vocab <= 0 || c.Hidden <= 0 {
-		return nil, fmt.Errorf("tensor %q has shape %v, want [vocab, width] with both above 0", c.Embedding, s[c.Embedding])
+		return fmt.Errorf("tensor %q has shape %v, want [vocab, width] with both above 0", c.Embedding, s[c.Embedding])
 	}
+	return nil
+}
+
+// detectLayers counts the blocks and refuses a tensor past the first gap.
+func (c *T5Config) detectLayers(s infer.Shapes, _ formats.Metadata) error {
+	prefix := c.Prefix
 	for s.Has(fmt.Sprintf("%sencoder.block.%d.layer.0.SelfAttention.q.weight", prefix, c.Layers)) {
 		c.Layers++
 	}
 	if c.Layers == 0 {
-		return nil, fmt.Errorf("no layers under %sencoder.block (no encoder.block.0.layer.0.SelfAttention.q.weight)", prefix)
+		return fmt.Errorf("no layers under %sencoder.block (no encoder.block.0.layer.0.SelfAttention.q.weight)", prefix)
 	}
 	// A block past the first gap would be left out silently; sd.cpp counts
 	// to the highest index and would miss the gap's tensors instead.
@@ -101,95 +118,108 @@ func DetectT5(sh map[string][]int64, md formats.Metadata, prefix string) (*T5Con
 		}
 		if dot := strings.IndexByte(rest, '.'); dot > 0 {
 			if n, err := strconv.Atoi(rest[:dot]); err == nil && n >= c.Layers {
-				return nil, fmt.Errorf("tensor %q is in block %d, but block %d has no %s", name, n, c.Layers, "layer.0.SelfAttention.q.weight")
+				return fmt.Errorf("tensor %q is in block %d, but block %d has no %s", name, n, c.Layers, "layer.0.SelfAttention.q.weight")
 			}
 		}
 	}
-	b0 := prefix + "encoder.block.0."
+	return nil
+}
+
+// detectAttention reads the heads, their width and the relative position
+// buckets from layer 0 (and the metadata that may restate them).
+func (c *T5Config) detectAttention(s infer.Shapes, md formats.Metadata) error {
+	b0 := c.Prefix + "encoder.block.0."
 	q := b0 + "layer.0.SelfAttention.q.weight"
 	inner, err := s.Dim(q, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if in, _ := s.Dim(q, 1); in != c.Hidden {
-		return nil, fmt.Errorf("tensor %q has shape %v, want [inner, %d] (the token embedding's width)", q, s[q], c.Hidden)
+		return fmt.Errorf("tensor %q has shape %v, want [inner, %d] (the token embedding's width)", q, s[q], c.Hidden)
 	}
 	rel := b0 + "layer.0.SelfAttention.relative_attention_bias.weight"
 	if c.Buckets, err = s.Dim(rel, 0); err != nil {
-		return nil, fmt.Errorf("no relative position bias in layer 0: %w", err)
+		return fmt.Errorf("no relative position bias in layer 0: %w", err)
 	}
 	if c.Heads, err = s.Dim(rel, 1); err != nil {
-		return nil, err
+		return err
 	}
 	if len(s[rel]) != 2 {
-		return nil, fmt.Errorf("tensor %q has shape %v, want [buckets, heads]", rel, s[rel])
+		return fmt.Errorf("tensor %q has shape %v, want [buckets, heads]", rel, s[rel])
 	}
 	if h, ok, err := infer.MetaInt(md, MetaT5Heads); err != nil {
-		return nil, err
-	} else if ok {
-		if h != c.Heads {
-			return nil, fmt.Errorf("metadata %s = %d, but %q has %d heads", MetaT5Heads, h, rel, c.Heads)
-		}
+		return err
+	} else if ok && h != c.Heads {
+		return fmt.Errorf("metadata %s = %d, but %q has %d heads", MetaT5Heads, h, rel, c.Heads)
 	}
 	if c.Heads <= 0 || inner%c.Heads != 0 {
-		return nil, fmt.Errorf("attention width %d does not split into %d heads", inner, c.Heads)
+		return fmt.Errorf("attention width %d does not split into %d heads", inner, c.Heads)
 	}
 	c.HeadDim = inner / c.Heads
 	// Half the buckets per direction, half of those exact distances: the
 	// logarithmic rest needs at least one exact bucket and a max distance
 	// beyond the exact range.
 	if c.Buckets < 4 || c.Buckets%2 != 0 {
-		return nil, fmt.Errorf("tensor %q has %d buckets, want an even count of at least 4", rel, c.Buckets)
+		return fmt.Errorf("tensor %q has %d buckets, want an even count of at least 4", rel, c.Buckets)
 	}
 	if d, ok, err := infer.MetaInt(md, MetaT5MaxDistance); err != nil {
-		return nil, err
+		return err
 	} else if ok {
 		c.MaxDistance = d
 	}
 	if c.MaxDistance <= c.Buckets/4 {
-		return nil, fmt.Errorf("relative attention max distance %d must exceed the %d exact distances of %d buckets", c.MaxDistance, c.Buckets/4, c.Buckets)
-	}
-	if c.FF, err = s.Dim(b0+"layer.1.DenseReluDense.wi_0.weight", 0); err != nil {
-		return nil, fmt.Errorf("%w (only T5 v1.1's gated-GELU feed-forward is supported)", err)
-	}
-	if c.FF <= 0 {
-		return nil, fmt.Errorf("tensor %q has shape %v, want [ff, %d] with ff above 0", b0+"layer.1.DenseReluDense.wi_0.weight", s[b0+"layer.1.DenseReluDense.wi_0.weight"], c.Hidden)
+		return fmt.Errorf("relative attention max distance %d must exceed the %d exact distances of %d buckets", c.MaxDistance, c.Buckets/4, c.Buckets)
 	}
 	// UMT5 gives every layer a table of its own: the second layer having
 	// one says so, and then every layer must.
-	c.LayerBias = c.Layers > 1 && s.Has(prefix+"encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight")
-	// Every layer must have the tensors the graph reads, with the shapes
-	// of layer 0, so a truncated or mixed file fails here with the name.
+	c.LayerBias = c.Layers > 1 && s.Has(c.Prefix+"encoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight")
+	return nil
+}
+
+// detectFF reads the gated-GELU feed-forward's width from layer 0.
+func (c *T5Config) detectFF(s infer.Shapes, _ formats.Metadata) error {
+	wi := c.Prefix + "encoder.block.0.layer.1.DenseReluDense.wi_0.weight"
+	var err error
+	if c.FF, err = s.Dim(wi, 0); err != nil {
+		return fmt.Errorf("%w (only T5 v1.1's gated-GELU feed-forward is supported)", err)
+	}
+	if c.FF <= 0 {
+		return fmt.Errorf("tensor %q has shape %v, want [ff, %d] with ff above 0", wi, s[wi], c.Hidden)
+	}
+	return nil
+}
+
+// checkLayers asks every layer for the tensors the graph reads, with the
+// shapes of layer 0, so a truncated or mixed file fails here with the name.
+func (c *T5Config) checkLayers(s infer.Shapes, _ formats.Metadata) error {
+	inner, hidden, ff := int64(c.Heads*c.HeadDim), int64(c.Hidden), int64(c.FF)
 	for i := 0; i < c.Layers; i++ {
-		b := fmt.Sprintf("%sencoder.block.%d.", prefix, i)
+		b := fmt.Sprintf("%sencoder.block.%d.", c.Prefix, i)
 		if c.LayerBias {
 			if err := s.Want(c.bias(i), []int64{int64(c.Buckets), int64(c.Heads)}); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		for _, w := range []struct {
 			name string
 			want []int64
 		}{
-			{"layer.0.layer_norm.weight", []int64{int64(c.Hidden)}},
-			{"layer.0.SelfAttention.q.weight", []int64{int64(inner), int64(c.Hidden)}},
-			{"layer.0.SelfAttention.k.weight", []int64{int64(inner), int64(c.Hidden)}},
-			{"layer.0.SelfAttention.v.weight", []int64{int64(inner), int64(c.Hidden)}},
-			{"layer.0.SelfAttention.o.weight", []int64{int64(c.Hidden), int64(inner)}},
-			{"layer.1.layer_norm.weight", []int64{int64(c.Hidden)}},
-			{"layer.1.DenseReluDense.wi_0.weight", []int64{int64(c.FF), int64(c.Hidden)}},
-			{"layer.1.DenseReluDense.wi_1.weight", []int64{int64(c.FF), int64(c.Hidden)}},
-			{"layer.1.DenseReluDense.wo.weight", []int64{int64(c.Hidden), int64(c.FF)}},
+			{"layer.0.layer_norm.weight", []int64{hidden}},
+			{"layer.0.SelfAttention.q.weight", []int64{inner, hidden}},
+			{"layer.0.SelfAttention.k.weight", []int64{inner, hidden}},
+			{"layer.0.SelfAttention.v.weight", []int64{inner, hidden}},
+			{"layer.0.SelfAttention.o.weight", []int64{hidden, inner}},
+			{"layer.1.layer_norm.weight", []int64{hidden}},
+			{"layer.1.DenseReluDense.wi_0.weight", []int64{ff, hidden}},
+			{"layer.1.DenseReluDense.wi_1.weight", []int64{ff, hidden}},
+			{"layer.1.DenseReluDense.wo.weight", []int64{hidden, ff}},
 		} {
 			if err := s.Want(b+w.name, w.want); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	if err := s.Want(prefix+"encoder.final_layer_norm.weight", []int64{int64(c.Hidden)}); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return s.Want(c.Prefix+"encoder.final_layer_norm.weight", []int64{hidden})
 }
 
 func init() {
