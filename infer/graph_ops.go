@@ -29,11 +29,11 @@ type BlockTensor struct {
 
 // Builder is one graph under construction: its context and the weights it reads.
 type Builder struct {
-	// C is the graph's ggml context, where the graph's operations are made.
-	C *native.Context
-	// W holds the model's weights the graph reads (Weight, Linear, ...).
-	W    *WeightSet
-	imat *imatrixPass // imatrix collection, nil when off
+	// Ctx is the graph's ggml context, where the graph's operations are made.
+	Ctx *native.Context
+	// Weights holds the model's weights the graph reads (Weight, Linear, ...).
+	Weights *WeightSet
+	imat    *imatrixPass // imatrix collection, nil when off
 	// convScale, when not 0, scales every convolution's input by it and
 	// the result back (VAEConfig.ConvScale).
 	convScale float32
@@ -69,7 +69,7 @@ func (g *Builder) Output(t native.Tensor) native.Tensor {
 
 // Weight returns the weight called name, or panics with a shape error.
 func (g *Builder) Weight(name string) native.Tensor {
-	t, ok := g.W.get(name)
+	t, ok := g.Weights.get(name)
 	if !ok {
 		panic(&native.ShapeError{Msg: fmt.Sprintf("model has no tensor %q", name)})
 	}
@@ -78,20 +78,20 @@ func (g *Builder) Weight(name string) native.Tensor {
 
 // Has reports whether the model has a tensor called name.
 func (g *Builder) Has(name string) bool {
-	_, ok := g.W.get(name)
+	_, ok := g.Weights.get(name)
 	return ok
 }
 
 // Linear applies prefix.weight (and prefix.bias when present) to x [in, L, ...].
 func (g *Builder) Linear(x native.Tensor, prefix string) native.Tensor {
-	if group, ok := g.W.W8A8[prefix+".weight"]; ok {
+	if group, ok := g.Weights.W8A8[prefix+".weight"]; ok {
 		return g.linearW8A8(x, prefix, group)
 	}
 	w := g.Weight(prefix + ".weight")
-	y := g.C.MulMat(w, x)
+	y := g.Ctx.MulMat(w, x)
 	g.Watch(w, x)
 	if g.Has(prefix + ".bias") {
-		y = g.C.Add(y, g.Weight(prefix+".bias"))
+		y = g.Ctx.Add(y, g.Weight(prefix+".bias"))
 	}
 	return y
 }
@@ -106,33 +106,33 @@ func (g *Builder) Conv2d(x native.Tensor, prefix string, stride int) native.Tens
 func (g *Builder) ConvPad(x native.Tensor, prefix string, stride, pad int) native.Tensor {
 	k := g.Weight(prefix + ".weight")
 	if g.convScale != 0 {
-		x = g.C.Scale(x, g.convScale)
+		x = g.Ctx.Scale(x, g.convScale)
 	}
-	y := g.C.Conv2D(k, x, stride, pad)
+	y := g.Ctx.Conv2D(k, x, stride, pad)
 	if g.convScale != 0 {
-		y = g.C.Scale(y, 1/g.convScale)
+		y = g.Ctx.Scale(y, 1/g.convScale)
 	}
 	if g.Has(prefix + ".bias") {
 		b := g.Weight(prefix + ".bias")
-		y = g.C.Add(y, g.C.Reshape(b, 1, 1, b.Ne()[0], 1))
+		y = g.Ctx.Add(y, g.Ctx.Reshape(b, 1, 1, b.Ne()[0], 1))
 	}
 	return y
 }
 
 // GroupNorm applies GroupNorm(32) with prefix's affine weight and bias to x [W, H, C, N].
 func (g *Builder) GroupNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
-	y := g.C.GroupNorm(x, 32, eps)
+	y := g.Ctx.GroupNorm(x, 32, eps)
 	w, b := g.Weight(prefix+".weight"), g.Weight(prefix+".bias")
 	c := w.Ne()[0]
-	y = g.C.Mul(y, g.C.Reshape(w, 1, 1, c, 1))
-	return g.C.Add(y, g.C.Reshape(b, 1, 1, c, 1))
+	y = g.Ctx.Mul(y, g.Ctx.Reshape(w, 1, 1, c, 1))
+	return g.Ctx.Add(y, g.Ctx.Reshape(b, 1, 1, c, 1))
 }
 
 // LayerNorm applies LayerNorm over ne0 with prefix's weight and bias.
 func (g *Builder) LayerNorm(x native.Tensor, prefix string, eps float32) native.Tensor {
-	y := g.C.Norm(x, eps)
-	y = g.C.Mul(y, g.Weight(prefix+".weight"))
-	return g.C.Add(y, g.Weight(prefix+".bias"))
+	y := g.Ctx.Norm(x, eps)
+	y = g.Ctx.Mul(y, g.Weight(prefix+".weight"))
+	return g.Ctx.Add(y, g.Weight(prefix+".bias"))
 }
 
 // Attention computes softmax(QKᵀ/√d)V per head: q [C, Lq, N], k and v
@@ -167,9 +167,9 @@ func (g *Builder) Geglu(x native.Tensor, prefix string) native.Tensor {
 	ne, nb := y.Ne(), y.Nb()
 	inner := ne[0] / 2
 	half := [4]int64{inner, ne[1], ne[2], ne[3]}
-	val := g.C.Cont(g.C.View(y, half, nb[1], nb[2], nb[3], 0))
-	gate := g.C.Cont(g.C.View(y, half, nb[1], nb[2], nb[3], inner*nb[0]))
-	return g.C.Mul(val, g.C.GELU(gate))
+	val := g.Ctx.Cont(g.Ctx.View(y, half, nb[1], nb[2], nb[3], 0))
+	gate := g.Ctx.Cont(g.Ctx.View(y, half, nb[1], nb[2], nb[3], inner*nb[0]))
+	return g.Ctx.Mul(val, g.Ctx.GELU(gate))
 }
 
 // ToTokens turns an image [W, H, C, N] into tokens [C, W·H, N].

@@ -142,7 +142,7 @@ func TestAttention(t *testing.T) {
 				{Ne: []int64{int64(c.ch), int64(c.lk), int64(c.n)}, Data: k},
 				{Ne: []int64{int64(c.ch), int64(c.lk), int64(c.n)}, Data: v},
 			}, func(g *infer.Builder, in []native.Tensor) native.Tensor {
-				return infer.Attention(g.C, in[0], in[1], in[2], c.heads, c.causal)
+				return infer.Attention(g.Ctx, in[0], in[1], in[2], c.heads, c.causal)
 			})
 			want := inferutil.RefAttention(q, k, v, c.ch, c.lq, c.lk, c.heads, c.n, c.causal)
 			if e := inferutil.MaxRelErr(t, got, want); e > 1e-5 {
@@ -192,7 +192,7 @@ func TestUpsampleNearest(t *testing.T) {
 	const w, h, c = 3, 2, 4
 	x := inferutil.Randn(r, w*h*c, 1)
 	got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{w, h, c, 1}, Data: x}},
-		func(g *infer.Builder, in []native.Tensor) native.Tensor { return g.C.UpscaleNearest(in[0], 2) })
+		func(g *infer.Builder, in []native.Tensor) native.Tensor { return g.Ctx.UpscaleNearest(in[0], 2) })
 	if ne != [4]int64{2 * w, 2 * h, c, 1} {
 		t.Fatalf("dims %v", ne)
 	}
@@ -214,7 +214,7 @@ func TestTimestepEmbedding(t *testing.T) {
 	const dim = 32
 	got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{int64(len(ts))}, Data: ts}},
 		func(g *infer.Builder, in []native.Tensor) native.Tensor {
-			return g.C.TimestepEmbedding(in[0], dim, 10000)
+			return g.Ctx.TimestepEmbedding(in[0], dim, 10000)
 		})
 	if ne[0] != dim || ne[1] != int64(len(ts)) {
 		t.Fatalf("dims %v", ne)
@@ -281,7 +281,7 @@ func TestShapeErrorsDoNotAbort(t *testing.T) {
 	}
 	defer ctx.Free()
 	x, _ := ctx.NewTensor(formats.F32, 8, 2)
-	g := &infer.Builder{C: ctx, W: ws}
+	g := &infer.Builder{Ctx: ctx, Weights: ws}
 	func() {
 		defer native.Recover(&err)
 		g.Linear(x, "l")

@@ -239,9 +239,9 @@ func TestColumnSquaresOp(t *testing.T) {
 		got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: c.ne, Data: x}}, func(g *infer.Builder, in []native.Tensor) native.Tensor {
 			v := in[0]
 			if c.permute {
-				v = g.C.Permute(v, 1, 0, 2, 3) // ne [n1, n0, n2], not contiguous
+				v = g.Ctx.Permute(v, 1, 0, 2, 3) // ne [n1, n0, n2], not contiguous
 			}
-			return g.C.ColumnSquares(v)
+			return g.Ctx.ColumnSquares(v)
 		})
 		k, rows := c.ne[0], c.ne[1]*c.ne[2]
 		col := func(i int) int64 { return int64(i) % k }
@@ -370,7 +370,7 @@ func TestColumnSquaresGroup(t *testing.T) {
 	a := []float32{1, 2, 3, 4, 5, 6}              // [3, 2]
 	b := []float32{1, -3, 2, float32(math.NaN())} // [2, 2]
 	got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{3, 2}, Data: a}, {Ne: []int64{2, 2}, Data: b}}, func(g *infer.Builder, in []native.Tensor) native.Tensor {
-		return g.C.ColumnSquares(in[0], in[1])
+		return g.Ctx.ColumnSquares(in[0], in[1])
 	})
 	want := []float32{1 + 16, 4 + 25, 9 + 36, 1 + 4, 9, 2, 2, 2, 2, 1, 4, 5, 6, 2, 3}
 	if ne[0] != 5 || !slices.Equal(got, want) {

@@ -58,7 +58,7 @@ func (m *Model) SetImatrix(s *ImatrixStats) {
 		if len(sp.Shape) != 2 {
 			continue
 		}
-		if t, ok := m.W.get(sp.Name); ok {
+		if t, ok := m.Weights.get(sp.Name); ok {
 			m.imatNames[t] = imatWeight{file: names[i], net: diffusion}
 		}
 	}
@@ -105,7 +105,7 @@ func (g *Builder) Watch(w, x native.Tensor) {
 	if !ok {
 		return
 	}
-	p.c = g.C
+	p.c = g.Ctx
 	ne := x.Ne()
 	tap := imatrixTap{name: iw.file, x: x, rows: ne[1] * ne[2] * ne[3], group: -1}
 	for _, t := range p.taps {
@@ -125,7 +125,7 @@ func (g *Builder) Watch(w, x native.Tensor) {
 		p.pending = append(p.pending, x)
 	}
 	if iw.file == p.stats.CaptureName {
-		tap.keep = g.C.Cont(x).SetOutput()
+		tap.keep = g.Ctx.Cont(x).SetOutput()
 	}
 	p.net = p.net || iw.net
 	p.taps = append(p.taps, tap)

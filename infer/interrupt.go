@@ -26,20 +26,20 @@ func (m *Model) Generate(req Request) (*Result, error) {
 			onStep(s, n)
 		}
 	}
-	m.Be.ResetAbort()
+	m.Backend.ResetAbort()
 	if req.Context.Err() != nil {
-		m.Be.Abort() // already cancelled: stop at the first node, not when a goroutine gets to it
+		m.Backend.Abort() // already cancelled: stop at the first node, not when a goroutine gets to it
 	}
 	aborted := make(chan struct{})
 	stop := context.AfterFunc(req.Context, func() {
-		m.Be.Abort()
+		m.Backend.Abort()
 		close(aborted)
 	})
 	defer func() {
 		if !stop() {
 			<-aborted // Abort has run: clear it only after it has
 		}
-		m.Be.ResetAbort()
+		m.Backend.ResetAbort()
 	}()
 	res, err := m.generate(req)
 	if errors.Is(err, native.ErrAborted) {

@@ -12,8 +12,8 @@ import (
 type WeightSet struct {
 	// Ctx holds the weights' ggml descriptors.
 	Ctx *native.Context
-	// P streams the weights within the memory budget (nil when Buf holds them).
-	P *pager
+	// Pager streams the weights within the memory budget (nil when Buf holds them).
+	Pager *pager
 	// Buf, when not nil, is a buffer the caller placed every weight in
 	// (tests that fill weights by hand, without a pager); free releases it.
 	Buf *native.Buffer
@@ -37,8 +37,8 @@ func (w *WeightSet) Free() {
 	if w == nil {
 		return
 	}
-	if w.P != nil {
-		w.P.free()
+	if w.Pager != nil {
+		w.Pager.free()
 	}
 	w.Buf.Free()
 	w.Ctx.Free()
@@ -47,19 +47,19 @@ func (w *WeightSet) Free() {
 // run computes an allocated graph whose compute buffer is compute bytes,
 // streaming the weights that are not resident.
 func (w *WeightSet) run(be *native.Backend, gr *native.Graph, compute int64) error {
-	if w.P == nil { // weights placed by the caller (tests)
+	if w.Pager == nil { // weights placed by the caller (tests)
 		return be.Compute(gr)
 	}
-	return w.P.run(gr, compute)
+	return w.Pager.run(gr, compute)
 }
 
 // prepare readies a built graph for allocation, in block order when
 // reorder is set (pager.prepare).
 func (w *WeightSet) prepare(gr *native.Graph, reorder bool) error {
-	if w.P == nil {
+	if w.Pager == nil {
 		return nil
 	}
-	return w.P.prepare(gr, reorder)
+	return w.Pager.prepare(gr, reorder)
 }
 
 // GgmlDims turns a PyTorch shape into ggml dims (innermost first), a
@@ -117,11 +117,11 @@ func newWeightSet(be *native.Backend, path string, specs []WeightSpec, budget in
 			}
 		}
 	}
-	if ws.P, err = newPager(be, specs, tensors, budget); err != nil {
+	if ws.Pager, err = newPager(be, specs, tensors, budget); err != nil {
 		ctx.Free()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := ws.P.start(); err != nil {
+	if err := ws.Pager.start(); err != nil {
 		ws.Free()
 		if _, ok := err.(*BudgetError); ok {
 			return nil, fmt.Errorf("%s: %w", path, err)

@@ -108,16 +108,16 @@ type Model struct {
 	// ignores them too, but a user who passed one expected it to matter.
 	Unused []string
 
-	// Be is the ggml backend the graphs run on, W the weights, Alloc the
+	// Backend is the ggml backend the graphs run on, Weights the weights, Alloc the
 	// graph allocator and Specs where each weight comes from; Cond and Net are
 	// the family's conditioner and network (the registries' parts).
-	Be    *native.Backend
-	W     *WeightSet
-	Alloc *native.Allocator
-	Specs []WeightSpec
-	srcs  []*OpenSource // open until Close: streamed weights are read from them
-	Cond  Conditioner
-	Net   Network
+	Backend *native.Backend
+	Weights *WeightSet
+	Alloc   *native.Allocator
+	Specs   []WeightSpec
+	srcs    []*OpenSource // open until Close: streamed weights are read from them
+	Cond    Conditioner
+	Net     Network
 	// Tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
 	Tokenizers map[string]any
 
@@ -182,8 +182,8 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		be.Free()
 		return nil, err
 	}
-	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizers: toks, Be: be, W: w,
-		Alloc: be.NewAllocator(), Specs: specs, srcs: srcs, WeightBytes: w.P.stats.Weights, Unused: unused, ModelArgs: opt.ModelArgs,
+	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizers: toks, Backend: be, Weights: w,
+		Alloc: be.NewAllocator(), Specs: specs, srcs: srcs, WeightBytes: w.Pager.stats.Weights, Unused: unused, ModelArgs: opt.ModelArgs,
 		flowShift: opt.FlowShift}
 	for _, s := range specs {
 		switch {
@@ -412,8 +412,8 @@ func LinkedAVX2() bool {
 // Close releases the model's ggml memory.
 func (m *Model) Close() {
 	m.Alloc.Free()
-	m.W.Free()
-	m.Be.Free()
+	m.Weights.Free()
+	m.Backend.Free()
 	closeSources(m.srcs)
 	m.srcs = nil
 }
@@ -421,23 +421,23 @@ func (m *Model) Close() {
 // Memory says how the weights were held: the budget, what was resident
 // and what was streamed so far.
 func (m *Model) Memory() MemoryStats {
-	if m.W.P == nil {
+	if m.Weights.Pager == nil {
 		return MemoryStats{}
 	}
-	return m.W.P.stats
+	return m.Weights.Pager.stats
 }
 
 // Release drops the weights held in memory (another model is about to
 // run); the next graph reads what it needs again.
 func (m *Model) Release() error {
-	if m.W.P == nil {
+	if m.Weights.Pager == nil {
 		return nil
 	}
-	return m.W.P.release()
+	return m.Weights.Pager.release()
 }
 
 // SetThreads changes the thread count.
-func (m *Model) SetThreads(n int) { m.Be.SetThreads(n) }
+func (m *Model) SetThreads(n int) { m.Backend.SetThreads(n) }
 
 // ParamsByType counts the elements of each held type, per part (the
 // input table's kinds: family.KindDiffusion, KindTextEncoder, KindVAE).
@@ -481,7 +481,7 @@ func (m *Model) Compute(build func(g *Builder) ([]Input, native.Tensor), read fu
 		return err
 	}
 	defer ctx.Free()
-	g := &Builder{C: ctx, W: m.W, imat: m.imatrixPass()}
+	g := &Builder{Ctx: ctx, Weights: m.Weights, imat: m.imatrixPass()}
 	var ins []Input
 	var out native.Tensor
 	func() {
@@ -505,7 +505,7 @@ func (m *Model) Compute(build func(g *Builder) ([]Input, native.Tensor), read fu
 	// A graph with ordered writes to state that outlives it (a video VAE's
 	// caches) keeps ggml's order: reordering could move a write before
 	// the read of the old values.
-	if err := m.W.prepare(gr, len(g.Expand) == 0); err != nil {
+	if err := m.Weights.prepare(gr, len(g.Expand) == 0); err != nil {
 		return err
 	}
 	if err := m.Alloc.Alloc(gr); err != nil {
@@ -521,7 +521,7 @@ func (m *Model) Compute(build func(g *Builder) ([]Input, native.Tensor), read fu
 			return err
 		}
 	}
-	if err := m.W.run(m.Be, gr, m.Alloc.Size()); err != nil {
+	if err := m.Weights.run(m.Backend, gr, m.Alloc.Size()); err != nil {
 		return err
 	}
 	if err := g.imat.read(); err != nil {
@@ -532,7 +532,7 @@ func (m *Model) Compute(build func(g *Builder) ([]Input, native.Tensor), read fu
 
 // NewInput makes an input tensor in g.
 func NewInput(g *Builder, t formats.DType, ne ...int64) native.Tensor {
-	x, err := g.C.NewTensor(t, ne...)
+	x, err := g.Ctx.NewTensor(t, ne...)
 	if err != nil {
 		panic(&native.ShapeError{Msg: err.Error()})
 	}

@@ -21,7 +21,7 @@ import (
 // groupSizes returns the largest group of a loaded model and the size of
 // the diffusion network's weights.
 func groupSizes(m *infer.Model) (largest, network int64) {
-	for _, g := range m.W.P.Groups {
+	for _, g := range m.Weights.Pager.Groups {
 		if infer.HasPrefix(g.Name, "model.diffusion_model") {
 			network += g.Size
 			largest = max(largest, g.Size)
@@ -128,7 +128,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 				// Twice at the least budget: each run reads the first
 				// streamed block ahead for the next, which starts from it.
 				outs := r.evalN(t, m, 2-i, func(run int) {
-					p := m.W.P
+					p := m.Weights.Pager
 					first := -1
 					for _, u := range p.Uses {
 						if p.Groups[u.Group].Buf == nil {
@@ -149,10 +149,10 @@ func TestStreamedMatchesResident(t *testing.T) {
 				if st.Streamed == 0 || st.StreamedGroups == 0 || st.Reread != 0 {
 					t.Errorf("budget %d (network %d, largest block %d): %+v, want blocks streamed, each once per graph", budget, network, largest, st)
 				}
-				if m.W.P.Resident+st.Slots+st.Compute > budget {
-					t.Errorf("budget %d: %d resident + %d slots + %d compute", budget, m.W.P.Resident, st.Slots, st.Compute)
+				if m.Weights.Pager.Resident+st.Slots+st.Compute > budget {
+					t.Errorf("budget %d: %d resident + %d slots + %d compute", budget, m.Weights.Pager.Resident, st.Slots, st.Compute)
 				}
-				for _, g := range m.W.P.Groups {
+				for _, g := range m.Weights.Pager.Groups {
 					if g.Buf != nil && !infer.HasPrefix(g.Name, "model.diffusion_model") {
 						t.Errorf("budget %d: %s is still resident while the network runs", budget, g.Name)
 					}
@@ -166,7 +166,7 @@ func TestStreamedMatchesResident(t *testing.T) {
 // naming the block and the size needed.
 func TestStreamBudgetTooSmall(t *testing.T) {
 	m := inferutil.LoadTiny(t, "../testdata/tiny-flux.gguf")
-	name, largest := m.W.P.Groups[m.W.P.Largest].Name, m.W.P.Groups[m.W.P.Largest].Size
+	name, largest := m.Weights.Pager.Groups[m.Weights.Pager.Largest].Name, m.Weights.Pager.Groups[m.Weights.Pager.Largest].Size
 	_, err := infer.Load(infer.Components{"model": "../testdata/tiny-flux.gguf"}, infer.LoadOptions{Threads: 1, MaxMemory: largest})
 	var be *infer.BudgetError
 	if !errors.As(err, &be) || be.Block != name || be.Bytes != largest {
@@ -227,7 +227,7 @@ func TestStreamedTextEncoder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var largest, t5 int64
-	for _, g := range whole.W.P.Groups {
+	for _, g := range whole.Weights.Pager.Groups {
 		if infer.HasPrefix(g.Name, "text_encoders.t5xxl") {
 			t5 += g.Size
 			largest = max(largest, g.Size)

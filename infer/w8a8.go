@@ -197,26 +197,26 @@ func (g *Builder) linearW8A8(x native.Tensor, prefix string, group int) native.T
 		bias = g.Weight(prefix + ".bias")
 	}
 	if x.Type() != formats.F32 {
-		x = g.C.Cast(x, formats.F32)
+		x = g.Ctx.Cast(x, formats.F32)
 	}
 	if !x.Contiguous() {
-		x = g.C.Cont(x)
+		x = g.Ctx.Cont(x)
 	}
-	levels := g.W.actLevels[prefix+".weight"]
+	levels := g.Weights.actLevels[prefix+".weight"]
 	key := actKey{x, group, levels}
 	xq, ok := g.acts[key]
 	if !ok {
 		if levels != 0 {
-			xq = g.C.QuantizeActivationsLevels(x, group, levels)
+			xq = g.Ctx.QuantizeActivationsLevels(x, group, levels)
 		} else {
-			xq = g.C.QuantizeActivations(x, group)
+			xq = g.Ctx.QuantizeActivations(x, group)
 		}
 		if g.acts == nil {
 			g.acts = map[actKey]native.Tensor{}
 		}
 		g.acts[key] = xq
 	}
-	return g.C.MulMatI8(w, xq, scale, bias)
+	return g.Ctx.MulMatI8(w, xq, scale, bias)
 }
 
 // streamInt4 writes a packed 4-bit module's weight as the INT8 codes

@@ -120,8 +120,8 @@ func TestFluxAttentionMasked(t *testing.T) {
 		{Ne: []int64{heads * d, int64(l)}, Data: q}, {Ne: []int64{heads * d, int64(l)}, Data: k}, {Ne: []int64{heads * d, int64(l)}, Data: v},
 		{Ne: []int64{d / 2, int64(l)}, Data: cos}, {Ne: []int64{d / 2, int64(l)}, Data: sin}, {Ne: []int64{int64(l)}, Data: mask},
 	}, func(g *infer.Builder, in []native.Tensor) native.Tensor {
-		h := func(x native.Tensor) native.Tensor { return g.C.Reshape(x, d, heads, int64(l)) }
-		return fluxAttentionMasked(g.C, h(in[0]), h(in[1]), h(in[2]), in[3], in[4], in[5])
+		h := func(x native.Tensor) native.Tensor { return g.Ctx.Reshape(x, d, heads, int64(l)) }
+		return fluxAttentionMasked(g.Ctx, h(in[0]), h(in[1]), h(in[2]), in[3], in[4], in[5])
 	})
 	// The reference attends to the kept keys alone.
 	qr, kr := inferutil.RefRotate(q, l, heads, d, cos, sin), inferutil.RefRotate(k, l, heads, d, cos, sin)

@@ -56,8 +56,8 @@ func TestFluxAttentionWithRoPE(t *testing.T) {
 		{Ne: []int64{heads * d, int64(l)}, Data: q}, {Ne: []int64{heads * d, int64(l)}, Data: k}, {Ne: []int64{heads * d, int64(l)}, Data: v},
 		{Ne: []int64{d / 2, int64(l)}, Data: cos}, {Ne: []int64{d / 2, int64(l)}, Data: sin},
 	}, func(g *infer.Builder, in []native.Tensor) native.Tensor {
-		h := func(x native.Tensor) native.Tensor { return g.C.Reshape(x, d, heads, int64(l)) }
-		return FluxAttention(g.C, h(in[0]), h(in[1]), h(in[2]), in[3], in[4])
+		h := func(x native.Tensor) native.Tensor { return g.Ctx.Reshape(x, d, heads, int64(l)) }
+		return FluxAttention(g.Ctx, h(in[0]), h(in[1]), h(in[2]), in[3], in[4])
 	})
 	if ne != [4]int64{heads * d, int64(l), 1, 1} {
 		t.Fatalf("output %v", ne)
@@ -83,8 +83,8 @@ func TestFluxModulation(t *testing.T) {
 	vec, x := inferutil.Randn(r, h, 1), inferutil.Randn(r, l*h, 1)
 	got, _ := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{h}, Data: vec}, {Ne: []int64{h, l}, Data: x}}, func(g *infer.Builder, in []native.Tensor) native.Tensor {
 		m := FluxMod(g, in[0], "mod.lin", 3)
-		y := FluxModulate(g, g.C.Norm(in[1], FluxNormEps), m[0], m[1])
-		return g.C.Mul(y, m[2])
+		y := FluxModulate(g, g.Ctx.Norm(in[1], FluxNormEps), m[0], m[1])
+		return g.Ctx.Mul(y, m[2])
 	})
 	// m = W·silu(vec) + b, chunks shift, scale, gate; y = LN(x)·(1+scale)+shift, times gate.
 	m := make([]float64, 3*h)

@@ -20,8 +20,8 @@ func chromaApprox(g *infer.Builder, cfg *ChromaConfig, x native.Tensor) native.T
 	p := chromaApproxPrefix
 	x = g.Linear(x, p+"in_proj")
 	for i := 0; i < cfg.ApproxLayers; i++ {
-		n := g.C.Mul(g.C.RMSNorm(x, FluxNormEps), g.Weight(fmt.Sprintf("%snorms.%d.scale", p, i)))
-		x = g.C.Add(x, fluxMLPEmbed(g, n, fmt.Sprintf("%slayers.%d", p, i)))
+		n := g.Ctx.Mul(g.Ctx.RMSNorm(x, FluxNormEps), g.Weight(fmt.Sprintf("%snorms.%d.scale", p, i)))
+		x = g.Ctx.Add(x, fluxMLPEmbed(g, n, fmt.Sprintf("%slayers.%d", p, i)))
 	}
 	return g.Linear(x, p+"out_proj")
 }
@@ -32,9 +32,9 @@ func chromaApprox(g *infer.Builder, cfg *ChromaConfig, x native.Tensor) native.T
 // and embedded as Flux embeds its time.
 func chromaApproxInput(g *infer.Builder, ts, gs, idx native.Tensor) native.Tensor {
 	emb := func(x native.Tensor, dim int) native.Tensor {
-		return g.C.TimestepEmbedding(g.C.Scale(x, 1000), dim, 10000)
+		return g.Ctx.TimestepEmbedding(g.Ctx.Scale(x, 1000), dim, 10000)
 	}
-	return g.C.Concat(g.C.Concat(emb(ts, 16), emb(gs, 16), 0), emb(idx, 32), 0)
+	return g.Ctx.Concat(g.Ctx.Concat(emb(ts, 16), emb(gs, 16), 0), emb(idx, 32), 0)
 }
 
 // chromaRows views rows [from, from+n) of the modulations m [h, rows] as n [h] tensors.
@@ -42,7 +42,7 @@ func chromaRows(g *infer.Builder, m native.Tensor, from, n int) []native.Tensor 
 	h, nb := m.Ne()[0], m.Nb()
 	out := make([]native.Tensor, n)
 	for i := range out {
-		out[i] = g.C.View(m, [4]int64{h, 1, 1, 1}, nb[1], nb[1], nb[1], int64(from+i)*nb[1])
+		out[i] = g.Ctx.View(m, [4]int64{h, 1, 1, 1}, nb[1], nb[1], nb[1], int64(from+i)*nb[1])
 	}
 	return out
 }

@@ -79,13 +79,13 @@ func RoPETable(axes []int, theta float32, pos [][3]float32) (cos, sin []float32)
 
 // fluxMLPEmbed is Flux's MLPEmbedder: in_layer, SiLU, out_layer.
 func fluxMLPEmbed(g *infer.Builder, x native.Tensor, prefix string) native.Tensor {
-	return g.Linear(g.C.SiLU(g.Linear(x, prefix+".in_layer")), prefix+".out_layer")
+	return g.Linear(g.Ctx.SiLU(g.Linear(x, prefix+".in_layer")), prefix+".out_layer")
 }
 
 // FluxMod applies the modulation linear prefix to SiLU(vec) [h] and returns
 // its n chunks of h values (shift, scale, gate, ... in order).
 func FluxMod(g *infer.Builder, vec native.Tensor, prefix string, n int) []native.Tensor {
-	m := g.Linear(g.C.SiLU(vec), prefix)
+	m := g.Linear(g.Ctx.SiLU(vec), prefix)
 	h := vec.Ne()[0]
 	if m.Ne()[0] != int64(n)*h {
 		panic(&native.ShapeError{Msg: fmt.Sprintf("flux: %s gives %d values, want %d×%d", prefix, m.Ne()[0], n, h)})
@@ -93,25 +93,25 @@ func FluxMod(g *infer.Builder, vec native.Tensor, prefix string, n int) []native
 	nb := m.Nb()
 	out := make([]native.Tensor, n)
 	for i := range out {
-		out[i] = g.C.View(m, [4]int64{h, 1, 1, 1}, nb[1], nb[1], nb[1], int64(i)*h*nb[0])
+		out[i] = g.Ctx.View(m, [4]int64{h, 1, 1, 1}, nb[1], nb[1], nb[1], int64(i)*h*nb[0])
 	}
 	return out
 }
 
 // FluxModulate is x·(1+scale)+shift, summed in sd.cpp's order (x + x·scale, then + shift).
 func FluxModulate(g *infer.Builder, x, shift, scale native.Tensor) native.Tensor {
-	return g.C.Add(g.C.Add(x, g.C.Mul(x, scale)), shift)
+	return g.Ctx.Add(g.Ctx.Add(x, g.Ctx.Mul(x, scale)), shift)
 }
 
 // FluxHeads views h-wide tokens t [≥off+h, L] at element offset off as heads [d, h/d, L].
 func FluxHeads(g *infer.Builder, t native.Tensor, d, heads int64, off int64) native.Tensor {
 	ne, nb := t.Ne(), t.Nb()
-	return g.C.View(t, [4]int64{d, heads, ne[1], 1}, d*nb[0], nb[1], nb[1]*ne[1], off*nb[0])
+	return g.Ctx.View(t, [4]int64{d, heads, ne[1], 1}, d*nb[0], nb[1], nb[1]*ne[1], off*nb[0])
 }
 
 // fluxQKNorm is the QK RMS norm with its scale: x [d, heads, L].
 func fluxQKNorm(g *infer.Builder, x native.Tensor, prefix string) native.Tensor {
-	return g.C.Mul(g.C.RMSNorm(x, FluxNormEps), g.Weight(prefix+".scale"))
+	return g.Ctx.Mul(g.Ctx.RMSNorm(x, FluxNormEps), g.Weight(prefix+".scale"))
 }
 
 // FluxRotate applies the rotary embedding to x [d, heads, L] (contiguous):
@@ -169,13 +169,13 @@ func fluxMLP(g *infer.Builder, cfg *FluxConfig, x native.Tensor, prefix string) 
 // GatedMLP SiLU of the first half of each token times its second half.
 func fluxAct(g *infer.Builder, cfg *FluxConfig, x native.Tensor) native.Tensor {
 	if !cfg.GatedMLP {
-		return g.C.GELU(x)
+		return g.Ctx.GELU(x)
 	}
 	ne, nb := x.Ne(), x.Nb()
 	half := [4]int64{ne[0] / 2, ne[1], 1, 1}
-	gate := g.C.Cont(g.C.View(x, half, nb[1], nb[1]*ne[1], nb[1]*ne[1], 0))
-	val := g.C.Cont(g.C.View(x, half, nb[1], nb[1]*ne[1], nb[1]*ne[1], half[0]*nb[0]))
-	return g.C.Mul(val, g.C.SiLU(gate))
+	gate := g.Ctx.Cont(g.Ctx.View(x, half, nb[1], nb[1]*ne[1], nb[1]*ne[1], 0))
+	val := g.Ctx.Cont(g.Ctx.View(x, half, nb[1], nb[1]*ne[1], nb[1]*ne[1], half[0]*nb[0]))
+	return g.Ctx.Mul(val, g.Ctx.SiLU(gate))
 }
 
 // fluxDouble is double_blocks.i: img [h, Li] and txt [h, Lt] attend
@@ -186,7 +186,7 @@ func fluxAct(g *infer.Builder, cfg *FluxConfig, x native.Tensor) native.Tensor {
 func fluxDouble(g *infer.Builder, cfg *FluxConfig, p string, img, txt native.Tensor, im, tm []native.Tensor, cos, sin, mask native.Tensor) (native.Tensor, native.Tensor) {
 	d, heads, h := int64(cfg.HeadDim), int64(cfg.Heads), int64(cfg.Hidden)
 	qkv := func(x native.Tensor, mod []native.Tensor, st string) (q, k, v native.Tensor) {
-		y := FluxModulate(g, g.C.Norm(x, FluxNormEps), mod[0], mod[1])
+		y := FluxModulate(g, g.Ctx.Norm(x, FluxNormEps), mod[0], mod[1])
 		t := g.Linear(y, p+st+"_attn.qkv")
 		q = fluxQKNorm(g, FluxHeads(g, t, d, heads, 0), p+st+"_attn.norm.query_norm")
 		k = fluxQKNorm(g, FluxHeads(g, t, d, heads, h), p+st+"_attn.norm.key_norm")
@@ -195,15 +195,15 @@ func fluxDouble(g *infer.Builder, cfg *FluxConfig, p string, img, txt native.Ten
 	}
 	iq, ik, iv := qkv(img, im, "img")
 	tq, tk, tv := qkv(txt, tm, "txt")
-	a := fluxAttentionMasked(g.C, g.C.Concat(tq, iq, 2), g.C.Concat(tk, ik, 2), g.C.Concat(tv, iv, 2), cos, sin, mask)
+	a := fluxAttentionMasked(g.Ctx, g.Ctx.Concat(tq, iq, 2), g.Ctx.Concat(tk, ik, 2), g.Ctx.Concat(tv, iv, 2), cos, sin, mask)
 	lt, li := txt.Ne()[1], img.Ne()[1]
 	nb := a.Nb()
-	ta := g.C.View(a, [4]int64{h, lt, 1, 1}, nb[1], nb[1]*lt, nb[1]*lt, 0)
-	ia := g.C.View(a, [4]int64{h, li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1])
+	ta := g.Ctx.View(a, [4]int64{h, lt, 1, 1}, nb[1], nb[1]*lt, nb[1]*lt, 0)
+	ia := g.Ctx.View(a, [4]int64{h, li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1])
 	stream := func(x, attn native.Tensor, mod []native.Tensor, st string) native.Tensor {
-		x = g.C.Add(x, g.C.Mul(g.Linear(attn, p+st+"_attn.proj"), mod[2]))
-		y := fluxMLP(g, cfg, FluxModulate(g, g.C.Norm(x, FluxNormEps), mod[3], mod[4]), p+st+"_mlp")
-		return g.C.Add(x, g.C.Mul(y, mod[5]))
+		x = g.Ctx.Add(x, g.Ctx.Mul(g.Linear(attn, p+st+"_attn.proj"), mod[2]))
+		y := fluxMLP(g, cfg, FluxModulate(g, g.Ctx.Norm(x, FluxNormEps), mod[3], mod[4]), p+st+"_mlp")
+		return g.Ctx.Add(x, g.Ctx.Mul(y, mod[5]))
 	}
 	return stream(img, ia, im, "img"), stream(txt, ta, tm, "txt")
 }
@@ -212,19 +212,19 @@ func fluxDouble(g *infer.Builder, cfg *FluxConfig, p string, img, txt native.Ten
 // modulation (shift, scale, gate) and an optional key mask, as fluxDouble.
 func fluxSingle(g *infer.Builder, cfg *FluxConfig, p string, x native.Tensor, mod []native.Tensor, cos, sin, mask native.Tensor) native.Tensor {
 	d, heads, h, mlp := int64(cfg.HeadDim), int64(cfg.Heads), int64(cfg.Hidden), int64(cfg.MLP)
-	y := FluxModulate(g, g.C.Norm(x, FluxNormEps), mod[0], mod[1])
+	y := FluxModulate(g, g.Ctx.Norm(x, FluxNormEps), mod[0], mod[1])
 	t := g.Linear(y, p+"linear1") // [3h + mlp (2·mlp gated), L]
 	q := fluxQKNorm(g, FluxHeads(g, t, d, heads, 0), p+"norm.query_norm")
 	k := fluxQKNorm(g, FluxHeads(g, t, d, heads, h), p+"norm.key_norm")
 	v := FluxHeads(g, t, d, heads, 2*h)
-	a := fluxAttentionMasked(g.C, q, k, v, cos, sin, mask)
+	a := fluxAttentionMasked(g.Ctx, q, k, v, cos, sin, mask)
 	ne, nb := t.Ne(), t.Nb()
 	if cfg.GatedMLP {
 		mlp *= 2
 	}
-	m := fluxAct(g, cfg, g.C.Cont(g.C.View(t, [4]int64{mlp, ne[1], 1, 1}, nb[1], nb[1]*ne[1], nb[1]*ne[1], 3*h*nb[0])))
-	out := g.Linear(g.C.Concat(a, m, 0), p+"linear2")
-	return g.C.Add(x, g.C.Mul(out, mod[2]))
+	m := fluxAct(g, cfg, g.Ctx.Cont(g.Ctx.View(t, [4]int64{mlp, ne[1], 1, 1}, nb[1], nb[1]*ne[1], nb[1]*ne[1], 3*h*nb[0])))
+	out := g.Linear(g.Ctx.Concat(a, m, 0), p+"linear2")
+	return g.Ctx.Add(x, g.Ctx.Mul(out, mod[2]))
 }
 
 // fluxBlockMods gives a block's modulations: a double block's (by its
@@ -246,14 +246,14 @@ func fluxTrunk(g *infer.Builder, cfg *FluxConfig, x, c native.Tensor, mods fluxB
 		keep(fmt.Sprintf("double_blocks.%d", i), x)
 	}
 	lt, li := c.Ne()[1], x.Ne()[1]
-	joint := g.C.Concat(c, x, 1)
+	joint := g.Ctx.Concat(c, x, 1)
 	for i := 0; i < cfg.Single; i++ {
 		bp := fmt.Sprintf("%ssingle_blocks.%d.", p, i)
 		joint = fluxSingle(g, cfg, bp, joint, mods.single(i, bp), cos, sin, mask)
 		keep(fmt.Sprintf("single_blocks.%d", i), joint)
 	}
 	nb := joint.Nb()
-	return g.C.View(joint, [4]int64{int64(cfg.Hidden), li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1])
+	return g.Ctx.View(joint, [4]int64{int64(cfg.Hidden), li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1])
 }
 
 // FluxKeeper returns a keep function for fluxTrunk that collects the
@@ -261,7 +261,7 @@ func fluxTrunk(g *infer.Builder, cfg *FluxConfig, x, c native.Tensor, mods fluxB
 func FluxKeeper(g *infer.Builder, capture bool, blocks *[]infer.BlockTensor) func(string, native.Tensor) {
 	return func(name string, x native.Tensor) {
 		if capture {
-			*blocks = append(*blocks, infer.BlockTensor{Name: name, T: g.Output(g.C.Cont(x))})
+			*blocks = append(*blocks, infer.BlockTensor{Name: name, T: g.Output(g.Ctx.Cont(x))})
 		}
 	}
 }
@@ -276,14 +276,14 @@ func flux(g *infer.Builder, cfg *FluxConfig, img, txt, t, guidance, y, cos, sin 
 	p := infer.DmPrefix
 	var blocks []infer.BlockTensor
 	x := g.Linear(img, p+"img_in")
-	vec := fluxMLPEmbed(g, g.C.TimestepEmbedding(g.C.Scale(t, 1000), 256, 10000), p+"time_in")
+	vec := fluxMLPEmbed(g, g.Ctx.TimestepEmbedding(g.Ctx.Scale(t, 1000), 256, 10000), p+"time_in")
 	if cfg.Guidance {
-		vec = g.C.Add(vec, fluxMLPEmbed(g, g.C.TimestepEmbedding(g.C.Scale(guidance, 1000), 256, 10000), p+"guidance_in"))
+		vec = g.Ctx.Add(vec, fluxMLPEmbed(g, g.Ctx.TimestepEmbedding(g.Ctx.Scale(guidance, 1000), 256, 10000), p+"guidance_in"))
 	}
 	if cfg.VecDim > 0 {
-		vec = g.C.Add(vec, fluxMLPEmbed(g, y, p+"vector_in"))
+		vec = g.Ctx.Add(vec, fluxMLPEmbed(g, y, p+"vector_in"))
 	}
-	vec = g.C.Reshape(vec, int64(cfg.Hidden))
+	vec = g.Ctx.Reshape(vec, int64(cfg.Hidden))
 	mods := fluxBlockMods{
 		double: func(_ int, bp string) ([]native.Tensor, []native.Tensor) {
 			return FluxMod(g, vec, bp+"img_mod.lin", 6), FluxMod(g, vec, bp+"txt_mod.lin", 6)
@@ -298,6 +298,6 @@ func flux(g *infer.Builder, cfg *FluxConfig, img, txt, t, guidance, y, cos, sin 
 // FluxFinal is the final layer over image tokens x [h, Li]: the layer
 // norm modulated by shift and scale, then final_layer.linear.
 func FluxFinal(g *infer.Builder, x, shift, scale native.Tensor) native.Tensor {
-	x = FluxModulate(g, g.C.Norm(x, FluxNormEps), shift, scale)
+	x = FluxModulate(g, g.Ctx.Norm(x, FluxNormEps), shift, scale)
 	return g.Linear(x, infer.DmPrefix+"final_layer.linear")
 }

@@ -33,11 +33,11 @@ func flux2(g *infer.Builder, cfg *Flux2Config, img, txt, t, guidance, cos, sin n
 	p := infer.DmPrefix
 	var blocks []infer.BlockTensor
 	x := g.Linear(img, p+"img_in")
-	vec := fluxMLPEmbed(g, g.C.TimestepEmbedding(g.C.Scale(t, 1000), 256, 10000), p+"time_in")
+	vec := fluxMLPEmbed(g, g.Ctx.TimestepEmbedding(g.Ctx.Scale(t, 1000), 256, 10000), p+"time_in")
 	if cfg.Guidance {
-		vec = g.C.Add(vec, fluxMLPEmbed(g, g.C.TimestepEmbedding(g.C.Scale(guidance, 1000), 256, 10000), p+"guidance_in"))
+		vec = g.Ctx.Add(vec, fluxMLPEmbed(g, g.Ctx.TimestepEmbedding(g.Ctx.Scale(guidance, 1000), 256, 10000), p+"guidance_in"))
 	}
-	vec = g.C.Reshape(vec, int64(cfg.Hidden))
+	vec = g.Ctx.Reshape(vec, int64(cfg.Hidden))
 	mods := make([][]native.Tensor, len(flux2Mods))
 	for i, m := range flux2Mods {
 		mods[i] = FluxMod(g, vec, p+m.name, m.chunks)

@@ -51,15 +51,15 @@ func qwenImagePositions(txt, rows, cols int) [][3]float32 {
 // linearScaled is linear with sd.cpp's input scale s: x·s through the
 // weight, the product divided by s, then the bias.
 func linearScaled(g *infer.Builder, x native.Tensor, prefix string, s float32) native.Tensor {
-	if _, ok := g.W.W8A8[prefix+".weight"]; ok {
+	if _, ok := g.Weights.W8A8[prefix+".weight"]; ok {
 		return g.Linear(x, prefix)
 	}
 	w := g.Weight(prefix + ".weight")
-	xs := g.C.Scale(x, s)
-	y := g.C.Scale(g.C.MulMat(w, xs), 1/s)
+	xs := g.Ctx.Scale(x, s)
+	y := g.Ctx.Scale(g.Ctx.MulMat(w, xs), 1/s)
 	g.Watch(w, xs)
 	if g.Has(prefix + ".bias") {
-		y = g.C.Add(y, g.Weight(prefix+".bias"))
+		y = g.Ctx.Add(y, g.Weight(prefix+".bias"))
 	}
 	return y
 }
@@ -69,16 +69,16 @@ func linearScaled(g *infer.Builder, x native.Tensor, prefix string, s float32) n
 func qwenImageHeads(g *infer.Builder, x native.Tensor, prefix, norm string, d int64) native.Tensor {
 	y := g.Linear(x, prefix)
 	ne := y.Ne()
-	y = g.C.Reshape(y, d, ne[0]/d, ne[1])
+	y = g.Ctx.Reshape(y, d, ne[0]/d, ne[1])
 	if norm == "" {
 		return y
 	}
-	return g.C.Mul(g.C.RMSNorm(y, qwenImageEps), g.Weight(norm+".weight"))
+	return g.Ctx.Mul(g.Ctx.RMSNorm(y, qwenImageEps), g.Weight(norm+".weight"))
 }
 
 // qwenImageMLP is a stream's feed-forward: net.0.proj, GELU (tanh), net.2.
 func qwenImageMLP(g *infer.Builder, x native.Tensor, prefix string) native.Tensor {
-	return linearScaled(g, g.C.GELU(g.Linear(x, prefix+".net.0.proj")), prefix+".net.2", qwenImageMLPScale)
+	return linearScaled(g, g.Ctx.GELU(g.Linear(x, prefix+".net.0.proj")), prefix+".net.2", qwenImageMLPScale)
 }
 
 // qwenImageBlock is transformer_blocks.i: img [h, Li] and txt [h, Lt]
@@ -87,22 +87,22 @@ func qwenImageBlock(g *infer.Builder, cfg *QwenImageConfig, p string, img, txt, 
 	d := int64(cfg.HeadDim)
 	im := flux.FluxMod(g, temb, p+"img_mod.1", 6)
 	tm := flux.FluxMod(g, temb, p+"txt_mod.1", 6)
-	iy := flux.FluxModulate(g, g.C.Norm(img, qwenImageEps), im[0], im[1])
-	ty := flux.FluxModulate(g, g.C.Norm(txt, qwenImageEps), tm[0], tm[1])
+	iy := flux.FluxModulate(g, g.Ctx.Norm(img, qwenImageEps), im[0], im[1])
+	ty := flux.FluxModulate(g, g.Ctx.Norm(txt, qwenImageEps), tm[0], tm[1])
 	a := p + "attn."
-	q := g.C.Concat(qwenImageHeads(g, ty, a+"add_q_proj", a+"norm_added_q", d), qwenImageHeads(g, iy, a+"to_q", a+"norm_q", d), 2)
-	k := g.C.Concat(qwenImageHeads(g, ty, a+"add_k_proj", a+"norm_added_k", d), qwenImageHeads(g, iy, a+"to_k", a+"norm_k", d), 2)
-	v := g.C.Concat(qwenImageHeads(g, ty, a+"add_v_proj", "", d), qwenImageHeads(g, iy, a+"to_v", "", d), 2)
-	o := qwenImageAttention(g.C, q, k, v, cos, sin) // [h, Lt+Li]
+	q := g.Ctx.Concat(qwenImageHeads(g, ty, a+"add_q_proj", a+"norm_added_q", d), qwenImageHeads(g, iy, a+"to_q", a+"norm_q", d), 2)
+	k := g.Ctx.Concat(qwenImageHeads(g, ty, a+"add_k_proj", a+"norm_added_k", d), qwenImageHeads(g, iy, a+"to_k", a+"norm_k", d), 2)
+	v := g.Ctx.Concat(qwenImageHeads(g, ty, a+"add_v_proj", "", d), qwenImageHeads(g, iy, a+"to_v", "", d), 2)
+	o := qwenImageAttention(g.Ctx, q, k, v, cos, sin) // [h, Lt+Li]
 	h, lt, li := o.Ne()[0], txt.Ne()[1], img.Ne()[1]
 	nb := o.Nb()
-	ta := g.C.Cont(g.C.View(o, [4]int64{h, lt, 1, 1}, nb[1], nb[1]*lt, nb[1]*lt, 0))
-	ia := g.C.Cont(g.C.View(o, [4]int64{h, li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1]))
-	img = g.C.Add(img, g.C.Mul(linearScaled(g, ia, a+"to_out.0", qwenImageOutScale), im[2]))
-	txt = g.C.Add(txt, g.C.Mul(linearScaled(g, ta, a+"to_add_out", qwenImageOutScale), tm[2]))
+	ta := g.Ctx.Cont(g.Ctx.View(o, [4]int64{h, lt, 1, 1}, nb[1], nb[1]*lt, nb[1]*lt, 0))
+	ia := g.Ctx.Cont(g.Ctx.View(o, [4]int64{h, li, 1, 1}, nb[1], nb[1]*li, nb[1]*li, lt*nb[1]))
+	img = g.Ctx.Add(img, g.Ctx.Mul(linearScaled(g, ia, a+"to_out.0", qwenImageOutScale), im[2]))
+	txt = g.Ctx.Add(txt, g.Ctx.Mul(linearScaled(g, ta, a+"to_add_out", qwenImageOutScale), tm[2]))
 	stream := func(x native.Tensor, mod []native.Tensor, st string) native.Tensor {
-		y := qwenImageMLP(g, flux.FluxModulate(g, g.C.Norm(x, qwenImageEps), mod[3], mod[4]), p+st+"_mlp")
-		return g.C.Add(x, g.C.Mul(y, mod[5]))
+		y := qwenImageMLP(g, flux.FluxModulate(g, g.Ctx.Norm(x, qwenImageEps), mod[3], mod[4]), p+st+"_mlp")
+		return g.Ctx.Add(x, g.Ctx.Mul(y, mod[5]))
 	}
 	return stream(img, im, "img"), stream(txt, tm, "txt")
 }
@@ -116,18 +116,18 @@ func qwenImage(g *infer.Builder, cfg *QwenImageConfig, img, txt, t, cos, sin nat
 	p := infer.DmPrefix
 	var blocks []infer.BlockTensor
 	te := p + "time_text_embed.timestep_embedder."
-	temb := g.Linear(g.C.SiLU(g.Linear(g.C.TimestepEmbedding(t, 256, 10000), te+"linear_1")), te+"linear_2")
-	temb = g.C.Reshape(temb, int64(cfg.Hidden))
+	temb := g.Linear(g.Ctx.SiLU(g.Linear(g.Ctx.TimestepEmbedding(t, 256, 10000), te+"linear_1")), te+"linear_2")
+	temb = g.Ctx.Reshape(temb, int64(cfg.Hidden))
 	x := g.Linear(img, p+"img_in")
-	c := g.Linear(g.C.Mul(g.C.RMSNorm(txt, qwenImageEps), g.Weight(p+"txt_norm.weight")), p+"txt_in")
+	c := g.Linear(g.Ctx.Mul(g.Ctx.RMSNorm(txt, qwenImageEps), g.Weight(p+"txt_norm.weight")), p+"txt_in")
 	for i := 0; i < cfg.Layers; i++ {
 		x, c = qwenImageBlock(g, cfg, fmt.Sprintf("%stransformer_blocks.%d.", p, i), x, c, temb, cos, sin)
 		if capture {
-			blocks = append(blocks, infer.BlockTensor{Name: fmt.Sprintf("transformer_blocks.%d", i), T: g.Output(g.C.Cont(x))})
+			blocks = append(blocks, infer.BlockTensor{Name: fmt.Sprintf("transformer_blocks.%d", i), T: g.Output(g.Ctx.Cont(x))})
 		}
 	}
 	// norm_out: its linear gives scale then shift (AdaLayerNormContinuous's order).
 	mod := flux.FluxMod(g, temb, p+"norm_out.linear", 2)
-	x = flux.FluxModulate(g, g.C.Norm(x, qwenImageEps), mod[1], mod[0])
+	x = flux.FluxModulate(g, g.Ctx.Norm(x, qwenImageEps), mod[1], mod[0])
 	return g.Linear(x, p+"proj_out"), blocks
 }

@@ -19,15 +19,15 @@ const (
 // resBlock is a ResBlock: two GroupNorm-SiLU-conv stages with the time
 // embedding added between them, plus a skip path.
 func resBlock(g *infer.Builder, x, emb native.Tensor, p string) native.Tensor {
-	h := g.Conv2d(g.C.SiLU(g.GroupNorm(x, p+"in_layers.0", unetNormEps)), p+"in_layers.2", 1)
-	e := g.Linear(g.C.SiLU(emb), p+"emb_layers.1") // [out, N]
+	h := g.Conv2d(g.Ctx.SiLU(g.GroupNorm(x, p+"in_layers.0", unetNormEps)), p+"in_layers.2", 1)
+	e := g.Linear(g.Ctx.SiLU(emb), p+"emb_layers.1") // [out, N]
 	ne := e.Ne()
-	h = g.C.Add(h, g.C.Reshape(e, 1, 1, ne[0], ne[1]))
-	h = g.Conv2d(g.C.SiLU(g.GroupNorm(h, p+"out_layers.0", unetNormEps)), p+"out_layers.3", 1)
+	h = g.Ctx.Add(h, g.Ctx.Reshape(e, 1, 1, ne[0], ne[1]))
+	h = g.Conv2d(g.Ctx.SiLU(g.GroupNorm(h, p+"out_layers.0", unetNormEps)), p+"out_layers.3", 1)
 	if g.Has(p + "skip_connection.weight") {
 		x = g.Conv2d(x, p+"skip_connection", 1)
 	}
-	return g.C.Add(h, x)
+	return g.Ctx.Add(h, x)
 }
 
 // crossAttention is CrossAttention: queries from x, keys and values from ctx.
@@ -35,7 +35,7 @@ func crossAttention(g *infer.Builder, x, ctx native.Tensor, p string, heads int)
 	q := g.Linear(x, p+"to_q")
 	k := g.Linear(ctx, p+"to_k")
 	v := g.Linear(ctx, p+"to_v")
-	return g.Linear(infer.Attention(g.C, q, k, v, heads, false), p+"to_out.0")
+	return g.Linear(infer.Attention(g.Ctx, q, k, v, heads, false), p+"to_out.0")
 }
 
 // spatialTransformer is SpatialTransformer with its BasicTransformerBlocks.
@@ -47,26 +47,26 @@ func spatialTransformer(g *infer.Builder, x, ctx native.Tensor, p string, depth,
 	if !linearProj {
 		x = g.Conv2d(x, p+"proj_in", 1)
 	}
-	x = infer.ToTokens(g.C, x)
+	x = infer.ToTokens(g.Ctx, x)
 	if linearProj {
 		x = g.Linear(x, p+"proj_in")
 	}
 	for d := 0; d < depth; d++ {
 		b := fmt.Sprintf("%stransformer_blocks.%d.", p, d)
 		n1 := g.LayerNorm(x, b+"norm1", infer.LayerNormEps)
-		x = g.C.Add(crossAttention(g, n1, n1, b+"attn1.", heads), x)
-		x = g.C.Add(crossAttention(g, g.LayerNorm(x, b+"norm2", infer.LayerNormEps), ctx, b+"attn2.", heads), x)
+		x = g.Ctx.Add(crossAttention(g, n1, n1, b+"attn1.", heads), x)
+		x = g.Ctx.Add(crossAttention(g, g.LayerNorm(x, b+"norm2", infer.LayerNormEps), ctx, b+"attn2.", heads), x)
 		ff := g.Linear(g.Geglu(g.LayerNorm(x, b+"norm3", infer.LayerNormEps), b+"ff.net.0.proj"), b+"ff.net.2")
-		x = g.C.Add(ff, x)
+		x = g.Ctx.Add(ff, x)
 	}
 	if linearProj {
 		x = g.Linear(x, p+"proj_out")
 	}
-	x = infer.FromTokens(g.C, x, w, h)
+	x = infer.FromTokens(g.Ctx, x, w, h)
 	if !linearProj {
 		x = g.Conv2d(x, p+"proj_out", 1)
 	}
-	return g.C.Add(x, in)
+	return g.Ctx.Add(x, in)
 }
 
 // unet builds the UNet's output for latent x [W, H, C, N], timesteps [N],
@@ -83,13 +83,13 @@ func unet(g *infer.Builder, cfg *UNetConfig, x, timesteps, ctx, y native.Tensor,
 			blocks = append(blocks, infer.BlockTensor{Name: name, T: t.SetOutput()})
 		}
 	}
-	emb := g.C.TimestepEmbedding(timesteps, mc, 10000)
-	emb = g.Linear(g.C.SiLU(g.Linear(emb, p+"time_embed.0")), p+"time_embed.2")
+	emb := g.Ctx.TimestepEmbedding(timesteps, mc, 10000)
+	emb = g.Linear(g.Ctx.SiLU(g.Linear(emb, p+"time_embed.0")), p+"time_embed.2")
 	if cfg.ADMChannels > 0 {
 		if !y.Valid() {
 			panic(&native.ShapeError{Msg: "unet: the model has a class embedding (label_emb) and no conditioning vector was given"})
 		}
-		emb = g.C.Add(emb, g.Linear(g.C.SiLU(g.Linear(y, p+"label_emb.0.0")), p+"label_emb.0.2"))
+		emb = g.Ctx.Add(emb, g.Linear(g.Ctx.SiLU(g.Linear(y, p+"label_emb.0.0")), p+"label_emb.0.2"))
 	}
 
 	h := g.Conv2d(x, p+"input_blocks.0.0", 1)
@@ -126,19 +126,19 @@ func unet(g *infer.Builder, cfg *UNetConfig, x, timesteps, ctx, y native.Tensor,
 			skip := skips[len(skips)-1]
 			skips = skips[:len(skips)-1]
 			b := fmt.Sprintf("%soutput_blocks.%d.", p, idx)
-			h = resBlock(g, g.C.Concat(h, skip, 2), emb, b+"0.")
+			h = resBlock(g, g.Ctx.Concat(h, skip, 2), emb, b+"0.")
 			sub := 1
 			if d := cfg.TransformerDepth[level]; d > 0 {
 				h = spatialTransformer(g, h, ctx, b+"1.", d, cfg.heads(m*mc), cfg.LinearProj)
 				sub = 2
 			}
 			if level > 0 && i == cfg.NumResBlocks {
-				h = g.Conv2d(g.C.UpscaleNearest(h, 2), fmt.Sprintf("%s%d.conv", b, sub), 1)
+				h = g.Conv2d(g.Ctx.UpscaleNearest(h, 2), fmt.Sprintf("%s%d.conv", b, sub), 1)
 			}
 			keep(fmt.Sprintf("output_blocks.%d", idx), h)
 			idx++
 		}
 	}
-	h = g.C.SiLU(g.GroupNorm(h, p+"out.0", unetNormEps))
+	h = g.Ctx.SiLU(g.GroupNorm(h, p+"out.0", unetNormEps))
 	return g.Conv2d(h, p+"out.2", 1), blocks
 }

@@ -210,7 +210,7 @@ func TestCLIPPenultimateAndPooled(t *testing.T) {
 	defer ctx.Free()
 	it, _ := ctx.NewTensor(formats.I32, int64(len(ids)))
 	it.SetInput()
-	g := &infer.Builder{C: ctx, W: ws}
+	g := &infer.Builder{Ctx: ctx, Weights: ws}
 	var hid, pooled native.Tensor
 	var err error
 	func() {

@@ -29,31 +29,31 @@ func sd3QKV(g *infer.Builder, cfg *SD3Config, x native.Tensor, prefix string) (q
 	d, heads, h := int64(cfg.HeadDim), int64(cfg.Heads), int64(cfg.Hidden)
 	t := g.Linear(x, prefix+".qkv")
 	l := t.Ne()[1]
-	part := func(i int64) native.Tensor { return g.C.Cont(flux.FluxHeads(g, t, d, heads, i*h)) } // [d, heads, L]
+	part := func(i int64) native.Tensor { return g.Ctx.Cont(flux.FluxHeads(g, t, d, heads, i*h)) } // [d, heads, L]
 	norm := func(x native.Tensor, name string) native.Tensor {
 		switch cfg.QKNorm {
 		case "rms":
-			x = g.C.Mul(g.C.RMSNorm(x, sd3NormEps), g.Weight(prefix+"."+name+".weight"))
+			x = g.Ctx.Mul(g.Ctx.RMSNorm(x, sd3NormEps), g.Weight(prefix+"."+name+".weight"))
 		case "ln":
 			x = g.LayerNorm(x, prefix+"."+name, sd3NormEps)
 		}
-		return g.C.Reshape(x, h, l)
+		return g.Ctx.Reshape(x, h, l)
 	}
-	return norm(part(0), "ln_q"), norm(part(1), "ln_k"), g.C.Reshape(part(2), h, l)
+	return norm(part(0), "ln_q"), norm(part(1), "ln_k"), g.Ctx.Reshape(part(2), h, l)
 }
 
 // sd3Attention is attention over q, k, v [h, L] in cfg.Heads heads.
 func sd3Attention(g *infer.Builder, cfg *SD3Config, q, k, v native.Tensor) native.Tensor {
-	return infer.Attention(g.C, q, k, v, cfg.Heads, false)
+	return infer.Attention(g.Ctx, q, k, v, cfg.Heads, false)
 }
 
 // sd3Post is a stream's update after attention: x + proj(attn)·gate,
 // then x + MLP(modulated norm)·gate.
 func sd3Post(g *infer.Builder, x, attn native.Tensor, mod []native.Tensor, p string) native.Tensor {
-	x = g.C.Add(x, g.C.Mul(g.Linear(attn, p+"attn.proj"), mod[2]))
-	y := flux.FluxModulate(g, g.C.Norm(x, sd3NormEps), mod[3], mod[4])
-	y = g.Linear(g.C.GELU(g.Linear(y, p+"mlp.fc1")), p+"mlp.fc2")
-	return g.C.Add(x, g.C.Mul(y, mod[5]))
+	x = g.Ctx.Add(x, g.Ctx.Mul(g.Linear(attn, p+"attn.proj"), mod[2]))
+	y := flux.FluxModulate(g, g.Ctx.Norm(x, sd3NormEps), mod[3], mod[4])
+	y = g.Linear(g.Ctx.GELU(g.Linear(y, p+"mlp.fc1")), p+"mlp.fc2")
+	return g.Ctx.Add(x, g.Ctx.Mul(y, mod[5]))
 }
 
 // sd3Joint is joint_blocks.i over context [h, Lc] and x [h, Lx] (context
@@ -71,29 +71,29 @@ func sd3Joint(g *infer.Builder, cfg *SD3Config, i int, ctx, x, c native.Tensor) 
 		xn = 9
 	}
 	cm, xm := sd3Mods(g, c, cp+"adaLN_modulation.1", cn), sd3Mods(g, c, xp+"adaLN_modulation.1", xn)
-	cq, ck, cv := sd3QKV(g, cfg, flux.FluxModulate(g, g.C.Norm(ctx, sd3NormEps), cm[0], cm[1]), cp+"attn")
-	xNorm := g.C.Norm(x, sd3NormEps)
+	cq, ck, cv := sd3QKV(g, cfg, flux.FluxModulate(g, g.Ctx.Norm(ctx, sd3NormEps), cm[0], cm[1]), cp+"attn")
+	xNorm := g.Ctx.Norm(x, sd3NormEps)
 	xq, xk, xv := sd3QKV(g, cfg, flux.FluxModulate(g, xNorm, xm[0], xm[1]), xp+"attn")
-	a := sd3Attention(g, cfg, g.C.Concat(cq, xq, 1), g.C.Concat(ck, xk, 1), g.C.Concat(cv, xv, 1))
+	a := sd3Attention(g, cfg, g.Ctx.Concat(cq, xq, 1), g.Ctx.Concat(ck, xk, 1), g.Ctx.Concat(cv, xv, 1))
 	h, lc, lx := int64(cfg.Hidden), ctx.Ne()[1], x.Ne()[1]
 	nb := a.Nb()
-	xa := g.C.View(a, [4]int64{h, lx, 1, 1}, nb[1], nb[1]*lx, nb[1]*lx, lc*nb[1])
+	xa := g.Ctx.View(a, [4]int64{h, lx, 1, 1}, nb[1], nb[1]*lx, nb[1]*lx, lc*nb[1])
 	if self {
 		q2, k2, v2 := sd3QKV(g, cfg, flux.FluxModulate(g, xNorm, xm[6], xm[7]), xp+"attn2")
 		x2 := g.Linear(sd3Attention(g, cfg, q2, k2, v2), xp+"attn2.proj")
 		// sd.cpp adds attn2 after attn and before the MLP.
-		x = g.C.Add(x, g.C.Mul(g.Linear(xa, xp+"attn.proj"), xm[2]))
-		x = g.C.Add(x, g.C.Mul(x2, xm[8]))
-		y := flux.FluxModulate(g, g.C.Norm(x, sd3NormEps), xm[3], xm[4])
-		y = g.Linear(g.C.GELU(g.Linear(y, xp+"mlp.fc1")), xp+"mlp.fc2")
-		x = g.C.Add(x, g.C.Mul(y, xm[5]))
+		x = g.Ctx.Add(x, g.Ctx.Mul(g.Linear(xa, xp+"attn.proj"), xm[2]))
+		x = g.Ctx.Add(x, g.Ctx.Mul(x2, xm[8]))
+		y := flux.FluxModulate(g, g.Ctx.Norm(x, sd3NormEps), xm[3], xm[4])
+		y = g.Linear(g.Ctx.GELU(g.Linear(y, xp+"mlp.fc1")), xp+"mlp.fc2")
+		x = g.Ctx.Add(x, g.Ctx.Mul(y, xm[5]))
 	} else {
 		x = sd3Post(g, x, xa, xm, xp)
 	}
 	if last {
 		return native.Tensor{}, x
 	}
-	ca := g.C.View(a, [4]int64{h, lc, 1, 1}, nb[1], nb[1]*lc, nb[1]*lc, 0)
+	ca := g.Ctx.View(a, [4]int64{h, lc, 1, 1}, nb[1], nb[1]*lc, nb[1]*lc, 0)
 	return sd3Post(g, ctx, ca, cm, cp), x
 }
 
@@ -104,11 +104,11 @@ func sd3PosEmbed(g *infer.Builder, cfg *SD3Config, rows, cols int) native.Tensor
 		panic(&native.ShapeError{Msg: fmt.Sprintf("mmdit: %dx%d patches, the position table holds %dx%d", rows, cols, cfg.PosMax, cfg.PosMax)})
 	}
 	h, m := int64(cfg.Hidden), int64(cfg.PosMax)
-	pos := g.C.Reshape(g.Weight(infer.DmPrefix+"pos_embed"), h, m, m)
+	pos := g.Ctx.Reshape(g.Weight(infer.DmPrefix+"pos_embed"), h, m, m)
 	top, left := (m-int64(rows))/2, (m-int64(cols))/2
 	nb := pos.Nb()
-	crop := g.C.View(pos, [4]int64{h, int64(cols), int64(rows), 1}, nb[1], nb[2], nb[2]*int64(rows), top*nb[2]+left*nb[1])
-	return g.C.Reshape(g.C.Cont(crop), h, int64(rows*cols))
+	crop := g.Ctx.View(pos, [4]int64{h, int64(cols), int64(rows), 1}, nb[1], nb[2], nb[2]*int64(rows), top*nb[2]+left*nb[1])
+	return g.Ctx.Reshape(g.Ctx.Cont(crop), h, int64(rows*cols))
 }
 
 // sd3 builds one evaluation of the MMDiT: img [InChannels·p², L] patch
@@ -121,17 +121,17 @@ func sd3(g *infer.Builder, cfg *SD3Config, img, txt, t, y native.Tensor, rows, c
 	var blocks []infer.BlockTensor
 	keep := flux.FluxKeeper(g, capture, &blocks)
 	k := g.Weight(p + "x_embedder.proj.weight")
-	kw := g.C.Reshape(k, int64(cfg.InChannels*cfg.Patch*cfg.Patch), int64(cfg.Hidden))
-	x := g.C.MulMat(kw, img)
+	kw := g.Ctx.Reshape(k, int64(cfg.InChannels*cfg.Patch*cfg.Patch), int64(cfg.Hidden))
+	x := g.Ctx.MulMat(kw, img)
 	if g.Has(p + "x_embedder.proj.bias") {
-		x = g.C.Add(x, g.Weight(p+"x_embedder.proj.bias"))
+		x = g.Ctx.Add(x, g.Weight(p+"x_embedder.proj.bias"))
 	}
-	x = g.C.Add(x, sd3PosEmbed(g, cfg, rows, cols))
+	x = g.Ctx.Add(x, sd3PosEmbed(g, cfg, rows, cols))
 	mlp := func(x native.Tensor, prefix string) native.Tensor {
-		return g.Linear(g.C.SiLU(g.Linear(x, prefix+".mlp.0")), prefix+".mlp.2")
+		return g.Linear(g.Ctx.SiLU(g.Linear(x, prefix+".mlp.0")), prefix+".mlp.2")
 	}
-	c := mlp(g.C.TimestepEmbedding(t, 256, 10000), p+"t_embedder")
-	c = g.C.Reshape(g.C.Add(c, mlp(y, p+"y_embedder")), int64(cfg.Hidden))
+	c := mlp(g.Ctx.TimestepEmbedding(t, 256, 10000), p+"t_embedder")
+	c = g.Ctx.Reshape(g.Ctx.Add(c, mlp(y, p+"y_embedder")), int64(cfg.Hidden))
 	ctx := g.Linear(txt, p+"context_embedder")
 	for i := 0; i < cfg.Depth; i++ {
 		ctx, x = sd3Joint(g, cfg, i, ctx, x, c)

@@ -163,7 +163,7 @@ func TestSD3JointBlock(t *testing.T) {
 	got, _ := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{h, lc}, Data: ctx}, {Ne: []int64{h, lx}, Data: x}, {Ne: []int64{h}, Data: c}},
 		func(g *infer.Builder, in []native.Tensor) native.Tensor {
 			co, xo := sd3Joint(g, cfg, 0, in[0], in[1], in[2])
-			return g.C.Concat(co, xo, 1)
+			return g.Ctx.Concat(co, xo, 1)
 		})
 
 	r := ref64{w}

@@ -57,14 +57,14 @@ func wanChunks(g *infer.Builder, m native.Tensor, n int) []native.Tensor {
 	}
 	out := make([]native.Tensor, n)
 	for i := range out {
-		out[i] = g.C.View(m, [4]int64{h, 1, 1, 1}, nb[1], nb[1], nb[1], int64(i)*nb[1])
+		out[i] = g.Ctx.View(m, [4]int64{h, 1, 1, 1}, nb[1], nb[1], nb[1], int64(i)*nb[1])
 	}
 	return out
 }
 
 // wanRMS is an RMS norm over the whole width with prefix's scale.
 func wanRMS(g *infer.Builder, x native.Tensor, prefix string) native.Tensor {
-	return g.C.Mul(g.C.RMSNorm(x, wanEps), g.Weight(prefix+".weight"))
+	return g.Ctx.Mul(g.Ctx.RMSNorm(x, wanEps), g.Weight(prefix+".weight"))
 }
 
 // wanSelfAttn is a block's self-attention over the patch tokens y [h, L].
@@ -73,7 +73,7 @@ func wanSelfAttn(g *infer.Builder, cfg *WanConfig, p string, y, cos, sin native.
 	q := wanRMS(g, g.Linear(y, p+"q"), p+"norm_q")
 	k := wanRMS(g, g.Linear(y, p+"k"), p+"norm_k")
 	v := g.Linear(y, p+"v")
-	a := flux.FluxAttention(g.C, g.C.Reshape(q, d, heads, l), g.C.Reshape(k, d, heads, l), g.C.Reshape(v, d, heads, l), cos, sin)
+	a := flux.FluxAttention(g.Ctx, g.Ctx.Reshape(q, d, heads, l), g.Ctx.Reshape(k, d, heads, l), g.Ctx.Reshape(v, d, heads, l), cos, sin)
 	return g.Linear(a, p+"o")
 }
 
@@ -82,28 +82,28 @@ func wanCrossAttn(g *infer.Builder, cfg *WanConfig, p string, x, ctx native.Tens
 	q := wanRMS(g, g.Linear(x, p+"q"), p+"norm_q")
 	k := wanRMS(g, g.Linear(ctx, p+"k"), p+"norm_k")
 	v := g.Linear(ctx, p+"v")
-	return g.Linear(infer.Attention(g.C, q, k, v, cfg.Heads, false), p+"o")
+	return g.Linear(infer.Attention(g.Ctx, q, k, v, cfg.Heads, false), p+"o")
 }
 
 // wanBlock is blocks.i: x [h, L], e0 [h, 6] the projected time embedding,
 // ctx [h, Lc] the embedded text tokens.
 func wanBlock(g *infer.Builder, cfg *WanConfig, p string, x, e0, ctx, cos, sin native.Tensor) native.Tensor {
-	es := wanChunks(g, g.C.Add(e0, g.C.Reshape(g.Weight(p+"modulation"), int64(cfg.Hidden), 6)), 6)
+	es := wanChunks(g, g.Ctx.Add(e0, g.Ctx.Reshape(g.Weight(p+"modulation"), int64(cfg.Hidden), 6)), 6)
 	y := wanModNorm(g, x, es[0], es[1])
-	x = g.C.Add(x, g.C.Mul(wanSelfAttn(g, cfg, p+"self_attn.", y, cos, sin), es[2]))
+	x = g.Ctx.Add(x, g.Ctx.Mul(wanSelfAttn(g, cfg, p+"self_attn.", y, cos, sin), es[2]))
 	n3 := x
 	if cfg.CrossNorm {
 		n3 = g.LayerNorm(x, p+"norm3", wanEps)
 	}
-	x = g.C.Add(x, wanCrossAttn(g, cfg, p+"cross_attn.", n3, ctx))
+	x = g.Ctx.Add(x, wanCrossAttn(g, cfg, p+"cross_attn.", n3, ctx))
 	y = wanModNorm(g, x, es[3], es[4])
-	y = g.Linear(g.C.GELU(g.Linear(y, p+"ffn.0")), p+"ffn.2")
-	return g.C.Add(x, g.C.Mul(y, es[5]))
+	y = g.Linear(g.Ctx.GELU(g.Linear(y, p+"ffn.0")), p+"ffn.2")
+	return g.Ctx.Add(x, g.Ctx.Mul(y, es[5]))
 }
 
 // wanModNorm is the affine-free layer norm of x modulated by shift and scale.
 func wanModNorm(g *infer.Builder, x, shift, scale native.Tensor) native.Tensor {
-	return flux.FluxModulate(g, g.C.Norm(x, wanEps), shift, scale)
+	return flux.FluxModulate(g, g.Ctx.Norm(x, wanEps), shift, scale)
 }
 
 // wan builds one evaluation of the DiT: img [C·ph·pw, L] patch tokens
@@ -117,21 +117,21 @@ func wan(g *infer.Builder, cfg *WanConfig, img, txt, t, cos, sin native.Tensor, 
 	var blocks []infer.BlockTensor
 	pw := g.Weight(p + "patch_embedding.weight")
 	ne := pw.Ne()
-	x := g.C.MulMat(g.C.Reshape(pw, ne[0]*ne[1]*ne[2]*ne[3]/h, h), img)
+	x := g.Ctx.MulMat(g.Ctx.Reshape(pw, ne[0]*ne[1]*ne[2]*ne[3]/h, h), img)
 	if g.Has(p + "patch_embedding.bias") {
-		x = g.C.Add(x, g.Weight(p+"patch_embedding.bias"))
+		x = g.Ctx.Add(x, g.Weight(p+"patch_embedding.bias"))
 	}
-	e := g.Linear(g.C.SiLU(g.Linear(g.C.TimestepEmbedding(t, cfg.FreqDim, 10000), p+"time_embedding.0")), p+"time_embedding.2")
-	e = g.C.Reshape(e, h, 1)
-	e0 := g.C.Reshape(g.Linear(g.C.SiLU(e), p+"time_projection.1"), h, 6)
-	ctx := g.Linear(g.C.GELU(g.Linear(txt, p+"text_embedding.0")), p+"text_embedding.2")
+	e := g.Linear(g.Ctx.SiLU(g.Linear(g.Ctx.TimestepEmbedding(t, cfg.FreqDim, 10000), p+"time_embedding.0")), p+"time_embedding.2")
+	e = g.Ctx.Reshape(e, h, 1)
+	e0 := g.Ctx.Reshape(g.Linear(g.Ctx.SiLU(e), p+"time_projection.1"), h, 6)
+	ctx := g.Linear(g.Ctx.GELU(g.Linear(txt, p+"text_embedding.0")), p+"text_embedding.2")
 	for i := 0; i < cfg.Blocks; i++ {
 		x = wanBlock(g, cfg, fmt.Sprintf("%sblocks.%d.", p, i), x, e0, ctx, cos, sin)
 		if capture {
-			blocks = append(blocks, infer.BlockTensor{Name: fmt.Sprintf("blocks.%d", i), T: g.Output(g.C.Cont(x))})
+			blocks = append(blocks, infer.BlockTensor{Name: fmt.Sprintf("blocks.%d", i), T: g.Output(g.Ctx.Cont(x))})
 		}
 	}
-	es := wanChunks(g, g.C.Add(g.C.Reshape(g.Weight(p+"head.modulation"), h, 2), e), 2)
+	es := wanChunks(g, g.Ctx.Add(g.Ctx.Reshape(g.Weight(p+"head.modulation"), h, 2), e), 2)
 	x = wanModNorm(g, x, es[0], es[1])
 	return g.Linear(x, p+"head.head"), blocks
 }

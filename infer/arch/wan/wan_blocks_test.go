@@ -311,7 +311,7 @@ func wanTestModel(t *testing.T, w map[string]inferutil.TestWeight, cfg *WanConfi
 	ws := inferutil.MakeWeights(t, be, w)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
-	return &infer.Model{Path: "wan test", Config: &infer.ModelConfig{Network: cfg}, Be: be, W: ws, Alloc: alloc, Net: &wanNet{cfg: cfg}}
+	return &infer.Model{Path: "wan test", Config: &infer.ModelConfig{Network: cfg}, Backend: be, Weights: ws, Alloc: alloc, Net: &wanNet{cfg: cfg}}
 }
 
 func TestWanMatchesReference(t *testing.T) {

@@ -70,7 +70,7 @@ func wanExpertModel(t *testing.T, v22 bool, expert int) *infer.Model {
 	ws := inferutil.MakeWeights(t, be, w)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
-	m := &infer.Model{Path: "wan generate test", Family: fam, Be: be, W: ws, Alloc: alloc, Net: &wanNet{cfg: &cfg},
+	m := &infer.Model{Path: "wan generate test", Family: fam, Backend: be, Weights: ws, Alloc: alloc, Net: &wanNet{cfg: &cfg},
 		Config: &infer.ModelConfig{Family: fam.Name(), Network: &cfg, Prediction: infer.FlowPrediction, PredictionKnown: true,
 			VAE: infer.VAEConfig{Kind: "wan", ZChannels: vcfg.ZDim, ScaleFactor: 1, Layout: vcfg}}}
 	c, err := newWanConditioner(m)

@@ -57,7 +57,7 @@ func zimagePositions(txt, rows, cols int) [][3]float32 {
 
 // zimageNorm is RMSNorm over ne0 with prefix's weight.
 func zimageNorm(g *infer.Builder, x native.Tensor, prefix string, eps float32) native.Tensor {
-	return g.C.Mul(g.C.RMSNorm(x, eps), g.Weight(prefix+".weight"))
+	return g.Ctx.Mul(g.Ctx.RMSNorm(x, eps), g.Weight(prefix+".weight"))
 }
 
 // zimageLinearF32 is linear with the weight widened to F32 first (dequantized
@@ -66,13 +66,13 @@ func zimageNorm(g *infer.Builder, x native.Tensor, prefix string, eps float32) n
 // F32 instead of being rounded to the weight's dot-product type.
 func zimageLinearF32(g *infer.Builder, x native.Tensor, prefix string) native.Tensor {
 	w := g.Weight(prefix + ".weight")
-	if _, ok := g.W.W8A8[prefix+".weight"]; ok || w.Type() == formats.F32 {
+	if _, ok := g.Weights.W8A8[prefix+".weight"]; ok || w.Type() == formats.F32 {
 		return g.Linear(x, prefix)
 	}
-	y := g.C.MulMat(g.C.Cast(w, formats.F32), x)
+	y := g.Ctx.MulMat(g.Ctx.Cast(w, formats.F32), x)
 	g.Watch(w, x)
 	if g.Has(prefix + ".bias") {
-		y = g.C.Add(y, g.Weight(prefix+".bias"))
+		y = g.Ctx.Add(y, g.Weight(prefix+".bias"))
 	}
 	return y
 }
@@ -85,14 +85,14 @@ func zimageAttention(g *infer.Builder, cfg *ZImageConfig, p string, x, cos, sin 
 	q := zimageNorm(g, flux.FluxHeads(g, t, d, nh, 0), p+"attention.q_norm", flux.FluxNormEps)
 	k := zimageNorm(g, flux.FluxHeads(g, t, d, nkv, nh*d), p+"attention.k_norm", flux.FluxNormEps)
 	v := flux.FluxHeads(g, t, d, nkv, (nh+nkv)*d)
-	return g.Linear(flux.FluxAttention(g.C, q, k, v, cos, sin), p+"attention.out")
+	return g.Linear(flux.FluxAttention(g.Ctx, q, k, v, cos, sin), p+"attention.out")
 }
 
 // zimageFF is the SwiGLU feed-forward: w2(silu(w1·x)·(w3·x)), w2's input scaled by zimageW2Scale.
 func zimageFF(g *infer.Builder, x native.Tensor, p string) native.Tensor {
-	y := g.C.SwiGLU(g.Linear(x, p+"feed_forward.w1"), g.Linear(x, p+"feed_forward.w3"))
-	y = g.Linear(g.C.Scale(y, zimageW2Scale), p+"feed_forward.w2")
-	return g.C.Scale(y, 1/zimageW2Scale)
+	y := g.Ctx.SwiGLU(g.Linear(x, p+"feed_forward.w1"), g.Linear(x, p+"feed_forward.w3"))
+	y = g.Linear(g.Ctx.Scale(y, zimageW2Scale), p+"feed_forward.w2")
+	return g.Ctx.Scale(y, 1/zimageW2Scale)
 }
 
 // zimageBlock is one block (a refiner or a layer) over x [h, L]; temb, the
@@ -105,13 +105,13 @@ func zimageBlock(g *infer.Builder, cfg *ZImageConfig, p string, x, temb, cos, si
 	sub := func(x native.Tensor, norm1, norm2 string, f func(native.Tensor) native.Tensor, scale, gate int) native.Tensor {
 		y := zimageNorm(g, x, p+norm1, zimageNormEps)
 		if mod != nil {
-			y = g.C.Add(y, g.C.Mul(y, mod[scale]))
+			y = g.Ctx.Add(y, g.Ctx.Mul(y, mod[scale]))
 		}
 		y = zimageNorm(g, f(y), p+norm2, zimageNormEps)
 		if mod != nil {
-			y = g.C.Mul(y, g.C.Tanh(mod[gate]))
+			y = g.Ctx.Mul(y, g.Ctx.Tanh(mod[gate]))
 		}
-		return g.C.Add(y, x)
+		return g.Ctx.Add(y, x)
 	}
 	x = sub(x, "attention_norm1", "attention_norm2", func(y native.Tensor) native.Tensor {
 		return zimageAttention(g, cfg, p, y, cos, sin)
@@ -127,7 +127,7 @@ func zimageMod(g *infer.Builder, m native.Tensor, h, n int) []native.Tensor {
 	nb := m.Nb()
 	out := make([]native.Tensor, n)
 	for i := range out {
-		out[i] = g.C.View(m, [4]int64{int64(h), 1, 1, 1}, nb[1], nb[1], nb[1], int64(i*h)*nb[0])
+		out[i] = g.Ctx.View(m, [4]int64{int64(h), 1, 1, 1}, nb[1], nb[1], nb[1], int64(i*h)*nb[0])
 	}
 	return out
 }
@@ -140,14 +140,14 @@ func zimagePadded(g *infer.Builder, x native.Tensor, name string) native.Tensor 
 	if n == 0 {
 		return x
 	}
-	pad := g.C.Reshape(g.Weight(name), ne[0], 1)
-	return g.C.Concat(x, g.C.Repeat(pad, [4]int64{ne[0], int64(n), 1, 1}), 1)
+	pad := g.Ctx.Reshape(g.Weight(name), ne[0], 1)
+	return g.Ctx.Concat(x, g.Ctx.Repeat(pad, [4]int64{ne[0], int64(n), 1, 1}), 1)
 }
 
 // zimageRows views tokens [h, from:to) of x [h, L].
 func zimageRows(g *infer.Builder, x native.Tensor, from, to int64) native.Tensor {
 	ne, nb := x.Ne(), x.Nb()
-	return g.C.View(x, [4]int64{ne[0], to - from, 1, 1}, nb[1], nb[1]*(to-from), nb[1]*(to-from), from*nb[1])
+	return g.Ctx.View(x, [4]int64{ne[0], to - from, 1, 1}, nb[1], nb[1]*(to-from), nb[1]*(to-from), from*nb[1])
 }
 
 // zimage builds one evaluation of the DiT: img [p²·C, Li] patch tokens,
@@ -161,13 +161,13 @@ func zimage(g *infer.Builder, cfg *ZImageConfig, img, txt, t, cos, sin native.Te
 	var blocks []infer.BlockTensor
 	keep := func(name string, x native.Tensor) {
 		if capture {
-			blocks = append(blocks, infer.BlockTensor{Name: name, T: g.Output(g.C.Cont(x))})
+			blocks = append(blocks, infer.BlockTensor{Name: name, T: g.Output(g.Ctx.Cont(x))})
 		}
 	}
 	li := img.Ne()[1]
-	temb := g.C.TimestepEmbedding(t, 256, 10000)
-	temb = zimageLinearF32(g, g.C.SiLU(zimageLinearF32(g, temb, p+"t_embedder.mlp.0")), p+"t_embedder.mlp.2")
-	temb = g.C.Reshape(temb, int64(cfg.TimeDim))
+	temb := g.Ctx.TimestepEmbedding(t, 256, 10000)
+	temb = zimageLinearF32(g, g.Ctx.SiLU(zimageLinearF32(g, temb, p+"t_embedder.mlp.0")), p+"t_embedder.mlp.2")
+	temb = g.Ctx.Reshape(temb, int64(cfg.TimeDim))
 	x := zimagePadded(g, g.Linear(img, p+"x_embedder"), p+"x_pad_token")
 	c := g.Linear(zimageNorm(g, txt, p+"cap_embedder.0", zimageNormEps), p+"cap_embedder.1")
 	c = zimagePadded(g, c, p+"cap_pad_token")
@@ -182,13 +182,13 @@ func zimage(g *infer.Builder, cfg *ZImageConfig, img, txt, t, cos, sin native.Te
 		x = zimageBlock(g, cfg, fmt.Sprintf("%snoise_refiner.%d.", p, i), x, temb, icos, isin)
 		keep(fmt.Sprintf("noise_refiner.%d", i), x)
 	}
-	joint := g.C.Concat(c, x, 1)
+	joint := g.Ctx.Concat(c, x, 1)
 	for i := 0; i < cfg.Layers; i++ {
 		joint = zimageBlock(g, cfg, fmt.Sprintf("%slayers.%d.", p, i), joint, temb, cos, sin)
 		keep(fmt.Sprintf("layers.%d", i), joint)
 	}
-	scale := g.Linear(g.C.SiLU(temb), p+"final_layer.adaLN_modulation.1")
-	y := g.C.Norm(zimageRows(g, joint, lt, lt+li), flux.FluxNormEps)
-	y = g.C.Add(y, g.C.Mul(y, scale))
+	scale := g.Linear(g.Ctx.SiLU(temb), p+"final_layer.adaLN_modulation.1")
+	y := g.Ctx.Norm(zimageRows(g, joint, lt, lt+li), flux.FluxNormEps)
+	y = g.Ctx.Add(y, g.Ctx.Mul(y, scale))
 	return zimageLinearF32(g, y, p+"final_layer.linear"), blocks
 }

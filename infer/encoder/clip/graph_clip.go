@@ -142,7 +142,7 @@ func RunCLIP(m *infer.Model, e *CLIPConfig, ids []int, pooledAt int) (hidden, po
 func CLIP(g *infer.Builder, cfg *CLIPConfig, ids native.Tensor, pooledAt int) (hidden, pooled native.Tensor) {
 	p := cfg.Prefix
 	l := ids.Ne()[0]
-	x := g.C.GetRows(g.Weight(p+"embeddings.token_embedding.weight"), ids)
+	x := g.Ctx.GetRows(g.Weight(p+"embeddings.token_embedding.weight"), ids)
 	pos := g.Weight(p + "embeddings.position_embedding.weight")
 	pne, pnb := pos.Ne(), pos.Nb()
 	if l > pne[1] {
@@ -151,7 +151,7 @@ func CLIP(g *infer.Builder, cfg *CLIPConfig, ids native.Tensor, pooledAt int) (h
 	if pooledAt >= int(l) {
 		panic(&native.ShapeError{Msg: fmt.Sprintf("clip: pooled token %d of %d", pooledAt, l)})
 	}
-	x = g.C.Add(x, g.C.View(pos, [4]int64{pne[0], l, 1, 1}, pnb[1], pnb[1]*l, pnb[1]*l, 0))
+	x = g.Ctx.Add(x, g.Ctx.View(pos, [4]int64{pne[0], l, 1, 1}, pnb[1], pnb[1]*l, pnb[1]*l, 0))
 	layers := cfg.Layers - (cfg.Skip - 1)
 	if pooledAt >= 0 {
 		layers = cfg.Layers
@@ -167,23 +167,23 @@ func CLIP(g *infer.Builder, cfg *CLIPConfig, ids native.Tensor, pooledAt int) (h
 			qkv := g.Linear(h, b+"self_attn.in_proj")
 			ne, nb := qkv.Ne(), qkv.Nb()
 			third := [4]int64{ne[0] / 3, ne[1], ne[2], ne[3]}
-			q = g.C.Cont(g.C.View(qkv, third, nb[1], nb[2], nb[3], 0))
-			k = g.C.Cont(g.C.View(qkv, third, nb[1], nb[2], nb[3], third[0]*nb[0]))
-			v = g.C.Cont(g.C.View(qkv, third, nb[1], nb[2], nb[3], 2*third[0]*nb[0]))
+			q = g.Ctx.Cont(g.Ctx.View(qkv, third, nb[1], nb[2], nb[3], 0))
+			k = g.Ctx.Cont(g.Ctx.View(qkv, third, nb[1], nb[2], nb[3], third[0]*nb[0]))
+			v = g.Ctx.Cont(g.Ctx.View(qkv, third, nb[1], nb[2], nb[3], 2*third[0]*nb[0]))
 		} else {
 			q = g.Linear(h, b+"self_attn.q_proj")
 			k = g.Linear(h, b+"self_attn.k_proj")
 			v = g.Linear(h, b+"self_attn.v_proj")
 		}
-		a := infer.Attention(g.C, q, k, v, cfg.Heads, true)
-		x = g.C.Add(x, g.Linear(a, b+"self_attn.out_proj"))
+		a := infer.Attention(g.Ctx, q, k, v, cfg.Heads, true)
+		x = g.Ctx.Add(x, g.Linear(a, b+"self_attn.out_proj"))
 		h = g.Linear(g.LayerNorm(x, b+"layer_norm2", infer.LayerNormEps), b+"mlp.fc1")
 		if cfg.QuickGELU {
-			h = g.C.GELUQuick(h)
+			h = g.Ctx.GELUQuick(h)
 		} else {
-			h = g.C.GELU(h)
+			h = g.Ctx.GELU(h)
 		}
-		x = g.C.Add(x, g.Linear(h, b+"mlp.fc2"))
+		x = g.Ctx.Add(x, g.Linear(h, b+"mlp.fc2"))
 	}
 	if !hidden.Valid() {
 		hidden = x
@@ -194,11 +194,11 @@ func CLIP(g *infer.Builder, cfg *CLIPConfig, ids native.Tensor, pooledAt int) (h
 	if pooledAt >= 0 {
 		last := g.LayerNorm(x, p+"final_layer_norm", infer.LayerNormEps)
 		ne, nb := last.Ne(), last.Nb()
-		pooled = g.C.Cont(g.C.View(last, [4]int64{ne[0], 1, 1, 1}, nb[1], nb[1], nb[1], int64(pooledAt)*nb[1]))
+		pooled = g.Ctx.Cont(g.Ctx.View(last, [4]int64{ne[0], 1, 1, 1}, nb[1], nb[1], nb[1], int64(pooledAt)*nb[1]))
 		if cfg.Projection > 0 {
 			w := g.Weight(p + "text_projection")
 			g.Watch(w, pooled)
-			pooled = g.C.MulMat(w, pooled)
+			pooled = g.Ctx.MulMat(w, pooled)
 		}
 		pooled = g.Output(pooled)
 	}

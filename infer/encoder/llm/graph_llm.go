@@ -77,7 +77,7 @@ var (
 // LLM's width times their number. mask, when valid, is an additive key
 // mask [L] (F32: 0 keeps a key, -Inf hides it) on top of the causal one.
 func llm(g *infer.Builder, cfg *LLMConfig, ids, pos, mask native.Tensor, layers []int) native.Tensor {
-	x := g.C.GetRows(g.Weight(cfg.Prefix+"embed_tokens.weight"), ids)
+	x := g.Ctx.GetRows(g.Weight(cfg.Prefix+"embed_tokens.weight"), ids)
 	outs, norm := LLMOutputs(cfg, layers)
 	last := cfg.Layers
 	if !norm {
@@ -89,7 +89,7 @@ func llm(g *infer.Builder, cfg *LLMConfig, ids, pos, mask native.Tensor, layers 
 			res = t
 			return
 		}
-		res = g.C.Concat(res, t, 0)
+		res = g.Ctx.Concat(res, t, 0)
 	}
 	for i, next := 0, 0; i < last; i++ {
 		x = llmLayer(g, cfg, x, pos, mask, i)
@@ -139,25 +139,25 @@ func llmLayer(g *infer.Builder, cfg *LLMConfig, x, pos, mask native.Tensor, i in
 	l := x.Ne()[1]
 	d := int64(cfg.HeadDim)
 	h := llmNorm(g, x, p+"input_layernorm.weight", eps)
-	q := g.C.Reshape(g.Linear(h, p+"self_attn.q_proj"), d, int64(cfg.Heads), l)
-	k := g.C.Reshape(g.Linear(h, p+"self_attn.k_proj"), d, int64(cfg.KVHeads), l)
+	q := g.Ctx.Reshape(g.Linear(h, p+"self_attn.q_proj"), d, int64(cfg.Heads), l)
+	k := g.Ctx.Reshape(g.Linear(h, p+"self_attn.k_proj"), d, int64(cfg.KVHeads), l)
 	v := g.Linear(h, p+"self_attn.v_proj")
 	if cfg.QKNorm {
 		q = llmNorm(g, q, p+"self_attn.q_norm.weight", eps)
 		k = llmNorm(g, k, p+"self_attn.k_norm.weight", eps)
 	}
-	q = llmRope(g.C, q, pos, cfg)
-	k = llmRope(g.C, k, pos, cfg)
-	a := gqaAttention(g.C, q, k, v, mask)
-	x = g.C.Add(x, g.Linear(a, p+"self_attn.o_proj"))
+	q = llmRope(g.Ctx, q, pos, cfg)
+	k = llmRope(g.Ctx, k, pos, cfg)
+	a := gqaAttention(g.Ctx, q, k, v, mask)
+	x = g.Ctx.Add(x, g.Linear(a, p+"self_attn.o_proj"))
 	h = llmNorm(g, x, p+"post_attention_layernorm.weight", eps)
-	gate := g.C.SiLU(g.Linear(h, p+"mlp.gate_proj"))
-	return g.C.Add(x, g.Linear(g.C.Mul(gate, g.Linear(h, p+"mlp.up_proj")), p+"mlp.down_proj"))
+	gate := g.Ctx.SiLU(g.Linear(h, p+"mlp.gate_proj"))
+	return g.Ctx.Add(x, g.Linear(g.Ctx.Mul(gate, g.Linear(h, p+"mlp.up_proj")), p+"mlp.down_proj"))
 }
 
 // llmNorm is RMSNorm over ne0 times the weight called name.
 func llmNorm(g *infer.Builder, x native.Tensor, name string, eps float32) native.Tensor {
-	return g.C.Mul(g.C.RMSNorm(x, eps), g.Weight(name))
+	return g.Ctx.Mul(g.Ctx.RMSNorm(x, eps), g.Weight(name))
 }
 
 // gqaAttention is causal grouped-query attention: q [d, H, L] and k

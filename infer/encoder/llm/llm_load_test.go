@@ -60,7 +60,7 @@ func loadLLMComponent(t testing.TB, path string, opt infer.LoadOptions) *infer.M
 	t.Cleanup(ws.Free)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
-	return &infer.Model{Path: path, Config: &infer.ModelConfig{Encoders: []infer.EncoderConfig{cfg}}, Tokenizers: map[string]any{"llm": tok}, Be: be, W: ws, Alloc: alloc, Specs: specs}
+	return &infer.Model{Path: path, Config: &infer.ModelConfig{Encoders: []infer.EncoderConfig{cfg}}, Tokenizers: map[string]any{"llm": tok}, Backend: be, Weights: ws, Alloc: alloc, Specs: specs}
 }
 
 // tinyQwenVocab is a byte-level vocabulary with Qwen's split: the 256 byte

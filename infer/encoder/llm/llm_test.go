@@ -241,7 +241,7 @@ func llmTestModel(t *testing.T, w map[string]inferutil.TestWeight, cfg *LLMConfi
 	ws := inferutil.MakeWeights(t, be, w)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
-	return &infer.Model{Path: "llm test", Config: &infer.ModelConfig{Encoders: []infer.EncoderConfig{cfg}}, Be: be, W: ws, Alloc: alloc}
+	return &infer.Model{Path: "llm test", Config: &infer.ModelConfig{Encoders: []infer.EncoderConfig{cfg}}, Backend: be, Weights: ws, Alloc: alloc}
 }
 
 func TestLLMEncoderMatchesReference(t *testing.T) {
@@ -376,9 +376,9 @@ func TestQwen25VLRopeIsNeoxForText(t *testing.T) {
 			pt := infer.NewInput(g, formats.I32, int64(len(pos)))
 			var y native.Tensor
 			if multi {
-				y = g.C.RopeMulti(xt, pt, d, [4]int{16, 24, 24, 0}, 1e6)
+				y = g.Ctx.RopeMulti(xt, pt, d, [4]int{16, 24, 24, 0}, 1e6)
 			} else {
-				y = g.C.Rope(xt, pt, d, native.RopeNeox, 1e6)
+				y = g.Ctx.Rope(xt, pt, d, native.RopeNeox, 1e6)
 			}
 			return []infer.Input{{T: xt, F32: x}, {T: pt, I32: pos}}, y
 		}, func(o native.Tensor) error {

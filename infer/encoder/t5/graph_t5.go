@@ -22,14 +22,14 @@ func t5(g *infer.Builder, cfg *T5Config, ids, buckets, mask native.Tensor) nativ
 	if n := buckets.Ne()[0]; n != l*l {
 		panic(&native.ShapeError{Msg: fmt.Sprintf("t5: %d buckets for %d tokens", n, l)})
 	}
-	x := g.C.GetRows(g.Weight(cfg.Embedding), ids) // [Hidden, L]
+	x := g.Ctx.GetRows(g.Weight(cfg.Embedding), ids) // [Hidden, L]
 	layerBias := func(i int) native.Tensor {
 		rel := g.Weight(cfg.bias(i))
 		heads := rel.Ne()[0]
-		bias := g.C.Reshape(g.C.GetRows(rel, buckets), heads, l, l) // [heads, Lk, Lq]
-		bias = g.C.Cont(g.C.Permute(bias, 2, 0, 1, 3))              // [Lk, Lq, heads]
+		bias := g.Ctx.Reshape(g.Ctx.GetRows(rel, buckets), heads, l, l) // [heads, Lk, Lq]
+		bias = g.Ctx.Cont(g.Ctx.Permute(bias, 2, 0, 1, 3))              // [Lk, Lq, heads]
 		if mask.Valid() {
-			bias = g.C.Add(bias, mask)
+			bias = g.Ctx.Add(bias, mask)
 		}
 		return bias
 	}
@@ -43,22 +43,22 @@ func t5(g *infer.Builder, cfg *T5Config, ids, buckets, mask native.Tensor) nativ
 		q := g.Linear(h, b+"0.SelfAttention.q")
 		k := g.Linear(h, b+"0.SelfAttention.k")
 		v := g.Linear(h, b+"0.SelfAttention.v")
-		a := t5Attention(g.C, q, k, v, bias, cfg.Heads)
-		x = g.C.Add(x, g.Linear(a, b+"0.SelfAttention.o"))
+		a := t5Attention(g.Ctx, q, k, v, bias, cfg.Heads)
+		x = g.Ctx.Add(x, g.Linear(a, b+"0.SelfAttention.o"))
 		h = t5Norm(g, x, b+"1.layer_norm")
-		gate := g.C.GELU(g.Linear(h, b+"1.DenseReluDense.wi_0"))
-		y := g.C.Mul(gate, g.Linear(h, b+"1.DenseReluDense.wi_1"))
+		gate := g.Ctx.GELU(g.Linear(h, b+"1.DenseReluDense.wi_0"))
+		y := g.Ctx.Mul(gate, g.Linear(h, b+"1.DenseReluDense.wi_1"))
 		// wo sees the product scaled down (t5FFScale), and the imatrix
 		// records that scaled input, as sd-cli's collector does.
-		y = g.C.Scale(g.Linear(g.C.Scale(y, t5FFScale), b+"1.DenseReluDense.wo"), 1/t5FFScale)
-		x = g.C.Add(x, y)
+		y = g.Ctx.Scale(g.Linear(g.Ctx.Scale(y, t5FFScale), b+"1.DenseReluDense.wo"), 1/t5FFScale)
+		x = g.Ctx.Add(x, y)
 	}
 	return t5Norm(g, x, p+"encoder.final_layer_norm")
 }
 
 // t5Norm is T5LayerNorm: x / rms(x) times prefix.weight, without a mean or bias.
 func t5Norm(g *infer.Builder, x native.Tensor, prefix string) native.Tensor {
-	return g.C.Mul(g.C.RMSNorm(x, t5LayerNormEps), g.Weight(prefix+".weight"))
+	return g.Ctx.Mul(g.Ctx.RMSNorm(x, t5LayerNormEps), g.Weight(prefix+".weight"))
 }
 
 // t5Attention computes softmax(QKᵀ + bias)V per head (T5 does not scale by

@@ -68,7 +68,7 @@ func loadT5Component(t testing.TB, path string) *infer.Model {
 	t.Cleanup(ws.Free)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
-	return &infer.Model{Path: path, Config: &infer.ModelConfig{Encoders: []infer.EncoderConfig{cfg}}, Tokenizers: map[string]any{"t5": tok}, Be: be, W: ws, Alloc: alloc, Specs: specs}
+	return &infer.Model{Path: path, Config: &infer.ModelConfig{Encoders: []infer.EncoderConfig{cfg}}, Tokenizers: map[string]any{"t5": tok}, Backend: be, Weights: ws, Alloc: alloc, Specs: specs}
 }
 
 // TestT5NamingsLoadAlike writes the tiny T5 in the three namings people

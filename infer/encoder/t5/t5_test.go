@@ -191,7 +191,7 @@ func t5TestModel(t *testing.T, w map[string]inferutil.TestWeight, cfg *T5Config)
 	ws := inferutil.MakeWeights(t, be, w)
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
-	return &infer.Model{Path: "t5 test", Config: &infer.ModelConfig{Encoders: []infer.EncoderConfig{cfg}}, Be: be, W: ws, Alloc: alloc}
+	return &infer.Model{Path: "t5 test", Config: &infer.ModelConfig{Encoders: []infer.EncoderConfig{cfg}}, Backend: be, Weights: ws, Alloc: alloc}
 }
 
 func TestT5EncoderMatchesReference(t *testing.T) {
@@ -304,7 +304,7 @@ func TestT5EncodeErrors(t *testing.T) {
 			t.Errorf("ids %v mask %v: no error", c.ids, c.mask)
 		}
 	}
-	delete(m.W.ByName, T5Prefix+"encoder.final_layer_norm.weight")
+	delete(m.Weights.ByName, T5Prefix+"encoder.final_layer_norm.weight")
 	if _, err := EncodeT5(m, []int32{1}, nil); err == nil {
 		t.Error("missing final norm: no error")
 	}

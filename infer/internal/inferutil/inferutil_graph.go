@@ -116,7 +116,7 @@ func RunGraph(t *testing.T, be *native.Backend, ws *infer.WeightSet, inputs []Te
 		}
 		in = append(in, tt.SetInput())
 	}
-	g := &infer.Builder{C: ctx, W: ws}
+	g := &infer.Builder{Ctx: ctx, Weights: ws}
 	var out native.Tensor
 	func() {
 		defer native.Recover(&err)

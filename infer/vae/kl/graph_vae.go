@@ -69,23 +69,23 @@ func detectKL(s infer.Shapes, c *infer.VAEConfig) error {
 
 // vaeRes is the VAE's ResnetBlock.
 func vaeRes(g *infer.Builder, x native.Tensor, p string) native.Tensor {
-	h := g.Conv2d(g.C.SiLU(g.GroupNorm(x, p+"norm1", vaeNormEps)), p+"conv1", 1)
-	h = g.Conv2d(g.C.SiLU(g.GroupNorm(h, p+"norm2", vaeNormEps)), p+"conv2", 1)
+	h := g.Conv2d(g.Ctx.SiLU(g.GroupNorm(x, p+"norm1", vaeNormEps)), p+"conv1", 1)
+	h = g.Conv2d(g.Ctx.SiLU(g.GroupNorm(h, p+"norm2", vaeNormEps)), p+"conv2", 1)
 	if g.Has(p + "nin_shortcut.weight") {
 		x = g.Conv2d(x, p+"nin_shortcut", 1)
 	}
-	return g.C.Add(h, x)
+	return g.Ctx.Add(h, x)
 }
 
 // vaeAttn is the VAE's single-head AttnBlock over all positions.
 func vaeAttn(g *infer.Builder, x native.Tensor, p string) native.Tensor {
 	ne := x.Ne()
 	h := g.GroupNorm(x, p+"norm", vaeNormEps)
-	q := infer.ToTokens(g.C, g.Conv2d(h, p+"q", 1))
-	k := infer.ToTokens(g.C, g.Conv2d(h, p+"k", 1))
-	v := infer.ToTokens(g.C, g.Conv2d(h, p+"v", 1))
-	a := infer.FromTokens(g.C, infer.Attention(g.C, q, k, v, 1, false), ne[0], ne[1])
-	return g.C.Add(g.Conv2d(a, p+"proj_out", 1), x)
+	q := infer.ToTokens(g.Ctx, g.Conv2d(h, p+"q", 1))
+	k := infer.ToTokens(g.Ctx, g.Conv2d(h, p+"k", 1))
+	v := infer.ToTokens(g.Ctx, g.Conv2d(h, p+"v", 1))
+	a := infer.FromTokens(g.Ctx, infer.Attention(g.Ctx, q, k, v, 1, false), ne[0], ne[1])
+	return g.Ctx.Add(g.Conv2d(a, p+"proj_out", 1), x)
 }
 
 func vaeMid(g *infer.Builder, x native.Tensor, p string) native.Tensor {
@@ -110,10 +110,10 @@ func vaeDecode(g *infer.Builder, cfg *KLConfig, z native.Tensor) native.Tensor {
 			x = vaeRes(g, x, fmt.Sprintf("%sdecoder.up.%d.block.%d.", p, level, i))
 		}
 		if level != 0 {
-			x = g.Conv2d(g.C.UpscaleNearest(x, 2), fmt.Sprintf("%sdecoder.up.%d.upsample.conv", p, level), 1)
+			x = g.Conv2d(g.Ctx.UpscaleNearest(x, 2), fmt.Sprintf("%sdecoder.up.%d.upsample.conv", p, level), 1)
 		}
 	}
-	return g.Conv2d(g.C.SiLU(g.GroupNorm(x, p+"decoder.norm_out", vaeNormEps)), p+"decoder.conv_out", 1)
+	return g.Conv2d(g.Ctx.SiLU(g.GroupNorm(x, p+"decoder.norm_out", vaeNormEps)), p+"decoder.conv_out", 1)
 }
 
 // vaeEncode turns an image [W, H, 3, N] in [-1, 1] into the moments of
@@ -129,11 +129,11 @@ func vaeEncode(g *infer.Builder, cfg *KLConfig, img native.Tensor) native.Tensor
 		if level != cfg.Levels-1 {
 			// LDM's Downsample pads right and bottom by one, then a
 			// stride-2 3x3 conv without padding.
-			x = g.ConvPad(g.C.PadEnd(x, 1, 1), fmt.Sprintf("%sencoder.down.%d.downsample.conv", p, level), 2, 0)
+			x = g.ConvPad(g.Ctx.PadEnd(x, 1, 1), fmt.Sprintf("%sencoder.down.%d.downsample.conv", p, level), 2, 0)
 		}
 	}
 	x = vaeMid(g, x, p+"encoder.")
-	x = g.Conv2d(g.C.SiLU(g.GroupNorm(x, p+"encoder.norm_out", vaeNormEps)), p+"encoder.conv_out", 1)
+	x = g.Conv2d(g.Ctx.SiLU(g.GroupNorm(x, p+"encoder.norm_out", vaeNormEps)), p+"encoder.conv_out", 1)
 	if cfg.QuantConv {
 		x = g.Conv2d(x, p+"quant_conv", 1)
 	}

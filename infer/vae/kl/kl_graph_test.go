@@ -24,7 +24,7 @@ func TestVAEDownsamplePadEnd(t *testing.T) {
 	x := inferutil.Randn(r, ic*h*w, 1)
 	got, ne := inferutil.RunGraph(t, be, ws, []inferutil.TestInput{{Ne: []int64{w, h, ic, 1}, Data: x}},
 		func(g *infer.Builder, in []native.Tensor) native.Tensor {
-			return g.ConvPad(g.C.PadEnd(in[0], 1, 1), "d", 2, 0)
+			return g.ConvPad(g.Ctx.PadEnd(in[0], 1, 1), "d", 2, 0)
 		})
 	// Reference: the same input padded at the end, convolved without padding.
 	px := make([]float32, ic*(h+1)*(w+1))

@@ -73,13 +73,13 @@ func init() {
 func Flux2Unpack(g *infer.Builder, z native.Tensor) native.Tensor {
 	ne := z.Ne()
 	w, h, c := ne[0]/2, ne[1]/2, ne[2]
-	z = g.C.Reshape(z, w, h, 4*c, 1)
-	z = g.C.Add(g.C.Mul(z, g.Constant(Flux2LatentStd, 1, 1, 4*c, 1)), g.Constant(Flux2LatentMean, 1, 1, 4*c, 1))
+	z = g.Ctx.Reshape(z, w, h, 4*c, 1)
+	z = g.Ctx.Add(g.Ctx.Mul(z, g.Constant(Flux2LatentStd, 1, 1, 4*c, 1)), g.Constant(Flux2LatentMean, 1, 1, 4*c, 1))
 	// [col, row, c] patch channels: [j, i, pc, pr + 2c] -> [pc, j, i, pr + 2c].
-	z = g.C.Cont(g.C.Permute(g.C.Reshape(z, w, h, 2, 2*c), 1, 2, 0, 3))
+	z = g.Ctx.Cont(g.Ctx.Permute(g.Ctx.Reshape(z, w, h, 2, 2*c), 1, 2, 0, 3))
 	// [X, i, pr, c] -> [X, pr, i, c], X = 2j + pc, then Y = 2i + pr.
-	z = g.C.Cont(g.C.Permute(g.C.Reshape(z, 2*w, h, 2, c), 0, 2, 1, 3))
-	return g.C.Reshape(z, 2*w, 2*h, c, 1)
+	z = g.Ctx.Cont(g.Ctx.Permute(g.Ctx.Reshape(z, 2*w, h, 2, c), 0, 2, 1, 3))
+	return g.Ctx.Reshape(z, 2*w, 2*h, c, 1)
 }
 
 // Flux2Pack turns the encoder's moments [w, h, 2·32, 1] into what the
@@ -89,17 +89,17 @@ func Flux2Unpack(g *infer.Builder, z native.Tensor) native.Tensor {
 func Flux2Pack(g *infer.Builder, m native.Tensor) native.Tensor {
 	ne, nb := m.Ne(), m.Nb()
 	x, y, c := ne[0], ne[1], ne[2]/2
-	z := g.C.View(m, [4]int64{x, y, c, 1}, nb[1], nb[2], nb[3], 0)
+	z := g.Ctx.View(m, [4]int64{x, y, c, 1}, nb[1], nb[2], nb[3], 0)
 	w, h := x/2, y/2
 	// [X, pr, i, c] -> [X, i, pr, c].
-	z = g.C.Cont(g.C.Permute(g.C.Reshape(g.C.Cont(z), x, 2, h, c), 0, 2, 1, 3))
+	z = g.Ctx.Cont(g.Ctx.Permute(g.Ctx.Reshape(g.Ctx.Cont(z), x, 2, h, c), 0, 2, 1, 3))
 	// [pc, j, i, pr + 2c] -> [j, i, pc, pr + 2c].
-	z = g.C.Cont(g.C.Permute(g.C.Reshape(z, 2, w, h, 2*c), 2, 0, 1, 3))
-	z = g.C.Reshape(z, w, h, 4*c, 1)
+	z = g.Ctx.Cont(g.Ctx.Permute(g.Ctx.Reshape(z, 2, w, h, 2*c), 2, 0, 1, 3))
+	z = g.Ctx.Reshape(z, w, h, 4*c, 1)
 	inv := make([]float32, len(Flux2LatentStd))
 	for i, s := range Flux2LatentStd {
 		inv[i] = 1 / s
 	}
-	z = g.C.Mul(g.C.Sub(z, g.Constant(Flux2LatentMean, 1, 1, 4*c, 1)), g.Constant(inv, 1, 1, 4*c, 1))
-	return g.C.Concat(z, g.C.ScaleBias(z, 0, -100), 2)
+	z = g.Ctx.Mul(g.Ctx.Sub(z, g.Constant(Flux2LatentMean, 1, 1, 4*c, 1)), g.Constant(inv, 1, 1, 4*c, 1))
+	return g.Ctx.Concat(z, g.Ctx.ScaleBias(z, 0, -100), 2)
 }

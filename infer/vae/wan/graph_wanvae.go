@@ -53,7 +53,7 @@ func (r *WanRun) cacheIn(idx int) native.Tensor {
 		return native.Tensor{}
 	}
 	sl := r.Cache.Slots[idx]
-	return r.G.C.Cast(r.frames(sl.t, wanCacheFrames-int64(sl.valid), wanCacheFrames), formats.F32)
+	return r.G.Ctx.Cast(r.frames(sl.t, wanCacheFrames-int64(sl.valid), wanCacheFrames), formats.F32)
 }
 
 // setCache writes t, the last frames of the input of the conv whose output
@@ -69,7 +69,7 @@ func (r *WanRun) setCache(idx int, t, after native.Tensor) {
 	if after.Valid() {
 		r.G.Expand = append(r.G.Expand, after)
 	}
-	r.G.Expand = append(r.G.Expand, r.G.C.Copy(t, r.frames(sl.t, wanCacheFrames-ne[3], wanCacheFrames)))
+	r.G.Expand = append(r.G.Expand, r.G.Ctx.Copy(t, r.frames(sl.t, wanCacheFrames-ne[3], wanCacheFrames)))
 	sl.pending = int(ne[3])
 }
 
@@ -79,7 +79,7 @@ func (r *WanRun) frames(x native.Tensor, from, to int64) native.Tensor {
 	if from == 0 && to == ne[3] {
 		return x
 	}
-	return r.G.C.View(x, [4]int64{ne[0], ne[1], ne[2], to - from}, nb[1], nb[2], nb[3], from*nb[3])
+	return r.G.Ctx.View(x, [4]int64{ne[0], ne[1], ne[2], to - from}, nb[1], nb[2], nb[3], from*nb[3])
 }
 
 // history is the cache a causal conv leaves after input x, given the one
@@ -90,7 +90,7 @@ func (r *WanRun) history(x, hist native.Tensor) native.Tensor {
 	last := r.frames(x, max(t-wanCacheFrames, 0), t)
 	if t < wanCacheFrames && hist.Valid() {
 		h := hist.Ne()[3]
-		last = r.G.C.Concat(r.frames(hist, h-1, h), last, 3)
+		last = r.G.Ctx.Concat(r.frames(hist, h-1, h), last, 3)
 	}
 	return last
 }
@@ -110,7 +110,7 @@ func (r *WanRun) CausalConv(x native.Tensor, prefix string) native.Tensor {
 // kh, cin, cout] in F16, the type sd.cpp holds a Conv3d kernel in
 // whatever the file's.
 func (r *WanRun) taps(prefix string, cin int64) []native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	w := r.G.Weight(prefix + ".weight")
 	ne, nb := w.Ne(), w.Nb()
 	if cin <= 0 || ne[3]%cin != 0 {
@@ -127,7 +127,7 @@ func (r *WanRun) taps(prefix string, cin int64) []native.Tensor {
 // C, T] in time after pad frames of history: those of hist (its last
 // ones) and zeros before them. Each output frame sums one 2-D conv per tap.
 func (r *WanRun) conv3d(x, hist native.Tensor, prefix string, stride, pad int) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	taps := r.taps(prefix, x.Ne()[2])
 	kt := len(taps)
 	sp := int(taps[0].Ne()[0] / 2)
@@ -177,7 +177,7 @@ func (r *WanRun) conv2dFrames(x native.Tensor, prefix string, stride, pad int) n
 	for f := int64(0); f < x.Ne()[3]; f++ {
 		y := r.G.ConvPad(r.frames(x, f, f+1), prefix, stride, pad)
 		if out.Valid() {
-			y = r.G.C.Concat(out, y, 3)
+			y = r.G.Ctx.Concat(out, y, 3)
 		}
 		out = y
 	}
@@ -187,7 +187,7 @@ func (r *WanRun) conv2dFrames(x native.Tensor, prefix string, stride, pad int) n
 // rmsNorm normalizes each position's channels by their root mean square
 // and scales them by prefix.gamma (Wan's RMS_norm).
 func (r *WanRun) rmsNorm(x native.Tensor, prefix string) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	gamma := r.G.Weight(prefix + ".gamma")
 	y := c.RMSNorm(c.Cont(c.Permute(x, 1, 2, 0, 3)), WanRMSEps) // [C, W, H, T]
 	y = c.Mul(y, c.Reshape(gamma, gamma.Elements(), 1, 1, 1))
@@ -197,7 +197,7 @@ func (r *WanRun) rmsNorm(x native.Tensor, prefix string) native.Tensor {
 // ResBlock is the ResidualBlock: two RMS norm, SiLU and causal conv
 // steps, and a 1x1x1 conv shortcut when the width changes.
 func (r *WanRun) ResBlock(x native.Tensor, p string) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	h := x
 	if r.G.Has(p + "shortcut.weight") {
 		h = r.conv3d(x, native.Tensor{}, p+"shortcut", 1, 0)
@@ -209,7 +209,7 @@ func (r *WanRun) ResBlock(x native.Tensor, p string) native.Tensor {
 
 // Attn is the middle AttentionBlock: one head over each frame's positions.
 func (r *WanRun) Attn(x native.Tensor, p string) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	ne := x.Ne()
 	qkv := r.G.Conv2d(r.rmsNorm(x, p+"norm"), p+"to_qkv", 1) // [W, H, 3C, T]
 	nb := qkv.Nb()
@@ -224,7 +224,7 @@ func (r *WanRun) Attn(x native.Tensor, p string) native.Tensor {
 // for upsampling (a time conv doubling frames after the first chunk, then
 // nearest 2x and a conv), space then time for downsampling.
 func (r *WanRun) resample(x native.Tensor, p string, mode ResampleMode) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	if mode == Up3d {
 		idx := r.Idx
 		r.Idx++
@@ -275,7 +275,7 @@ const wanSplitLevel = 1
 
 // DecodeHead builds the decoder up to and including level wanSplitLevel.
 func (r *WanRun) DecodeHead(z native.Tensor) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	mean, std := r.Cfg.LatentStats()
 	zc := int64(len(mean))
 	z = c.Add(c.Mul(z, r.input(std, 1, 1, zc, 1)), r.input(mean, 1, 1, zc, 1))
@@ -298,7 +298,7 @@ func (r *WanRun) DecodeTail(x native.Tensor) native.Tensor {
 		x = r.upLevel(x, i)
 	}
 	p := infer.VAEPfx + "decoder."
-	x = r.CausalConv(r.G.C.SiLU(r.rmsNorm(x, p+"head.0")), p+"head.2")
+	x = r.CausalConv(r.G.Ctx.SiLU(r.rmsNorm(x, p+"head.0")), p+"head.2")
 	return r.unpatchify(x)
 }
 
@@ -340,14 +340,14 @@ func (r *WanRun) upBlock(x native.Tensor, p string, mode ResampleMode, last bool
 	if mode == Up3d {
 		ft = 2
 	}
-	return r.G.C.Add(x, r.dupUp(in, x.Ne()[2], ft))
+	return r.G.Ctx.Add(x, r.dupUp(in, x.Ne()[2], ft))
 }
 
 // dupUp is DupUp3D: each channel of x [W, H, C, T] repeated to out·4·ft
 // channels, which unfold into 2x2 pixels and ft frames of out channels;
 // the first chunk keeps only its last frame.
 func (r *WanRun) dupUp(x native.Tensor, out, ft int64) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	ne := x.Ne()
 	w, h, ch, t := ne[0], ne[1], ne[2], ne[3]
 	rep := out * ft * 4 / ch
@@ -378,7 +378,7 @@ func (r *WanRun) unpatchify(x native.Tensor) native.Tensor {
 	if r.Cfg.Patch == 1 {
 		return x
 	}
-	c := r.G.C
+	c := r.G.Ctx
 	ne := x.Ne()
 	w, h, ct := ne[0], ne[1], ne[2]/4*ne[3]
 	y := c.Cont(c.Permute(c.Reshape(x, w*h, 2, 2, ct), 1, 2, 0, 3)) // (ct, q, h, w, r)
@@ -390,7 +390,7 @@ func (r *WanRun) unpatchify(x native.Tensor) native.Tensor {
 // [-1, 1] (T = 1 for chunk 0, then 4) to moments [w, h, 2Z, T'] before
 // the final 1x1x1 conv.
 func (r *WanRun) encodeChunk(x native.Tensor) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	p := infer.VAEPfx + "encoder."
 	x = r.CausalConv(r.patchify(x), p+"conv1")
 	idx := 0
@@ -423,7 +423,7 @@ func (r *WanRun) encodeChunk(x native.Tensor) native.Tensor {
 // [w, h, 2Z, T], the mean (the first Z channels), normalised per channel
 // to a diffusion latent [w, h, Z, T].
 func (r *WanRun) latent(moments native.Tensor) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	x := r.conv3d(moments, native.Tensor{}, infer.VAEPfx+"conv1", 1, 0)
 	ne, nb := x.Ne(), x.Nb()
 	mu := c.View(x, [4]int64{ne[0], ne[1], ne[2] / 2, ne[3]}, nb[1], nb[2], nb[3], 0)
@@ -457,14 +457,14 @@ func (r *WanRun) downBlock(x native.Tensor, p string, mode ResampleMode, last bo
 			ft = 2
 		}
 	}
-	return r.G.C.Add(x, r.avgDown(in, x.Ne()[2], ft, fs))
+	return r.G.Ctx.Add(x, r.avgDown(in, x.Ne()[2], ft, fs))
 }
 
 // avgDown is AvgDown3D: x [W, H, C, T] (zero frames in front up to a
 // multiple of ft) folded into C·ft·fs² channels (c, a, b, d) for frame
 // t·ft+a, row h·fs+b, column w·fs+d, and averaged in groups to out channels.
 func (r *WanRun) avgDown(x native.Tensor, out, ft, fs int64) native.Tensor {
-	c := r.G.C
+	c := r.G.Ctx
 	if pad := (ft - x.Ne()[3]%ft) % ft; pad > 0 {
 		zero := c.Scale(r.frames(x, 0, pad), 0)
 		x = c.Concat(zero, x, 3)
@@ -498,7 +498,7 @@ func (r *WanRun) patchify(x native.Tensor) native.Tensor {
 	if r.Cfg.Patch == 1 {
 		return x
 	}
-	c := r.G.C
+	c := r.G.Ctx
 	ne := x.Ne()
 	w, h, ct := ne[0]/2, ne[1]/2, ne[2]*ne[3]
 	y := c.Cont(c.Permute(c.Reshape(x, 2*w, 2, h, ct), 0, 2, 1, 3)) // (ct, q, h, w, r)

@@ -22,7 +22,7 @@ func decodeWanVideo(m *infer.Model, latent []float32, w, h, frames int) ([]float
 	if frames <= 0 || len(latent) != c.ZChannels*frames*cell {
 		return nil, 0, fmt.Errorf("%s: %d latent values are not %d frames of %dx%dx%d", m.Path, len(latent), frames, c.ZChannels, h, w)
 	}
-	caches := &WanCacheSet{Be: m.Be}
+	caches := &WanCacheSet{Backend: m.Backend}
 	defer caches.Free()
 	var out []float32
 	n := 0
@@ -99,7 +99,7 @@ func encodeWanVideo(m *infer.Model, px []float32, w, h, n int) ([]float32, int, 
 	if (n-1)%wanEncodeStride != 0 {
 		return nil, 0, fmt.Errorf("%s: %d frames: a Wan VAE encodes 1 + %d·k", m.Path, n, wanEncodeStride)
 	}
-	caches := &WanCacheSet{Be: m.Be}
+	caches := &WanCacheSet{Backend: m.Backend}
 	defer caches.Free()
 	frame := 3 * w * h
 	var lat [][]float32
@@ -134,8 +134,8 @@ func encodeWanVideo(m *infer.Model, px []float32, w, h, n int) ([]float32, int, 
 // in a backend buffer of its own that the graphs read and write directly:
 // wanCacheFrames frames [W, H, C] per conv, the last valid of them current.
 type WanCacheSet struct {
-	Be    *native.Backend
-	Slots []*wanSlot
+	Backend *native.Backend
+	Slots   []*wanSlot
 }
 
 // wanSlot is one conv's cache.
@@ -166,7 +166,7 @@ func (s *WanCacheSet) slot(idx int, ne [4]int64, typ formats.DType) *wanSlot {
 	t, err := ctx.NewTensor(typ, ne[0], ne[1], ne[2], wanCacheFrames)
 	if err == nil {
 		var buf *native.Buffer
-		if buf, err = s.Be.AllocContext(ctx); err == nil {
+		if buf, err = s.Backend.AllocContext(ctx); err == nil {
 			s.Slots[idx] = &wanSlot{ctx: ctx, Buf: buf, t: t}
 			return s.Slots[idx]
 		}

@@ -32,7 +32,7 @@ func wanVAETestModel(t *testing.T, cfg *wanvae.WanVAEConfig, w map[string]inferu
 	alloc := be.NewAllocator()
 	t.Cleanup(alloc.Free)
 	vc := infer.VAEConfig{Kind: "wan", ZChannels: cfg.ZDim, ScaleFactor: 1, Layout: cfg, HasEncoder: cfg.EncDim > 0}
-	return &infer.Model{Path: "wan vae test", Config: &infer.ModelConfig{VAE: vc}, Be: be, W: ws, Alloc: alloc}
+	return &infer.Model{Path: "wan vae test", Config: &infer.ModelConfig{VAE: vc}, Backend: be, Weights: ws, Alloc: alloc}
 }
 
 // closeEnough fails t when got is further from the reference want than tol
@@ -146,7 +146,7 @@ func channelsFirst(x []float32, t, frame, cell int) []float32 {
 func runWanChunks(t *testing.T, m *infer.Model, x []float32, ne [4]int64, sizes []int, build func(r *wanvae.WanRun, x native.Tensor) native.Tensor) []float32 {
 	t.Helper()
 	frame := int(ne[0] * ne[1] * ne[2])
-	caches := &wanvae.WanCacheSet{Be: m.Be}
+	caches := &wanvae.WanCacheSet{Backend: m.Backend}
 	defer caches.Free()
 	var out []float32
 	at := 0
@@ -262,7 +262,7 @@ func TestWanVAEDecodeMemoryBounded(t *testing.T) {
 // its tail for one frame) and returns, per chunk, the larger compute
 // buffer and the cache bytes.
 func wanChunkMemory(t *testing.T, be *native.Backend, ws *infer.WeightSet, cfg *wanvae.WanVAEConfig, w, h int64, chunks int) []int64 {
-	caches := &wanvae.WanCacheSet{Be: be}
+	caches := &wanvae.WanCacheSet{Backend: be}
 	defer caches.Free()
 	var sizes []int64
 	for chunk := range chunks {
@@ -300,7 +300,7 @@ func wanGraphSize(t *testing.T, be *native.Backend, ws *infer.WeightSet, build f
 		t.Fatal(err)
 	}
 	defer gctx.Free()
-	g := &infer.Builder{C: gctx, W: ws}
+	g := &infer.Builder{Ctx: gctx, Weights: ws}
 	var out native.Tensor
 	func() {
 		defer native.Recover(&err)
