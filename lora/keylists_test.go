@@ -402,8 +402,8 @@ func TestSummaryFamiliesAreTableIDs(t *testing.T) {
 	for _, fm := range familyMarkers {
 		ids = append(ids, fm.id)
 	}
-	for _, id := range unetContext {
-		ids = append(ids, id)
+	for _, u := range unetContext {
+		ids = append(ids, u.id)
 	}
 	for _, id := range ids {
 		if f := family.ByID(id); f == nil || f.Kind != family.KindDiffusion {

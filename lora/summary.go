@@ -50,27 +50,34 @@ type Summary struct {
 	Notes []string
 }
 
-// familyMarkers say which family a module name belongs to, in order; the
-// first row one of whose words occurs in some module wins. Names are
-// compared with "." read as "_", so kohya and dotted names look alike, and
-// a marker must start and end at a "_" (or the name's ends), so that
-// "self_attn_o" is not read in CLIP's "self_attn_out_proj".
+// familyMarkers say which family (its family.ID) a module name belongs
+// to, in order; the first row one of whose words occurs in some module
+// wins. Names are compared with "." read as "_", so kohya and dotted names
+// look alike, and a marker must start and end at a "_" (or the name's
+// ends), so that "self_attn_o" is not read in CLIP's "self_attn_out_proj".
+// A row of byContext is the UNet families, which share their module names:
+// the cross-attention's context width tells them apart (unetContext).
 var familyMarkers = []struct {
-	any []string
-	id  string
+	any       []string
+	id        string
+	byContext bool
 }{
-	{[]string{"double_blocks", "single_blocks", "single_transformer_blocks", "img_attn_qkv", "proj_lora1"}, "flux"},
-	{[]string{"joint_blocks", "context_block"}, "sd3"},
-	{[]string{"noise_refiner", "context_refiner"}, "z_image"},
-	{[]string{"img_mlp", "txt_mlp", "img_mod"}, "qwen_image"},
-	{[]string{"cross_attn_k", "self_attn_o", "ffn_0", "ffn_2", "ffn_net_0_proj", "k_img", "lycoris_blocks", "lora_unet_blocks", "diffusion_model_blocks"}, "wan"},
-	{[]string{"lora_te2", "text_encoder_2", "label_emb", "add_embedding"}, "sdxl"},
-	{[]string{"input_blocks", "output_blocks", "middle_block", "down_blocks", "up_blocks", "mid_block"}, "sd1"},
+	{[]string{"double_blocks", "single_blocks", "single_transformer_blocks", "img_attn_qkv", "proj_lora1"}, "flux", false},
+	{[]string{"joint_blocks", "context_block"}, "sd3", false},
+	{[]string{"noise_refiner", "context_refiner"}, "z_image", false},
+	{[]string{"img_mlp", "txt_mlp", "img_mod"}, "qwen_image", false},
+	{[]string{"cross_attn_k", "self_attn_o", "ffn_0", "ffn_2", "ffn_net_0_proj", "k_img", "lycoris_blocks", "lora_unet_blocks", "diffusion_model_blocks"}, "wan", false},
+	{[]string{"lora_te2", "text_encoder_2", "label_emb", "add_embedding"}, "sdxl", false},
+	{[]string{"input_blocks", "output_blocks", "middle_block", "down_blocks", "up_blocks", "mid_block"}, "sd1", true},
 }
 
 // unetContext tells the UNet families apart by the width of the text
-// context their cross-attention keys read.
-var unetContext = map[int64]string{768: "sd1", 1024: "sd2", 2048: "sdxl"}
+// context their cross-attention keys read (the first, SD 1.x, when no layer
+// says).
+var unetContext = []struct {
+	width int64
+	id    string
+}{{768, "sd1"}, {1024, "sd2"}, {2048, "sdxl"}}
 
 // Summarize describes an adapter: its layers by kind, naming and part,
 // ranks, alphas and the family it was made for.
@@ -167,10 +174,10 @@ func guessFamily(a *Adapter, flat []string) string {
 	for _, fm := range familyMarkers {
 		for _, m := range flat {
 			if containsWord(m, fm.any) {
-				if fm.id != "sd1" {
-					return fm.id
+				if fm.byContext {
+					return unetFamily(a)
 				}
-				return unetFamily(a)
+				return fm.id
 			}
 		}
 	}
@@ -183,12 +190,14 @@ func unetFamily(a *Adapter) string {
 	for _, l := range a.Layers {
 		m := strings.ReplaceAll(l.Module, ".", "_")
 		if strings.Contains(m, "attn2") && (strings.HasSuffix(m, "to_k") || strings.HasSuffix(m, "to_v")) {
-			if v, ok := unetContext[l.Cols]; ok {
-				return v
+			for _, u := range unetContext {
+				if u.width == l.Cols {
+					return u.id
+				}
 			}
 		}
 	}
-	return "sd1"
+	return unetContext[0].id
 }
 
 // containsWord reports whether one of words occurs in s between "_"
