@@ -68,25 +68,7 @@ func qwen2Match(rs []rune, i int) int {
 	}
 	// The rest start with whitespace: rs[i] is neither letter, number
 	// nor punctuation (a space before a letter was taken above).
-	end := i
-	for end < len(rs) && unicode.IsSpace(rs[end]) {
-		end++
-	}
-	// \s*[\r\n]+: up to the run's last newline.
-	for k := end - 1; k >= i; k-- {
-		if isNewline(rs[k]) {
-			return k + 1 - i
-		}
-	}
-	// \s+(?!\S): the run, less its last rune when a non-space follows.
-	if end == len(rs) {
-		return end - i
-	}
-	if end-1 > i {
-		return end - 1 - i
-	}
-	// \s+
-	return end - i
+	return whitespaceMatch(rs, i)
 }
 
 // contraction matches (?i:'s|'t|'re|'ve|'m|'ll|'d) at rs[i:], returning
