@@ -52,6 +52,12 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// Plan's errors for options without an input file or without an output.
+var (
+	ErrNoInput  = errors.New("no input")
+	ErrNoOutput = errors.New("no output")
+)
+
 // Plan opens the inputs and plans the conversion; every error in the
 // arguments is found here, before anything is written. The plan keeps the
 // inputs open until its Close.
@@ -61,10 +67,10 @@ func Plan(opts *Options) (_ *pipeline.Plan, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if len(opts.Inputs) == 0 {
-		return nil, errors.New("no input: give at least one of -m, --diffusion-model, --vae, --clip_l, --clip_g, --t5xxl, --llm")
+		return nil, ErrNoInput
 	}
 	if opts.Output == "" {
-		return nil, errors.New("no output: give -o OUT.gguf or -o OUT.safetensors")
+		return nil, ErrNoOutput
 	}
 	pol, userMeta, err := policyOf(opts)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -97,7 +98,12 @@ func runConvert(c *cli.Context) error {
 		}
 	}
 	plan, err := convert.Plan(opts)
-	if err != nil {
+	switch {
+	case errors.Is(err, convert.ErrNoInput):
+		return fmt.Errorf("%w: give at least one of %s", err, strings.Join(inputFlags(), ", "))
+	case errors.Is(err, convert.ErrNoOutput):
+		return fmt.Errorf("%w: give -o OUT.gguf or -o OUT.safetensors", err)
+	case err != nil:
 		return err
 	}
 	defer plan.Close()
@@ -105,4 +111,18 @@ func runConvert(c *cli.Context) error {
 		plan.Notes = append(plan.Notes, n)
 	}
 	return writePlan(c, plan, "convert", nil)
+}
+
+// inputFlags are the component flags of the input table, as a user types
+// them (-m, --diffusion-model, ...).
+func inputFlags() []string {
+	var out []string
+	for _, in := range family.Inputs {
+		if in.Alias != "" {
+			out = append(out, "-"+in.Alias)
+		} else {
+			out = append(out, "--"+in.Flag)
+		}
+	}
+	return out
 }
