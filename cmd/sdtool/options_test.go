@@ -112,3 +112,12 @@ func TestOneLinePhrasesOptions(t *testing.T) {
 		t.Errorf("oneLine = %q, want %q", got, want)
 	}
 }
+
+// convert's engine says "no input" in its own terms; the command names
+// every component flag of the input table.
+func TestConvertNoInputNamesTheFlags(t *testing.T) {
+	code, _, errOut := runApp(t, "convert", "-o", filepath.Join(t.TempDir(), "x.gguf"))
+	if code == 0 || !strings.Contains(errOut, "no input: give at least one of -m, --diffusion-model,") || !strings.Contains(errOut, "--llm") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
