@@ -70,7 +70,7 @@ func FuzzSplitTekken(f *testing.F) {
 // tinyTekken writes a tekken.json of the 256 bytes and a few ranked
 // multi-byte tokens (four control tokens, two of them named) into a
 // folder and returns the file's path.
-func tinyTekken(t *testing.T, pattern string, extra ...string) string {
+func tinyTekken(t testing.TB, pattern string, extra ...string) string {
 	t.Helper()
 	type entry struct {
 		Rank       int    `json:"rank"`
@@ -211,4 +211,31 @@ func TestTekkenReal(t *testing.T) {
 			t.Errorf("Encode(%q) = %v, want [%d]", s, got, id)
 		}
 	}
+}
+
+// FuzzParseTekken: any bytes parse or fail with an error, without a panic;
+// a vocabulary that parses makes a tokenizer that encodes text to ids
+// inside the vocabulary.
+func FuzzParseTekken(f *testing.F) {
+	b, err := os.ReadFile(tinyTekken(f, PreTekkenRegex, "ab", "bc", "abc", " x"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	f.Add([]byte(`{"config":{"pattern":` + jsonString(PreTekkenRegex) + `,"default_vocab_size":300,"default_num_special_tokens":3},"vocab":[]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := ParseTekken("fuzz.json", b)
+		if err != nil {
+			return
+		}
+		tok, err := NewByteBPETokenizer("fuzz.json", v)
+		if err != nil {
+			return
+		}
+		for _, id := range tok.Encode("abc x, 你好 <s>") {
+			if id < 0 || int(id) >= len(v.Tokens) {
+				t.Fatalf("id %d outside the vocabulary of %d", id, len(v.Tokens))
+			}
+		}
+	})
 }
