@@ -111,9 +111,6 @@ func videoRequest(c *cli.Context, m *infer.Model, req *infer.Request) error {
 		if vae.TimeFactor == 0 {
 			return fmt.Errorf("-M %s: %s is not a video model", modeVideo, m.Family.Title)
 		}
-		if req.Init != nil {
-			return fmt.Errorf("-M %s: image-to-video (--init-img) is not supported", modeVideo)
-		}
 	default:
 		return fmt.Errorf("-M %s: want %s or %s", mode, modeImage, modeVideo)
 	}

@@ -40,6 +40,7 @@ var WanFamilies = []*infer.Family{
 		Match:    [][]infer.Marker{{wanMarker, wan22VAEMarker}},
 		Encoders: wanEncoders, Conditioner: "wan", Network: "wan", Schedule: "discrete-flow",
 		Prediction: infer.FlowPrediction, VAE: wan22VAE, FlowShift: 5, Defaults: wanDefaults,
+		InitFirstFrame: true, // sd-cli's image-to-video for TI2V-5B
 	},
 	{
 		ID: "wan", Title: "Wan 2.1",
