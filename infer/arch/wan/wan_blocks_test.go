@@ -437,6 +437,9 @@ func TestDetectWan(t *testing.T) {
 		{func(s map[string][]int64) { s[infer.DmPrefix+"blocks.0.ffn.2.weight"] = []int64{256, 32} }, "blocks.0.ffn.2.weight"},
 		{func(s map[string][]int64) { s[infer.DmPrefix+"patch_embedding.weight"] = []int64{256, 4, 2, 2, 2} }, "patch_embedding.weight"},
 		{func(s map[string][]int64) { s[infer.DmPrefix+"head.head.weight"] = []int64{15, 256} }, "head.head.weight"},
+		// The image-to-video DiTs are refused, saying what they need.
+		{func(s map[string][]int64) { s[infer.DmPrefix+"blocks.0.cross_attn.k_img.weight"] = []int64{256, 256} }, "CLIP vision (ViT-H)"},
+		{func(s map[string][]int64) { s[infer.DmPrefix+"patch_embedding.weight"] = []int64{256, 9, 1, 2, 2} }, "9-channel input"},
 	} {
 		s := wanShapes(want)
 		c.edit(s)
