@@ -134,6 +134,14 @@ func TestGenerateVideoCompare(t *testing.T) {
 
 func TestGenerateVideoErrors(t *testing.T) {
 	dir := t.TempDir()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewRGBA(image.Rect(0, 0, 16, 16))); err != nil {
+		t.Fatal(err)
+	}
+	init := filepath.Join(dir, "init.png")
+	if err := os.WriteFile(init, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -143,6 +151,7 @@ func TestGenerateVideoErrors(t *testing.T) {
 		{[]string{"-m", tinyWan, "-M", "vid_gen", "-o", filepath.Join(dir, "a_%d.jpg")}, "must be .png files"},
 		{[]string{"-m", tinyWan, "-M", "vid_gen", "-o", filepath.Join(dir, "a.png")}, "name the frames with an index"},
 		{[]string{"-m", tinyWan, "-M", "movie", "-o", filepath.Join(dir, "a.png")}, "want img_gen or vid_gen"},
+		{[]string{"-m", tinyWan, "-M", "vid_gen", "-i", init, "-o", filepath.Join(dir, "a.avi")}, "(image-to-video) is not supported: it generates from text only"},
 	} {
 		args := append([]string{"generate", "-p", "a cat", "--steps", "1", "-W", "16", "-H", "16", "-t", "1"}, c.args...)
 		code, _, errOut := runApp(t, args...)
