@@ -716,8 +716,9 @@ type guidedDenoiser struct {
 	cond, uncond *Conditioning
 	w, h, frames int
 	in, den      []float32
-	init         []float32 // the init latent whose first held frames are held (Family.InitFirstFrame)
-	held         int
+	init         []float32      // image-to-video's init latent (Family.InitFirstFrame)
+	held         int            // how many of its leading latent frames are held
+	frameTs      []float32      // the per-frame timesteps passed to the network when frames are held
 	capture      *[]BlockOutput // the first step's block outputs, when requested
 	err          error          // the first network error (the sampler cannot return one)
 }

@@ -55,11 +55,14 @@ func (d *guidedDenoiser) hold(x []float32) {
 	}
 }
 
-// frameT is each latent frame's timestep: 0 for a held frame, t for the others.
+// frameT is each latent frame's timestep: 0 for a held frame, t for the
+// others (sd-cli's rule: a frame whose denoise mask is 0 gets 0).
 func (d *guidedDenoiser) frameT(t float32) []float32 {
-	ts := make([]float32, max(d.frames, 1))
-	for i := d.held; i < len(ts); i++ {
-		ts[i] = t
+	if d.frameTs == nil {
+		d.frameTs = make([]float32, max(d.frames, 1))
 	}
-	return ts
+	for i := d.held; i < len(d.frameTs); i++ {
+		d.frameTs[i] = t
+	}
+	return d.frameTs
 }

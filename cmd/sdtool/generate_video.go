@@ -106,6 +106,9 @@ func videoRequest(c *cli.Context, m *infer.Model, req *infer.Request) error {
 		if strings.EqualFold(filepath.Ext(c.String("output")), ".avi") {
 			return fmt.Errorf("%s: a .avi output needs -M %s", c.String("output"), modeVideo)
 		}
+		if req.Init != nil && m.Family.InitFirstFrame {
+			return fmt.Errorf("--init-img with %s starts a video (image-to-video): it needs -M %s", m.Family.Title, modeVideo)
+		}
 		return nil
 	case modeVideo:
 		if vae.TimeFactor == 0 {

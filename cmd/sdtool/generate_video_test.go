@@ -21,7 +21,10 @@ import (
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
-const tinyWan = "../../testdata/tiny-wan.gguf"
+const (
+	tinyWan     = "../../testdata/tiny-wan.gguf"
+	tinyWanTI2V = "../../testdata/tiny-wan-ti2v.gguf"
+)
 
 // aviFrames returns the JPEG frames of an AVI's movi list, read without
 // the writer's code: the 00dc chunks in order.
@@ -152,6 +155,7 @@ func TestGenerateVideoErrors(t *testing.T) {
 		{[]string{"-m", tinyWan, "-M", "vid_gen", "-o", filepath.Join(dir, "a.png")}, "name the frames with an index"},
 		{[]string{"-m", tinyWan, "-M", "movie", "-o", filepath.Join(dir, "a.png")}, "want img_gen or vid_gen"},
 		{[]string{"-m", tinyWan, "-M", "vid_gen", "-i", init, "-o", filepath.Join(dir, "a.avi")}, "(image-to-video) is not supported: it generates from text only"},
+		{[]string{"-m", tinyWanTI2V, "-i", init, "-o", filepath.Join(dir, "a.png")}, "it needs -M vid_gen"},
 	} {
 		args := append([]string{"generate", "-p", "a cat", "--steps", "1", "-W", "16", "-H", "16", "-t", "1"}, c.args...)
 		code, _, errOut := runApp(t, args...)
