@@ -258,25 +258,17 @@ func TestWanTI2VImageToVideo(t *testing.T) {
 // (text-to-video only), and with TI2V-5B but no frames to generate.
 func TestWanVideoInitRefused(t *testing.T) {
 	for _, c := range []struct {
-		v22    bool
-		frames int
-		want   string
+		v22          bool
+		size, frames int
+		want         string
 	}{
-		{false, 5, "text only"},
-		{true, 0, "ask for frames"},
+		{false, 16, 5, "text only"},
+		{true, 32, 0, "ask for frames"},
 	} {
 		m := wanGenerateModel(t, c.v22)
-		size := 16 * (1 + btoi(c.v22))
-		req := infer.Request{Width: size, Height: size, Frames: c.frames, Steps: 1, CFGScale: 1, Init: make([]float32, 3*size*size), Strength: 1}
+		req := infer.Request{Width: c.size, Height: c.size, Frames: c.frames, Steps: 1, CFGScale: 1, Init: make([]float32, 3*c.size*c.size), Strength: 1}
 		if _, err := m.Generate(req); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s with an init image and %d frames: %v, want an error saying %q", m.Family.Title, c.frames, err, c.want)
 		}
 	}
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
