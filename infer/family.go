@@ -220,6 +220,12 @@ type Family struct {
 	FlowShift float32
 	// Defaults are sd-cli's defaults.
 	Defaults Defaults
+	// InitFirstFrame runs an init image with a video as sd-cli's
+	// image-to-video for a network without image conditioning of its own:
+	// the image, VAE-encoded, is latent frame 0, held there through
+	// sampling with a timestep of 0 while the other frames are denoised
+	// (NetInput.FrameT). Without it an init image with a video is refused.
+	InitFirstFrame bool
 }
 
 // Internal-name prefixes (sd.cpp's) of the parts every family has.

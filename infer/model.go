@@ -54,6 +54,10 @@ type NetInput struct {
 	Frames int
 	// T is the timestep the network sees (Schedule.SigmaToT).
 	T float32
+	// FrameT, when not nil, is each latent frame's timestep in place of T
+	// (Frames values: 0 for a frame held at the init image's latent,
+	// Family.InitFirstFrame).
+	FrameT []float32
 	// Cond is the conditioning of this pass.
 	Cond *Conditioning
 	// Guidance is the distilled guidance of a guidance-embedding network (0: none).
@@ -712,6 +716,9 @@ type guidedDenoiser struct {
 	cond, uncond *Conditioning
 	w, h, frames int
 	in, den      []float32
+	init         []float32      // image-to-video's init latent (Family.InitFirstFrame)
+	held         int            // how many of its leading latent frames are held
+	frameTs      []float32      // the per-frame timesteps passed to the network when frames are held
 	capture      *[]BlockOutput // the first step's block outputs, when requested
 	err          error          // the first network error (the sampler cannot return one)
 }
@@ -722,6 +729,10 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 		d.in[i] = v * cIn
 	}
 	call := &NetInput{X: d.in, W: d.w, H: d.h, Frames: d.frames, T: d.sched.SigmaToT(sigma), Cond: d.cond, Guidance: d.req.Guidance}
+	if d.held > 0 {
+		d.hold(d.in)
+		call.FrameT = d.frameT(call.T)
+	}
 	blocks := d.capture
 	d.capture = nil
 	out, err := d.m.runNetwork(d.net, call, blocks)
@@ -739,6 +750,9 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 		Guide(out, u, d.cfgScale)
 	}
 	d.pred.Denoised(d.den, xs, out, sigma)
+	if d.held > 0 {
+		d.hold(d.den)
+	}
 	return d.den
 }
 
@@ -878,9 +892,6 @@ func (m *Model) generate(req Request) (*Result, error) {
 	vae := &fam.VAE
 	lw, lh := req.Width/vae.down(), req.Height/vae.down()
 	lf := vae.LatentFrames(max(req.Frames, 1))
-	if lf > 0 && req.Init != nil {
-		return nil, fmt.Errorf("%s: an init image with a video model (image-to-video) is not supported", fam.Title)
-	}
 	n := lw * lh * max(lf, 1) * m.Net.Channels()
 	noise, err := NewRNG(req.RNG, req.Seed)
 	if err != nil {
@@ -896,7 +907,14 @@ func (m *Model) generate(req Request) (*Result, error) {
 		return nil, err
 	}
 	var init []float32
-	if req.Init != nil {
+	held := 0
+	switch {
+	case req.Init != nil && lf > 0:
+		if init, err = m.firstFrameLatent(&req, lw, lh, lf); err != nil {
+			return nil, err
+		}
+		held = 1 // sd-cli's image-to-video takes every sigma: no strength
+	case req.Init != nil:
 		if init, err = m.initLatent(&req, n); err != nil {
 			return nil, err
 		}
@@ -908,7 +926,7 @@ func (m *Model) generate(req Request) (*Result, error) {
 	pred.NoiseLatent(x, init, x, sigmas[0])
 
 	d := &guidedDenoiser{m: m, pred: pred, sched: sched, req: &req, cond: cond, uncond: uncond, w: lw, h: lh, frames: lf,
-		in: make([]float32, n), den: make([]float32, n)}
+		in: make([]float32, n), den: make([]float32, n), init: init, held: held}
 	if req.CaptureBlocks {
 		d.capture = &res.Blocks
 	}
@@ -941,6 +959,9 @@ func (m *Model) prepare(req *Request) error {
 		req.Scheduler = fam.Defaults.Scheduler
 	}
 	if err := req.check(); err != nil {
+		return err
+	}
+	if err := m.checkVideoInit(req); err != nil {
 		return err
 	}
 	if w, h, mult := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {

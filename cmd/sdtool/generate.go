@@ -177,8 +177,8 @@ func init() {
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP tokenizer `PATH`: tokenizer.json, merges.txt, or a folder with vocab.json and merges.txt", DefaultText: "a component's own, else one found beside the model, in its diffusers folder, a ComfyUI install or the Hugging Face cache"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty or blank prompt encodes (T5 sees </s> alone)"},
 			&cli.StringFlag{Name: "llm-tokenizer", Usage: "LLM tokenizer `PATH` (Z-Image, Qwen-Image, Flux.2): the LLM's tokenizer.json, Mistral's tekken.json, vocab.json with merges.txt, or a folder holding one", DefaultText: "one embedded in the --llm file's GGUF metadata (llama.cpp's GGUFs carry theirs)"},
-			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img"},
-			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1]"},
+			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img, or the first frame of a video (-M vid_gen with Wan 2.2 TI2V-5B)"},
+			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1] (image-to-video ignores it, as sd-cli does)"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "json", Usage: "with --compare: print the comparison as JSON on stdout, one object per image (docs/compare-json.md)"},
 			renderMemoryFlag(),
@@ -198,6 +198,7 @@ func init() {
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o out/flux-calib.png --imatrix-out out/flux-calib.dat --force",
 		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 9 --fps 8 -p 'a cat' --steps 2 -o out/cat.avi --force",
 		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 5 -p 'a cat' --steps 1 -W 32 -H 32 -o out/cat_%03d.png --compare testdata/tiny-wan.gguf --force",
+		"sdtool generate -m testdata/tiny-wan-ti2v.gguf -M vid_gen -i out/cat_000.png --video-frames 5 -p 'a cat' --steps 1 -o out/ti2v_%03d.png --force",
 		"sdtool generate --diffusion-model testdata/tiny-qwen-image-diffusion-model.gguf --llm testdata/tiny-qwen-image-llm.gguf --vae testdata/tiny-qwen-image-vae.safetensors -p '一只猫 (a cat:1.2)' -o out/cat-qwen.png --imatrix-out out/qwen-calib.dat --force",
 		"sdtool generate --diffusion-model testdata/tiny-z-image-diffusion-model.gguf --llm testdata/tiny-z-image-llm.gguf --vae testdata/tiny-z-image-vae.gguf -p 'a red cat' --steps 2 -W 64 -H 64 -o out/cat-z.png --force",
 	)

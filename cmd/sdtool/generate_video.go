@@ -106,13 +106,13 @@ func videoRequest(c *cli.Context, m *infer.Model, req *infer.Request) error {
 		if strings.EqualFold(filepath.Ext(c.String("output")), ".avi") {
 			return fmt.Errorf("%s: a .avi output needs -M %s", c.String("output"), modeVideo)
 		}
+		if req.Init != nil && m.Family.InitFirstFrame {
+			return fmt.Errorf("--init-img with %s starts a video (image-to-video): it needs -M %s", m.Family.Title, modeVideo)
+		}
 		return nil
 	case modeVideo:
 		if vae.TimeFactor == 0 {
 			return fmt.Errorf("-M %s: %s is not a video model", modeVideo, m.Family.Title)
-		}
-		if req.Init != nil {
-			return fmt.Errorf("-M %s: image-to-video (--init-img) is not supported", modeVideo)
 		}
 	default:
 		return fmt.Errorf("-M %s: want %s or %s", mode, modeImage, modeVideo)

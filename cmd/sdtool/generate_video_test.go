@@ -21,7 +21,10 @@ import (
 	"github.com/sdtool/sdtool/quant/imatrix"
 )
 
-const tinyWan = "../../testdata/tiny-wan.gguf"
+const (
+	tinyWan     = "../../testdata/tiny-wan.gguf"
+	tinyWanTI2V = "../../testdata/tiny-wan-ti2v.gguf"
+)
 
 // aviFrames returns the JPEG frames of an AVI's movi list, read without
 // the writer's code: the 00dc chunks in order.
@@ -134,6 +137,14 @@ func TestGenerateVideoCompare(t *testing.T) {
 
 func TestGenerateVideoErrors(t *testing.T) {
 	dir := t.TempDir()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewRGBA(image.Rect(0, 0, 16, 16))); err != nil {
+		t.Fatal(err)
+	}
+	init := filepath.Join(dir, "init.png")
+	if err := os.WriteFile(init, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -143,6 +154,8 @@ func TestGenerateVideoErrors(t *testing.T) {
 		{[]string{"-m", tinyWan, "-M", "vid_gen", "-o", filepath.Join(dir, "a_%d.jpg")}, "must be .png files"},
 		{[]string{"-m", tinyWan, "-M", "vid_gen", "-o", filepath.Join(dir, "a.png")}, "name the frames with an index"},
 		{[]string{"-m", tinyWan, "-M", "movie", "-o", filepath.Join(dir, "a.png")}, "want img_gen or vid_gen"},
+		{[]string{"-m", tinyWan, "-M", "vid_gen", "-i", init, "-o", filepath.Join(dir, "a.avi")}, "(image-to-video) is not supported: it generates from text only"},
+		{[]string{"-m", tinyWanTI2V, "-i", init, "-o", filepath.Join(dir, "a.png")}, "it needs -M vid_gen"},
 	} {
 		args := append([]string{"generate", "-p", "a cat", "--steps", "1", "-W", "16", "-H", "16", "-t", "1"}, c.args...)
 		code, _, errOut := runApp(t, args...)

@@ -58,6 +58,12 @@ var tinyUMT5 = func() T5 {
 var TinyWan = Wan{Hidden: 128, FF: 256, Blocks: 1, Channels: 16, T5: &tinyUMT5, VAEDec: 8, VAEEnc: 8,
 	Seed: 6, Type: formats.F16, Quant: formats.Q8_0, Width: 64, Height: 64, Steps: 4}
 
+// TinyWanTI2V is TinyWan with Wan 2.2 TI2V-5B's layout: 48 latent
+// channels and Wan 2.2's VAE (2x2 pixel patches, 16 pixels per latent
+// cell), 8 wide, for its text- and image-to-video in testdata.
+var TinyWanTI2V = Wan{Hidden: 128, FF: 256, Blocks: 1, Channels: 48, T5: &tinyUMT5, VAEDec: 8, VAEEnc: 8, V22: true,
+	Seed: 12, Type: formats.F16, Quant: formats.Q8_0, Width: 64, Height: 64, Steps: 4}
+
 // WanParity is a Wan 2.1 1.3B model at full widths with the block count
 // sd.cpp requires (30), no text encoder and the full Wan 2.1 VAE: sd-cli
 // renders it with an empty prompt exactly as sdtool does (a 4096-wide

@@ -40,10 +40,11 @@ var WanFamilies = []*infer.Family{
 		Match:    [][]infer.Marker{{wanMarker, wan22VAEMarker}},
 		Encoders: wanEncoders, Conditioner: "wan", Network: "wan", Schedule: "discrete-flow",
 		Prediction: infer.FlowPrediction, VAE: wan22VAE, FlowShift: 5, Defaults: wanDefaults,
+		InitFirstFrame: true, // sd-cli's image-to-video for TI2V-5B
 	},
 	{
 		ID: "wan", Title: "Wan 2.1",
-		Match:    [][]infer.Marker{{wanMarker, {Name: infer.DmPrefix + "blocks.0.cross_attn.k_img.weight", Absent: true}}},
+		Match:    [][]infer.Marker{{wanMarker}}, // the I2V DiTs too, which the network refuses by name (refuseWanI2V)
 		Encoders: wanEncoders, Conditioner: "wan", Network: "wan", Schedule: "discrete-flow",
 		Prediction: infer.FlowPrediction, VAE: wanVAE, FlowShift: 5, Defaults: wanDefaults,
 	},

@@ -49,17 +49,36 @@ func wanRoPE(axes []int, theta float32, frames, rows, cols int) (cos, sin []floa
 	return cos, sin
 }
 
-// wanChunks views m [h, n] as its n columns [h] (the modulation's shift, scale, gate, ...).
+// wanChunks views m [h, n, T] as its n columns [h, 1, T] (the
+// modulation's shift, scale, gate, ... for each of T latent frames, or
+// for all frames when T is 1).
 func wanChunks(g *infer.Builder, m native.Tensor, n int) []native.Tensor {
-	h, nb := m.Ne()[0], m.Nb()
-	if m.Ne()[1] != int64(n) {
-		panic(&native.ShapeError{Msg: fmt.Sprintf("wan: modulation of %d vectors, want %d", m.Ne()[1], n)})
+	ne, nb := m.Ne(), m.Nb()
+	if ne[1] != int64(n) {
+		panic(&native.ShapeError{Msg: fmt.Sprintf("wan: modulation of %d vectors, want %d", ne[1], n)})
 	}
 	out := make([]native.Tensor, n)
 	for i := range out {
-		out[i] = g.Ctx.View(m, [4]int64{h, 1, 1, 1}, nb[1], nb[1], nb[1], int64(i)*nb[1])
+		out[i] = g.Ctx.View(m, [4]int64{ne[0], 1, ne[2], 1}, nb[1], nb[2], nb[2]*ne[2], int64(i)*nb[1])
 	}
 	return out
+}
+
+// wanPerFrame applies op to tokens x [h, L] and a modulation vector e
+// [h, 1, T]: with T latent frames (T > 1, the per-frame timesteps of
+// image-to-video) the frame-major tokens are viewed as [h, L/T, T] so that
+// each frame takes its own vector, as wan.hpp's modulate_add and
+// modulate_mul do.
+func wanPerFrame(g *infer.Builder, x, e native.Tensor, op func(a, b native.Tensor) native.Tensor) native.Tensor {
+	t := e.Ne()[2]
+	if t == 1 {
+		return op(x, e)
+	}
+	ne := x.Ne()
+	if ne[1]%t != 0 {
+		panic(&native.ShapeError{Msg: fmt.Sprintf("wan: %d tokens in %d frames", ne[1], t)})
+	}
+	return g.Ctx.Reshape(op(g.Ctx.Reshape(x, ne[0], ne[1]/t, t), e), ne[0], ne[1])
 }
 
 // wanRMS is an RMS norm over the whole width with prefix's scale.
@@ -90,7 +109,7 @@ func wanCrossAttn(g *infer.Builder, cfg *WanConfig, p string, x, ctx native.Tens
 func wanBlock(g *infer.Builder, cfg *WanConfig, p string, x, e0, ctx, cos, sin native.Tensor) native.Tensor {
 	es := wanChunks(g, g.Ctx.Add(e0, g.Ctx.Reshape(g.Weight(p+"modulation"), int64(cfg.Hidden), 6)), 6)
 	y := wanModNorm(g, x, es[0], es[1])
-	x = g.Ctx.Add(x, g.Ctx.Mul(wanSelfAttn(g, cfg, p+"self_attn.", y, cos, sin), es[2]))
+	x = g.Ctx.Add(x, wanPerFrame(g, wanSelfAttn(g, cfg, p+"self_attn.", y, cos, sin), es[2], g.Ctx.Mul))
 	n3 := x
 	if cfg.CrossNorm {
 		n3 = g.LayerNorm(x, p+"norm3", wanEps)
@@ -98,17 +117,20 @@ func wanBlock(g *infer.Builder, cfg *WanConfig, p string, x, e0, ctx, cos, sin n
 	x = g.Ctx.Add(x, wanCrossAttn(g, cfg, p+"cross_attn.", n3, ctx))
 	y = wanModNorm(g, x, es[3], es[4])
 	y = g.Linear(g.Ctx.GELU(g.Linear(y, p+"ffn.0")), p+"ffn.2")
-	return g.Ctx.Add(x, g.Ctx.Mul(y, es[5]))
+	return g.Ctx.Add(x, wanPerFrame(g, y, es[5], g.Ctx.Mul))
 }
 
-// wanModNorm is the affine-free layer norm of x modulated by shift and scale.
+// wanModNorm is the affine-free layer norm of x modulated by shift and
+// scale (y + y·scale + shift, frame by frame when they are per frame).
 func wanModNorm(g *infer.Builder, x, shift, scale native.Tensor) native.Tensor {
-	return flux.FluxModulate(g, g.Ctx.Norm(x, wanEps), shift, scale)
+	y := g.Ctx.Norm(x, wanEps)
+	return wanPerFrame(g, g.Ctx.Add(y, wanPerFrame(g, y, scale, g.Ctx.Mul)), shift, g.Ctx.Add)
 }
 
 // wan builds one evaluation of the DiT: img [C·ph·pw, L] patch tokens
 // (feature c·ph·pw + row·pw + col, tokens frame-major), txt [TextDim, Lc]
-// the UMT5 tokens, t [1] the timestep (sigma·1000), cos and sin [d/2, L]
+// the UMT5 tokens, t [1] the timestep (sigma·1000) or [T] one per latent
+// frame (image-to-video: tokens of frame f take t[f]), cos and sin [d/2, L]
 // the rotary embedding. It returns the head's tokens [ph·pw·C, L] (feature
 // (row·pw + col)·C + c) and, with capture, every block's output.
 func wan(g *infer.Builder, cfg *WanConfig, img, txt, t, cos, sin native.Tensor, capture bool) (native.Tensor, []infer.BlockTensor) {
@@ -122,8 +144,8 @@ func wan(g *infer.Builder, cfg *WanConfig, img, txt, t, cos, sin native.Tensor, 
 		x = g.Ctx.Add(x, g.Weight(p+"patch_embedding.bias"))
 	}
 	e := g.Linear(g.Ctx.SiLU(g.Linear(g.Ctx.TimestepEmbedding(t, cfg.FreqDim, 10000), p+"time_embedding.0")), p+"time_embedding.2")
-	e = g.Ctx.Reshape(e, h, 1)
-	e0 := g.Ctx.Reshape(g.Linear(g.Ctx.SiLU(e), p+"time_projection.1"), h, 6)
+	nt := t.Ne()[0]
+	e0 := g.Ctx.Reshape(g.Linear(g.Ctx.SiLU(e), p+"time_projection.1"), h, 6, nt)
 	ctx := g.Linear(g.Ctx.GELU(g.Linear(txt, p+"text_embedding.0")), p+"text_embedding.2")
 	for i := 0; i < cfg.Blocks; i++ {
 		x = wanBlock(g, cfg, fmt.Sprintf("%sblocks.%d.", p, i), x, e0, ctx, cos, sin)
@@ -131,7 +153,8 @@ func wan(g *infer.Builder, cfg *WanConfig, img, txt, t, cos, sin native.Tensor, 
 			blocks = append(blocks, infer.BlockTensor{Name: fmt.Sprintf("blocks.%d", i), T: g.Output(g.Ctx.Cont(x))})
 		}
 	}
-	es := wanChunks(g, g.Ctx.Add(g.Ctx.Reshape(g.Weight(p+"head.modulation"), h, 2), e), 2)
+	e = g.Ctx.Repeat(g.Ctx.Reshape(e, h, 1, nt), [4]int64{h, 2, nt, 1})
+	es := wanChunks(g, g.Ctx.Add(e, g.Ctx.Reshape(g.Weight(p+"head.modulation"), h, 2)), 2)
 	x = wanModNorm(g, x, es[0], es[1])
 	return g.Linear(x, p+"head.head"), blocks
 }

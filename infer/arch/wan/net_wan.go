@@ -3,6 +3,7 @@ package wan
 import (
 	"fmt"
 
+	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/arch/flux"
 	"github.com/sdtool/sdtool/native"
@@ -96,6 +97,9 @@ func (n *wanNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []i
 	rows, cols := in.H/p, in.W/p
 	cv, sv := wanRoPE(cfg.Axes, cfg.Theta, frames, rows, cols)
 	d, ins := flux.NewDiTInputs(g, in, wanPatchify(in.X, cfg.InChannels, frames, in.H, in.W, p), cfg.InChannels*p*p, cv, sv, cfg.HeadDim/2)
+	if in.FrameT != nil {
+		d.T, ins = wanFrameTimesteps(g, in, d.T, ins)
+	}
 	out, blocks := wan(g, cfg, d.Img, d.Txt, d.T, d.Cos, d.Sin, in.Capture)
 	return out, ins, blocks
 }
@@ -103,4 +107,19 @@ func (n *wanNet) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, []i
 // MapOutput turns the head's tokens back into a latent [C, T, h, w].
 func (n *wanNet) MapOutput(out []float32, in *infer.NetInput) []float32 {
 	return wanUnpatchify(out, n.cfg.OutChannels, max(in.Frames, 1), in.H, in.W, n.cfg.PatchH)
+}
+
+// wanFrameTimesteps replaces the one-timestep input t among ins with one
+// of a timestep per latent frame (in.FrameT, image-to-video).
+func wanFrameTimesteps(g *infer.Builder, in *infer.NetInput, t native.Tensor, ins []infer.Input) (native.Tensor, []infer.Input) {
+	if len(in.FrameT) != max(in.Frames, 1) {
+		panic(&native.ShapeError{Msg: fmt.Sprintf("wan: %d frame timesteps for %d latent frames", len(in.FrameT), in.Frames)})
+	}
+	ft := infer.NewInput(g, formats.F32, int64(len(in.FrameT)))
+	for i := range ins {
+		if ins[i].T == t {
+			ins[i] = infer.Input{T: ft, F32: in.FrameT}
+		}
+	}
+	return ft, ins
 }

@@ -73,8 +73,10 @@ func wanTestWeights(r *rand.Rand, cfg WanConfig) map[string]inferutil.TestWeight
 }
 
 // refWan is the reference DiT: latent x [C][T][H][W], text tokens ctx
-// [Lc][TextDim] and timestep t to the output latent [C][T][H][W].
-func refWan(t *testing.T, w map[string]inferutil.TestWeight, cfg WanConfig, x []float32, frames, hh, ww int, ctx []float32, lc int, ts float64) []float32 {
+// [Lc][TextDim] and timesteps ts (one for all frames, or one per frame as
+// image-to-video gives them: each frame's tokens modulated by its own) to
+// the output latent [C][T][H][W].
+func refWan(t *testing.T, w map[string]inferutil.TestWeight, cfg WanConfig, x []float32, frames, hh, ww int, ctx []float32, lc int, ts []float64) []float32 {
 	get := func(name string) []float32 { return inferutil.Stored(t, w[cfg.Prefix+name]) }
 	hd, nh, d := cfg.Hidden, cfg.Heads, cfg.HeadDim
 	lin := func(v []float64, name string) []float64 {
@@ -155,15 +157,20 @@ func refWan(t *testing.T, w map[string]inferutil.TestWeight, cfg WanConfig, x []
 			}
 		}
 	}
-	// Sinusoidal time embedding [cos | sin], then the two MLPs.
+	// Sinusoidal time embedding [cos | sin], then the two MLPs, per frame.
 	half := cfg.FreqDim / 2
-	emb := make([]float64, cfg.FreqDim)
-	for k := 0; k < half; k++ {
-		fr := math.Exp(-math.Log(10000) * float64(k) / float64(half))
-		emb[k], emb[half+k] = math.Cos(ts*fr), math.Sin(ts*fr)
+	e, e0 := make([][]float64, frames), make([][]float64, frames)
+	for f := range frames {
+		tf := ts[min(f, len(ts)-1)]
+		emb := make([]float64, cfg.FreqDim)
+		for k := 0; k < half; k++ {
+			fr := math.Exp(-math.Log(10000) * float64(k) / float64(half))
+			emb[k], emb[half+k] = math.Cos(tf*fr), math.Sin(tf*fr)
+		}
+		e[f] = lin(silu(lin(emb, "time_embedding.0")), "time_embedding.2")
+		e0[f] = lin(silu(e[f]), "time_projection.1") // [6][hd]
 	}
-	e := lin(silu(lin(emb, "time_embedding.0")), "time_embedding.2")
-	e0 := lin(silu(e), "time_projection.1") // [6][hd]
+	frameOf := func(n int) int { return n / (rows * cols) }
 	var txt [][]float64
 	for i := 0; i < lc; i++ {
 		v := make([]float64, cfg.TextDim)
@@ -230,15 +237,19 @@ func refWan(t *testing.T, w map[string]inferutil.TestWeight, cfg WanConfig, x []
 	for bi := 0; bi < cfg.Blocks; bi++ {
 		b := fmt.Sprintf("blocks.%d.", bi)
 		mt := get(b + "modulation")
-		m := make([][]float64, 6)
-		for k := range m {
-			m[k] = make([]float64, hd)
-			for j := range m[k] {
-				m[k][j] = e0[k*hd+j] + float64(mt[k*hd+j])
+		mf := make([][][]float64, frames) // [frame][6][hd]
+		for f := range mf {
+			mf[f] = make([][]float64, 6)
+			for k := range mf[f] {
+				mf[f][k] = make([]float64, hd)
+				for j := range mf[f][k] {
+					mf[f][k][j] = e0[f][k*hd+j] + float64(mt[k*hd+j])
+				}
 			}
 		}
 		q, k, v := make([][]float64, len(tok)), make([][]float64, len(tok)), make([][]float64, len(tok))
 		for i := range tok {
+			m := mf[frameOf(i)]
 			y := modulate(tok[i], m[0], m[1])
 			q[i] = rms(lin(y, b+"self_attn.q"), get(b+"self_attn.norm_q.weight"))
 			k[i] = rms(lin(y, b+"self_attn.k"), get(b+"self_attn.norm_k.weight"))
@@ -250,7 +261,7 @@ func refWan(t *testing.T, w map[string]inferutil.TestWeight, cfg WanConfig, x []
 		for i := range tok {
 			o := lin(a[i], b+"self_attn.o")
 			for j := range tok[i] {
-				tok[i][j] += o[j] * m[2][j]
+				tok[i][j] += o[j] * mf[frameOf(i)][2][j]
 			}
 		}
 		ck, cv := make([][]float64, len(txt)), make([][]float64, len(txt))
@@ -269,6 +280,7 @@ func refWan(t *testing.T, w map[string]inferutil.TestWeight, cfg WanConfig, x []
 		}
 		ca := attend(cq, ck, cv)
 		for i := range tok {
+			m := mf[frameOf(i)]
 			o := lin(ca[i], b+"cross_attn.o")
 			for j := range tok[i] {
 				tok[i][j] += o[j]
@@ -280,15 +292,15 @@ func refWan(t *testing.T, w map[string]inferutil.TestWeight, cfg WanConfig, x []
 		}
 	}
 	hm := get("head.modulation")
-	shift, scale := make([]float64, hd), make([]float64, hd)
-	for j := 0; j < hd; j++ {
-		shift[j], scale[j] = float64(hm[j])+e[j], float64(hm[hd+j])+e[j]
-	}
 	c := cfg.OutChannels
 	out := make([]float32, c*frames*hh*ww)
 	for n := range tok {
+		f, i, j := frameOf(n), n/cols%rows, n%cols
+		shift, scale := make([]float64, hd), make([]float64, hd)
+		for k := 0; k < hd; k++ {
+			shift[k], scale[k] = float64(hm[k])+e[f][k], float64(hm[hd+k])+e[f][k]
+		}
 		y := lin(modulate(tok[n], shift, scale), "head.head")
-		f, i, j := n/(rows*cols), n/cols%rows, n%cols
 		for kh := 0; kh < 2; kh++ {
 			for kw := 0; kw < 2; kw++ {
 				for ch := 0; ch < c; ch++ {
@@ -319,9 +331,12 @@ func TestWanMatchesReference(t *testing.T) {
 		name               string
 		frames, h, w, text int
 		t                  float32
+		frameT             []float32 // image-to-video's per-frame timesteps
 	}{
-		{"one frame", 1, 4, 6, 3, 999},
-		{"three frames", 3, 4, 4, 5, 437.5},
+		{"one frame", 1, 4, 6, 3, 999, nil},
+		{"three frames", 3, 4, 4, 5, 437.5, nil},
+		{"three frames, first held", 3, 4, 4, 5, 437.5, []float32{0, 437.5, 437.5}},
+		{"two frames, each its own", 2, 4, 6, 3, 999, []float32{999, 250}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(7, uint64(c.frames)))
@@ -332,14 +347,21 @@ func TestWanMatchesReference(t *testing.T) {
 			ctx := inferutil.Randn(r, c.text*cfg.TextDim, 1)
 			cond := &infer.Conditioning{Context: ctx, Tokens: c.text, Dim: cfg.TextDim}
 			var blocks []infer.BlockOutput
-			got, err := m.RunNet(&infer.NetInput{X: x, W: c.w, H: c.h, Frames: c.frames, T: c.t, Cond: cond}, &blocks)
+			got, err := m.RunNet(&infer.NetInput{X: x, W: c.w, H: c.h, Frames: c.frames, T: c.t, FrameT: c.frameT, Cond: cond}, &blocks)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(blocks) != cfg.Blocks {
 				t.Errorf("%d block outputs, want %d", len(blocks), cfg.Blocks)
 			}
-			want := refWan(t, w, cfg, x, c.frames, c.h, c.w, ctx, c.text, float64(c.t))
+			ts := []float64{float64(c.t)}
+			if c.frameT != nil {
+				ts = ts[:0]
+				for _, v := range c.frameT {
+					ts = append(ts, float64(v))
+				}
+			}
+			want := refWan(t, w, cfg, x, c.frames, c.h, c.w, ctx, c.text, ts)
 			e := inferutil.MaxRelErr(t, got, want)
 			if e > 5e-3 {
 				t.Errorf("relative error %g > 5e-3", e)
@@ -350,7 +372,8 @@ func TestWanMatchesReference(t *testing.T) {
 }
 
 // TestWanReferenceIsSensitive guards the comparison: the graph with the
-// RoPE axes in the wrong order (rows rotated as frames) must not pass it.
+// RoPE axes in the wrong order (rows rotated as frames), or with the
+// per-frame timesteps in other frames, must not pass it.
 func TestWanReferenceIsSensitive(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 9))
 	cfg := wanTestCfg
@@ -366,8 +389,18 @@ func TestWanReferenceIsSensitive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := inferutil.MaxRelErr(t, got, refWan(t, w, cfg, x, frames, h, wd, ctx, text, 500)); e < 1e-2 {
+	if e := inferutil.MaxRelErr(t, got, refWan(t, w, cfg, x, frames, h, wd, ctx, text, []float64{500})); e < 1e-2 {
 		t.Errorf("swapped RoPE axes give relative error %g, too close to tell", e)
+	}
+	// Per-frame timesteps given to the wrong frames must not pass either.
+	m = wanTestModel(t, w, &cfg)
+	got, err = m.RunNet(&infer.NetInput{X: x, W: wd, H: h, Frames: frames, T: 500, FrameT: []float32{0, 500, 500},
+		Cond: &infer.Conditioning{Context: ctx, Tokens: text, Dim: cfg.TextDim}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := inferutil.MaxRelErr(t, got, refWan(t, w, cfg, x, frames, h, wd, ctx, text, []float64{500, 500, 0})); e < 1e-2 {
+		t.Errorf("per-frame timesteps in the wrong frames give relative error %g, too close to tell", e)
 	}
 }
 
@@ -404,6 +437,9 @@ func TestDetectWan(t *testing.T) {
 		{func(s map[string][]int64) { s[infer.DmPrefix+"blocks.0.ffn.2.weight"] = []int64{256, 32} }, "blocks.0.ffn.2.weight"},
 		{func(s map[string][]int64) { s[infer.DmPrefix+"patch_embedding.weight"] = []int64{256, 4, 2, 2, 2} }, "patch_embedding.weight"},
 		{func(s map[string][]int64) { s[infer.DmPrefix+"head.head.weight"] = []int64{15, 256} }, "head.head.weight"},
+		// The image-to-video DiTs are refused, saying what they need.
+		{func(s map[string][]int64) { s[infer.DmPrefix+"blocks.0.cross_attn.k_img.weight"] = []int64{256, 256} }, "CLIP vision (ViT-H)"},
+		{func(s map[string][]int64) { s[infer.DmPrefix+"patch_embedding.weight"] = []int64{256, 9, 1, 2, 2} }, "9-channel input"},
 	} {
 		s := wanShapes(want)
 		c.edit(s)

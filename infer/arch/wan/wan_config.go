@@ -149,7 +149,24 @@ func detectWan(s infer.Shapes, prefix string) (*WanConfig, error) {
 		return nil, err
 	}
 	c.Axes = wanAxes(c.HeadDim)
-	return c, nil
+	return c, refuseWanI2V(s, c)
+}
+
+// refuseWanI2V refuses the image-conditioned Wan DiTs, whose inputs
+// generate does not build (TI2V-5B's image-to-video needs none: its init
+// image is a held latent frame).
+func refuseWanI2V(s infer.Shapes, c *WanConfig) error {
+	p := c.Prefix
+	switch {
+	case s.HasPrefix(p+"img_emb.") || s.Has(p+"blocks.0.cross_attn.k_img.weight"):
+		return fmt.Errorf("an image-to-video DiT (Wan 2.1 I2V or FLF2V: %simg_emb, cross_attn.k_img) is not supported: "+
+			"it needs a CLIP vision (ViT-H) encoder for the init image, the img_emb projection of its tokens, "+
+			"the image cross-attention (k_img, v_img) and the %d-channel input (a mask and the VAE-encoded frames beside the noise)", p, c.InChannels)
+	case c.InChannels != c.OutChannels:
+		return fmt.Errorf("an image-to-video DiT (Wan 2.2 I2V-A14B: %d input channels for %d latent ones) is not supported: "+
+			"it needs the %d-channel input (a mask and the VAE-encoded frames beside the noise)", c.InChannels, c.OutChannels, c.InChannels)
+	}
+	return nil
 }
 
 // wanHeadDim is the head width: 128 in every released Wan (the RoPE axes

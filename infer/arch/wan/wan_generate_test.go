@@ -5,6 +5,7 @@ package wan
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sdtool/sdtool/infer"
@@ -16,9 +17,9 @@ import (
 )
 
 // wanGenerateModel is a Model of the tiny Wan DiT with a tiny Wan VAE
-// decoder (2.1's with 16 latent channels, or 2.2's with 48 for TI2V-5B)
-// and no text encoder (sd-cli's zero context), as Load would make it:
-// the family is detected from the weights' shapes.
+// (2.1's decoder with 16 latent channels, or 2.2's decoder and encoder
+// with 48 for TI2V-5B) and no text encoder (sd-cli's zero context), as
+// Load would make it: the family is detected from the weights' shapes.
 func wanGenerateModel(t *testing.T, v22 bool) *infer.Model { return wanExpertModel(t, v22, expertNone) }
 
 // The high-noise experts wanExpertModel gives a model.
@@ -35,7 +36,7 @@ func wanExpertModel(t *testing.T, v22 bool, expert int) *infer.Model {
 	cfg := wanTestCfg
 	vcfg := &wanvae.WanVAEConfig{ZDim: 16, DecDim: 4, Pixels: 3, Patch: 1}
 	if v22 {
-		vcfg.ZDim, vcfg.Patch, vcfg.V22 = 48, 2, true
+		vcfg.ZDim, vcfg.Patch, vcfg.V22, vcfg.EncDim = 48, 2, true, 4
 	}
 	cfg.InChannels, cfg.OutChannels, cfg.Blocks = vcfg.ZDim, vcfg.ZDim, 1
 	w := wanTestWeights(r, cfg)
@@ -51,7 +52,7 @@ func wanExpertModel(t *testing.T, v22 bool, expert int) *infer.Model {
 			w[n] = tw
 		}
 	}
-	for n, tw := range inferutil.WanVAETestWeights(r, vcfg, vcfg.DecDim, 0) {
+	for n, tw := range inferutil.WanVAETestWeights(r, vcfg, vcfg.DecDim, vcfg.EncDim) {
 		w[n] = tw
 	}
 	sh := map[string][]int64{}
@@ -72,7 +73,7 @@ func wanExpertModel(t *testing.T, v22 bool, expert int) *infer.Model {
 	t.Cleanup(alloc.Free)
 	m := &infer.Model{Path: "wan generate test", Family: fam, Backend: be, Weights: ws, Alloc: alloc, Net: &wanNet{cfg: &cfg},
 		Config: &infer.ModelConfig{Family: fam.Name(), Network: &cfg, Prediction: infer.FlowPrediction, PredictionKnown: true,
-			VAE: infer.VAEConfig{Kind: "wan", ZChannels: vcfg.ZDim, ScaleFactor: 1, Layout: vcfg}}}
+			VAE: infer.VAEConfig{Kind: "wan", ZChannels: vcfg.ZDim, ScaleFactor: 1, Layout: vcfg, HasEncoder: vcfg.EncDim > 0}}}
 	c, err := newWanConditioner(m)
 	if err != nil {
 		t.Fatal(err)
@@ -102,11 +103,6 @@ func TestWanGeneratesFrames(t *testing.T) {
 	}
 	if slices.Equal(res.Pixels[:frame], res.Pixels[frame:2*frame]) {
 		t.Error("frames 0 and 1 are identical")
-	}
-	req.Init = make([]float32, frame)
-	req.Strength = 0.5
-	if _, err := m.Generate(req); err == nil {
-		t.Error("an init image with a video model: no error")
 	}
 }
 
@@ -203,5 +199,76 @@ func TestWanA14BGenerates(t *testing.T) {
 	}
 	if _, err := plain.Generate(req); err == nil {
 		t.Error("high-noise settings for a model without an expert: no error")
+	}
+}
+
+// TestWanTI2VImageToVideo runs TI2V-5B's image-to-video on the tiny
+// layout: the init image, VAE-encoded alone, must come out as latent
+// frame 0 (held through sampling, as sd-cli's denoise mask holds it) and
+// decode to the same first frame it decodes to alone; the frames after it
+// are generated, and depend on the image.
+func TestWanTI2VImageToVideo(t *testing.T) {
+	m := wanGenerateModel(t, true)
+	const size, cells = 32, 2 // 16 pixels per cell
+	r := rand.New(rand.NewPCG(21, 22))
+	init := inferutil.Randn(r, 3*size*size, 0.5)
+	req := infer.Request{Width: size, Height: size, Frames: 5, Steps: 1, CFGScale: 1, Seed: 3, Init: init, Strength: 1}
+	res, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Frames != 5 || len(res.Latent) != 48*2*cells*cells || res.NaNPixels != 0 {
+		t.Fatalf("%d frames, %d latent values, %d NaN", res.Frames, len(res.Latent), res.NaNPixels)
+	}
+	z0, _, err := m.EncodeVideo(init, size, size, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cell = cells * cells
+	var held []float32
+	for ch := range 48 {
+		held = append(held, res.Latent[ch*2*cell:(ch*2+1)*cell]...)
+	}
+	// The last Euler step lands on the held latent up to rounding.
+	if e := inferutil.MaxRelErr(t, held, z0); e > 1e-5 {
+		t.Errorf("latent frame 0 is not the init image's latent: max relative error %g", e)
+	}
+	alone, n, err := m.DecodeVideo(z0, cells, cells, 1)
+	if err != nil || n != 1 {
+		t.Fatalf("decoding the init latent: %d frames, %v", n, err)
+	}
+	const frame = 3 * size * size
+	if e := inferutil.MaxRelErr(t, res.Pixels[:frame], alone); e > 1e-4 {
+		t.Errorf("frame 0 differs from the init image's round trip by %g", e)
+	}
+	if slices.Equal(res.Pixels[frame:2*frame], res.Pixels[:frame]) {
+		t.Error("frame 1 repeats frame 0")
+	}
+	req.Init = inferutil.Randn(r, 3*size*size, 0.5)
+	other, err := m.Generate(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(other.Latent[cell:2*cell], res.Latent[cell:2*cell]) {
+		t.Error("latent frame 1 does not depend on the init image")
+	}
+}
+
+// TestWanVideoInitRefused checks the refusals: an init image with Wan 2.1
+// (text-to-video only), and with TI2V-5B but no frames to generate.
+func TestWanVideoInitRefused(t *testing.T) {
+	for _, c := range []struct {
+		v22          bool
+		size, frames int
+		want         string
+	}{
+		{false, 16, 5, "text only"},
+		{true, 32, 0, "ask for frames"},
+	} {
+		m := wanGenerateModel(t, c.v22)
+		req := infer.Request{Width: c.size, Height: c.size, Frames: c.frames, Steps: 1, CFGScale: 1, Init: make([]float32, 3*c.size*c.size), Strength: 1}
+		if _, err := m.Generate(req); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s with an init image and %d frames: %v, want an error saying %q", m.Family.Title, c.frames, err, c.want)
+		}
 	}
 }

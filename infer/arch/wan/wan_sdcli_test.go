@@ -7,6 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/color"
 	"io"
 	"os"
 	"os/exec"
@@ -41,6 +43,7 @@ type wanParityRun struct {
 	highDiT        string // Wan 2.2 A14B's high-noise expert ("" for none)
 	highSteps      int
 	highCFG        float32
+	init           string  // an init image (PNG) for image-to-video ("" for none)
 	parityPSNR     float64 // every frame's least PSNR against sd-cli's
 }
 
@@ -53,6 +56,9 @@ func (r wanParityRun) sdcliArgs(out string) []string {
 	if r.highDiT != "" {
 		args = append(args, "--high-noise-diffusion-model", r.highDiT, "--high-noise-steps", strconv.Itoa(r.highSteps),
 			"--high-noise-cfg-scale", fmt.Sprint(r.highCFG), "--high-noise-sampling-method", "euler")
+	}
+	if r.init != "" {
+		args = append(args, "-i", r.init)
 	}
 	return args
 }
@@ -111,6 +117,10 @@ func checkWanParity(t *testing.T, r wanParityRun) {
 		RNG: infer.RNGCUDA, Method: infer.Euler, Scheduler: infer.SchedulerDiscrete}
 	if r.highDiT != "" {
 		req.HighNoise = &infer.HighNoise{Steps: r.highSteps, CFGScale: r.highCFG, Method: infer.Euler}
+	}
+	if r.init != "" {
+		req.Init, _, _ = infer.CHWFromImage(inferutil.ReadPNGFile(t, r.init))
+		req.Strength = 0.75 // sd-cli's default, which its image-to-video ignores
 	}
 	res, err := m.Generate(req)
 	if err != nil {
@@ -176,6 +186,41 @@ func TestWanTI2VSDCLIParity(t *testing.T) {
 	}
 	dit, vae := wanParityFiles(t, synth.WanTI2VParity, "wan-ti2v-parity-q4")
 	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5, parityPSNR: 50})
+}
+
+// TestWanTI2VImageToVideoSDCLIParity is TestWanTI2VSDCLIParity's model
+// and settings with an init image (-i): frame 0 encoded by Wan 2.2's VAE
+// and held, a timestep per latent frame.
+func TestWanTI2VImageToVideoSDCLIParity(t *testing.T) {
+	longtest.Skip(t, "Wan 2.2 TI2V-5B image-to-video frame parity against sd-cli")
+	if os.Getenv("SDTOOL_SDCLI") == "" {
+		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	dit, vae := wanParityFiles(t, synth.WanTI2VParity, "wan-ti2v-parity-q4")
+	init := filepath.Join(t.TempDir(), "init.png")
+	if err := inferutil.WritePNGFile(init, wanInitImage(64)); err != nil {
+		t.Fatal(err)
+	}
+	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5,
+		init: init, parityPSNR: 50})
+}
+
+// wanInitImage is a size×size picture with smooth gradients and a disc,
+// an init image both programs read from the same PNG.
+func wanInitImage(size int) image.Image {
+	img := image.NewRGBA(image.Rect(0, 0, size, size))
+	c := float64(size) / 2
+	for y := range size {
+		for x := range size {
+			dx, dy := float64(x)-c, float64(y)-c*0.8
+			v := color.RGBA{uint8(255 * x / size), uint8(255 * y / size), 96, 255}
+			if dx*dx+dy*dy < c*c/4 {
+				v.B = 230
+			}
+			img.Set(x, y, v)
+		}
+	}
+	return img
 }
 
 // wanChildEnv carries BenchmarkWanVsSDCLI's run to its child process.

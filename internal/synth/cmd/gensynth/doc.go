@@ -6,7 +6,8 @@
 // (synth.TinyFlux, one file with ComfyUI's prefixes), tiny-chroma.gguf
 // (synth.TinyChroma, likewise), tiny-sd3.gguf (synth.TinySD3, SD3's
 // checkpoint prefixes), tiny-wan.gguf (synth.TinyWan, one file with
-// sd.cpp's prefixes), tiny-flux2-klein.gguf (synth.TinyKlein, sd-cli's
+// sd.cpp's prefixes), tiny-wan-ti2v.gguf (synth.TinyWanTI2V, likewise),
+// tiny-flux2-klein.gguf (synth.TinyKlein, sd-cli's
 // prefixes, the Qwen3 tokenizer embedded), tiny-flux2-dev.gguf
 // (synth.TinyDev, likewise with a Mistral and a Tekken-split vocabulary) and
 // the component files people

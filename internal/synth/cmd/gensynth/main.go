@@ -243,6 +243,7 @@ var committed = []committedFile{
 	single("tiny-chroma.gguf", synth.TinyChroma.WriteSingle),
 	single("tiny-sd3.gguf", synth.TinySD3.WriteSingle),
 	single("tiny-wan.gguf", synth.TinyWan.WriteSingle),
+	single("tiny-wan-ti2v.gguf", synth.TinyWanTI2V.WriteSingle),
 	single("tiny-flux2-klein.gguf", synth.TinyKlein.WriteSingle),
 	single("tiny-flux2-dev.gguf", synth.TinyDev.WriteSingle),
 	{names: []string{"tiny-qwen-image-diffusion-model.gguf", "tiny-qwen-image-llm.gguf", "tiny-qwen-image-vae.safetensors"},
