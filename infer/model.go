@@ -427,9 +427,16 @@ func (m *Model) Memory() MemoryStats {
 	return m.Weights.Pager.stats
 }
 
-// Release drops the weights held in memory (another model is about to
-// run); the next graph reads what it needs again.
+// Release drops the weights held in memory and the compute buffer
+// (another model is about to run); the next graph reads what it needs
+// again. The compute buffer goes too because it only grows, to the
+// largest graph run so far (the VAE decoder's at the image's size): kept,
+// it sat outside the other model's budget (0.3 GiB at 256x256 on a Flux
+// of full widths, where --compare's reference peaked that far above
+// --max-memory).
 func (m *Model) Release() error {
+	m.Alloc.Free()
+	m.Alloc = m.Backend.NewAllocator()
 	if m.Weights.Pager == nil {
 		return nil
 	}

@@ -250,3 +250,29 @@ func TestStreamedTextEncoder(t *testing.T) {
 		t.Errorf("budget %d for %d bytes of T5: %+v, want layers streamed, each once", budget, t5, st)
 	}
 }
+
+// Release frees the compute buffer with the weights: it only grows, to
+// the largest graph run, and a model released for another (--compare's
+// reference) must hold nothing outside that model's budget. The network
+// then runs again with the same bits.
+func TestReleaseFreesComputeBuffer(t *testing.T) {
+	r := netRuns[0]
+	m, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	want := r.eval(t, m)
+	if m.Alloc.Size() == 0 || m.Weights.Pager.Resident == 0 {
+		t.Fatalf("after a run: compute buffer %d bytes, %d resident", m.Alloc.Size(), m.Weights.Pager.Resident)
+	}
+	if err := m.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Alloc.Size() != 0 || m.Weights.Pager.Resident != 0 {
+		t.Errorf("after Release: compute buffer %d bytes, %d resident; want nothing held", m.Alloc.Size(), m.Weights.Pager.Resident)
+	}
+	if got := r.eval(t, m); !slices.Equal(got, want) {
+		t.Error("the network's output after Release differs from before")
+	}
+}
