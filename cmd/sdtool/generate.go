@@ -558,6 +558,11 @@ func referenceRender(c *cli.Context, m *infer.Model, refFiles infer.Components, 
 	if err := m.Release(); err != nil {
 		return nil, err
 	}
+	// The default budget follows the memory available now, with the
+	// tested model's weights released.
+	if opt.MaxMemory, err = memoryBudget(c); err != nil {
+		return nil, err
+	}
 	rm, err := infer.Load(refFiles, opt)
 	if err != nil {
 		return nil, budgetHint(err)

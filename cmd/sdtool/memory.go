@@ -14,20 +14,18 @@ import (
 // The memory budget of generate and report: weights that do not fit are
 // streamed from their files per block (infer's stream.go).
 
-// memoryShare is the part of the memory available at start that the
-// default budget takes: the rest is left to the Go heap, the page cache
-// the streamed reads go through and the other programs running.
-const memoryShare = 0.75
-
 // renderMemoryFlag is --max-memory of generate and report.
 func renderMemoryFlag() cli.Flag {
 	return &cli.StringFlag{Name: "max-memory", Usage: "memory budget `SIZE` (512MiB, 8GiB, 0 for none) for the weights and ggml's compute buffers: " +
 		"what fits stays in memory, the other blocks are read from the files as each step needs them",
-		DefaultText: "three quarters of the memory available when the command starts"}
+		DefaultText: "half of the memory available when each model loads"}
 }
 
-// memoryBudget reads --max-memory, else the default share of the memory
-// available now (no budget where that cannot be read).
+// memoryBudget reads --max-memory, else the default budget of the memory
+// available now (no budget where that cannot be read). Without the flag it
+// is read again before each model loads (--compare's reference, each file
+// of a report), so that a run that takes hours follows the memory that
+// other programs leave it.
 func memoryBudget(c *cli.Context) (int64, error) {
 	if s := c.String("max-memory"); s != "" {
 		n, err := pipeline.ParseBytes(s)
@@ -36,7 +34,27 @@ func memoryBudget(c *cli.Context) (int64, error) {
 		}
 		return n, nil
 	}
-	return int64(float64(procmem.Available()) * memoryShare), nil
+	return defaultBudget(procmem.Available()), nil
+}
+
+// defaultBudget is the budget without --max-memory, given the memory
+// available (0 or less: unknown, no budget): half of it, in whole MiB.
+// Three quarters was the rule until a Flux.1 dev --compare on a 24 GiB
+// machine was OOM-killed twice while other programs grew during its
+// minutes per step; the other half is left to their growth, to the page
+// cache the streamed reads pass through, and to what the process holds
+// outside the budget (its own code and heap: 30-40 MiB measured on the
+// tiny models and on a Flux of full widths). A budget is never 0 (none)
+// when some memory is available: a tiny one is refused naming the block.
+func defaultBudget(available int64) int64 {
+	if available <= 0 {
+		return 0
+	}
+	b := available / 2
+	if b >= 1<<20 {
+		b &^= 1<<20 - 1
+	}
+	return max(b, 1)
 }
 
 // budgetHint says which flag sets a budget that is too small.

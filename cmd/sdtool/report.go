@@ -147,15 +147,15 @@ func runReport(c *cli.Context) error {
 	}
 	ctx, stop := console.SignalContext()
 	defer stop()
-	budget, err := memoryBudget(c)
-	if err != nil {
+	// A bad --max-memory is refused before anything renders.
+	if _, err := memoryBudget(c); err != nil {
 		return err
 	}
 	rc, err := referenceCache(c)
 	if err != nil {
 		return err
 	}
-	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src, parts: parts, budget: budget}
+	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src, parts: parts}
 	ref, err := run.renderSource(rc, src)
 	if err != nil {
 		return err
@@ -310,7 +310,6 @@ type reportRun struct {
 	threads int
 	src     string
 	parts   infer.Components // the shared parts (--clip_l, --vae, ...)
-	budget  int64            // --max-memory
 	// keep, when not nil, receives each render of the model being rendered.
 	keep func(i int, res *infer.Result)
 }
@@ -396,8 +395,13 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 		return nil, err
 	}
 	tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
+	// The default budget follows the memory available as each file loads.
+	budget, err := memoryBudget(c)
+	if err != nil {
+		return nil, err
+	}
 	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer"), "llm": c.String("llm-tokenizer")},
-		Threads: r.threads, MaxMemory: r.budget, VAEDecodeOnly: true})
+		Threads: r.threads, MaxMemory: budget, VAEDecodeOnly: true})
 	if err != nil {
 		if notFound != nil {
 			return nil, notFound
