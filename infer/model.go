@@ -182,6 +182,8 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		be.Free()
 		return nil, err
 	}
+	w.Pager.baseHeld = opt.Held
+	w.Pager.resetHeld()
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizers: toks, Backend: be, Weights: w,
 		Alloc: be.NewAllocator(), Specs: specs, srcs: srcs, WeightBytes: w.Pager.stats.Weights, Unused: unused, ModelArgs: opt.ModelArgs,
 		flowShift: opt.FlowShift}
@@ -581,8 +583,15 @@ func (m *Model) runNetwork(net Network, in *NetInput, blocks *[]BlockOutput) ([]
 				return err
 			}
 			*blocks = append(*blocks, BlockOutput{Name: b.Name, Values: v})
+			// Kept until the render ends, outside ggml's buffers (the 57
+			// blocks of a Flux.1 dev, text tokens included, take hundreds
+			// of MB), so the budget leaves room for them.
+			m.Weights.Pager.hold(4 * int64(len(v)))
 		}
-		return nil
+		if len(kept) == 0 {
+			return nil
+		}
+		return m.Weights.Pager.shed(m.Alloc.Size())
 	})
 	return out, err
 }
@@ -872,6 +881,7 @@ func (m *Model) generate(req Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Width: req.Width, Height: req.Height}
+	m.Weights.Pager.resetHeld() // the last render's captures are the caller's now
 	t0 := time.Now()
 	cond, uncond, err := m.conditionings(&req)
 	if err != nil {

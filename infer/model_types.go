@@ -40,6 +40,11 @@ type LoadOptions struct {
 	// compute buffers (0: none, every weight resident). Weights that do not
 	// fit are read from their files per block as graphs run (stream.go).
 	MaxMemory int64
+	// Held is what the caller keeps in memory outside the budget while
+	// the model runs, in bytes (another model's renders kept for
+	// comparison): the weights and compute buffers get the budget less
+	// that, and less the block outputs a render captures.
+	Held int64
 	// ModelArgs are sd-cli's --model-args (key=value), read by the parts
 	// that know them (Chroma's chroma_use_dit_mask, chroma_use_t5_mask,
 	// chroma_t5_mask_pad); others ignore them, as sd-cli does.

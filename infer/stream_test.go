@@ -276,3 +276,87 @@ func TestReleaseFreesComputeBuffer(t *testing.T) {
 		t.Error("the network's output after Release differs from before")
 	}
 }
+
+// What the caller holds outside the budget (LoadOptions.Held) and the
+// block outputs a network run captures come off the budget, with the same
+// bits: a budget that holds the network's weights beside the compute
+// buffer streams when the caller holds all of it but half the network's weights,
+// and sheds its resident weights when a capture takes the last of the
+// room; what is resident, the slots, the compute buffer and what is held
+// stay within the budget.
+func TestBudgetLeavesRoomForHeld(t *testing.T) {
+	r := netRuns[0]
+	whole, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	cond, err := whole.Encode("a cat", 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := r.in
+	in.Cond, in.X = cond, make([]float32, in.W*in.H*whole.Net.Channels())
+	run := func(m *infer.Model, blocks *[]infer.BlockOutput) []float32 {
+		out, err := m.RunNet(&in, blocks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// The network alone on a model that encoded nothing: its compute buffer.
+	net, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	var blocks []infer.BlockOutput
+	want := run(net, &blocks)
+	var captured int64
+	for _, b := range blocks {
+		captured += 4 * int64(len(b.Values))
+	}
+	if captured == 0 || net.Memory().Held != captured {
+		t.Errorf("a run captured %d bytes of block outputs; the pager counted %d", captured, net.Memory().Held)
+	}
+	_, network := groupSizes(net)
+	// The compute buffer of a capturing run in a budget's node order.
+	probe, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: network + 4*net.Alloc.Size()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	run(probe, &[]infer.BlockOutput{})
+	compute := probe.Memory().Compute
+	budget := network + compute + captured/2 // the network alone runs here
+	for _, c := range []struct {
+		held    int64
+		capture bool
+		streams bool
+	}{{0, false, false}, {budget - compute - network/2, false, true}, {captured / 2, true, true}} {
+		m, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: budget, Held: c.held})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		var got [][]float32
+		for k := range 2 {
+			var b *[]infer.BlockOutput
+			if c.capture && k == 0 {
+				b = &[]infer.BlockOutput{}
+			}
+			got = append(got, run(m, b))
+		}
+		if !slices.Equal(got[0], want) || !slices.Equal(got[1], want) {
+			t.Errorf("held %d, capture %v: the network's output differs from the resident one's", c.held, c.capture)
+		}
+		st := m.Memory()
+		if streams := st.Streamed > 0; streams != c.streams {
+			t.Errorf("held %d, capture %v, budget %d: %+v; want streaming %v", c.held, c.capture, budget, st, c.streams)
+		}
+		if m.Weights.Pager.Resident+st.Slots+st.Compute+st.Held > budget {
+			t.Errorf("held %d, capture %v: %d resident + %d slots + %d compute + %d held, over the budget %d",
+				c.held, c.capture, m.Weights.Pager.Resident, st.Slots, st.Compute, st.Held, budget)
+		}
+	}
+}

@@ -491,6 +491,9 @@ func peakRSS() string {
 // compareWith runs req with the reference model (or takes its render from
 // the reference cache) and prints the comparison; m is the tested model.
 func compareWith(c *cli.Context, m *infer.Model, refFiles infer.Components, opt infer.LoadOptions, req infer.Request, res *infer.Result, frames []image.Image) error {
+	// The tested model's render is kept while the reference runs: its
+	// budget leaves room for it.
+	opt.Held = resultBytes(res) + imageBytes(frames)
 	ref, err := referenceRender(c, m, refFiles, opt, req)
 	if err != nil {
 		return err

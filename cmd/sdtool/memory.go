@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"image"
 
 	"github.com/urfave/cli/v2"
 
@@ -66,6 +67,25 @@ func budgetHint(err error) error {
 	return err
 }
 
+// resultBytes is what a render holds in memory: its pixels, latent and
+// captured block outputs (float32 each).
+func resultBytes(res *infer.Result) int64 {
+	n := len(res.Pixels) + len(res.Latent)
+	for _, b := range res.Blocks {
+		n += len(b.Values)
+	}
+	return 4 * int64(n)
+}
+
+// imageBytes is what decoded images hold (4 bytes a pixel, RGBA).
+func imageBytes(imgs []image.Image) int64 {
+	var n int64
+	for _, img := range imgs {
+		n += 4 * int64(img.Bounds().Dx()) * int64(img.Bounds().Dy())
+	}
+	return n
+}
+
 // memorySummary says how the weights were held, for the summary line.
 func memorySummary(m *infer.Model) string {
 	st := m.Memory()
@@ -76,6 +96,9 @@ func memorySummary(m *infer.Model) string {
 	}
 	if st.Budget > 0 {
 		s += " within " + pipeline.HumanBytes(st.Budget)
+		if st.Held > 0 {
+			s += " less " + pipeline.HumanBytes(st.Held) + " of renders kept"
+		}
 	}
 	return s
 }

@@ -111,6 +111,15 @@ type reportModel struct {
 	nan    int                 // NaN values decoded, over all prompts
 }
 
+// bytes is what the model's renders hold in memory.
+func (rm *reportModel) bytes() int64 {
+	n := imageBytes(rm.images)
+	for _, b := range rm.blocks {
+		n += 4 * int64(len(b.Values))
+	}
+	return n
+}
+
 func runReport(c *cli.Context) error {
 	if !infer.Available {
 		return fmt.Errorf("report: %w", infer.ErrNoCgo)
@@ -164,6 +173,7 @@ func runReport(c *cli.Context) error {
 		// A quantized file may break (its images then show it), the reference may not.
 		return fmt.Errorf("%s: the source decodes to NaN values, so it cannot be the reference", src)
 	}
+	run.held = ref.bytes()
 	rep := run.newReport(ref)
 	failed, err := run.measureAll(ref, rep, man, dir, out)
 	if err != nil {
@@ -310,6 +320,7 @@ type reportRun struct {
 	threads int
 	src     string
 	parts   infer.Components // the shared parts (--clip_l, --vae, ...)
+	held    int64            // the source's renders, kept while the files render
 	// keep, when not nil, receives each render of the model being rendered.
 	keep func(i int, res *infer.Result)
 }
@@ -401,7 +412,7 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 		return nil, err
 	}
 	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer"), "llm": c.String("llm-tokenizer")},
-		Threads: r.threads, MaxMemory: budget, VAEDecodeOnly: true})
+		Threads: r.threads, MaxMemory: budget, Held: r.held, VAEDecodeOnly: true})
 	if err != nil {
 		if notFound != nil {
 			return nil, notFound
