@@ -182,7 +182,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		be.Free()
 		return nil, err
 	}
-	w.Pager.baseHeld = opt.Held
+	w.Pager.baseHeld, w.Pager.rebudget, w.Pager.ceiling = opt.Held, opt.Rebudget, opt.MaxMemory
 	w.Pager.resetHeld()
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizers: toks, Backend: be, Weights: w,
 		Alloc: be.NewAllocator(), Specs: specs, srcs: srcs, WeightBytes: w.Pager.stats.Weights, Unused: unused, ModelArgs: opt.ModelArgs,

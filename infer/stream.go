@@ -121,6 +121,10 @@ type pager struct {
 	// caller's, and the current render's captured block outputs): the
 	// groups, slots and compute buffer get the budget less it.
 	held, baseHeld int64
+	// rebudget, when not nil, gives the budget again before a graph
+	// reads weights it lacks (LoadOptions.Rebudget), ceiling at most.
+	rebudget func(holding int64) int64
+	ceiling  int64
 }
 
 // room is the budget left to the weights and the compute buffer.
@@ -507,6 +511,7 @@ func (p *pager) settle(compute int64) error {
 	if missing == 0 {
 		return nil
 	}
+	p.readBudget(compute)
 	if p.budget <= 0 || p.Resident+missing+compute <= p.room() || total+compute <= p.room() {
 		return p.keepOnly(p.needed, compute)
 	}
@@ -539,6 +544,18 @@ func (p *pager) settle(compute int64) error {
 		}
 	}
 	return p.keepOnly(keep, compute)
+}
+
+// readBudget asks rebudget for the budget now, keeping it within the
+// ceiling and above what streaming this graph needs (its two slots, the
+// compute buffer and what is held outside the budget).
+func (p *pager) readBudget(compute int64) {
+	if p.rebudget == nil || p.ceiling <= 0 {
+		return
+	}
+	floor := 2*p.slot + compute + p.held
+	p.budget = min(p.ceiling, max(p.rebudget(p.Resident+2*p.slot+compute), floor))
+	p.stats.Budget = p.budget
 }
 
 // keepOnly makes the groups keep resident; when they would not fit beside

@@ -360,3 +360,42 @@ func TestBudgetLeavesRoomForHeld(t *testing.T) {
 		}
 	}
 }
+
+// A budget read again as graphs need weights (LoadOptions.Rebudget)
+// streams when it falls below the network's weights, with the same bits,
+// and keeps what is resident, the slots and the compute buffer within the
+// last budget it gave; MaxMemory stays its ceiling.
+func TestRebudget(t *testing.T) {
+	r := netRuns[0]
+	whole, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	want := r.eval(t, whole)
+	largest, network := groupSizes(whole)
+	low := 2*largest + whole.Alloc.Size() + network/4
+	for _, c := range []struct {
+		max, rebudget int64
+		streams       bool
+	}{{1 << 40, 1 << 40, false}, {1 << 40, low, true}, {low, 1 << 40, true}} {
+		var asked []int64
+		m, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: c.max,
+			Rebudget: func(holding int64) int64 { asked = append(asked, holding); return c.rebudget }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if got := r.eval(t, m); !slices.Equal(got, want) {
+			t.Errorf("max %d, rebudget %d: the network's output differs from the resident one's", c.max, c.rebudget)
+		}
+		st := m.Memory()
+		if streams := st.Streamed > 0; streams != c.streams || len(asked) == 0 {
+			t.Errorf("max %d, rebudget %d: %+v, asked %d times; want streaming %v", c.max, c.rebudget, st, len(asked), c.streams)
+		}
+		if b := min(c.max, c.rebudget); st.Budget != b || m.Weights.Pager.Resident+st.Slots+st.Compute > b {
+			t.Errorf("max %d, rebudget %d: budget %d; %d resident + %d slots + %d compute over %d",
+				c.max, c.rebudget, st.Budget, m.Weights.Pager.Resident, st.Slots, st.Compute, b)
+		}
+	}
+}

@@ -302,6 +302,7 @@ func generateLoadOptions(c *cli.Context, threads int, clipTokenizer string) (inf
 		return opt, err
 	}
 	opt.MaxMemory, err = memoryBudget(c)
+	opt.Rebudget = rebudget(c)
 	return opt, err
 }
 

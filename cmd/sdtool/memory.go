@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"math"
 
 	"github.com/urfave/cli/v2"
 
@@ -19,7 +20,7 @@ import (
 func renderMemoryFlag() cli.Flag {
 	return &cli.StringFlag{Name: "max-memory", Usage: "memory budget `SIZE` (512MiB, 8GiB, 0 for none) for the weights and ggml's compute buffers: " +
 		"what fits stays in memory, the other blocks are read from the files as each step needs them",
-		DefaultText: "half of the memory available when each model loads"}
+		DefaultText: "half of the memory available, read when each model loads and again as its graphs need weights"}
 }
 
 // memoryBudget reads --max-memory, else the default budget of the memory
@@ -38,14 +39,32 @@ func memoryBudget(c *cli.Context) (int64, error) {
 	return defaultBudget(procmem.Available()), nil
 }
 
+// rebudget is infer's LoadOptions.Rebudget for the default budget (nil
+// with --max-memory): before a graph reads weights it lacks, half of the
+// memory available then and of what the model holds, so that a render
+// of many minutes per step shrinks its budget as other programs grow
+// (never above the budget it started with).
+func rebudget(c *cli.Context) func(holding int64) int64 {
+	if c.String("max-memory") != "" {
+		return nil
+	}
+	return func(holding int64) int64 {
+		a := procmem.Available()
+		if a <= 0 {
+			return math.MaxInt64 // unreadable now: the budget stays
+		}
+		return defaultBudget(a + holding)
+	}
+}
+
 // defaultBudget is the budget without --max-memory, given the memory
 // available (0 or less: unknown, no budget): half of it, in whole MiB.
 // Three quarters was the rule until a Flux.1 dev --compare on a 24 GiB
 // machine was OOM-killed twice while other programs grew during its
 // minutes per step; the other half is left to their growth, to the page
 // cache the streamed reads pass through, and to what the process holds
-// outside the budget (its own code and heap: 30-40 MiB measured on the
-// tiny models and on a Flux of full widths). A budget is never 0 (none)
+// outside the budget (its own code, Go runtime and tables: 30-70 MiB
+// measured on the tiny models and on a Flux of full widths, BENCHMARKS.md). A budget is never 0 (none)
 // when some memory is available: a tiny one is refused naming the block.
 func defaultBudget(available int64) int64 {
 	if available <= 0 {

@@ -412,7 +412,7 @@ func (r *reportRun) render(path string) (*reportModel, error) {
 		return nil, err
 	}
 	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer"), "llm": c.String("llm-tokenizer")},
-		Threads: r.threads, MaxMemory: budget, Held: r.held, VAEDecodeOnly: true})
+		Threads: r.threads, MaxMemory: budget, Held: r.held, Rebudget: rebudget(c), VAEDecodeOnly: true})
 	if err != nil {
 		if notFound != nil {
 			return nil, notFound
