@@ -63,7 +63,8 @@ type fileStamp struct {
 
 // MemoryStats says how a model's weights were held.
 type MemoryStats struct {
-	// Budget is the memory budget (0: none).
+	// Budget is the memory budget (0: none): the last one read, where
+	// LoadOptions.Rebudget reads it again.
 	Budget int64
 	// Weights is the size of all weights as held in ggml.
 	Weights int64
