@@ -186,6 +186,8 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 		be.Free()
 		return nil, err
 	}
+	w.Pager.baseHeld, w.Pager.rebudget, w.Pager.ceiling = opt.Held, opt.Rebudget, opt.MaxMemory
+	w.Pager.resetHeld()
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizers: toks, Backend: be, Weights: w,
 		Alloc: be.NewAllocator(), Specs: specs, srcs: srcs, WeightBytes: w.Pager.stats.Weights, Unused: unused, ModelArgs: opt.ModelArgs,
 		flowShift: opt.FlowShift}
@@ -431,9 +433,16 @@ func (m *Model) Memory() MemoryStats {
 	return m.Weights.Pager.stats
 }
 
-// Release drops the weights held in memory (another model is about to
-// run); the next graph reads what it needs again.
+// Release drops the weights held in memory and the compute buffer
+// (another model is about to run); the next graph reads what it needs
+// again. The compute buffer goes too because it only grows, to the
+// largest graph run so far (the VAE decoder's at the image's size): kept,
+// it sat outside the other model's budget (0.3 GiB at 256x256 on a Flux
+// of full widths, where --compare's reference peaked that far above
+// --max-memory).
 func (m *Model) Release() error {
+	m.Alloc.Free()
+	m.Alloc = m.Backend.NewAllocator()
 	if m.Weights.Pager == nil {
 		return nil
 	}
@@ -578,8 +587,15 @@ func (m *Model) runNetwork(net Network, in *NetInput, blocks *[]BlockOutput) ([]
 				return err
 			}
 			*blocks = append(*blocks, BlockOutput{Name: b.Name, Values: v})
+			// Kept until the render ends, outside ggml's buffers (the 57
+			// blocks of a Flux.1 dev, text tokens included, take hundreds
+			// of MB), so the budget leaves room for them.
+			m.Weights.Pager.hold(4 * int64(len(v)))
 		}
-		return nil
+		if len(kept) == 0 {
+			return nil
+		}
+		return m.Weights.Pager.shed(m.Alloc.Size())
 	})
 	return out, err
 }
@@ -879,6 +895,7 @@ func (m *Model) generate(req Request) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Width: req.Width, Height: req.Height}
+	m.Weights.Pager.resetHeld() // the last render's captures are the caller's now
 	t0 := time.Now()
 	cond, uncond, err := m.conditionings(&req)
 	if err != nil {

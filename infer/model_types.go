@@ -40,6 +40,19 @@ type LoadOptions struct {
 	// compute buffers (0: none, every weight resident). Weights that do not
 	// fit are read from their files per block as graphs run (stream.go).
 	MaxMemory int64
+	// Held is what the caller keeps in memory outside the budget while
+	// the model runs, in bytes (another model's renders kept for
+	// comparison): the weights and compute buffers get the budget less
+	// that, and less the block outputs a render captures.
+	Held int64
+	// Rebudget, when not nil, gives the budget again each time a graph
+	// must read weights it does not hold (the text encoders done and the
+	// network's turn, each streamed step), given the bytes the model holds
+	// in the budget then: a budget taken from the memory available follows
+	// what other programs leave during a long run. MaxMemory stays the
+	// ceiling, and two of the graph's largest block beside its compute
+	// buffer the floor.
+	Rebudget func(holding int64) int64
 	// ModelArgs are sd-cli's --model-args (key=value), read by the parts
 	// that know them (Chroma's chroma_use_dit_mask, chroma_use_t5_mask,
 	// chroma_t5_mask_pad); others ignore them, as sd-cli does.

@@ -63,7 +63,8 @@ type fileStamp struct {
 
 // MemoryStats says how a model's weights were held.
 type MemoryStats struct {
-	// Budget is the memory budget (0: none).
+	// Budget is the memory budget (0: none): the last one read, where
+	// LoadOptions.Rebudget reads it again.
 	Budget int64
 	// Weights is the size of all weights as held in ggml.
 	Weights int64
@@ -85,6 +86,9 @@ type MemoryStats struct {
 	Waited time.Duration
 	// Compute is the largest compute buffer.
 	Compute int64
+	// Held is the most bytes held outside the budget at once: the
+	// caller's (LoadOptions.Held) and the block outputs a render captured.
+	Held int64
 }
 
 // pager holds a model's weights within the budget.
@@ -114,6 +118,45 @@ type pager struct {
 	stats    MemoryStats
 	Resident int64
 	streamed map[int]bool
+	// held is what the process holds outside the budget (baseHeld, the
+	// caller's, and the current render's captured block outputs): the
+	// groups, slots and compute buffer get the budget less it.
+	held, baseHeld int64
+	// rebudget, when not nil, gives the budget again before a graph
+	// reads weights it lacks (LoadOptions.Rebudget), ceiling at most.
+	rebudget func(holding int64) int64
+	ceiling  int64
+}
+
+// room is the budget left to the weights and the compute buffer.
+func (p *pager) room() int64 { return p.budget - p.held }
+
+// hold counts n more bytes held outside the budget until the render ends.
+func (p *pager) hold(n int64) {
+	if p == nil {
+		return
+	}
+	p.held += n
+	p.stats.Held = max(p.stats.Held, p.held)
+}
+
+// shed releases every resident weight when what is held outside the
+// budget grew (a render's captured block outputs) past the room they had
+// beside the compute buffer and the slots; the next graph then keeps
+// resident what fits in what is left, and streams the rest.
+func (p *pager) shed(compute int64) error {
+	if p == nil || p.budget <= 0 || p.Resident+compute+2*p.slot <= p.room() {
+		return nil
+	}
+	return p.release()
+}
+
+// resetHeld drops the last render's bytes at the start of the next.
+func (p *pager) resetHeld() {
+	if p != nil {
+		p.held = p.baseHeld
+		p.stats.Held = max(p.stats.Held, p.held)
+	}
 }
 
 // BudgetError is returned when the memory budget cannot hold what
@@ -126,14 +169,19 @@ type BudgetError struct {
 	Bytes int64
 	// Compute is the graph's compute buffer (0 at load, before any graph).
 	Compute int64
+	// Held is what the process held outside the budget (renders kept).
+	Held int64
 }
 
 // Error says what the budget must be at least.
 func (e *BudgetError) Error() string {
-	need := 2*e.Bytes + e.Compute
+	need := 2*e.Bytes + e.Compute + e.Held
 	what := fmt.Sprintf("block %q holds %s and streaming keeps two such blocks", e.Block, pipeline.HumanBytes(e.Bytes))
 	if e.Compute > 0 {
 		what += fmt.Sprintf(" beside a compute buffer of %s", pipeline.HumanBytes(e.Compute))
+	}
+	if e.Held > 0 {
+		what += fmt.Sprintf(" and %s of renders kept", pipeline.HumanBytes(e.Held))
 	}
 	return fmt.Sprintf("memory budget %s is too small: %s, %s at least", pipeline.HumanBytes(e.Budget), what, pipeline.HumanBytes(need))
 }
@@ -464,10 +512,11 @@ func (p *pager) settle(compute int64) error {
 	if missing == 0 {
 		return nil
 	}
-	if p.budget <= 0 || p.Resident+missing+compute <= p.budget || total+compute <= p.budget {
+	p.readBudget(compute)
+	if p.budget <= 0 || p.Resident+missing+compute <= p.room() || total+compute <= p.room() {
 		return p.keepOnly(p.needed, compute)
 	}
-	room := p.budget - compute - 2*p.slot
+	room := p.room() - compute - 2*p.slot
 	if room < 0 {
 		big := p.needed[0]
 		for _, gi := range p.needed {
@@ -475,7 +524,7 @@ func (p *pager) settle(compute int64) error {
 				big = gi
 			}
 		}
-		return &BudgetError{Budget: p.budget, Block: p.Groups[big].Name, Bytes: p.slot, Compute: compute}
+		return &BudgetError{Budget: p.budget, Block: p.Groups[big].Name, Bytes: p.slot, Compute: compute, Held: p.held}
 	}
 	order := slices.Clone(p.needed)
 	slices.SortStableFunc(order, func(a, b int) int {
@@ -498,6 +547,18 @@ func (p *pager) settle(compute int64) error {
 	return p.keepOnly(keep, compute)
 }
 
+// readBudget asks rebudget for the budget now, keeping it within the
+// ceiling and above what streaming this graph needs (its two slots, the
+// compute buffer and what is held outside the budget).
+func (p *pager) readBudget(compute int64) {
+	if p.rebudget == nil || p.ceiling <= 0 {
+		return
+	}
+	floor := 2*p.slot + compute + p.held
+	p.budget = min(p.ceiling, max(p.rebudget(p.Resident+2*p.slot+compute), floor))
+	p.stats.Budget = p.budget
+}
+
 // keepOnly makes the groups keep resident; when they would not fit beside
 // the other resident groups, or the graph streams some, it first evicts
 // every group not kept.
@@ -508,7 +569,7 @@ func (p *pager) keepOnly(keep []int, compute int64) error {
 			missing += p.Groups[gi].Size
 		}
 	}
-	if p.budget > 0 && p.Resident+missing+compute > p.budget || len(keep) < len(p.needed) {
+	if p.budget > 0 && p.Resident+missing+compute > p.room() || len(keep) < len(p.needed) {
 		for gi := range p.Groups {
 			if !slices.Contains(keep, gi) {
 				p.evict(gi)

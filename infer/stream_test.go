@@ -250,3 +250,152 @@ func TestStreamedTextEncoder(t *testing.T) {
 		t.Errorf("budget %d for %d bytes of T5: %+v, want layers streamed, each once", budget, t5, st)
 	}
 }
+
+// Release frees the compute buffer with the weights: it only grows, to
+// the largest graph run, and a model released for another (--compare's
+// reference) must hold nothing outside that model's budget. The network
+// then runs again with the same bits.
+func TestReleaseFreesComputeBuffer(t *testing.T) {
+	r := netRuns[0]
+	m, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	want := r.eval(t, m)
+	if m.Alloc.Size() == 0 || m.Weights.Pager.Resident == 0 {
+		t.Fatalf("after a run: compute buffer %d bytes, %d resident", m.Alloc.Size(), m.Weights.Pager.Resident)
+	}
+	if err := m.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if m.Alloc.Size() != 0 || m.Weights.Pager.Resident != 0 {
+		t.Errorf("after Release: compute buffer %d bytes, %d resident; want nothing held", m.Alloc.Size(), m.Weights.Pager.Resident)
+	}
+	if got := r.eval(t, m); !slices.Equal(got, want) {
+		t.Error("the network's output after Release differs from before")
+	}
+}
+
+// What the caller holds outside the budget (LoadOptions.Held) and the
+// block outputs a network run captures come off the budget, with the same
+// bits: a budget that holds the network's weights beside the compute
+// buffer streams when the caller holds all of it but half the network's weights,
+// and sheds its resident weights when a capture takes the last of the
+// room; what is resident, the slots, the compute buffer and what is held
+// stay within the budget.
+func TestBudgetLeavesRoomForHeld(t *testing.T) {
+	r := netRuns[0]
+	whole, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	cond, err := whole.Encode("a cat", 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := r.in
+	in.Cond, in.X = cond, make([]float32, in.W*in.H*whole.Net.Channels())
+	run := func(m *infer.Model, blocks *[]infer.BlockOutput) []float32 {
+		out, err := m.RunNet(&in, blocks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	// The network alone on a model that encoded nothing: its compute buffer.
+	net, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	var blocks []infer.BlockOutput
+	want := run(net, &blocks)
+	var captured int64
+	for _, b := range blocks {
+		captured += 4 * int64(len(b.Values))
+	}
+	if captured == 0 || net.Memory().Held != captured {
+		t.Errorf("a run captured %d bytes of block outputs; the pager counted %d", captured, net.Memory().Held)
+	}
+	_, network := groupSizes(net)
+	// The compute buffer of a capturing run in a budget's node order.
+	probe, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: network + 4*net.Alloc.Size()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	run(probe, &[]infer.BlockOutput{})
+	compute := probe.Memory().Compute
+	budget := network + compute + captured/2 // the network alone runs here
+	for _, c := range []struct {
+		held    int64
+		capture bool
+		streams bool
+	}{{0, false, false}, {budget - compute - network/2, false, true}, {captured / 2, true, true}} {
+		m, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: budget, Held: c.held})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		var got [][]float32
+		for k := range 2 {
+			var b *[]infer.BlockOutput
+			if c.capture && k == 0 {
+				b = &[]infer.BlockOutput{}
+			}
+			got = append(got, run(m, b))
+		}
+		if !slices.Equal(got[0], want) || !slices.Equal(got[1], want) {
+			t.Errorf("held %d, capture %v: the network's output differs from the resident one's", c.held, c.capture)
+		}
+		st := m.Memory()
+		if streams := st.Streamed > 0; streams != c.streams {
+			t.Errorf("held %d, capture %v, budget %d: %+v; want streaming %v", c.held, c.capture, budget, st, c.streams)
+		}
+		if m.Weights.Pager.Resident+st.Slots+st.Compute+st.Held > budget {
+			t.Errorf("held %d, capture %v: %d resident + %d slots + %d compute + %d held, over the budget %d",
+				c.held, c.capture, m.Weights.Pager.Resident, st.Slots, st.Compute, st.Held, budget)
+		}
+	}
+}
+
+// A budget read again as graphs need weights (LoadOptions.Rebudget)
+// streams when it falls below the network's weights, with the same bits,
+// and keeps what is resident, the slots and the compute buffer within the
+// last budget it gave; MaxMemory stays its ceiling.
+func TestRebudget(t *testing.T) {
+	r := netRuns[0]
+	whole, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	want := r.eval(t, whole)
+	largest, network := groupSizes(whole)
+	low := 2*largest + whole.Alloc.Size() + network/4
+	for _, c := range []struct {
+		max, rebudget int64
+		streams       bool
+	}{{1 << 40, 1 << 40, false}, {1 << 40, low, true}, {low, 1 << 40, true}} {
+		var asked []int64
+		m, err := infer.Load(infer.Components{"model": r.path}, infer.LoadOptions{Threads: 1, MaxMemory: c.max,
+			Rebudget: func(holding int64) int64 { asked = append(asked, holding); return c.rebudget }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if got := r.eval(t, m); !slices.Equal(got, want) {
+			t.Errorf("max %d, rebudget %d: the network's output differs from the resident one's", c.max, c.rebudget)
+		}
+		st := m.Memory()
+		if streams := st.Streamed > 0; streams != c.streams || len(asked) == 0 {
+			t.Errorf("max %d, rebudget %d: %+v, asked %d times; want streaming %v", c.max, c.rebudget, st, len(asked), c.streams)
+		}
+		if b := min(c.max, c.rebudget); st.Budget != b || m.Weights.Pager.Resident+st.Slots+st.Compute > b {
+			t.Errorf("max %d, rebudget %d: budget %d; %d resident + %d slots + %d compute over %d",
+				c.max, c.rebudget, st.Budget, m.Weights.Pager.Resident, st.Slots, st.Compute, b)
+		}
+	}
+}

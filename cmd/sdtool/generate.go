@@ -303,6 +303,7 @@ func generateLoadOptions(c *cli.Context, threads int, clipTokenizer string) (inf
 		return opt, err
 	}
 	opt.MaxMemory, err = memoryBudget(c)
+	opt.Rebudget = rebudget(c)
 	return opt, err
 }
 
@@ -492,6 +493,9 @@ func peakRSS() string {
 // compareWith runs req with the reference model (or takes its render from
 // the reference cache) and prints the comparison; m is the tested model.
 func compareWith(c *cli.Context, m *infer.Model, refFiles infer.Components, opt infer.LoadOptions, req infer.Request, res *infer.Result, frames []image.Image) error {
+	// The tested model's render is kept while the reference runs: its
+	// budget leaves room for it.
+	opt.Held = resultBytes(res) + imageBytes(frames)
 	ref, err := referenceRender(c, m, refFiles, opt, req)
 	if err != nil {
 		return err
@@ -557,6 +561,11 @@ func referenceRender(c *cli.Context, m *infer.Model, refFiles infer.Components, 
 	// The reference runs within the same budget: the tested model's
 	// weights make room (the next prompt reads them again).
 	if err := m.Release(); err != nil {
+		return nil, err
+	}
+	// The default budget follows the memory available now, with the
+	// tested model's weights released.
+	if opt.MaxMemory, err = memoryBudget(c); err != nil {
 		return nil, err
 	}
 	rm, err := infer.Load(refFiles, opt)

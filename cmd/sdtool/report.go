@@ -13,11 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/cmd/sdtool/internal/refcache"
+	"github.com/sdtool/sdtool/family"
 	"github.com/sdtool/sdtool/formats"
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
@@ -34,7 +36,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "report",
 		Usage:     "render a ladder's files and its source with fixed prompts and seeds into one self-contained HTML report",
-		ArgsUsage: "MANIFEST -o REPORT.html | SOURCE FILE... -o REPORT.html",
+		ArgsUsage: "MANIFEST -o REPORT.html | SOURCE FILE... -o REPORT.html [--clip_l FILE --t5xxl FILE --llm FILE --vae FILE ...]",
 		Description: "Reads the manifest.json a ladder wrote (sdtool quantize IN --type A,B,... -o 'DIR/NAME-{type}.{ext}'),\n" +
 			"or takes a source model and the files to judge, and generates the same prompts and seeds with the\n" +
 			"source (the manifest's source, or -m) and with every file\n" +
@@ -46,7 +48,12 @@ func init() {
 			"(--prompt replaces them) and prompt i gets seed --seed+i, so two reports of two ladders compare.\n" +
 			"A file that cannot be loaded, rendered or compared keeps its row, marked failed with the reason (and\n" +
 			"\"quality\": {\"error\": ...} in the manifest); the others are reported, and the command exits 1 after\n" +
-			"writing the report. Tokenizers are found as generate finds them (--tokenizer, --t5-tokenizer).",
+			"writing the report. Tokenizers are found as generate finds them (--tokenizer, --t5-tokenizer, --llm-tokenizer).\n\n" +
+			"A ladder of a model released as separate files (Flux, SD3, Wan, Qwen-Image, Z-Image) is a ladder of its\n" +
+			"diffusion model: give the source and every file as diffusion models alone and the parts they share with\n" +
+			"generate's flags (--clip_l, --clip_g, --t5xxl, --llm, --vae, --high-noise-diffusion-model). Each file that\n" +
+			"holds a diffusion model alone is rendered as generate --diffusion-model FILE with those parts; any other\n" +
+			"file is a whole model whose parts they replace, as with generate -m.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the report `FILE` (.html)"},
 			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "the source model `FILE`", DefaultText: "the manifest's source"},
@@ -58,15 +65,42 @@ func init() {
 			&cli.Float64Flag{Name: "gain", Value: report.DefaultGain, Usage: "`FACTOR` the difference maps amplify by"},
 			&cli.StringFlag{Name: "tokenizer", Usage: "CLIP BPE merges `FILE` (default: found as generate finds it)"},
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in each file's metadata; without one only an empty prompt encodes"},
+			&cli.StringFlag{Name: "llm-tokenizer", Usage: "LLM tokenizer `PATH` (Z-Image, Qwen-Image, Flux.2): tokenizer.json, tekken.json, vocab.json with merges.txt, or a folder holding one", DefaultText: "one embedded in the --llm file's GGUF metadata"},
 			&cli.IntFlag{Name: "video-frames", Usage: "`FRAMES` a video model renders, shown side by side", DefaultText: "the family's: 5 for Wan"},
 			threadsFlag("`N` ggml threads"),
 			renderMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing report"},
-		}, referenceCacheFlags()...),
+		}, append(reportPartFlags(), referenceCacheFlags()...)...),
 		Action: runReport,
 	},
 		"sdtool report testdata/tiny-sd1.safetensors testdata/tiny-sd1.gguf -o out/report.html -p 'a cat' --steps 1 -W 64 -H 64",
+		"sdtool report testdata/tiny-qwen-image-diffusion-model.gguf testdata/tiny-qwen-image-diffusion-model.gguf --llm testdata/tiny-qwen-image-llm.gguf --vae testdata/tiny-qwen-image-vae.safetensors -o out/qwen-report.html -p 'a cat' --steps 1 -W 64 -H 64",
 	)
+}
+
+// reportPartFlags are generate's flags of the parts a diffusion model
+// alone runs with (the input table's rows that do not name the model),
+// which the source and every file of a report share.
+func reportPartFlags() []cli.Flag {
+	var out []cli.Flag
+	for _, in := range family.GenerateInputs() {
+		if in.Primary || in.Whole() {
+			continue
+		}
+		out = append(out, &cli.StringFlag{Name: in.Flag, Usage: "standalone " + in.What + " `FILE` that the source and every file run with"})
+	}
+	return out
+}
+
+// reportParts reads the part flags into components by flag.
+func reportParts(c *cli.Context) infer.Components {
+	out := infer.Components{}
+	for _, in := range family.GenerateInputs() {
+		if v := c.String(in.Flag); v != "" && !in.Primary && !in.Whole() {
+			out[in.Flag] = v
+		}
+	}
+	return out
 }
 
 // reportModel is one model of the report: the source or a ladder file.
@@ -75,6 +109,15 @@ type reportModel struct {
 	images []image.Image
 	blocks []infer.BlockOutput // first prompt's, at step 1
 	nan    int                 // NaN values decoded, over all prompts
+}
+
+// bytes is what the model's renders hold in memory.
+func (rm *reportModel) bytes() int64 {
+	n := imageBytes(rm.images)
+	for _, b := range rm.blocks {
+		n += 4 * int64(len(b.Values))
+	}
+	return n
 }
 
 func runReport(c *cli.Context) error {
@@ -90,8 +133,14 @@ func runReport(c *cli.Context) error {
 		return err
 	}
 	src := reportSource(c, man, dir)
-	inputs, err := checkReportFiles(c, out, src, man, manPath, dir)
+	parts := reportParts(c)
+	inputs, err := checkReportFiles(c, out, src, parts, man, manPath, dir)
 	if err != nil {
+		return err
+	}
+	// The parts are checked against the source before anything renders:
+	// every file of a ladder of diffusion models needs the same ones.
+	if _, err := modelOf(src, parts); err != nil {
 		return err
 	}
 	prompts := c.StringSlice("prompt")
@@ -107,15 +156,15 @@ func runReport(c *cli.Context) error {
 	}
 	ctx, stop := console.SignalContext()
 	defer stop()
-	budget, err := memoryBudget(c)
-	if err != nil {
+	// A bad --max-memory is refused before anything renders.
+	if _, err := memoryBudget(c); err != nil {
 		return err
 	}
 	rc, err := referenceCache(c)
 	if err != nil {
 		return err
 	}
-	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src, budget: budget}
+	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src, parts: parts}
 	ref, err := run.renderSource(rc, src)
 	if err != nil {
 		return err
@@ -124,6 +173,7 @@ func runReport(c *cli.Context) error {
 		// A quantized file may break (its images then show it), the reference may not.
 		return fmt.Errorf("%s: the source decodes to NaN values, so it cannot be the reference", src)
 	}
+	run.held = ref.bytes()
 	rep := run.newReport(ref)
 	failed, err := run.measureAll(ref, rep, man, dir, out)
 	if err != nil {
@@ -189,8 +239,8 @@ func reportSource(c *cli.Context, man *quantize.Manifest, dir string) string {
 // checkReportFiles checks the report's output against every file it reads
 // (and the manifest, which is rewritten in place, for being writable), and
 // returns those inputs.
-func checkReportFiles(c *cli.Context, out, src string, man *quantize.Manifest, manPath, dir string) ([]string, error) {
-	inputs := []string{src}
+func checkReportFiles(c *cli.Context, out, src string, parts infer.Components, man *quantize.Manifest, manPath, dir string) ([]string, error) {
+	inputs := append([]string{src}, componentPaths(parts)...)
 	if manPath != "" {
 		inputs = append(inputs, manPath)
 	}
@@ -216,6 +266,14 @@ func (r *reportRun) newReport(ref *reportModel) *report.Report {
 			pipeline.Count(c.Int("steps"), "step", "steps"), ref.images[0].Bounds().Dx(), ref.images[0].Bounds().Dy(), c.Int64("seed"))}
 	if st, err := os.Stat(src); err == nil {
 		rep.SourceSize = st.Size()
+	}
+	var shared []string
+	for _, f := range r.parts.Files() {
+		flag, path, _ := strings.Cut(f, "=")
+		shared = append(shared, "--"+flag+" "+filepath.Base(path))
+	}
+	if len(shared) > 0 {
+		rep.Settings += " Every file runs with the same " + strings.Join(shared, ", ") + "."
 	}
 	for i, p := range r.prompts {
 		rep.Prompts = append(rep.Prompts, report.Prompt{Text: p, Seed: uint64(c.Int64("seed") + int64(i)), Image: ref.images[i]})
@@ -261,7 +319,8 @@ type reportRun struct {
 	prompts []string
 	threads int
 	src     string
-	budget  int64 // --max-memory
+	parts   infer.Components // the shared parts (--clip_l, --vae, ...)
+	held    int64            // the source's renders, kept while the files render
 	// keep, when not nil, receives each render of the model being rendered.
 	keep func(i int, res *infer.Result)
 }
@@ -269,9 +328,13 @@ type reportRun struct {
 // renderSource renders the source, or takes its renders from the
 // reference cache (rc, nil when off), storing them there when rendered.
 func (r *reportRun) renderSource(rc *refcache.Cache, path string) (*reportModel, error) {
+	comps, err := modelOf(path, r.parts)
+	if err != nil {
+		return nil, err
+	}
 	keys := make([]string, len(r.prompts))
 	for i := range r.prompts {
-		keys[i] = renderKey(rc, []string{path}, r.settings(i))
+		keys[i] = renderKey(rc, componentPaths(comps), r.settings(i))
 	}
 	if rm, ok := r.cached(rc, path, keys); ok {
 		fmt.Fprintf(r.c.App.ErrWriter, "%s: the source's renders come from the reference cache\n", path)
@@ -282,11 +345,33 @@ func (r *reportRun) renderSource(rc *refcache.Cache, path string) (*reportModel,
 	return r.render(path)
 }
 
+// modelOf is the model report renders for one of its files: a diffusion
+// model alone as --diffusion-model beside the shared parts, any other file
+// as -m, whose parts they replace. A diffusion model whose family needs a
+// part that no flag names is refused with the flags to give.
+func modelOf(path string, parts infer.Components) (infer.Components, error) {
+	comps := infer.Components{}
+	for k, v := range parts {
+		comps[k] = v
+	}
+	title, needs, alone := aloneNeeds(path)
+	if !alone {
+		comps[family.FlagModel] = path
+		return comps, nil
+	}
+	comps[flagDiffusion] = path
+	if missing := absentParts(needs, comps); len(missing) > 0 {
+		return nil, fmt.Errorf("%s is a %s diffusion model alone (no text encoders, no VAE): give report the parts it runs with: %s",
+			path, title, strings.Join(missing, " "))
+	}
+	return comps, nil
+}
+
 // settings is what changes the render of prompt i (the report's flags).
 func (r *reportRun) settings(i int) string {
 	c := r.c
-	return fmt.Sprintf("report %q seed=%d steps=%d %dx%d blocks=%v tokenizer=%s t5=%s", r.prompts[i], c.Int64("seed")+int64(i),
-		c.Int("steps"), c.Int("width"), c.Int("height"), i == 0, c.String("tokenizer"), c.String("t5-tokenizer"))
+	return fmt.Sprintf("report %q seed=%d steps=%d %dx%d blocks=%v tokenizer=%s t5=%s llm=%s parts=%v", r.prompts[i], c.Int64("seed")+int64(i),
+		c.Int("steps"), c.Int("width"), c.Int("height"), i == 0, c.String("tokenizer"), c.String("t5-tokenizer"), c.String("llm-tokenizer"), r.parts.Files())
 }
 
 // cached returns the source's renders when the cache holds every prompt's.
@@ -316,10 +401,18 @@ func (r *reportRun) cached(rc *refcache.Cache, path string, keys []string) (*rep
 // render loads the model at path and renders every prompt with it.
 func (r *reportRun) render(path string) (*reportModel, error) {
 	c := r.c
-	comps := infer.Components{"model": path}
+	comps, err := modelOf(path, r.parts)
+	if err != nil {
+		return nil, err
+	}
 	tok, _, notFound := resolveTokenizer(c.String("tokenizer"), comps)
-	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer")}, Threads: r.threads,
-		MaxMemory: r.budget, VAEDecodeOnly: true})
+	// The default budget follows the memory available as each file loads.
+	budget, err := memoryBudget(c)
+	if err != nil {
+		return nil, err
+	}
+	m, err := infer.Load(comps, infer.LoadOptions{Tokenizers: map[string]string{"clip": tok, "t5": c.String("t5-tokenizer"), "llm": c.String("llm-tokenizer")},
+		Threads: r.threads, MaxMemory: budget, Held: r.held, Rebudget: rebudget(c), VAEDecodeOnly: true})
 	if err != nil {
 		if notFound != nil {
 			return nil, notFound
