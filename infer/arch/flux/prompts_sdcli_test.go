@@ -15,8 +15,18 @@ import (
 // Flux.2 klein, Flux and Chroma, through the family's own parity harness.
 func TestFamilyPromptsMatchSDCLI(t *testing.T) {
 	t.Run("klein", func(t *testing.T) {
-		bin, c := kleinSDCLI(t, synth.KleinParity)
-		r := kleinParityRun{Parts: kleinParityModel(t, c, "klein-parity"), Prompt: "a lovely cat", Size: 64, Steps: 2, Seed: 42, Threads: 2}
+		// The DiT's matrices stay f16 here: with q8_0 ones (synth.KleinParity)
+		// each pass already sits near 50.8 dB, the activations' q8_0 rounding
+		// amplifying last-bit differences between the two builds, and guidance
+		// at 3 scales the part of those errors that the prompt's and the empty
+		// prompt's passes do not share by about 2.1 (44 dB). The unconditional
+		// pass alone (--cfg-scale 0) and a negative prompt equal to the prompt
+		// stay at 50.8, so the guidance path is sd.cpp's; f16 keeps this test
+		// on the prompts and the guidance (51.5 dB), TestKleinMatchesSDCLI on q8_0.
+		f16 := synth.KleinParity
+		f16.Quant = 0
+		bin, c := kleinSDCLI(t, f16)
+		r := kleinParityRun{Parts: kleinParityModel(t, c, "klein-parity-f16"), Prompt: "a lovely cat", Size: 64, Steps: 2, Seed: 42, Threads: 2}
 		comps := infer.Components{"diffusion-model": r.Parts["diffusion-model"], "llm": r.Parts["llm"], "vae": r.Parts["vae"]}
 		inferutil.PromptParity{Bin: bin, Args: r.sdcliArgs, Comps: comps, Opt: infer.LoadOptions{Threads: r.Threads}, Req: r.request(t),
 			Weighted: inferutil.WeightedWords, Negative: inferutil.NegativeWords, CFG: 3}.Run(t, r.Size)
