@@ -13,6 +13,11 @@
 //
 // -ffp-contract=off keeps gcc from fusing multiply-adds in ggml's scalar
 // quantizers, so quantized bytes stay identical to stable-diffusion.cpp's.
+// -UGGML_USE_LLAMAFILE builds ggml's matrix products as sd-cli's ggml does
+// (the Go module turns llamafile's tinyBLAS on; a -U in CGO_CFLAGS comes
+// after the package's -D, so it wins): tinyBLAS sums F16 and F32 products
+// in another order, and q8_0's activation blocks turn those last bits into
+// a 40 dB image difference against sd-cli on the same file (BENCHMARKS.md).
 // A -release binary refuses to start, with a message, on a CPU that lacks
 // what it was built for, instead of crashing on an illegal instruction.
 // Flags already in CGO_CFLAGS and CGO_CXXFLAGS come after these and win.
@@ -49,16 +54,17 @@ type options struct {
 // ccFlags returns the C and C++ flags that enable ggml's SIMD kernels on
 // goos/goarch: the host's own instruction set, or a release's baseline.
 func ccFlags(goos, goarch string, release bool) string {
+	const common = "-ffp-contract=off -UGGML_USE_LLAMAFILE"
 	switch {
 	case goarch == "amd64" && release:
-		return "-O3 -march=x86-64-v3 -ffp-contract=off"
+		return "-O3 -march=x86-64-v3 " + common
 	case goarch == "amd64":
-		return "-O3 -march=native -ffp-contract=off"
+		return "-O3 -march=native " + common
 	case goarch == "arm64" && goos == "linux" && !release:
 		// NEON is part of arm64; -mcpu=native adds dot products, fp16 and the rest this CPU has.
-		return "-O3 -mcpu=native -ffp-contract=off"
+		return "-O3 -mcpu=native " + common
 	}
-	return "-O3 -ffp-contract=off"
+	return "-O3 " + common
 }
 
 // command returns the environment additions and go arguments that build

@@ -17,13 +17,13 @@ func TestCommand(t *testing.T) {
 		wantEnv, want string
 	}{
 		{"this amd64 CPU", options{out: "/r/sdtool"}, "linux", "amd64", none,
-			`CGO_CFLAGS=-O3 -march=native -ffp-contract=off|CGO_CXXFLAGS=-O3 -march=native -ffp-contract=off|CGO_ENABLED=1`, "build -o /r/sdtool ./cmd/sdtool"},
+			`CGO_CFLAGS=-O3 -march=native -ffp-contract=off -UGGML_USE_LLAMAFILE|CGO_CXXFLAGS=-O3 -march=native -ffp-contract=off -UGGML_USE_LLAMAFILE|CGO_ENABLED=1`, "build -o /r/sdtool ./cmd/sdtool"},
 		{"amd64 release", options{out: "x", release: true}, "linux", "amd64", none,
-			`CGO_CFLAGS=-O3 -march=x86-64-v3 -ffp-contract=off|CGO_CXXFLAGS=-O3 -march=x86-64-v3 -ffp-contract=off|CGO_ENABLED=1|GOAMD64=v3`, "build -o x ./cmd/sdtool"},
+			`CGO_CFLAGS=-O3 -march=x86-64-v3 -ffp-contract=off -UGGML_USE_LLAMAFILE|CGO_CXXFLAGS=-O3 -march=x86-64-v3 -ffp-contract=off -UGGML_USE_LLAMAFILE|CGO_ENABLED=1|GOAMD64=v3`, "build -o x ./cmd/sdtool"},
 		{"install on linux/arm64", options{install: true}, "linux", "arm64", none,
-			`CGO_CFLAGS=-O3 -mcpu=native -ffp-contract=off|CGO_CXXFLAGS=-O3 -mcpu=native -ffp-contract=off|CGO_ENABLED=1`, "install ./cmd/sdtool"},
+			`CGO_CFLAGS=-O3 -mcpu=native -ffp-contract=off -UGGML_USE_LLAMAFILE|CGO_CXXFLAGS=-O3 -mcpu=native -ffp-contract=off -UGGML_USE_LLAMAFILE|CGO_ENABLED=1`, "install ./cmd/sdtool"},
 		{"darwin/arm64 (NEON is baseline)", options{out: "x"}, "darwin", "arm64", none,
-			`CGO_CFLAGS=-O3 -ffp-contract=off|CGO_CXXFLAGS=-O3 -ffp-contract=off|CGO_ENABLED=1`, "build -o x ./cmd/sdtool"},
+			`CGO_CFLAGS=-O3 -ffp-contract=off -UGGML_USE_LLAMAFILE|CGO_CXXFLAGS=-O3 -ffp-contract=off -UGGML_USE_LLAMAFILE|CGO_ENABLED=1`, "build -o x ./cmd/sdtool"},
 		{"the user's flags come last and win", options{out: "x"}, "linux", "amd64",
 			func(k string) string {
 				if k == "CGO_CFLAGS" {
@@ -31,7 +31,7 @@ func TestCommand(t *testing.T) {
 				}
 				return ""
 			},
-			`CGO_CFLAGS=-O3 -march=native -ffp-contract=off -DGGML_MAX_NAME=160|CGO_CXXFLAGS=-O3 -march=native -ffp-contract=off|CGO_ENABLED=1`, "build -o x ./cmd/sdtool"},
+			`CGO_CFLAGS=-O3 -march=native -ffp-contract=off -UGGML_USE_LLAMAFILE -DGGML_MAX_NAME=160|CGO_CXXFLAGS=-O3 -march=native -ffp-contract=off -UGGML_USE_LLAMAFILE|CGO_ENABLED=1`, "build -o x ./cmd/sdtool"},
 	}
 	for _, c := range cases {
 		env, args := command(c.o, c.goos, c.goarch, c.getenv)

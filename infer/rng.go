@@ -98,13 +98,18 @@ func (p *Philox) FillNormal(dst []float32) {
 	p.offset++
 }
 
-// boxMullerSin is cuRAND's float Box-Muller, first output only. The explicit float32 conversions keep
-// each product rounded on its own: Go may otherwise fuse a multiply and add.
+// boxMullerSin is the float Box-Muller of sd.cpp's cuda RNG, first output only. u and v are float
+// (the explicit float32 conversions keep each product rounded on its own: Go may otherwise fuse a
+// multiply and add), but its log, sqrt and sin are the double functions (an unqualified log(u) in
+// that C++ resolves to ::log(double); sd-cli's disassembly calls log, sqrt and sin, not logf): the
+// radius is rounded to float once, and radius times sine is a double product rounded once. Rounding
+// the log and the sine to float as well, as an all-float Box-Muller would, moves about a third of
+// the values by one ulp, which the UNet amplifies into a 51 dB image difference.
 func boxMullerSin(x, y uint32) float32 {
 	u := float32(float32(x)*twoPow32Inv) + twoPow32InvHalf
 	v := float32(float32(y)*twoPow32Inv2Pi) + twoPow32Inv2PiHlf
-	s := float32(math.Sqrt(float64(float32(-2 * float32(math.Log(float64(u)))))))
-	return s * float32(math.Sin(float64(v)))
+	s := float32(math.Sqrt(-2 * math.Log(float64(u))))
+	return float32(float64(s) * math.Sin(float64(v)))
 }
 
 // TorchCPU reproduces torch.randn on PyTorch's CPU generator (torch.manual_seed then torch.randn), as

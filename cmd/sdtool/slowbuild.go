@@ -8,7 +8,7 @@ import (
 )
 
 // simdFlags are the C and C++ flags `go run ./build` sets for this CPU.
-const simdFlags = "-O3 -march=native -ffp-contract=off"
+const simdFlags = "-O3 -march=native -ffp-contract=off -UGGML_USE_LLAMAFILE"
 
 // slowBuildFactor is how many times slower generate runs without ggml's
 // SIMD kernels on a real model (SD 1.5, BENCHMARKS.md: 147.5 against 8.67
