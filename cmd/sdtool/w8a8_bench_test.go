@@ -40,7 +40,7 @@ import (
 // INT8, so the benchmark refuses such a build; give go test the flags
 // `go run ./build -n` prints:
 //
-//	CGO_CFLAGS="-O3 -march=native -ffp-contract=off" CGO_CXXFLAGS="-O3 -march=native -ffp-contract=off" \
+//	CGO_CFLAGS="-O3 -march=native -ffp-contract=off -UGGML_USE_LLAMAFILE" CGO_CXXFLAGS="$CGO_CFLAGS" \
 //	SDTOOL_W8A8_BENCH_MODEL=sd15.safetensors go test ./cmd/sdtool -run '^$' -bench W8A8VsF16 -benchtime 2x -timeout 2h
 //
 // int8/f16 is the ratio of sampling times, text encoding included (below
