@@ -19,7 +19,8 @@ func closeTo(t *testing.T, what string, got []float32, want []float64, tol float
 
 // TestPhiloxPublished checks the generator against the values A1111's rng_philox.py documents for
 // Generator(seed=0).randn((3, 4)), which are torch.randn(3, 4, device="cuda") after torch.manual_seed(0).
-// A1111 computes Box-Muller in float64 and sd.cpp (and this code, and cuRAND) in float32, hence 2e-6.
+// A1111 computes Box-Muller in float64; sd.cpp (and this code) takes float inputs and rounds the radius and the
+// result to float (its log, sqrt and sin are the double functions), hence 2e-6.
 func TestPhiloxPublished(t *testing.T) {
 	want := []float64{
 		-0.92466259, -0.42534415, -2.6438457, 0.14518388,
