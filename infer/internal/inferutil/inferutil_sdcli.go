@@ -20,12 +20,16 @@ import (
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/longtest"
+	"github.com/sdtool/sdtool/native"
 )
 
 // SharedCLIPMerges is CLIP's merges in the shared data folder
 // (FindSharedData), which the sd-cli parity tests give both sides.
 var SharedCLIPMerges = FindSharedData("clip_bpe_merges.txt")
 
+// SDCLIBinary is the sd-cli that SDTOOL_SDCLI names, skipping the test or
+// benchmark when it is unset, when the shared CLIP vocabulary is missing, or
+// (tests only) when the linked ggml is not built as sd-cli's is.
 func SDCLIBinary(tb testing.TB) string {
 	tb.Helper()
 	if t, ok := tb.(*testing.T); ok {
@@ -35,6 +39,13 @@ func SDCLIBinary(tb testing.TB) string {
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
 		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	if err := native.ParityBuild(); err != nil {
+		if _, ok := tb.(*testing.T); ok {
+			tb.Skip(err)
+		}
+		// A benchmark may compare builds on purpose (llamafile on and off).
+		tb.Logf("warning: %v", err)
 	}
 	if _, err := os.Stat(SharedCLIPMerges); err != nil {
 		tb.Skipf("no CLIP vocabulary at %s", SharedCLIPMerges)
