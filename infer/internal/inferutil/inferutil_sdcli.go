@@ -103,7 +103,9 @@ func SDCLIStepSeconds(tb testing.TB, log []byte, steps int) float64 {
 			v, _ := strconv.ParseFloat(sdcliLoading.FindStringSubmatch(line)[1], 64)
 			lazy += v
 		case SDCLISampling.MatchString(line):
-			sampling, _ = strconv.ParseFloat(SDCLISampling.FindStringSubmatch(line)[1], 64)
+			// Wan 2.2 A14B logs its high-noise expert's sampling first.
+			v, _ := strconv.ParseFloat(SDCLISampling.FindStringSubmatch(line)[1], 64)
+			sampling += v
 			window = false
 		}
 	}
@@ -254,7 +256,7 @@ func GenerateParts(tb testing.TB, comps infer.Components, opt infer.LoadOptions,
 }
 
 var (
-	SDCLISampling = regexp.MustCompile(`sampling completed, taking ([0-9.]+)s`)
+	SDCLISampling = regexp.MustCompile(`sampling(?:\(high noise\))? completed, taking ([0-9.]+)s`)
 	sdcliLoading  = regexp.MustCompile(`loading tensors completed, taking ([0-9.]+)s`)
 )
 
