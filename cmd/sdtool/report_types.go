@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sdtool/sdtool/cmd/sdtool/internal/console"
 	"github.com/sdtool/sdtool/pipeline"
 	"github.com/sdtool/sdtool/quantize"
 )
@@ -84,10 +85,15 @@ func (r *reportRun) writeRung(i int) (string, quantize.ManifestFile, func(), err
 	path := rung.Plan.Path
 	remove := func() { os.Remove(path) }
 	fmt.Fprintf(r.c.App.ErrWriter, "quantizing %s to %s for the report\n", r.src, rung.Type)
-	if err := pipeline.Run(r.ctx, rung.Plan, tl.ro); err != nil {
+	bar := console.New("quantize "+rung.Type, 0)
+	ro := tl.ro
+	ro.Progress = bar.Update
+	if err := pipeline.Run(r.ctx, rung.Plan, ro); err != nil {
+		bar.Abandon()
 		remove()
 		return "", quantize.ManifestFile{File: tl.names[i], Type: rung.Type}, nil, err
 	}
+	bar.Finish()
 	mf, err := describeFile(path)
 	mf.File, mf.Type = tl.names[i], rung.Type
 	return path, mf, remove, err
