@@ -78,10 +78,20 @@ func TestFamilyParitySDCLI(t *testing.T) {
 			}
 			img2img := weighted
 			img2img.init, img2img.strength, img2img.seed = init, 0.6, 7
-			for _, c := range []struct {
+			cases := []struct {
 				name string
 				p    paritySettings
-			}{{"weighted", weighted}, {"negative", negative}, {"img2img", img2img}} {
+			}{{"weighted", weighted}, {"negative", negative}, {"img2img", img2img}}
+			if family == "sd2" {
+				// The synthetic UNet probes as ε; SD 2.x's 768-v models predict v, forced here in both programs.
+				v := weighted
+				v.prediction = "v"
+				cases = append(cases, struct {
+					name string
+					p    paritySettings
+				}{"v-prediction", v})
+			}
+			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) { familyCase(t, bin, model, dir, family, c.name, c.p) })
 			}
 		})
