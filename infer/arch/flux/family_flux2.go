@@ -32,7 +32,7 @@ var Flux2Families = []*infer.Family{
 		Encoders:    []infer.TextEncoder{{Component: "llm", Kind: "llm", Prefix: llm.LLMPrefix, Hidden: true}},
 		Conditioner: "flux2", Network: "flux2", Schedule: "flux2",
 		Prediction: infer.FlowPrediction, VAE: flux2VAE, FlowShift: 1,
-		Defaults: infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Width: 512, Height: 512, Steps: 4},
+		Defaults:   infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Width: 512, Height: 512, Steps: 4},
 		RefLatents: true,
 	},
 	{
@@ -44,7 +44,7 @@ var Flux2Families = []*infer.Family{
 		Encoders:    []infer.TextEncoder{{Component: "llm", Kind: "llm", Prefix: llm.LLMPrefix, Hidden: true}},
 		Conditioner: "flux2_dev", Network: "flux2", Schedule: "flux2",
 		Prediction: infer.FlowPrediction, VAE: flux2VAE, FlowShift: 1,
-		Defaults: infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Guidance: 3.5, Width: 512, Height: 512, Steps: 20},
+		Defaults:   infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Guidance: 3.5, Width: 512, Height: 512, Steps: 20},
 		RefLatents: true,
 	},
 }
