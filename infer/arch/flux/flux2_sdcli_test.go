@@ -146,6 +146,18 @@ func TestKleinMatchesSDCLI(t *testing.T) {
 	}
 }
 
+// TestKlein9BMatchesSDCLI renders synth.Klein9BParity (klein 9B's DiT and
+// Qwen3-8B at full width, one block and two layers) on both sides: at
+// least 50 dB.
+func TestKlein9BMatchesSDCLI(t *testing.T) {
+	bin, c := kleinSDCLI(t, synth.Klein9BParity)
+	parts := kleinParityModel(t, c, "klein9b-parity")
+	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2})
+	if psnr < 50 {
+		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
+	}
+}
+
 // TestKleinImg2ImgMatchesSDCLI runs img2img from a gradient through the
 // flux2 VAE's encoder on both sides: at least 50 dB. 10 steps at
 // strength 0.2 run the last three from sigma 0.74, so the init latent
