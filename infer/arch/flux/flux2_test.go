@@ -87,7 +87,7 @@ func TestTinyKleinGenerates(t *testing.T) {
 // (two renders: the text encoder's 512 tokens make each cost). sd-cli's
 // own images are TestKleinRefImagesMatchesSDCLI's.
 func TestTinyKleinRefImages(t *testing.T) {
-	m, err := infer.Load(infer.Components{"model": filepath.Join("..", "..", "..", "testdata", "tiny-flux2-klein.gguf")}, infer.LoadOptions{Threads: 2})
+	m, err := infer.Load(infer.Components{"model": filepath.Join("..", "..", "..", "testdata", "tiny-flux2-klein.gguf")}, infer.LoadOptions{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
