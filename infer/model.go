@@ -62,6 +62,8 @@ type NetInput struct {
 	Cond *Conditioning
 	// Guidance is the distilled guidance of a guidance-embedding network (0: none).
 	Guidance float32
+	// Refs are the reference images' latents (Request.Refs), in every pass.
+	Refs []RefLatent
 	// Capture keeps the block outputs (--compare).
 	Capture bool
 }
@@ -734,6 +736,7 @@ type guidedDenoiser struct {
 	in, den      []float32
 	init         []float32      // image-to-video's init latent (Family.InitFirstFrame)
 	held         int            // how many of its leading latent frames are held
+	refs         []RefLatent    // the reference images' latents (Request.Refs)
 	frameTs      []float32      // the per-frame timesteps passed to the network when frames are held
 	capture      *[]BlockOutput // the first step's block outputs, when requested
 	err          error          // the first network error (the sampler cannot return one)
@@ -744,7 +747,7 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 	for i, v := range xs {
 		d.in[i] = v * cIn
 	}
-	call := &NetInput{X: d.in, W: d.w, H: d.h, Frames: d.frames, T: d.sched.SigmaToT(sigma), Cond: d.cond, Guidance: d.req.Guidance}
+	call := &NetInput{X: d.in, W: d.w, H: d.h, Frames: d.frames, T: d.sched.SigmaToT(sigma), Cond: d.cond, Guidance: d.req.Guidance, Refs: d.refs}
 	if d.held > 0 {
 		d.hold(d.in)
 		call.FrameT = d.frameT(call.T)
@@ -905,6 +908,10 @@ func (m *Model) generate(req Request) (*Result, error) {
 		return nil, err
 	}
 	res.Timings.Text = time.Since(t0)
+	refs, err := m.refLatents(&req)
+	if err != nil {
+		return nil, err
+	}
 
 	vae := &fam.VAE
 	lw, lh := req.Width/vae.down(), req.Height/vae.down()
@@ -943,7 +950,7 @@ func (m *Model) generate(req Request) (*Result, error) {
 	pred.NoiseLatent(x, init, x, sigmas[0])
 
 	d := &guidedDenoiser{m: m, pred: pred, sched: sched, req: &req, cond: cond, uncond: uncond, w: lw, h: lh, frames: lf,
-		in: make([]float32, n), den: make([]float32, n), init: init, held: held}
+		in: make([]float32, n), den: make([]float32, n), init: init, held: held, refs: refs}
 	if req.CaptureBlocks {
 		d.capture = &res.Blocks
 	}
@@ -979,6 +986,9 @@ func (m *Model) prepare(req *Request) error {
 		return err
 	}
 	if err := m.checkVideoInit(req); err != nil {
+		return err
+	}
+	if err := m.checkRefs(req); err != nil {
 		return err
 	}
 	if w, h, mult := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {

@@ -94,6 +94,9 @@ type Request struct {
 	Init []float32
 	// Strength is the img2img denoising strength in (0, 1].
 	Strength float32
+	// Refs are reference images (sd-cli's -r) for a family that reads
+	// them (Family.RefLatents; refs.go).
+	Refs []RefImage
 	// HighNoise runs the first steps with the model's high-noise expert
 	// (Wan 2.2 A14B's --high-noise-diffusion-model), as sd-cli does; nil
 	// uses the expert, when the model has one, with DefaultHighNoise.
