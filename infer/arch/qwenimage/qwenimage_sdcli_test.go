@@ -313,7 +313,9 @@ func compareImatrixWithSDCLI(t *testing.T, bin string, r qwenImageParityRun) {
 	ours := s.Matrix("")
 	// sd-cli names weights by their internal names; sdtool as the
 	// component files name them, so that the matrix fits those files.
-	name := func(n string) string { return strings.TrimPrefix(strings.TrimPrefix(n, infer.DmPrefix), sdcliLLMPrefix) }
+	name := func(n string) string {
+		return strings.TrimPrefix(strings.TrimPrefix(n, infer.DmPrefix), sdcliLLMPrefix)
+	}
 	var names []string
 	for _, n := range theirs.Names() {
 		names = append(names, name(n))
