@@ -74,7 +74,9 @@ func (r qwenImageParityRun) request() infer.Request {
 
 func (r qwenImageParityRun) load(tb testing.TB) *infer.Model {
 	tb.Helper()
-	m, err := infer.Load(r.components(), infer.LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"llm": r.Tokenizer}})
+	// Text to image only, as generate loads it: without the VAE's encoder
+	// (which would add its weights to the benchmark's peak RSS).
+	m, err := infer.Load(r.components(), infer.LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"llm": r.Tokenizer}, VAEDecodeOnly: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
