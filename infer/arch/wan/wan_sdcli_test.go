@@ -266,7 +266,7 @@ func TestWanGenerateChild(t *testing.T) {
 		comps["high-noise-diffusion-model"] = r.HighDiT
 		req.HighNoise = &infer.HighNoise{Steps: r.HighSteps, CFGScale: r.HighCFG, Method: infer.Euler}
 	}
-	m, err := infer.Load(comps, infer.LoadOptions{Threads: r.Threads, FlowShift: r.Shift, VAEDecodeOnly: true})
+	m, err := infer.Load(comps, inferutil.AsGenerate(infer.LoadOptions{Threads: r.Threads, FlowShift: r.Shift, VAEDecodeOnly: true}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,7 +140,7 @@ func WritePNGFile(path string, img image.Image) error {
 // ReportChild is a benchmark child's work: it generates req and prints
 // its seconds per step for benchVsSDCLI.
 func ReportChild(t *testing.T, comps infer.Components, opt infer.LoadOptions, req infer.Request) {
-	m, err := infer.Load(comps, opt)
+	m, err := infer.Load(comps, AsGenerate(opt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +151,17 @@ func ReportChild(t *testing.T, comps infer.Components, opt infer.LoadOptions, re
 	}
 	b, _ := json.Marshal(ChildReport{PerStep: res.Timings.Sampling.Seconds() / float64(res.Timings.Steps)})
 	fmt.Printf("CHILD %s\n", b)
+}
+
+// AsGenerate gives opt what generate sets for one image when it has no
+// budget of its own: a budget larger than any test model (weights read as
+// graphs need them) and one part held at a time (LoadOptions.PartsInTurn),
+// so that a benchmark child's peak RSS is generate's.
+func AsGenerate(opt infer.LoadOptions) infer.LoadOptions {
+	if opt.MaxMemory == 0 {
+		opt.MaxMemory, opt.PartsInTurn = 1<<40, true
+	}
+	return opt
 }
 
 // SDCLIBench is one side-by-side benchmark: sd-cli's arguments and steps,
