@@ -8,7 +8,7 @@ import (
 
 // ErrNotParityBuild says the linked ggml was not compiled as sd-cli's is.
 var ErrNotParityBuild = errors.New("native: the linked ggml is not built with go run ./build's flags " +
-	`(export CGO_CFLAGS="-O3 -march=native -ffp-contract=off -UGGML_USE_LLAMAFILE" CGO_CXXFLAGS="$CGO_CFLAGS")`)
+	`(export CGO_CFLAGS="-O3 -march=native -ffp-contract=off -UGGML_USE_LLAMAFILE"; export CGO_CXXFLAGS="$CGO_CFLAGS")`)
 
 // ParityBuild returns nil when the linked ggml computes as stable-diffusion.cpp's
 // sd-cli does: compiled with the CPU's vector kernels and without llamafile's
