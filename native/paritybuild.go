@@ -3,6 +3,7 @@ package native
 import (
 	"errors"
 	"runtime"
+	"runtime/debug"
 	"slices"
 )
 
@@ -25,6 +26,17 @@ func ParityBuild() error {
 	}
 	if runtime.GOARCH == "amd64" && !slices.Contains(LinkedX86(), "AVX2") {
 		return ErrNotParityBuild
+	}
+	// ggml's C++ half (its ops, repack and tinyBLAS) takes CGO_CXXFLAGS: a
+	// build that set only CGO_CFLAGS links scalar C++ kernels.
+	if info, ok := debug.ReadBuildInfo(); ok {
+		flags := map[string]string{}
+		for _, s := range info.Settings {
+			flags[s.Key] = s.Value
+		}
+		if flags["CGO_CFLAGS"] != flags["CGO_CXXFLAGS"] {
+			return ErrNotParityBuild
+		}
 	}
 	return nil
 }
