@@ -127,7 +127,8 @@ type Model struct {
 	// Tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
 	Tokenizers map[string]any
 
-	flowShift float32 // LoadOptions.FlowShift
+	flowShift   float32 // LoadOptions.FlowShift
+	partsInTurn bool    // LoadOptions.PartsInTurn with a budget
 
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
@@ -192,7 +193,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	w.Pager.resetHeld()
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizers: toks, Backend: be, Weights: w,
 		Alloc: be.NewAllocator(), Specs: specs, srcs: srcs, WeightBytes: w.Pager.stats.Weights, Unused: unused, ModelArgs: opt.ModelArgs,
-		flowShift: opt.FlowShift}
+		flowShift: opt.FlowShift, partsInTurn: opt.PartsInTurn && opt.MaxMemory > 0}
 	for _, s := range specs {
 		switch {
 		case s.w8a8:
@@ -954,6 +955,9 @@ func (m *Model) generate(req Request) (*Result, error) {
 	if req.CaptureBlocks {
 		d.capture = &res.Blocks
 	}
+	if err := m.nextPart(); err != nil { // the text encoders (and the VAE's encoder) are done
+		return nil, err
+	}
 	t1 := time.Now()
 	if err := m.sample(d, &req, x, sigmas, noise); err != nil {
 		return nil, err
@@ -962,10 +966,22 @@ func (m *Model) generate(req Request) (*Result, error) {
 	res.Timings.Sampling = time.Since(t1)
 	res.Timings.Steps = len(sigmas) - 1
 	res.Latent = x
+	if err := m.nextPart(); err != nil { // the network is done
+		return nil, err
+	}
 	if err := m.decode(res, x, lw, lh, lf); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// nextPart drops the weights and compute buffer of the part that ran
+// when the model holds its parts in turn (LoadOptions.PartsInTurn).
+func (m *Model) nextPart() error {
+	if !m.partsInTurn {
+		return nil
+	}
+	return m.Release()
 }
 
 // prepare settles req: the high-noise expert's share, the family's sampler

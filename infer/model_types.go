@@ -29,6 +29,13 @@ type LoadOptions struct {
 	// VAEDecodeOnly leaves the VAE's encoder out of memory when nothing
 	// will encode an image (sd-cli holds it anyway); img2img then fails.
 	VAEDecodeOnly bool
+	// PartsInTurn, with a budget (MaxMemory), holds one part at a time:
+	// the text encoders' weights are dropped before sampling and the
+	// network's before decoding, so a render peaks at its largest part
+	// rather than at their sum. The next render reads them again (from the
+	// page cache when the files fit in it): for one image, as sd-cli's
+	// generation does, not for a model that renders many.
+	PartsInTurn bool
 	// FlowShift, when not 0, replaces the family's flow shift
 	// (Family.FlowShift) in a shifted flow schedule, as sd-cli's --flow-shift.
 	FlowShift float32

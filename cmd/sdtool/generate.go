@@ -299,7 +299,9 @@ func generateLoadOptions(c *cli.Context, threads int, clipTokenizer string) (inf
 		Threads: threads, Prediction: c.String("prediction"), Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP,
 		FlowShift: float32(c.Float64("flow-shift")),
 		// Only img2img and references encode: the VAE's encoder stays out of memory.
-		VAEDecodeOnly: c.String("init-img") == "" && len(c.StringSlice("ref-image")) == 0}
+		VAEDecodeOnly: c.String("init-img") == "" && len(c.StringSlice("ref-image")) == 0,
+		// One image holds one part at a time; a prompt file keeps them for the next.
+		PartsInTurn: c.String("prompt-file") == ""}
 	var err error
 	if opt.ModelArgs, err = parseModelArgs(c.String("model-args")); err != nil {
 		return opt, err
