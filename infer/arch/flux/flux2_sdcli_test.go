@@ -29,11 +29,20 @@ type kleinParityRun struct {
 	Init     string            // an init PNG for img2img, "" for txt2img
 	Strength float32           // img2img's strength
 	Refs     []string          // reference PNGs (-r)
+	CFG      float32           // --cfg-scale, 0 for 1 (no negative pass)
 	Prompt   string
 	Size     int
 	Steps    int
 	Seed     uint64
 	Threads  int
+}
+
+// cfg is the run's guidance scale.
+func (r kleinParityRun) cfg() float32 {
+	if r.CFG == 0 {
+		return 1
+	}
+	return r.CFG
 }
 
 func (r kleinParityRun) sdcliArgs(out string) []string {
@@ -49,11 +58,11 @@ func (r kleinParityRun) sdcliArgs(out string) []string {
 	}
 	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
 		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
-		"--scheduler", "flux2", "--cfg-scale", "1", "--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
+		"--scheduler", "flux2", "--cfg-scale", strconv.FormatFloat(float64(r.cfg()), 'g', -1, 32), "--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
 }
 
 func (r kleinParityRun) request(tb testing.TB) infer.Request {
-	req := infer.Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: 1,
+	req := infer.Request{Prompt: r.Prompt, Width: r.Size, Height: r.Size, Steps: r.Steps, CFGScale: r.cfg(),
 		Seed: r.Seed, RNG: infer.RNGCUDA, Method: infer.Euler, Scheduler: SchedulerFlux2}
 	if r.Init != "" {
 		req.Init, _, _ = infer.CHWFromImage(inferutil.ReadPNGFile(tb, r.Init))
@@ -131,7 +140,7 @@ func kleinParity(t *testing.T, bin string, r kleinParityRun) float64 {
 		t.Fatal(err)
 	}
 	psnr := inferutil.ComparePNG(t, out, img, "SDTOOL_KLEIN_PARITY_DIR", "")
-	t.Logf("sdtool vs sd-cli, Flux.2 klein, prompt %q, init %q, refs %q, %dx%d, %d euler steps: PSNR %.2f dB", r.Prompt, r.Init, r.Refs, r.Size, r.Size, r.Steps, psnr)
+	t.Logf("sdtool vs sd-cli, Flux.2 klein, prompt %q, init %q, refs %q, cfg %g, %dx%d, %d euler steps: PSNR %.2f dB", r.Prompt, r.Init, r.Refs, r.cfg(), r.Size, r.Size, r.Steps, psnr)
 	return psnr
 }
 
@@ -220,6 +229,32 @@ func TestKleinRefImagesMatchesSDCLI(t *testing.T) {
 	}
 }
 
+// TestKleinRefImagesGuidedMatchesSDCLI renders with a reference image
+// under classifier-free guidance (scale 3, an empty negative prompt), so
+// that the unconditional pass, which sd-cli also gives the references,
+// counts: at least 50 dB. The DiT is f16, as in TestFamilyPromptsMatchSDCLI
+// (guidance amplifies q8_0's last-bit differences past the bar).
+func TestKleinRefImagesGuidedMatchesSDCLI(t *testing.T) {
+	f16 := synth.KleinParity
+	f16.Quant = 0
+	bin, c := kleinSDCLI(t, f16)
+	parts := kleinParityModel(t, c, "klein-parity-f16")
+	ref := filepath.Join(t.TempDir(), "ref.png")
+	img := image.NewNRGBA(image.Rect(0, 0, 80, 48))
+	for y := range 48 {
+		for x := range 80 {
+			img.Set(x, y, color.NRGBA{uint8(3 * x), uint8(255 - 5*y), uint8(x + y), 255})
+		}
+	}
+	if err := inferutil.WritePNGFile(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Refs: []string{ref}, CFG: 3, Prompt: "a lovely cat", Size: 64, Steps: 2, Seed: 42, Threads: 2})
+	if psnr < 50 {
+		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
+	}
+}
+
 // kleinChildEnv carries a kleinParityRun to TestKleinGenerateChild.
 const kleinChildEnv = "SDTOOL_KLEIN_CHILD"
 
@@ -235,7 +270,10 @@ func TestKleinGenerateChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	comps := infer.Components{"diffusion-model": r.Parts["diffusion-model"], "llm": r.Parts["llm"], "vae": r.Parts["vae"]}
-	inferutil.ReportChild(t, comps, infer.LoadOptions{Threads: r.Threads}, r.request(t))
+	// Only img2img and references encode: generate then leaves the VAE's
+	// encoder unloaded (VAEDecodeOnly), as sd-cli does.
+	opt := infer.LoadOptions{Threads: r.Threads, VAEDecodeOnly: r.Init == "" && len(r.Refs) == 0}
+	inferutil.ReportChild(t, comps, opt, r.request(t))
 }
 
 // BenchmarkKleinVsSDCLI alternates one sd-cli run and one sdtool run (each

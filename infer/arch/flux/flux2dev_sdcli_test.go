@@ -141,7 +141,8 @@ func TestDevGenerateChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		t.Fatal(err)
 	}
-	inferutil.ReportChild(t, r.components(), infer.LoadOptions{Threads: r.Threads}, r.request())
+	// txt2img: generate leaves the VAE's encoder unloaded, as sd-cli does.
+	inferutil.ReportChild(t, r.components(), infer.LoadOptions{Threads: r.Threads, VAEDecodeOnly: true}, r.request())
 }
 
 // BenchmarkDevVsSDCLI alternates one sd-cli run and one sdtool run (each in
