@@ -346,8 +346,12 @@ func compareImatrixWithSDCLI(t *testing.T, bin string, r qwenImageParityRun) {
 		}
 		rel := inferutil.MaxRelErr(t, a, b)
 		t.Logf("%-70s calls %d/%d  rel %.2e", g.Name, e.NCall, g.NCall, rel)
-		if rel > 3e-2 {
-			t.Errorf("%s: mean squared activations differ from sd-cli's by %.2e (relative)", g.Name, rel)
+		// Both programs compute the step's LLM and DiT bit for bit alike, so
+		// the entries differ only by the two collectors' summations (about
+		// 3e-7); a last bit anywhere upstream grows through the q8_0
+		// activations to 1e-4 or more.
+		if rel > 1e-5 {
+			t.Errorf("%s: mean squared activations differ from sd-cli's by %.2e (relative), want at most 1e-5", g.Name, rel)
 		}
 	}
 }
