@@ -226,6 +226,12 @@ type Family struct {
 	// sampling with a timestep of 0 while the other frames are denoised
 	// (NetInput.FrameT). Without it an init image with a video is refused.
 	InitFirstFrame bool
+	// RefLatents makes the network read reference images (Request.Refs,
+	// sd-cli's edit mode) as latents beside the render's (NetInput.Refs);
+	// without it they are refused, with RefsNeed as the reason when set
+	// (what the family's edit mode needs that sdtool does not run).
+	RefLatents bool
+	RefsNeed   string
 }
 
 // Internal-name prefixes (sd.cpp's) of the parts every family has.

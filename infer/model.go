@@ -62,6 +62,8 @@ type NetInput struct {
 	Cond *Conditioning
 	// Guidance is the distilled guidance of a guidance-embedding network (0: none).
 	Guidance float32
+	// Refs are the reference images' latents (Request.Refs), in every pass.
+	Refs []RefLatent
 	// Capture keeps the block outputs (--compare).
 	Capture bool
 }
@@ -125,7 +127,8 @@ type Model struct {
 	// Tokenizers hold each text encoder kind's tokenizer (encoderKind.tokenizer).
 	Tokenizers map[string]any
 
-	flowShift float32 // LoadOptions.FlowShift
+	flowShift   float32 // LoadOptions.FlowShift
+	partsInTurn bool    // LoadOptions.PartsInTurn with a budget
 
 	imat      *ImatrixStats // collection target (SetImatrix), nil when off
 	imatNames map[native.Tensor]imatWeight
@@ -190,7 +193,7 @@ func Load(c Components, opt LoadOptions) (_ *Model, err error) {
 	w.Pager.resetHeld()
 	model := &Model{Path: main, Components: c, Family: fam, Config: cfg, Tokenizers: toks, Backend: be, Weights: w,
 		Alloc: be.NewAllocator(), Specs: specs, srcs: srcs, WeightBytes: w.Pager.stats.Weights, Unused: unused, ModelArgs: opt.ModelArgs,
-		flowShift: opt.FlowShift}
+		flowShift: opt.FlowShift, partsInTurn: opt.PartsInTurn && opt.MaxMemory > 0}
 	for _, s := range specs {
 		switch {
 		case s.w8a8:
@@ -734,6 +737,7 @@ type guidedDenoiser struct {
 	in, den      []float32
 	init         []float32      // image-to-video's init latent (Family.InitFirstFrame)
 	held         int            // how many of its leading latent frames are held
+	refs         []RefLatent    // the reference images' latents (Request.Refs)
 	frameTs      []float32      // the per-frame timesteps passed to the network when frames are held
 	capture      *[]BlockOutput // the first step's block outputs, when requested
 	err          error          // the first network error (the sampler cannot return one)
@@ -744,7 +748,7 @@ func (d *guidedDenoiser) denoise(xs []float32, sigma float32) []float32 {
 	for i, v := range xs {
 		d.in[i] = v * cIn
 	}
-	call := &NetInput{X: d.in, W: d.w, H: d.h, Frames: d.frames, T: d.sched.SigmaToT(sigma), Cond: d.cond, Guidance: d.req.Guidance}
+	call := &NetInput{X: d.in, W: d.w, H: d.h, Frames: d.frames, T: d.sched.SigmaToT(sigma), Cond: d.cond, Guidance: d.req.Guidance, Refs: d.refs}
 	if d.held > 0 {
 		d.hold(d.in)
 		call.FrameT = d.frameT(call.T)
@@ -905,6 +909,10 @@ func (m *Model) generate(req Request) (*Result, error) {
 		return nil, err
 	}
 	res.Timings.Text = time.Since(t0)
+	refs, err := m.refLatents(&req)
+	if err != nil {
+		return nil, err
+	}
 
 	vae := &fam.VAE
 	lw, lh := req.Width/vae.down(), req.Height/vae.down()
@@ -943,9 +951,12 @@ func (m *Model) generate(req Request) (*Result, error) {
 	pred.NoiseLatent(x, init, x, sigmas[0])
 
 	d := &guidedDenoiser{m: m, pred: pred, sched: sched, req: &req, cond: cond, uncond: uncond, w: lw, h: lh, frames: lf,
-		in: make([]float32, n), den: make([]float32, n), init: init, held: held}
+		in: make([]float32, n), den: make([]float32, n), init: init, held: held, refs: refs}
 	if req.CaptureBlocks {
 		d.capture = &res.Blocks
+	}
+	if err := m.nextPart(); err != nil { // the text encoders (and the VAE's encoder) are done
+		return nil, err
 	}
 	t1 := time.Now()
 	if err := m.sample(d, &req, x, sigmas, noise); err != nil {
@@ -955,10 +966,22 @@ func (m *Model) generate(req Request) (*Result, error) {
 	res.Timings.Sampling = time.Since(t1)
 	res.Timings.Steps = len(sigmas) - 1
 	res.Latent = x
+	if err := m.nextPart(); err != nil { // the network is done
+		return nil, err
+	}
 	if err := m.decode(res, x, lw, lh, lf); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// nextPart drops the weights and compute buffer of the part that ran
+// when the model holds its parts in turn (LoadOptions.PartsInTurn).
+func (m *Model) nextPart() error {
+	if !m.partsInTurn {
+		return nil
+	}
+	return m.Release()
 }
 
 // prepare settles req: the high-noise expert's share, the family's sampler
@@ -979,6 +1002,9 @@ func (m *Model) prepare(req *Request) error {
 		return err
 	}
 	if err := m.checkVideoInit(req); err != nil {
+		return err
+	}
+	if err := m.checkRefs(req); err != nil {
 		return err
 	}
 	if w, h, mult := m.AlignSize(req.Width, req.Height); w != req.Width || h != req.Height {

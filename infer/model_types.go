@@ -29,6 +29,13 @@ type LoadOptions struct {
 	// VAEDecodeOnly leaves the VAE's encoder out of memory when nothing
 	// will encode an image (sd-cli holds it anyway); img2img then fails.
 	VAEDecodeOnly bool
+	// PartsInTurn, with a budget (MaxMemory), holds one part at a time:
+	// the text encoders' weights are dropped before sampling and the
+	// network's before decoding, so a render peaks at its largest part
+	// rather than at their sum. The next render reads them again (from the
+	// page cache when the files fit in it): for one image, as sd-cli's
+	// generation does, not for a model that renders many.
+	PartsInTurn bool
 	// FlowShift, when not 0, replaces the family's flow shift
 	// (Family.FlowShift) in a shifted flow schedule, as sd-cli's --flow-shift.
 	FlowShift float32
@@ -94,6 +101,9 @@ type Request struct {
 	Init []float32
 	// Strength is the img2img denoising strength in (0, 1].
 	Strength float32
+	// Refs are reference images (sd-cli's -r) for a family that reads
+	// them (Family.RefLatents; refs.go).
+	Refs []RefImage
 	// HighNoise runs the first steps with the model's high-noise expert
 	// (Wan 2.2 A14B's --high-noise-diffusion-model), as sd-cli does; nil
 	// uses the expert, when the model has one, with DefaultHighNoise.

@@ -399,3 +399,42 @@ func TestRebudget(t *testing.T) {
 		}
 	}
 }
+
+// A model that holds its parts in turn (LoadOptions.PartsInTurn) renders
+// the same pixels as one that keeps them, twice in a row (the second render
+// reads the parts again), while holding at most the largest part's weights:
+// never the text encoder, the network and the VAE at once.
+func TestPartsInTurn(t *testing.T) {
+	req := infer.Request{Prompt: "a cat", Width: 32, Height: 32, Steps: 1, CFGScale: 7, Seed: 3}
+	render := func(inTurn bool, n int) ([][]float32, infer.MemoryStats) {
+		m, err := infer.Load(infer.Components{"model": "../testdata/tiny-sd1.gguf"},
+			infer.LoadOptions{Threads: 1, MaxMemory: 1 << 40, PartsInTurn: inTurn, VAEDecodeOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		var out [][]float32
+		for range n {
+			res, err := m.Generate(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, res.Pixels)
+		}
+		return out, m.Memory()
+	}
+	kept, whole := render(false, 1)
+	turned, inTurn := render(true, 2)
+	t.Logf("weights %d bytes; at most %d resident at once kept, %d in turn", whole.Weights, whole.Resident, inTurn.Resident)
+	for i := range turned {
+		if !slices.Equal(kept[0], turned[i]) {
+			t.Errorf("render %d: the pixels differ when the parts are held in turn", i+1)
+		}
+	}
+	if whole.Resident != whole.Weights {
+		t.Errorf("kept: %d of %d weight bytes resident at most, want all", whole.Resident, whole.Weights)
+	}
+	if inTurn.Resident <= 0 || inTurn.Resident >= whole.Weights*9/10 {
+		t.Errorf("in turn: %d of %d weight bytes resident at most, want the largest part's", inTurn.Resident, whole.Weights)
+	}
+}

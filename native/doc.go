@@ -8,6 +8,9 @@
 //     allocator;
 //   - colsq.go: a custom op (ColumnSquares) that measures the input columns
 //     of matrix products inside a graph, for imatrix collection;
+//   - ops_kquant.go: MulMat's q6_K product as stable-diffusion.cpp's ggml
+//     sums it (the linked ggml's kernel splits the integer sums into other
+//     float lanes), two custom ops that MulMat builds by itself;
 //   - ggml.go: ggml's quantizer (QuantizeChunkInto, QuantizeInit,
 //     RequiresImatrix), which native/codecs registers for the grid IQ types.
 //

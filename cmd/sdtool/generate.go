@@ -178,6 +178,7 @@ func init() {
 			&cli.StringFlag{Name: "t5-tokenizer", Usage: "T5 tokenizer `PATH` (Flux): spiece.model, its tokenizer.json, or a folder holding one", DefaultText: "one embedded in a component's GGUF metadata; without one only an empty or blank prompt encodes (T5 sees </s> alone)"},
 			&cli.StringFlag{Name: "llm-tokenizer", Usage: "LLM tokenizer `PATH` (Z-Image, Qwen-Image, Flux.2): the LLM's tokenizer.json, Mistral's tekken.json, vocab.json with merges.txt, or a folder holding one", DefaultText: "one embedded in the --llm file's GGUF metadata (llama.cpp's GGUFs carry theirs)"},
 			&cli.StringFlag{Name: "init-img", Aliases: []string{"i"}, Usage: "init image `FILE` (PNG) for img2img, or the first frame of a video (-M vid_gen with Wan 2.2 TI2V-5B)"},
+			&cli.StringSliceFlag{Name: "ref-image", Aliases: []string{"r"}, Usage: "reference image `FILE` (PNG) for Flux.2's edit mode (repeatable); the size defaults to the first one's"},
 			&cli.Float64Flag{Name: "strength", Value: 0.75, Usage: "img2img denoising `STRENGTH` in (0, 1] (image-to-video ignores it, as sd-cli does)"},
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing output"},
 			&cli.BoolFlag{Name: "json", Usage: "with --compare: print the comparison as JSON on stdout, one object per image (docs/compare-json.md)"},
@@ -196,6 +197,7 @@ func init() {
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a photo of a cat' --steps 2 -W 64 -H 64 -o out/cat-flux.png --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 --guidance 5 -o out/flux-cmp.png --compare testdata/tiny-flux.gguf --force",
 		"sdtool generate -m testdata/tiny-flux.gguf -p 'a cat' --steps 1 -W 64 -H 64 -o out/flux-calib.png --imatrix-out out/flux-calib.dat --force",
+		"sdtool generate -m testdata/tiny-flux2-klein.gguf -r out/cat.png -p 'the cat in red' --steps 1 -W 64 -H 64 -o out/klein-edit.png --force",
 		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 9 --fps 8 -p 'a cat' --steps 2 -o out/cat.avi --force",
 		"sdtool generate -m testdata/tiny-wan.gguf -M vid_gen --video-frames 5 -p 'a cat' --steps 1 -W 32 -H 32 -o out/cat_%03d.png --compare testdata/tiny-wan.gguf --force",
 		"sdtool generate -m testdata/tiny-wan-ti2v.gguf -M vid_gen -i out/cat_000.png --video-frames 5 -p 'a cat' --steps 1 -o out/ti2v_%03d.png --force",
@@ -296,8 +298,10 @@ func generateLoadOptions(c *cli.Context, threads int, clipTokenizer string) (inf
 	opt := infer.LoadOptions{Tokenizers: map[string]string{"clip": clipTokenizer, "t5": c.String("t5-tokenizer"), "llm": c.String("llm-tokenizer")},
 		Threads: threads, Prediction: c.String("prediction"), Runtime: rt, StoredLayout: rt == infer.RuntimeSDCPP,
 		FlowShift: float32(c.Float64("flow-shift")),
-		// Only img2img encodes: the VAE's encoder stays out of memory.
-		VAEDecodeOnly: c.String("init-img") == ""}
+		// Only img2img and references encode: the VAE's encoder stays out of memory.
+		VAEDecodeOnly: c.String("init-img") == "" && len(c.StringSlice("ref-image")) == 0,
+		// One image holds one part at a time; a prompt file keeps them for the next.
+		PartsInTurn: c.String("prompt-file") == ""}
 	var err error
 	if opt.ModelArgs, err = parseModelArgs(c.String("model-args")); err != nil {
 		return opt, err
@@ -355,6 +359,9 @@ func generateRequest(c *cli.Context, m *infer.Model, prompt string, method infer
 	if err := initImage(c, &req); err != nil {
 		return req, err
 	}
+	if err := refImages(c, &req); err != nil {
+		return req, err
+	}
 	if err := videoRequest(c, m, &req); err != nil {
 		return req, err
 	}
@@ -389,6 +396,23 @@ func initImage(c *cli.Context, req *infer.Request) error {
 		return fmt.Errorf("%s: image is %dx%d, not %dx%d", p, w, h, req.Width, req.Height)
 	}
 	req.Strength = float32(c.Float64("strength"))
+	return nil
+}
+
+// refImages reads --ref-image into req; without -W, -H and an init image
+// the size is the first reference's, as sd-cli takes it.
+func refImages(c *cli.Context, req *infer.Request) error {
+	for i, p := range c.StringSlice("ref-image") {
+		img, err := readPNG(p)
+		if err != nil {
+			return err
+		}
+		pix, w, h := infer.CHWFromImage(img)
+		req.Refs = append(req.Refs, infer.RefImage{Pixels: pix, Width: w, Height: h})
+		if i == 0 && req.Init == nil && !c.IsSet("width") && !c.IsSet("height") {
+			req.Width, req.Height = w, h
+		}
+	}
 	return nil
 }
 
@@ -681,7 +705,7 @@ func readPNGSized(path string, w, h int) (image.Image, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 || int64(cfg.Width)*int64(cfg.Height) > maxInitPixels {
-		return nil, fmt.Errorf("%s: image is %dx%d; init images may have at most %d pixels (4096x4096)", path, cfg.Width, cfg.Height, maxInitPixels)
+		return nil, fmt.Errorf("%s: image is %dx%d; input images may have at most %d pixels (4096x4096)", path, cfg.Width, cfg.Height, maxInitPixels)
 	}
 	if w != 0 && h != 0 && (cfg.Width != w || cfg.Height != h) {
 		return nil, fmt.Errorf("%s: image is %dx%d, not %dx%d", path, cfg.Width, cfg.Height, w, h)

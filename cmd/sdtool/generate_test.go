@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"image"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -373,5 +374,36 @@ func TestGenerateForeignComponents(t *testing.T) {
 	code, _, stderr = runApp(t, append(base, "--vae", tinyGGUF)...)
 	if code != 0 || strings.Contains(stderr, "warning") {
 		t.Errorf("--vae of the same family: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestGenerateRefImageErrors checks --ref-image's refusals, each one line:
+// a missing file, a file that is not an image, and a family that reads no
+// reference images (the tiny SD 1.x).
+func TestGenerateRefImageErrors(t *testing.T) {
+	dir := t.TempDir()
+	ref := filepath.Join(dir, "ref.png")
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewNRGBA(image.Rect(0, 0, 8, 8))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ref, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notPNG := filepath.Join(dir, "ref.txt")
+	if err := os.WriteFile(notPNG, []byte("not an image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ ref, want string }{
+		{filepath.Join(dir, "missing.png"), "missing.png"},
+		{notPNG, "ref.txt: image: unknown format"},
+		{ref, "SD 1.x: reference images are not supported"},
+	} {
+		code, _, errOut := runApp(t, "generate", "-m", tinyGGUF, "-p", "a cat", "--steps", "1", "-W", "64", "-H", "64",
+			"-t", "1", "-r", c.ref, "-o", filepath.Join(dir, "out.png"))
+		msg := strings.TrimSpace(errOut)
+		if code == 0 || !strings.Contains(msg, c.want) || strings.Count(msg, "\n") > 0 {
+			t.Errorf("-r %s: exit %d, %q; want one line with %q", filepath.Base(c.ref), code, errOut, c.want)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/lora"
+	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/quant"
 	"github.com/sdtool/sdtool/tensor"
 )
@@ -41,13 +42,17 @@ import (
 const minPSNR = 45
 
 // sdcliEnv returns the sd-cli binary and the model paths the variables
-// name, skipping the test when one is unset.
+// name, skipping the test when one is unset or when the linked ggml is not
+// built as sd-cli's is (the figures would measure the build).
 func sdcliEnv(t *testing.T, vars ...string) (string, []string) {
 	t.Helper()
 	longtest.Skip(t, "parity against sd-cli")
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
 		t.Skip("SDTOOL_SDCLI is not set")
+	}
+	if err := native.ParityBuild(); err != nil {
+		t.Skip(err)
 	}
 	var paths []string
 	for _, v := range vars {

@@ -14,7 +14,7 @@ import (
 
 // Prompt weights against sd-cli (issue 36): every form of the attention syntax renders at 50 dB or more
 // against sd-cli on the full-size synthetic SD 1.5 (SDTOOL_SD15_MODEL for a real one) and on the synthetic
-// SDXL of familyModel (SDTOOL_SDXL_MODEL), 64x64, 2 Euler steps, seed 3, CFG 7, and the segments sdtool
+// SD 2.x and SDXL of familyModel (SDTOOL_SD2_MODEL, SDTOOL_SDXL_MODEL), 64x64, 2 Euler steps, seed 3, CFG 7, and the segments sdtool
 // parses equal the ones sd-cli logs with -v. Run with
 //
 //	SDTOOL_LONG=1 SDTOOL_SDCLI=/path/sd-cli go test ./cmd/sdtool -run PromptWeightsSDCLI -v -timeout 1h
@@ -35,9 +35,10 @@ var promptCases = []struct{ name, prompt, negative string }{
 	{"negative", "a photo of a dog on a sofa", "(blurry:1.4), [ugly], ((bad hands))"},
 }
 
-// TestPromptWeightsSDCLI renders every case with both programs, on SD 1.5 (one CLIP-L) and on SDXL (CLIP-L
-// and OpenCLIP bigG, whose hidden states sd-cli weights together: the mean it restores is the concatenation's).
-// TestPromptWeightsSDCLI/sdxl runs the SDXL half alone.
+// TestPromptWeightsSDCLI renders every case with both programs, on SD 1.5 (one CLIP-L), on SD 2.x (OpenCLIP
+// ViT-H, which pads with token 0 rather than end-of-text) and on SDXL (CLIP-L and OpenCLIP bigG, whose hidden
+// states sd-cli weights together: the mean it restores is the concatenation's). TestPromptWeightsSDCLI/sdxl
+// runs the SDXL part alone.
 func TestPromptWeightsSDCLI(t *testing.T) {
 	bin, _ := sdcliEnv(t)
 	longtest.Skip(t, "prompt weights against sd-cli")
@@ -48,7 +49,7 @@ func TestPromptWeightsSDCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, family := range []string{"sd1", "sdxl"} {
+	for _, family := range []string{"sd1", "sd2", "sdxl"} {
 		t.Run(family, func(t *testing.T) {
 			dir := workDir(t, "prompts")
 			model := familyModel(t, family, dir)

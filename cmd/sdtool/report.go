@@ -36,7 +36,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "report",
 		Usage:     "render a ladder's files and its source with fixed prompts and seeds into one self-contained HTML report",
-		ArgsUsage: "MANIFEST -o REPORT.html | SOURCE FILE... -o REPORT.html [--clip_l FILE --t5xxl FILE --llm FILE --vae FILE ...]",
+		ArgsUsage: "MANIFEST -o REPORT.html | SOURCE FILE... -o REPORT.html | SOURCE --type A,B,... -o REPORT.html [--clip_l FILE --t5xxl FILE --llm FILE --vae FILE ...]",
 		Description: "Reads the manifest.json a ladder wrote (sdtool quantize IN --type A,B,... -o 'DIR/NAME-{type}.{ext}'),\n" +
 			"or takes a source model and the files to judge, and generates the same prompts and seeds with the\n" +
 			"source (the manifest's source, or -m) and with every file\n" +
@@ -53,7 +53,12 @@ func init() {
 			"diffusion model: give the source and every file as diffusion models alone and the parts they share with\n" +
 			"generate's flags (--clip_l, --clip_g, --t5xxl, --llm, --vae, --high-noise-diffusion-model). Each file that\n" +
 			"holds a diffusion model alone is rendered as generate --diffusion-model FILE with those parts; any other\n" +
-			"file is a whole model whose parts they replace, as with generate -m.",
+			"file is a whole model whose parts they replace, as with generate -m.\n\n" +
+			"With --type A,B,... and only a source, report judges types before any file exists: it quantizes the\n" +
+			"source to each type in turn (as quantize --type would, with --imatrix), writes the file beside the\n" +
+			"report while it renders and measures it, and removes it before the next, so a ladder of a model\n" +
+			"larger than the free disk can be judged one rung at a time. Every type is planned before anything\n" +
+			"renders, so a type the source cannot take is refused first.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "the report `FILE` (.html)"},
 			&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "the source model `FILE`", DefaultText: "the manifest's source"},
@@ -70,10 +75,11 @@ func init() {
 			threadsFlag("`N` ggml threads"),
 			renderMemoryFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "replace an existing report"},
-		}, append(reportPartFlags(), referenceCacheFlags()...)...),
+		}, append(append(reportPartFlags(), reportTypeFlags()...), referenceCacheFlags()...)...),
 		Action: runReport,
 	},
 		"sdtool report testdata/tiny-sd1.safetensors testdata/tiny-sd1.gguf -o out/report.html -p 'a cat' --steps 1 -W 64 -H 64",
+		"sdtool report testdata/tiny-sd1.safetensors --type q8_0,q4_K -o out/types-report.html -p 'a cat' --steps 1 -W 64 -H 64",
 		"sdtool report testdata/tiny-qwen-image-diffusion-model.gguf testdata/tiny-qwen-image-diffusion-model.gguf --llm testdata/tiny-qwen-image-llm.gguf --vae testdata/tiny-qwen-image-vae.safetensors -o out/qwen-report.html -p 'a cat' --steps 1 -W 64 -H 64",
 	)
 }
@@ -128,13 +134,30 @@ func runReport(c *cli.Context) error {
 	if out == "" || filepath.Ext(out) != ".html" {
 		return fmt.Errorf("report: give -o REPORT.html (got %q)", out)
 	}
-	man, manPath, dir, err := reportManifest(c)
+	threads, err := ggmlThreads(c)
+	if err != nil {
+		return err
+	}
+	var (
+		man          *quantize.Manifest
+		manPath, dir string
+		types        *typeLadder
+	)
+	if c.String("type") != "" {
+		dir = filepath.Dir(out)
+		types, man, err = planTypeLadder(c, c.Args().First(), dir, threads)
+		if err == nil {
+			defer types.l.Close()
+		}
+	} else {
+		man, manPath, dir, err = reportManifest(c)
+	}
 	if err != nil {
 		return err
 	}
 	src := reportSource(c, man, dir)
 	parts := reportParts(c)
-	inputs, err := checkReportFiles(c, out, src, parts, man, manPath, dir)
+	inputs, err := checkReportFiles(c, out, src, parts, man, manPath, dir, types)
 	if err != nil {
 		return err
 	}
@@ -150,10 +173,6 @@ func runReport(c *cli.Context) error {
 	if err := checkPrompts("--prompt", prompts...); err != nil {
 		return err
 	}
-	threads, err := ggmlThreads(c)
-	if err != nil {
-		return err
-	}
 	ctx, stop := console.SignalContext()
 	defer stop()
 	// A bad --max-memory is refused before anything renders.
@@ -164,7 +183,7 @@ func runReport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src, parts: parts}
+	run := &reportRun{c: c, ctx: ctx, prompts: prompts, threads: threads, src: src, parts: parts, types: types}
 	ref, err := run.renderSource(rc, src)
 	if err != nil {
 		return err
@@ -239,16 +258,24 @@ func reportSource(c *cli.Context, man *quantize.Manifest, dir string) string {
 // checkReportFiles checks the report's output against every file it reads
 // (and the manifest, which is rewritten in place, for being writable), and
 // returns those inputs.
-func checkReportFiles(c *cli.Context, out, src string, parts infer.Components, man *quantize.Manifest, manPath, dir string) ([]string, error) {
+func checkReportFiles(c *cli.Context, out, src string, parts infer.Components, man *quantize.Manifest, manPath, dir string, types *typeLadder) ([]string, error) {
 	inputs := append([]string{src}, componentPaths(parts)...)
 	if manPath != "" {
 		inputs = append(inputs, manPath)
 	}
-	for _, f := range man.Files {
-		inputs = append(inputs, filepath.Join(dir, filepath.FromSlash(f.File)))
+	if types == nil {
+		for _, f := range man.Files {
+			inputs = append(inputs, filepath.Join(dir, filepath.FromSlash(f.File)))
+		}
 	}
 	if err := pipeline.CheckOutput(out, inputs, c.Bool("force")); err != nil {
 		return nil, err
+	}
+	if types != nil {
+		// The rungs written for the report are outputs too: none may be an input.
+		if err := checkWritten(c, inputs, types.paths()...); err != nil {
+			return nil, err
+		}
 	}
 	if manPath != "" {
 		if err := pipeline.CheckWritable(manPath); err != nil {
@@ -275,6 +302,9 @@ func (r *reportRun) newReport(ref *reportModel) *report.Report {
 	if len(shared) > 0 {
 		rep.Settings += " Every file runs with the same " + strings.Join(shared, ", ") + "."
 	}
+	if r.types != nil {
+		rep.Settings += " Each file was quantized from the source for this report (--type) and removed once measured."
+	}
 	for i, p := range r.prompts {
 		rep.Prompts = append(rep.Prompts, report.Prompt{Text: p, Seed: uint64(c.Int64("seed") + int64(i)), Image: ref.images[i]})
 	}
@@ -290,8 +320,9 @@ func (r *reportRun) measureAll(ref *reportModel, rep *report.Report, man *quanti
 		rel = out
 	}
 	w := r.c.App.ErrWriter
-	for i, f := range man.Files {
-		rf, q, err := r.measure(ref, filepath.Join(dir, filepath.FromSlash(f.File)), f)
+	for i := range man.Files {
+		rf, q, err := r.measureFile(ref, man, i, dir)
+		f := man.Files[i]
 		switch {
 		case err != nil && (r.ctx.Err() != nil || errors.Is(err, infer.ErrInterrupted) || errors.Is(err, pipeline.ErrInterrupted)):
 			return failed, err
@@ -323,6 +354,26 @@ type reportRun struct {
 	held    int64            // the source's renders, kept while the files render
 	// keep, when not nil, receives each render of the model being rendered.
 	keep func(i int, res *infer.Result)
+	// types, when not nil, writes each file from the source as it is measured (--type).
+	types *typeLadder
+}
+
+// measureFile measures file i of the manifest: a file on disk, or a --type
+// rung written for the measurement and removed after it.
+func (r *reportRun) measureFile(ref *reportModel, man *quantize.Manifest, i int, dir string) (report.File, *quantize.Quality, error) {
+	f := man.Files[i]
+	if r.types == nil {
+		return r.measure(ref, filepath.Join(dir, filepath.FromSlash(f.File)), f)
+	}
+	path, mf, remove, err := r.writeRung(i)
+	man.Files[i] = mf
+	if remove != nil {
+		defer remove()
+	}
+	if err != nil {
+		return report.File{Name: mf.File, Type: mf.Type}, nil, err
+	}
+	return r.measure(ref, path, mf)
 }
 
 // renderSource renders the source, or takes its renders from the

@@ -88,6 +88,10 @@ func TestReportErrors(t *testing.T) {
 		{[]string{"report", filepath.Join(dir, "missing.json"), "-o", filepath.Join(dir, "r.html")}, "missing.json"},
 		{[]string{"report", tiny, filepath.Join(dir, "nope.gguf"), "-o", filepath.Join(dir, "r.html")}, "nope.gguf"},
 		{[]string{"report", tiny, tiny, "-o", tiny[:len(tiny)-len(".safetensors")] + ".html", "-m", tiny}, "-m names the source"},
+		{[]string{"report", tiny, tiny, "--type", "q8_0", "-o", filepath.Join(dir, "r.html")}, "--type quantizes one source model"},
+		{[]string{"report", tiny, "--type", "q8_0", "-m", tiny, "-o", filepath.Join(dir, "r.html")}, "with --type, the source is the argument"},
+		{[]string{"report", tiny, "--type", "q8_0,nope", "-o", filepath.Join(dir, "r.html")}, "nope"},
+		{[]string{"report", tiny, "--type", "q8_0,Q8_0", "-o", filepath.Join(dir, "r.html")}, "listed twice"},
 	} {
 		code, _, errOut := runApp(t, c.args...)
 		if code != 1 || !strings.Contains(errOut, c.want) {

@@ -68,6 +68,8 @@ type paritySettings struct {
 	cfg              float64
 	init             string
 	strength         float64
+	// prediction, when set, overrides the prediction type in both programs (--prediction).
+	prediction string
 }
 
 func defaultParity() paritySettings {
@@ -91,6 +93,9 @@ func (p paritySettings) common() []string {
 	}
 	if p.init != "" {
 		a = append(a, "-i", p.init, "--strength", strconv.FormatFloat(p.strength, 'g', -1, 64))
+	}
+	if p.prediction != "" {
+		a = append(a, "--prediction", p.prediction)
 	}
 	return a
 }

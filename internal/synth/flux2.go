@@ -69,6 +69,17 @@ var KleinParity = Flux2{
 	Seed: 21, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
 }
 
+// Klein9BParity is KleinParity at Flux.2 klein 9B's widths: the DiT 4096
+// wide (32 heads of 128, gated MLP 12288) with one block of each kind,
+// reading a two-layer Qwen3-8B at full width (Qwen3x8B: its final norm,
+// 4096 wide, stands for layers 9, 18 and 27).
+var Klein9BParity = Flux2{
+	Hidden: 4096, Heads: 32, MLP: 12288, Double: 1, Single: 1, Context: 4096,
+	LLM:   Qwen3x8B,
+	VAECh: 128, VAEDecCh: 32, VAEMult: []int{1, 2, 4, 4},
+	Seed: 23, Type: formats.F16, Quant: formats.Q8_0, Width: 128, Height: 128, Steps: 4,
+}
+
 // TinyKlein is testdata/tiny-flux2-klein.gguf: a 128-wide DiT (two heads
 // of 64, RoPE axes 16 16 16 16, gated MLP 384) with one block of each
 // kind, a 64-wide two-layer Qwen3 over a small byte-level vocabulary

@@ -55,9 +55,11 @@ type LLM struct {
 
 // Qwen3x4B and Qwen25VLEncoder7B are the text encoders of Z-Image and Qwen-Image
 // at their real widths, two layers deep and q8_0 (the embedding's 152k rows
-// are most of the file, about 0.6 GB).
+// are most of the file, about 0.6 GB); Qwen3x8B is Flux.2 klein 9B's
+// (Qwen3-8B's widths, about 0.8 GB).
 var (
 	Qwen3x4B          = LLM{QKNorm: true, Hidden: 2560, FF: 9728, Layers: 2, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Seed: 11, Type: formats.F32, Quant: formats.Q8_0}
+	Qwen3x8B          = LLM{QKNorm: true, Hidden: 4096, FF: 12288, Layers: 2, Heads: 32, KVHeads: 8, HeadDim: 128, Vocab: 151936, Seed: 13, Type: formats.F32, Quant: formats.Q8_0}
 	Qwen25VLEncoder7B = LLM{Hidden: 3584, FF: 18944, Layers: 2, Heads: 28, KVHeads: 4, HeadDim: 128, Vocab: 152064, Seed: 12, Type: formats.F32, Quant: formats.Q8_0}
 )
 

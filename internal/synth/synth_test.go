@@ -29,6 +29,10 @@ func TestFullSizeParams(t *testing.T) {
 		{"sd1", "cond_stage_model.transformer.text_model.embeddings.position_ids", 77},
 		{"sd1", "cond_stage_model.", 123_060_480 + 77},
 		{"sdxl", "model.diffusion_model.", 2_567_463_684},
+		{"sd2", "model.diffusion_model.", 865_910_724},
+		// diffusers' SD 2 text_encoder (340,387,840) stops at layer 23 of 24; the
+		// checkpoint keeps the 24th (12,596,224), text_projection and logit_scale.
+		{"sd2", "cond_stage_model.", 340_387_840 + 12_596_224 + 1024*1024 + 1},
 		{"sdxl", "conditioner.embedders.0.", 123_060_480},
 		{"sdxl", "conditioner.embedders.1.", 694_659_840 + 1}, // + logit_scale
 		{"flux", "", 11_901_408_320},

@@ -19,7 +19,9 @@ var flux2VAE = infer.VAEFacts{Kind: "flux2", Scale: 1}
 // both sampled with Euler on sd-cli's "flux2" schedule. Klein's defaults
 // are the distilled release's (no negative pass, 4 steps; base wants
 // --cfg-scale 4 and about 20 steps); dev's are sd-cli's (20 steps,
-// guidance 3.5, no negative pass).
+// guidance 3.5, no negative pass). Both take reference images (sd-cli's
+// -r) as latents after the image tokens; their text encoders do not see
+// them (sd.cpp's "flux2" preset).
 var Flux2Families = []*infer.Family{
 	{
 		ID: "flux2", Variant: "klein", Title: "Flux.2 klein",
@@ -30,7 +32,8 @@ var Flux2Families = []*infer.Family{
 		Encoders:    []infer.TextEncoder{{Component: "llm", Kind: "llm", Prefix: llm.LLMPrefix, Hidden: true}},
 		Conditioner: "flux2", Network: "flux2", Schedule: "flux2",
 		Prediction: infer.FlowPrediction, VAE: flux2VAE, FlowShift: 1,
-		Defaults: infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Width: 512, Height: 512, Steps: 4},
+		Defaults:   infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Width: 512, Height: 512, Steps: 4},
+		RefLatents: true,
 	},
 	{
 		ID: "flux2", Variant: "dev", Title: "Flux.2 dev",
@@ -41,7 +44,8 @@ var Flux2Families = []*infer.Family{
 		Encoders:    []infer.TextEncoder{{Component: "llm", Kind: "llm", Prefix: llm.LLMPrefix, Hidden: true}},
 		Conditioner: "flux2_dev", Network: "flux2", Schedule: "flux2",
 		Prediction: infer.FlowPrediction, VAE: flux2VAE, FlowShift: 1,
-		Defaults: infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Guidance: 3.5, Width: 512, Height: 512, Steps: 20},
+		Defaults:   infer.Defaults{Method: infer.Euler, Scheduler: SchedulerFlux2, CFGScale: 1, Guidance: 3.5, Width: 512, Height: 512, Steps: 20},
+		RefLatents: true,
 	},
 }
 

@@ -24,21 +24,36 @@ import (
 func TestFlux2RoPEAngles(t *testing.T) {
 	axes := []int{8, 8, 8, 8}
 	const theta, txt, rows, cols = 2000, 3, 2, 3
-	cos, sin := flux2RoPE(axes, theta, txt, rows, cols)
-	const half = 16
-	for tok := 0; tok < txt+rows*cols; tok++ {
-		// Text token i sits at (0, 0, 0, i), image cell (r, c) at (0, r, c, 0).
-		pos := [4]float64{0, 0, 0, float64(tok)}
-		if tok >= txt {
-			pos = [4]float64{0, float64((tok - txt) / cols), float64((tok - txt) % cols), 0}
+	refs := [][2]int{{3, 2}, {1, 4}} // rows, columns
+	for _, n := range []int{0, 1, 2} {
+		cos, sin := flux2RoPE(axes, theta, txt, rows, cols, refs[:n])
+		// Text token i sits at (0, 0, 0, i), image cell (r, c) at (0, r, c, 0),
+		// cell (r, c) of reference k (from 1) at (10k, r, c, 0).
+		var pos [][4]float64
+		for i := range txt {
+			pos = append(pos, [4]float64{0, 0, 0, float64(i)})
 		}
-		for k := 0; k < half; k++ {
-			a := pos[k/4] * math.Pow(theta, -2*float64(k%4)/8)
-			if d := math.Abs(float64(cos[tok*half+k]) - math.Cos(a)); d > 1e-5 {
-				t.Fatalf("token %d pair %d: cos %g, want %g", tok, k, cos[tok*half+k], math.Cos(a))
+		grids := append([][2]int{{rows, cols}}, refs[:n]...)
+		for k, g := range grids {
+			for r := range g[0] {
+				for c := range g[1] {
+					pos = append(pos, [4]float64{float64(10 * k), float64(r), float64(c), 0})
+				}
 			}
-			if d := math.Abs(float64(sin[tok*half+k]) - math.Sin(a)); d > 1e-5 {
-				t.Fatalf("token %d pair %d: sin %g, want %g", tok, k, sin[tok*half+k], math.Sin(a))
+		}
+		const half = 16
+		if len(cos) != len(pos)*half || len(sin) != len(cos) {
+			t.Fatalf("%d references: tables of %d and %d values, want %d", n, len(cos), len(sin), len(pos)*half)
+		}
+		for tok, p := range pos {
+			for k := 0; k < half; k++ {
+				a := p[k/4] * math.Pow(theta, -2*float64(k%4)/8)
+				if d := math.Abs(float64(cos[tok*half+k]) - math.Cos(a)); d > 1e-5 {
+					t.Fatalf("%d references, token %d pair %d: cos %g, want %g", n, tok, k, cos[tok*half+k], math.Cos(a))
+				}
+				if d := math.Abs(float64(sin[tok*half+k]) - math.Sin(a)); d > 1e-5 {
+					t.Fatalf("%d references, token %d pair %d: sin %g, want %g", n, tok, k, sin[tok*half+k], math.Sin(a))
+				}
 			}
 		}
 	}

@@ -28,6 +28,7 @@ type kleinParityRun struct {
 	Parts    map[string]string // by flag
 	Init     string            // an init PNG for img2img, "" for txt2img
 	Strength float32           // img2img's strength
+	Refs     []string          // reference PNGs (-r)
 	Prompt   string
 	Size     int
 	Steps    int
@@ -43,6 +44,9 @@ func (r kleinParityRun) sdcliArgs(out string) []string {
 	if r.Init != "" {
 		args = append(args, "-i", r.Init, "--strength", strconv.FormatFloat(float64(r.Strength), 'g', -1, 32))
 	}
+	for _, ref := range r.Refs {
+		args = append(args, "-r", ref)
+	}
 	return append(args, "-p", r.Prompt, "-W", strconv.Itoa(r.Size), "-H", strconv.Itoa(r.Size),
 		"--steps", strconv.Itoa(r.Steps), "-s", strconv.FormatUint(r.Seed, 10), "--sampling-method", "euler",
 		"--scheduler", "flux2", "--cfg-scale", "1", "--rng", "cuda", "-t", strconv.Itoa(r.Threads), "-b", "1", "-o", out, "-v")
@@ -54,6 +58,10 @@ func (r kleinParityRun) request(tb testing.TB) infer.Request {
 	if r.Init != "" {
 		req.Init, _, _ = infer.CHWFromImage(inferutil.ReadPNGFile(tb, r.Init))
 		req.Strength = r.Strength
+	}
+	for _, ref := range r.Refs {
+		pix, w, h := infer.CHWFromImage(inferutil.ReadPNGFile(tb, ref))
+		req.Refs = append(req.Refs, infer.RefImage{Pixels: pix, Width: w, Height: h})
 	}
 	return req
 }
@@ -123,7 +131,7 @@ func kleinParity(t *testing.T, bin string, r kleinParityRun) float64 {
 		t.Fatal(err)
 	}
 	psnr := inferutil.ComparePNG(t, out, img, "SDTOOL_KLEIN_PARITY_DIR", "")
-	t.Logf("sdtool vs sd-cli, Flux.2 klein, prompt %q, init %q, %dx%d, %d euler steps: PSNR %.2f dB", r.Prompt, r.Init, r.Size, r.Size, r.Steps, psnr)
+	t.Logf("sdtool vs sd-cli, Flux.2 klein, prompt %q, init %q, refs %q, %dx%d, %d euler steps: PSNR %.2f dB", r.Prompt, r.Init, r.Refs, r.Size, r.Size, r.Steps, psnr)
 	return psnr
 }
 
@@ -132,6 +140,18 @@ func kleinParity(t *testing.T, bin string, r kleinParityRun) float64 {
 func TestKleinMatchesSDCLI(t *testing.T) {
 	bin, c := kleinSDCLI(t, synth.KleinParity)
 	parts := kleinParityModel(t, c, "klein-parity")
+	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2})
+	if psnr < 50 {
+		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
+	}
+}
+
+// TestKlein9BMatchesSDCLI renders synth.Klein9BParity (klein 9B's DiT and
+// Qwen3-8B at full width, one block and two layers) on both sides: at
+// least 50 dB.
+func TestKlein9BMatchesSDCLI(t *testing.T) {
+	bin, c := kleinSDCLI(t, synth.Klein9BParity)
+	parts := kleinParityModel(t, c, "klein9b-parity")
 	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2})
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
@@ -166,6 +186,37 @@ func TestKleinImg2ImgMatchesSDCLI(t *testing.T) {
 	psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Init: init, Strength: strength, Prompt: "a lovely cat", Size: 128, Steps: steps, Seed: 42, Threads: 2})
 	if psnr < 50 {
 		t.Errorf("PSNR %.2f dB, want at least 50", psnr)
+	}
+}
+
+// TestKleinRefImagesMatchesSDCLI renders with one and with two reference
+// images (sd-cli's -r) on both sides: at least 50 dB each. The references
+// are not the render's shape (96x64 and 48x112 for 128x128), so both are
+// resized by sd-cli's rule (160x112 and 80x192 pixels, in tokens of a
+// different grid than the image's) before the VAE encodes them.
+func TestKleinRefImagesMatchesSDCLI(t *testing.T) {
+	bin, c := kleinSDCLI(t, synth.KleinParity)
+	parts := kleinParityModel(t, c, "klein-parity")
+	dir := t.TempDir()
+	refs := []string{filepath.Join(dir, "ref1.png"), filepath.Join(dir, "ref2.png")}
+	for i, size := range [][2]int{{96, 64}, {48, 112}} {
+		img := image.NewNRGBA(image.Rect(0, 0, size[0], size[1]))
+		for y := range size[1] {
+			for x := range size[0] {
+				img.Set(x, y, color.NRGBA{uint8(5*x + 40*i), uint8(3 * y), uint8(255 - 2*x - y), 255})
+			}
+		}
+		if err := inferutil.WritePNGFile(refs[i], img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := 1; n <= 2; n++ {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			psnr := kleinParity(t, bin, kleinParityRun{Parts: parts, Refs: refs[:n], Prompt: "a lovely cat", Size: 128, Steps: 2, Seed: 42, Threads: 2})
+			if psnr < 50 {
+				t.Errorf("PSNR %.2f dB, want at least 50", psnr)
+			}
+		})
 	}
 }
 

@@ -80,3 +80,39 @@ func TestTinyKleinGenerates(t *testing.T) {
 		t.Error("a black image")
 	}
 }
+
+// TestTinyKleinRefImages runs testdata/tiny-flux2-klein.gguf with
+// reference images (sd-cli's -r): a second reference, of another shape
+// than the render's (resized by sd-cli's rule), changes the image of one
+// (two renders: the text encoder's 512 tokens make each cost). sd-cli's
+// own images are TestKleinRefImagesMatchesSDCLI's.
+func TestTinyKleinRefImages(t *testing.T) {
+	m, err := infer.Load(infer.Components{"model": filepath.Join("..", "..", "..", "testdata", "tiny-flux2-klein.gguf")}, infer.LoadOptions{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ref := func(w, h int, seed float64) infer.RefImage {
+		pix := make([]float32, 3*w*h)
+		for i := range pix {
+			pix[i] = float32(math.Sin(seed * float64(i) / 7))
+		}
+		return infer.RefImage{Pixels: pix, Width: w, Height: h}
+	}
+	render := func(refs ...infer.RefImage) []float32 {
+		res, err := m.Generate(infer.Request{Prompt: "a cat", Width: 16, Height: 16, Steps: 1, CFGScale: 1, Seed: 1, Refs: refs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range res.Pixels {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Fatalf("%d references: pixel %v", len(refs), v)
+			}
+		}
+		return res.Pixels
+	}
+	a, b := ref(16, 16, 1), ref(48, 16, 2) // b is encoded at 32x16
+	if slices.Equal(render(a), render(a, b)) {
+		t.Error("a second reference image left the image as it was")
+	}
+}

@@ -9,18 +9,38 @@ import (
 // of the three shared layers, computed once from the time (and, for dev,
 // guidance) embedding, as sd.cpp's flux.hpp runs it with share_modulation.
 
-// flux2RoPE returns the rotary embedding's cos and sin [d/2, Lt+Li] for
-// txtTokens text tokens at positions (0, 0, 0, i) followed by a rows×cols
-// grid of image tokens at (0, row, col, 0), as sd.cpp's gen_flux_ids does
-// for Flux.2 (txt_arange_dims {3}).
-func flux2RoPE(axes []int, theta float32, txtTokens, rows, cols int) (cos, sin []float32) {
-	return axesRoPE(axes, theta, txtTokens+rows*cols, func(t int, pos []float32) {
+// flux2RefIndexStep is the first position axis's step between reference
+// images: sd.cpp's ref_index_scale of 10 for Flux.2, so reference k
+// (from 1) sits at index 10·k.
+const flux2RefIndexStep = 10
+
+// flux2RoPE returns the rotary embedding's cos and sin [d/2, Lt+Li+Lr] for
+// txtTokens text tokens at positions (0, 0, 0, i), a rows×cols grid of
+// image tokens at (0, row, col, 0), then the grids of the reference
+// images (refs: rows and columns of each) at (10·k, row, col, 0), as
+// sd.cpp's gen_flux_ids does for Flux.2 (txt_arange_dims {3}, references
+// in its increasing index mode, each grid from row and column 0).
+func flux2RoPE(axes []int, theta float32, txtTokens, rows, cols int, refs [][2]int) (cos, sin []float32) {
+	type grid struct{ start, index, cols int }
+	grids := []grid{{txtTokens, 0, cols}}
+	l := txtTokens + rows*cols
+	for k, r := range refs {
+		grids = append(grids, grid{l, flux2RefIndexStep * (k + 1), r[1]})
+		l += r[0] * r[1]
+	}
+	return axesRoPE(axes, theta, l, func(t int, pos []float32) {
 		if t < txtTokens {
 			pos[3] = float32(t)
 			return
 		}
-		i := t - txtTokens
-		pos[1], pos[2] = float32(i/cols), float32(i%cols)
+		gr := grids[0]
+		for _, g := range grids[1:] {
+			if t >= g.start {
+				gr = g
+			}
+		}
+		i := t - gr.start
+		pos[0], pos[1], pos[2] = float32(gr.index), float32(i/gr.cols), float32(i%gr.cols)
 	})
 }
 

@@ -42,8 +42,16 @@ func (f *flux2Net) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, [
 	}
 	p := cfg.Patch
 	rows, cols := in.H/p, in.W/p
-	cv, sv := flux2RoPE(cfg.Axes, cfg.Theta, c.Tokens, rows, cols)
-	d, ins := NewDiTInputs(g, in, Patchify(in.X, cfg.InChannels, rows, cols, 1), cfg.InChannels, cv, sv, cfg.HeadDim/2)
+	img := Patchify(in.X, cfg.InChannels, rows, cols, 1)
+	// Reference images' tokens follow the image's (sd.cpp concatenates
+	// them along the token axis); MapOutput keeps the image's.
+	grids := make([][2]int, len(in.Refs))
+	for i, r := range in.Refs {
+		grids[i] = [2]int{r.H / p, r.W / p}
+		img = append(img, Patchify(r.X, cfg.InChannels, r.H/p, r.W/p, 1)...)
+	}
+	cv, sv := flux2RoPE(cfg.Axes, cfg.Theta, c.Tokens, rows, cols, grids)
+	d, ins := NewDiTInputs(g, in, img, cfg.InChannels, cv, sv, cfg.HeadDim/2)
 	var guid native.Tensor
 	if cfg.Guidance {
 		guid = infer.NewInput(g, formats.F32, 1)
@@ -53,8 +61,10 @@ func (f *flux2Net) Build(g *infer.Builder, in *infer.NetInput) (native.Tensor, [
 	return out, ins, blocks
 }
 
-// MapOutput turns the graph's tokens back into the latent's layout.
+// MapOutput turns the graph's image tokens (those before any reference
+// image's, which sd.cpp crops off) back into the latent's layout.
 func (f *flux2Net) MapOutput(out []float32, in *infer.NetInput) []float32 {
 	p := f.cfg.Patch
-	return Unpatchify(out, f.cfg.InChannels, in.H/p, in.W/p, 1)
+	rows, cols := in.H/p, in.W/p
+	return Unpatchify(out[:f.cfg.InChannels*rows*cols], f.cfg.InChannels, rows, cols, 1)
 }

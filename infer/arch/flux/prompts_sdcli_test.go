@@ -12,7 +12,7 @@ import (
 
 // TestFamilyPromptsMatchSDCLI runs inferutil.PromptParity's three cases (a
 // weighted prompt, a weighted negative prompt, img2img) against sd-cli for
-// Flux.2 klein, Flux and Chroma, through the family's own parity harness.
+// Flux.2 klein and dev, Flux and Chroma, through the family's own parity harness.
 func TestFamilyPromptsMatchSDCLI(t *testing.T) {
 	t.Run("klein", func(t *testing.T) {
 		// The DiT's matrices stay f16 here: with q8_0 ones (synth.KleinParity)
@@ -30,6 +30,16 @@ func TestFamilyPromptsMatchSDCLI(t *testing.T) {
 		comps := infer.Components{"diffusion-model": r.Parts["diffusion-model"], "llm": r.Parts["llm"], "vae": r.Parts["vae"]}
 		inferutil.PromptParity{Bin: bin, Args: r.sdcliArgs, Comps: comps, Opt: infer.LoadOptions{Threads: r.Threads}, Req: r.request(t),
 			Weighted: inferutil.WeightedWords, Negative: inferutil.NegativeWords, CFG: 3}.Run(t, r.Size)
+	})
+	t.Run("dev", func(t *testing.T) {
+		// sd-cli's Mistral vocabulary is a stub, so the words reach both LLMs as
+		// the same ids (synth.MistralUnkVocab); the weights still scale each
+		// token's hidden state by position, and the mean is restored over them.
+		bin, parts := devSDCLI(t)
+		r := devParity(parts)
+		r.Size = 64
+		inferutil.PromptParity{Bin: bin, Args: r.sdcliArgs, Comps: r.components(), Opt: infer.LoadOptions{Threads: r.Threads}, Req: r.request(),
+			Weighted: inferutil.WeightedWords, Negative: inferutil.NegativeWords, CFG: 2}.Run(t, r.Size)
 	})
 	t.Run("flux", func(t *testing.T) {
 		bin := inferutil.SDCLIBinary(t)

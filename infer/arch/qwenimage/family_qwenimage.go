@@ -26,6 +26,9 @@ var QwenImageFamilies = []*infer.Family{
 		Conditioner: "qwen_image", Network: "qwen_image", Schedule: "discrete-flow",
 		Prediction: infer.FlowPrediction, VAE: infer.VAEFacts{Kind: "wan", Scale: 1}, FlowShift: 3,
 		Defaults: infer.Defaults{Method: infer.Euler, Scheduler: infer.SchedulerDiscrete, CFGScale: 2.5, Width: 512, Height: 512, Steps: 20},
+		// sd-cli's Qwen-Image Edit gives the references to the LLM too
+		// (its "qwen" preset, pass_to_vlm), through a vision tower.
+		RefsNeed: "Qwen-Image Edit also reads them with Qwen2.5-VL's vision tower (visual.*), which sdtool does not run",
 	},
 }
 

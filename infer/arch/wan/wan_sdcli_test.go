@@ -165,14 +165,23 @@ func TestWanA14BSDCLIParity(t *testing.T) {
 	if os.Getenv("SDTOOL_SDCLI") == "" {
 		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	r := wanA14BRun(t)
+	r.parityPSNR = 50
+	checkWanParity(t, r)
+}
+
+// wanA14BRun is the A14B run: two WanParity DiTs of their own seeds in
+// q4_0, the high-noise one for the first of three steps with a guidance
+// scale of its own.
+func wanA14BRun(tb testing.TB) wanParityRun {
 	low := synth.WanParity
 	low.Quant = formats.Q4_0
 	high := low
 	high.Seed = 9
-	dit, vae := wanParityFiles(t, low, "wan-parity-q4-low")
-	hdit, _ := wanParityFiles(t, high, "wan-parity-q4-high")
-	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5,
-		highDiT: hdit, highSteps: 1, highCFG: 4, parityPSNR: 50})
+	dit, vae := wanParityFiles(tb, low, "wan-parity-q4-low")
+	hdit, _ := wanParityFiles(tb, high, "wan-parity-q4-high")
+	return wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5,
+		highDiT: hdit, highSteps: 1, highCFG: 4}
 }
 
 // TestWanTI2VSDCLIParity is Wan 2.2 TI2V-5B text-to-video at the only
@@ -232,6 +241,10 @@ type wanChildSpec struct {
 	Size, Frames, Steps, Threads int
 	Seed                         uint64
 	CFG, Shift                   float32
+	// HighDiT, HighSteps and HighCFG are Wan 2.2 A14B's high-noise expert.
+	HighDiT   string
+	HighSteps int
+	HighCFG   float32
 }
 
 // TestWanGenerateChild is BenchmarkWanVsSDCLI's child process: it renders
@@ -246,13 +259,19 @@ func TestWanGenerateChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		t.Fatal(err)
 	}
-	m, err := infer.Load(infer.Components{"diffusion-model": r.DiT, "vae": r.VAE}, infer.LoadOptions{Threads: r.Threads, FlowShift: r.Shift, VAEDecodeOnly: true})
+	comps := infer.Components{"diffusion-model": r.DiT, "vae": r.VAE}
+	req := infer.Request{Width: r.Size, Height: r.Size, Frames: r.Frames, Steps: r.Steps, CFGScale: r.CFG, Seed: r.Seed,
+		RNG: infer.RNGCUDA, Method: infer.Euler, Scheduler: infer.SchedulerDiscrete}
+	if r.HighDiT != "" {
+		comps["high-noise-diffusion-model"] = r.HighDiT
+		req.HighNoise = &infer.HighNoise{Steps: r.HighSteps, CFGScale: r.HighCFG, Method: infer.Euler}
+	}
+	m, err := infer.Load(comps, inferutil.AsGenerate(infer.LoadOptions{Threads: r.Threads, FlowShift: r.Shift, VAEDecodeOnly: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	res, err := m.Generate(infer.Request{Width: r.Size, Height: r.Size, Frames: r.Frames, Steps: r.Steps, CFGScale: r.CFG, Seed: r.Seed,
-		RNG: infer.RNGCUDA, Method: infer.Euler, Scheduler: infer.SchedulerDiscrete})
+	res, err := m.Generate(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,24 +280,49 @@ func TestWanGenerateChild(t *testing.T) {
 }
 
 // BenchmarkWanVsSDCLI alternates one sd-cli run and one sdtool run (each
-// in a fresh process) of the same Wan 2.1 video on synth.WanParity's files
-// (SDTOOL_WAN_PARITY_DIR keeps them; 5 frames of 64x64, 2 Euler steps with
-// guidance, 2 threads) and reports both sides' seconds per step and peak
-// RSS and their ratios, measured in one run. SDTOOL_WAN_BENCH_DIT and
+// in a fresh process) of the same Wan video (SDTOOL_WAN_PARITY_DIR keeps
+// the files; 5 frames of 64x64, Euler with guidance, 2 threads) and reports
+// both sides' seconds per step and peak RSS and their ratios, measured in
+// one run. SDTOOL_WAN_BENCH_VARIANT picks the model: t2v (the default, Wan
+// 2.1 T2V on synth.WanParity's q8_0 DiT, 2 steps), a14b (Wan 2.2 A14B's two
+// q4_0 experts, 1 high-noise step and 2 low-noise steps) or ti2v (TI2V-5B
+// in q4_0 with Wan 2.2's VAE, 2 steps). SDTOOL_WAN_BENCH_DIT and
 // SDTOOL_WAN_BENCH_VAE replace the files (a quantized DiT that quantize
-// wrote, TI2V-5B's pair).
+// wrote, say).
 func BenchmarkWanVsSDCLI(b *testing.B) {
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
 		b.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	r := wanBenchRun(b)
+	spec, _ := json.Marshal(wanChildSpec{DiT: r.dit, VAE: r.vae, Size: r.size, Frames: r.frames, Steps: r.steps, Threads: r.threads,
+		Seed: r.seed, CFG: r.cfg, Shift: r.shift, HighDiT: r.highDiT, HighSteps: r.highSteps, HighCFG: r.highCFG})
+	inferutil.BenchVsSDCLI(b, bin, inferutil.SDCLIBench{Args: r.sdcliArgs(filepath.Join(b.TempDir(), "sd_%03d.png")),
+		Steps: r.steps + r.highSteps, Child: "TestWanGenerateChild", Env: wanChildEnv, Spec: spec})
+}
+
+// wanBenchRun is the run SDTOOL_WAN_BENCH_VARIANT names, with the files
+// SDTOOL_WAN_BENCH_DIT and SDTOOL_WAN_BENCH_VAE give in place of its own.
+func wanBenchRun(b *testing.B) wanParityRun {
 	dit, vae := os.Getenv("SDTOOL_WAN_BENCH_DIT"), os.Getenv("SDTOOL_WAN_BENCH_VAE")
-	if dit == "" || vae == "" {
-		d, v := wanParityFiles(b, synth.WanParity, "wan-parity")
-		dit, vae = cmp.Or(dit, d), cmp.Or(vae, v)
+	files := func(c synth.Wan, name string) (string, string) {
+		if dit != "" && vae != "" {
+			return dit, vae
+		}
+		d, v := wanParityFiles(b, c, name)
+		return cmp.Or(dit, d), cmp.Or(vae, v)
 	}
-	r := wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5}
-	spec, _ := json.Marshal(wanChildSpec{DiT: dit, VAE: vae, Size: r.size, Frames: r.frames, Steps: r.steps, Threads: r.threads,
-		Seed: r.seed, CFG: r.cfg, Shift: r.shift})
-	inferutil.BenchVsSDCLI(b, bin, inferutil.SDCLIBench{Args: r.sdcliArgs(filepath.Join(b.TempDir(), "sd_%03d.png")), Steps: r.steps, Child: "TestWanGenerateChild", Env: wanChildEnv, Spec: spec})
+	r := wanParityRun{size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5}
+	switch v := os.Getenv("SDTOOL_WAN_BENCH_VARIANT"); v {
+	case "", "t2v":
+		r.dit, r.vae = files(synth.WanParity, "wan-parity")
+	case "a14b":
+		r = wanA14BRun(b)
+		r.dit, r.vae = cmp.Or(dit, r.dit), cmp.Or(vae, r.vae)
+	case "ti2v":
+		r.dit, r.vae = files(synth.WanTI2VParity, "wan-ti2v-parity-q4")
+	default:
+		b.Fatalf("SDTOOL_WAN_BENCH_VARIANT=%q: want t2v, a14b or ti2v", v)
+	}
+	return r
 }

@@ -20,12 +20,16 @@ import (
 	"github.com/sdtool/sdtool/infer"
 	"github.com/sdtool/sdtool/infer/metrics"
 	"github.com/sdtool/sdtool/internal/longtest"
+	"github.com/sdtool/sdtool/native"
 )
 
 // SharedCLIPMerges is CLIP's merges in the shared data folder
 // (FindSharedData), which the sd-cli parity tests give both sides.
 var SharedCLIPMerges = FindSharedData("clip_bpe_merges.txt")
 
+// SDCLIBinary is the sd-cli that SDTOOL_SDCLI names, skipping the test or
+// benchmark when it is unset, when the shared CLIP vocabulary is missing, or
+// (tests only) when the linked ggml is not built as sd-cli's is.
 func SDCLIBinary(tb testing.TB) string {
 	tb.Helper()
 	if t, ok := tb.(*testing.T); ok {
@@ -35,6 +39,13 @@ func SDCLIBinary(tb testing.TB) string {
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
 		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	if err := native.ParityBuild(); err != nil {
+		if _, ok := tb.(*testing.T); ok {
+			tb.Skip(err)
+		}
+		// A benchmark may compare builds on purpose (llamafile on and off).
+		tb.Logf("warning: %v", err)
 	}
 	if _, err := os.Stat(SharedCLIPMerges); err != nil {
 		tb.Skipf("no CLIP vocabulary at %s", SharedCLIPMerges)
@@ -92,7 +103,9 @@ func SDCLIStepSeconds(tb testing.TB, log []byte, steps int) float64 {
 			v, _ := strconv.ParseFloat(sdcliLoading.FindStringSubmatch(line)[1], 64)
 			lazy += v
 		case SDCLISampling.MatchString(line):
-			sampling, _ = strconv.ParseFloat(SDCLISampling.FindStringSubmatch(line)[1], 64)
+			// Wan 2.2 A14B logs its high-noise expert's sampling first.
+			v, _ := strconv.ParseFloat(SDCLISampling.FindStringSubmatch(line)[1], 64)
+			sampling += v
 			window = false
 		}
 	}
@@ -127,7 +140,7 @@ func WritePNGFile(path string, img image.Image) error {
 // ReportChild is a benchmark child's work: it generates req and prints
 // its seconds per step for benchVsSDCLI.
 func ReportChild(t *testing.T, comps infer.Components, opt infer.LoadOptions, req infer.Request) {
-	m, err := infer.Load(comps, opt)
+	m, err := infer.Load(comps, AsGenerate(opt))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +151,17 @@ func ReportChild(t *testing.T, comps infer.Components, opt infer.LoadOptions, re
 	}
 	b, _ := json.Marshal(ChildReport{PerStep: res.Timings.Sampling.Seconds() / float64(res.Timings.Steps)})
 	fmt.Printf("CHILD %s\n", b)
+}
+
+// AsGenerate gives opt what generate sets for one image when it has no
+// budget of its own: a budget larger than any test model (weights read as
+// graphs need them) and one part held at a time (LoadOptions.PartsInTurn),
+// so that a benchmark child's peak RSS is generate's.
+func AsGenerate(opt infer.LoadOptions) infer.LoadOptions {
+	if opt.MaxMemory == 0 {
+		opt.MaxMemory, opt.PartsInTurn = 1<<40, true
+	}
+	return opt
 }
 
 // SDCLIBench is one side-by-side benchmark: sd-cli's arguments and steps,
@@ -243,7 +267,7 @@ func GenerateParts(tb testing.TB, comps infer.Components, opt infer.LoadOptions,
 }
 
 var (
-	SDCLISampling = regexp.MustCompile(`sampling completed, taking ([0-9.]+)s`)
+	SDCLISampling = regexp.MustCompile(`sampling(?:\(high noise\))? completed, taking ([0-9.]+)s`)
 	sdcliLoading  = regexp.MustCompile(`loading tensors completed, taking ([0-9.]+)s`)
 )
 
