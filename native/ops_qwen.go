@@ -34,10 +34,41 @@ struct sdt_dot_pair {
 // sums them on x86 with AVX2 and FMA: four 8-lane accumulators take the
 // values of each run of 32 by fused multiply-adds; they are added pairwise
 // (0+2, 1+3, then the two), the upper four lanes onto the lower, then two
-// horizontal adds; the values past the last whole run are fused into that
-// sum one at a time (gcc contracts ggml's scalar tail under -march=native).
-// fmaf rounds once, so this gives the same bits on any CPU and build; the
-// AVX2 build uses those instructions, any other the same steps in scalars.
+// horizontal adds. gcc -O3 -march=native vectorizes ggml's scalar tail
+// (the values past the last whole run; sd-cli's disassembly): runs of 8,
+// then one of 4 if that many are left, are multiplied as vectors (each
+// product rounded) and added to the sum one at a time in order; the last
+// three or fewer are fused multiply-adds. sdt_tail_product keeps the
+// product rounded whatever this build's contraction, and fmaf rounds once,
+// so this gives the same bits on any CPU and build; the AVX2 build uses
+// those instructions, any other the same steps in scalars.
+// sdt_tail_product is x·y rounded to float: the volatile store keeps a
+// compiler that contracts from fusing it into the addition that follows.
+static inline float sdt_tail_product(float x, float y) {
+	volatile float p = x * y;
+	return p;
+}
+
+// sdt_dot_tail adds the products of x and y from i to n to sum as gcc's
+// vectorized tail of ggml_vec_dot_f32 does (sdt_dot_f32).
+static float sdt_dot_tail(const float * x, const float * y, int64_t i, int64_t n, float sum) {
+	for (; i + 8 <= n; i += 8) {
+		for (int l = 0; l < 8; l++) {
+			sum += sdt_tail_product(x[i + l], y[i + l]);
+		}
+	}
+	if (i + 4 <= n) {
+		for (int l = 0; l < 4; l++) {
+			sum += sdt_tail_product(x[i + l], y[i + l]);
+		}
+		i += 4;
+	}
+	for (; i < n; i++) {
+		sum = fmaf(x[i], y[i], sum);
+	}
+	return sum;
+}
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 static float sdt_dot_f32(const float * x, const float * y, int64_t n) {
@@ -52,10 +83,7 @@ static float sdt_dot_f32(const float * x, const float * y, int64_t n) {
 	const __m128 half = _mm_add_ps(_mm256_castps256_ps128(lane), _mm256_extractf128_ps(lane, 1));
 	const __m128 pair = _mm_hadd_ps(half, half);
 	float sum = _mm_cvtss_f32(_mm_hadd_ps(pair, pair));
-	for (int64_t i = np; i < n; i++) {
-		sum = fmaf(x[i], y[i], sum);
-	}
-	return sum;
+	return sdt_dot_tail(x, y, np, n, sum);
 }
 #else
 static float sdt_dot_f32(const float * x, const float * y, int64_t n) {
@@ -79,10 +107,7 @@ static float sdt_dot_f32(const float * x, const float * y, int64_t n) {
 		half[l] = lane[l] + lane[l + 4];
 	}
 	float sum = (half[0] + half[1]) + (half[2] + half[3]);
-	for (int64_t i = np; i < n; i++) {
-		sum = fmaf(x[i], y[i], sum);
-	}
-	return sum;
+	return sdt_dot_tail(x, y, np, n, sum);
 }
 #endif
 

@@ -12,8 +12,10 @@ import (
 )
 
 // dotAVX2FMA is the plain-Go statement of MulMatDotF32's summation (the
-// order of ggml_vec_dot_f32 on x86 with AVX2 and a fused scalar tail),
-// written from that description, not from the C.
+// order of ggml_vec_dot_f32 on x86 with AVX2 as gcc -O3 -march=native
+// compiles it: its tail multiplied in runs of 8, then 4, each product
+// rounded and added in order, the last three or fewer fused), written from
+// that description and sd-cli's disassembly, not from the C.
 func dotAVX2FMA(x, y []float32) float32 {
 	fma := func(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
 	var acc [4][8]float32
@@ -30,7 +32,19 @@ func dotAVX2FMA(x, y []float32) float32 {
 		lane[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l])
 	}
 	sum := ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]))
-	for i := np; i < len(x); i++ {
+	i := np
+	for ; i+8 <= len(x); i += 8 {
+		for l := range 8 {
+			sum += float32(x[i+l] * y[i+l]) // the conversion rounds the product (no fusing)
+		}
+	}
+	if i+4 <= len(x) {
+		for l := range 4 {
+			sum += float32(x[i+l] * y[i+l]) // the conversion rounds the product (no fusing)
+		}
+		i += 4
+	}
+	for ; i < len(x); i++ {
 		sum = fma(x[i], y[i], sum)
 	}
 	return sum
@@ -104,7 +118,9 @@ func TestMulMatDotF32(t *testing.T) {
 		threads                int
 		strided                bool
 	}{
+		{3, 2, 2, 1, 1, 1, false},
 		{7, 3, 2, 1, 1, 1, false},
+		{42, 3, 4, 1, 1, 2, false}, // a tail of 8 rounded products and 2 fused ones
 		{32, 4, 5, 2, 2, 2, false},
 		{79, 6, 5, 3, 3, 3, false},
 		{128, 5, 9, 2, 2, 2, true},
@@ -145,13 +161,17 @@ func TestMulMatDotF32(t *testing.T) {
 
 // The fused tail differs from separately rounded products: -1 + 3·(1/3)
 // is 2^-26 when the product is not rounded first and 0 when it is, so the
-// test above can tell the two summations apart.
+// test above can tell the two summations apart; a tail of four or more
+// rounds its products (gcc's vector run) and gives 0.
 func TestDotAVX2FMAFusesTheTail(t *testing.T) {
 	third := float32(1) / 3
 	fused := dotAVX2FMA([]float32{1, 3}, []float32{-1, third})
 	rounded := float32(-1) + float32(float32(3)*third) // the conversion rounds the product
 	if fused == rounded || fused == 0 {
 		t.Fatalf("fused %g, separately rounded %g: want them to differ", fused, rounded)
+	}
+	if run := dotAVX2FMA([]float32{1, 3, 0, 0}, []float32{-1, third, 0, 0}); run != rounded {
+		t.Fatalf("a tail of four gave %g, want the separately rounded %g", run, rounded)
 	}
 }
 

@@ -72,11 +72,15 @@ func (r qwenImageParityRun) request() infer.Request {
 		Seed: r.Seed, RNG: infer.RNGCUDA, Method: infer.Euler, Scheduler: infer.SchedulerDiscrete}
 }
 
+// loadOptions are generate's for r's text to image: no VAE encoder (which
+// would add its weights to the benchmark's peak RSS).
+func (r qwenImageParityRun) loadOptions() infer.LoadOptions {
+	return infer.LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"llm": r.Tokenizer}, VAEDecodeOnly: true}
+}
+
 func (r qwenImageParityRun) load(tb testing.TB) *infer.Model {
 	tb.Helper()
-	// Text to image only, as generate loads it: without the VAE's encoder
-	// (which would add its weights to the benchmark's peak RSS).
-	m, err := infer.Load(r.components(), infer.LoadOptions{Threads: r.Threads, Tokenizers: map[string]string{"llm": r.Tokenizer}, VAEDecodeOnly: true})
+	m, err := infer.Load(r.components(), r.loadOptions())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -244,7 +248,11 @@ func TestQwenImageGenerateChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		t.Fatal(err)
 	}
-	m := r.load(t)
+	// As generate loads for one image: one part held at a time.
+	m, err := infer.Load(r.components(), inferutil.AsGenerate(r.loadOptions()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer m.Close()
 	res, err := m.Generate(r.request())
 	if err != nil {
@@ -346,8 +354,12 @@ func compareImatrixWithSDCLI(t *testing.T, bin string, r qwenImageParityRun) {
 		}
 		rel := inferutil.MaxRelErr(t, a, b)
 		t.Logf("%-70s calls %d/%d  rel %.2e", g.Name, e.NCall, g.NCall, rel)
-		if rel > 3e-2 {
-			t.Errorf("%s: mean squared activations differ from sd-cli's by %.2e (relative)", g.Name, rel)
+		// Both programs compute the step's LLM and DiT bit for bit alike, so
+		// the entries differ only by the two collectors' summations (about
+		// 3e-7); a last bit anywhere upstream grows through the q8_0
+		// activations to 1e-4 or more.
+		if rel > 1e-5 {
+			t.Errorf("%s: mean squared activations differ from sd-cli's by %.2e (relative), want at most 1e-5", g.Name, rel)
 		}
 	}
 }

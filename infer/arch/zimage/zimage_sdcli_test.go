@@ -127,7 +127,7 @@ func zimageSDCLI(tb testing.TB, c synth.ZImage) (string, synth.ZImage) {
 
 // loadOptions are generate's for r: the VAE's encoder is left out of
 // memory unless img2img needs it, so that the benchmark's peak RSS is the
-// one generate reaches.
+// one generate reaches (its child adds inferutil.AsGenerate).
 func (r zimageParityRun) loadOptions() infer.LoadOptions {
 	return infer.LoadOptions{Threads: r.Threads, VAEDecodeOnly: r.Init == ""}
 }
@@ -226,7 +226,7 @@ func TestZImageGenerateChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &r); err != nil {
 		t.Fatal(err)
 	}
-	m, err := infer.Load(r.components(), r.loadOptions())
+	m, err := infer.Load(r.components(), inferutil.AsGenerate(r.loadOptions()))
 	if err != nil {
 		t.Fatal(err)
 	}

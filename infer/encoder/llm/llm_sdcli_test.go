@@ -210,7 +210,10 @@ func (c llmParity) run(t *testing.T) {
 				d = math.Max(d, math.Abs(a-b))
 				mx = math.Max(mx, math.Abs(b))
 			}
-			if rel := d / mx; rel > 1e-2 {
+			// The LLM computes what sd-cli's does bit for bit, so only the
+			// collectors' summations differ (about 3e-7); a last bit upstream
+			// grows through the q8_0 activations to 1e-4 or more.
+			if rel := d / mx; rel > 1e-5 {
 				t.Errorf("prompt %d: %s: mean squares differ from sd-cli's by %.3g (relative to their largest)", i, name, rel)
 			} else {
 				worst = math.Max(worst, rel)
@@ -318,5 +321,6 @@ func TestQwen25VLMatchesSDCLIImatrix(t *testing.T) {
 		prompts: []string{
 			"a red fox in the snow, (watercolor:1.2)",
 			"海报上写着“通义千问”四个大字",
+			"一只橘猫", // 42 tokens with the template: a tail of 10 past the attention's run of 32
 		}, tokenizer: tok, sdcli: bin}.run(t)
 }
