@@ -379,7 +379,7 @@ func (c *Context) MulMat(a, b Tensor) Tensor {
 	if na[0] != nb[0] || nb[2]%na[2] != 0 || nb[3]%na[3] != 0 {
 		shapeErr("mul_mat: %v and %v", na, nb)
 	}
-	if t, ok := c.mulMatQ6K(a, b); ok { // sd-cli's ggml sums q6_K products otherwise (ops_kquant.go)
+	if t, ok := c.mulMatQ6K(a, b); ok && q6KAsSDCPP { // sd-cli's ggml sums q6_K products otherwise (ops_kquant.go)
 		return t
 	}
 	return c.op(C.ggml_mul_mat(c.c, a.p, b.p))

@@ -166,8 +166,7 @@ static __m256i sdt_q6k_lanes_avx2(const struct sdt_q6k * x, const struct sdt_q8k
 			const __m256i a = _mm256_loadu_si256((const __m256i *) (y->qs + 128*j + 32*r));
 			const int g = 8*j + 2*r;
 			// scales of the run's two halves: int16 lanes 0-7 and 8-15
-			const __m256i s = _mm256_setr_epi16(x->sc[g], x->sc[g], x->sc[g], x->sc[g], x->sc[g], x->sc[g], x->sc[g], x->sc[g],
-				x->sc[g + 1], x->sc[g + 1], x->sc[g + 1], x->sc[g + 1], x->sc[g + 1], x->sc[g + 1], x->sc[g + 1], x->sc[g + 1]);
+			const __m256i s = _mm256_set_m128i(_mm_set1_epi16(x->sc[g + 1]), _mm_set1_epi16(x->sc[g]));
 			sum = _mm256_add_epi32(sum, _mm256_madd_epi16(s, _mm256_maddubs_epi16(q[r], a)));
 		}
 	}
@@ -222,12 +221,20 @@ static void sdt_q6k_mul_op(struct ggml_tensor * dst, int ith, int nth, void * us
 	const int64_t rows = d->ne[1] * d->ne[2] * d->ne[3];
 	const int64_t per = (m + nth - 1) / nth;
 	const int64_t m0 = per * ith, m1 = m0 + per < m ? m0 + per : m;
-	for (int64_t r = 0; r < rows; r++) {
-		const struct sdt_q8k * a = (const struct sdt_q8k *) (qd + r * nb * SDT_Q8K_BYTES);
-		const int64_t i1 = r % d->ne[1], i2 = (r / d->ne[1]) % d->ne[2], i3 = r / d->ne[1] / d->ne[2];
-		float * out = (float *) (dd + i1 * d->nb[1] + i2 * d->nb[2] + i3 * d->nb[3]);
-		for (int64_t i = m0; i < m1; i++) {
-			out[i] = sdt_q6k_dot((const struct sdt_q6k *) (wd + i * w->nb[1]), a, nb);
+	// tiles of 16 weight rows by 16 activation rows, so that each weight
+	// row is read from cache by 16 activation rows
+	for (int64_t ib = m0; ib < m1; ib += 16) {
+		const int64_t ie = ib + 16 < m1 ? ib + 16 : m1;
+		for (int64_t rb = 0; rb < rows; rb += 16) {
+			const int64_t re = rb + 16 < rows ? rb + 16 : rows;
+			for (int64_t r = rb; r < re; r++) {
+				const struct sdt_q8k * a = (const struct sdt_q8k *) (qd + r * nb * SDT_Q8K_BYTES);
+				const int64_t i1 = r % d->ne[1], i2 = (r / d->ne[1]) % d->ne[2], i3 = r / d->ne[1] / d->ne[2];
+				float * out = (float *) (dd + i1 * d->nb[1] + i2 * d->nb[2] + i3 * d->nb[3]);
+				for (int64_t i = ib; i < ie; i++) {
+					out[i] = sdt_q6k_dot((const struct sdt_q6k *) (wd + i * w->nb[1]), a, nb);
+				}
+			}
 		}
 	}
 }
@@ -265,6 +272,10 @@ import (
 
 	"github.com/sdtool/sdtool/formats"
 )
+
+// q6KAsSDCPP routes q6_K products through mulMatQ6K; tests and benchmarks
+// turn it off to measure the linked ggml's own kernel.
+var q6KAsSDCPP = true
 
 // mulMatQ6K computes MulMat for a q6_K weight a [K, M] (2-D, contiguous)
 // and an F32 b [K, N, B2, B3] (rows of contiguous values) as

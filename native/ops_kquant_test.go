@@ -127,7 +127,17 @@ func TestQ6KProductAsSDCPP(t *testing.T) {
 		}
 	}
 	clear(x[256:512]) // a zero block
+	q6KAsSDCPP = false
+	theirs := q6kProduct(t, be, wq, x, k, m, rows)
+	q6KAsSDCPP = true
 	got := q6kProduct(t, be, wq, x, k, m, rows)
+	differ := 0
+	for i := range got {
+		if got[i] != theirs[i] {
+			differ++
+		}
+	}
+	t.Logf("the linked ggml's own q6_K kernel differs in %d of %d outputs", differ, len(got))
 	wd := make([]float32, k*m)
 	if err := quant.DecodeFloats(formats.Q6_K, wd, wq); err != nil {
 		t.Fatal(err)
@@ -160,7 +170,7 @@ func TestQ6KProductAsSDCPP(t *testing.T) {
 }
 
 // q6kProduct runs MulMat of the q6_K weight wq [k, m] and x as [k, rows/2, 2].
-func q6kProduct(t *testing.T, be *Backend, wq []byte, x []float32, k, m, rows int) []float32 {
+func q6kProduct(t testing.TB, be *Backend, wq []byte, x []float32, k, m, rows int) []float32 {
 	t.Helper()
 	wctx, err := NewContext(1, 0)
 	if err != nil {
@@ -196,4 +206,39 @@ func q6kProduct(t *testing.T, be *Backend, wq []byte, x []float32, k, m, rows in
 		t.Fatal(err)
 	}
 	return out
+}
+
+// BenchmarkQ6KProduct times a q6_K product of an SD 1.5 feed-forward shape
+// (5120 to 1280, 64 tokens) through mulMatQ6K ("sdcpp") and through the
+// linked ggml's own kernel ("ggml").
+func BenchmarkQ6KProduct(b *testing.B) {
+	be, err := NewCPUBackend(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Free()
+	const k, m, rows = 5120, 1280, 64
+	r := rand.New(rand.NewPCG(1, 2))
+	wf := make([]float32, k*m)
+	for i := range wf {
+		wf[i] = float32(r.NormFloat64() * 0.05)
+	}
+	wq := make([]byte, k/256*210*m)
+	if err := QuantizeChunkInto(formats.Q6_K, wq, wf, k, nil); err != nil {
+		b.Fatal(err)
+	}
+	x := make([]float32, k*rows)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	for _, sdcpp := range []bool{true, false} {
+		name := map[bool]string{true: "sdcpp", false: "ggml"}[sdcpp]
+		b.Run(name, func(b *testing.B) {
+			q6KAsSDCPP = sdcpp
+			defer func() { q6KAsSDCPP = true }()
+			for b.Loop() {
+				q6kProduct(b, be, wq, x, k, m, rows)
+			}
+		})
+	}
 }
