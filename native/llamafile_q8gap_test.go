@@ -3,7 +3,6 @@
 package native
 
 import (
-	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -13,13 +12,9 @@ import (
 // out of the linked ggml, although the Go module's own cgo flags define it,
 // and that without it llamafile is in.
 func TestLinkedLlamafileFollowsFlags(t *testing.T) {
-	info, ok := debug.ReadBuildInfo()
+	flags, ok := buildSettings()
 	if !ok {
 		t.Skip("no build information in this test binary")
-	}
-	flags := map[string]string{}
-	for _, s := range info.Settings {
-		flags[s.Key] = s.Value
 	}
 	undef := func(k string) bool { return strings.Contains(flags[k], "-UGGML_USE_LLAMAFILE") }
 	c, cxx := undef("CGO_CFLAGS"), undef("CGO_CXXFLAGS")

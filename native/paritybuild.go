@@ -29,14 +29,22 @@ func ParityBuild() error {
 	}
 	// ggml's C++ half (its ops, repack and tinyBLAS) takes CGO_CXXFLAGS: a
 	// build that set only CGO_CFLAGS links scalar C++ kernels.
-	if info, ok := debug.ReadBuildInfo(); ok {
-		flags := map[string]string{}
-		for _, s := range info.Settings {
-			flags[s.Key] = s.Value
-		}
-		if flags["CGO_CFLAGS"] != flags["CGO_CXXFLAGS"] {
-			return ErrNotParityBuild
-		}
+	if flags, ok := buildSettings(); ok && flags["CGO_CFLAGS"] != flags["CGO_CXXFLAGS"] {
+		return ErrNotParityBuild
 	}
 	return nil
+}
+
+// buildSettings are the binary's build settings (CGO_CFLAGS and the like)
+// by key; false when the binary carries none.
+func buildSettings() (map[string]string, bool) {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return nil, false
+	}
+	flags := map[string]string{}
+	for _, s := range info.Settings {
+		flags[s.Key] = s.Value
+	}
+	return flags, true
 }

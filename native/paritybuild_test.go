@@ -5,7 +5,6 @@ package native
 import (
 	"errors"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -14,13 +13,9 @@ import (
 // binary was built with: go run ./build's flags pass, a plain build (no
 // -march, llamafile on) does not.
 func TestParityBuildFollowsFlags(t *testing.T) {
-	info, ok := debug.ReadBuildInfo()
+	flags, ok := buildSettings()
 	if !ok {
 		t.Skip("no build information in this test binary")
-	}
-	flags := map[string]string{}
-	for _, s := range info.Settings {
-		flags[s.Key] = s.Value
 	}
 	both := func(sub string) bool {
 		return strings.Contains(flags["CGO_CFLAGS"], sub) && strings.Contains(flags["CGO_CXXFLAGS"], sub)
