@@ -140,6 +140,8 @@ func WritePNGFile(path string, img image.Image) error {
 // ReportChild is a benchmark child's work: it generates req and prints
 // its seconds per step for benchVsSDCLI.
 func ReportChild(t *testing.T, comps infer.Components, opt infer.LoadOptions, req infer.Request) {
+	// Only img2img and references encode: generate leaves the VAE's encoder out otherwise.
+	opt.VAEDecodeOnly = opt.VAEDecodeOnly || req.Init == nil && len(req.Refs) == 0
 	m, err := infer.Load(comps, AsGenerate(opt))
 	if err != nil {
 		t.Fatal(err)
