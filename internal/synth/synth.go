@@ -13,7 +13,7 @@ import (
 
 // Spec selects what to generate.
 type Spec struct {
-	// Arch is an architecture name from Archs ("sd1", "sdxl", "flux", "wan",
+	// Arch is an architecture name from Archs ("sd1", "sd2", "sdxl", "flux", "wan",
 	// "sd1_unet", "vae", "clip_l", "t5xxl").
 	Arch string
 	// Scale multiplies the widths of the diffusion model (0 or 1: real

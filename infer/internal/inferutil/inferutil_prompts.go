@@ -22,8 +22,11 @@ import (
 // harness's. Where sd-cli's build stubs an encoder's vocabulary (T5 for Flux and Chroma), the prompts are
 // attention syntax around spaces, which both sides parse to weighted segments and tokenize to nothing; Z-Image,
 // Flux.2 klein and Qwen-Image (Qwen's real BPE) and SD3 (CLIP-L and bigG, no T5 in its parity files) take
-// real words. Wan is left out: its parity files have no text encoder (UMT5's vocabulary is a stub in sd-cli)
-// and its image-to-video is another mode.
+// real words; Flux.2 dev's words all become one id on both sides (Mistral's vocabulary is a stub in sd-cli),
+// which still compares the weights by position. Wan is left out: its parity files have no text encoder, so
+// neither program encodes a prompt and a weighted or negative one would render the plain image again, and
+// with a UMT5 every prompt would tokenize to nothing in sd-cli (a stub vocabulary), leaving no token to weigh;
+// its init image is TestWanTI2VImageToVideoSDCLIParity's.
 //
 //	SDTOOL_LONG=1 SDTOOL_SDCLI=... SDTOOL_QWEN_TOKENIZER=... go test ./infer/... -run FamilyPromptsMatchSDCLI -v -timeout 2h
 
