@@ -34,10 +34,28 @@ struct sdt_dot_pair {
 // sums them on x86 with AVX2 and FMA: four 8-lane accumulators take the
 // values of each run of 32 by fused multiply-adds; they are added pairwise
 // (0+2, 1+3, then the two), the upper four lanes onto the lower, then two
-// horizontal adds; the values past the last whole run are fused into that
-// sum one at a time (gcc contracts ggml's scalar tail under -march=native).
+// horizontal adds; the values past the last whole run are added as gcc
+// compiles ggml's scalar tail under -march=native (sdt_dot_tail).
 // fmaf rounds once, so this gives the same bits on any CPU and build; the
 // AVX2 build uses those instructions, any other the same steps in scalars.
+// sdt_dot_tail adds the values past the last run of 32 as gcc compiles
+// ggml's scalar tail under -O3 -march with its default contraction (sd-cli's
+// build, measured against ggml's own kernel built so): products of whole
+// groups of four are rounded, then added one by one; the last (n-np)%4
+// are fused multiply-adds. volatile keeps a contracting build from fusing
+// the first part.
+static float sdt_dot_tail(const float * x, const float * y, int64_t np, int64_t n, float sum) {
+	const int64_t nf = np + ((n - np) & ~(int64_t) 3);
+	for (int64_t i = np; i < nf; i++) {
+		const volatile float p = x[i] * y[i];
+		sum += p;
+	}
+	for (int64_t i = nf; i < n; i++) {
+		sum = fmaf(x[i], y[i], sum);
+	}
+	return sum;
+}
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 static float sdt_dot_f32(const float * x, const float * y, int64_t n) {
@@ -52,10 +70,7 @@ static float sdt_dot_f32(const float * x, const float * y, int64_t n) {
 	const __m128 half = _mm_add_ps(_mm256_castps256_ps128(lane), _mm256_extractf128_ps(lane, 1));
 	const __m128 pair = _mm_hadd_ps(half, half);
 	float sum = _mm_cvtss_f32(_mm_hadd_ps(pair, pair));
-	for (int64_t i = np; i < n; i++) {
-		sum = fmaf(x[i], y[i], sum);
-	}
-	return sum;
+	return sdt_dot_tail(x, y, np, n, sum);
 }
 #else
 static float sdt_dot_f32(const float * x, const float * y, int64_t n) {
@@ -79,10 +94,7 @@ static float sdt_dot_f32(const float * x, const float * y, int64_t n) {
 		half[l] = lane[l] + lane[l + 4];
 	}
 	float sum = (half[0] + half[1]) + (half[2] + half[3]);
-	for (int64_t i = np; i < n; i++) {
-		sum = fmaf(x[i], y[i], sum);
-	}
-	return sum;
+	return sdt_dot_tail(x, y, np, n, sum);
 }
 #endif
 
@@ -189,12 +201,14 @@ import (
 // values, a [K, M, A2, A3] and b [K, N, B2, B3] (a's batches broadcast
 // over b's, as in MulMat: grouped-query attention), giving [M, N, B2, B3]
 // summed in the order of ggml's CPU dot product on an AVX2 build whose
-// compiler fuses its scalar tail (gcc's default under -march, as
-// stable-diffusion.cpp's release and native builds are), whatever this
-// build's flags and CPU. The linked ggml's MulMat takes its sgemm for
-// most shapes and, built with -ffp-contract=off or without -march, rounds
-// the tail's products separately: last-bit differences that quantized
-// activations downstream turn into whole quantization steps.
+// compiler contracts its scalar tail (gcc's default under -march, as
+// stable-diffusion.cpp's release and native builds are: four products at
+// a time rounded, the last one to three fused, bit for bit with ggml
+// itself built so), whatever this build's flags and CPU. The linked
+// ggml's MulMat takes its sgemm for most shapes and, built with
+// -ffp-contract=off or without -march, rounds every tail product
+// separately: last-bit differences that quantized activations downstream
+// turn into whole quantization steps.
 func (c *Context) MulMatDotF32(a, b Tensor) Tensor {
 	na, nb := a.Ne(), b.Ne()
 	if a.Type() != formats.F32 || b.Type() != formats.F32 {

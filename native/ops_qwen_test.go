@@ -12,8 +12,10 @@ import (
 )
 
 // dotAVX2FMA is the plain-Go statement of MulMatDotF32's summation (the
-// order of ggml_vec_dot_f32 on x86 with AVX2 and a fused scalar tail),
-// written from that description, not from the C.
+// order of ggml_vec_dot_f32 on x86 with AVX2 as gcc compiles its scalar
+// tail under its default contraction: four products at a time rounded,
+// the last one to three fused), written from that description, not from
+// the C.
 func dotAVX2FMA(x, y []float32) float32 {
 	fma := func(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
 	var acc [4][8]float32
@@ -30,7 +32,13 @@ func dotAVX2FMA(x, y []float32) float32 {
 		lane[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l])
 	}
 	sum := ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]))
-	for i := np; i < len(x); i++ {
+	// gcc's tail: groups of four products rounded, then added one by one;
+	// the last len%4 values past the runs fused
+	nf := np + (len(x)-np)&^3
+	for i := np; i < nf; i++ {
+		sum += x[i] * y[i]
+	}
+	for i := nf; i < len(x); i++ {
 		sum = fma(x[i], y[i], sum)
 	}
 	return sum
@@ -146,12 +154,17 @@ func TestMulMatDotF32(t *testing.T) {
 // The fused tail differs from separately rounded products: -1 + 3·(1/3)
 // is 2^-26 when the product is not rounded first and 0 when it is, so the
 // test above can tell the two summations apart.
+// A group of four in the tail is rounded product by product, as gcc's
+// vectorised tail computes it: the same values padded to four sum to 0.
 func TestDotAVX2FMAFusesTheTail(t *testing.T) {
 	third := float32(1) / 3
 	fused := dotAVX2FMA([]float32{1, 3}, []float32{-1, third})
 	rounded := float32(-1) + float32(float32(3)*third) // the conversion rounds the product
 	if fused == rounded || fused == 0 {
 		t.Fatalf("fused %g, separately rounded %g: want them to differ", fused, rounded)
+	}
+	if four := dotAVX2FMA([]float32{1, 3, 0, 0}, []float32{-1, third, 0, 0}); four != rounded {
+		t.Fatalf("a group of four gives %g, want the rounded sum %g", four, rounded)
 	}
 }
 
