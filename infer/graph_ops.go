@@ -136,7 +136,8 @@ func (g *Builder) LayerNorm(x native.Tensor, prefix string, eps float32) native.
 }
 
 // Attention computes softmax(QKᵀ/√d)V per head: q [C, Lq, N], k and v
-// [C, Lk, N], C = heads·d; causal masks keys after each query (CLIP).
+// [C, Lk, N], C = heads·d; causal masks keys after each query (CLIP). Its
+// two F32 products are summed as sd-cli's ggml sums them (mulMatF32).
 func Attention(c *native.Context, q, k, v native.Tensor, heads int, causal bool) native.Tensor {
 	nq, nk := q.Ne(), k.Ne()
 	ch, lq, n, lk := nq[0], nq[1], nq[2], nk[1]
@@ -150,14 +151,29 @@ func Attention(c *native.Context, q, k, v native.Tensor, heads int, causal bool)
 	kh := c.Reshape(c.Cont(c.Permute(c.Reshape(k, d, h, lk, n), 0, 2, 1, 3)), d, lk, h*n)
 	// v as [Lk, d, heads, N] so that the second product contracts over Lk.
 	vt := c.Reshape(c.Cont(c.Permute(c.Reshape(v, d, h, lk, n), 1, 2, 0, 3)), lk, d, h*n)
-	kq := c.MulMat(kh, qh) // [Lk, Lq, heads·N]
+	kq := mulMatF32(c, kh, qh) // [Lk, Lq, heads·N]
 	if causal {
 		kq = c.DiagMaskInf(kq, 0)
 	}
 	kq = c.SoftMax(kq, float32(1/math.Sqrt(float64(d))))
-	o := c.MulMat(vt, kq) // [d, Lq, heads·N]
+	o := mulMatF32(c, vt, kq) // [d, Lq, heads·N]
 	o = c.Cont(c.Permute(c.Reshape(o, d, lq, h, n), 0, 2, 1, 3))
 	return c.Reshape(o, ch, lq, n)
+}
+
+// mulMatF32 is MulMat for F32 operands a [K, ...] and b [K, ...] summed
+// as sd-cli's ggml sums them. gcc contracts ggml's scalar dot-product tail
+// in sd-cli's build: four products at a time rounded, the last K%4 fused
+// (native.MulMatDotF32); the linked ggml, built with -ffp-contract=off,
+// rounds them too, so the two differ only where K%4 is not 0 (CLIP's 77
+// tokens), and only there does the slower custom op run. A k-quant product
+// downstream carries such a last bit on (the q6_K SD 1.5 file: 43.5 dB
+// against sd-cli with ggml's product, 51.7 dB with this).
+func mulMatF32(c *native.Context, a, b native.Tensor) native.Tensor {
+	if a.Ne()[0]%4 != 0 {
+		return c.MulMatDotF32(a, b)
+	}
+	return c.MulMat(a, b)
 }
 
 // Geglu applies diffusers' GEGLU: the projection gives [value; gate] of
