@@ -5,6 +5,7 @@ package inferutil
 import (
 	"image"
 	"image/color"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,7 +76,10 @@ func (p PromptParity) cases(t *testing.T, init string) []promptParityCase {
 	guided.CFGScale = p.CFG
 	img2img := weighted
 	img2img.Init, _, _ = infer.CHWFromImage(ReadPNGFile(t, init))
-	img2img.Strength = 0.6
+	// sd-cli keeps the last steps·strength sigmas (one less when that is all of them), so with the
+	// harnesses' 2 steps any strength of 0.5 or more starts at the first sigma, where a flow model's
+	// start is all noise and the init image changes nothing: 0.4 starts one step from the image.
+	img2img.Strength = img2imgStrength
 	cfg := strconv.FormatFloat(float64(p.CFG), 'g', -1, 32)
 	return []promptParityCase{
 		{"weighted", []string{"-p", p.Weighted}, weighted},
@@ -83,9 +87,12 @@ func (p PromptParity) cases(t *testing.T, init string) []promptParityCase {
 		// The same guidance with an empty negative prompt: a failure of "negative" that this case shares is
 		// in the family's guidance, not in the negative prompt's weights.
 		{"guided", []string{"--cfg-scale", cfg}, guided},
-		{"img2img", []string{"-p", p.Weighted, "-i", init, "--strength", "0.6"}, img2img},
+		{"img2img", []string{"-p", p.Weighted, "-i", init, "--strength", strconv.FormatFloat(img2imgStrength, 'g', -1, 32)}, img2img},
 	}
 }
+
+// img2imgStrength is the img2img case's strength (PromptParity.cases says why).
+const img2imgStrength = 0.4
 
 // Run renders every case of p on both sides, loading sdtool's model once.
 func (p PromptParity) Run(t *testing.T, size int) {
@@ -94,6 +101,7 @@ func (p PromptParity) Run(t *testing.T, size int) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	var weighted image.Image // sdtool's weighted image, which img2img's must differ from
 	for _, c := range p.cases(t, InitPNG(t, size)) {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "sdcli.png")
@@ -115,6 +123,17 @@ func (p PromptParity) Run(t *testing.T, size int) {
 			t.Logf("%s: prompt %q, negative %q, cfg %g, init %v: sdtool vs sd-cli %.2f dB", c.name, c.req.Prompt, c.req.Negative, c.req.CFGScale, c.req.Init != nil, psnr)
 			if psnr < 50 {
 				t.Errorf("%s: %.2f dB against sd-cli, want at least 50", c.name, psnr)
+			}
+			switch c.name {
+			case "weighted":
+				weighted = img
+			case "img2img":
+				if weighted == nil {
+					break // the weighted case did not run (-run)
+				}
+				if same, err := metrics.PSNR(weighted, img); err == nil && math.IsInf(same, 1) {
+					t.Errorf("img2img: the init image changed nothing (the same pixels as the weighted case)")
+				}
 			}
 		})
 	}
