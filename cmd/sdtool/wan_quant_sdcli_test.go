@@ -13,6 +13,7 @@ import (
 
 	"github.com/sdtool/sdtool/internal/longtest"
 	"github.com/sdtool/sdtool/internal/synth"
+	"github.com/sdtool/sdtool/native"
 	"github.com/sdtool/sdtool/pipeline"
 )
 
@@ -40,6 +41,9 @@ func TestWanQuantizedSDCLIParity(t *testing.T) {
 	bin := os.Getenv("SDTOOL_SDCLI")
 	if bin == "" {
 		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	if err := native.ParityBuild(); err != nil {
+		t.Skip(err)
 	}
 	dir := os.Getenv("SDTOOL_WAN_PARITY_DIR")
 	if dir == "" {

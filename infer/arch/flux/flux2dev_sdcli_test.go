@@ -75,6 +75,7 @@ func devSDCLI(tb testing.TB) (string, map[string]string) {
 	if bin == "" {
 		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	inferutil.RequireParityBuild(tb)
 	c := synth.DevParity
 	c.LLM.Tokenizer, c.LLM.UnkRowsFrom = synth.MistralUnkVocab(), 2
 	dir := os.Getenv("SDTOOL_DEV_PARITY_DIR")

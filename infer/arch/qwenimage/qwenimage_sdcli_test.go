@@ -97,6 +97,7 @@ func qwenImageParityEnv(tb testing.TB) (bin, tok string) {
 	if bin == "" || tok == "" {
 		tb.Skip("SDTOOL_SDCLI (sd-cli built with Qwen's merges) and SDTOOL_QWEN_TOKENIZER (the same tokenizer.json) are not both set")
 	}
+	inferutil.RequireParityBuild(tb)
 	return bin, sdcliQwenTokenizer(tb, tok)
 }
 

@@ -152,6 +152,7 @@ func TestWanSDCLIParity(t *testing.T) {
 	if os.Getenv("SDTOOL_SDCLI") == "" {
 		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	inferutil.RequireParityBuild(t)
 	dit, vae := wanParityFiles(t, synth.WanParity, "wan-parity")
 	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5, parityPSNR: 50})
 }
@@ -165,6 +166,7 @@ func TestWanA14BSDCLIParity(t *testing.T) {
 	if os.Getenv("SDTOOL_SDCLI") == "" {
 		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	inferutil.RequireParityBuild(t)
 	r := wanA14BRun(t)
 	r.parityPSNR = 50
 	checkWanParity(t, r)
@@ -193,6 +195,7 @@ func TestWanTI2VSDCLIParity(t *testing.T) {
 	if os.Getenv("SDTOOL_SDCLI") == "" {
 		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	inferutil.RequireParityBuild(t)
 	dit, vae := wanParityFiles(t, synth.WanTI2VParity, "wan-ti2v-parity-q4")
 	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5, parityPSNR: 50})
 }
@@ -205,6 +208,7 @@ func TestWanTI2VImageToVideoSDCLIParity(t *testing.T) {
 	if os.Getenv("SDTOOL_SDCLI") == "" {
 		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	inferutil.RequireParityBuild(t)
 	dit, vae := wanParityFiles(t, synth.WanTI2VParity, "wan-ti2v-parity-q4")
 	init := filepath.Join(t.TempDir(), "init.png")
 	if err := inferutil.WritePNGFile(init, wanInitImage(64)); err != nil {

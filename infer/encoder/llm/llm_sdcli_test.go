@@ -150,6 +150,7 @@ func sdcliLLMEnv(t *testing.T) (bin, tok string) {
 	if bin == "" {
 		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	inferutil.RequireParityBuild(t)
 	tok = os.Getenv(qwenTokenizerEnv)
 	if tok == "" {
 		t.Skipf("%s is not set (Qwen's tokenizer.json, which sd-cli must be built with)", qwenTokenizerEnv)

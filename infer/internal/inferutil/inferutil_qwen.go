@@ -39,6 +39,7 @@ func SDCLIQwen(tb testing.TB, what string, model func(dir string) []string) (str
 	if bin == "" {
 		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	RequireParityBuild(tb)
 	path := os.Getenv("SDTOOL_QWEN_TOKENIZER")
 	if path == "" {
 		tb.Skip("SDTOOL_QWEN_TOKENIZER is not set (Qwen's tokenizer.json: ../shared/tools/qwen-tokenizer prints one)")

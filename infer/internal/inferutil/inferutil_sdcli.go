@@ -40,17 +40,25 @@ func SDCLIBinary(tb testing.TB) string {
 	if bin == "" {
 		tb.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
-	if err := native.ParityBuild(); err != nil {
-		if _, ok := tb.(*testing.T); ok {
-			tb.Skip(err)
-		}
-		// A benchmark may compare builds on purpose (llamafile on and off).
-		tb.Logf("warning: %v", err)
-	}
+	// A benchmark may compare builds on purpose (llamafile on and off): it only warns.
+	RequireParityBuild(tb)
 	if _, err := os.Stat(SharedCLIPMerges); err != nil {
 		tb.Skipf("no CLIP vocabulary at %s", SharedCLIPMerges)
 	}
 	return bin
+}
+
+// RequireParityBuild skips a test, and warns in a benchmark, when the
+// linked ggml does not compute as sd-cli's does (native.ParityBuild): its
+// figures would measure the build, not sdtool.
+func RequireParityBuild(tb testing.TB) {
+	tb.Helper()
+	if err := native.ParityBuild(); err != nil {
+		if _, ok := tb.(*testing.T); ok {
+			tb.Skip(err)
+		}
+		tb.Logf("warning: %v", err)
+	}
 }
 
 // MaxRSS is a finished child's peak resident memory in bytes (Linux reports KiB).

@@ -154,6 +154,7 @@ func TestWanVAEMatchesSDCLI(t *testing.T) {
 	if bin == "" {
 		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
 	}
+	inferutil.RequireParityBuild(t)
 	dir := t.TempDir()
 	dit, vae := filepath.Join(dir, "wan-zero-q2_k.gguf"), filepath.Join(dir, "wan_2.1_vae.safetensors")
 	writeZeroWan(t, dit)
