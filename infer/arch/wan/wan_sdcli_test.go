@@ -95,6 +95,17 @@ func wanParityFiles(tb testing.TB, c synth.Wan, name string) (dit, vae string) {
 	return filepath.Join(dir, name+"-dit.gguf"), filepath.Join(dir, vaeName)
 }
 
+// wanParityEnv skips a frame parity test (what) unless SDTOOL_LONG is set,
+// SDTOOL_SDCLI names sd-cli and the linked ggml computes as sd-cli's does.
+func wanParityEnv(t *testing.T, what string) {
+	t.Helper()
+	longtest.Skip(t, what)
+	if os.Getenv("SDTOOL_SDCLI") == "" {
+		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
+	}
+	inferutil.RequireParityBuild(t)
+}
+
 // checkWanParity renders r with sd-cli (PNG frames) and with sdtool and
 // requires every frame at r.parityPSNR or more.
 func checkWanParity(t *testing.T, r wanParityRun) {
@@ -148,11 +159,7 @@ func checkWanParity(t *testing.T, r wanParityRun) {
 
 // TestWanSDCLIParity is Wan 2.1 text-to-video, 5 frames of 64x64 in 2 steps with classifier-free guidance.
 func TestWanSDCLIParity(t *testing.T) {
-	longtest.Skip(t, "Wan frame parity against sd-cli")
-	if os.Getenv("SDTOOL_SDCLI") == "" {
-		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
-	}
-	inferutil.RequireParityBuild(t)
+	wanParityEnv(t, "Wan frame parity against sd-cli")
 	dit, vae := wanParityFiles(t, synth.WanParity, "wan-parity")
 	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5, parityPSNR: 50})
 }
@@ -162,11 +169,7 @@ func TestWanSDCLIParity(t *testing.T) {
 // (two 30-block DiTs fit in memory so), the high-noise one for the first
 // of three steps with a guidance scale of its own.
 func TestWanA14BSDCLIParity(t *testing.T) {
-	longtest.Skip(t, "Wan 2.2 A14B frame parity against sd-cli")
-	if os.Getenv("SDTOOL_SDCLI") == "" {
-		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
-	}
-	inferutil.RequireParityBuild(t)
+	wanParityEnv(t, "Wan 2.2 A14B frame parity against sd-cli")
 	r := wanA14BRun(t)
 	r.parityPSNR = 50
 	checkWanParity(t, r)
@@ -191,11 +194,7 @@ func wanA14BRun(tb testing.TB) wanParityRun {
 // in q4_0, Wan 2.2's 48-channel VAE at full width; each program holds
 // about 4 GiB): 5 frames of 64x64 (2 latent frames of 4x4 cells) in 2 steps.
 func TestWanTI2VSDCLIParity(t *testing.T) {
-	longtest.Skip(t, "Wan 2.2 TI2V-5B frame parity against sd-cli")
-	if os.Getenv("SDTOOL_SDCLI") == "" {
-		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
-	}
-	inferutil.RequireParityBuild(t)
+	wanParityEnv(t, "Wan 2.2 TI2V-5B frame parity against sd-cli")
 	dit, vae := wanParityFiles(t, synth.WanTI2VParity, "wan-ti2v-parity-q4")
 	checkWanParity(t, wanParityRun{dit: dit, vae: vae, size: 64, frames: 5, steps: 2, threads: 2, seed: 42, cfg: 6, shift: 5, parityPSNR: 50})
 }
@@ -204,11 +203,7 @@ func TestWanTI2VSDCLIParity(t *testing.T) {
 // and settings with an init image (-i): frame 0 encoded by Wan 2.2's VAE
 // and held, a timestep per latent frame.
 func TestWanTI2VImageToVideoSDCLIParity(t *testing.T) {
-	longtest.Skip(t, "Wan 2.2 TI2V-5B image-to-video frame parity against sd-cli")
-	if os.Getenv("SDTOOL_SDCLI") == "" {
-		t.Skip("SDTOOL_SDCLI is not set (the path of stable-diffusion.cpp's sd-cli)")
-	}
-	inferutil.RequireParityBuild(t)
+	wanParityEnv(t, "Wan 2.2 TI2V-5B image-to-video frame parity against sd-cli")
 	dit, vae := wanParityFiles(t, synth.WanTI2VParity, "wan-ti2v-parity-q4")
 	init := filepath.Join(t.TempDir(), "init.png")
 	if err := inferutil.WritePNGFile(init, wanInitImage(64)); err != nil {
